@@ -1,0 +1,33 @@
+// core/quant.h — the per-type table of compute functions.
+// Owns dequantize (to_float), quantize (from_float) and the dot product of a
+// weight row with an activation row for every type cairn computes with.
+// Scalar reference versions live here; SIMD variants replace entries of the
+// table at start-up (chosen from CPUID) and are tested against the scalar ones.
+#pragma once
+
+#include <cstdint>
+
+#include "core/tensor_type.h"
+
+namespace cairn {
+
+struct TypeOps {
+  TensorType type;
+  // n must be a multiple of the type's block size.
+  void (*to_float)(const void* src, float* dst, int64_t n);
+  void (*from_float)(const float* src, void* dst, int64_t n);
+  // Activations are converted to this type (per block, as llama.cpp does:
+  // Q8_0 for Q4_0/Q8_0, Q8_K for K-quants, F16 for F16, BF16 for BF16, F32 for
+  // F32) before vec_dot, so quantized dot products run on integers.
+  TensorType vec_dot_type;
+  // Dot product of n elements: `w` is a row of `type`, `act` a row of vec_dot_type.
+  float (*vec_dot)(int64_t n, const void* w, const void* act);
+};
+
+// nullptr when cairn has no compute functions for the type.
+const TypeOps* type_ops(TensorType t);
+
+// The scalar reference table, kept for tests even after SIMD variants exist.
+const TypeOps* scalar_type_ops(TensorType t);
+
+}  // namespace cairn

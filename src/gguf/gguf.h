@@ -1,0 +1,104 @@
+// gguf/gguf.h — reading GGUF files (versions 2 and 3).
+// Owns parsing and validation: the file is memory-mapped and every count,
+// string length, array length, dimension product, type id, alignment and
+// tensor offset/size is checked against the file before it is used. A
+// malformed file yields a one-line error naming the problem; never a crash,
+// an unbounded allocation or a hang. Knows nothing of models or tokenizers.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/status.h"
+#include "core/tensor_type.h"
+
+namespace cairn::gguf {
+
+enum class ValueType : uint32_t {
+  UINT8 = 0, INT8 = 1, UINT16 = 2, INT16 = 3, UINT32 = 4, INT32 = 5, FLOAT32 = 6,
+  BOOL = 7, STRING = 8, ARRAY = 9, UINT64 = 10, INT64 = 11, FLOAT64 = 12,
+};
+std::string_view value_type_name(ValueType t);
+
+// One metadata value. Scalars are widened into the fields below; arrays keep a
+// pointer into the mapping (numeric) or views of their strings.
+struct Value {
+  ValueType type = ValueType::UINT8;
+  uint64_t u = 0;        // unsigned ints and bool
+  int64_t i = 0;         // signed ints (also filled for unsigned that fit)
+  double f = 0;          // floats
+  std::string_view str;  // STRING
+  // ARRAY
+  ValueType elem_type = ValueType::UINT8;
+  uint64_t count = 0;
+  const uint8_t* array_data = nullptr;        // numeric arrays: raw little-endian elements
+  std::vector<std::string_view> strings;      // string arrays
+  // Arrays of arrays are parsed for bounds but their contents are not kept.
+};
+
+struct KeyValue {
+  std::string key;
+  Value value;
+};
+
+struct TensorInfo {
+  std::string name;
+  TensorType type;
+  std::vector<int64_t> dims;  // dims[0] is the row length (innermost), as in ggml
+  uint64_t offset = 0;        // relative to the data section
+  uint64_t n_elements = 0;
+  uint64_t n_bytes = 0;
+  const uint8_t* data = nullptr;  // into the mapping, aligned
+
+  int64_t rows() const;  // product of dims[1..]
+};
+
+class File {
+ public:
+  // Maps and validates the file. The error message is one line.
+  static Result<std::unique_ptr<File>> open(const std::string& path);
+  // Parses a buffer the caller keeps alive (tests, fuzzing).
+  static Result<std::unique_ptr<File>> parse(std::span<const uint8_t> bytes);
+  ~File();
+  File(const File&) = delete;
+  File& operator=(const File&) = delete;
+
+  uint32_t version() const { return version_; }
+  uint64_t alignment() const { return alignment_; }
+  const std::vector<KeyValue>& metadata() const { return kvs_; }
+  const std::vector<TensorInfo>& tensors() const { return tensors_; }
+
+  const Value* find(std::string_view key) const;
+  const TensorInfo* find_tensor(std::string_view name) const;
+
+  // Typed getters: nullopt when absent; an error when present with a type that
+  // does not convert (a negative number asked as unsigned, a string as a number...).
+  Result<std::optional<uint64_t>> get_uint(std::string_view key) const;
+  Result<std::optional<int64_t>> get_int(std::string_view key) const;
+  Result<std::optional<double>> get_float(std::string_view key) const;
+  Result<std::optional<bool>> get_bool(std::string_view key) const;
+  Result<std::optional<std::string_view>> get_string(std::string_view key) const;
+  // Arrays: error if absent is not an error (empty optional); wrong element type is.
+  Result<std::optional<std::vector<std::string_view>>> get_string_array(std::string_view key) const;
+  Result<std::optional<std::vector<float>>> get_float_array(std::string_view key) const;
+  Result<std::optional<std::vector<int64_t>>> get_int_array(std::string_view key) const;
+
+ private:
+  File() = default;
+  Status parse_all(std::span<const uint8_t> bytes);
+  friend class Parser;
+
+  uint32_t version_ = 0;
+  uint64_t alignment_ = 32;
+  std::vector<KeyValue> kvs_;
+  std::vector<TensorInfo> tensors_;
+  void* map_ = nullptr;
+  size_t map_size_ = 0;
+};
+
+}  // namespace cairn::gguf

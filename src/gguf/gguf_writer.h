@@ -1,0 +1,49 @@
+// gguf/gguf_writer.h — writing GGUF version 3 files.
+// Used by tests (models they make themselves) and by `cairn make-model`.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "core/tensor_type.h"
+#include "gguf/gguf.h"
+
+namespace cairn::gguf {
+
+class Writer {
+ public:
+  void set_uint32(const std::string& key, uint32_t v);
+  void set_int32(const std::string& key, int32_t v);
+  void set_uint64(const std::string& key, uint64_t v);
+  void set_float32(const std::string& key, float v);
+  void set_bool(const std::string& key, bool v);
+  void set_string(const std::string& key, const std::string& v);
+  void set_string_array(const std::string& key, const std::vector<std::string>& v);
+  void set_float32_array(const std::string& key, const std::vector<float>& v);
+  void set_int32_array(const std::string& key, const std::vector<int32_t>& v);
+  // Copies a metadata entry from another file (make-model copies a vocabulary).
+  void copy_value(const std::string& key, const Value& v);
+
+  // `dims[0]` is the row length; `data` must be exactly the tensor's byte size.
+  Status add_tensor(const std::string& name, TensorType type, std::vector<int64_t> dims,
+                    std::vector<uint8_t> data);
+
+  std::vector<uint8_t> to_bytes(uint64_t alignment = 32) const;
+  Status write(const std::string& path, uint64_t alignment = 32) const;
+
+ private:
+  struct Entry;
+  std::vector<std::pair<std::string, std::vector<uint8_t>>> kvs_;  // key, encoded type+value
+  struct PendingTensor {
+    std::string name;
+    TensorType type;
+    std::vector<int64_t> dims;
+    std::vector<uint8_t> data;
+  };
+  std::vector<PendingTensor> tensors_;
+};
+
+}  // namespace cairn::gguf

@@ -1,0 +1,51 @@
+// kernels/kernels.h — the numeric building blocks of a forward pass.
+// Owns matmul over GGUF-typed weights and the float ops around it (norm, rope,
+// softmax, activations). Pure functions over caller-owned buffers; no model
+// knowledge, no allocation visible to callers beyond scratch they pass in.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/tensor_type.h"
+#include "core/thread_pool.h"
+
+namespace cairn::kernels {
+
+// A 2-D weight in its stored type: `rows` rows of `cols` elements each.
+struct WeightMatrix {
+  TensorType type = TensorType::F32;
+  const void* data = nullptr;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  size_t row_stride = 0;  // bytes between rows
+};
+
+// out[t * w.rows + r] = dot(row r of w, x[t * w.cols ...]) for every token t.
+// Activations are converted per row to the type's vec_dot_type first (integer
+// dot products for quantized weights), exactly once per token.
+void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* out, ThreadPool& pool);
+
+// Copies row `row` of w (any computable type) into dst as floats (embedding lookup).
+void get_row(const WeightMatrix& w, int64_t row, float* dst);
+
+// out = x / sqrt(mean(x^2) + eps) * weight   (weight may be null)
+void rms_norm(const float* x, const float* weight, int64_t n, float eps, float* out);
+
+// Rotary position embedding in place on `n_heads` heads of `head_dim` each.
+// NORM style rotates adjacent pairs (x[2i], x[2i+1]) (llama); NEOX style rotates
+// (x[i], x[i + head_dim/2]) (qwen2, neox). theta_i = pos * freq_scale * base^(-2i/n_rot).
+enum class RopeStyle { Norm, Neox };
+void rope(float* x, int64_t n_heads, int64_t head_dim, int64_t n_rot, int32_t pos, float base,
+          float freq_scale, RopeStyle style);
+
+// In-place softmax over n values (max-subtracted, numerically stable).
+void softmax(float* x, int64_t n);
+
+// out[i] = silu(gate[i]) * up[i]
+void silu_mul(const float* gate, const float* up, int64_t n, float* out);
+
+// y[i] += x[i]
+void add(float* y, const float* x, int64_t n);
+
+}  // namespace cairn::kernels
