@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Installs, builds and runs every test: the release suite, the unit tests again
+# under AddressSanitizer + UndefinedBehaviorSanitizer, and the GGUF reader fuzzer.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+JOBS="${JOBS:-$(nproc)}"
+
+bash scripts/build.sh
+
+echo "== release test suite"
+ctest --test-dir build --output-on-failure -j "$JOBS"
+
+echo "== unit tests under ASan + UBSan"
+cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCAIRN_SANITIZE=ON >/dev/null
+cmake --build build-asan
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+  ctest --test-dir build-asan --output-on-failure -j "$JOBS"
+
+echo "== fuzzing the GGUF reader (${FUZZ_SECONDS:-60} s)"
+bash scripts/fuzz.sh
