@@ -3,7 +3,11 @@
 // string length, array length, dimension product, type id, alignment and
 // tensor offset/size is checked against the file before it is used. A
 // malformed file yields a one-line error naming the problem; never a crash,
-// an unbounded allocation or a hang. Knows nothing of models or tokenizers.
+// an unbounded allocation or a hang. Knows nothing of models or tokenizers,
+// with one exception: when `tokenizer.ggml.tokens` is present, every
+// `tokenizer.ggml.*_token_id` must be an integer below the token count, or the
+// "no token" sentinel -1 (0xFFFFFFFF in a uint32 key, as llama.cpp writes it),
+// which readers must treat as absent.
 #pragma once
 
 #include <cstdint>
@@ -12,6 +16,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "core/status.h"
@@ -41,6 +46,9 @@ struct Value {
   // Arrays of arrays are parsed for bounds but their contents are not kept.
 };
 
+// Name of a value's type as the dump prints it: "uint32", "array[string]".
+std::string value_type_string(const Value& v);
+
 struct KeyValue {
   std::string key;
   Value value;
@@ -62,7 +70,8 @@ class File {
  public:
   // Maps and validates the file. The error message is one line.
   static Result<std::unique_ptr<File>> open(const std::string& path);
-  // Parses a buffer the caller keeps alive (tests, fuzzing).
+  // Parses a buffer the caller keeps alive (tests, fuzzing): names, strings and
+  // tensor data point into it.
   static Result<std::unique_ptr<File>> parse(std::span<const uint8_t> bytes);
   ~File();
   File(const File&) = delete;
@@ -72,6 +81,9 @@ class File {
   uint64_t alignment() const { return alignment_; }
   const std::vector<KeyValue>& metadata() const { return kvs_; }
   const std::vector<TensorInfo>& tensors() const { return tensors_; }
+  // Where the tensor data section starts, and the whole file's size.
+  uint64_t data_offset() const { return data_offset_; }
+  uint64_t file_size() const { return file_size_; }
 
   const Value* find(std::string_view key) const;
   const TensorInfo* find_tensor(std::string_view name) const;
@@ -97,6 +109,11 @@ class File {
   uint64_t alignment_ = 32;
   std::vector<KeyValue> kvs_;
   std::vector<TensorInfo> tensors_;
+  uint64_t data_offset_ = 0;
+  uint64_t file_size_ = 0;
+  // Keys and names are views into the mapping, which lives as long as the File.
+  std::unordered_map<std::string_view, size_t> key_index_;
+  std::unordered_map<std::string_view, size_t> tensor_index_;
   void* map_ = nullptr;
   size_t map_size_ = 0;
 };
