@@ -24,7 +24,11 @@ struct WeightMatrix {
 // out[t * w.rows + r] = dot(row r of w, x[t * w.cols ...]) for every token t.
 // Activations are converted per row to the type's vec_dot_type first (integer
 // dot products for quantized weights), exactly once per token.
+// Weights of an unsupported type (see matmul_supported) give NaN outputs.
 void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* out, ThreadPool& pool);
+
+// Whether matmul can multiply weights of type t (loaders check this up front).
+bool matmul_supported(TensorType t);
 
 // Copies row `row` of w (any computable type) into dst as floats (embedding lookup).
 void get_row(const WeightMatrix& w, int64_t row, float* dst);

@@ -1,0 +1,314 @@
+// The 256-element K-quant types Q4_K and Q6_K, and their activation type Q8_K.
+// The dot products do their integer math as ggml's scalar reference does (per
+// sub-block int sums times the sub-block scale; Q4_K mins through the Q8_K
+// bsums), so logits land where llama.cpp's do.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "core/half.h"
+#include "core/quant_blocks.h"
+
+namespace cairn::quant {
+namespace {
+
+// Round half to even, as ggml's nearest_int (the default FP rounding mode).
+int nearest_int(float v) { return static_cast<int>(std::nearbyint(v)); }
+
+// Fits x ~= scale * l - min with l in [0, nmax], min >= 0, searching a few
+// quantization grids and refitting scale/min by least squares for each.
+void fit_scale_min(const float* x, int n, int nmax, float* scale, float* min) {
+  float lo = 0.0f, hi = x[0];
+  for (int i = 0; i < n; ++i) {
+    lo = std::min(lo, x[i]);
+    hi = std::max(hi, x[i]);
+  }
+  if (hi <= lo) {
+    *scale = 0.0f;
+    *min = -lo;
+    return;
+  }
+  float best_err = INFINITY, best_scale = (hi - lo) / nmax, best_min = -lo;
+  for (int step = -10; step <= 10; ++step) {
+    const float iscale = (nmax + 0.1f * step) / (hi - lo);
+    double sl = 0, sll = 0, sx = 0, sxl = 0;
+    int l[32];
+    for (int i = 0; i < n; ++i) {
+      l[i] = std::clamp(nearest_int(iscale * (x[i] - lo)), 0, nmax);
+      sl += l[i];
+      sll += l[i] * l[i];
+      sx += x[i];
+      sxl += x[i] * l[i];
+    }
+    const double det = n * sll - sl * sl;
+    if (det <= 0) continue;
+    double a = (n * sxl - sl * sx) / det;  // least-squares x ~= a*l + b
+    double b = (sll * sx - sl * sxl) / det;
+    if (b > 0) {  // the format has no positive offset: refit the scale alone
+      b = 0;
+      a = sxl / sll;
+    }
+    double err = 0;
+    for (int i = 0; i < n; ++i) {
+      const double e = a * l[i] + b - x[i];
+      err += e * e;
+    }
+    if (err < best_err) {
+      best_err = static_cast<float>(err);
+      best_scale = static_cast<float>(a);
+      best_min = static_cast<float>(-b);
+    }
+  }
+  *scale = std::max(best_scale, 0.0f);
+  *min = best_min;
+}
+
+// Signed scale for x ~= scale * l with l in [-nmax, nmax - 1] (grid search + refit).
+float fit_scale_signed(const float* x, int n, int nmax) {
+  float amax = 0.0f, max = 0.0f;
+  for (int i = 0; i < n; ++i) {
+    if (std::fabs(x[i]) > amax) {
+      amax = std::fabs(x[i]);
+      max = x[i];
+    }
+  }
+  if (amax == 0.0f) return 0.0f;
+  float best_err = INFINITY, best = max / -nmax;
+  for (int step = -9; step <= 9; ++step) {
+    const float iscale = -(nmax + 0.1f * step) / max;
+    double sxl = 0, sll = 0;
+    int l[16];
+    for (int i = 0; i < n; ++i) {
+      l[i] = std::clamp(nearest_int(iscale * x[i]), -nmax, nmax - 1);
+      sxl += x[i] * l[i];
+      sll += l[i] * l[i];
+    }
+    if (sll == 0) continue;
+    const double s = sxl / sll;
+    double err = 0;
+    for (int i = 0; i < n; ++i) err += (x[i] - s * l[i]) * (x[i] - s * l[i]);
+    if (err < best_err) {
+      best_err = static_cast<float>(err);
+      best = static_cast<float>(s);
+    }
+  }
+  return best;
+}
+
+}  // namespace
+
+// ---- Q4_K -------------------------------------------------------------------
+
+void q4_k_to_float(const void* src, float* dst, int64_t n) {
+  const BlockQ4_K* b = static_cast<const BlockQ4_K*>(src);
+  for (int64_t i = 0; i < n / kQK_K; ++i) {
+    const float d = f16_lut(b[i].d), dmin = f16_lut(b[i].dmin);
+    const uint8_t* q = b[i].qs;
+    for (int j = 0; j < kQK_K / 64; ++j, q += 32, dst += 64) {
+      uint8_t sc0, m0, sc1, m1;
+      q4k_scale_min(2 * j, b[i].scales, &sc0, &m0);
+      q4k_scale_min(2 * j + 1, b[i].scales, &sc1, &m1);
+      const float d0 = d * sc0, mm0 = dmin * m0, d1 = d * sc1, mm1 = dmin * m1;
+      for (int l = 0; l < 32; ++l) {
+        dst[l] = d0 * (q[l] & 0xF) - mm0;
+        dst[l + 32] = d1 * (q[l] >> 4) - mm1;
+      }
+    }
+  }
+}
+
+void q4_k_from_float(const float* src, void* dst, int64_t n) {
+  BlockQ4_K* b = static_cast<BlockQ4_K*>(dst);
+  for (int64_t i = 0; i < n / kQK_K; ++i, src += kQK_K) {
+    float scales[8], mins[8], max_scale = 0.0f, max_min = 0.0f;
+    for (int j = 0; j < 8; ++j) {
+      fit_scale_min(src + 32 * j, 32, 15, &scales[j], &mins[j]);
+      max_scale = std::max(max_scale, scales[j]);
+      max_min = std::max(max_min, mins[j]);
+    }
+    const float inv_scale = max_scale > 0 ? 63.0f / max_scale : 0.0f;
+    const float inv_min = max_min > 0 ? 63.0f / max_min : 0.0f;
+    uint8_t ls[8], lm[8];
+    for (int j = 0; j < 8; ++j) {
+      ls[j] = static_cast<uint8_t>(std::min(63, nearest_int(inv_scale * scales[j])));
+      lm[j] = static_cast<uint8_t>(std::min(63, nearest_int(inv_min * mins[j])));
+    }
+    b[i].d = f32_to_f16(max_scale / 63.0f);
+    b[i].dmin = f32_to_f16(max_min / 63.0f);
+    for (int j = 0; j < 4; ++j) {
+      b[i].scales[j] = static_cast<uint8_t>(ls[j] | ((ls[j + 4] >> 4) << 6));
+      b[i].scales[j + 4] = static_cast<uint8_t>(lm[j] | ((lm[j + 4] >> 4) << 6));
+      b[i].scales[j + 8] = static_cast<uint8_t>((ls[j + 4] & 0xF) | ((lm[j + 4] & 0xF) << 4));
+    }
+    // Codes are chosen against the scales as stored (6-bit, f16), not the fitted ones.
+    const float d = f16_lut(b[i].d), dmin = f16_lut(b[i].dmin);
+    uint8_t l[kQK_K];
+    for (int j = 0; j < 8; ++j) {
+      uint8_t sc, m;
+      q4k_scale_min(j, b[i].scales, &sc, &m);
+      const float dl = d * sc, ml = dmin * m;
+      for (int k = 0; k < 32; ++k) {
+        const float v = dl != 0.0f ? (src[32 * j + k] + ml) / dl : 0.0f;
+        l[32 * j + k] = static_cast<uint8_t>(std::clamp(nearest_int(v), 0, 15));
+      }
+    }
+    for (int j = 0; j < kQK_K / 64; ++j) {
+      for (int k = 0; k < 32; ++k) {
+        b[i].qs[32 * j + k] = static_cast<uint8_t>(l[64 * j + k] | (l[64 * j + 32 + k] << 4));
+      }
+    }
+  }
+}
+
+float q4_k_dot_q8_k(int64_t n, const void* w, const void* act) {
+  const BlockQ4_K* x = static_cast<const BlockQ4_K*>(w);
+  const BlockQ8_K* y = static_cast<const BlockQ8_K*>(act);
+  float sum = 0.0f;
+  for (int64_t i = 0; i < n / kQK_K; ++i) {
+    uint8_t sc[8], m[8];
+    for (int j = 0; j < 8; ++j) q4k_scale_min(j, x[i].scales, &sc[j], &m[j]);
+    // The min term: each of the 16 bsums covers half of a 32-wide sub-block.
+    int32_t sum_mins = 0;
+    for (int j = 0; j < kQK_K / 16; ++j) sum_mins += y[i].bsums[j] * m[j / 2];
+    int32_t sum_q = 0;
+    const uint8_t* q4 = x[i].qs;
+    const int8_t* q8 = y[i].qs;
+    for (int j = 0; j < kQK_K / 64; ++j, q4 += 32, q8 += 64) {
+      int32_t lo = 0, hi = 0;
+      for (int l = 0; l < 32; ++l) {
+        lo += (q4[l] & 0xF) * q8[l];
+        hi += (q4[l] >> 4) * q8[l + 32];
+      }
+      sum_q += sc[2 * j] * lo + sc[2 * j + 1] * hi;
+    }
+    sum += f16_lut(x[i].d) * y[i].d * static_cast<float>(sum_q) -
+           f16_lut(x[i].dmin) * y[i].d * static_cast<float>(sum_mins);
+  }
+  return sum;
+}
+
+// ---- Q6_K -------------------------------------------------------------------
+
+namespace {
+// The 6-bit code (0..63) of element l + 32*k (k = 0..3) of a 128-element half.
+inline int q6_code(const uint8_t* ql, const uint8_t* qh, int l, int k) {
+  const int low = ((k & 1 ? ql[l + 32] : ql[l]) >> (k & 2 ? 4 : 0)) & 0xF;
+  return low | (((qh[l] >> (2 * k)) & 3) << 4);
+}
+}  // namespace
+
+void q6_k_to_float(const void* src, float* dst, int64_t n) {
+  const BlockQ6_K* b = static_cast<const BlockQ6_K*>(src);
+  for (int64_t i = 0; i < n / kQK_K; ++i) {
+    const float d = f16_lut(b[i].d);
+    for (int h = 0; h < 2; ++h, dst += 128) {
+      const uint8_t* ql = b[i].ql + 64 * h;
+      const uint8_t* qh = b[i].qh + 32 * h;
+      const int8_t* sc = b[i].scales + 8 * h;
+      for (int k = 0; k < 4; ++k) {
+        for (int l = 0; l < 32; ++l) {
+          dst[32 * k + l] = d * sc[(32 * k + l) / 16] * (q6_code(ql, qh, l, k) - 32);
+        }
+      }
+    }
+  }
+}
+
+void q6_k_from_float(const float* src, void* dst, int64_t n) {
+  BlockQ6_K* b = static_cast<BlockQ6_K*>(dst);
+  for (int64_t i = 0; i < n / kQK_K; ++i, src += kQK_K) {
+    float scales[16], amax = 0.0f, max = 0.0f;
+    for (int j = 0; j < 16; ++j) {
+      scales[j] = fit_scale_signed(src + 16 * j, 16, 32);
+      if (std::fabs(scales[j]) > amax) {
+        amax = std::fabs(scales[j]);
+        max = scales[j];
+      }
+    }
+    std::memset(&b[i], 0, sizeof(BlockQ6_K));
+    if (amax == 0.0f) continue;
+    const float iscale = -128.0f / max;
+    b[i].d = f32_to_f16(1.0f / iscale);
+    for (int j = 0; j < 16; ++j) {
+      b[i].scales[j] = static_cast<int8_t>(std::min(127, nearest_int(iscale * scales[j])));
+    }
+    const float d = f16_lut(b[i].d);
+    uint8_t l[kQK_K];
+    for (int j = 0; j < kQK_K; ++j) {
+      const float dl = d * b[i].scales[j / 16];
+      const int q = dl != 0.0f ? nearest_int(src[j] / dl) : 0;
+      l[j] = static_cast<uint8_t>(std::clamp(q, -32, 31) + 32);
+    }
+    for (int h = 0; h < 2; ++h) {
+      uint8_t* ql = b[i].ql + 64 * h;
+      uint8_t* qh = b[i].qh + 32 * h;
+      const uint8_t* c = l + 128 * h;
+      for (int k = 0; k < 32; ++k) {
+        ql[k] = static_cast<uint8_t>((c[k] & 0xF) | ((c[k + 64] & 0xF) << 4));
+        ql[k + 32] = static_cast<uint8_t>((c[k + 32] & 0xF) | ((c[k + 96] & 0xF) << 4));
+        qh[k] = static_cast<uint8_t>((c[k] >> 4) | ((c[k + 32] >> 4) << 2) | ((c[k + 64] >> 4) << 4) |
+                                     ((c[k + 96] >> 4) << 6));
+      }
+    }
+  }
+}
+
+float q6_k_dot_q8_k(int64_t n, const void* w, const void* act) {
+  const BlockQ6_K* x = static_cast<const BlockQ6_K*>(w);
+  const BlockQ8_K* y = static_cast<const BlockQ8_K*>(act);
+  float sum = 0.0f;
+  for (int64_t i = 0; i < n / kQK_K; ++i) {
+    int32_t sum_q = 0;
+    for (int h = 0; h < 2; ++h) {
+      const uint8_t* ql = x[i].ql + 64 * h;
+      const uint8_t* qh = x[i].qh + 32 * h;
+      const int8_t* sc = x[i].scales + 8 * h;
+      const int8_t* q8 = y[i].qs + 128 * h;
+      for (int k = 0; k < 4; ++k) {
+        int32_t s0 = 0, s1 = 0;  // the two 16-wide sub-blocks of this 32-run
+        for (int l = 0; l < 16; ++l) s0 += (q6_code(ql, qh, l, k) - 32) * q8[32 * k + l];
+        for (int l = 16; l < 32; ++l) s1 += (q6_code(ql, qh, l, k) - 32) * q8[32 * k + l];
+        sum_q += sc[2 * k] * s0 + sc[2 * k + 1] * s1;
+      }
+    }
+    sum += f16_lut(x[i].d) * y[i].d * static_cast<float>(sum_q);
+  }
+  return sum;
+}
+
+// ---- Q8_K -------------------------------------------------------------------
+
+void q8_k_to_float(const void* src, float* dst, int64_t n) {
+  const BlockQ8_K* b = static_cast<const BlockQ8_K*>(src);
+  for (int64_t i = 0; i < n / kQK_K; ++i, dst += kQK_K) {
+    for (int j = 0; j < kQK_K; ++j) dst[j] = b[i].d * b[i].qs[j];
+  }
+}
+
+// ggml's quantize_row_q8_K_ref: the signed value of largest magnitude maps to -127.
+void q8_k_from_float(const float* src, void* dst, int64_t n) {
+  BlockQ8_K* b = static_cast<BlockQ8_K*>(dst);
+  for (int64_t i = 0; i < n / kQK_K; ++i, src += kQK_K) {
+    float amax = 0.0f, max = 0.0f;
+    for (int j = 0; j < kQK_K; ++j) {
+      if (std::fabs(src[j]) > amax) {
+        amax = std::fabs(src[j]);
+        max = src[j];
+      }
+    }
+    std::memset(&b[i], 0, sizeof(BlockQ8_K));
+    if (amax == 0.0f) continue;
+    const float iscale = -127.0f / max;
+    for (int j = 0; j < kQK_K; ++j) {
+      b[i].qs[j] = static_cast<int8_t>(std::min(127, nearest_int(iscale * src[j])));
+    }
+    for (int j = 0; j < kQK_K / 16; ++j) {
+      int sum = 0;
+      for (int k = 0; k < 16; ++k) sum += b[i].qs[16 * j + k];
+      b[i].bsums[j] = static_cast<int16_t>(sum);
+    }
+    b[i].d = 1.0f / iscale;
+  }
+}
+
+}  // namespace cairn::quant

@@ -1,0 +1,66 @@
+// matmul and get_row: the only kernels that touch weights in their GGUF type.
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "core/quant.h"
+#include "kernels/kernels.h"
+
+namespace cairn::kernels {
+
+bool matmul_supported(TensorType t) {
+  const TypeOps* ops = type_ops(t);
+  return ops != nullptr && ops->vec_dot != nullptr && type_ops(ops->vec_dot_type) != nullptr;
+}
+
+void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* out, ThreadPool& pool) {
+  if (n_tokens <= 0 || w.rows <= 0) return;
+  const TypeOps* ops = type_ops(w.type);
+  const TypeOps* act_ops = ops ? type_ops(ops->vec_dot_type) : nullptr;
+  const auto act_bytes = act_ops ? row_bytes(act_ops->type, w.cols) : std::nullopt;
+  if (!ops || !ops->vec_dot || !act_ops || !act_bytes) {
+    // A caller bug (the loader checks types with matmul_supported): make it loud
+    // in the logits rather than crash the process.
+    for (int64_t i = 0; i < n_tokens * w.rows; ++i) out[i] = std::numeric_limits<float>::quiet_NaN();
+    return;
+  }
+
+  // Each token's activations are converted once, then shared by every row.
+  const void* act = x;
+  const size_t act_stride = *act_bytes;
+  thread_local std::vector<unsigned char> scratch;
+  if (act_ops->type != TensorType::F32) {
+    scratch.resize(act_stride * static_cast<size_t>(n_tokens));
+    unsigned char* dst = scratch.data();
+    const int64_t cols = w.cols;
+    pool.parallel_for(n_tokens, [&](int64_t b, int64_t e) {
+      for (int64_t t = b; t < e; ++t) act_ops->from_float(x + t * cols, dst + t * act_stride, cols);
+    });
+    act = dst;
+  }
+
+  const auto* wdata = static_cast<const unsigned char*>(w.data);
+  const auto* adata = static_cast<const unsigned char*>(act);
+  const auto vec_dot = ops->vec_dot;
+  pool.parallel_for(w.rows, [&](int64_t b, int64_t e) {
+    // Rows outer, tokens inner: a weight row is read from memory once per batch.
+    for (int64_t r = b; r < e; ++r) {
+      const unsigned char* wrow = wdata + static_cast<size_t>(r) * w.row_stride;
+      for (int64_t t = 0; t < n_tokens; ++t) {
+        out[t * w.rows + r] = vec_dot(w.cols, wrow, adata + static_cast<size_t>(t) * act_stride);
+      }
+    }
+  });
+}
+
+void get_row(const WeightMatrix& w, int64_t row, float* dst) {
+  const TypeOps* ops = type_ops(w.type);
+  if (!ops || row < 0 || row >= w.rows) {
+    for (int64_t i = 0; i < w.cols; ++i) dst[i] = std::numeric_limits<float>::quiet_NaN();
+    return;
+  }
+  ops->to_float(static_cast<const unsigned char*>(w.data) + static_cast<size_t>(row) * w.row_stride, dst,
+                w.cols);
+}
+
+}  // namespace cairn::kernels

@@ -1,0 +1,140 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "core/quant.h"
+#include "kernels/kernels.h"
+
+namespace cairn::kernels {
+namespace {
+
+std::vector<float> random_vec(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& f : v) f = dist(rng);
+  return v;
+}
+
+struct Quantized {
+  std::vector<unsigned char> bytes;
+  WeightMatrix w;
+  std::vector<float> dequant;  // what the stored weights really are
+};
+
+Quantized make_weights(TensorType t, int64_t rows, int64_t cols, uint32_t seed) {
+  const TypeOps* ops = type_ops(t);
+  const size_t rb = *row_bytes(t, cols);
+  Quantized q;
+  const auto f = random_vec(size_t(rows * cols), seed);
+  q.bytes.resize(rb * rows);
+  q.dequant.resize(size_t(rows * cols));
+  for (int64_t r = 0; r < rows; ++r) {
+    ops->from_float(f.data() + r * cols, q.bytes.data() + r * rb, cols);
+    ops->to_float(q.bytes.data() + r * rb, q.dequant.data() + r * cols, cols);
+  }
+  q.w = {t, q.bytes.data(), rows, cols, rb};
+  return q;
+}
+
+// Naive float matmul of the dequantized weights with the activations rounded
+// through the type's vec_dot_type: the error left is that of the activation.
+void check_matmul(TensorType t, int64_t n_tokens, double rel_tol) {
+  const int64_t rows = 37, cols = 512;
+  Quantized q = make_weights(t, rows, cols, 11);
+  const auto x = random_vec(size_t(n_tokens * cols), 12);
+  std::vector<float> out(size_t(n_tokens * rows));
+  ThreadPool pool(3);
+  matmul(q.w, x.data(), n_tokens, out.data(), pool);
+  for (int64_t tk = 0; tk < n_tokens; ++tk) {
+    for (int64_t r = 0; r < rows; ++r) {
+      double ref = 0, mag = 0;
+      for (int64_t c = 0; c < cols; ++c) {
+        ref += double(q.dequant[r * cols + c]) * x[tk * cols + c];
+        mag += std::fabs(double(q.dequant[r * cols + c]) * x[tk * cols + c]);
+      }
+      ASSERT_NEAR(out[tk * rows + r], ref, rel_tol * mag)
+          << type_info(t).name << " token " << tk << " row " << r;
+    }
+  }
+}
+
+TEST(Matmul, F32IsExactToRounding) {
+  check_matmul(TensorType::F32, 1, 1e-6);
+  check_matmul(TensorType::F32, 3, 1e-6);
+}
+TEST(Matmul, F16) {
+  check_matmul(TensorType::F16, 1, 2e-3);
+  check_matmul(TensorType::F16, 3, 2e-3);
+}
+TEST(Matmul, BF16) {
+  check_matmul(TensorType::BF16, 1, 1e-2);
+  check_matmul(TensorType::BF16, 3, 1e-2);
+}
+TEST(Matmul, Q8_0) {
+  check_matmul(TensorType::Q8_0, 1, 1e-2);
+  check_matmul(TensorType::Q8_0, 3, 1e-2);
+}
+TEST(Matmul, Q4_0) {
+  check_matmul(TensorType::Q4_0, 1, 1e-2);
+  check_matmul(TensorType::Q4_0, 3, 1e-2);
+}
+TEST(Matmul, Q4_K) {
+  check_matmul(TensorType::Q4_K, 1, 1e-2);
+  check_matmul(TensorType::Q4_K, 3, 1e-2);
+}
+TEST(Matmul, Q6_K) {
+  check_matmul(TensorType::Q6_K, 1, 1e-2);
+  check_matmul(TensorType::Q6_K, 3, 1e-2);
+}
+
+TEST(Matmul, TokensAreIndependentRowsOfTheBatch) {
+  Quantized q = make_weights(TensorType::Q4_K, 5, 256, 3);
+  const auto x = random_vec(3 * 256, 4);
+  ThreadPool pool(2);
+  std::vector<float> batch(15), single(5);
+  matmul(q.w, x.data(), 3, batch.data(), pool);
+  for (int t = 0; t < 3; ++t) {
+    matmul(q.w, x.data() + t * 256, 1, single.data(), pool);
+    for (int r = 0; r < 5; ++r) EXPECT_EQ(batch[t * 5 + r], single[r]);
+  }
+}
+
+TEST(Matmul, RowStrideIsHonoured) {
+  // Rows padded to 2x their size: the padding holds garbage that must be skipped.
+  const int64_t rows = 4, cols = 64;
+  std::vector<float> data(size_t(rows * cols * 2), 1e30f);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) data[r * cols * 2 + c] = float(r + 1);
+  WeightMatrix w{TensorType::F32, data.data(), rows, cols, size_t(cols * 2 * 4)};
+  std::vector<float> x(cols, 1.0f), out(rows);
+  ThreadPool pool(2);
+  matmul(w, x.data(), 1, out.data(), pool);
+  for (int64_t r = 0; r < rows; ++r) EXPECT_EQ(out[r], float((r + 1) * cols));
+}
+
+TEST(Matmul, UnsupportedTypeGivesNaN) {
+  EXPECT_FALSE(matmul_supported(TensorType::Q5_K));
+  EXPECT_FALSE(matmul_supported(TensorType::Q8_K));
+  EXPECT_TRUE(matmul_supported(TensorType::Q6_K));
+  std::vector<unsigned char> data(176);
+  WeightMatrix w{TensorType::Q5_K, data.data(), 1, 256, 176};
+  std::vector<float> x(256, 1.0f), out(1, 0.0f);
+  ThreadPool pool(1);
+  matmul(w, x.data(), 1, out.data(), pool);
+  EXPECT_TRUE(std::isnan(out[0]));
+}
+
+TEST(GetRow, DequantizesTheRequestedRow) {
+  for (TensorType t : {TensorType::F32, TensorType::F16, TensorType::Q4_0, TensorType::Q6_K}) {
+    Quantized q = make_weights(t, 3, 256, 7);
+    std::vector<float> row(256);
+    get_row(q.w, 2, row.data());
+    for (int c = 0; c < 256; ++c) ASSERT_EQ(row[c], q.dequant[2 * 256 + c]) << type_info(t).name;
+  }
+}
+
+}  // namespace
+}  // namespace cairn::kernels

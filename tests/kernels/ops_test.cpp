@@ -1,0 +1,121 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "kernels/kernels.h"
+
+namespace cairn::kernels {
+namespace {
+
+std::vector<float> random_vec(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& f : v) f = dist(rng);
+  return v;
+}
+
+TEST(RmsNorm, MatchesDefinition) {
+  const auto x = random_vec(96, 1);
+  const auto w = random_vec(96, 2);
+  std::vector<float> out(96), plain(96);
+  rms_norm(x.data(), w.data(), 96, 1e-5f, out.data());
+  rms_norm(x.data(), nullptr, 96, 1e-5f, plain.data());
+  double ss = 0;
+  for (float v : x) ss += double(v) * v;
+  const double scale = 1.0 / std::sqrt(ss / 96 + 1e-5);
+  for (int i = 0; i < 96; ++i) {
+    EXPECT_NEAR(plain[i], x[i] * scale, 1e-5);
+    EXPECT_NEAR(out[i], x[i] * scale * w[i], 1e-5);
+  }
+}
+
+TEST(RmsNorm, EpsilonKeepsZeroFinite) {
+  std::vector<float> x(8, 0.0f), out(8, 1.0f);
+  rms_norm(x.data(), nullptr, 8, 1e-6f, out.data());
+  for (float v : out) EXPECT_EQ(v, 0.0f);
+}
+
+// Rotation by the direct formula: theta_i = pos * freq_scale * base^(-2i/n_rot).
+void rope_reference(std::vector<float>& x, int64_t n_heads, int64_t head_dim, int64_t n_rot, int pos,
+                    float base, float freq_scale, RopeStyle style) {
+  for (int64_t h = 0; h < n_heads; ++h) {
+    float* v = x.data() + h * head_dim;
+    for (int64_t i = 0; i < n_rot / 2; ++i) {
+      const double theta = pos * double(freq_scale) * std::pow(double(base), -2.0 * double(i) / double(n_rot));
+      const int64_t a = style == RopeStyle::Norm ? 2 * i : i;
+      const int64_t b = style == RopeStyle::Norm ? 2 * i + 1 : i + n_rot / 2;
+      const double x0 = v[a], x1 = v[b];
+      v[a] = float(x0 * std::cos(theta) - x1 * std::sin(theta));
+      v[b] = float(x0 * std::sin(theta) + x1 * std::cos(theta));
+    }
+  }
+}
+
+TEST(Rope, NormAndNeoxMatchDirectFormula) {
+  for (RopeStyle style : {RopeStyle::Norm, RopeStyle::Neox}) {
+    for (int pos : {0, 1, 7, 300}) {
+      for (int64_t n_rot : {int64_t{32}, int64_t{16}}) {  // 16: partial rotation
+        auto x = random_vec(3 * 32, 3 + pos);
+        auto ref = x;
+        rope(x.data(), 3, 32, n_rot, pos, 10000.0f, 0.5f, style);
+        rope_reference(ref, 3, 32, n_rot, pos, 10000.0f, 0.5f, style);
+        for (size_t i = 0; i < x.size(); ++i) {
+          ASSERT_NEAR(x[i], ref[i], 2e-4 * (1 + std::fabs(ref[i])))
+              << "style " << int(style) << " pos " << pos << " n_rot " << n_rot << " i " << i;
+        }
+      }
+    }
+  }
+}
+
+TEST(Rope, PositionZeroIsIdentityAndDimsPastNRotUntouched) {
+  auto x = random_vec(64, 9);
+  auto orig = x;
+  rope(x.data(), 2, 32, 16, 0, 10000.0f, 1.0f, RopeStyle::Neox);
+  EXPECT_EQ(x, orig);
+  rope(x.data(), 2, 32, 16, 5, 10000.0f, 1.0f, RopeStyle::Norm);
+  for (int h = 0; h < 2; ++h) {
+    for (int i = 16; i < 32; ++i) EXPECT_EQ(x[h * 32 + i], orig[h * 32 + i]);
+    EXPECT_NE(x[h * 32], orig[h * 32]);
+  }
+}
+
+TEST(Rope, PairLayoutDiffersByStyle) {
+  // One head of 4 with a vector (1,0,0,0) at pos 1, base 1 (all thetas = 1 rad).
+  std::vector<float> norm = {1, 0, 0, 0}, neox = {1, 0, 0, 0};
+  rope(norm.data(), 1, 4, 4, 1, 1.0f, 1.0f, RopeStyle::Norm);
+  rope(neox.data(), 1, 4, 4, 1, 1.0f, 1.0f, RopeStyle::Neox);
+  EXPECT_NEAR(norm[1], std::sin(1.0f), 1e-6);  // partner of 0 is 1
+  EXPECT_EQ(norm[2], 0.0f);
+  EXPECT_NEAR(neox[2], std::sin(1.0f), 1e-6);  // partner of 0 is 2
+  EXPECT_EQ(neox[1], 0.0f);
+}
+
+TEST(Softmax, SumsToOneAndIsStable) {
+  std::vector<float> x = {1000.0f, 1001.0f, 999.0f, -1e30f};
+  softmax(x.data(), 4);
+  double sum = 0;
+  for (float v : x) sum += v;
+  EXPECT_NEAR(sum, 1.0, 1e-6);
+  EXPECT_NEAR(x[1] / x[0], std::exp(1.0), 1e-4);
+  EXPECT_EQ(x[3], 0.0f);
+}
+
+TEST(SiluMul, MatchesDefinition) {
+  const auto g = random_vec(50, 4, 3.0f), u = random_vec(50, 5);
+  std::vector<float> out(50);
+  silu_mul(g.data(), u.data(), 50, out.data());
+  for (int i = 0; i < 50; ++i) EXPECT_NEAR(out[i], g[i] / (1 + std::exp(-double(g[i]))) * u[i], 1e-5);
+}
+
+TEST(Add, AddsInPlace) {
+  std::vector<float> y = {1, 2, 3}, x = {0.5f, -2, 10};
+  add(y.data(), x.data(), 3);
+  EXPECT_EQ(y, (std::vector<float>{1.5f, 0, 13}));
+}
+
+}  // namespace
+}  // namespace cairn::kernels
