@@ -1,5 +1,7 @@
 // gguf/gguf_writer.h — writing GGUF version 3 files.
 // Used by tests (models they make themselves) and by `cairn make-model`.
+// Owns the byte layout only; never validates model semantics. Setting a key
+// twice replaces its value, so a written file never has duplicate keys.
 #pragma once
 
 #include <cstdint>
@@ -31,11 +33,13 @@ class Writer {
   Status add_tensor(const std::string& name, TensorType type, std::vector<int64_t> dims,
                     std::vector<uint8_t> data);
 
+  // `alignment` must be a power of two below 2^32 (else 32 is used; write()
+  // reports it as an error). Anything but 32 is recorded as general.alignment.
   std::vector<uint8_t> to_bytes(uint64_t alignment = 32) const;
   Status write(const std::string& path, uint64_t alignment = 32) const;
 
  private:
-  struct Entry;
+  void set_encoded(const std::string& key, std::vector<uint8_t> encoded);
   std::vector<std::pair<std::string, std::vector<uint8_t>>> kvs_;  // key, encoded type+value
   struct PendingTensor {
     std::string name;
