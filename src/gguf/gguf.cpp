@@ -421,6 +421,14 @@ Result<std::unique_ptr<File>> File::parse(std::span<const uint8_t> bytes) {
   return f;
 }
 
+Result<std::unique_ptr<File>> File::parse(std::vector<uint8_t>&& bytes) {
+  std::unique_ptr<File> f(new File());
+  f->owned_ = std::move(bytes);  // moving keeps the buffer where it is
+  Status st = f->parse_all(f->owned_);
+  if (!st) return st;
+  return f;
+}
+
 Result<std::unique_ptr<File>> File::open(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return Status::error("gguf: cannot open " + path + ": " + std::strerror(errno));

@@ -73,6 +73,9 @@ class File {
   // Parses a buffer the caller keeps alive (tests, fuzzing): names, strings and
   // tensor data point into it.
   static Result<std::unique_ptr<File>> parse(std::span<const uint8_t> bytes);
+  // Takes ownership of the bytes, so parsing a temporary (Writer::to_bytes())
+  // cannot leave the File pointing into freed memory.
+  static Result<std::unique_ptr<File>> parse(std::vector<uint8_t>&& bytes);
   ~File();
   File(const File&) = delete;
   File& operator=(const File&) = delete;
@@ -116,6 +119,7 @@ class File {
   std::unordered_map<std::string_view, size_t> tensor_index_;
   void* map_ = nullptr;
   size_t map_size_ = 0;
+  std::vector<uint8_t> owned_;  // the bytes, when parsed from an owned buffer
 };
 
 }  // namespace cairn::gguf
