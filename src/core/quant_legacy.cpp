@@ -34,10 +34,10 @@ void q4_0_from_float(const float* src, void* dst, int64_t n) {
     const float d = max / -8.0f;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     b[i].d = f32_to_f16(d);
+    // floor(v + 8.5): ties round up, exactly as llama.cpp's reference quantizer.
+    auto code = [id](float v) { return std::clamp(static_cast<int>(v * id + 8.5f), 0, 15); };
     for (int j = 0; j < kQK4_0 / 2; ++j) {
-      const int lo = std::clamp(static_cast<int>(std::lround(src[j] * id)) + 8, 0, 15);
-      const int hi = std::clamp(static_cast<int>(std::lround(src[j + kQK4_0 / 2] * id)) + 8, 0, 15);
-      b[i].qs[j] = static_cast<uint8_t>(lo | (hi << 4));
+      b[i].qs[j] = static_cast<uint8_t>(code(src[j]) | (code(src[j + kQK4_0 / 2]) << 4));
     }
   }
 }
