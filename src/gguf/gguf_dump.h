@@ -1,0 +1,20 @@
+// gguf/gguf_dump.h — a human-readable description of a parsed GGUF file, for
+// `cairn gguf MODEL`. Owns formatting only: never reads the file itself, and
+// never prints unbounded output (long strings and arrays are cut).
+#pragma once
+
+#include <string>
+
+#include "gguf/gguf.h"
+
+namespace cairn::gguf {
+
+// Version, metadata (key, type, value), the tensor table (name, type, dims,
+// offset, bytes) and totals. Multi-line, ends with a newline.
+std::string describe(const File& file);
+
+// One value as the dump shows it: strings quoted and cut, arrays as their first
+// few elements and a count.
+std::string describe_value(const Value& v);
+
+}  // namespace cairn::gguf
