@@ -1,0 +1,317 @@
+#include "engine/model_builder.h"
+
+#include <unistd.h>
+
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <random>
+#include <string_view>
+
+#include "core/quant.h"
+
+namespace cairn::engine {
+
+namespace {
+
+constexpr uint64_t kAlignment = 32;
+constexpr int64_t kMaxDim = 1 << 16;
+constexpr int64_t kMaxLayers = 1024;
+constexpr int64_t kMaxFfn = 1 << 20;
+constexpr int64_t kMaxCtx = 1 << 24;
+constexpr int64_t kChunkElems = 1 << 20;  // floats generated per write
+
+struct ArchDefaults {
+  std::string_view arch;
+  float rope_base;
+  float norm_eps;
+  bool qkv_bias;
+};
+constexpr std::array<ArchDefaults, 2> kArchs = {{
+    {"llama", 10000.0f, 1e-5f, false},
+    {"qwen2", 1000000.0f, 1e-6f, true},
+}};
+
+const ArchDefaults* find_arch(std::string_view a) {
+  for (const auto& d : kArchs)
+    if (d.arch == a) return &d;
+  return nullptr;
+}
+
+// llama.cpp's general.file_type ids (LLAMA_FTYPE_*) for an all-one-type model.
+struct FileType {
+  TensorType type;
+  uint32_t ftype;
+};
+constexpr std::array<FileType, 7> kFileTypes = {{
+    {TensorType::F32, 0}, {TensorType::F16, 1}, {TensorType::Q4_0, 2}, {TensorType::Q8_0, 7},
+    {TensorType::Q4_K, 14}, {TensorType::Q6_K, 18}, {TensorType::BF16, 32},
+}};
+
+// How a tensor's values are made.
+enum class Fill { Uniform, Ones, UniformZeroByteRows };
+
+struct TensorPlan {
+  std::string name;
+  std::vector<int64_t> dims;  // dims[0] = row length
+  TensorType type;
+  Fill fill;
+  float stddev;
+};
+
+// splitmix64: a small, fully specified generator, so a seed gives the same
+// weights with every standard library.
+struct SplitMix {
+  uint64_t s;
+  uint64_t next() {
+    uint64_t z = (s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+  float uniform_pm1() {  // [-1, 1)
+    return static_cast<float>(next() >> 40) * 0x1.0p-23f - 1.0f;
+  }
+};
+
+uint64_t fnv1a(std::string_view s) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ull;
+  return h;
+}
+
+template <typename T>
+void put(std::vector<uint8_t>& out, T v) {
+  uint8_t b[sizeof(T)];
+  std::memcpy(b, &v, sizeof(T));
+  out.insert(out.end(), b, b + sizeof(T));
+}
+
+uint64_t align_up(uint64_t v) { return (v + kAlignment - 1) / kAlignment * kAlignment; }
+
+bool is_k_quant(TensorType t) { return type_info(t).block_elems == 256; }
+
+std::vector<TensorPlan> plan_tensors(const RandomModelSpec& s, int64_t n_vocab) {
+  const int64_t head_dim = s.dim / s.heads;
+  const int64_t q_out = s.heads * head_dim;
+  const int64_t kv_out = s.kv_heads * head_dim;
+  auto mat = [&](std::string name, int64_t in, int64_t out) {
+    return TensorPlan{std::move(name), {in, out}, storage_type(s.type, in), Fill::Uniform,
+                      1.0f / std::sqrt(static_cast<float>(in))};
+  };
+  auto vec = [](std::string name, int64_t n, Fill fill, float sd) {
+    return TensorPlan{std::move(name), {n}, TensorType::F32, fill, sd};
+  };
+  std::vector<TensorPlan> p;
+  // Unit-variance embeddings against 1/sqrt(fan_in) matrices keep the residual
+  // stream and the logits O(1), so sampling from a random model stays varied.
+  p.push_back({"token_embd.weight", {s.dim, n_vocab}, storage_type(s.type, s.dim), Fill::Uniform, 1.0f});
+  const bool bias = find_arch(s.arch)->qkv_bias;
+  for (int64_t l = 0; l < s.layers; ++l) {
+    const std::string b = "blk." + std::to_string(l) + ".";
+    p.push_back(vec(b + "attn_norm.weight", s.dim, Fill::Ones, 0));
+    p.push_back(mat(b + "attn_q.weight", s.dim, q_out));
+    p.push_back(mat(b + "attn_k.weight", s.dim, kv_out));
+    p.push_back(mat(b + "attn_v.weight", s.dim, kv_out));
+    if (bias) {
+      p.push_back(vec(b + "attn_q.bias", q_out, Fill::Uniform, 0.02f));
+      p.push_back(vec(b + "attn_k.bias", kv_out, Fill::Uniform, 0.02f));
+      p.push_back(vec(b + "attn_v.bias", kv_out, Fill::Uniform, 0.02f));
+    }
+    p.push_back(mat(b + "attn_output.weight", q_out, s.dim));
+    p.push_back(vec(b + "ffn_norm.weight", s.dim, Fill::Ones, 0));
+    p.push_back(mat(b + "ffn_gate.weight", s.dim, s.ffn));
+    p.push_back(mat(b + "ffn_up.weight", s.dim, s.ffn));
+    p.push_back(mat(b + "ffn_down.weight", s.ffn, s.dim));
+  }
+  p.push_back(vec("output_norm.weight", s.dim, Fill::Ones, 0));
+  TensorPlan out = mat("output.weight", s.dim, n_vocab);
+  out.fill = Fill::UniformZeroByteRows;
+  p.push_back(std::move(out));
+  return p;
+}
+
+// Closes and removes the temp file unless the write got to the rename.
+struct TempFile {
+  std::string path;
+  std::FILE* f = nullptr;
+  bool keep = false;
+  ~TempFile() {
+    if (f) std::fclose(f);
+    if (!keep) std::remove(path.c_str());
+  }
+};
+
+Status write_all(std::FILE* f, const void* data, size_t n, const std::string& path) {
+  if (n > 0 && std::fwrite(data, 1, n, f) != n)
+    return Status::error("cannot write " + path + ": " + std::strerror(errno));
+  return Status::ok();
+}
+
+Status write_tensor(std::FILE* f, const TensorPlan& t, const VocabSource& vocab, uint64_t seed,
+                    const std::string& path, std::vector<float>& floats, std::vector<uint8_t>& bytes) {
+  const TypeOps* ops = type_ops(t.type);
+  const int64_t row = t.dims[0];
+  int64_t rows = 1;
+  for (size_t d = 1; d < t.dims.size(); ++d) rows *= t.dims[d];
+  const size_t row_size = *row_bytes(t.type, row);
+  const int64_t rows_per_chunk = std::max<int64_t>(1, kChunkElems / row);
+  SplitMix rng{seed ^ fnv1a(t.name)};
+  const float scale = t.stddev * std::sqrt(3.0f);  // uniform(-a, a) has sd a/sqrt(3)
+  for (int64_t r0 = 0; r0 < rows; r0 += rows_per_chunk) {
+    const int64_t n_rows = std::min(rows_per_chunk, rows - r0);
+    floats.resize(static_cast<size_t>(n_rows * row));
+    for (int64_t r = 0; r < n_rows; ++r) {
+      float* dst = floats.data() + r * row;
+      const bool zero = t.fill == Fill::UniformZeroByteRows &&
+                        static_cast<size_t>(r0 + r) < vocab.is_byte_token.size() &&
+                        vocab.is_byte_token[r0 + r];
+      for (int64_t i = 0; i < row; ++i) {
+        const float u = rng.uniform_pm1();  // drawn even for zero rows: the stream stays aligned
+        dst[i] = t.fill == Fill::Ones ? 1.0f : zero ? 0.0f : u * scale;
+      }
+    }
+    bytes.resize(row_size * n_rows);
+    for (int64_t r = 0; r < n_rows; ++r)
+      ops->from_float(floats.data() + r * row, bytes.data() + r * row_size, row);
+    CAIRN_RETURN_IF_ERROR(write_all(f, bytes.data(), bytes.size(), path));
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+Result<VocabSource> vocab_from_gguf(std::shared_ptr<const gguf::File> file) {
+  auto tokens = file->get_string_array("tokenizer.ggml.tokens");
+  if (!tokens.is_ok()) return tokens.status();
+  if (!tokens->has_value() || (*tokens)->empty())
+    return Status::error("vocabulary file has no tokenizer.ggml.tokens");
+  VocabSource v;
+  v.n_vocab = static_cast<int64_t>((*tokens)->size());
+  v.is_byte_token.assign(v.n_vocab, 0);
+  auto types = file->get_int_array("tokenizer.ggml.token_type");
+  if (!types.is_ok()) return types.status();
+  if (types->has_value()) {
+    const auto& tt = **types;
+    for (size_t i = 0; i < tt.size() && i < v.is_byte_token.size(); ++i)
+      v.is_byte_token[i] = tt[i] == 6;  // llama.cpp's LLAMA_TOKEN_TYPE_BYTE
+  }
+  v.write_metadata = [file](gguf::Writer& w) {
+    for (const auto& kv : file->metadata())
+      if (kv.key.starts_with("tokenizer.")) w.copy_value(kv.key, kv.value);
+  };
+  return v;
+}
+
+Status validate(const RandomModelSpec& s) {
+  auto bad = [](const std::string& m) { return Status::error("make-model: " + m); };
+  if (!find_arch(s.arch)) return bad("unknown --arch '" + s.arch + "' (llama or qwen2)");
+  if (s.dim < 1 || s.dim > kMaxDim) return bad("--dim must be in [1, 65536]");
+  if (s.layers < 1 || s.layers > kMaxLayers) return bad("--layers must be in [1, 1024]");
+  if (s.heads < 1 || s.heads > s.dim) return bad("--heads must be in [1, dim]");
+  if (s.dim % s.heads != 0) return bad("--dim must be a multiple of --heads");
+  if ((s.dim / s.heads) % 2 != 0) return bad("head size (dim / heads) must be even for RoPE");
+  if (s.kv_heads < 1 || s.heads % s.kv_heads != 0) return bad("--heads must be a multiple of --kv-heads");
+  if (s.ffn < 1 || s.ffn > kMaxFfn) return bad("--ffn must be in [1, 1048576]");
+  if (s.ctx < 1 || s.ctx > kMaxCtx) return bad("--ctx must be in [1, 16777216]");
+  const TypeOps* ops = type_ops(s.type);
+  if (!ops || !ops->from_float) return bad("cairn cannot quantize to " + std::string(type_info(s.type).name));
+  return Status::ok();
+}
+
+TensorType storage_type(TensorType wanted, int64_t row) {
+  if (row_bytes(wanted, row)) return wanted;
+  if (is_k_quant(wanted) && row_bytes(TensorType::Q8_0, row)) return TensorType::Q8_0;
+  return TensorType::F16;
+}
+
+Result<BuildSummary> write_random_model(const RandomModelSpec& spec, const VocabSource& vocab,
+                                        const std::string& path) {
+  CAIRN_RETURN_IF_ERROR(validate(spec));
+  if (vocab.n_vocab < 1 || vocab.n_vocab > (1 << 24) || !vocab.write_metadata)
+    return Status::error("make-model: the vocabulary source has no usable tokens");
+  const ArchDefaults& ad = *find_arch(spec.arch);
+  const std::vector<TensorPlan> plan = plan_tensors(spec, vocab.n_vocab);
+
+  gguf::Writer w;
+  const std::string a = spec.arch;
+  w.set_string("general.architecture", a);
+  w.set_string("general.name", !spec.name.empty() ? spec.name
+                                                  : "cairn-random-" + a + "-" + std::to_string(spec.dim) +
+                                                        "x" + std::to_string(spec.layers));
+  for (const auto& ft : kFileTypes)
+    if (ft.type == spec.type) w.set_uint32("general.file_type", ft.ftype);
+  w.set_uint32("general.quantization_version", 2);
+  w.set_uint32(a + ".context_length", static_cast<uint32_t>(spec.ctx));
+  w.set_uint32(a + ".embedding_length", static_cast<uint32_t>(spec.dim));
+  w.set_uint32(a + ".block_count", static_cast<uint32_t>(spec.layers));
+  w.set_uint32(a + ".feed_forward_length", static_cast<uint32_t>(spec.ffn));
+  w.set_uint32(a + ".attention.head_count", static_cast<uint32_t>(spec.heads));
+  w.set_uint32(a + ".attention.head_count_kv", static_cast<uint32_t>(spec.kv_heads));
+  w.set_uint32(a + ".rope.dimension_count", static_cast<uint32_t>(spec.dim / spec.heads));
+  w.set_float32(a + ".rope.freq_base", ad.rope_base);
+  w.set_float32(a + ".attention.layer_norm_rms_epsilon", ad.norm_eps);
+  vocab.write_metadata(w);
+
+  // The writer lays out the metadata; the tensor infos and data are streamed
+  // here because gguf::Writer holds every tensor's bytes in memory until it
+  // writes. A writer with no tensors emits exactly magic, version, tensor
+  // count, KV count and the KVs, so the count is patched and infos appended.
+  std::vector<uint8_t> header = w.to_bytes(kAlignment);
+  if (header.size() < 24) return Status::error("make-model: gguf writer produced no header");
+  const uint64_t n_tensors = plan.size();
+  std::memcpy(header.data() + 8, &n_tensors, sizeof(n_tensors));
+
+  BuildSummary summary;
+  uint64_t offset = 0;
+  for (const TensorPlan& t : plan) {
+    put<uint64_t>(header, t.name.size());
+    header.insert(header.end(), t.name.begin(), t.name.end());
+    put<uint32_t>(header, static_cast<uint32_t>(t.dims.size()));
+    for (int64_t d : t.dims) put<int64_t>(header, d);
+    put<uint32_t>(header, static_cast<uint32_t>(t.type));
+    put<uint64_t>(header, offset);
+    uint64_t elems = 1;
+    for (int64_t d : t.dims) elems *= static_cast<uint64_t>(d);
+    const uint64_t size = *row_bytes(t.type, t.dims[0]) * (elems / t.dims[0]);
+    offset = align_up(offset + size);
+    summary.n_params += elems;
+    if (t.dims.size() == 2 && t.type != spec.type) summary.fallbacks.push_back({t.name, spec.type, t.type});
+  }
+  header.resize(align_up(header.size()), 0);
+  summary.bytes = header.size() + offset;
+
+  namespace fs = std::filesystem;
+  std::random_device rd;
+  TempFile tmp;
+  tmp.path = path + ".tmp-" + std::to_string(getpid()) + "-" + std::to_string(rd());
+  tmp.f = std::fopen(tmp.path.c_str(), "wb");
+  if (!tmp.f) return Status::error("cannot create " + tmp.path + ": " + std::strerror(errno));
+  CAIRN_RETURN_IF_ERROR(write_all(tmp.f, header.data(), header.size(), tmp.path));
+  std::vector<float> floats;
+  std::vector<uint8_t> bytes;
+  static const uint8_t kZeros[kAlignment] = {};
+  uint64_t written = 0;
+  for (const TensorPlan& t : plan) {
+    const long before = std::ftell(tmp.f);
+    CAIRN_RETURN_IF_ERROR(write_tensor(tmp.f, t, vocab, spec.seed, tmp.path, floats, bytes));
+    written += static_cast<uint64_t>(std::ftell(tmp.f) - before);
+    const uint64_t pad = align_up(written) - written;
+    CAIRN_RETURN_IF_ERROR(write_all(tmp.f, kZeros, pad, tmp.path));
+    written += pad;
+  }
+  if (std::fflush(tmp.f) != 0 || std::fclose(tmp.f) != 0) {
+    tmp.f = nullptr;
+    return Status::error("cannot write " + tmp.path + ": " + std::strerror(errno));
+  }
+  tmp.f = nullptr;
+  std::error_code ec;
+  fs::rename(tmp.path, path, ec);
+  if (ec) return Status::error("cannot move " + tmp.path + " to " + path + ": " + ec.message());
+  tmp.keep = true;
+  return summary;
+}
+
+}  // namespace cairn::engine

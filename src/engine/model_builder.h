@@ -1,0 +1,75 @@
+// engine/model_builder.h — writing GGUF models with random weights.
+// Owns the llama/qwen2 tensor layout of a generated model, its weight scales,
+// the choice of tensor type per tensor (with fallbacks where a row does not
+// fit a block size) and the streamed, atomic write (temp file + rename): one
+// tensor's rows at a time, so a 1B-parameter model never sits in memory.
+// Used by `cairn make-model`, the built-in demo model and tests. Never loads
+// or runs a model; never invents a tokenizer (the caller brings a VocabSource).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "core/tensor_type.h"
+#include "gguf/gguf.h"
+#include "gguf/gguf_writer.h"
+
+namespace cairn::engine {
+
+struct RandomModelSpec {
+  std::string arch = "llama";  // "llama" or "qwen2" (q/k/v biases, NeoX RoPE, base 1e6)
+  std::string name;            // general.name; a default names the shape
+  int64_t dim = 256;           // embedding length
+  int64_t layers = 2;
+  int64_t heads = 4;
+  int64_t kv_heads = 4;
+  int64_t ffn = 512;
+  int64_t ctx = 2048;          // <arch>.context_length
+  TensorType type = TensorType::F32;  // of every 2-D weight; norms and biases stay F32
+  uint64_t seed = 0;
+};
+
+// The tokenizer half of a model file: its size, which rows are byte tokens
+// (their output rows are zero, as in the shared synthetic models, so greedy
+// text stays valid UTF-8), and a function that writes the tokenizer.* keys.
+struct VocabSource {
+  int64_t n_vocab = 0;
+  std::vector<uint8_t> is_byte_token;  // n_vocab entries, 0/1
+  std::function<void(gguf::Writer&)> write_metadata;
+};
+
+// Every tokenizer.* key of `file` (kept alive by the returned source).
+Result<VocabSource> vocab_from_gguf(std::shared_ptr<const gguf::File> file);
+
+struct TensorFallback {
+  std::string tensor;
+  TensorType wanted;
+  TensorType used;
+};
+
+struct BuildSummary {
+  uint64_t n_params = 0;
+  uint64_t bytes = 0;                    // file size
+  std::vector<TensorFallback> fallbacks;  // tensors not stored in spec.type
+};
+
+// One-line error naming the bad field, or ok.
+Status validate(const RandomModelSpec& spec);
+
+// The type a 2-D tensor of row length `row` gets when `wanted` is asked for.
+// Like llama.cpp, a row that is not a multiple of the block size falls back:
+// K-quants (256-element blocks) to Q8_0 when the row is a multiple of 32
+// (llama.cpp picks Q5_0/Q5_1, which cairn does not compute), else F16.
+TensorType storage_type(TensorType wanted, int64_t row);
+
+// Writes the model to `path` via a temp file in the same folder and a rename,
+// so a reader never sees a half-written file and concurrent writers of the
+// same deterministic content are safe. Same spec + vocab = same bytes.
+Result<BuildSummary> write_random_model(const RandomModelSpec& spec, const VocabSource& vocab,
+                                        const std::string& path);
+
+}  // namespace cairn::engine
