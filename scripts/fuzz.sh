@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Fuzzes the GGUF reader with libFuzzer for ${FUZZ_SECONDS:-60} seconds.
+# Builds only the fuzz target (clang, ASan+UBSan) in build-fuzz; exits non-zero
+# on a finding, which is kept in build-fuzz/fuzz-findings/ for reproduction:
+#   build-fuzz/fuzz/fuzz_gguf_reader build-fuzz/fuzz-findings/<file>
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+build="$root/build-fuzz"
+seconds=${FUZZ_SECONDS:-60}
+
+CC=clang CXX=clang++ cmake -S "$root" -B "$build" -G Ninja \
+  -DCAIRN_FUZZ=ON -DCAIRN_TESTS=OFF -DCAIRN_TOOLS=OFF >/dev/null
+ninja -C "$build" -j2 fuzz_gguf_reader gguf_fuzz_seeds
+
+# The fuzzer grows its corpus in place, so it works on a copy.
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+mkdir -p "$work/corpus" "$build/fuzz-findings"
+"$build/fuzz/gguf_fuzz_seeds" "$work/corpus"
+if [ -d "$root/fuzz/corpus/gguf" ]; then
+  cp "$root"/fuzz/corpus/gguf/* "$work/corpus/" 2>/dev/null || true
+fi
+
+echo "fuzz.sh: fuzzing the GGUF reader for ${seconds}s"
+"$build/fuzz/fuzz_gguf_reader" \
+  -max_total_time="$seconds" -max_len=8192 -timeout=10 -rss_limit_mb=2048 \
+  -dict="$root/fuzz/gguf.dict" -print_final_stats=1 \
+  -artifact_prefix="$build/fuzz-findings/" \
+  "$work/corpus"
+echo "fuzz.sh: no findings"
