@@ -2,6 +2,7 @@
 #include "core/quant.h"
 
 #include <array>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 
@@ -82,6 +83,30 @@ constexpr std::array<TypeOps, 8> kScalarOps = {{
     {TensorType::Q8_K, q8_k_to_float, q8_k_from_float, TensorType::Q8_K, nullptr},
 }};
 
+// The scalar table with SIMD entries swapped in where this CPU has them.
+// CAIRN_SCALAR=1 keeps the scalar one (to tell a kernel bug from a model bug).
+std::array<TypeOps, 8> build_active() {
+  std::array<TypeOps, 8> table = kScalarOps;
+  const char* force_scalar = std::getenv("CAIRN_SCALAR");
+  if ((force_scalar && force_scalar[0] == '1') || !avx2::supported()) return table;
+  struct Swap {
+    TensorType type;
+    float (*vec_dot)(int64_t, const void*, const void*);
+  };
+  const Swap swaps[] = {
+      {TensorType::F32, avx2::f32_dot},         {TensorType::F16, avx2::f16_dot},
+      {TensorType::Q8_0, avx2::q8_0_dot_q8_0},  {TensorType::Q4_0, avx2::q4_0_dot_q8_0},
+      {TensorType::Q4_K, avx2::q4_k_dot_q8_k},  {TensorType::Q6_K, avx2::q6_k_dot_q8_k},
+  };
+  for (TypeOps& ops : table) {
+    for (const Swap& s : swaps) {
+      if (ops.type == s.type) ops.vec_dot = s.vec_dot;
+    }
+  }
+  return table;
+}
+const std::array<TypeOps, 8> kActiveOps = build_active();
+
 const TypeOps* find(const std::array<TypeOps, 8>& table, TensorType t) {
   for (const TypeOps& ops : table) {
     if (ops.type == t) return &ops;
@@ -97,6 +122,6 @@ float f16_lut(uint16_t h) { return kF16Table.v[h]; }
 
 const TypeOps* scalar_type_ops(TensorType t) { return quant::find(quant::kScalarOps, t); }
 
-const TypeOps* type_ops(TensorType t) { return scalar_type_ops(t); }
+const TypeOps* type_ops(TensorType t) { return quant::find(quant::kActiveOps, t); }
 
 }  // namespace cairn

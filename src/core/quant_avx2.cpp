@@ -1,0 +1,190 @@
+// AVX2/FMA/F16C variants of the hottest dot products, compiled for those
+// targets function by function (never -march=native) and installed in the type
+// table only when the CPU reports all three. The quantized ones do the same
+// exact integer sums per block as the scalar reference and the same float
+// math on them, so they return bit-identical results; the float types differ
+// only in summation order.
+#include <cpuid.h>
+#include <immintrin.h>
+
+#include "core/quant_blocks.h"
+
+// No fp contraction: with FMA enabled the compiler would fuse the per-block
+// `sum += d * sumi` into an fma, which the scalar reference (built without FMA)
+// cannot match.
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#define CAIRN_AVX2 __attribute__((target("avx2,fma,f16c")))
+#else
+#define CAIRN_AVX2 __attribute__((target("avx2,fma,f16c"), optimize("fp-contract=off")))
+#endif
+
+namespace cairn::quant::avx2 {
+namespace {
+
+CAIRN_AVX2 inline float hsum_ps(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+CAIRN_AVX2 inline int32_t hsum_epi32(__m256i v) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));
+  return _mm_cvtsi128_si32(s);
+}
+
+// Sum of x[i]*y[i] over 32 signed bytes, as 8 int32 lanes. maddubs wants one
+// unsigned operand: move x's sign onto y. Neither side is ever -128 (the
+// quantizers clamp to +-127; Q4_0 codes are -8..7).
+CAIRN_AVX2 inline __m256i dot_i8(__m256i x, __m256i y) {
+  const __m256i ax = _mm256_sign_epi8(x, x);
+  const __m256i sy = _mm256_sign_epi8(y, x);
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(ax, sy), _mm256_set1_epi16(1));
+}
+
+CAIRN_AVX2 inline __m256 load_f16(const uint16_t* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+
+}  // namespace
+
+CAIRN_AVX2 float f32_dot(int64_t n, const void* w, const void* act) {
+  const float* a = static_cast<const float*>(w);
+  const float* b = static_cast<const float*>(act);
+  __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    for (int k = 0; k < 4; ++k) {
+      acc[k] = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8 * k), _mm256_loadu_ps(b + i + 8 * k), acc[k]);
+    }
+  }
+  for (; i + 8 <= n; i += 8) acc[0] = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc[0]);
+  float sum = hsum_ps(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+  for (; i < n; ++i) sum += a[i] * b[i];
+  return sum;
+}
+
+CAIRN_AVX2 float f16_dot(int64_t n, const void* w, const void* act) {
+  const uint16_t* a = static_cast<const uint16_t*>(w);
+  const uint16_t* b = static_cast<const uint16_t*>(act);
+  __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    for (int k = 0; k < 4; ++k) acc[k] = _mm256_fmadd_ps(load_f16(a + i + 8 * k), load_f16(b + i + 8 * k), acc[k]);
+  }
+  for (; i + 8 <= n; i += 8) acc[0] = _mm256_fmadd_ps(load_f16(a + i), load_f16(b + i), acc[0]);
+  float sum = hsum_ps(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+  for (; i < n; ++i) sum += f16_lut(a[i]) * f16_lut(b[i]);
+  return sum;
+}
+
+CAIRN_AVX2 float q8_0_dot_q8_0(int64_t n, const void* w, const void* act) {
+  const BlockQ8_0* x = static_cast<const BlockQ8_0*>(w);
+  const BlockQ8_0* y = static_cast<const BlockQ8_0*>(act);
+  float sum = 0.0f;
+  for (int64_t i = 0; i < n / kQK8_0; ++i) {
+    const __m256i qx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[i].qs));
+    const __m256i qy = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[i].qs));
+    const int32_t sumi = hsum_epi32(dot_i8(qx, qy));
+    sum += static_cast<float>(sumi) * (f16_lut(x[i].d) * f16_lut(y[i].d));
+  }
+  return sum;
+}
+
+CAIRN_AVX2 float q4_0_dot_q8_0(int64_t n, const void* w, const void* act) {
+  const BlockQ4_0* x = static_cast<const BlockQ4_0*>(w);
+  const BlockQ8_0* y = static_cast<const BlockQ8_0*>(act);
+  const __m128i low4 = _mm_set1_epi8(0xF);
+  const __m256i eight = _mm256_set1_epi8(8);
+  float sum = 0.0f;
+  for (int64_t i = 0; i < n / kQK4_0; ++i) {
+    const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[i].qs));
+    const __m128i lo = _mm_and_si128(bytes, low4);                      // elements 0..15
+    const __m128i hi = _mm_and_si128(_mm_srli_epi16(bytes, 4), low4);  // elements 16..31
+    const __m256i qx = _mm256_sub_epi8(_mm256_set_m128i(hi, lo), eight);
+    const __m256i qy = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[i].qs));
+    const int32_t sumi = hsum_epi32(dot_i8(qx, qy));
+    sum += static_cast<float>(sumi) * (f16_lut(x[i].d) * f16_lut(y[i].d));
+  }
+  return sum;
+}
+
+CAIRN_AVX2 float q4_k_dot_q8_k(int64_t n, const void* w, const void* act) {
+  const BlockQ4_K* x = static_cast<const BlockQ4_K*>(w);
+  const BlockQ8_K* y = static_cast<const BlockQ8_K*>(act);
+  const __m256i low4 = _mm256_set1_epi8(0xF);
+  float sum = 0.0f;
+  for (int64_t i = 0; i < n / kQK_K; ++i) {
+    uint8_t sc[8], m[8];
+    for (int j = 0; j < 8; ++j) q4k_scale_min(j, x[i].scales, &sc[j], &m[j]);
+    int32_t sum_mins = 0;
+    for (int j = 0; j < kQK_K / 16; ++j) sum_mins += y[i].bsums[j] * m[j / 2];
+    __m256i acc = _mm256_setzero_si256();
+    for (int j = 0; j < kQK_K / 64; ++j) {
+      const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[i].qs + 32 * j));
+      const __m256i lo = _mm256_and_si256(bytes, low4);
+      const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), low4);
+      const __m256i q8lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[i].qs + 64 * j));
+      const __m256i q8hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[i].qs + 64 * j + 32));
+      // Codes are 0..15, so they are the unsigned operand as they are.
+      const __m256i plo = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, q8lo), _mm256_set1_epi16(sc[2 * j]));
+      const __m256i phi = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, q8hi), _mm256_set1_epi16(sc[2 * j + 1]));
+      acc = _mm256_add_epi32(acc, _mm256_add_epi32(plo, phi));
+    }
+    const int32_t sum_q = hsum_epi32(acc);
+    sum += f16_lut(x[i].d) * y[i].d * static_cast<float>(sum_q) -
+           f16_lut(x[i].dmin) * y[i].d * static_cast<float>(sum_mins);
+  }
+  return sum;
+}
+
+CAIRN_AVX2 float q6_k_dot_q8_k(int64_t n, const void* w, const void* act) {
+  const BlockQ6_K* x = static_cast<const BlockQ6_K*>(w);
+  const BlockQ8_K* y = static_cast<const BlockQ8_K*>(act);
+  const __m256i low4 = _mm256_set1_epi8(0xF);
+  const __m256i two = _mm256_set1_epi8(3);
+  const __m256i k32 = _mm256_set1_epi8(32);
+  float sum = 0.0f;
+  for (int64_t i = 0; i < n / kQK_K; ++i) {
+    __m256i acc = _mm256_setzero_si256();
+    for (int h = 0; h < 2; ++h) {
+      const __m256i ql0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[i].ql + 64 * h));
+      const __m256i ql1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[i].ql + 64 * h + 32));
+      const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[i].qh + 32 * h));
+      const __m256i codes[4] = {
+          _mm256_or_si256(_mm256_and_si256(ql0, low4), _mm256_slli_epi16(_mm256_and_si256(qh, two), 4)),
+          _mm256_or_si256(_mm256_and_si256(ql1, low4),
+                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), two), 4)),
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), low4),
+                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), two), 4)),
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4),
+                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), two), 4)),
+      };
+      const int8_t* sc = x[i].scales + 8 * h;
+      for (int k = 0; k < 4; ++k) {
+        const __m256i q8 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[i].qs + 128 * h + 32 * k));
+        // (code - 32) * q8 as code * q8 - 32 * q8: codes 0..63 are the unsigned operand.
+        const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(codes[k], q8), _mm256_maddubs_epi16(k32, q8));
+        // int16 lanes 0-7 hold elements 0-15 (one sub-block), 8-15 the next one.
+        const __m256i scales = _mm256_set_m128i(_mm_set1_epi16(sc[2 * k + 1]), _mm_set1_epi16(sc[2 * k]));
+        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, scales));
+      }
+    }
+    const int32_t sum_q = hsum_epi32(acc);
+    sum += f16_lut(x[i].d) * y[i].d * static_cast<float>(sum_q);
+  }
+  return sum;
+}
+
+bool supported() {
+  __builtin_cpu_init();
+  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) return false;
+  // Not every compiler's __builtin_cpu_supports knows "f16c": ask CPUID (leaf 1, ECX bit 29).
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & (1u << 29)) != 0;
+}
+
+}  // namespace cairn::quant::avx2

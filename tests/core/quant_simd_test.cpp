@@ -1,0 +1,122 @@
+// The SIMD dot products against the scalar reference they replace.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "core/half.h"
+#include "core/quant.h"
+#include "core/quant_blocks.h"
+
+namespace cairn {
+namespace {
+
+using DotFn = float (*)(int64_t, const void*, const void*);
+
+std::vector<float> random_vec(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& f : v) f = dist(rng);
+  return v;
+}
+
+// Weights as raw random bytes (every code, every scale, -128 included), with the
+// f16 block scales forced to sane finite values.
+std::vector<unsigned char> random_blocks(TensorType t, int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  const size_t bytes = *row_bytes(t, n);
+  std::vector<unsigned char> v(bytes);
+  for (auto& b : v) b = static_cast<unsigned char>(rng());
+  const TypeInfo& info = type_info(t);
+  std::uniform_real_distribution<float> d(-0.01f, 0.01f);
+  for (size_t off = 0; off < bytes; off += info.block_bytes) {
+    auto put = [&](size_t at) {
+      const uint16_t h = f32_to_f16(d(rng));
+      std::memcpy(&v[off + at], &h, 2);
+    };
+    if (t == TensorType::Q4_K) {
+      put(0);
+      put(2);
+    } else if (t == TensorType::Q6_K) {
+      put(208);
+    } else {
+      put(0);
+    }
+  }
+  return v;
+}
+
+class SimdDot : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!quant::avx2::supported()) GTEST_SKIP() << "skipped: this CPU lacks AVX2/FMA/F16C";
+  }
+};
+
+TEST_F(SimdDot, InstalledInTheActiveTable) {
+  EXPECT_EQ(type_ops(TensorType::Q4_K)->vec_dot, &quant::avx2::q4_k_dot_q8_k);
+  EXPECT_EQ(scalar_type_ops(TensorType::Q4_K)->vec_dot, &quant::q4_k_dot_q8_k);
+}
+
+TEST_F(SimdDot, QuantizedAreBitIdenticalToScalar) {
+  struct Case {
+    TensorType t;
+    DotFn simd;
+  };
+  const Case cases[] = {
+      {TensorType::Q8_0, quant::avx2::q8_0_dot_q8_0},
+      {TensorType::Q4_0, quant::avx2::q4_0_dot_q8_0},
+      {TensorType::Q4_K, quant::avx2::q4_k_dot_q8_k},
+      {TensorType::Q6_K, quant::avx2::q6_k_dot_q8_k},
+  };
+  for (const Case& c : cases) {
+    const TypeOps* ops = scalar_type_ops(c.t);
+    const TypeOps* act_ops = type_ops(ops->vec_dot_type);
+    for (int64_t n : {int64_t{256}, int64_t{768}, int64_t{4096}}) {
+      for (uint32_t seed = 0; seed < 8; ++seed) {
+        std::vector<unsigned char> w;
+        if (seed % 2 == 0) {
+          w = random_blocks(c.t, n, seed);
+        } else {
+          const auto wf = random_vec(size_t(n), seed);
+          w.resize(*row_bytes(c.t, n));
+          ops->from_float(wf.data(), w.data(), n);
+        }
+        auto af = random_vec(size_t(n), 1000 + seed);
+        if (seed == 3) {
+          for (float& f : af) f = f > 0 ? 5.0f : -5.0f;  // saturated activations: q8 = +-127
+        }
+        std::vector<unsigned char> a(*row_bytes(act_ops->type, n));
+        act_ops->from_float(af.data(), a.data(), n);
+        const float want = ops->vec_dot(n, w.data(), a.data());
+        const float got = c.simd(n, w.data(), a.data());
+        ASSERT_EQ(got, want) << type_info(c.t).name << " n " << n << " seed " << seed;
+      }
+    }
+  }
+}
+
+TEST_F(SimdDot, FloatTypesAgreeToRounding) {
+  for (int64_t n : {int64_t{1}, int64_t{7}, int64_t{8}, int64_t{33}, int64_t{1000}, int64_t{4096}}) {
+    const auto x = random_vec(size_t(n), uint32_t(n)), y = random_vec(size_t(n), uint32_t(n + 1));
+    double mag = 0;
+    for (int64_t i = 0; i < n; ++i) mag += std::fabs(double(x[i]) * y[i]);
+    EXPECT_NEAR(quant::avx2::f32_dot(n, x.data(), y.data()), scalar_type_ops(TensorType::F32)->vec_dot(n, x.data(), y.data()),
+                1e-6 * mag)
+        << n;
+    std::vector<uint16_t> hx(static_cast<size_t>(n)), hy(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) {
+      hx[size_t(i)] = f32_to_f16(x[size_t(i)]);
+      hy[size_t(i)] = f32_to_f16(y[size_t(i)]);
+    }
+    EXPECT_NEAR(quant::avx2::f16_dot(n, hx.data(), hy.data()),
+                scalar_type_ops(TensorType::F16)->vec_dot(n, hx.data(), hy.data()), 1e-6 * mag)
+        << n;
+  }
+}
+
+}  // namespace
+}  // namespace cairn
