@@ -46,12 +46,15 @@ void f16_from_float(const float* src, void* dst, int64_t n) {
   uint16_t* d = static_cast<uint16_t*>(dst);
   for (int64_t i = 0; i < n; ++i) d[i] = f32_to_f16(src[i]);
 }
+// F16 weights meet float activations unrounded: the golden log-probabilities of
+// llama.cpp for F16 models agree with this to ~1e-5 and miss by ~1e-2 when the
+// activations are first rounded to F16 (measured by the model engineer).
 float f16_dot(int64_t n, const void* w, const void* act) {
   const uint16_t* a = static_cast<const uint16_t*>(w);
-  const uint16_t* b = static_cast<const uint16_t*>(act);
+  const float* b = static_cast<const float*>(act);
   const float* t = kF16Table.v.get();
   double sum = 0.0;
-  for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(t[a[i]] * t[b[i]]);
+  for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(t[a[i]] * b[i]);
   return static_cast<float>(sum);
 }
 
@@ -73,7 +76,7 @@ float bf16_dot(int64_t n, const void* w, const void* act) {
 
 constexpr std::array<TypeOps, 8> kScalarOps = {{
     {TensorType::F32, f32_to_float, f32_from_float, TensorType::F32, f32_dot},
-    {TensorType::F16, f16_to_float, f16_from_float, TensorType::F16, f16_dot},
+    {TensorType::F16, f16_to_float, f16_from_float, TensorType::F32, f16_dot},
     {TensorType::BF16, bf16_to_float, bf16_from_float, TensorType::BF16, bf16_dot},
     {TensorType::Q8_0, q8_0_to_float, q8_0_from_float, TensorType::Q8_0, q8_0_dot_q8_0},
     {TensorType::Q4_0, q4_0_to_float, q4_0_from_float, TensorType::Q8_0, q4_0_dot_q8_0},

@@ -17,8 +17,9 @@ struct TypeOps {
   void (*to_float)(const void* src, float* dst, int64_t n);
   void (*from_float)(const float* src, void* dst, int64_t n);
   // Activations are converted to this type (per block, as llama.cpp does:
-  // Q8_0 for Q4_0/Q8_0, Q8_K for K-quants, F16 for F16, BF16 for BF16, F32 for
-  // F32) before vec_dot, so quantized dot products run on integers.
+  // Q8_0 for Q4_0/Q8_0, Q8_K for K-quants, BF16 for BF16, F32 for F32 and F16:
+  // the golden outputs show F16 weights meeting unrounded activations) before
+  // vec_dot, so quantized dot products run on integers.
   TensorType vec_dot_type;
   // Dot product of n elements: `w` is a row of `type`, `act` a row of vec_dot_type.
   float (*vec_dot)(int64_t n, const void* w, const void* act);

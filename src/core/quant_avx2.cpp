@@ -69,15 +69,15 @@ CAIRN_AVX2 float f32_dot(int64_t n, const void* w, const void* act) {
 
 CAIRN_AVX2 float f16_dot(int64_t n, const void* w, const void* act) {
   const uint16_t* a = static_cast<const uint16_t*>(w);
-  const uint16_t* b = static_cast<const uint16_t*>(act);
+  const float* b = static_cast<const float*>(act);
   __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
   int64_t i = 0;
   for (; i + 32 <= n; i += 32) {
-    for (int k = 0; k < 4; ++k) acc[k] = _mm256_fmadd_ps(load_f16(a + i + 8 * k), load_f16(b + i + 8 * k), acc[k]);
+    for (int k = 0; k < 4; ++k) acc[k] = _mm256_fmadd_ps(load_f16(a + i + 8 * k), _mm256_loadu_ps(b + i + 8 * k), acc[k]);
   }
-  for (; i + 8 <= n; i += 8) acc[0] = _mm256_fmadd_ps(load_f16(a + i), load_f16(b + i), acc[0]);
+  for (; i + 8 <= n; i += 8) acc[0] = _mm256_fmadd_ps(load_f16(a + i), _mm256_loadu_ps(b + i), acc[0]);
   float sum = hsum_ps(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
-  for (; i < n; ++i) sum += f16_lut(a[i]) * f16_lut(b[i]);
+  for (; i < n; ++i) sum += f16_lut(a[i]) * b[i];
   return sum;
 }
 

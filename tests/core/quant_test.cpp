@@ -34,7 +34,7 @@ TEST(TypeTable, HasEveryComputeType) {
     bool dot;
   };
   const Want wants[] = {
-      {TensorType::F32, TensorType::F32, true},   {TensorType::F16, TensorType::F16, true},
+      {TensorType::F32, TensorType::F32, true},   {TensorType::F16, TensorType::F32, true},
       {TensorType::BF16, TensorType::BF16, true}, {TensorType::Q8_0, TensorType::Q8_0, true},
       {TensorType::Q4_0, TensorType::Q8_0, true}, {TensorType::Q4_K, TensorType::Q8_K, true},
       {TensorType::Q6_K, TensorType::Q8_K, true}, {TensorType::Q8_K, TensorType::Q8_K, false},

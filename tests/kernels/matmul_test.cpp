@@ -66,8 +66,9 @@ TEST(Matmul, F32IsExactToRounding) {
   check_matmul(TensorType::F32, 3, 1e-6);
 }
 TEST(Matmul, F16) {
-  check_matmul(TensorType::F16, 1, 2e-3);
-  check_matmul(TensorType::F16, 3, 2e-3);
+  // Activations stay float for F16 weights: only summation rounding is left.
+  check_matmul(TensorType::F16, 1, 1e-6);
+  check_matmul(TensorType::F16, 3, 1e-6);
 }
 TEST(Matmul, BF16) {
   check_matmul(TensorType::BF16, 1, 1e-2);
