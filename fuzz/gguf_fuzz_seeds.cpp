@@ -72,6 +72,7 @@ int main(int argc, char** argv) {
   scalars.set_float32("a.f32", 0.5f);
   scalars.set_bool("a.bool", true);
   scalars.set_string("a.str", "hello");
+  scalars.set_float32_array("a.empty", {});
   ok = ok && save(dir, "scalars.gguf", scalars.to_bytes());
 
   ok = ok && save(dir, "vocab.gguf", vocab_writer().to_bytes());

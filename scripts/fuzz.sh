@@ -22,6 +22,11 @@ if [ -d "$root/fuzz/corpus/gguf" ]; then
   cp "$root"/fuzz/corpus/gguf/* "$work/corpus/" 2>/dev/null || true
 fi
 
+# The fuzz build's UBSan checks are recoverable; make the first report fatal so
+# libFuzzer records it as a finding instead of printing it and going on.
+export UBSAN_OPTIONS="halt_on_error=1:abort_on_error=1:print_stacktrace=1${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}"
+export ASAN_OPTIONS="abort_on_error=1${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
+
 echo "fuzz.sh: fuzzing the GGUF reader for ${seconds}s"
 "$build/fuzz/fuzz_gguf_reader" \
   -max_total_time="$seconds" -max_len=8192 -timeout=10 -rss_limit_mb=2048 \

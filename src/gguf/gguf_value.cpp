@@ -206,7 +206,7 @@ Result<std::optional<std::vector<float>>> File::get_float_array(std::string_view
     return wrong_type(key, *v, "an array of numbers");
   }
   std::vector<float> out(v->count);
-  if (v->elem_type == ValueType::FLOAT32) {
+  if (v->elem_type == ValueType::FLOAT32 && v->count > 0) {  // memcpy from null is UB
     std::memcpy(out.data(), v->array_data, v->count * sizeof(float));
   } else {
     for (uint64_t k = 0; k < v->count; ++k) out[k] = static_cast<float>(element(*v, k).f);

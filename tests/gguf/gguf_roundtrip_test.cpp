@@ -168,6 +168,19 @@ TEST(GgufRoundTrip, EmptyFileHasNoDataSection) {
   EXPECT_TRUE((*f)->tensors().empty());
 }
 
+TEST(GgufGetters, EmptyArraysReadBackEmpty) {
+  Writer w;
+  w.set_float32_array("x.f", {});
+  w.set_int32_array("x.i", {});
+  w.set_string_array("x.s", {});
+  auto f = File::parse(w.to_bytes());
+  ASSERT_TRUE(f.is_ok()) << f.status().message();
+  EXPECT_TRUE((*f)->get_float_array("x.f").value()->empty());
+  EXPECT_TRUE((*f)->get_int_array("x.i").value()->empty());
+  EXPECT_TRUE((*f)->get_string_array("x.s").value()->empty());
+  EXPECT_TRUE((*f)->get_float_array("x.i").value()->empty());
+}
+
 TEST(GgufGetters, MissingKeysAreEmptyNotErrors) {
   auto f = File::parse(Writer().to_bytes());
   ASSERT_TRUE(f.is_ok());
