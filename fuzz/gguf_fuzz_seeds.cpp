@@ -37,7 +37,10 @@ std::vector<uint8_t> nested_array_file() {
   std::vector<uint8_t> b;
   auto u32 = [&](uint32_t v) { b.insert(b.end(), (uint8_t*)&v, (uint8_t*)&v + 4); };
   auto u64 = [&](uint64_t v) { b.insert(b.end(), (uint8_t*)&v, (uint8_t*)&v + 8); };
-  auto str = [&](const std::string& s) { u64(s.size()); b.insert(b.end(), s.begin(), s.end()); };
+  auto str = [&](const std::string& s) {
+    u64(s.size());
+    b.insert(b.end(), s.begin(), s.end());
+  };
   u32(0x46554747);
   u32(3);
   u64(0);

@@ -25,8 +25,9 @@ constexpr int kMaxDims = 4;              // GGML_MAX_DIMS
 // Arrays of arrays are legal but unused in practice; the cap keeps recursion shallow.
 constexpr int kMaxArrayDepth = 3;
 // Smallest encodings, used to bound counts by the bytes left before allocating.
-constexpr uint64_t kMinKvBytes = 8 + 4 + 1;                // empty key, type, one-byte value
-constexpr uint64_t kMinTensorInfoBytes = 8 + 4 + 8 + 4 + 8;  // empty name, n_dims, 1 dim, type, offset
+constexpr uint64_t kMinKvBytes = 8 + 4 + 1;  // empty key, type, one-byte value
+constexpr uint64_t kMinTensorInfoBytes =
+    8 + 4 + 8 + 4 + 8;  // empty name, n_dims, 1 dim, type, offset
 constexpr uint64_t kMinStringBytes = 8;
 constexpr uint64_t kMinArrayBytes = 4 + 8;
 // Reserve no more than this up front; vectors grow with what is really parsed.
@@ -48,11 +49,17 @@ struct Where {
 // key as 0xFFFFFFFF; both spellings are accepted (see gguf.h).
 bool is_no_token(const Value& v) {
   switch (v.type) {
-    case ValueType::INT8: case ValueType::INT16: case ValueType::INT32: case ValueType::INT64:
+    case ValueType::INT8:
+    case ValueType::INT16:
+    case ValueType::INT32:
+    case ValueType::INT64:
       return v.i == -1;
-    case ValueType::UINT32: return v.u == UINT32_MAX;
-    case ValueType::UINT64: return v.u == UINT64_MAX;
-    default: return false;
+    case ValueType::UINT32:
+      return v.u == UINT32_MAX;
+    case ValueType::UINT64:
+      return v.u == UINT64_MAX;
+    default:
+      return false;
   }
 }
 
@@ -139,8 +146,8 @@ class Parser {
     v.type = type;
     const ValueTypeDesc* desc = value_type_desc(static_cast<uint32_t>(type));
     if (desc == nullptr) {
-      return Status::error("gguf: unknown value type " + std::to_string(static_cast<uint32_t>(type)) +
-                           " in " + w.str());
+      return Status::error("gguf: unknown value type " +
+                           std::to_string(static_cast<uint32_t>(type)) + " in " + w.str());
     }
     if (desc->size > 0) {
       const uint64_t at = pos_;
@@ -170,8 +177,8 @@ class Parser {
                            w.str());
     }
     v.elem_type = static_cast<ValueType>(elem);
-    const std::string what = "array of " + std::to_string(v.count) + " " +
-                             std::string(desc->name) + " elements";
+    const std::string what =
+        "array of " + std::to_string(v.count) + " " + std::string(desc->name) + " elements";
     if (desc->size > 0) {
       if (v.count > left() / desc->size) return past_end(what, w, at);
       v.array_data = base_ + pos_;
@@ -355,8 +362,8 @@ class Parser {
     const std::optional<size_t> row = row_bytes(info->type, t.dims[0]);
     const int64_t rows = elems == 0 ? 0 : t.rows();
     uint64_t bytes = 0;
-    if (!row || __builtin_mul_overflow(static_cast<uint64_t>(*row), static_cast<uint64_t>(rows),
-                                       &bytes)) {
+    if (!row ||
+        __builtin_mul_overflow(static_cast<uint64_t>(*row), static_cast<uint64_t>(rows), &bytes)) {
       return Status::error("gguf: " + w.str() + " dimensions " + dims_string(t.dims) +
                            " overflow a 64-bit byte size");
     }
@@ -371,8 +378,10 @@ class Parser {
     const uint64_t rem = pos_ % align;
     uint64_t data_start = pos_;
     if (rem != 0) {
-      if (align - rem > std::numeric_limits<uint64_t>::max() - pos_) data_start = UINT64_MAX;
-      else data_start = pos_ + (align - rem);
+      if (align - rem > std::numeric_limits<uint64_t>::max() - pos_)
+        data_start = UINT64_MAX;
+      else
+        data_start = pos_ + (align - rem);
     }
     file_.data_offset_ = std::min<uint64_t>(data_start, size_);
     const uint64_t data_size = data_start <= size_ ? size_ - data_start : 0;

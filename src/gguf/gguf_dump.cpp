@@ -41,12 +41,18 @@ std::string shortest(double f, bool is_float32) {
 
 std::string scalar(const Value& v) {
   switch (value_type_desc(static_cast<uint32_t>(v.type))->kind) {
-    case ValueKind::UNSIGNED: return std::to_string(v.u);
-    case ValueKind::SIGNED: return std::to_string(v.i);
-    case ValueKind::BOOL: return v.u != 0 ? "true" : "false";
-    case ValueKind::FLOAT: return shortest(v.f, v.type == ValueType::FLOAT32);
-    case ValueKind::STRING: return quoted(v.str);
-    case ValueKind::ARRAY: break;
+    case ValueKind::UNSIGNED:
+      return std::to_string(v.u);
+    case ValueKind::SIGNED:
+      return std::to_string(v.i);
+    case ValueKind::BOOL:
+      return v.u != 0 ? "true" : "false";
+    case ValueKind::FLOAT:
+      return shortest(v.f, v.type == ValueType::FLOAT32);
+    case ValueKind::STRING:
+      return quoted(v.str);
+    case ValueKind::ARRAY:
+      break;
   }
   return "?";
 }

@@ -26,7 +26,9 @@ void put_str(std::vector<uint8_t>& out, std::string_view s) {
   out.insert(out.end(), s.begin(), s.end());
 }
 
-void put_type(std::vector<uint8_t>& out, ValueType t) { put<uint32_t>(out, static_cast<uint32_t>(t)); }
+void put_type(std::vector<uint8_t>& out, ValueType t) {
+  put<uint32_t>(out, static_cast<uint32_t>(t));
+}
 
 void pad_to(std::vector<uint8_t>& out, uint64_t align) {
   out.resize((out.size() + align - 1) / align * align, 0);

@@ -41,8 +41,17 @@ struct Bytes {
 };
 
 // Value type ids of the spec.
-enum : uint32_t { T_U8 = 0, T_I8 = 1, T_U32 = 4, T_I32 = 5, T_F32 = 6, T_BOOL = 7, T_STR = 8,
-                  T_ARR = 9, T_U64 = 10 };
+enum : uint32_t {
+  T_U8 = 0,
+  T_I8 = 1,
+  T_U32 = 4,
+  T_I32 = 5,
+  T_F32 = 6,
+  T_BOOL = 7,
+  T_STR = 8,
+  T_ARR = 9,
+  T_U64 = 10
+};
 
 inline std::vector<uint8_t> kv_u32(std::string_view key, uint32_t v) {
   return Bytes().str(key).u32(T_U32).u32(v).b;
@@ -75,8 +84,8 @@ struct FileSpec {
   std::optional<uint64_t> n_kv;       // override of kvs.size()
   std::vector<std::vector<uint8_t>> kvs;
   std::vector<TensorSpec> tensors;
-  uint64_t align = 32;       // padding before the data section
-  uint64_t data_bytes = 0;   // size of the data section (patterned bytes)
+  uint64_t align = 32;      // padding before the data section
+  uint64_t data_bytes = 0;  // size of the data section (patterned bytes)
 };
 
 inline std::vector<uint8_t> build(const FileSpec& s) {

@@ -1,9 +1,10 @@
 // The `cairn gguf` description: everything it promises appears, and nothing
 // in it grows with the length of a value.
+#include "gguf/gguf_dump.h"
+
 #include <gtest/gtest.h>
 
 #include "gguf/gguf.h"
-#include "gguf/gguf_dump.h"
 #include "gguf/gguf_writer.h"
 #include "test_util.h"
 
@@ -24,8 +25,9 @@ TEST(GgufDump, DescribesMetadataAndTensors) {
   for (int k = 0; k < 1000; ++k) tokens.push_back("tok" + std::to_string(k));
   w.set_string_array("tokenizer.ggml.tokens", tokens);
   w.set_int32_array("x.ids", {1, 2, 3});
-  ASSERT_TRUE(w.add_tensor("token_embd.weight", TensorType::F32, {8, 1000},
-                           std::vector<uint8_t>(32000)).is_ok());
+  ASSERT_TRUE(
+      w.add_tensor("token_embd.weight", TensorType::F32, {8, 1000}, std::vector<uint8_t>(32000))
+          .is_ok());
   ASSERT_TRUE(w.add_tensor("blk.0.q", TensorType::Q8_0, {32, 2}, std::vector<uint8_t>(68)).is_ok());
   auto f = File::parse(w.to_bytes());
   ASSERT_TRUE(f.is_ok()) << f.status().message();

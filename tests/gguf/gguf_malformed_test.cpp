@@ -146,9 +146,11 @@ TEST(GgufMalformed, TensorDataPastEnd) {
   FileSpec s = small_spec();
   s.tensors[1].offset = 96;  // 34 bytes from 96 > 98-byte data section
   const std::string msg = error_of(build(s));
-  EXPECT_HAS(msg, "tensor 'q' data (offset 96, 34 bytes) runs past end of file (data section of 98");
+  EXPECT_HAS(msg,
+             "tensor 'q' data (offset 96, 34 bytes) runs past end of file (data section of 98");
   s.tensors[1].offset = UINT64_MAX - 31;  // aligned, and offset + size wraps
-  EXPECT_HAS(error_of(build(s)), "tensor 'q' data (offset 18446744073709551584, 34 bytes) runs past");
+  EXPECT_HAS(error_of(build(s)),
+             "tensor 'q' data (offset 18446744073709551584, 34 bytes) runs past");
 }
 
 TEST(GgufMalformed, UnknownTensorType) {
@@ -162,7 +164,8 @@ TEST(GgufMalformed, UnknownTensorType) {
 TEST(GgufMalformed, RowNotMultipleOfBlock) {
   FileSpec s = small_spec();
   s.tensors[1].dims = {31};
-  EXPECT_HAS(error_of(build(s)), "tensor 'q' row length 31 is not a multiple of the block size 32 of type q8_0");
+  EXPECT_HAS(error_of(build(s)),
+             "tensor 'q' row length 31 is not a multiple of the block size 32 of type q8_0");
 }
 
 TEST(GgufMalformed, DuplicateKey) {
@@ -187,7 +190,8 @@ TEST(GgufMalformed, BadAlignmentValue) {
   for (uint32_t a : {0u, 24u, 0xFFFFFFFFu}) {
     FileSpec s = small_spec();
     s.kvs.push_back(kv_u32("general.alignment", a));
-    EXPECT_HAS(error_of(build(s)), "general.alignment " + std::to_string(a) + " is not a power of two");
+    EXPECT_HAS(error_of(build(s)),
+               "general.alignment " + std::to_string(a) + " is not a power of two");
   }
   FileSpec s = small_spec();
   s.kvs.push_back(kv_str("general.alignment", "32"));
@@ -209,13 +213,16 @@ TEST(GgufMalformed, OtherAlignmentIsHonoured) {
 TEST(GgufMalformed, TokenIdOutsideVocabulary) {
   FileSpec s = small_spec();
   s.kvs.push_back(kv_u32("tokenizer.ggml.eos_token_id", 3));
-  EXPECT_HAS(error_of(build(s)), "tokenizer.ggml.eos_token_id = 3 is outside the vocabulary of 3 tokens");
+  EXPECT_HAS(error_of(build(s)),
+             "tokenizer.ggml.eos_token_id = 3 is outside the vocabulary of 3 tokens");
   s = small_spec();
   s.kvs.push_back(kv_i32("tokenizer.ggml.padding_token_id", -5));
-  EXPECT_HAS(error_of(build(s)), "tokenizer.ggml.padding_token_id = -5 is outside the vocabulary of 3 tokens");
+  EXPECT_HAS(error_of(build(s)),
+             "tokenizer.ggml.padding_token_id = -5 is outside the vocabulary of 3 tokens");
   s = small_spec();
   s.kvs.push_back(kv_str("tokenizer.ggml.eot_token_id", "2"));
-  EXPECT_HAS(error_of(build(s)), "tokenizer.ggml.eot_token_id has type string, expected an integer");
+  EXPECT_HAS(error_of(build(s)),
+             "tokenizer.ggml.eot_token_id has type string, expected an integer");
 }
 
 TEST(GgufMalformed, NoTokenSentinelIsAccepted) {
@@ -229,7 +236,8 @@ TEST(GgufMalformed, NoTokenSentinelIsAccepted) {
 TEST(GgufMalformed, TokensMustBeStrings) {
   FileSpec s;
   s.kvs.push_back(Bytes().str("tokenizer.ggml.tokens").u32(T_ARR).u32(T_U32).u64(1).u32(7).b);
-  EXPECT_HAS(error_of(build(s)), "tokenizer.ggml.tokens has type array[uint32], expected array[string]");
+  EXPECT_HAS(error_of(build(s)),
+             "tokenizer.ggml.tokens has type array[uint32], expected array[string]");
 }
 
 TEST(GgufMalformed, BoolNotZeroOrOne) {
@@ -260,15 +268,26 @@ TEST(GgufMalformed, NestedArraysAreBounded) {
   EXPECT_HAS(error_of(build(s)), "arrays nested more than 3 deep in value of key 'x.deep'");
   // Two levels are fine and parsed for bounds.
   s = small_spec();
-  s.kvs.push_back(Bytes().str("x.nest").u32(T_ARR).u32(T_ARR).u64(2).u32(T_U8).u64(1).u8(5)
-                      .u32(T_STR).u64(1).str("hi").b);
+  s.kvs.push_back(Bytes()
+                      .str("x.nest")
+                      .u32(T_ARR)
+                      .u32(T_ARR)
+                      .u64(2)
+                      .u32(T_U8)
+                      .u64(1)
+                      .u8(5)
+                      .u32(T_STR)
+                      .u64(1)
+                      .str("hi")
+                      .b);
   auto f = File::parse(build(s));
   ASSERT_TRUE(f.is_ok()) << f.status().message();
   EXPECT_EQ((*f)->find("x.nest")->count, 2u);
   // ...and a nested array running past the end is caught.
   s = small_spec();
   s.kvs.push_back(Bytes().str("x.nest").u32(T_ARR).u32(T_ARR).u64(1).u32(T_U32).u64(1ull << 50).b);
-  EXPECT_HAS(error_of(build(s)), "array of 1125899906842624 uint32 elements of value of key 'x.nest' runs past end");
+  EXPECT_HAS(error_of(build(s)),
+             "array of 1125899906842624 uint32 elements of value of key 'x.nest' runs past end");
 }
 
 TEST(GgufMalformed, HostileNamesStayOnOneLine) {

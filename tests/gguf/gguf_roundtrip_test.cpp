@@ -56,7 +56,13 @@ void expect_sample(const File& f) {
             (std::vector<int64_t>{3, 3, 1, -2}));
 
   ASSERT_EQ(f.tensors().size(), 4u);
-  const struct { const char* name; TensorType type; std::vector<int64_t> dims; size_t bytes; uint8_t seed; } want[] = {
+  const struct {
+    const char* name;
+    TensorType type;
+    std::vector<int64_t> dims;
+    size_t bytes;
+    uint8_t seed;
+  } want[] = {
       {"a", TensorType::F32, {8, 3}, 96, 1},
       {"b", TensorType::Q8_0, {64, 2}, 136, 2},
       {"c", TensorType::Q4_K, {256}, 144, 3},

@@ -26,7 +26,8 @@ std::vector<std::filesystem::path> shared_ggufs() {
 
 TEST(GgufShared, EveryFileParses) {
   const auto files = shared_ggufs();
-  if (files.empty()) GTEST_SKIP() << "skipped: no .gguf under ../shared/models or ../shared/tokenizer";
+  if (files.empty())
+    GTEST_SKIP() << "skipped: no .gguf under ../shared/models or ../shared/tokenizer";
   for (const auto& path : files) {
     SCOPED_TRACE(path.string());
     auto f = File::open(path.string());
