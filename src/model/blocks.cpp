@@ -1,0 +1,323 @@
+// Shared decoder blocks: weight lookup and the pieces of a forward pass.
+#include "model/blocks.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <utility>
+
+#include "core/half.h"
+#include "core/quant.h"
+
+namespace cairn::model {
+namespace {
+
+std::string dims_str(const std::vector<int64_t>& d) {
+  std::string s = "[";
+  for (size_t i = 0; i < d.size(); ++i) s += (i ? ", " : "") + std::to_string(d[i]);
+  return s + "]";
+}
+
+// F16 -> F32 for every half value: attention reads F16 K/V rows element by
+// element, and the branchy scalar conversion would dominate it.
+const float* f16_table() {
+  static const std::vector<float> table = [] {
+    std::vector<float> t(65536);
+    for (uint32_t i = 0; i < 65536; ++i) t[i] = f16_to_f32((uint16_t)i);
+    return t;
+  }();
+  return table.data();
+}
+
+float round_f16(float x) { return f16_to_f32(f32_to_f16(x)); }
+
+// One query head against positions [0, n_pos) of its sequence. Mirrors the
+// reference's arithmetic: with an F16 cache the query and the softmax weights
+// are rounded to F16 before their dot products (ggml converts the second
+// operand of a matmul to the first one's type).
+void attend_head(const KvView& kv, int layer, SeqId seq, int64_t n_pos, int64_t kv_offset,
+                 int64_t head_dim, float scale, const float* q, float* qbuf,
+                 std::vector<float>& scores, float* out) {
+  const bool f16 = kv.dtype() == TensorType::F16;
+  const float* h2f = f16_table();
+  scores.resize((size_t)n_pos);
+  for (int64_t d = 0; d < head_dim; ++d) qbuf[d] = f16 ? round_f16(q[d]) : q[d];
+
+  for (int64_t p = 0; p < n_pos; ++p) {
+    float dot = 0;
+    if (f16) {
+      const uint16_t* k = (const uint16_t*)kv.key(layer, seq, (int32_t)p) + kv_offset;
+      for (int64_t d = 0; d < head_dim; ++d) dot += qbuf[d] * h2f[k[d]];
+    } else {
+      const float* k = (const float*)kv.key(layer, seq, (int32_t)p) + kv_offset;
+      for (int64_t d = 0; d < head_dim; ++d) dot += qbuf[d] * k[d];
+    }
+    scores[(size_t)p] = dot * scale;
+  }
+  kernels::softmax(scores.data(), n_pos);
+
+  std::fill(out, out + head_dim, 0.0f);
+  for (int64_t p = 0; p < n_pos; ++p) {
+    if (f16) {
+      const float w = round_f16(scores[(size_t)p]);
+      const uint16_t* v = (const uint16_t*)kv.value(layer, seq, (int32_t)p) + kv_offset;
+      for (int64_t d = 0; d < head_dim; ++d) out[d] += w * h2f[v[d]];
+    } else {
+      const float w = scores[(size_t)p];
+      const float* v = (const float*)kv.value(layer, seq, (int32_t)p) + kv_offset;
+      for (int64_t d = 0; d < head_dim; ++d) out[d] += w * v[d];
+    }
+  }
+}
+
+// F16 weights against float activations. The golden outputs of the reference
+// agree with this to ~1e-5 and disagree by ~1e-2 when the activations are first
+// rounded to F16 (what kernels::matmul does, as ggml's CPU vec_dot path would),
+// so F16 projections go through here until the kernel offers the variant.
+void matmul_f16_f32(const kernels::WeightMatrix& w, const float* x, int64_t n_tokens, float* out,
+                    ThreadPool& pool) {
+  const float* h2f = f16_table();
+  pool.parallel_for(w.rows, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const uint16_t* row =
+          reinterpret_cast<const uint16_t*>(static_cast<const uint8_t*>(w.data) + r * w.row_stride);
+      for (int64_t t = 0; t < n_tokens; ++t) {
+        const float* xt = x + t * w.cols;
+        double sum = 0;
+        for (int64_t i = 0; i < w.cols; ++i) sum += (double)(h2f[row[i]] * xt[i]);
+        out[t * w.rows + r] = (float)sum;
+      }
+    }
+  });
+}
+
+// Every weight projection of the forward pass goes through here.
+void project(const kernels::WeightMatrix& w, const float* x, int64_t n_tokens, float* out,
+             ThreadPool& pool) {
+  if (w.type == TensorType::F16)
+    matmul_f16_f32(w, x, n_tokens, out, pool);
+  else
+    kernels::matmul(w, x, n_tokens, out, pool);
+}
+
+void add_bias(float* rows, const std::vector<float>& bias, int64_t n_tokens) {
+  if (bias.empty()) return;
+  const int64_t n = (int64_t)bias.size();
+  for (int64_t t = 0; t < n_tokens; ++t) kernels::add(rows + t * n, bias.data(), n);
+}
+
+}  // namespace
+
+Result<kernels::WeightMatrix> find_matrix(const gguf::File& f, const std::string& name,
+                                          int64_t cols, int64_t rows) {
+  const gguf::TensorInfo* t = f.find_tensor(name);
+  if (!t) return Status::error("tensor '" + name + "' is missing");
+  const std::vector<int64_t> want = {cols, rows};
+  if (t->dims != want)
+    return Status::error("tensor '" + name + "' has shape " + dims_str(t->dims) + ", expected " +
+                         dims_str(want));
+  const TypeOps* ops = type_ops(t->type);
+  if (!ops || !ops->vec_dot || !ops->to_float || !kernels::matmul_supported(t->type))
+    return Status::error("tensor '" + name + "' has type " +
+                         std::string(type_info(t->type).name) + ", which cairn cannot compute with");
+  auto stride = row_bytes(t->type, cols);
+  if (!stride)
+    return Status::error("tensor '" + name + "': row of " + std::to_string(cols) +
+                         " elements is not a whole number of " +
+                         std::string(type_info(t->type).name) + " blocks");
+  if (!t->data || *stride * (uint64_t)rows > t->n_bytes)
+    return Status::error("tensor '" + name + "' data is smaller than its shape");
+  kernels::WeightMatrix w;
+  w.type = t->type;
+  w.data = t->data;
+  w.rows = rows;
+  w.cols = cols;
+  w.row_stride = *stride;
+  return w;
+}
+
+Result<std::vector<float>> find_vector(const gguf::File& f, const std::string& name, int64_t n) {
+  const gguf::TensorInfo* t = f.find_tensor(name);
+  if (!t) return Status::error("tensor '" + name + "' is missing");
+  if (t->dims != std::vector<int64_t>{n})
+    return Status::error("tensor '" + name + "' has shape " + dims_str(t->dims) + ", expected [" +
+                         std::to_string(n) + "]");
+  const TypeOps* ops = type_ops(t->type);
+  auto bytes = row_bytes(t->type, n);
+  if (!ops || !ops->to_float || !bytes)
+    return Status::error("tensor '" + name + "' has type " +
+                         std::string(type_info(t->type).name) + ", which cairn cannot read as " +
+                         std::to_string(n) + " floats");
+  if (!t->data || *bytes > t->n_bytes)
+    return Status::error("tensor '" + name + "' data is smaller than its shape");
+  std::vector<float> out((size_t)n);
+  ops->to_float(t->data, out.data(), n);
+  return out;
+}
+
+Result<DecoderWeights> load_decoder_weights(const gguf::File& f, const HParams& hp,
+                                            bool qkv_bias) {
+  DecoderWeights w;
+  const int64_t nq = hp.n_head * hp.head_dim;
+  const int64_t nkv = hp.kv_row_elems();
+
+#define CAIRN_LOAD(lhs, expr)                  \
+  do {                                         \
+    auto cairn_r_ = (expr);                    \
+    if (!cairn_r_) return cairn_r_.status();   \
+    lhs = std::move(*cairn_r_);                \
+  } while (0)
+
+  CAIRN_LOAD(w.tok_embd, find_matrix(f, "token_embd.weight", hp.n_embd, hp.n_vocab));
+  CAIRN_LOAD(w.output_norm, find_vector(f, "output_norm.weight", hp.n_embd));
+  if (hp.tied_output) {
+    w.output = w.tok_embd;
+  } else {
+    CAIRN_LOAD(w.output, find_matrix(f, "output.weight", hp.n_embd, hp.n_vocab));
+  }
+  w.layers.resize((size_t)hp.n_layer);
+  for (int64_t il = 0; il < hp.n_layer; ++il) {
+    LayerWeights& l = w.layers[(size_t)il];
+    const std::string p = "blk." + std::to_string(il) + ".";
+    CAIRN_LOAD(l.attn_norm, find_vector(f, p + "attn_norm.weight", hp.n_embd));
+    CAIRN_LOAD(l.attn.wq, find_matrix(f, p + "attn_q.weight", hp.n_embd, nq));
+    CAIRN_LOAD(l.attn.wk, find_matrix(f, p + "attn_k.weight", hp.n_embd, nkv));
+    CAIRN_LOAD(l.attn.wv, find_matrix(f, p + "attn_v.weight", hp.n_embd, nkv));
+    CAIRN_LOAD(l.attn.wo, find_matrix(f, p + "attn_output.weight", nq, hp.n_embd));
+    if (qkv_bias) {
+      CAIRN_LOAD(l.attn.bq, find_vector(f, p + "attn_q.bias", nq));
+      CAIRN_LOAD(l.attn.bk, find_vector(f, p + "attn_k.bias", nkv));
+      CAIRN_LOAD(l.attn.bv, find_vector(f, p + "attn_v.bias", nkv));
+    }
+    CAIRN_LOAD(l.ffn_norm, find_vector(f, p + "ffn_norm.weight", hp.n_embd));
+    CAIRN_LOAD(l.ffn.gate, find_matrix(f, p + "ffn_gate.weight", hp.n_embd, hp.n_ff));
+    CAIRN_LOAD(l.ffn.up, find_matrix(f, p + "ffn_up.weight", hp.n_embd, hp.n_ff));
+    CAIRN_LOAD(l.ffn.down, find_matrix(f, p + "ffn_down.weight", hp.n_ff, hp.n_embd));
+  }
+#undef CAIRN_LOAD
+  return w;
+}
+
+void Workspace::reserve(const HParams& hp, int64_t n) {
+  const auto sz = [n](int64_t width) { return (size_t)(n * width); };
+  x.resize(sz(hp.n_embd));
+  xn.resize(sz(hp.n_embd));
+  tmp.resize(sz(hp.n_embd));
+  q.resize(sz(hp.n_head * hp.head_dim));
+  attn.resize(sz(hp.n_head * hp.head_dim));
+  k.resize(sz(hp.kv_row_elems()));
+  v.resize(sz(hp.kv_row_elems()));
+  gate.resize(sz(hp.n_ff));
+  up.resize(sz(hp.n_ff));
+}
+
+Status validate_batch(const HParams& hp, const Batch& b, const KvView& kv) {
+  const size_t n = b.tokens.size();
+  if (n == 0) return Status::error("batch is empty");
+  if (b.positions.size() != n || b.seqs.size() != n || b.wants_logits.size() != n)
+    return Status::error("batch fields have different lengths");
+  if (kv.dtype() != TensorType::F16 && kv.dtype() != TensorType::F32)
+    return Status::error("KV view type " + std::string(type_info(kv.dtype()).name) +
+                         " is not supported (f16, f32)");
+  std::vector<std::pair<SeqId, int32_t>> slots;
+  slots.reserve(n);
+  for (size_t i = 0; i < n; ++i) {
+    const std::string at = "batch entry " + std::to_string(i) + ": ";
+    if (b.tokens[i] < 0 || b.tokens[i] >= hp.n_vocab)
+      return Status::error(at + "token " + std::to_string(b.tokens[i]) + " is outside the vocabulary of " +
+                           std::to_string(hp.n_vocab));
+    const int64_t cap = kv.capacity(b.seqs[i]);
+    if (cap <= 0) return Status::error(at + "sequence " + std::to_string(b.seqs[i]) + " has no KV space");
+    if (b.positions[i] < 0 || b.positions[i] >= cap)
+      return Status::error(at + "position " + std::to_string(b.positions[i]) + " of sequence " +
+                           std::to_string(b.seqs[i]) + " is outside its KV capacity " +
+                           std::to_string(cap));
+    slots.emplace_back(b.seqs[i], b.positions[i]);
+  }
+  std::sort(slots.begin(), slots.end());
+  for (size_t i = 1; i < slots.size(); ++i)
+    if (slots[i] == slots[i - 1])
+      return Status::error("batch has two tokens at position " + std::to_string(slots[i].second) +
+                           " of sequence " + std::to_string(slots[i].first));
+  return Status::ok();
+}
+
+void embed(const kernels::WeightMatrix& tok_embd, const Batch& batch, float* x) {
+  for (size_t t = 0; t < batch.size(); ++t)
+    kernels::get_row(tok_embd, batch.tokens[t], x + t * (size_t)tok_embd.cols);
+}
+
+void rms_norm_rows(const float* x, const std::vector<float>& weight, int64_t n_tokens, int64_t n,
+                   float eps, float* out) {
+  for (int64_t t = 0; t < n_tokens; ++t)
+    kernels::rms_norm(x + t * n, weight.data(), n, eps, out + t * n);
+}
+
+void attention(const HParams& hp, const AttentionWeights& w, int layer, const Batch& batch,
+               KvView& kv, Workspace& ws, ThreadPool& pool) {
+  const int64_t T = (int64_t)batch.size();
+  const int64_t hd = hp.head_dim;
+  const int64_t nq = hp.n_head * hd;
+  const int64_t nkv = hp.kv_row_elems();
+
+  project(w.wq, ws.xn.data(), T, ws.q.data(), pool);
+  project(w.wk, ws.xn.data(), T, ws.k.data(), pool);
+  project(w.wv, ws.xn.data(), T, ws.v.data(), pool);
+  add_bias(ws.q.data(), w.bq, T);
+  add_bias(ws.k.data(), w.bk, T);
+  add_bias(ws.v.data(), w.bv, T);
+
+  for (int64_t t = 0; t < T; ++t) {
+    const int32_t pos = batch.positions[(size_t)t];
+    kernels::rope(ws.q.data() + t * nq, hp.n_head, hd, hp.n_rot, pos, hp.rope_freq_base,
+                  hp.rope_freq_scale, hp.rope_style);
+    kernels::rope(ws.k.data() + t * nkv, hp.n_head_kv, hd, hp.n_rot, pos, hp.rope_freq_base,
+                  hp.rope_freq_scale, hp.rope_style);
+    kv.write(layer, batch.seqs[(size_t)t], pos, ws.k.data() + t * nkv, ws.v.data() + t * nkv);
+  }
+
+  // GQA: consecutive groups of query heads share one K/V head, as in llama.cpp.
+  const int64_t group = hp.n_head / hp.n_head_kv;
+  const float scale = 1.0f / std::sqrt((float)hd);
+  pool.parallel_for(T * hp.n_head, [&](int64_t begin, int64_t end) {
+    std::vector<float> scores;
+    std::vector<float> qbuf((size_t)hd);
+    for (int64_t i = begin; i < end; ++i) {
+      const int64_t t = i / hp.n_head;
+      const int64_t h = i % hp.n_head;
+      attend_head(kv, layer, batch.seqs[(size_t)t], (int64_t)batch.positions[(size_t)t] + 1,
+                  (h / group) * hd, hd, scale, ws.q.data() + t * nq + h * hd, qbuf.data(), scores,
+                  ws.attn.data() + t * nq + h * hd);
+    }
+  });
+
+  project(w.wo, ws.attn.data(), T, ws.tmp.data(), pool);
+}
+
+void ffn_swiglu(const HParams& hp, const FfnWeights& w, int64_t T, Workspace& ws,
+                ThreadPool& pool) {
+  project(w.gate, ws.xn.data(), T, ws.gate.data(), pool);
+  project(w.up, ws.xn.data(), T, ws.up.data(), pool);
+  // silu_mul is elementwise, so gate may be overwritten in place.
+  kernels::silu_mul(ws.gate.data(), ws.up.data(), T * hp.n_ff, ws.gate.data());
+  project(w.down, ws.gate.data(), T, ws.tmp.data(), pool);
+}
+
+void output_logits(const HParams& hp, const DecoderWeights& w, const Batch& batch, Workspace& ws,
+                   ThreadPool& pool, Logits& out) {
+  out.n_vocab = hp.n_vocab;
+  out.batch_index.clear();
+  for (size_t t = 0; t < batch.size(); ++t)
+    if (batch.wants_logits[t]) out.batch_index.push_back((int32_t)t);
+  const int64_t R = (int64_t)out.batch_index.size();
+  out.data.resize((size_t)(R * hp.n_vocab));
+  if (R == 0) return;
+  ws.out_rows.resize((size_t)(R * hp.n_embd));
+  for (int64_t r = 0; r < R; ++r)
+    kernels::rms_norm(ws.x.data() + (int64_t)out.batch_index[(size_t)r] * hp.n_embd,
+                      w.output_norm.data(), hp.n_embd, hp.norm_eps,
+                      ws.out_rows.data() + r * hp.n_embd);
+  project(w.output, ws.out_rows.data(), R, out.data.data(), pool);
+}
+
+}  // namespace cairn::model

@@ -1,0 +1,96 @@
+// model/blocks.h — internal to src/model: the shared pieces of decoder models.
+// Owns tensor lookup with shape/type validation, the per-layer weight structs,
+// and the blocks a forward pass is built from (embedding, RMSNorm, attention
+// over a KvView, SwiGLU FFN, output head). Architecture files combine them;
+// blocks never know which architecture calls them.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "core/thread_pool.h"
+#include "gguf/gguf.h"
+#include "kernels/kernels.h"
+#include "model/model.h"
+
+namespace cairn::model {
+
+// ---- weights ----------------------------------------------------------------
+
+// The 2-D tensor `name` as [cols, rows] (GGUF dims order), in a type cairn can
+// compute with. Errors name the tensor and what is wrong with it.
+Result<kernels::WeightMatrix> find_matrix(const gguf::File& f, const std::string& name,
+                                          int64_t cols, int64_t rows);
+// A 1-D tensor of n elements (norm weights, biases), converted to float.
+Result<std::vector<float>> find_vector(const gguf::File& f, const std::string& name, int64_t n);
+
+struct AttentionWeights {
+  kernels::WeightMatrix wq, wk, wv, wo;
+  std::vector<float> bq, bk, bv;  // empty when the architecture has no QKV bias
+};
+
+struct FfnWeights {
+  kernels::WeightMatrix gate, up, down;
+};
+
+struct LayerWeights {
+  std::vector<float> attn_norm;
+  AttentionWeights attn;
+  std::vector<float> ffn_norm;
+  FfnWeights ffn;
+};
+
+struct DecoderWeights {
+  kernels::WeightMatrix tok_embd;
+  std::vector<float> output_norm;
+  kernels::WeightMatrix output;  // == tok_embd when hp.tied_output
+  std::vector<LayerWeights> layers;
+};
+
+// Loads the llama-style tensor set (llama.cpp names); `qkv_bias` requires
+// blk.N.attn_{q,k,v}.bias as well.
+Result<DecoderWeights> load_decoder_weights(const gguf::File& f, const HParams& hp, bool qkv_bias);
+
+// ---- activations ------------------------------------------------------------
+
+// Per-forward scratch, grown to the largest batch seen and then reused.
+struct Workspace {
+  std::vector<float> x;      // residual stream   [T, n_embd]
+  std::vector<float> xn;     // normed input      [T, n_embd]
+  std::vector<float> q;      // [T, n_head * head_dim]
+  std::vector<float> k, v;   // [T, n_head_kv * head_dim]
+  std::vector<float> attn;   // attention output before wo [T, n_head * head_dim]
+  std::vector<float> tmp;    // block output      [T, n_embd]
+  std::vector<float> gate, up;  // [T, n_ff]
+  std::vector<float> out_rows;  // normed rows that want logits [R, n_embd]
+
+  void reserve(const HParams& hp, int64_t n_tokens);
+};
+
+// Checks a batch against the vocabulary and the view before anything runs.
+Status validate_batch(const HParams& hp, const Batch& batch, const KvView& kv);
+
+// x[t] = row tokens[t] of the embedding table.
+void embed(const kernels::WeightMatrix& tok_embd, const Batch& batch, float* x);
+
+// out[t] = rms_norm(x[t]) * weight for each of n_tokens rows of n.
+void rms_norm_rows(const float* x, const std::vector<float>& weight, int64_t n_tokens, int64_t n,
+                   float eps, float* out);
+
+// Self-attention of layer `layer` for every token of the batch: projections
+// (+ bias), RoPE, K/V written to `kv`, causal attention per sequence over the
+// view, output projection into ws.tmp.
+void attention(const HParams& hp, const AttentionWeights& w, int layer, const Batch& batch,
+               KvView& kv, Workspace& ws, ThreadPool& pool);
+
+// SwiGLU FFN of ws.xn into ws.tmp: down(silu(gate(x)) * up(x)).
+void ffn_swiglu(const HParams& hp, const FfnWeights& w, int64_t n_tokens, Workspace& ws,
+                ThreadPool& pool);
+
+// Final norm of the rows that want logits and the output projection into `out`.
+void output_logits(const HParams& hp, const DecoderWeights& w, const Batch& batch, Workspace& ws,
+                   ThreadPool& pool, Logits& out);
+
+}  // namespace cairn::model

@@ -1,0 +1,77 @@
+// Contiguous K/V slabs per sequence; rows converted to F16 on write by default.
+#include "model/contiguous_kv.h"
+
+#include <cstring>
+#include <limits>
+#include <string>
+
+#include "core/half.h"
+
+namespace cairn::model {
+
+Result<std::unique_ptr<ContiguousKvCache>> ContiguousKvCache::create(const HParams& hp, int n_seqs,
+                                                                     int64_t n_ctx,
+                                                                     TensorType dtype) {
+  if (dtype != TensorType::F16 && dtype != TensorType::F32)
+    return Status::error("KV cache type " + std::string(type_info(dtype).name) +
+                         " is not supported (f16, f32)");
+  if (n_seqs <= 0) return Status::error("KV cache needs at least one sequence");
+  if (n_ctx <= 0 || n_ctx > std::numeric_limits<int32_t>::max())
+    return Status::error("KV cache context " + std::to_string(n_ctx) + " is out of range");
+  if (hp.n_layer <= 0 || hp.kv_row_elems() <= 0)
+    return Status::error("KV cache needs positive layer count and K/V row size");
+
+  const size_t elem = dtype == TensorType::F16 ? 2 : 4;
+  // layers * seqs * 2 (K and V) * ctx * row * elem, checked for overflow.
+  size_t total = elem;
+  for (uint64_t f : {(uint64_t)hp.n_layer, (uint64_t)n_seqs, uint64_t{2}, (uint64_t)n_ctx,
+                     (uint64_t)hp.kv_row_elems()}) {
+    if (total > std::numeric_limits<size_t>::max() / f)
+      return Status::error("KV cache size overflows");
+    total *= (size_t)f;
+  }
+  std::unique_ptr<ContiguousKvCache> c(new ContiguousKvCache());
+  c->dtype_ = dtype;
+  c->n_layer_ = (int)hp.n_layer;
+  c->n_seqs_ = n_seqs;
+  c->n_ctx_ = n_ctx;
+  c->row_elems_ = hp.kv_row_elems();
+  c->row_bytes_ = (size_t)hp.kv_row_elems() * elem;
+  c->data_.assign(total, 0);
+  return c;
+}
+
+int64_t ContiguousKvCache::capacity(SeqId seq) const {
+  return seq >= 0 && seq < n_seqs_ ? n_ctx_ : 0;
+}
+
+size_t ContiguousKvCache::offset(int layer, SeqId seq, int32_t pos, int which) const {
+  const size_t slab = ((size_t)layer * (size_t)n_seqs_ + (size_t)seq) * 2 + (size_t)which;
+  return (slab * (size_t)n_ctx_ + (size_t)pos) * row_bytes_;
+}
+
+void ContiguousKvCache::write(int layer, SeqId seq, int32_t pos, const float* k, const float* v) {
+  uint8_t* dk = data_.data() + offset(layer, seq, pos, 0);
+  uint8_t* dv = data_.data() + offset(layer, seq, pos, 1);
+  if (dtype_ == TensorType::F32) {
+    std::memcpy(dk, k, row_bytes_);
+    std::memcpy(dv, v, row_bytes_);
+    return;
+  }
+  uint16_t* hk = reinterpret_cast<uint16_t*>(dk);
+  uint16_t* hv = reinterpret_cast<uint16_t*>(dv);
+  for (int64_t i = 0; i < row_elems_; ++i) {
+    hk[i] = f32_to_f16(k[i]);
+    hv[i] = f32_to_f16(v[i]);
+  }
+}
+
+const void* ContiguousKvCache::key(int layer, SeqId seq, int32_t pos) const {
+  return data_.data() + offset(layer, seq, pos, 0);
+}
+
+const void* ContiguousKvCache::value(int layer, SeqId seq, int32_t pos) const {
+  return data_.data() + offset(layer, seq, pos, 1);
+}
+
+}  // namespace cairn::model

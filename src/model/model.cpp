@@ -1,0 +1,193 @@
+// Hyper-parameters from GGUF metadata, the architecture table, and Model::load.
+#include "model/model.h"
+
+#include <cmath>
+#include <string>
+
+#include "model/arch.h"
+
+namespace cairn::model {
+namespace {
+
+constexpr ArchSpec kArchs[] = {
+    {"llama", kernels::RopeStyle::Norm, &load_llama},
+    {"qwen2", kernels::RopeStyle::Neox, &load_qwen2},
+};
+
+// Generous ceilings: they keep products of sizes far from overflow while
+// admitting any real model (the tensor-shape checks do the precise work).
+constexpr int64_t kMaxEmbd = int64_t{1} << 20;
+constexpr int64_t kMaxLayers = 4096;
+constexpr int64_t kMaxHeads = 4096;
+constexpr int64_t kMaxFf = int64_t{1} << 22;
+constexpr int64_t kMaxCtx = int64_t{1} << 28;
+
+class MetaReader {
+ public:
+  MetaReader(const gguf::File& f, std::string arch) : f_(f), arch_(std::move(arch)) {}
+
+  std::string key(std::string_view suffix) const { return arch_ + "." + std::string(suffix); }
+
+  // A positive integer in [1, max]; `fallback` when absent (0: required).
+  Result<int64_t> count(std::string_view suffix, int64_t max, int64_t fallback = 0) const {
+    const std::string k = key(suffix);
+    auto v = f_.get_uint(k);
+    if (!v) return v.status().with_context("metadata '" + k + "'");
+    if (!v->has_value()) {
+      if (fallback > 0) return fallback;
+      return Status::error("metadata '" + k + "' is missing");
+    }
+    const uint64_t n = **v;
+    if (n == 0) return Status::error("metadata '" + k + "' must be positive, got 0");
+    if (n > (uint64_t)max)
+      return Status::error("metadata '" + k + "' = " + std::to_string(n) + " exceeds the limit " +
+                           std::to_string(max));
+    return (int64_t)n;
+  }
+
+  // A finite float, `fallback` when absent; required when fallback is NaN.
+  Result<double> real(std::string_view suffix, double fallback) const {
+    const std::string k = key(suffix);
+    auto v = f_.get_float(k);
+    if (!v) return v.status().with_context("metadata '" + k + "'");
+    if (!v->has_value()) {
+      if (std::isnan(fallback)) return Status::error("metadata '" + k + "' is missing");
+      return fallback;
+    }
+    const double x = **v;
+    if (!std::isfinite(x)) return Status::error("metadata '" + k + "' is not finite");
+    return x;
+  }
+
+  Result<std::optional<std::string_view>> text(std::string_view suffix) const {
+    const std::string k = key(suffix);
+    auto v = f_.get_string(k);
+    if (!v) return v.status().with_context("metadata '" + k + "'");
+    return *v;
+  }
+
+ private:
+  const gguf::File& f_;
+  std::string arch_;
+};
+
+#define CAIRN_ASSIGN(lhs, expr)                 \
+  do {                                          \
+    auto cairn_r_ = (expr);                     \
+    if (!cairn_r_) return cairn_r_.status();    \
+    lhs = *cairn_r_;                            \
+  } while (0)
+
+Status read_rope_scaling(const MetaReader& m, HParams& hp) {
+  std::optional<std::string_view> type;
+  CAIRN_ASSIGN(type, m.text("rope.scaling.type"));
+  double factor = 0;
+  CAIRN_ASSIGN(factor, m.real("rope.scaling.factor", 0.0));
+  if (factor == 0) CAIRN_ASSIGN(factor, m.real("rope.scale_linear", 0.0));  // older files
+  const std::string_view t = type.value_or(factor != 0 ? "linear" : "none");
+  if (t == "none") return Status::ok();
+  if (t != "linear")
+    return Status::error("metadata '" + m.key("rope.scaling.type") + "' = '" + std::string(t) +
+                         "' is not supported (none, linear)");
+  if (factor == 0) return Status::ok();  // linear with no factor: llama.cpp treats it as 1
+  if (factor < 0)
+    return Status::error("metadata '" + m.key("rope.scaling.factor") + "' must be positive");
+  hp.rope_freq_scale = (float)(1.0 / factor);
+  return Status::ok();
+}
+
+}  // namespace
+
+const ArchSpec* find_arch(std::string_view name) {
+  for (const ArchSpec& a : kArchs)
+    if (a.name == name) return &a;
+  return nullptr;
+}
+
+std::vector<std::string_view> supported_architectures() {
+  std::vector<std::string_view> out;
+  for (const ArchSpec& a : kArchs) out.push_back(a.name);
+  return out;
+}
+
+Result<HParams> Model::read_hparams(const gguf::File& file) {
+  auto arch_name = file.get_string("general.architecture");
+  if (!arch_name) return arch_name.status().with_context("metadata 'general.architecture'");
+  if (!arch_name->has_value()) return Status::error("metadata 'general.architecture' is missing");
+  const std::string_view name = **arch_name;
+  const ArchSpec* spec = find_arch(name);
+  if (!spec) {
+    std::string known;
+    for (const ArchSpec& a : kArchs) known += (known.empty() ? "" : ", ") + std::string(a.name);
+    return Status::error("architecture '" + std::string(name) + "' is not supported (" + known + ")");
+  }
+
+  HParams hp;
+  hp.arch = std::string(name);
+  hp.rope_style = spec->rope_style;
+  MetaReader m(file, hp.arch);
+  CAIRN_ASSIGN(hp.n_embd, m.count("embedding_length", kMaxEmbd));
+  CAIRN_ASSIGN(hp.n_layer, m.count("block_count", kMaxLayers));
+  CAIRN_ASSIGN(hp.n_head, m.count("attention.head_count", kMaxHeads));
+  CAIRN_ASSIGN(hp.n_head_kv, m.count("attention.head_count_kv", kMaxHeads, hp.n_head));
+  CAIRN_ASSIGN(hp.n_ff, m.count("feed_forward_length", kMaxFf));
+  CAIRN_ASSIGN(hp.n_ctx_train, m.count("context_length", kMaxCtx));
+
+  if (hp.n_head % hp.n_head_kv != 0)
+    return Status::error("metadata '" + m.key("attention.head_count") + "' = " +
+                         std::to_string(hp.n_head) + " is not a multiple of '" +
+                         m.key("attention.head_count_kv") + "' = " + std::to_string(hp.n_head_kv));
+  if (hp.n_embd % hp.n_head != 0)
+    return Status::error("metadata '" + m.key("embedding_length") + "' = " +
+                         std::to_string(hp.n_embd) + " is not a multiple of '" +
+                         m.key("attention.head_count") + "' = " + std::to_string(hp.n_head));
+  hp.head_dim = hp.n_embd / hp.n_head;
+  // Present in some files; they must agree with the head size we compute.
+  for (const char* k : {"attention.key_length", "attention.value_length"}) {
+    int64_t len = 0;
+    CAIRN_ASSIGN(len, m.count(k, kMaxEmbd, hp.head_dim));
+    if (len != hp.head_dim)
+      return Status::error("metadata '" + m.key(k) + "' = " + std::to_string(len) +
+                           " differs from embedding_length / head_count = " +
+                           std::to_string(hp.head_dim) + " (not supported)");
+  }
+  CAIRN_ASSIGN(hp.n_rot, m.count("rope.dimension_count", kMaxEmbd, hp.head_dim));
+  if (hp.n_rot > hp.head_dim || hp.n_rot % 2 != 0)
+    return Status::error("metadata '" + m.key("rope.dimension_count") + "' = " +
+                         std::to_string(hp.n_rot) + " must be even and at most the head size " +
+                         std::to_string(hp.head_dim));
+
+  double base = 0;
+  CAIRN_ASSIGN(base, m.real("rope.freq_base", 10000.0));
+  if (base <= 0) return Status::error("metadata '" + m.key("rope.freq_base") + "' must be positive");
+  hp.rope_freq_base = (float)base;
+  CAIRN_RETURN_IF_ERROR(read_rope_scaling(m, hp));
+
+  double eps = 0;
+  CAIRN_ASSIGN(eps, m.real("attention.layer_norm_rms_epsilon", std::nan("")));
+  if (eps <= 0 || eps >= 1)
+    return Status::error("metadata '" + m.key("attention.layer_norm_rms_epsilon") +
+                         "' must be in (0, 1), got " + std::to_string(eps));
+  hp.norm_eps = (float)eps;
+
+  // The vocabulary size is the embedding's row count; the shape checks of the
+  // loader verify the rest of the tensor against n_embd.
+  const gguf::TensorInfo* embd = file.find_tensor("token_embd.weight");
+  if (!embd) return Status::error("tensor 'token_embd.weight' is missing");
+  if (embd->dims.size() != 2 || embd->dims[1] <= 0)
+    return Status::error("tensor 'token_embd.weight' must be 2-D [n_embd, n_vocab]");
+  hp.n_vocab = embd->dims[1];
+  hp.tied_output = file.find_tensor("output.weight") == nullptr;
+  return hp;
+}
+
+Result<std::unique_ptr<Model>> Model::load(std::shared_ptr<const gguf::File> file,
+                                           const LoadOptions& options) {
+  if (!file) return Status::error("no GGUF file given");
+  auto hp = read_hparams(*file);
+  if (!hp) return hp.status();
+  const ArchSpec* spec = find_arch(hp->arch);
+  return spec->load(std::move(file), std::move(*hp), options);
+}
+
+}  // namespace cairn::model
