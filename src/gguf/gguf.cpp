@@ -339,15 +339,19 @@ class Parser {
                            std::to_string(type));
     }
     t.type = info->type;
-    int64_t elems = 1;
+    // The row count is checked on its own too: with a zero row length the
+    // element count cannot overflow, but TensorInfo::rows() still must not.
+    int64_t rows = 1;
+    int64_t elems = 0;
     bool overflow = false;
     for (size_t d = 0; d < t.dims.size(); ++d) {
       if (t.dims[d] < 0) {
         return Status::error("gguf: " + w.str() + " dimension " + std::to_string(d) + " is " +
                              std::to_string(t.dims[d]) + ", negative");
       }
-      overflow = overflow || __builtin_mul_overflow(elems, t.dims[d], &elems);
+      if (d > 0) overflow = overflow || __builtin_mul_overflow(rows, t.dims[d], &rows);
     }
+    overflow = overflow || __builtin_mul_overflow(t.dims[0], rows, &elems);
     if (overflow) {
       return Status::error("gguf: " + w.str() + " dimensions " + dims_string(t.dims) +
                            " overflow a 64-bit element count");
@@ -360,7 +364,6 @@ class Parser {
                            std::string(info->name));
     }
     const std::optional<size_t> row = row_bytes(info->type, t.dims[0]);
-    const int64_t rows = elems == 0 ? 0 : t.rows();
     uint64_t bytes = 0;
     if (!row ||
         __builtin_mul_overflow(static_cast<uint64_t>(*row), static_cast<uint64_t>(rows), &bytes)) {

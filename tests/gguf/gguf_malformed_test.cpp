@@ -118,6 +118,23 @@ TEST(GgufMalformed, DimensionProductOverflows) {
   EXPECT_HAS(msg, "tensor 'big' dimensions [4294967296, 4294967296] overflow");
 }
 
+TEST(GgufMalformed, RowCountOverflowsEvenWithZeroRowLength) {
+  FileSpec s = small_spec();
+  s.tensors.push_back({"big", {0, 1ll << 32, 1ll << 32}, 0, 128, {}});
+  EXPECT_HAS(error_of(build(s)), "tensor 'big' dimensions [0, 4294967296, 4294967296] overflow");
+}
+
+TEST(GgufMalformed, ZeroSizedTensorIsAccepted) {
+  // ggml allows empty dimensions (it only rejects negative ones).
+  FileSpec s = small_spec();
+  s.tensors.push_back({"empty", {0, 3}, 0, 96, {}});
+  const auto bytes = build(s);
+  auto f = File::parse(bytes);
+  ASSERT_TRUE(f.is_ok()) << f.status().message();
+  EXPECT_EQ((*f)->find_tensor("empty")->n_bytes, 0u);
+  EXPECT_EQ((*f)->find_tensor("empty")->rows(), 3);
+}
+
 TEST(GgufMalformed, ByteSizeOverflows) {
   FileSpec s = small_spec();
   // 2^62 elements fit int64, but 2^62 * 4 bytes does not fit uint64.
