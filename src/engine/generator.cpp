@@ -1,0 +1,125 @@
+#include "engine/generator.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "model/contiguous_kv.h"
+
+namespace cairn::engine {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+}  // namespace
+
+Result<LoadedModel> load_model(const std::string& path, const model::LoadOptions& options) {
+  auto file = gguf::File::open(path);
+  if (!file.is_ok()) return file.status();  // already names the file
+  LoadedModel m;
+  m.file = std::shared_ptr<const gguf::File>(std::move(*file));
+  auto tok = Tokenizer::from_gguf(*m.file);
+  if (!tok.is_ok()) return tok.status().with_context(path);
+  auto net = model::Model::load(m.file, options);
+  if (!net.is_ok()) return net.status().with_context(path);
+  m.tokenizer = std::move(*tok);
+  m.model = std::move(*net);
+  if (m.tokenizer->vocab_size() > m.model->hparams().n_vocab)
+    return Status::error(path + ": the tokenizer has " + std::to_string(m.tokenizer->vocab_size()) +
+                         " tokens but the model only " + std::to_string(m.model->hparams().n_vocab) +
+                         " output rows");
+  return m;
+}
+
+Result<GenerateResult> Generator::generate(std::string_view prompt, const GenerateOptions& options,
+                                           const TextCallback& on_text) {
+  std::vector<Token> tokens = tok_.encode(prompt, /*add_special=*/true, /*parse_special=*/true);
+  return generate_tokens(std::move(tokens), options, on_text);
+}
+
+Result<GenerateResult> Generator::generate_tokens(std::vector<Token> prompt, const GenerateOptions& options,
+                                                  const TextCallback& on_text) {
+  const model::HParams& hp = model_.hparams();
+  if (prompt.empty()) return Status::error("the prompt is empty (and the model adds no BOS token)");
+  if (options.max_tokens < -1) return Status::error("the token limit must be >= -1");
+  if (options.prefill_chunk < 1) return Status::error("prefill chunk must be >= 1");
+  for (Token t : prompt)
+    if (t < 0 || t >= hp.n_vocab)
+      return Status::error("prompt token " + std::to_string(t) + " is outside the vocabulary");
+
+  const int64_t n_prompt = static_cast<int64_t>(prompt.size());
+  const int64_t limit = hp.n_ctx_train > 0 ? hp.n_ctx_train : INT32_MAX;
+  int64_t n_ctx = options.n_ctx > 0 ? options.n_ctx
+                  : options.max_tokens >= 0 ? n_prompt + options.max_tokens
+                                            : limit;
+  n_ctx = std::min(n_ctx, limit);
+  if (n_prompt > n_ctx)
+    return Status::error("the prompt has " + std::to_string(n_prompt) + " tokens but the context holds " +
+                         std::to_string(n_ctx));
+
+  auto sampler = Sampler::create(options.sampling, static_cast<int32_t>(hp.n_vocab));
+  if (!sampler.is_ok()) return sampler.status();
+  auto kv = model::ContiguousKvCache::create(hp, 1, n_ctx);
+  if (!kv.is_ok()) return kv.status();
+
+  GenerateResult res;
+  res.seed = sampler->seed();
+  res.prompt_tokens = prompt;
+  sampler->accept(prompt);  // the prompt counts for repetition penalties, as in llama.cpp
+
+  model::Batch batch;
+  model::Logits logits;
+  const auto t_prefill = Clock::now();
+  for (int64_t start = 0; start < n_prompt; start += options.prefill_chunk) {
+    const int64_t end = std::min<int64_t>(n_prompt, start + options.prefill_chunk);
+    batch.clear();
+    for (int64_t i = start; i < end; ++i)
+      batch.add(prompt[i], static_cast<int32_t>(i), 0, i == n_prompt - 1);
+    CAIRN_RETURN_IF_ERROR(model_.forward(batch, **kv, logits));
+  }
+  res.prefill_seconds = seconds_since(t_prefill);
+
+  StreamingDetokenizer detok(tok_);
+  auto emit = [&](const std::string& text) {
+    if (text.empty()) return true;
+    res.text += text;
+    return !on_text || on_text(text);
+  };
+
+  const auto t_decode = Clock::now();
+  int64_t pos = n_prompt;
+  bool stopped = false;
+  while (options.max_tokens < 0 || static_cast<int64_t>(res.tokens.size()) < options.max_tokens) {
+    if (logits.rows() != 1) return Status::error("the model returned no logits for the last token");
+    auto sample = sampler->sample(logits.row(0));
+    if (!sample.is_ok()) return sample.status();
+    const Token t = sample->token;
+    res.tokens.push_back(t);
+    res.samples.push_back(std::move(*sample));
+    sampler->accept(t);
+    if (!options.ignore_eos && tok_.is_eog(t)) {
+      stopped = true;
+      break;
+    }
+    if (!emit(detok.push(t))) {
+      stopped = true;
+      break;
+    }
+    if (pos >= n_ctx) break;  // no room for this token's K/V: the context is full
+    if (options.max_tokens >= 0 && static_cast<int64_t>(res.tokens.size()) >= options.max_tokens) break;
+    batch.clear();
+    batch.add(t, static_cast<int32_t>(pos), 0, true);
+    CAIRN_RETURN_IF_ERROR(model_.forward(batch, **kv, logits));
+    ++pos;
+  }
+  emit(detok.flush());
+  res.decode_seconds = seconds_since(t_decode);
+  res.finish = stopped ? FinishReason::Stop : FinishReason::Length;
+  return res;
+}
+
+}  // namespace cairn::engine

@@ -1,0 +1,24 @@
+// tools/cairn/commands.h — the subcommands of the cairn binary.
+// Each register_* adds one CLI11 subcommand whose callback stores its exit
+// status in the shared CommandResult. Commands print results to stdout and
+// logs (spdlog) to stderr; a failure is one line on stderr and a non-zero exit,
+// printed by main. Commands never call exit() themselves.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <string>
+
+#include "core/status.h"
+
+namespace cairn::cli {
+
+struct CommandResult {
+  Status status;     // a failure: main prints its message as the one error line
+  int exit_code = 0;
+};
+
+void register_run(CLI::App& app, CommandResult& result);
+void register_gguf(CLI::App& app, CommandResult& result);
+void register_make_model(CLI::App& app, CommandResult& result);
+
+}  // namespace cairn::cli

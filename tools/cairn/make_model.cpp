@@ -1,0 +1,72 @@
+// `cairn make-model OUT ...`: a GGUF with random weights and another file's
+// vocabulary (or the built-in demo vocabulary), for tests and benchmarks of
+// real shapes. The building itself is engine/model_builder.h.
+#include <spdlog/spdlog.h>
+
+#include <memory>
+
+#include "commands.h"
+#include "engine/demo_model.h"
+#include "engine/model_builder.h"
+
+namespace cairn::cli {
+
+namespace {
+
+struct MakeModelArgs {
+  std::string out;
+  std::string vocab_from;
+  std::string type = "f32";
+  engine::RandomModelSpec spec;
+};
+
+Status make_model(MakeModelArgs& a) {
+  auto type = type_from_name(a.type);
+  if (!type) return Status::error("unknown --type '" + a.type + "'");
+  a.spec.type = *type;
+  CAIRN_RETURN_IF_ERROR(engine::validate(a.spec));
+
+  engine::VocabSource vocab;
+  if (a.vocab_from.empty()) {
+    spdlog::info("no --vocab-from: using the built-in demo vocabulary");
+    vocab = engine::demo_vocab();
+  } else {
+    auto file = gguf::File::open(a.vocab_from);
+    if (!file.is_ok()) return file.status();
+    auto v = engine::vocab_from_gguf(std::shared_ptr<const gguf::File>(std::move(*file)));
+    if (!v.is_ok()) return v.status().with_context(a.vocab_from);
+    vocab = std::move(*v);
+  }
+  auto summary = engine::write_random_model(a.spec, vocab, a.out);
+  if (!summary.is_ok()) return summary.status();
+  for (const auto& f : summary->fallbacks)
+    spdlog::warn("{}: rows of this length do not fit {} blocks; stored as {}", f.tensor,
+                 type_info(f.wanted).name, type_info(f.used).name);
+  spdlog::info("wrote {}: {} {} parameters, {:.1f} MiB", a.out, a.spec.arch, summary->n_params,
+               summary->bytes / 1048576.0);
+  return Status::ok();
+}
+
+}  // namespace
+
+void register_make_model(CLI::App& app, CommandResult& result) {
+  auto* cmd = app.add_subcommand("make-model", "write a GGUF model with random weights");
+  auto a = std::make_shared<MakeModelArgs>();
+  auto& s = a->spec;
+  cmd->add_option("OUT", a->out, "output GGUF path")->required();
+  cmd->add_option("--arch", s.arch, "llama or qwen2")->capture_default_str();
+  cmd->add_option("--dim", s.dim, "embedding length")->capture_default_str();
+  cmd->add_option("--layers", s.layers, "transformer blocks")->capture_default_str();
+  cmd->add_option("--heads", s.heads, "attention heads")->capture_default_str();
+  cmd->add_option("--kv-heads", s.kv_heads, "key/value heads")->capture_default_str();
+  cmd->add_option("--ffn", s.ffn, "feed-forward length")->capture_default_str();
+  cmd->add_option("--ctx", s.ctx, "context length written to the file")->capture_default_str();
+  cmd->add_option("--vocab-from", a->vocab_from, "GGUF whose tokenizer.* metadata is copied (default: demo vocabulary)");
+  cmd->add_option("--type", a->type, "f32, f16, q8_0, q4_0, q4_k or q6_k (norms and biases stay f32)")
+      ->capture_default_str();
+  cmd->add_option("--seed", s.seed, "weight seed")->capture_default_str();
+  cmd->add_option("--name", s.name, "general.name");
+  cmd->callback([&result, a] { result.status = make_model(*a); });
+}
+
+}  // namespace cairn::cli
