@@ -8,8 +8,9 @@
 namespace cairn::kernels {
 
 void rms_norm(const float* x, const float* weight, int64_t n, float eps, float* out) {
+  // Squares rounded to float, summed in double, in order: ggml's exact arithmetic.
   double sum = 0.0;
-  for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(x[i]) * x[i];
+  for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(x[i] * x[i]);
   const float mean = static_cast<float>(sum / static_cast<double>(n));
   const float scale = 1.0f / std::sqrt(mean + eps);
   // ggml normalises, then multiplies by the weight as a separate op: two roundings.
