@@ -52,7 +52,7 @@ Result<std::unique_ptr<BpeTokenizer>> BpeTokenizer::create(std::unique_ptr<Vocab
 
   // Every merge must name two tokens and produce a third (as Hugging Face
   // requires), which lets the merge loop work on ids instead of strings.
-  tok->merges_.reserve(list.size());
+  tok->merges_ = PairMap(list.size());
   std::string joined;
   for (size_t i = 0; i < list.size(); ++i) {
     const std::string_view m = list[i];
@@ -71,7 +71,7 @@ Result<std::unique_ptr<BpeTokenizer>> BpeTokenizer::create(std::unique_ptr<Vocab
                            std::string(missing.substr(0, 64)) + "', which is not a token");
     }
     // A repeated pair keeps its first (best) rank.
-    tok->merges_.emplace(pair_key(ta, tb), Merge{static_cast<int32_t>(i), tr});
+    tok->merges_.insert(ta, tb, {static_cast<int32_t>(i), tr});
   }
 
   const ByteLevel& bl = byte_level();
@@ -107,8 +107,8 @@ void BpeTokenizer::encode_word(std::string_view word, std::vector<Token>& out) c
   std::priority_queue<Pair, std::vector<Pair>, PairOrder> queue;
   auto try_add = [&](int32_t l, int32_t r) {
     if (l < 0 || r < 0 || sym[l].id < 0 || sym[r].id < 0) return;
-    auto it = merges_.find(pair_key(sym[l].id, sym[r].id));
-    if (it != merges_.end()) queue.push({it->second.rank, l, r, sym[l].id, sym[r].id, it->second.result});
+    const PairMap::Value* m = merges_.find(sym[l].id, sym[r].id);
+    if (m != nullptr) queue.push({m->rank, l, r, sym[l].id, sym[r].id, m->result});
   };
   for (int32_t i = 1; i < static_cast<int32_t>(sym.size()); ++i) try_add(i - 1, i);
 

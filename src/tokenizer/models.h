@@ -2,12 +2,13 @@
 // Internal to the tokenizer layer: from_gguf builds one of these.
 #pragma once
 
+#include <array>
 #include <memory>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
 
+#include "tokenizer/flat_map.h"
 #include "tokenizer/pretokenizer.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/vocab.h"
@@ -80,14 +81,7 @@ class BpeTokenizer final : public VocabTokenizer {
   std::string make_piece(Token t) const override;
   void encode_word(std::string_view word, std::vector<Token>& out) const;
 
-  struct Merge {
-    int32_t rank;
-    Token result;
-  };
-  static uint64_t pair_key(Token a, Token b) {
-    return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
-  }
-  std::unordered_map<uint64_t, Merge> merges_;
+  PairMap merges_;
   std::array<Token, 256> byte_tokens_{};  // token of each byte's GPT-2 character, or -1
   std::unique_ptr<Pretokenizer> pre_;
   bool ignore_merges_ = false;  // a word that is already a token is not merged (Llama 3)

@@ -71,8 +71,7 @@ struct PreDef {
 
 const std::vector<PreDef>& pre_defs() {
   static const std::vector<PreDef> defs = {
-      {{"default"},
-       {"[\\p{P}\\$\\+<=>\\^~\\|]+", kGpt2, "\\p{N}+", "[0-9][0-9][0-9]"}},
+      {{"default"}, {"[\\p{P}\\$\\+<=>\\^~\\|]+", kGpt2, "\\p{N}+", "[0-9][0-9][0-9]"}},
       {{"gpt-2", "phi-2", "jina-es", "jina-de", "gigachat", "jina-v2-es", "jina-v2-de", "a.x-4.0",
         "mellum", "jina-v1-en", "jina-v2-code", "roberta-bpe", "mpt", "olmo", "jais", "trillion",
         "exaone4", "granite-docling"},
@@ -87,8 +86,7 @@ const std::vector<PreDef>& pre_defs() {
         "\\s?[!-/:-~\\x{FF01}-\\x{FF0F}\\x{FF1A}-\\x{FF5E}\\x{2018}-\\x{201F}\\x{3000}-\\x{3002}]+",
         "\\s+$", kCjk, "\\p{N}+"}},
       {{"deepseek-coder"}, {"[\\r\\n]", "\\s?\\p{L}+", "\\s?\\p{P}+", kCjk, "\\p{N}"}},
-      {{"falcon"},
-       {"[\\p{P}\\$\\+<=>\\^~\\|`]+", kGpt2, "[0-9][0-9][0-9]"}},
+      {{"falcon"}, {"[\\p{P}\\$\\+<=>\\^~\\|`]+", kGpt2, "[0-9][0-9][0-9]"}},
       {{"starcoder", "refact", "command-r", "smollm", "codeshell", "exaone", "minerva-7b"},
        {"\\p{N}", kGpt2}},
       {{"poro-chat", "bloom", "gpt3-finnish"}, {kPoro}},
@@ -169,8 +167,7 @@ Result<std::unique_ptr<Pretokenizer>> Pretokenizer::create(std::string_view name
     PCRE2_SIZE err_off = 0;
     auto c = std::make_unique<Compiled>();
     c->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(rewritten.data()), rewritten.size(),
-                            PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF |
-                                PCRE2_DOLLAR_ENDONLY,
+                            PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF | PCRE2_DOLLAR_ENDONLY,
                             &err, &err_off, nullptr);
     if (c->code == nullptr) {
       std::array<PCRE2_UCHAR, 256> msg{};

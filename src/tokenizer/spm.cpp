@@ -70,8 +70,8 @@ void SpmTokenizer::encode_text(std::string_view raw, bool after_special,
   std::vector<Symbol> sym;
   sym.reserve(text.size());
   for (size_t off = 0; off < text.size();) {
-    const size_t len = std::min(utf8_lead_len(static_cast<unsigned char>(text[off])),
-                                text.size() - off);
+    const size_t len =
+        std::min(utf8_lead_len(static_cast<unsigned char>(text[off])), text.size() - off);
     const auto idx = static_cast<int32_t>(sym.size());
     sym.push_back({idx - 1, off + len == text.size() ? -1 : idx + 1, off, len});
     off += len;

@@ -9,7 +9,8 @@ namespace cairn {
 
 namespace tok {
 
-VocabTokenizer::VocabTokenizer(std::unique_ptr<Vocab> v) : vocab_(std::move(v)), matcher_(*vocab_) {}
+VocabTokenizer::VocabTokenizer(std::unique_ptr<Vocab> v)
+    : vocab_(std::move(v)), matcher_(*vocab_) {}
 
 void VocabTokenizer::build_pieces() {
   pieces_.resize(vocab_->text.size());
@@ -81,9 +82,10 @@ std::string Tokenizer::decode(const std::vector<Token>& tokens, bool render_spec
   return out;
 }
 
-StreamingDetokenizer::StreamingDetokenizer(const Tokenizer& tok, bool render_special,
-                                           bool at_start)
-    : tok_(tok), render_special_(render_special), strip_space_(at_start && tok.add_space_prefix()) {}
+StreamingDetokenizer::StreamingDetokenizer(const Tokenizer& tok, bool render_special, bool at_start)
+    : tok_(tok),
+      render_special_(render_special),
+      strip_space_(at_start && tok.add_space_prefix()) {}
 
 std::string StreamingDetokenizer::push(Token t) {
   std::string piece = tok_.token_to_piece(t, render_special_);

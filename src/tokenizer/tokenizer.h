@@ -59,10 +59,10 @@ class Tokenizer {
   std::string decode(const std::vector<Token>& tokens, bool render_special = false) const;
 
   virtual int32_t vocab_size() const = 0;
-  virtual Token bos() const = 0;  // -1 when none
-  virtual Token eos() const = 0;  // -1 when none
-  virtual bool is_eog(Token t) const = 0;  // end of generation: eos, eot, eom...
-  virtual TokenAttr attr(Token t) const = 0;  // Normal for out-of-range ids
+  virtual Token bos() const = 0;                           // -1 when none
+  virtual Token eos() const = 0;                           // -1 when none
+  virtual bool is_eog(Token t) const = 0;                  // end of generation: eos, eot, eom...
+  virtual TokenAttr attr(Token t) const = 0;               // Normal for out-of-range ids
   virtual std::string_view token_text(Token t) const = 0;  // as stored in the vocab
 
   virtual bool add_bos() const = 0;  // encode(..., add_special=true) prepends bos()

@@ -16,7 +16,7 @@ std::string key(std::string_view name) { return std::string(kPrefix) + std::stri
 
 // token_type values as the GGUF spec numbers them, 0 (undefined) included.
 constexpr std::array<TokenAttr, 7> kTypeToAttr = {
-    TokenAttr::Normal,  TokenAttr::Normal,      TokenAttr::Unknown, TokenAttr::Control,
+    TokenAttr::Normal,      TokenAttr::Normal, TokenAttr::Unknown, TokenAttr::Control,
     TokenAttr::UserDefined, TokenAttr::Unused, TokenAttr::Byte,
 };
 
@@ -39,19 +39,19 @@ constexpr std::array<IdKey, 6> kIdKeys = {{
 // Texts that end generation whatever their declared type (llama.cpp's list;
 // converters often forget to point eot_token_id at them).
 constexpr std::array<std::string_view, 12> kEogTexts = {
-    "<|eot_id|>",  "<|im_end|>",     "<|end|>",           "<end_of_turn>",
-    "<|endoftext|>", "<|eom_id|>",   "<EOT>",             "_<EOT>",
+    "<|eot_id|>",      "<|im_end|>",         "<|end|>",    "<end_of_turn>",
+    "<|endoftext|>",   "<|eom_id|>",         "<EOT>",      "_<EOT>",
     "<|end_of_text|>", "<end_of_utterance>", "<|return|>", "<|call|>",
 };
 
 // FIM pad / repo / file-separator tokens also end generation in llama.cpp.
-constexpr std::array<std::string_view, 3> kEogIdKeys = {
-    "fim_pad_token_id", "fim_rep_token_id", "fim_sep_token_id"};
+constexpr std::array<std::string_view, 3> kEogIdKeys = {"fim_pad_token_id", "fim_rep_token_id",
+                                                        "fim_sep_token_id"};
 
 // Pre-tokenizers after which a BPE vocabulary adds BOS by default.
 constexpr std::array<std::string_view, 10> kBpeAddBos = {
-    "llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1",
-    "pixtral", "midm-2.0", "lfm2", "tekken", "chameleon"};
+    "llama3",  "llama-v3", "llama-bpe", "falcon3", "falcon-h1",
+    "pixtral", "midm-2.0", "lfm2",      "tekken",  "chameleon"};
 
 bool is_no_token(const gguf::Value& v) {
   using gguf::ValueType;
@@ -65,8 +65,14 @@ bool is_no_token(const gguf::Value& v) {
 bool is_integer_type(gguf::ValueType t) {
   using gguf::ValueType;
   switch (t) {
-    case ValueType::UINT8: case ValueType::INT8: case ValueType::UINT16: case ValueType::INT16:
-    case ValueType::UINT32: case ValueType::INT32: case ValueType::UINT64: case ValueType::INT64:
+    case ValueType::UINT8:
+    case ValueType::INT8:
+    case ValueType::UINT16:
+    case ValueType::INT16:
+    case ValueType::UINT32:
+    case ValueType::INT32:
+    case ValueType::UINT64:
+    case ValueType::INT64:
       return true;
     default:
       return false;
@@ -145,9 +151,8 @@ Status load_tokens(const gguf::File& f, Vocab& v) {
   if (types.value()) {
     const auto& t = *types.value();
     if (t.size() != n) {
-      return Status::error("tokenizer: " + key("token_type") + " has " +
-                           std::to_string(t.size()) + " entries for " + std::to_string(n) +
-                           " tokens");
+      return Status::error("tokenizer: " + key("token_type") + " has " + std::to_string(t.size()) +
+                           " entries for " + std::to_string(n) + " tokens");
     }
     for (size_t i = 0; i < n; ++i) {
       if (t[i] < 0 || t[i] >= static_cast<int64_t>(kTypeToAttr.size())) {
@@ -155,22 +160,18 @@ Status load_tokens(const gguf::File& f, Vocab& v) {
                              std::to_string(t[i]) + ", not a known type (0..6)");
       }
       v.attr[i] = kTypeToAttr[static_cast<size_t>(t[i])];
-      if (v.attr[i] == TokenAttr::Byte && v.model == Model::Spm &&
-          !is_byte_token_text(v.text[i])) {
+      if (v.attr[i] == TokenAttr::Byte && v.model == Model::Spm && !is_byte_token_text(v.text[i])) {
         return Status::error("tokenizer: byte token " + std::to_string(i) +
                              " is not spelled <0xNN>");
       }
     }
   }
 
-  v.index.reserve(n);
-  for (size_t i = 0; i < n; ++i) {
-    if (v.text[i].empty()) continue;  // cannot be matched; decodes to nothing
-    auto [it, fresh] = v.index.emplace(v.text[i], static_cast<Token>(i));
-    if (!fresh) {
-      return Status::error("tokenizer: tokens " + std::to_string(it->second) + " and " +
-                           std::to_string(i) + " have the same text");
-    }
+  int32_t first = -1;
+  const int32_t dup = v.index.build(v.text, &first);
+  if (dup >= 0) {
+    return Status::error("tokenizer: tokens " + std::to_string(first) + " and " +
+                         std::to_string(dup) + " have the same text");
   }
   return Status::ok();
 }
@@ -316,9 +317,8 @@ std::vector<Fragment> SpecialMatcher::split(std::string_view text, bool parse_sp
 
   std::sort(found.begin(), found.end());
   found.erase(std::unique(found.begin(), found.end()), found.end());
-  std::stable_sort(found.begin(), found.end(), [&](Token a, Token b) {
-    return vocab_.text[a].size() > vocab_.text[b].size();
-  });
+  std::stable_sort(found.begin(), found.end(),
+                   [&](Token a, Token b) { return vocab_.text[a].size() > vocab_.text[b].size(); });
 
   auto is_space = [](char c) {
     return c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r';

@@ -8,12 +8,12 @@
 #include <memory>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
 #include "core/status.h"
 #include "gguf/gguf.h"
+#include "tokenizer/flat_map.h"
 #include "tokenizer/tokenizer.h"
 
 namespace cairn::tok {
@@ -29,7 +29,7 @@ struct Vocab {
   // Whitespace eaten around a special token when it is matched in text
   // (llama.cpp's LSTRIP / RSTRIP attributes; set for Phi-3).
   std::vector<uint8_t> lstrip, rstrip;
-  std::unordered_map<std::string_view, Token> index;  // views into `text`
+  TextIndex index;  // over `text`, which therefore never changes after loading
 
   Token bos = -1, eos = -1, eot = -1, eom = -1, unk = -1, pad = -1;
   bool add_bos = false, add_eos = false, add_space_prefix = false;
@@ -37,10 +37,7 @@ struct Vocab {
 
   int32_t size() const { return static_cast<int32_t>(text.size()); }
   bool valid(Token t) const { return t >= 0 && t < size(); }
-  Token find(std::string_view s) const {
-    auto it = index.find(s);
-    return it == index.end() ? -1 : it->second;
-  }
+  Token find(std::string_view s) const { return index.find(s); }
 };
 
 // Reads and validates the vocabulary. `model` decides the defaults llama.cpp
@@ -73,7 +70,7 @@ class SpecialMatcher {
   int32_t child(int32_t node, unsigned char c) const;
 
   const Vocab& vocab_;
-  std::vector<Node> nodes_;  // nodes_[0] is the root
+  std::vector<Node> nodes_;         // nodes_[0] is the root
   std::vector<int32_t> root_next_;  // 256 entries: the root's children, for speed
 };
 

@@ -1,7 +1,8 @@
 // The pre-tokenizer regex lists on their own: where words are cut.
+#include "tokenizer/pretokenizer.h"
+
 #include <gtest/gtest.h>
 
-#include "tokenizer/pretokenizer.h"
 #include "tokenizer/utf8.h"
 
 namespace cairn::tok {
@@ -58,22 +59,24 @@ TEST(Pretokenizer, DeepseekAndOthers) {
 TEST(Pretokenizer, NonAsciiWhitespaceCountsAsSpace) {
   // U+3000 (ideographic space) and U+0085 (next line) are White_Space: as
   // symbols they would stay together as one piece.
-  EXPECT_EQ(split("gpt-2", "a\xE3\x80\x80\xE3\x80\x80" "b"),
+  EXPECT_EQ(split("gpt-2",
+                  "a\xE3\x80\x80\xE3\x80\x80"
+                  "b"),
             (V{"a", "\xE3\x80\x80", "\xE3\x80\x80", "b"}));
   EXPECT_EQ(split("gpt-2", "a\xC2\x85\xC2\x85"), (V{"a", "\xC2\x85\xC2\x85"}));
 }
 
 TEST(Pretokenizer, InvalidUtf8IsCoveredNotDropped) {
-  for (const char* pre : {"gpt-2", "llama-bpe", "qwen2", "deepseek-llm", "deepseek-coder",
-                          "falcon", "starcoder", "default", "gpt-4o", "tekken", "bloom"}) {
+  for (const char* pre : {"gpt-2", "llama-bpe", "qwen2", "deepseek-llm", "deepseek-coder", "falcon",
+                          "starcoder", "default", "gpt-4o", "tekken", "bloom"}) {
     const std::vector<std::string> w = split(pre, "ok \xFF\xC3 bad \xE2\x82 x\xF0\x9F\x98");
     EXPECT_FALSE(w.empty()) << pre;
   }
 }
 
 TEST(Pretokenizer, EveryListCompiles) {
-  for (const char* pre : {"gpt-2", "llama-bpe", "qwen2", "deepseek-llm", "deepseek-coder",
-                          "falcon", "starcoder", "default", "gpt-4o", "tekken", "bloom", "viking",
+  for (const char* pre : {"gpt-2", "llama-bpe", "qwen2", "deepseek-llm", "deepseek-coder", "falcon",
+                          "starcoder", "default", "gpt-4o", "tekken", "bloom", "viking",
                           "seed-coder", "refact", "command-r", "stablelm2", "dbrx", "mpt"}) {
     std::string used;
     auto p = Pretokenizer::create(pre, &used);
@@ -109,7 +112,7 @@ TEST(Utf8, ByteLevelRoundTrip) {
   for (int b = 0; b < 256; ++b) all += static_cast<char>(b);
   const std::string enc = byte_level_encode(all);
   EXPECT_EQ(byte_level_decode(enc), all);
-  EXPECT_EQ(byte_level_encode(" "), "\xC4\xA0");  // "Ġ"
+  EXPECT_EQ(byte_level_encode(" "), "\xC4\xA0");   // "Ġ"
   EXPECT_EQ(byte_level_encode("\n"), "\xC4\x8A");  // "Ċ"
   EXPECT_EQ(byte_level_encode("A"), "A");
 }

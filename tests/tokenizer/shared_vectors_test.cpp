@@ -97,17 +97,17 @@ TEST_P(VocabVectors, EncodeMatchesReferenceAndDecodeRoundTrips) {
     // With BOS (and EOS) added, decoding still gives the text back.
     EXPECT_EQ(t.decode(t.encode(v.inputs[i], true, false)), v.inputs[i]) << name << " #" << i;
   }
-  std::printf("  %-32s %d/%zu vectors exact, %d tokens, loaded in %.0f ms\n", name.c_str(),
-              exact, v.inputs.size(), t.vocab_size(), load_ms);
+  std::printf("  %-32s %d/%zu vectors exact, %d tokens, loaded in %.0f ms\n", name.c_str(), exact,
+              v.inputs.size(), t.vocab_size(), load_ms);
 }
 
 INSTANTIATE_TEST_SUITE_P(Shared, VocabVectors,
                          ::testing::Values("llama-spm", "phi-3", "gpt-2", "llama-bpe", "qwen2",
-                                           "deepseek-llm", "deepseek-coder", "falcon",
-                                           "starcoder"),
+                                           "deepseek-llm", "deepseek-coder", "falcon", "starcoder"),
                          [](const auto& info) {
                            std::string s = info.param;
-                           for (char& c : s) c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+                           for (char& c : s)
+                             c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
                            return s;
                          });
 
@@ -115,7 +115,8 @@ TEST(VocabVectors, BertIsWordPieceAndNotSupported) {
   // bert-bge is a WordPiece vocabulary (tokenizer.ggml.model = "bert"), which
   // cairn does not implement: its vectors are skipped, loading must say why.
   CAIRN_REQUIRE_SHARED("tokenizer/ggml-vocab-bert-bge.gguf");
-  auto file = gguf::File::open((*test::shared_dir() / "tokenizer/ggml-vocab-bert-bge.gguf").string());
+  auto file =
+      gguf::File::open((*test::shared_dir() / "tokenizer/ggml-vocab-bert-bge.gguf").string());
   ASSERT_TRUE(file) << file.status().message();
   auto tok = Tokenizer::from_gguf(**file);
   ASSERT_FALSE(tok);

@@ -62,9 +62,10 @@ inline SpmSpec spm_spec() {
   }
   // Longer pieces score higher, as in a trained model.
   const std::vector<std::string> pieces = {
-      kSp, "h", "e", "l", "o", "w", "r", "d", "a", "b", "c", "<", ">", "s", "/", "|",
-      kSp + "h", kSp + "he", "ll", "llo", kSp + "hello", kSp + "w", "or", "ld", kSp + "wor",
-      kSp + "world", "ab", "bc", kSp + kSp};
+      kSp,         "h",           "e",  "l",   "o",           "w",       "r",  "d",
+      "a",         "b",           "c",  "<",   ">",           "s",       "/",  "|",
+      kSp + "h",   kSp + "he",    "ll", "llo", kSp + "hello", kSp + "w", "or", "ld",
+      kSp + "wor", kSp + "world", "ab", "bc",  kSp + kSp};
   for (const std::string& p : pieces) add(p, static_cast<float>(p.size()), 1);
   add("<|end|>", 0, 3);
   add("<tool>", 0, 4);
@@ -120,8 +121,8 @@ inline BpeSpec bpe_spec(std::vector<std::string> merges = {}) {
   for (int b = 0; b < 256; ++b) s.tokens.push_back(byte_char(static_cast<unsigned char>(b)));
   const std::string G = byte_char(' ');  // "Ġ"
   if (merges.empty()) {
-    merges = {"h e", "l l", "he ll", "hell o", G + " w", "o r", G + "w or", "l d",
-              G + "wor ld", "o " + G, "1 2", "12 3"};
+    merges = {"h e",      "l l", "he ll",      "hell o", G + " w", "o r",
+              G + "w or", "l d", G + "wor ld", "o " + G, "1 2",    "12 3"};
   }
   for (const std::string& m : merges) {
     const size_t sp = m.find(' ', 1);

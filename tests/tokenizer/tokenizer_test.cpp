@@ -24,9 +24,11 @@ struct Spm : ::testing::Test {
 };
 
 TEST_F(Spm, MergesByScoreWithSpacePrefix) {
-  EXPECT_EQ(t().encode("hello world", false), (std::vector<Token>{id(kSp + "hello"), id(kSp + "world")}));
+  EXPECT_EQ(t().encode("hello world", false),
+            (std::vector<Token>{id(kSp + "hello"), id(kSp + "world")}));
   // A leading space in the text is kept: two U+2581, merged into one piece.
-  EXPECT_EQ(t().encode(" hello", false), (std::vector<Token>{id(kSp + kSp), id("h"), id("e"), id("llo")}));
+  EXPECT_EQ(t().encode(" hello", false),
+            (std::vector<Token>{id(kSp + kSp), id("h"), id("e"), id("llo")}));
   EXPECT_TRUE(t().encode("", false).empty());
   EXPECT_EQ(t().encode("", true), (std::vector<Token>{1}));
 }
@@ -181,10 +183,12 @@ TEST_F(Bpe, MergesByRankWithinWords) {
 TEST(BpeRanks, LowerRankWins) {
   Built ab{test::bpe_writer(test::bpe_spec({"a b", "b c"}))};
   ASSERT_TRUE(ab.tok) << ab.error;
-  EXPECT_EQ(ab->encode("abc", false), (std::vector<Token>{ab->find_token("ab"), ab->find_token("c")}));
+  EXPECT_EQ(ab->encode("abc", false),
+            (std::vector<Token>{ab->find_token("ab"), ab->find_token("c")}));
   Built bc{test::bpe_writer(test::bpe_spec({"b c", "a b"}))};
   ASSERT_TRUE(bc.tok) << bc.error;
-  EXPECT_EQ(bc->encode("abc", false), (std::vector<Token>{bc->find_token("a"), bc->find_token("bc")}));
+  EXPECT_EQ(bc->encode("abc", false),
+            (std::vector<Token>{bc->find_token("a"), bc->find_token("bc")}));
 }
 
 TEST(BpeRanks, LongWordIsNotQuadratic) {
@@ -197,8 +201,9 @@ TEST(BpeRanks, LongWordIsNotQuadratic) {
 }
 
 TEST_F(Bpe, ByteLevelIsLossless) {
-  for (const std::string& s : std::vector<std::string>{"hello world", "  spaces  ", "\t\n\r\n", "\xFF\xFE\x80 invalid",
-                              "caf\xC3\xA9 \xE2\x82\xAC 12345", std::string("nul\0byte", 8), ""}) {
+  for (const std::string& s : std::vector<std::string>{
+           "hello world", "  spaces  ", "\t\n\r\n", "\xFF\xFE\x80 invalid",
+           "caf\xC3\xA9 \xE2\x82\xAC 12345", std::string("nul\0byte", 8), ""}) {
     EXPECT_EQ(t().decode(t().encode(s, false)), s);
     EXPECT_EQ(t().decode(t().encode(s, true)), s);
   }
