@@ -1,4 +1,5 @@
 // matmul and get_row: the only kernels that touch weights in their GGUF type.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -42,12 +43,18 @@ void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* out,
   const auto* wdata = static_cast<const unsigned char*>(w.data);
   const auto* adata = static_cast<const unsigned char*>(act);
   const auto vec_dot = ops->vec_dot;
+  // Tokens go in tiles small enough to stay in cache while a thread's rows pass
+  // over them; the rows of a chunk are re-read once per tile (from cache, when
+  // the chunk fits), so a weight row leaves memory once per batch.
+  constexpr int64_t kTokenTile = 16;
   pool.parallel_for(w.rows, [&](int64_t b, int64_t e) {
-    // Rows outer, tokens inner: a weight row is read from memory once per batch.
-    for (int64_t r = b; r < e; ++r) {
-      const unsigned char* wrow = wdata + static_cast<size_t>(r) * w.row_stride;
-      for (int64_t t = 0; t < n_tokens; ++t) {
-        out[t * w.rows + r] = vec_dot(w.cols, wrow, adata + static_cast<size_t>(t) * act_stride);
+    for (int64_t t0 = 0; t0 < n_tokens; t0 += kTokenTile) {
+      const int64_t t1 = std::min(n_tokens, t0 + kTokenTile);
+      for (int64_t r = b; r < e; ++r) {
+        const unsigned char* wrow = wdata + static_cast<size_t>(r) * w.row_stride;
+        for (int64_t t = t0; t < t1; ++t) {
+          out[t * w.rows + r] = vec_dot(w.cols, wrow, adata + static_cast<size_t>(t) * act_stride);
+        }
       }
     }
   });

@@ -92,14 +92,16 @@ TEST(Matmul, Q6_K) {
 }
 
 TEST(Matmul, TokensAreIndependentRowsOfTheBatch) {
-  Quantized q = make_weights(TensorType::Q4_K, 5, 256, 3);
-  const auto x = random_vec(3 * 256, 4);
+  // 37 tokens: more than one token tile, and a ragged last one.
+  const int64_t T = 37, rows = 5;
+  Quantized q = make_weights(TensorType::Q4_K, rows, 256, 3);
+  const auto x = random_vec(size_t(T * 256), 4);
   ThreadPool pool(2);
-  std::vector<float> batch(15), single(5);
-  matmul(q.w, x.data(), 3, batch.data(), pool);
-  for (int t = 0; t < 3; ++t) {
+  std::vector<float> batch(static_cast<size_t>(T * rows)), single(static_cast<size_t>(rows));
+  matmul(q.w, x.data(), T, batch.data(), pool);
+  for (int64_t t = 0; t < T; ++t) {
     matmul(q.w, x.data() + t * 256, 1, single.data(), pool);
-    for (int r = 0; r < 5; ++r) EXPECT_EQ(batch[t * 5 + r], single[r]);
+    for (int64_t r = 0; r < rows; ++r) ASSERT_EQ(batch[size_t(t * rows + r)], single[size_t(r)]) << t << " " << r;
   }
 }
 
