@@ -44,9 +44,47 @@ constexpr std::array<std::string_view, 12> kEogTexts = {
     "<|end_of_text|>", "<end_of_utterance>", "<|return|>", "<|call|>",
 };
 
-// FIM pad / repo / file-separator tokens also end generation in llama.cpp.
-constexpr std::array<std::string_view, 3> kEogIdKeys = {"fim_pad_token_id", "fim_rep_token_id",
-                                                        "fim_sep_token_id"};
+// Roles llama.cpp recognizes by text when their *_token_id key is absent: the
+// first text of the list found in the vocabulary takes the role and becomes a
+// control token. End-of-turn and FIM pad / repo / separator also end
+// generation (as do those ids when the keys give them).
+struct RoleTexts {
+  std::string_view key;
+  bool ends_generation;
+  std::array<std::string_view, 10> texts;  // "" pads the list
+};
+#define CAIRN_FW_BAR "\xEF\xBD\x9C"  // U+FF5C, DeepSeek's fullwidth bar
+#define CAIRN_SP "\xE2\x96\x81"      // U+2581
+const std::array<RoleTexts, 7> kRoles = {{
+    {"eot_token_id",
+     true,
+     {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|end_of_text|>",
+      "<EOT>", "_<EOT>", "<" CAIRN_FW_BAR "end" CAIRN_SP "of" CAIRN_SP "sentence" CAIRN_FW_BAR ">",
+      "<end_of_utterance>"}},
+    {"eom_token_id", true, {"<|eom_id|>"}},
+    {"fim_pre_token_id",
+     false,
+     {"<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>",
+      "<" CAIRN_FW_BAR "fim" CAIRN_SP "begin" CAIRN_FW_BAR ">", "<PRE>", CAIRN_SP "<PRE>",
+      "<|code_prefix|>"}},
+    {"fim_suf_token_id",
+     false,
+     {"<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>",
+      "<" CAIRN_FW_BAR "fim" CAIRN_SP "hole" CAIRN_FW_BAR ">", "<SUF>", CAIRN_SP "<SUF>",
+      "<|code_suffix|>"}},
+    {"fim_mid_token_id",
+     false,
+     {"<|fim_middle|>", "<fim-middle>", "<fim_middle>",
+      "<" CAIRN_FW_BAR "fim" CAIRN_SP "end" CAIRN_FW_BAR ">", "<MID>", CAIRN_SP "<MID>",
+      "<|code_middle|>"}},
+    {"fim_pad_token_id", true, {"<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>"}},
+    {"fim_rep_token_id",
+     true,
+     {"<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"}},
+}};
+#undef CAIRN_FW_BAR
+#undef CAIRN_SP
+constexpr std::string_view kFimSepKey = "fim_sep_token_id";
 
 // Pre-tokenizers after which a BPE vocabulary adds BOS by default.
 constexpr std::array<std::string_view, 10> kBpeAddBos = {
@@ -216,10 +254,26 @@ Result<std::unique_ptr<Vocab>> load_vocab(const gguf::File& f, Model model) {
   for (Token t : {v->eos, v->eot, v->eom}) {
     if (t >= 0) v->eog.insert(t);
   }
-  for (std::string_view k : kEogIdKeys) {
-    auto id = read_id(f, k, -1, n);
+  for (const RoleTexts& role : kRoles) {
+    auto id = read_id(f, role.key, -1, n);
     if (!id) return id.status();
-    if (id.value() >= 0) v->eog.insert(id.value());
+    Token t = id.value();
+    if (f.find(key(role.key)) == nullptr) {
+      for (std::string_view s : role.texts) {
+        if (!s.empty() && (t = v->find(s)) >= 0) break;
+      }
+      if (t >= 0) v->attr[t] = TokenAttr::Control;
+    }
+    if (t >= 0 && role.ends_generation) v->eog.insert(t);
+  }
+  {
+    auto id = read_id(f, kFimSepKey, -1, n);
+    if (!id) return id.status();
+    Token t = id.value();
+    if (f.find(key(kFimSepKey)) == nullptr && (t = v->find("<|file_sep|>")) >= 0) {
+      v->attr[t] = TokenAttr::Control;
+    }
+    if (t >= 0) v->eog.insert(t);
   }
   for (std::string_view s : kEogTexts) {
     const Token t = v->find(s);

@@ -153,6 +153,14 @@ TEST(VocabVectors, ChatSpecialTokensAreMatchedWhole) {
   ASSERT_GE(think, 0);
   EXPECT_EQ(t.encode("a<think>b", false, false)[1], think);
   EXPECT_FALSE(t.add_bos());
+  // FIM tokens are recognized by their text, as llama.cpp does: control (not
+  // matched in plain text), and the repo / file separators end generation.
+  const Token fim_prefix = t.find_token("<|fim_prefix|>"), file_sep = t.find_token("<|file_sep|>");
+  EXPECT_EQ(t.attr(fim_prefix), TokenAttr::Control);
+  EXPECT_TRUE(t.is_eog(file_sep));
+  EXPECT_FALSE(t.is_eog(fim_prefix));
+  EXPECT_NE(t.encode("<|fim_prefix|>", false, false), (std::vector<Token>{fim_prefix}));
+  EXPECT_EQ(t.encode("<|fim_prefix|>", false, true), (std::vector<Token>{fim_prefix}));
 }
 
 TEST(VocabVectors, Llama3AddsBosAndKnowsEog) {
