@@ -2,7 +2,10 @@
 // Owns dequantize (to_float), quantize (from_float) and the dot product of a
 // weight row with an activation row for every type cairn computes with.
 // Scalar reference versions live here; SIMD variants replace entries of the
-// table at start-up (chosen from CPUID) and are tested against the scalar ones.
+// table at start-up (chosen from CPUID; CAIRN_SCALAR=1 keeps the scalar ones)
+// and are tested against them. Block layouts: core/quant_blocks.h. Never keeps
+// state beyond the tables built at load time, never allocates, never checks
+// sizes: callers pass whole blocks of buffers they have bounds-checked.
 #pragma once
 
 #include <cstdint>
