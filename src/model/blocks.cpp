@@ -219,6 +219,11 @@ Status validate_batch(const HParams& hp, const Batch& b, const KvView& kv) {
   if (kv.dtype() != TensorType::F16 && kv.dtype() != TensorType::F32)
     return Status::error("KV view type " + std::string(type_info(kv.dtype()).name) +
                          " is not supported (f16, f32)");
+  if ((kv.n_layer() != 0 && kv.n_layer() != hp.n_layer) ||
+      (kv.row_elems() != 0 && kv.row_elems() != hp.kv_row_elems()))
+    return Status::error("KV view is shaped for " + std::to_string(kv.n_layer()) + " layers of " +
+                         std::to_string(kv.row_elems()) + "-wide rows; the model needs " +
+                         std::to_string(hp.n_layer) + " of " + std::to_string(hp.kv_row_elems()));
   std::vector<std::pair<SeqId, int32_t>> slots;
   slots.reserve(n);
   for (size_t i = 0; i < n; ++i) {

@@ -29,6 +29,8 @@ class ContiguousKvCache final : public KvView {
   const void* key(int layer, SeqId seq, int32_t pos) const override;
   const void* value(int layer, SeqId seq, int32_t pos) const override;
 
+  int64_t n_layer() const override { return n_layer_; }
+  int64_t row_elems() const override { return row_elems_; }
   int n_seqs() const { return n_seqs_; }
   int64_t n_ctx() const { return n_ctx_; }
   size_t bytes() const { return data_.size(); }

@@ -79,6 +79,10 @@ class KvView {
   virtual void write(int layer, SeqId seq, int32_t pos, const float* k, const float* v) = 0;
   virtual const void* key(int layer, SeqId seq, int32_t pos) const = 0;
   virtual const void* value(int layer, SeqId seq, int32_t pos) const = 0;
+  // The shape the view was built for; forward() refuses a view whose shape
+  // differs from the model's (0 = not reported, not checked).
+  virtual int64_t n_layer() const { return 0; }
+  virtual int64_t row_elems() const { return 0; }
 };
 
 // Vocab-sized float rows for the tokens that asked for them, in batch order.

@@ -456,6 +456,14 @@ TEST(ModelForward, BadBatchesAreRejectedBeforeRunning) {
   Batch ok;
   ok.add(1, 0, 0, true);
   EXPECT_EQ(err(ok), "(ok)");
+  // A cache built for another model is refused, not overrun.
+  SynthSpec other;
+  other.n_head_kv = 4;
+  Built b2 = build(other);
+  ASSERT_TRUE(b2.model);
+  auto wrong = kv_for(*b2.model, 2);
+  Status st = b.model->forward(ok, *wrong, lg);
+  EXPECT_EQ(st.message(), "KV view is shaped for 2 layers of 64-wide rows; the model needs 2 of 32");
 }
 
 TEST(ContiguousKv, RejectsBadShapes) {
