@@ -182,6 +182,41 @@ TEST(VocabVectors, Llama3AddsBosAndKnowsEog) {
   EXPECT_EQ(hdr.back(), t.find_token("<|end_header_id|>"));
 }
 
+// 600 random mixes of awkward pieces (scripts, emoji with joiners, odd
+// whitespace, digits, contractions) per vocabulary, tokenized by Hugging
+// Face's `tokenizers` (data/make_hf_vectors.js); the vocabularies are shared.
+class HfVectors : public ::testing::TestWithParam<std::pair<const char*, const char*>> {};
+
+TEST_P(HfVectors, MatchHuggingFace) {
+  const auto [vocab, data] = GetParam();
+  CAIRN_REQUIRE_SHARED(std::string("tokenizer/") + vocab);
+  auto file = gguf::File::open((*test::shared_dir() / "tokenizer" / vocab).string());
+  ASSERT_TRUE(file) << file.status().message();
+  auto tok = Tokenizer::from_gguf(**file);
+  ASSERT_TRUE(tok) << tok.status().message();
+  std::ifstream in(fs::path(__FILE__).parent_path() / "data" / data);
+  ASSERT_TRUE(in) << "missing test data " << data;
+  std::string line;
+  int n = 0, exact = 0;
+  while (std::getline(in, line)) {
+    const nlohmann::json j = nlohmann::json::parse(line);
+    const std::string text = j["text"].get<std::string>();
+    const std::vector<Token> want = j["ids"].get<std::vector<Token>>();
+    const std::vector<Token> got = (*tok)->encode(text, false, false);
+    EXPECT_EQ(got, want) << vocab << ": '" << show(text) << "'";
+    EXPECT_EQ((*tok)->decode(got), text);
+    exact += got == want;
+    ++n;
+  }
+  EXPECT_EQ(n, 600);
+  std::printf("  %-28s %d/%d texts as Hugging Face tokenizes them\n", vocab, exact, n);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shared, HfVectors,
+                         ::testing::Values(std::pair{"ggml-vocab-llama-bpe.gguf",
+                                                     "hf-llama3.jsonl"},
+                                           std::pair{"ggml-vocab-qwen2.gguf", "hf-qwen3.jsonl"}));
+
 // The prompts of the golden files, with BOS, as the reference tokenized them.
 TEST(GoldenPrompts, MatchPromptTokens) {
   CAIRN_REQUIRE_SHARED("golden");
