@@ -68,8 +68,9 @@ TensorType storage_type(TensorType wanted, int64_t row);
 
 // Writes the model to `path` via a temp file in the same folder and a rename,
 // so a reader never sees a half-written file and concurrent writers of the
-// same deterministic content are safe. Same spec + vocab = same bytes.
+// same deterministic content are safe. Same spec + vocab = same bytes, for
+// any `n_threads` (threads quantize rows; <= 0: all cores).
 Result<BuildSummary> write_random_model(const RandomModelSpec& spec, const VocabSource& vocab,
-                                        const std::string& path);
+                                        const std::string& path, int n_threads = 1);
 
 }  // namespace cairn::engine

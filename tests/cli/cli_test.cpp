@@ -165,6 +165,9 @@ TEST_F(Cli, SeededSamplingRepeats) {
   };
   const std::string a = sample("5");
   EXPECT_FALSE(a.empty());
+  Proc quiet = run_cairn({"run", "-n", "4", "--log-level", "warn"}, env);
+  EXPECT_EQ(quiet.exit_code, 0);
+  EXPECT_TRUE(quiet.err.empty()) << quiet.err;
   EXPECT_EQ(a, sample("5"));
   EXPECT_NE(a, sample("6"));
 }
@@ -186,6 +189,8 @@ TEST_F(Cli, BadPathIsOneErrorLine) {
   Proc r = run_cairn({"run", "-m", "/no/such/model.gguf", "-p", "hi"});
   expect_one_error_line(r, "/no/such/model.gguf");
   expect_one_error_line(run_cairn({"gguf", "/no/such/model.gguf"}), "/no/such/model.gguf");
+  // Logs can be silenced (the global option also works after the subcommand); errors still show.
+  expect_one_error_line(run_cairn({"run", "--log-level", "off", "-m", "/no/such/model.gguf"}), "/no/such");
 }
 
 TEST_F(Cli, MalformedFilesAreOneErrorLine) {

@@ -146,7 +146,7 @@ TEST(ModelBuilder, SameSeedSameBytes) {
   auto dir = test::temp_dir("builder-seed");
   auto spec = small_spec(TensorType::Q4_0);
   ASSERT_TRUE(write_random_model(spec, demo_vocab(), (dir / "a.gguf").string()).is_ok());
-  ASSERT_TRUE(write_random_model(spec, demo_vocab(), (dir / "b.gguf").string()).is_ok());
+  ASSERT_TRUE(write_random_model(spec, demo_vocab(), (dir / "b.gguf").string(), 3).is_ok());  // threads
   spec.seed = 8;
   ASSERT_TRUE(write_random_model(spec, demo_vocab(), (dir / "c.gguf").string()).is_ok());
   EXPECT_EQ(slurp(dir / "a.gguf"), slurp(dir / "b.gguf"));

@@ -36,6 +36,7 @@ int main(int argc, char** argv) {
   try {
     CLI::App app{"cairn: load GGUF models and generate text", "cairn"};
     app.require_subcommand(1);
+    app.fallthrough();  // global options (--log-level) also work after the subcommand
     std::string log_level = "info";
     app.add_option("--log-level", log_level, "stderr log level: trace, debug, info, warn, error, off")
         ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}));

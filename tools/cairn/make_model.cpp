@@ -17,6 +17,7 @@ struct MakeModelArgs {
   std::string out;
   std::string vocab_from;
   std::string type = "f32";
+  int threads = 0;
   engine::RandomModelSpec spec;
 };
 
@@ -37,7 +38,7 @@ Status make_model(MakeModelArgs& a) {
     if (!v.is_ok()) return v.status().with_context(a.vocab_from);
     vocab = std::move(*v);
   }
-  auto summary = engine::write_random_model(a.spec, vocab, a.out);
+  auto summary = engine::write_random_model(a.spec, vocab, a.out, a.threads);
   if (!summary.is_ok()) return summary.status();
   for (const auto& f : summary->fallbacks)
     spdlog::warn("{}: rows of this length do not fit {} blocks; stored as {}", f.tensor,
@@ -66,6 +67,8 @@ void register_make_model(CLI::App& app, CommandResult& result) {
       ->capture_default_str();
   cmd->add_option("--seed", s.seed, "weight seed")->capture_default_str();
   cmd->add_option("--name", s.name, "general.name");
+  cmd->add_option("-t,--threads", a->threads, "threads that quantize (default: all cores)")
+      ->check(CLI::Range(0, 1024));
   cmd->callback([&result, a] { result.status = make_model(*a); });
 }
 
