@@ -96,7 +96,9 @@ VocabSource demo_vocab() {
   for (char c = 'A'; c <= 'Z'; ++c) b.add(std::string(1, c), kNormal);
   for (char c : std::string_view("0123456789.,!?'\"-:;()")) b.add(std::string(1, c), kNormal);
   for (char c : std::string_view(".,!?'\"")) b.add(std::string(kSpace) + c, kNormal);
-  for_each_word(kWords, [&](const std::string& w) { b.add_with_prefixes(std::string(kSpace) + w, kSpace.size() + 1); });
+  for_each_word(kWords, [&](const std::string& w) {
+    b.add_with_prefixes(std::string(kSpace) + w, kSpace.size() + 1);
+  });
   for_each_word(kSuffixes, [&](const std::string& w) { b.add_with_prefixes(w, 2); });
 
   VocabSource v;
@@ -150,7 +152,8 @@ Result<std::string> ensure_demo_model(const std::filesystem::path& cache_dir) {
   if (fs::exists(path) && gguf::File::open(path.string()).is_ok()) return path.string();
   std::error_code ec;
   fs::create_directories(cache_dir, ec);
-  if (ec) return Status::error("cannot create cache folder " + cache_dir.string() + ": " + ec.message());
+  if (ec)
+    return Status::error("cannot create cache folder " + cache_dir.string() + ": " + ec.message());
   auto written = write_random_model(demo_spec(), demo_vocab(), path.string());
   if (!written.is_ok()) return written.status().with_context("writing the demo model");
   return path.string();

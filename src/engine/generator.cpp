@@ -30,8 +30,8 @@ Result<LoadedModel> load_model(const std::string& path, const model::LoadOptions
   m.model = std::move(*net);
   if (m.tokenizer->vocab_size() > m.model->hparams().n_vocab)
     return Status::error(path + ": the tokenizer has " + std::to_string(m.tokenizer->vocab_size()) +
-                         " tokens but the model only " + std::to_string(m.model->hparams().n_vocab) +
-                         " output rows");
+                         " tokens but the model only " +
+                         std::to_string(m.model->hparams().n_vocab) + " output rows");
   return m;
 }
 
@@ -41,7 +41,8 @@ Result<GenerateResult> Generator::generate(std::string_view prompt, const Genera
   return generate_tokens(std::move(tokens), options, on_text);
 }
 
-Result<GenerateResult> Generator::generate_tokens(std::vector<Token> prompt, const GenerateOptions& options,
+Result<GenerateResult> Generator::generate_tokens(std::vector<Token> prompt,
+                                                  const GenerateOptions& options,
                                                   const TextCallback& on_text) {
   const model::HParams& hp = model_.hparams();
   if (prompt.empty()) return Status::error("the prompt is empty (and the model adds no BOS token)");
@@ -53,13 +54,13 @@ Result<GenerateResult> Generator::generate_tokens(std::vector<Token> prompt, con
 
   const int64_t n_prompt = static_cast<int64_t>(prompt.size());
   const int64_t limit = hp.n_ctx_train > 0 ? hp.n_ctx_train : INT32_MAX;
-  int64_t n_ctx = options.n_ctx > 0 ? options.n_ctx
+  int64_t n_ctx = options.n_ctx > 0         ? options.n_ctx
                   : options.max_tokens >= 0 ? n_prompt + options.max_tokens
                                             : limit;
   n_ctx = std::min(n_ctx, limit);
   if (n_prompt > n_ctx)
-    return Status::error("the prompt has " + std::to_string(n_prompt) + " tokens but the context holds " +
-                         std::to_string(n_ctx));
+    return Status::error("the prompt has " + std::to_string(n_prompt) +
+                         " tokens but the context holds " + std::to_string(n_ctx));
 
   auto sampler = Sampler::create(options.sampling, static_cast<int32_t>(hp.n_vocab));
   if (!sampler.is_ok()) return sampler.status();
@@ -110,7 +111,8 @@ Result<GenerateResult> Generator::generate_tokens(std::vector<Token> prompt, con
       break;
     }
     if (pos >= n_ctx) break;  // no room for this token's K/V: the context is full
-    if (options.max_tokens >= 0 && static_cast<int64_t>(res.tokens.size()) >= options.max_tokens) break;
+    if (options.max_tokens >= 0 && static_cast<int64_t>(res.tokens.size()) >= options.max_tokens)
+      break;
     batch.clear();
     batch.add(t, static_cast<int32_t>(pos), 0, true);
     CAIRN_RETURN_IF_ERROR(model_.forward(batch, **kv, logits));

@@ -47,8 +47,13 @@ struct FileType {
   uint32_t ftype;
 };
 constexpr std::array<FileType, 7> kFileTypes = {{
-    {TensorType::F32, 0}, {TensorType::F16, 1}, {TensorType::Q4_0, 2}, {TensorType::Q8_0, 7},
-    {TensorType::Q4_K, 14}, {TensorType::Q6_K, 18}, {TensorType::BF16, 32},
+    {TensorType::F32, 0},
+    {TensorType::F16, 1},
+    {TensorType::Q4_0, 2},
+    {TensorType::Q8_0, 7},
+    {TensorType::Q4_K, 14},
+    {TensorType::Q6_K, 18},
+    {TensorType::BF16, 32},
 }};
 
 // How a tensor's values are made.
@@ -99,7 +104,10 @@ std::vector<TensorPlan> plan_tensors(const RandomModelSpec& s, int64_t n_vocab) 
   const int64_t q_out = s.heads * head_dim;
   const int64_t kv_out = s.kv_heads * head_dim;
   auto mat = [&](std::string name, int64_t in, int64_t out) {
-    return TensorPlan{std::move(name), {in, out}, storage_type(s.type, in), Fill::Uniform,
+    return TensorPlan{std::move(name),
+                      {in, out},
+                      storage_type(s.type, in),
+                      Fill::Uniform,
                       1.0f / std::sqrt(static_cast<float>(in))};
   };
   auto vec = [](std::string name, int64_t n, Fill fill, float sd) {
@@ -108,7 +116,8 @@ std::vector<TensorPlan> plan_tensors(const RandomModelSpec& s, int64_t n_vocab) 
   std::vector<TensorPlan> p;
   // Unit-variance embeddings against 1/sqrt(fan_in) matrices keep the residual
   // stream and the logits O(1), so sampling from a random model stays varied.
-  p.push_back({"token_embd.weight", {s.dim, n_vocab}, storage_type(s.type, s.dim), Fill::Uniform, 1.0f});
+  p.push_back(
+      {"token_embd.weight", {s.dim, n_vocab}, storage_type(s.type, s.dim), Fill::Uniform, 1.0f});
   const bool bias = find_arch(s.arch)->qkv_bias;
   for (int64_t l = 0; l < s.layers; ++l) {
     const std::string b = "blk." + std::to_string(l) + ".";
@@ -219,11 +228,13 @@ Status validate(const RandomModelSpec& s) {
   if (s.heads < 1 || s.heads > s.dim) return bad("--heads must be in [1, dim]");
   if (s.dim % s.heads != 0) return bad("--dim must be a multiple of --heads");
   if ((s.dim / s.heads) % 2 != 0) return bad("head size (dim / heads) must be even for RoPE");
-  if (s.kv_heads < 1 || s.heads % s.kv_heads != 0) return bad("--heads must be a multiple of --kv-heads");
+  if (s.kv_heads < 1 || s.heads % s.kv_heads != 0)
+    return bad("--heads must be a multiple of --kv-heads");
   if (s.ffn < 1 || s.ffn > kMaxFfn) return bad("--ffn must be in [1, 1048576]");
   if (s.ctx < 1 || s.ctx > kMaxCtx) return bad("--ctx must be in [1, 16777216]");
   const TypeOps* ops = type_ops(s.type);
-  if (!ops || !ops->from_float) return bad("cairn cannot quantize to " + std::string(type_info(s.type).name));
+  if (!ops || !ops->from_float)
+    return bad("cairn cannot quantize to " + std::string(type_info(s.type).name));
   return Status::ok();
 }
 
@@ -244,9 +255,10 @@ Result<BuildSummary> write_random_model(const RandomModelSpec& spec, const Vocab
   gguf::Writer w;
   const std::string a = spec.arch;
   w.set_string("general.architecture", a);
-  w.set_string("general.name", !spec.name.empty() ? spec.name
-                                                  : "cairn-random-" + a + "-" + std::to_string(spec.dim) +
-                                                        "x" + std::to_string(spec.layers));
+  w.set_string("general.name", !spec.name.empty()
+                                   ? spec.name
+                                   : "cairn-random-" + a + "-" + std::to_string(spec.dim) + "x" +
+                                         std::to_string(spec.layers));
   for (const auto& ft : kFileTypes)
     if (ft.type == spec.type) w.set_uint32("general.file_type", ft.ftype);
   w.set_uint32("general.quantization_version", 2);
@@ -284,7 +296,8 @@ Result<BuildSummary> write_random_model(const RandomModelSpec& spec, const Vocab
     const uint64_t size = *row_bytes(t.type, t.dims[0]) * (elems / t.dims[0]);
     offset = align_up(offset + size);
     summary.n_params += elems;
-    if (t.dims.size() == 2 && t.type != spec.type) summary.fallbacks.push_back({t.name, spec.type, t.type});
+    if (t.dims.size() == 2 && t.type != spec.type)
+      summary.fallbacks.push_back({t.name, spec.type, t.type});
   }
   header.resize(align_up(header.size()), 0);
   summary.bytes = header.size() + offset;

@@ -28,7 +28,7 @@ struct RandomModelSpec {
   int64_t heads = 4;
   int64_t kv_heads = 4;
   int64_t ffn = 512;
-  int64_t ctx = 2048;          // <arch>.context_length
+  int64_t ctx = 2048;                 // <arch>.context_length
   TensorType type = TensorType::F32;  // of every 2-D weight; norms and biases stay F32
   uint64_t seed = 0;
 };
@@ -53,7 +53,7 @@ struct TensorFallback {
 
 struct BuildSummary {
   uint64_t n_params = 0;
-  uint64_t bytes = 0;                    // file size
+  uint64_t bytes = 0;                     // file size
   std::vector<TensorFallback> fallbacks;  // tensors not stored in spec.type
 };
 

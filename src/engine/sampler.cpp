@@ -53,7 +53,8 @@ void top_logprobs(std::span<const float> logits, double lse, int32_t n, SampleRe
 }  // namespace
 
 Status SamplingParams::validate(int32_t vocab_size) const {
-  if (!finite(temperature) || temperature < 0) return bad("temperature", "must be a finite number >= 0");
+  if (!finite(temperature) || temperature < 0)
+    return bad("temperature", "must be a finite number >= 0");
   if (top_k < 0) return bad("top_k", "must be >= 0 (0 disables it)");
   if (!finite(top_p) || top_p <= 0 || top_p > 1) return bad("top_p", "must be in (0, 1]");
   if (!finite(min_p) || min_p < 0 || min_p > 1) return bad("min_p", "must be in [0, 1]");
@@ -128,16 +129,18 @@ void Sampler::apply_bias_and_penalties(std::span<float> logits) const {
     float& l = logits[tok];
     // CTRL's penalty with llama.cpp's sign fix: dividing a negative logit
     // would make the token more likely, so negative ones are multiplied.
-    if (l <= 0) l *= params_.repetition_penalty;
-    else l /= params_.repetition_penalty;
+    if (l <= 0)
+      l *= params_.repetition_penalty;
+    else
+      l /= params_.repetition_penalty;
     l -= static_cast<float>(count) * params_.frequency_penalty + params_.presence_penalty;
   }
 }
 
 Result<SampleResult> Sampler::sample(std::span<const float> logits) {
   if (logits.size() != static_cast<size_t>(vocab_size_))
-    return Status::error("sampler: got " + std::to_string(logits.size()) + " logits for a vocabulary of " +
-                         std::to_string(vocab_size_));
+    return Status::error("sampler: got " + std::to_string(logits.size()) +
+                         " logits for a vocabulary of " + std::to_string(vocab_size_));
   for (float l : logits)
     if (std::isnan(l) || l == std::numeric_limits<float>::infinity())
       return Status::error("sampler: the model produced a NaN or +inf logit");

@@ -29,14 +29,15 @@ namespace cairn::engine {
 // Defaults are the neutral ones (plain sampling from softmax(logits)), as the
 // OpenAI API defines them; front-ends set their own defaults on top.
 struct SamplingParams {
-  float temperature = 1.0f;         // 0 = greedy
-  int32_t top_k = 0;                // 0 = off
-  float top_p = 1.0f;               // (0, 1]; 1 = off
-  float min_p = 0.0f;               // [0, 1]; 0 = off
-  float repetition_penalty = 1.0f;  // > 0; 1 = off. Positive logits are divided, negative multiplied
-  float presence_penalty = 0.0f;    // [-2, 2]: subtracted once from every token seen in the window
-  float frequency_penalty = 0.0f;   // [-2, 2]: subtracted once per occurrence in the window
-  int32_t penalty_last_n = 64;      // penalty window over accepted tokens; 0 = off, -1 = all
+  float temperature = 1.0f;  // 0 = greedy
+  int32_t top_k = 0;         // 0 = off
+  float top_p = 1.0f;        // (0, 1]; 1 = off
+  float min_p = 0.0f;        // [0, 1]; 0 = off
+  float repetition_penalty =
+      1.0f;                        // > 0; 1 = off. Positive logits are divided, negative multiplied
+  float presence_penalty = 0.0f;   // [-2, 2]: subtracted once from every token seen in the window
+  float frequency_penalty = 0.0f;  // [-2, 2]: subtracted once per occurrence in the window
+  int32_t penalty_last_n = 64;     // penalty window over accepted tokens; 0 = off, -1 = all
   std::map<Token, float> logit_bias;  // added to the logit; [-100, 100]
   std::optional<uint64_t> seed;       // absent: drawn from std::random_device
   int32_t n_logprobs = 0;             // top-N log-probabilities to report, [0, kMaxLogprobs]
@@ -54,8 +55,8 @@ struct TokenLogprob {
 
 struct SampleResult {
   Token token = -1;
-  float logprob = 0.0f;            // of `token` under the raw distribution
-  std::vector<TokenLogprob> top;   // n_logprobs most likely raw tokens, descending
+  float logprob = 0.0f;           // of `token` under the raw distribution
+  std::vector<TokenLogprob> top;  // n_logprobs most likely raw tokens, descending
 };
 
 class Sampler {

@@ -39,10 +39,12 @@ std::string slurp(const fs::path& p) {
 
 // Runs cairn with `args` (no shell), capturing stdout and stderr. `env` adds
 // or overrides environment variables of the child.
-Proc run_cairn(const std::vector<std::string>& args, const std::map<std::string, std::string>& env = {}) {
+Proc run_cairn(const std::vector<std::string>& args,
+               const std::map<std::string, std::string>& env = {}) {
   static int counter = 0;
-  const fs::path err_file = fs::path(CAIRN_BINARY_DIR) / "test-tmp" /
-                            ("cli-stderr-" + std::to_string(getpid()) + "-" + std::to_string(counter++));
+  const fs::path err_file =
+      fs::path(CAIRN_BINARY_DIR) / "test-tmp" /
+      ("cli-stderr-" + std::to_string(getpid()) + "-" + std::to_string(counter++));
   fs::create_directories(err_file.parent_path());
   int out_pipe[2];
   if (pipe(out_pipe) != 0) return {};
@@ -101,7 +103,8 @@ void expect_one_error_line(const Proc& r, const std::string& needle) {
 TEST_F(Cli, GoldenGreedyTextForEveryFloatModel) {
   CAIRN_REQUIRE_SHARED("golden/stories260K.json");
   const fs::path shared = *cairn::test::shared_dir();
-  for (const char* name : {"stories260K", "syn-llama-gqa-f32", "syn-qwen2-f32", "syn-llama-tied-f16"}) {
+  for (const char* name :
+       {"stories260K", "syn-llama-gqa-f32", "syn-qwen2-f32", "syn-llama-tied-f16"}) {
     const fs::path golden = shared / "golden" / (std::string(name) + ".json");
     const fs::path model = shared / "models" / (std::string(name) + ".gguf");
     if (!fs::exists(golden) || !fs::exists(model)) {
@@ -112,7 +115,7 @@ TEST_F(Cli, GoldenGreedyTextForEveryFloatModel) {
     for (const auto& c : doc["cases"]) {
       const std::string prompt = c["prompt"];
       Proc r = run_cairn({"run", "-m", model.string(), "-p", prompt, "-n",
-                         std::to_string(c["n_predict"].get<int>()), "--temp", "0"});
+                          std::to_string(c["n_predict"].get<int>()), "--temp", "0"});
       EXPECT_EQ(r.exit_code, 0) << name << ": " << r.err;
       EXPECT_EQ(r.out, c["text"].get<std::string>()) << name << " prompt: " << prompt;
     }
@@ -123,8 +126,8 @@ TEST_F(Cli, StoriesOnceUponATime) {
   CAIRN_REQUIRE_SHARED("models/stories260K.gguf");
   const fs::path shared = *cairn::test::shared_dir();
   auto doc = nlohmann::json::parse(slurp(shared / "golden" / "stories260K.json"));
-  Proc r = run_cairn({"run", "-m", (shared / "models" / "stories260K.gguf").string(), "-p", "Once upon a time",
-                     "-n", "48", "--temp", "0"});
+  Proc r = run_cairn({"run", "-m", (shared / "models" / "stories260K.gguf").string(), "-p",
+                      "Once upon a time", "-n", "48", "--temp", "0"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out, doc["cases"][0]["text"].get<std::string>());
 }
@@ -147,11 +150,13 @@ TEST_F(Cli, DemoModelRunsWithoutAModel) {
 
 TEST_F(Cli, DemoModelCacheFallsBackToXdgAndHome) {
   const fs::path xdg = cairn::test::temp_dir("cli-xdg");
-  Proc r = run_cairn({"run", "-n", "4"}, {{"CAIRN_CACHE_DIR", ""}, {"XDG_CACHE_HOME", xdg.string()}});
+  Proc r =
+      run_cairn({"run", "-n", "4"}, {{"CAIRN_CACHE_DIR", ""}, {"XDG_CACHE_HOME", xdg.string()}});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_TRUE(fs::exists(xdg / "cairn" / "demo-llama-v1.gguf"));
   const fs::path home = cairn::test::temp_dir("cli-home");
-  r = run_cairn({"run", "-n", "4"}, {{"CAIRN_CACHE_DIR", ""}, {"XDG_CACHE_HOME", ""}, {"HOME", home.string()}});
+  r = run_cairn({"run", "-n", "4"},
+                {{"CAIRN_CACHE_DIR", ""}, {"XDG_CACHE_HOME", ""}, {"HOME", home.string()}});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_TRUE(fs::exists(home / ".cache" / "cairn" / "demo-llama-v1.gguf"));
 }
@@ -159,7 +164,8 @@ TEST_F(Cli, DemoModelCacheFallsBackToXdgAndHome) {
 TEST_F(Cli, SeededSamplingRepeats) {
   auto env = private_cache("cli-seed");
   auto sample = [&](const char* seed) {
-    Proc r = run_cairn({"run", "-p", "The", "-n", "40", "--temp", "0.8", "--seed", seed, "--ignore-eos"}, env);
+    Proc r = run_cairn(
+        {"run", "-p", "The", "-n", "40", "--temp", "0.8", "--seed", seed, "--ignore-eos"}, env);
     EXPECT_EQ(r.exit_code, 0) << r.err;
     return r.out;
   };
@@ -176,7 +182,8 @@ TEST_F(Cli, SeededSamplingRepeatsOnARealModel) {
   CAIRN_REQUIRE_SHARED("models/stories260K.gguf");
   const std::string model = (*cairn::test::shared_dir() / "models" / "stories260K.gguf").string();
   auto sample = [&] {
-    Proc r = run_cairn({"run", "-m", model, "-p", "Once upon a time", "-n", "48", "--temp", "0.8", "--seed", "5"});
+    Proc r = run_cairn(
+        {"run", "-m", model, "-p", "Once upon a time", "-n", "48", "--temp", "0.8", "--seed", "5"});
     EXPECT_EQ(r.exit_code, 0) << r.err;
     return r.out;
   };
@@ -190,7 +197,8 @@ TEST_F(Cli, BadPathIsOneErrorLine) {
   expect_one_error_line(r, "/no/such/model.gguf");
   expect_one_error_line(run_cairn({"gguf", "/no/such/model.gguf"}), "/no/such/model.gguf");
   // Logs can be silenced (the global option also works after the subcommand); errors still show.
-  expect_one_error_line(run_cairn({"run", "--log-level", "off", "-m", "/no/such/model.gguf"}), "/no/such");
+  expect_one_error_line(run_cairn({"run", "--log-level", "off", "-m", "/no/such/model.gguf"}),
+                        "/no/such");
 }
 
 TEST_F(Cli, MalformedFilesAreOneErrorLine) {
@@ -202,8 +210,8 @@ TEST_F(Cli, MalformedFilesAreOneErrorLine) {
 
   // A good model cut in half: the tensor data runs past the end.
   const fs::path good = dir / "good.gguf";
-  Proc made = run_cairn({"make-model", good.string(), "--dim", "64", "--layers", "1", "--heads", "2", "--kv-heads",
-                        "2", "--ffn", "128"});
+  Proc made = run_cairn({"make-model", good.string(), "--dim", "64", "--layers", "1", "--heads",
+                         "2", "--kv-heads", "2", "--ffn", "128"});
   ASSERT_EQ(made.exit_code, 0) << made.err;
   std::string bytes = slurp(good);
   const fs::path cut = dir / "cut.gguf";
@@ -220,11 +228,14 @@ TEST_F(Cli, UsageErrorsAreOneLine) {
   auto env = private_cache("cli-usage");
   expect_one_error_line(run_cairn({"run", "--temp", "-1"}, env), "temperature");
   expect_one_error_line(run_cairn({"run", "--top-p", "nan"}, env), "top_p");
-  expect_one_error_line(run_cairn({"make-model", (cache_ / "x.gguf").string(), "--type", "q9_9"}), "q9_9");
-  expect_one_error_line(run_cairn({"make-model", (cache_ / "x.gguf").string(), "--dim", "100", "--heads", "3"}),
-                        "--heads");
-  expect_one_error_line(run_cairn({"make-model", (cache_ / "x.gguf").string(), "--vocab-from", "/no/vocab.gguf"}),
-                        "/no/vocab.gguf");
+  expect_one_error_line(run_cairn({"make-model", (cache_ / "x.gguf").string(), "--type", "q9_9"}),
+                        "q9_9");
+  expect_one_error_line(
+      run_cairn({"make-model", (cache_ / "x.gguf").string(), "--dim", "100", "--heads", "3"}),
+      "--heads");
+  expect_one_error_line(
+      run_cairn({"make-model", (cache_ / "x.gguf").string(), "--vocab-from", "/no/vocab.gguf"}),
+      "/no/vocab.gguf");
   EXPECT_FALSE(fs::exists(cache_ / "x.gguf"));
   Proc help = run_cairn({"--help"});
   EXPECT_EQ(help.exit_code, 0);
@@ -237,13 +248,17 @@ TEST_F(Cli, MakeModelEveryTypeListsAndRuns) {
   // A vocabulary donor the test writes itself (the demo vocabulary).
   const fs::path donor = dir / "donor.gguf";
   ASSERT_EQ(run_cairn({"make-model", donor.string(), "--dim", "64", "--layers", "1", "--heads", "2",
-                       "--kv-heads", "1", "--ffn", "64"}).exit_code, 0);
+                       "--kv-heads", "1", "--ffn", "64"})
+                .exit_code,
+            0);
   for (const char* type : {"f32", "f16", "q8_0", "q4_0", "q4_k", "q6_k"}) {
     for (const char* arch : {"llama", "qwen2"}) {
       const fs::path out = dir / (std::string(arch) + "-" + type + ".gguf");
-      Proc made = run_cairn({"make-model", out.string(), "--arch", arch, "--dim", "256", "--layers", "2", "--heads",
-                            "4", "--kv-heads", "2", "--ffn", "512", "--vocab-from", donor.string(), "--type", type,
-                            "--seed", "3", "--ctx", "512"});
+      Proc made = run_cairn({"make-model",   out.string(), "--arch", arch,      "--dim",
+                             "256",          "--layers",   "2",      "--heads", "4",
+                             "--kv-heads",   "2",          "--ffn",  "512",     "--vocab-from",
+                             donor.string(), "--type",     type,     "--seed",  "3",
+                             "--ctx",        "512"});
       ASSERT_EQ(made.exit_code, 0) << type << ": " << made.err;
       EXPECT_TRUE(made.out.empty());
       Proc listed = run_cairn({"gguf", out.string()});
@@ -252,8 +267,8 @@ TEST_F(Cli, MakeModelEveryTypeListsAndRuns) {
       EXPECT_NE(listed.out.find(type), std::string::npos) << listed.out;
       EXPECT_NE(listed.out.find("tokenizer.ggml.tokens"), std::string::npos);
       EXPECT_EQ(listed.out.find("attn_q.bias") != std::string::npos, std::string(arch) == "qwen2");
-      Proc ran = run_cairn({"run", "-m", out.string(), "-p", "Once upon a time", "-n", "12", "--temp", "0",
-                           "--ignore-eos"});
+      Proc ran = run_cairn({"run", "-m", out.string(), "-p", "Once upon a time", "-n", "12",
+                            "--temp", "0", "--ignore-eos"});
       EXPECT_EQ(ran.exit_code, 0) << type << " " << arch << ": " << ran.err;
       EXPECT_FALSE(ran.out.empty()) << type << " " << arch;
     }
@@ -262,8 +277,8 @@ TEST_F(Cli, MakeModelEveryTypeListsAndRuns) {
 
 TEST_F(Cli, MakeModelFallsBackForOddRows) {
   const fs::path out = cairn::test::temp_dir("cli-fallback") / "m.gguf";
-  Proc made = run_cairn({"make-model", out.string(), "--dim", "64", "--layers", "1", "--heads", "2", "--kv-heads",
-                        "2", "--ffn", "96", "--type", "q4_k"});
+  Proc made = run_cairn({"make-model", out.string(), "--dim", "64", "--layers", "1", "--heads", "2",
+                         "--kv-heads", "2", "--ffn", "96", "--type", "q4_k"});
   ASSERT_EQ(made.exit_code, 0) << made.err;
   EXPECT_NE(made.err.find("stored as q8_0"), std::string::npos) << made.err;
   Proc ran = run_cairn({"run", "-m", out.string(), "-n", "4", "--temp", "0", "--ignore-eos"});
@@ -273,9 +288,11 @@ TEST_F(Cli, MakeModelFallsBackForOddRows) {
 TEST_F(Cli, MakeModelWithSharedVocab) {
   CAIRN_REQUIRE_SHARED("tokenizer/ggml-vocab-llama-spm.gguf");
   const fs::path out = cairn::test::temp_dir("cli-shared-vocab") / "m.gguf";
-  const std::string vocab = (*cairn::test::shared_dir() / "tokenizer" / "ggml-vocab-llama-spm.gguf").string();
-  Proc made = run_cairn({"make-model", out.string(), "--dim", "128", "--layers", "1", "--heads", "2", "--kv-heads",
-                        "2", "--ffn", "256", "--type", "q8_0", "--vocab-from", vocab});
+  const std::string vocab =
+      (*cairn::test::shared_dir() / "tokenizer" / "ggml-vocab-llama-spm.gguf").string();
+  Proc made =
+      run_cairn({"make-model", out.string(), "--dim", "128", "--layers", "1", "--heads", "2",
+                 "--kv-heads", "2", "--ffn", "256", "--type", "q8_0", "--vocab-from", vocab});
   ASSERT_EQ(made.exit_code, 0) << made.err;
   Proc ran = run_cairn({"run", "-m", out.string(), "-p", "Hello world", "-n", "8", "--seed", "1"});
   EXPECT_EQ(ran.exit_code, 0) << ran.err;

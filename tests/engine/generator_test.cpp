@@ -163,7 +163,8 @@ TEST(DemoTokenizer, WordsBecomeSingleTokensAndRoundTrip) {
   auto ids = tok.encode("the little dog", false);
   ASSERT_EQ(ids.size(), 3u);
   EXPECT_EQ(tok.token_text(ids[0]), "\xE2\x96\x81the");
-  for (const char* text : {"Once upon a time, there was a girl.", "Zebras \xC3\xA9t\xC3\xA9 \xE2\x9C\x93 42!"})
+  for (const char* text :
+       {"Once upon a time, there was a girl.", "Zebras \xC3\xA9t\xC3\xA9 \xE2\x9C\x93 42!"})
     EXPECT_EQ(tok.decode(tok.encode(text, true)), text);
 }
 
@@ -198,7 +199,8 @@ TEST(GeneratorGolden, StoriesTokensAndLogprobs) {
       for (size_t k = 0; k < top.size(); ++k) {
         devs.push_back(std::fabs(s.top[k].logprob - top[k][2].get<double>()));
         // Ids agree except where two candidates lie within the model's rounding noise.
-        if (k + 1 < top.size() && std::fabs(top[k][2].get<double>() - top[k + 1][2].get<double>()) > 0.02) {
+        if (k + 1 < top.size() &&
+            std::fabs(top[k][2].get<double>() - top[k + 1][2].get<double>()) > 0.02) {
           EXPECT_EQ(s.top[k].token, top[k][0].get<Token>()) << "step " << i << " rank " << k;
         }
       }
@@ -211,12 +213,13 @@ TEST(GeneratorGolden, StoriesTokensAndLogprobs) {
   // missing normalisation) is off by far more than that everywhere.
   std::sort(devs.begin(), devs.end());
   const double median = devs[devs.size() / 2];
-  const double within = double(std::upper_bound(devs.begin(), devs.end(), 1e-3) - devs.begin()) / devs.size();
+  const double within =
+      double(std::upper_bound(devs.begin(), devs.end(), 1e-3) - devs.begin()) / devs.size();
   EXPECT_LE(median, 1e-3);
   EXPECT_GE(within, 0.85);
   EXPECT_LE(devs.back(), 1e-2);
-  std::printf("  logprob deviations over %zu entries: median %.2g, within 1e-3 %.1f%%, max %.2g\n", devs.size(),
-              median, 100 * within, devs.back());
+  std::printf("  logprob deviations over %zu entries: median %.2g, within 1e-3 %.1f%%, max %.2g\n",
+              devs.size(), median, 100 * within, devs.back());
 }
 
 }  // namespace

@@ -86,8 +86,10 @@ TEST(ModelBuilder, WeightScalesAndZeroByteRows) {
     for (float x : v) s += double(x) * x;
     return std::sqrt(s / v.size());
   };
-  EXPECT_NEAR(sd(to_floats(*(*file)->find_tensor("blk.0.ffn_down.weight"))), 1 / std::sqrt(512.0), 0.002);
-  EXPECT_NEAR(sd(to_floats(*(*file)->find_tensor("blk.0.attn_q.weight"))), 1 / std::sqrt(256.0), 0.002);
+  EXPECT_NEAR(sd(to_floats(*(*file)->find_tensor("blk.0.ffn_down.weight"))), 1 / std::sqrt(512.0),
+              0.002);
+  EXPECT_NEAR(sd(to_floats(*(*file)->find_tensor("blk.0.attn_q.weight"))), 1 / std::sqrt(256.0),
+              0.002);
   EXPECT_NEAR(sd(to_floats(*(*file)->find_tensor("token_embd.weight"))), 1.0, 0.01);
   // Output rows of byte tokens (ids 3..258 in the demo vocab) are zero, others are not.
   const auto out = to_floats(*(*file)->find_tensor("output.weight"));
@@ -146,7 +148,8 @@ TEST(ModelBuilder, SameSeedSameBytes) {
   auto dir = test::temp_dir("builder-seed");
   auto spec = small_spec(TensorType::Q4_0);
   ASSERT_TRUE(write_random_model(spec, demo_vocab(), (dir / "a.gguf").string()).is_ok());
-  ASSERT_TRUE(write_random_model(spec, demo_vocab(), (dir / "b.gguf").string(), 3).is_ok());  // threads
+  ASSERT_TRUE(
+      write_random_model(spec, demo_vocab(), (dir / "b.gguf").string(), 3).is_ok());  // threads
   spec.seed = 8;
   ASSERT_TRUE(write_random_model(spec, demo_vocab(), (dir / "c.gguf").string()).is_ok());
   EXPECT_EQ(slurp(dir / "a.gguf"), slurp(dir / "b.gguf"));
@@ -176,7 +179,8 @@ TEST(ModelBuilder, RejectsBadSpecs) {
   rejects([](RandomModelSpec& s) { s.type = TensorType::Q5_K; }, "quantize");
   EXPECT_FALSE(std::filesystem::exists(path));
   auto s = small_spec(TensorType::F32);
-  EXPECT_FALSE(write_random_model(s, demo_vocab(), (dir / "no" / "such" / "dir.gguf").string()).is_ok());
+  EXPECT_FALSE(
+      write_random_model(s, demo_vocab(), (dir / "no" / "such" / "dir.gguf").string()).is_ok());
 }
 
 TEST(ModelBuilder, VocabFromGgufCopiesTokenizerKeys) {

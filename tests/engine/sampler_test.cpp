@@ -210,10 +210,10 @@ TEST(Sampler, PenaltiesChangeLogitsExactly) {
   for (Token t : {0, 1, 2, 1, 3}) s->accept(t);
   std::vector<float> l = {3.0f, 3.0f, -2.0f, 0.0f, 1.0f, -1.0f};
   s->apply_bias_and_penalties(l);
-  EXPECT_FLOAT_EQ(l[0], 3.0f);                              // outside the window
-  EXPECT_FLOAT_EQ(l[1], 3.0f / 1.5f - 2 * 0.5f - 0.25f);     // positive: divided
-  EXPECT_FLOAT_EQ(l[2], -2.0f * 1.5f - 1 * 0.5f - 0.25f);    // negative: multiplied
-  EXPECT_FLOAT_EQ(l[3], 0.0f * 1.5f - 0.5f - 0.25f);         // zero counts as non-positive
+  EXPECT_FLOAT_EQ(l[0], 3.0f);                             // outside the window
+  EXPECT_FLOAT_EQ(l[1], 3.0f / 1.5f - 2 * 0.5f - 0.25f);   // positive: divided
+  EXPECT_FLOAT_EQ(l[2], -2.0f * 1.5f - 1 * 0.5f - 0.25f);  // negative: multiplied
+  EXPECT_FLOAT_EQ(l[3], 0.0f * 1.5f - 0.5f - 0.25f);       // zero counts as non-positive
   EXPECT_FLOAT_EQ(l[4], 1.0f);
   EXPECT_FLOAT_EQ(l[5], -1.0f);
 }
@@ -252,7 +252,8 @@ TEST(Sampler, LogitBiasAddsAndBans) {
   r.logit_bias = {{0, -100.0f}};
   r.seed = 3;
   auto rs = Sampler::create(r, 4);
-  for (int i = 0; i < 5000; ++i) ASSERT_NE(rs->sample(std::vector<float>{5.0f, 1.0f, 2.0f, 0.0f})->token, 0);
+  for (int i = 0; i < 5000; ++i)
+    ASSERT_NE(rs->sample(std::vector<float>{5.0f, 1.0f, 2.0f, 0.0f})->token, 0);
 }
 
 TEST(Sampler, LogprobsAreRawLogSoftmax) {

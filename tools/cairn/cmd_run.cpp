@@ -61,19 +61,23 @@ Status run(const RunArgs& a) {
     auto demo = engine::ensure_demo_model(*dir);
     if (!demo.is_ok()) return demo.status();
     path = *demo;
-    spdlog::info("no -m given: using the built-in demo model {} (random weights: its text is gibberish)", path);
+    spdlog::info(
+        "no -m given: using the built-in demo model {} (random weights: its text is gibberish)",
+        path);
   }
   model::LoadOptions lo;
   lo.n_threads = a.threads;
   auto loaded = engine::load_model(path, lo);
   if (!loaded.is_ok()) return loaded.status();
   const auto& hp = loaded->model->hparams();
-  spdlog::info("loaded {}: {}, {} layers, dim {}, vocab {}", path, hp.arch, hp.n_layer, hp.n_embd, hp.n_vocab);
+  spdlog::info("loaded {}: {}, {} layers, dim {}, vocab {}", path, hp.arch, hp.n_layer, hp.n_embd,
+               hp.n_vocab);
 
   bool write_failed = false;
   engine::Generator gen(*loaded->model, *loaded->tokenizer);
   auto res = gen.generate(a.prompt, go, [&](std::string_view piece) {
-    if (std::fwrite(piece.data(), 1, piece.size(), stdout) != piece.size() || std::fflush(stdout) != 0) {
+    if (std::fwrite(piece.data(), 1, piece.size(), stdout) != piece.size() ||
+        std::fflush(stdout) != 0) {
       write_failed = true;  // e.g. the reader of a pipe went away: stop quietly
       return false;
     }
@@ -82,33 +86,41 @@ Status run(const RunArgs& a) {
   if (!res.is_ok()) return res.status();
   if (!write_failed && isatty(STDOUT_FILENO)) std::fputc('\n', stdout);
   const double tps = res->decode_seconds > 0 ? res->tokens.size() / res->decode_seconds : 0;
-  spdlog::info("prompt {} tokens in {:.3f} s; generated {} tokens in {:.3f} s ({:.1f} tok/s); seed {}; {}",
-               res->prompt_tokens.size(), res->prefill_seconds, res->tokens.size(), res->decode_seconds, tps,
-               res->seed, res->finish == engine::FinishReason::Stop ? "stopped" : "length limit");
+  spdlog::info(
+      "prompt {} tokens in {:.3f} s; generated {} tokens in {:.3f} s ({:.1f} tok/s); seed {}; {}",
+      res->prompt_tokens.size(), res->prefill_seconds, res->tokens.size(), res->decode_seconds, tps,
+      res->seed, res->finish == engine::FinishReason::Stop ? "stopped" : "length limit");
   return Status::ok();
 }
 
 }  // namespace
 
 void register_run(CLI::App& app, CommandResult& result) {
-  auto* cmd = app.add_subcommand("run", "generate a continuation of a prompt (stdout: the text only)");
+  auto* cmd =
+      app.add_subcommand("run", "generate a continuation of a prompt (stdout: the text only)");
   auto a = std::make_shared<RunArgs>();
   cmd->add_option("-m,--model", a->model, "GGUF model (default: the built-in demo model)");
   cmd->add_option("-p,--prompt", a->prompt, "prompt text (default: empty, i.e. start from BOS)");
-  cmd->add_option("-n,--n-predict", a->n_predict, "tokens to generate; -1: until end of text or full context")
+  cmd->add_option("-n,--n-predict", a->n_predict,
+                  "tokens to generate; -1: until end of text or full context")
       ->check(CLI::Range(-1, 1 << 30));
   cmd->add_option("--temp", a->temp, "temperature; 0 = greedy")->capture_default_str();
   cmd->add_option("--top-k", a->top_k, "top-k; 0 = off")->capture_default_str();
   cmd->add_option("--top-p", a->top_p, "top-p; 1 = off")->capture_default_str();
   cmd->add_option("--min-p", a->min_p, "min-p; 0 = off")->capture_default_str();
-  cmd->add_option("--repeat-penalty", a->repeat_penalty, "repetition penalty; 1 = off")->capture_default_str();
-  cmd->add_option("--repeat-last-n", a->repeat_last_n, "penalty window; 0 = off, -1 = all")->capture_default_str();
-  cmd->add_option("--presence-penalty", a->presence_penalty, "presence penalty")->capture_default_str();
-  cmd->add_option("--frequency-penalty", a->frequency_penalty, "frequency penalty")->capture_default_str();
-  cmd->add_option_function<uint64_t>("-s,--seed", [a](const uint64_t& v) { a->seed = v; },
-                                     "sampling seed (default: random)");
+  cmd->add_option("--repeat-penalty", a->repeat_penalty, "repetition penalty; 1 = off")
+      ->capture_default_str();
+  cmd->add_option("--repeat-last-n", a->repeat_last_n, "penalty window; 0 = off, -1 = all")
+      ->capture_default_str();
+  cmd->add_option("--presence-penalty", a->presence_penalty, "presence penalty")
+      ->capture_default_str();
+  cmd->add_option("--frequency-penalty", a->frequency_penalty, "frequency penalty")
+      ->capture_default_str();
+  cmd->add_option_function<uint64_t>(
+      "-s,--seed", [a](const uint64_t& v) { a->seed = v; }, "sampling seed (default: random)");
   cmd->add_flag("--ignore-eos", a->ignore_eos, "keep generating past end-of-text tokens");
-  cmd->add_option("-t,--threads", a->threads, "compute threads (default: all cores)")->check(CLI::Range(0, 1024));
+  cmd->add_option("-t,--threads", a->threads, "compute threads (default: all cores)")
+      ->check(CLI::Range(0, 1024));
   cmd->add_option("-c,--ctx", a->ctx, "context size (default: prompt + n, at most the model's)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 24));
   cmd->callback([&result, a] { result.status = run(*a); });

@@ -13,7 +13,7 @@
 namespace cairn::cli {
 
 struct CommandResult {
-  Status status;     // a failure: main prints its message as the one error line
+  Status status;  // a failure: main prints its message as the one error line
   int exit_code = 0;
 };
 

@@ -38,7 +38,8 @@ int main(int argc, char** argv) {
     app.require_subcommand(1);
     app.fallthrough();  // global options (--log-level) also work after the subcommand
     std::string log_level = "info";
-    app.add_option("--log-level", log_level, "stderr log level: trace, debug, info, warn, error, off")
+    app.add_option("--log-level", log_level,
+                   "stderr log level: trace, debug, info, warn, error, off")
         ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}));
     cairn::cli::CommandResult result;
     cairn::cli::register_run(app, result);
