@@ -11,6 +11,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+constexpr int64_t kUnboundedCtx = 4096;
+
 double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
@@ -54,9 +56,12 @@ Result<GenerateResult> Generator::generate_tokens(std::vector<Token> prompt,
 
   const int64_t n_prompt = static_cast<int64_t>(prompt.size());
   const int64_t limit = hp.n_ctx_train > 0 ? hp.n_ctx_train : INT32_MAX;
-  int64_t n_ctx = options.n_ctx > 0         ? options.n_ctx
-                  : options.max_tokens >= 0 ? n_prompt + options.max_tokens
-                                            : limit;
+  // Without a token limit, a model's full context (128k for some) would be
+  // many GiB of K/V: default to llama.cpp's 4096 unless asked for more.
+  int64_t n_ctx = options.n_ctx;
+  if (n_ctx <= 0)
+    n_ctx = options.max_tokens >= 0 ? n_prompt + options.max_tokens
+                                    : std::max<int64_t>(kUnboundedCtx, n_prompt);
   n_ctx = std::min(n_ctx, limit);
   if (n_prompt > n_ctx)
     return Status::error("the prompt has " + std::to_string(n_prompt) +

@@ -35,8 +35,9 @@ struct GenerateOptions {
   int32_t max_tokens = 128;  // -1: until end of generation or a full context
   bool ignore_eos = false;   // keep going past end-of-generation tokens
   SamplingParams sampling;
-  // Context to allocate; 0: prompt + max_tokens. Never more than the model's
-  // context_length (when the file states one).
+  // Context to allocate; 0: prompt + max_tokens (max(4096, prompt) when
+  // max_tokens is -1). Never more than the model's context_length (when the
+  // file states one).
   int64_t n_ctx = 0;
   int32_t prefill_chunk = 512;  // prompt tokens per forward, bounding activation memory
 };
