@@ -88,15 +88,6 @@ uint64_t fnv1a(std::string_view s) {
   return h;
 }
 
-template <typename T>
-void put(std::vector<uint8_t>& out, T v) {
-  uint8_t b[sizeof(T)];
-  std::memcpy(b, &v, sizeof(T));
-  out.insert(out.end(), b, b + sizeof(T));
-}
-
-uint64_t align_up(uint64_t v) { return (v + kAlignment - 1) / kAlignment * kAlignment; }
-
 bool is_k_quant(TensorType t) { return type_info(t).block_elems == 256; }
 
 std::vector<TensorPlan> plan_tensors(const RandomModelSpec& s, int64_t n_vocab) {
@@ -273,34 +264,22 @@ Result<BuildSummary> write_random_model(const RandomModelSpec& spec, const Vocab
   w.set_float32(a + ".attention.layer_norm_rms_epsilon", ad.norm_eps);
   vocab.write_metadata(w);
 
-  // The writer lays out the metadata; the tensor infos and data are streamed
-  // here because gguf::Writer holds every tensor's bytes in memory until it
-  // writes. A writer with no tensors emits exactly magic, version, tensor
-  // count, KV count and the KVs, so the count is patched and infos appended.
-  std::vector<uint8_t> header = w.to_bytes(kAlignment);
-  if (header.size() < 24) return Status::error("make-model: gguf writer produced no header");
-  const uint64_t n_tensors = plan.size();
-  std::memcpy(header.data() + 8, &n_tensors, sizeof(n_tensors));
-
+  // Tensors are declared, then their data is streamed to the file one at a
+  // time, so a model of real size never sits in memory.
   BuildSummary summary;
-  uint64_t offset = 0;
+  uint64_t data_bytes = 0;
   for (const TensorPlan& t : plan) {
-    put<uint64_t>(header, t.name.size());
-    header.insert(header.end(), t.name.begin(), t.name.end());
-    put<uint32_t>(header, static_cast<uint32_t>(t.dims.size()));
-    for (int64_t d : t.dims) put<int64_t>(header, d);
-    put<uint32_t>(header, static_cast<uint32_t>(t.type));
-    put<uint64_t>(header, offset);
+    CAIRN_RETURN_IF_ERROR(w.declare_tensor(t.name, t.type, t.dims));
     uint64_t elems = 1;
     for (int64_t d : t.dims) elems *= static_cast<uint64_t>(d);
     const uint64_t size = *row_bytes(t.type, t.dims[0]) * (elems / t.dims[0]);
-    offset = align_up(offset + size);
+    data_bytes += size + gguf::Writer::tensor_padding(size, kAlignment);
     summary.n_params += elems;
     if (t.dims.size() == 2 && t.type != spec.type)
       summary.fallbacks.push_back({t.name, spec.type, t.type});
   }
-  header.resize(align_up(header.size()), 0);
-  summary.bytes = header.size() + offset;
+  const std::vector<uint8_t> header = w.header_bytes(kAlignment);
+  summary.bytes = header.size() + data_bytes;
 
   namespace fs = std::filesystem;
   std::random_device rd;
@@ -318,7 +297,7 @@ Result<BuildSummary> write_random_model(const RandomModelSpec& spec, const Vocab
     const long before = std::ftell(tmp.f);
     CAIRN_RETURN_IF_ERROR(write_tensor(tmp.f, t, vocab, spec.seed, tmp.path, pool, floats, bytes));
     written += static_cast<uint64_t>(std::ftell(tmp.f) - before);
-    const uint64_t pad = align_up(written) - written;
+    const uint64_t pad = gguf::Writer::tensor_padding(written, kAlignment);
     CAIRN_RETURN_IF_ERROR(write_all(tmp.f, kZeros, pad, tmp.path));
     written += pad;
   }

@@ -157,8 +157,8 @@ void Writer::set_encoded(const std::string& key, std::vector<uint8_t> encoded) {
   kvs_.emplace_back(key, std::move(encoded));
 }
 
-Status Writer::add_tensor(const std::string& name, TensorType type, std::vector<int64_t> dims,
-                          std::vector<uint8_t> data) {
+Result<uint64_t> Writer::check_tensor(const std::string& name, TensorType type,
+                                      const std::vector<int64_t>& dims) const {
   const std::string where = "gguf writer: tensor '" + printable(name) + "'";
   for (const PendingTensor& t : tensors_) {
     if (t.name == name) return Status::error(where + " added twice");
@@ -184,16 +184,34 @@ Status Writer::add_tensor(const std::string& name, TensorType type, std::vector<
   if (__builtin_mul_overflow(static_cast<uint64_t>(*row), rows, &bytes)) {
     return Status::error(where + " dimensions " + dims_string(dims) + " overflow");
   }
-  if (bytes != data.size()) {
-    return Status::error(where + " " + dims_string(dims) + " of " +
-                         std::string(type_info(type).name) + " needs " + std::to_string(bytes) +
-                         " bytes, got " + std::to_string(data.size()));
+  return bytes;
+}
+
+Status Writer::add_tensor(const std::string& name, TensorType type, std::vector<int64_t> dims,
+                          std::vector<uint8_t> data) {
+  Result<uint64_t> bytes = check_tensor(name, type, dims);
+  if (!bytes) return bytes.status();
+  if (*bytes != data.size()) {
+    return Status::error("gguf writer: tensor '" + printable(name) + "' " + dims_string(dims) +
+                         " of " + std::string(type_info(type).name) + " needs " +
+                         std::to_string(*bytes) + " bytes, got " + std::to_string(data.size()));
   }
-  tensors_.push_back({name, type, std::move(dims), std::move(data)});
+  tensors_.push_back({name, type, std::move(dims), std::move(data), *bytes});
   return Status::ok();
 }
 
-std::vector<uint8_t> Writer::to_bytes(uint64_t alignment) const {
+Status Writer::declare_tensor(const std::string& name, TensorType type, std::vector<int64_t> dims) {
+  Result<uint64_t> bytes = check_tensor(name, type, dims);
+  if (!bytes) return bytes.status();
+  tensors_.push_back({name, type, std::move(dims), {}, *bytes});
+  return Status::ok();
+}
+
+uint64_t Writer::tensor_padding(uint64_t bytes, uint64_t alignment) {
+  return (alignment - bytes % alignment) % alignment;
+}
+
+std::vector<uint8_t> Writer::header_bytes(uint64_t alignment) const {
   // write() reports a bad alignment; here it falls back to the default.
   if (!is_pow2(alignment) || alignment > UINT32_MAX) alignment = kDefaultAlignment;
   // Readers assume 32 unless told otherwise, so another alignment must be stated.
@@ -228,14 +246,21 @@ std::vector<uint8_t> Writer::to_bytes(uint64_t alignment) const {
     for (int64_t d : t.dims) put<int64_t>(out, d);
     put<uint32_t>(out, static_cast<uint32_t>(t.type));
     put<uint64_t>(out, offset);
-    offset = (offset + t.data.size() + alignment - 1) / alignment * alignment;
+    offset += t.n_bytes + tensor_padding(t.n_bytes, alignment);
   }
-  if (!tensors_.empty()) {
-    pad_to(out, alignment);
-    for (const PendingTensor& t : tensors_) {
-      out.insert(out.end(), t.data.begin(), t.data.end());
-      pad_to(out, alignment);  // data section starts aligned, so this aligns offsets too
-    }
+  if (!tensors_.empty()) pad_to(out, alignment);
+  return out;
+}
+
+std::vector<uint8_t> Writer::to_bytes(uint64_t alignment) const {
+  if (!is_pow2(alignment) || alignment > UINT32_MAX) alignment = kDefaultAlignment;
+  std::vector<uint8_t> out = header_bytes(alignment);
+  for (const PendingTensor& t : tensors_) {
+    out.insert(out.end(), t.data.begin(), t.data.end());
+    // Declared tensors have no bytes here; their space is zero-filled so the
+    // layout stays what header_bytes() promised.
+    out.resize(out.size() + (t.n_bytes - t.data.size()), 0);
+    pad_to(out, alignment);  // data section starts aligned, so this aligns offsets too
   }
   return out;
 }

@@ -33,6 +33,16 @@ class Writer {
   Status add_tensor(const std::string& name, TensorType type, std::vector<int64_t> dims,
                     std::vector<uint8_t> data);
 
+  // Streaming, for files too large to hold in memory (make-model of real
+  // shapes): declare every tensor without data, write header_bytes(), then each
+  // tensor's bytes in declaration order, each followed by padding to the
+  // alignment (tensor_padding). A writer mixes either declared or added tensors.
+  Status declare_tensor(const std::string& name, TensorType type, std::vector<int64_t> dims);
+  // Magic, version, counts, metadata and tensor infos, padded to the data section.
+  std::vector<uint8_t> header_bytes(uint64_t alignment = 32) const;
+  // Zero bytes to write after a tensor of `bytes` bytes so the next one is aligned.
+  static uint64_t tensor_padding(uint64_t bytes, uint64_t alignment = 32);
+
   // `alignment` must be a power of two below 2^32 (else 32 is used; write()
   // reports it as an error). Anything but 32 is recorded as general.alignment.
   std::vector<uint8_t> to_bytes(uint64_t alignment = 32) const;
@@ -40,12 +50,16 @@ class Writer {
 
  private:
   void set_encoded(const std::string& key, std::vector<uint8_t> encoded);
+  // Validates a new tensor and returns its byte size.
+  Result<uint64_t> check_tensor(const std::string& name, TensorType type,
+                                const std::vector<int64_t>& dims) const;
   std::vector<std::pair<std::string, std::vector<uint8_t>>> kvs_;  // key, encoded type+value
   struct PendingTensor {
     std::string name;
     TensorType type;
     std::vector<int64_t> dims;
-    std::vector<uint8_t> data;
+    std::vector<uint8_t> data;  // empty for declared tensors
+    uint64_t n_bytes = 0;
   };
   std::vector<PendingTensor> tensors_;
 };

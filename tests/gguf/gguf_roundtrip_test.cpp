@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <numeric>
 
 #include "gguf/gguf.h"
@@ -239,3 +240,32 @@ TEST(GgufGetters, ConversionsThatWouldLoseMeaningAreErrors) {
 
 }  // namespace
 }  // namespace cairn::gguf
+
+// Streaming writes (declare, header, then data) give the same bytes as to_bytes().
+TEST(GgufWriter, DeclaredTensorsStreamToTheSameLayout) {
+  using cairn::gguf::Writer;
+  std::vector<uint8_t> a(3 * 4), b(5 * 2);
+  for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<uint8_t>(i + 1);
+  for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<uint8_t>(100 + i);
+
+  Writer whole;
+  whole.set_string("general.architecture", "llama");
+  ASSERT_TRUE(whole.add_tensor("a", cairn::TensorType::F32, {3}, a).is_ok());
+  ASSERT_TRUE(whole.add_tensor("b", cairn::TensorType::F16, {5}, b).is_ok());
+
+  Writer streamed;
+  streamed.set_string("general.architecture", "llama");
+  ASSERT_TRUE(streamed.declare_tensor("a", cairn::TensorType::F32, {3}).is_ok());
+  ASSERT_TRUE(streamed.declare_tensor("b", cairn::TensorType::F16, {5}).is_ok());
+  EXPECT_FALSE(streamed.declare_tensor("b", cairn::TensorType::F16, {5}).is_ok());
+  std::vector<uint8_t> out = streamed.header_bytes();
+  for (const auto* t : {&a, &b}) {
+    out.insert(out.end(), t->begin(), t->end());
+    out.resize(out.size() + Writer::tensor_padding(t->size()), 0);
+  }
+  EXPECT_EQ(out, whole.to_bytes());
+  auto file = cairn::gguf::File::parse(std::move(out));
+  ASSERT_TRUE(file.is_ok()) << file.status().message();
+  ASSERT_EQ((*file)->tensors().size(), 2u);
+  EXPECT_EQ(std::memcmp((*file)->tensors()[1].data, b.data(), b.size()), 0);
+}
