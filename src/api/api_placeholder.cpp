@@ -1,0 +1,2 @@
+// placeholder so the layer library has a translation unit
+namespace cairn {}

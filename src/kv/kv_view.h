@@ -1,0 +1,40 @@
+// kv/kv_view.h — how a forward pass reads and writes K/V rows.
+// The model layer (above) computes with this interface; the paged cache in
+// this folder and simple contiguous caches implement it. Owns no memory.
+#pragma once
+
+#include <cstdint>
+
+#include "core/tensor_type.h"
+
+namespace cairn {
+
+using Token = int32_t;  // same alias as tokenizer/tokenizer.h (a redeclaration, not a clash)
+using SeqId = int32_t;
+
+namespace kv {
+
+// Where K/V rows live. A row is n_head_kv * head_dim elements of dtype(), the
+// K (or V) of one token in one layer. forward() writes every token's K/V of a
+// layer before attention reads it, so a token sees itself and the earlier
+// tokens of its own batch. Positions 0..pos of a sequence must have been
+// written (by this or an earlier forward) before a token at pos attends.
+class KvView {
+ public:
+  virtual ~KvView() = default;
+  virtual TensorType dtype() const = 0;  // F16 or F32
+  // Positions [0, capacity) of `seq` may be written; 0 for an unknown sequence.
+  // forward() checks every token against it before touching anything.
+  virtual int64_t capacity(SeqId seq) const = 0;
+  // k and v are float rows; the view converts them to dtype().
+  virtual void write(int layer, SeqId seq, int32_t pos, const float* k, const float* v) = 0;
+  virtual const void* key(int layer, SeqId seq, int32_t pos) const = 0;
+  virtual const void* value(int layer, SeqId seq, int32_t pos) const = 0;
+  // The shape the view was built for; forward() refuses a view whose shape
+  // differs from the model's (0 = not reported, not checked).
+  virtual int64_t n_layer() const { return 0; }
+  virtual int64_t row_elems() const { return 0; }
+};
+
+}  // namespace kv
+}  // namespace cairn

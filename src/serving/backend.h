@@ -1,0 +1,165 @@
+// serving/backend.h — the seam every front-end talks to.
+// Owns the request/event vocabulary between front-ends (HTTP, gRPC) and
+// whatever runs the model: LocalBackend (an engine in this process), later
+// RemoteBackend (a worker over gRPC) and the controller's router. Knows
+// nothing of HTTP or JSON; front-ends translate to and from these types.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "core/status.h"
+
+namespace cairn::serving {
+
+using Token = int32_t;
+using RequestId = uint64_t;
+
+// Why a request was refused; front-ends map it to a status code (400, 404, 503...).
+enum class ErrorKind { InvalidRequest, NotFound, Unavailable, Internal };
+
+struct Error {
+  ErrorKind kind = ErrorKind::InvalidRequest;
+  std::string message;  // one line, never echoes the whole request
+  std::string param;    // the offending field, e.g. "max_tokens"; may be empty
+};
+
+struct ChatMessage {
+  std::string role;
+  std::string content;
+  // Raw JSON of extra fields (tool_calls, name, tool_call_id...) for templates.
+  std::string extra_json;
+};
+
+struct SamplingOptions {
+  float temperature = 1.0f;  // 0: greedy
+  int32_t top_k = 0;         // 0: off
+  float top_p = 1.0f;
+  float min_p = 0.0f;
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  float repetition_penalty = 1.0f;
+  std::map<Token, float> logit_bias;
+  std::optional<uint64_t> seed;
+};
+
+struct GenerateRequest {
+  std::string model;  // empty: the only model served
+  // Exactly one of: raw text, token ids, or chat messages (rendered with the
+  // model's chat template by the backend).
+  std::variant<std::string, std::vector<Token>, std::vector<ChatMessage>> prompt;
+  std::string tools_json;        // chat: OpenAI `tools` array as JSON, or empty
+  bool add_generation_prompt = true;
+  int32_t max_tokens = -1;       // -1: until the context is full
+  std::vector<std::string> stop;
+  bool ignore_eos = false;
+  SamplingOptions sampling;
+  int32_t top_logprobs = -1;     // -1: no logprobs; 0..20: chosen (+ top-N)
+  std::string user;
+};
+
+struct TopLogprob {
+  Token id;
+  std::string text;  // the token's bytes (may be an incomplete UTF-8 sequence)
+  float logprob;
+};
+
+// One sampled token. `text` is the newly completed UTF-8 text (may be empty
+// while a multi-byte character or a possible stop string is held back).
+struct TokenEvent {
+  Token id;
+  std::string text;
+  float logprob = 0;
+  std::vector<TopLogprob> top;
+};
+
+struct Usage {
+  int32_t prompt_tokens = 0;
+  int32_t completion_tokens = 0;
+  int32_t cached_prompt_tokens = 0;
+};
+
+struct FinishEvent {
+  std::string reason;  // "stop" (EOS or stop string), "length", "cancelled"
+  std::string text;    // any held-back text released at the end
+  Usage usage;
+};
+
+// Receives a request's events, in order, from the engine thread. Must never
+// block: implementations queue the event and wake their connection.
+class EventSink {
+ public:
+  virtual ~EventSink() = default;
+  virtual void on_token(const TokenEvent& ev) = 0;
+  virtual void on_finish(const FinishEvent& ev) = 0;  // last event on success
+  virtual void on_error(const Error& err) = 0;        // last event on failure
+};
+
+struct ModelInfo {
+  std::string id;
+  int32_t n_ctx = 0;
+  int32_t n_vocab = 0;
+  int64_t created = 0;  // unix seconds when loaded
+};
+
+enum class HealthState { Loading, Ready, Draining };
+
+struct Health {
+  HealthState state = HealthState::Loading;
+  int32_t running = 0;
+  int32_t waiting = 0;
+};
+
+// Counters and histograms for /metrics, sampled by the front-end.
+struct Histogram {
+  std::vector<double> bounds;        // upper bounds, ascending (+Inf implied)
+  std::vector<uint64_t> counts;      // bounds.size() + 1 buckets, not cumulative
+  double sum = 0;
+  uint64_t count = 0;
+};
+
+struct BackendStats {
+  uint64_t prompt_tokens_total = 0;
+  uint64_t generated_tokens_total = 0;
+  int32_t running = 0;
+  int32_t waiting = 0;
+  int32_t kv_blocks_used = 0;
+  int32_t kv_blocks_total = 0;
+  uint64_t prefix_cache_queries = 0;  // prompt tokens looked up
+  uint64_t prefix_cache_hits = 0;     // prompt tokens found cached
+  uint64_t preemptions = 0;
+  Histogram time_to_first_token_s;
+  Histogram inter_token_latency_s;
+  Histogram queue_time_s;
+  Histogram e2e_latency_s;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  // Validates synchronously (bad input never reaches the engine) and queues.
+  // Errors: InvalidRequest (400), NotFound (404, unknown model), Unavailable
+  // (503, queue full or draining).
+  virtual std::variant<RequestId, Error> submit(GenerateRequest req,
+                                                std::shared_ptr<EventSink> sink) = 0;
+  virtual void cancel(RequestId id) = 0;  // idempotent, any thread
+  virtual std::vector<ModelInfo> models() const = 0;
+  virtual Health health() const = 0;
+  virtual BackendStats stats() const = 0;
+
+  // /tokenize and /detokenize.
+  virtual std::variant<std::vector<Token>, Error> tokenize(const std::string& model,
+                                                           const std::string& text,
+                                                           bool add_special) const = 0;
+  virtual std::variant<std::string, Error> detokenize(const std::string& model,
+                                                      const std::vector<Token>& tokens) const = 0;
+  // Stops accepting (submit gives Unavailable); running requests continue.
+  virtual void start_draining() = 0;
+};
+
+}  // namespace cairn::serving
