@@ -26,7 +26,17 @@ struct TypeOps {
   TensorType vec_dot_type;
   // Dot product of n elements: `w` is a row of `type`, `act` a row of vec_dot_type.
   float (*vec_dot)(int64_t n, const void* w, const void* act);
+  // How a row of activations becomes this type for vec_dot, where that differs
+  // from from_float (the storage quantizer, which matches llama.cpp's files):
+  // Q8_0 activations round as the reference's SIMD quantizer does. nullptr:
+  // use from_float. See act_from_float().
+  void (*from_float_act)(const float* src, void* dst, int64_t n) = nullptr;
 };
+
+// The quantizer for activations of `ops`' type (from_float_act or from_float).
+inline auto act_from_float(const TypeOps& ops) {
+  return ops.from_float_act ? ops.from_float_act : ops.from_float;
+}
 
 // nullptr when cairn has no compute functions for the type.
 const TypeOps* type_ops(TensorType t);

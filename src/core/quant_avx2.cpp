@@ -7,6 +7,7 @@
 #include <cpuid.h>
 #include <immintrin.h>
 
+
 #include "core/quant_blocks.h"
 
 // No fp contraction: with FMA enabled the compiler would fuse the per-block
@@ -84,16 +85,19 @@ CAIRN_AVX2 float f16_dot(int64_t n, const void* w, const void* act) {
 CAIRN_AVX2 float q8_0_dot_q8_0(int64_t n, const void* w, const void* act) {
   const BlockQ8_0* x = static_cast<const BlockQ8_0*>(w);
   const BlockQ8_0* y = static_cast<const BlockQ8_0*>(act);
-  float sum = 0.0f;
+  __m256 acc = _mm256_setzero_ps();
   for (int64_t i = 0; i < n / kQK8_0; ++i) {
     const __m256i qx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[i].qs));
     const __m256i qy = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[i].qs));
-    const int32_t sumi = hsum_epi32(dot_i8(qx, qy));
-    sum += static_cast<float>(sumi) * (f16_lut(x[i].d) * f16_lut(y[i].d));
+    const __m256 d = _mm256_set1_ps(f16_lut(x[i].d) * f16_lut(y[i].d));
+    acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_i8(qx, qy)), acc);
   }
-  return sum;
+  return hsum_ps(acc);
 }
 
+// Q4_0 weights are repacked at load by the reference (8 rows interleaved,
+// ggml's AVX2 gemv/gemm for q4_0_8x8): each block's full integer sum, then
+// fma with the scale product into one float per row.
 CAIRN_AVX2 float q4_0_dot_q8_0(int64_t n, const void* w, const void* act) {
   const BlockQ4_0* x = static_cast<const BlockQ4_0*>(w);
   const BlockQ8_0* y = static_cast<const BlockQ8_0*>(act);
@@ -106,8 +110,9 @@ CAIRN_AVX2 float q4_0_dot_q8_0(int64_t n, const void* w, const void* act) {
     const __m128i hi = _mm_and_si128(_mm_srli_epi16(bytes, 4), low4);  // elements 16..31
     const __m256i qx = _mm256_sub_epi8(_mm256_set_m128i(hi, lo), eight);
     const __m256i qy = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[i].qs));
-    const int32_t sumi = hsum_epi32(dot_i8(qx, qy));
-    sum += static_cast<float>(sumi) * (f16_lut(x[i].d) * f16_lut(y[i].d));
+    const float sumi = static_cast<float>(hsum_epi32(dot_i8(qx, qy)));
+    sum = _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(sumi), _mm_set_ss(f16_lut(x[i].d) * f16_lut(y[i].d)),
+                                     _mm_set_ss(sum)));
   }
   return sum;
 }

@@ -4,6 +4,7 @@
 // type table in quant.cpp is built from. Never holds state or allocates.
 #pragma once
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 
@@ -64,12 +65,32 @@ inline void q4k_scale_min(int j, const uint8_t* s, uint8_t* sc, uint8_t* m) {
   }
 }
 
+// The reference (llama.cpp on x86 with AVX2/FMA) sums every dot product in 8
+// float lanes: lane L takes elements i with i % 8 == L (float types) or the
+// integer sum of elements 4L..4L+3 of each 32-run (quantized types), folded in
+// with fma, and the lanes are reduced as below. The last bits of a logit depend
+// on this order, and an int8 activation that sits on a rounding boundary flips
+// with them, so the scalar functions replay it (std::fma is exact, as the SIMD
+// instruction) and the AVX2 ones run it natively: both give identical bits.
+inline constexpr int kLanes = 8;
+
+// (l0 + l4) + (l2 + l6) + ((l1 + l5) + (l3 + l7)): ggml's hsum_float_8 order.
+inline float hsum_lanes(const float* l) {
+  const float s0 = l[4] + l[0], s1 = l[5] + l[1], s2 = l[6] + l[2], s3 = l[7] + l[3];
+  return (s0 + s2) + (s1 + s3);
+}
+
+inline float fma_lane(float a, float b, float c) { return std::fma(a, b, c); }
+
 // Scalar row functions (n is a multiple of the block size).
 void q4_0_to_float(const void* src, float* dst, int64_t n);
 void q4_0_from_float(const float* src, void* dst, int64_t n);
 float q4_0_dot_q8_0(int64_t n, const void* w, const void* act);
 void q8_0_to_float(const void* src, float* dst, int64_t n);
 void q8_0_from_float(const float* src, void* dst, int64_t n);
+// Activations: as ggml's SIMD quantize_row_q8_0 (scale 127/amax, ties to even),
+// which differs from the storage quantizer above in the last bit of some codes.
+void q8_0_from_float_act(const float* src, void* dst, int64_t n);
 float q8_0_dot_q8_0(int64_t n, const void* w, const void* act);
 
 void q4_k_to_float(const void* src, float* dst, int64_t n);

@@ -34,8 +34,9 @@ void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* out,
     scratch.resize(act_stride * static_cast<size_t>(n_tokens));
     unsigned char* dst = scratch.data();
     const int64_t cols = w.cols;
+    const auto quantize = act_from_float(*act_ops);
     pool.parallel_for(n_tokens, [&](int64_t b, int64_t e) {
-      for (int64_t t = b; t < e; ++t) act_ops->from_float(x + t * cols, dst + t * act_stride, cols);
+      for (int64_t t = b; t < e; ++t) quantize(x + t * cols, dst + t * act_stride, cols);
     });
     act = dst;
   }
