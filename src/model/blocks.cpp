@@ -8,6 +8,7 @@
 
 #include "core/half.h"
 #include "core/quant.h"
+#include "core/quant_blocks.h"
 
 namespace cairn::model {
 namespace {
@@ -31,42 +32,71 @@ const float* f16_table() {
 
 float round_f16(float x) { return f16_to_f32(f32_to_f16(x)); }
 
-// One query head against positions [0, n_pos) of its sequence. Mirrors the
-// reference's arithmetic: with an F16 cache the query and the softmax weights
-// are rounded to F16 before their dot products (ggml converts the second
-// operand of a matmul to the first one's type).
+// q.k in the order of ggml_vec_dot_f16 on AVX2 (the reference's K.q: K is
+// F16 and q is converted to F16, a pair tinyBLAS does not take): four 8-lane
+// fma accumulators over steps of 32, reduced pairwise, and the remaining
+// elements added in double.
+float dot_kq(const float* q, const float* k, int64_t n) {
+  const int64_t np = n & ~int64_t{31};
+  float acc[4][8] = {};
+  for (int64_t i = 0; i < np; i += 32)
+    for (int j = 0; j < 4; ++j)
+      for (int l = 0; l < 8; ++l)
+        acc[j][l] = std::fma(k[i + 8 * j + l], q[i + 8 * j + l], acc[j][l]);
+  float a[8];
+  for (int l = 0; l < 8; ++l) a[l] = (acc[0][l] + acc[2][l]) + (acc[1][l] + acc[3][l]);
+  const float t0 = a[0] + a[4], t1 = a[1] + a[5], t2 = a[2] + a[6], t3 = a[3] + a[7];
+  double sum = (t0 + t1) + (t2 + t3);
+  for (int64_t i = np; i < n; ++i) sum += (double)(k[i] * q[i]);
+  return (float)sum;
+}
+
+// One query head against positions [0, n_pos) of its sequence, in the
+// reference's arithmetic: the query rounded to the cache type for K.q; the
+// softmax over rows padded with masked entries to a multiple of 8 (its exp
+// runs in groups of 8 from the row start); the weights rounded to the cache
+// type (ggml converts the second operand of a matmul to the first one's type;
+// unrounded weights measure worse) against the V rows in 8 fma lanes by
+// position (the reference's AVX2 order), reduced as ggml's hsum.
 void attend_head(const KvView& kv, int layer, SeqId seq, int64_t n_pos, int64_t kv_offset,
                  int64_t head_dim, float scale, const float* q, float* qbuf,
-                 std::vector<float>& scores, float* out) {
+                 std::vector<float>& scores, std::vector<float>& lanes, float* out) {
   const bool f16 = kv.dtype() == TensorType::F16;
   const float* h2f = f16_table();
-  scores.resize((size_t)n_pos);
+  const int64_t n_pad = (n_pos + 7) & ~int64_t{7};
+  scores.assign((size_t)n_pad, -INFINITY);
   for (int64_t d = 0; d < head_dim; ++d) qbuf[d] = f16 ? round_f16(q[d]) : q[d];
+  std::vector<float>& krow = lanes;  // scratch: one K row as floats, then the V lanes
+  krow.resize((size_t)std::max<int64_t>(head_dim, 8 * head_dim));
 
   for (int64_t p = 0; p < n_pos; ++p) {
-    float dot = 0;
     if (f16) {
       const uint16_t* k = (const uint16_t*)kv.key(layer, seq, (int32_t)p) + kv_offset;
-      for (int64_t d = 0; d < head_dim; ++d) dot += qbuf[d] * h2f[k[d]];
+      for (int64_t d = 0; d < head_dim; ++d) krow[(size_t)d] = h2f[k[d]];
+      scores[(size_t)p] = dot_kq(qbuf, krow.data(), head_dim) * scale;
     } else {
       const float* k = (const float*)kv.key(layer, seq, (int32_t)p) + kv_offset;
-      for (int64_t d = 0; d < head_dim; ++d) dot += qbuf[d] * k[d];
+      scores[(size_t)p] = dot_kq(qbuf, k, head_dim) * scale;
     }
-    scores[(size_t)p] = dot * scale;
   }
-  kernels::softmax(scores.data(), n_pos);
+  kernels::softmax(scores.data(), n_pad);
 
-  std::fill(out, out + head_dim, 0.0f);
+  std::fill(lanes.begin(), lanes.begin() + 8 * head_dim, 0.0f);
   for (int64_t p = 0; p < n_pos; ++p) {
+    const float w = f16 ? round_f16(scores[(size_t)p]) : scores[(size_t)p];
+    float* lane = lanes.data() + (p & 7) * head_dim;
     if (f16) {
-      const float w = round_f16(scores[(size_t)p]);
       const uint16_t* v = (const uint16_t*)kv.value(layer, seq, (int32_t)p) + kv_offset;
-      for (int64_t d = 0; d < head_dim; ++d) out[d] += w * h2f[v[d]];
+      for (int64_t d = 0; d < head_dim; ++d) lane[d] = std::fma(h2f[v[d]], w, lane[d]);
     } else {
-      const float w = scores[(size_t)p];
       const float* v = (const float*)kv.value(layer, seq, (int32_t)p) + kv_offset;
-      for (int64_t d = 0; d < head_dim; ++d) out[d] += w * v[d];
+      for (int64_t d = 0; d < head_dim; ++d) lane[d] = std::fma(v[d], w, lane[d]);
     }
+  }
+  for (int64_t d = 0; d < head_dim; ++d) {
+    float l[8];
+    for (int i = 0; i < 8; ++i) l[i] = lanes[(size_t)(i * head_dim + d)];
+    out[d] = quant::hsum_lanes(l);
   }
 }
 
@@ -285,14 +315,14 @@ void attention(const HParams& hp, const AttentionWeights& w, int layer, const Ba
   const int64_t group = hp.n_head / hp.n_head_kv;
   const float scale = 1.0f / std::sqrt((float)hd);
   pool.parallel_for(T * hp.n_head, [&](int64_t begin, int64_t end) {
-    std::vector<float> scores;
+    std::vector<float> scores, lanes;
     std::vector<float> qbuf((size_t)hd);
     for (int64_t i = begin; i < end; ++i) {
       const int64_t t = i / hp.n_head;
       const int64_t h = i % hp.n_head;
       attend_head(kv, layer, batch.seqs[(size_t)t], (int64_t)batch.positions[(size_t)t] + 1,
                   (h / group) * hd, hd, scale, ws.q.data() + t * nq + h * hd, qbuf.data(), scores,
-                  ws.attn.data() + t * nq + h * hd);
+                  lanes, ws.attn.data() + t * nq + h * hd);
     }
   });
 
@@ -304,7 +334,10 @@ void ffn_swiglu(const HParams& hp, const FfnWeights& w, int64_t T, Workspace& ws
   project(w.gate, ws.xn.data(), T, ws.gate.data(), pool);
   project(w.up, ws.xn.data(), T, ws.up.data(), pool);
   // silu_mul is elementwise, so gate may be overwritten in place.
-  kernels::silu_mul(ws.gate.data(), ws.up.data(), T * hp.n_ff, ws.gate.data());
+  for (int64_t t = 0; t < T; ++t) {
+    float* g = ws.gate.data() + t * hp.n_ff;
+    kernels::silu_mul(g, ws.up.data() + t * hp.n_ff, hp.n_ff, g);
+  }
   project(w.down, ws.gate.data(), T, ws.tmp.data(), pool);
 }
 
