@@ -3,7 +3,11 @@
 // once at start-up, a block table per sequence, and content-addressed full
 // blocks that later prompts reuse. The scheduler sees only the methods below
 // (vLLM's KVCacheManager boundary); it never sees blocks. Not thread-safe:
-// only the engine thread touches it.
+// only the engine thread touches it (forward()'s kernel threads may read K/V
+// rows concurrently through key()/value(), which never mutate anything).
+// Must never hand out a block that another live sequence writes to, and never
+// return K/V for a prefix whose tokens differ from the prompt's (hits are
+// verified token by token, so a hash collision costs a miss, not wrong output).
 #pragma once
 
 #include <cstdint>
@@ -27,37 +31,70 @@ struct KvStats {
   int32_t blocks_cached = 0;      // free but still findable by prefix (evictable, LRU)
   uint64_t prefix_queries = 0;    // prompt tokens looked up
   uint64_t prefix_hits = 0;       // prompt tokens found cached
+  // Row writes the cache declined because they targeted a full (immutable,
+  // possibly shared) block. One per layer is expected when a prompt's last
+  // token is recomputed inside a fully cached block; anything else is a bug
+  // upstream that the guard kept from corrupting a shared prefix.
+  uint64_t writes_skipped = 0;
 };
+
+// Key of a full block from its predecessor's key (0 for the first block) and
+// its token ids. Replaceable in tests to force collisions.
+using BlockHashFn = uint64_t (*)(uint64_t prev_key, std::span<const Token> tokens);
+uint64_t hash_block(uint64_t prev_key, std::span<const Token> tokens);
 
 struct KvConfig {
   int64_t pool_bytes = 0;       // whole pool; rounded down to whole blocks
-  int32_t block_tokens = 16;
+  int32_t block_tokens = 16;    // a power of two in [1, 1024]
   bool prefix_cache = true;
+  BlockHashFn hash_for_testing = nullptr;  // tests only: replaces hash_block
 };
+
+// The smallest pool create() accepts, in blocks.
+inline constexpr int32_t kMinBlocks = 4;
 
 class PagedKvCache : public KvView {
  public:
+  // Errors (one line) on a bad shape or block size, a pool smaller than
+  // kMinBlocks blocks, more blocks than int32 counts, or a failed allocation.
   static Result<std::unique_ptr<PagedKvCache>> create(const KvShape& shape, const KvConfig& cfg);
-  // Bytes one block takes for this model (all layers, K and V).
+  // Bytes one block takes for this model (all layers, K and V); 0 when the
+  // shape is invalid or the size would overflow.
   static int64_t block_bytes(const KvShape& shape, int32_t block_tokens = 16);
 
   // Starts `seq` (must be new) on `prompt`: attaches the longest run of cached
   // full blocks that prefixes it and returns how many tokens that covers
   // (always < prompt.size(), so at least one token is computed for logits).
+  // When the prompt ends exactly on a cached block, that block is shared too
+  // and the result is prompt.size() - 1: the last token is recomputed for its
+  // logits, and its K/V write is skipped (the shared row already holds it).
+  // A sequence that already holds tokens or blocks is left alone (returns 0).
   virtual int32_t reuse_prefix(SeqId seq, std::span<const Token> prompt) = 0;
-  // Makes room for `n` more tokens after the sequence's current length;
-  // false (and nothing changed) when the pool cannot supply the blocks.
+  // Makes room for `n` more tokens after the sequence's current length
+  // (creating the sequence if it is new); false (and nothing changed) when the
+  // pool cannot supply the blocks, even after evicting every cached block.
   virtual bool reserve(SeqId seq, int32_t n) = 0;
   // Records tokens whose K/V a forward has written (in order); full blocks
-  // become content-addressed and findable by later prompts.
+  // become content-addressed and findable by later prompts. Tokens beyond the
+  // reserved positions are ignored (a caller bug; asserted in debug builds).
   virtual void commit(SeqId seq, std::span<const Token> tokens) = 0;
   // Frees the sequence's blocks (cached ones stay findable until evicted).
+  // Unknown sequences are ignored.
   virtual void release(SeqId seq) = 0;
   virtual int32_t length(SeqId seq) const = 0;  // committed tokens
   virtual KvStats stats() const = 0;
   // Blocks a sequence of n tokens needs; for admission decisions.
   virtual int32_t blocks_for(int32_t n_tokens) const = 0;
   virtual int32_t free_blocks() const = 0;  // free + evictable
+  virtual int32_t block_tokens() const { return 16; }  // tokens per block
 };
+
+// MemAvailable from /proc/meminfo in bytes, or -1 when it cannot be read.
+int64_t available_memory_bytes();
+
+// A default pool: room for max(4 * n_ctx, 4096) tokens, but at most half of
+// `available_bytes` (-1: read available_memory_bytes(); unknown: no cap), and
+// never below kMinBlocks blocks. 0 when the shape is invalid.
+int64_t default_pool_bytes(const KvShape& shape, int64_t n_ctx, int64_t available_bytes = -1);
 
 }  // namespace cairn::kv
