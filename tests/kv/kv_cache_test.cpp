@@ -370,8 +370,8 @@ TEST(PagedKvCache, EvictsLeastRecentlyUsedAndChainTailsFirst) {
   ASSERT_TRUE(kv->reserve(11, 64));
   EXPECT_EQ(kv->stats().blocks_cached, 2);
   EXPECT_EQ(kv->reuse_prefix(12, p[1]), 0);
-  EXPECT_EQ(kv->reuse_prefix(13, p[0]), 16);
-  EXPECT_EQ(kv->reuse_prefix(14, p[2]), 16);
+  ASSERT_EQ(kv->reuse_prefix(13, p[0]), 16);
+  ASSERT_EQ(kv->reuse_prefix(14, p[2]), 16);
   EXPECT_TRUE(rows_ok(*kv, 13, p[0], 16));
   EXPECT_TRUE(rows_ok(*kv, 14, p[2], 16));
   for (SeqId s : {11, 12, 13, 14}) kv->release(s);
@@ -386,7 +386,7 @@ TEST(PagedKvCache, EvictsLeastRecentlyUsedAndChainTailsFirst) {
   EXPECT_EQ(kv2->stats().blocks_cached, 3);
   ASSERT_TRUE(kv2->reserve(2, 32));  // one blank block, one evicted
   EXPECT_EQ(kv2->stats().blocks_cached, 2);
-  EXPECT_EQ(kv2->reuse_prefix(3, c), 32);
+  ASSERT_EQ(kv2->reuse_prefix(3, c), 32);
   EXPECT_TRUE(rows_ok(*kv2, 3, c, 32));
   kv2->release(2);
   kv2->release(3);
