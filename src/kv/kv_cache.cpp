@@ -140,6 +140,15 @@ class Paged final : public PagedKvCache {
     const size_t room = (size_t)s->reserved - s->tokens.size();
     assert(tokens.size() <= room && "commit beyond reserved positions");
     const size_t n = std::min(tokens.size(), room);
+#ifndef NDEBUG
+    // Tokens landing in an already full (reused) block must be the ones it holds.
+    for (size_t i = 0; i < n; ++i) {
+      const size_t pos = s->tokens.size() + i;
+      const size_t blk = (size_t)s->blocks[pos >> shift_];
+      if (pos < (size_t)s->n_frozen * (size_t)bt_ && blocks_[blk].serial != 0)
+        assert(block_ids_[blk * (size_t)bt_ + (pos & (size_t)(bt_ - 1))] == tokens[i]);
+    }
+#endif
     s->tokens.insert(s->tokens.end(), tokens.begin(), tokens.begin() + (ptrdiff_t)n);
     while ((size_t)(s->n_frozen + 1) * (size_t)bt_ <= s->tokens.size()) freeze_next(*s);
   }

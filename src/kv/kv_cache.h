@@ -69,6 +69,8 @@ class PagedKvCache : public KvView {
   // and the result is prompt.size() - 1: the last token is recomputed for its
   // logits, and its K/V write is skipped (the shared row already holds it).
   // A sequence that already holds tokens or blocks is left alone (returns 0).
+  // The attached blocks belong to `seq` from here on: when the reserve() for
+  // the rest of the prompt fails, release(seq) hands them back.
   virtual int32_t reuse_prefix(SeqId seq, std::span<const Token> prompt) = 0;
   // Makes room for `n` more tokens after the sequence's current length
   // (creating the sequence if it is new); false (and nothing changed) when the
