@@ -195,8 +195,19 @@ Value f_format(Interpreter& in, const Value& v, CallArgs& a) {
     char conv = fmt[j];
     std::string spec = fmt.substr(i, j - i);
     char buf[128];
-    if (conv == 's') out += to_str(x);
-    else if (conv == 'r') out += repr(x);
+    if (conv == 's' || conv == 'r') {
+      std::string text = conv == 's' ? to_str(x) : repr(x);
+      size_t k = 1;
+      bool left = false;
+      while (k < spec.size() && (spec[k] == '-' || spec[k] == '0' || spec[k] == ' ' || spec[k] == '+' || spec[k] == '#'))
+        left = left || spec[k++] == '-';
+      size_t width = std::strtoul(spec.c_str() + k, nullptr, 10);
+      size_t len = utf8_length(text);
+      in.check_size(out.size() + width);
+      if (!left && width > len) out.append(width - len, ' ');
+      out += text;
+      if (left && width > len) out.append(width - len, ' ');
+    }
     else if ((conv == 'd' || conv == 'i') && x.is_number() && spec.size() < 20) {
       std::snprintf(buf, sizeof buf, (spec + "lld").c_str(), static_cast<long long>(x.to_double()));
       out += buf;

@@ -107,6 +107,8 @@ void Interpreter::assign(const Target& t, const Value& v) {
     scope_->vars[t.names[0]] = v;
     return;
   }
+  if (!v.is_list() && !v.is_dict() && !v.is_string() && !v.is_undefined())
+    fail("TypeError", "cannot unpack non-iterable " + type_name(v) + " object");
   std::vector<Value> items = iterate(v);
   if (items.size() != t.names.size())
     fail("ValueError", (items.size() > t.names.size() ? "too many" : "not enough") +
@@ -204,10 +206,15 @@ void Interpreter::exec_for(const Stmt& s, std::string& out) {
   if (iterable.is_undefined() && iterable.undefined_message().rfind("UndefinedError", 0) != 0)
     iterable.raise_undefined();  // e.g. a forbidden attribute, not a missing one
   std::vector<Value> items = iterate(iterable);
-  auto scope = std::make_shared<Scope>();
-  scope->parent = scope_;
-  std::swap(scope_, scope);
+  const ScopePtr outer = scope_;
+  // Jinja2 gives every iteration a fresh scope: a {% set %} in the body is not seen
+  // by the next iteration, nor after the loop.
+  auto fresh = [&] {
+    scope_ = std::make_shared<Scope>();
+    scope_->parent = outer;
+  };
   try {
+    fresh();
     if (s.cond) {
       std::vector<Value> kept;
       for (auto& item : items) {
@@ -221,6 +228,7 @@ void Interpreter::exec_for(const Stmt& s, std::string& out) {
     Value length(static_cast<int64_t>(n));
     for (size_t i = 0; i < n; ++i) {
       count_loop_iteration();
+      fresh();
       assign(s.target, items[i]);
       const int64_t i64 = static_cast<int64_t>(i);
       DictData loop;
@@ -245,12 +253,12 @@ void Interpreter::exec_for(const Stmt& s, std::string& out) {
       Flow f = exec_body(s.body, out);
       if (f == Flow::Break) break;
     }
+    scope_ = outer;
     if (n == 0) exec_body(s.else_body, out);
   } catch (...) {
-    std::swap(scope_, scope);
+    scope_ = outer;
     throw;
   }
-  std::swap(scope_, scope);
 }
 
 void Interpreter::exec_macro_def(const Stmt& s) {

@@ -194,8 +194,8 @@ Value Interpreter::get_item(const Value& obj, const Value& key) {
     return Value::undefined("UndefinedError: " + py_string_repr(object_type_repr(obj)) +
                             " has no attribute " + py_string_repr(key.as_string()));
   }
-  return Value::undefined("UndefinedError: " + py_string_repr(object_type_repr(obj)) +
-                          " has no element " + repr(key));
+  return Value::undefined("UndefinedError: " + object_type_repr(obj) + " has no element " +
+                          repr(key));
 }
 
 Value Interpreter::eval_slice(const Expr& e) {

@@ -140,17 +140,73 @@ std::string py_replace(std::string_view s, std::string_view old, std::string_vie
   return out;
 }
 
-std::string py_upper(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) c = up(c);
+namespace {
+
+void encode(std::string& out, char32_t cp) {
+  if (cp < 0x80) {
+    out += static_cast<char>(cp);
+  } else if (cp < 0x800) {
+    out += static_cast<char>(0xc0 | (cp >> 6));
+    out += static_cast<char>(0x80 | (cp & 0x3f));
+  } else if (cp < 0x10000) {
+    out += static_cast<char>(0xe0 | (cp >> 12));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3f));
+    out += static_cast<char>(0x80 | (cp & 0x3f));
+  } else {
+    out += static_cast<char>(0xf0 | (cp >> 18));
+    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3f));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3f));
+    out += static_cast<char>(0x80 | (cp & 0x3f));
+  }
+}
+
+// Simple case pairs for the scripts chat text most often mixes with ASCII (Latin-1,
+// Latin Extended-A, Greek, Cyrillic); other code points keep their case.
+char32_t to_upper_cp(char32_t c) {
+  if (c >= 'a' && c <= 'z') return c - 32;
+  if ((c >= 0xe0 && c <= 0xfe && c != 0xf7)) return c - 0x20;
+  if (c == 0xff) return 0x178;
+  if (c >= 0x100 && c <= 0x17f && c != 0x130 && c != 0x131 && c != 0x138 && c != 0x149 && c != 0x17f) {
+    bool odd_upper = (c >= 0x139 && c <= 0x148) || (c >= 0x179 && c <= 0x17e);
+    if (odd_upper ? (c % 2 == 0) : (c % 2 == 1)) return c - 1;
+    return c;
+  }
+  if (c >= 0x3b1 && c <= 0x3c9) return c == 0x3c2 ? 0x3a3 : c - 0x20;
+  if (c >= 0x430 && c <= 0x44f) return c - 0x20;
+  if (c >= 0x450 && c <= 0x45f) return c - 0x50;
+  return c;
+}
+
+char32_t to_lower_cp(char32_t c) {
+  if (c >= 'A' && c <= 'Z') return c + 32;
+  if ((c >= 0xc0 && c <= 0xde && c != 0xd7)) return c + 0x20;
+  if (c == 0x178) return 0xff;
+  if (c >= 0x100 && c <= 0x17f && c != 0x130 && c != 0x131 && c != 0x138 && c != 0x149 && c != 0x17f) {
+    bool odd_upper = (c >= 0x139 && c <= 0x148) || (c >= 0x179 && c <= 0x17e);
+    if (odd_upper ? (c % 2 == 1) : (c % 2 == 0)) return c + 1;
+    return c;
+  }
+  if (c >= 0x391 && c <= 0x3a9 && c != 0x3a2) return c + 0x20;
+  if (c >= 0x410 && c <= 0x42f) return c + 0x20;
+  if (c >= 0x400 && c <= 0x40f) return c + 0x50;
+  return c;
+}
+
+std::string map_case(std::string_view s, char32_t (*f)(char32_t)) {
+  std::string out;
+  out.reserve(s.size());
+  for (const CodePoint& p : decode(s)) {
+    char32_t m = f(p.cp);
+    if (m == p.cp) out.append(s.substr(p.begin, p.end - p.begin));  // keeps invalid bytes as they were
+    else encode(out, m);
+  }
   return out;
 }
 
-std::string py_lower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) c = low(c);
-  return out;
-}
+}  // namespace
+
+std::string py_upper(std::string_view s) { return map_case(s, to_upper_cp); }
+std::string py_lower(std::string_view s) { return map_case(s, to_lower_cp); }
 
 std::string py_title(std::string_view s) {
   std::string out(s);
