@@ -1,0 +1,121 @@
+// engine/engine.h — one model's engine thread: continuous batching end to end.
+// Owns the thread-safe inbox (new and cancelled requests), the engine thread
+// and its loop (DESIGN.md: take requests, schedule, one forward over the
+// ragged batch, sample, stop checks, events, free), and the latency
+// histograms and counters it measures. The model, tokenizer and KV cache are
+// borrowed and touched only by the engine thread once start() ran. Never
+// blocks on a sink, never parses or renders text formats.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "core/status.h"
+#include "engine/request.h"
+#include "engine/scheduler.h"
+#include "kv/kv_cache.h"
+#include "model/model.h"
+#include "tokenizer/tokenizer.h"
+
+namespace cairn::engine {
+
+struct EngineConfig {
+  int32_t max_batch_tokens = 512;  // tokens per forward (decode + prefill chunks)
+  int32_t max_seqs = 64;           // sequences running at once
+  int32_t n_ctx = 0;               // tokens per sequence; 0: the model's context_length (or 4096)
+};
+
+// Counts per bucket; `bounds` are upper bounds, ascending, +Inf implied.
+struct LatencyHistogram {
+  std::vector<double> bounds;
+  std::vector<uint64_t> counts;  // bounds.size() + 1, not cumulative
+  double sum = 0;
+  uint64_t count = 0;
+
+  explicit LatencyHistogram(std::vector<double> upper_bounds = {});
+  void observe(double seconds);
+};
+
+struct EngineStats {
+  uint64_t prompt_tokens_total = 0;  // of requests admitted
+  uint64_t generated_tokens_total = 0;
+  uint64_t requests_finished = 0;  // ended with stop or length
+  uint64_t requests_cancelled = 0;
+  uint64_t requests_failed = 0;
+  uint64_t preemptions = 0;
+  uint64_t steps = 0;
+  int32_t running = 0;
+  int32_t waiting = 0;  // queued, not yet admitted (inbox included)
+  kv::KvStats kv;
+  LatencyHistogram time_to_first_token_s;
+  LatencyHistogram inter_token_latency_s;
+  LatencyHistogram queue_time_s;
+  LatencyHistogram e2e_latency_s;
+};
+
+class Engine {
+ public:
+  Engine(model::Model& model, const Tokenizer& tok, kv::PagedKvCache& kv, EngineConfig cfg);
+  ~Engine();  // stops the thread; unfinished requests get an error
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  void start();  // runs the loop on the engine thread
+  void stop();   // idempotent; joins the thread and fails what is left
+
+  // Any thread. Checks the request (prompt ids, context, sampling) and queues
+  // it; the error is one line naming the problem.
+  Result<RequestId> submit(EngineRequest req, std::shared_ptr<SequenceSink> sink);
+  // Any thread, idempotent: the request leaves the batch and frees its
+  // blocks in the next step; its sink gets on_end(Cancelled).
+  void cancel(RequestId id);
+
+  EngineStats stats() const;  // any thread: a snapshot taken after the last step
+  int32_t queued() const;     // any thread: requests not yet running
+  int32_t n_ctx() const { return cfg_.n_ctx; }
+
+  // One loop iteration on the calling thread, for tests that never call
+  // start(). Returns false when there was nothing to do.
+  bool step();
+
+ private:
+  void run();
+  void take_new_and_cancelled_requests();
+  void observe_queue_times(const ScheduledBatch& plan);
+  void sample_and_check_stops(const ScheduledBatch& plan);
+  void fail(Sequence& seq, const std::string& message);
+  void free_finished();
+  void publish_stats();
+
+  model::Model& model_;
+  const Tokenizer& tok_;
+  kv::PagedKvCache& kv_;
+  EngineConfig cfg_;
+  int32_t n_vocab_ = 0;
+
+  // Engine-thread state.
+  Scheduler scheduler_;
+  ScheduledBatch plan_;
+  model::Logits logits_;
+  EngineStats counters_;
+
+  // Inbox, shared with submitting threads.
+  mutable std::mutex inbox_mu_;
+  std::condition_variable inbox_cv_;
+  std::vector<std::unique_ptr<Sequence>> inbox_new_;
+  std::vector<RequestId> inbox_cancelled_;
+  bool stopping_ = false;
+  std::atomic<RequestId> next_id_{1};
+
+  mutable std::mutex stats_mu_;
+  EngineStats published_;
+
+  std::thread thread_;
+};
+
+}  // namespace cairn::engine

@@ -1,0 +1,56 @@
+// engine/request.h — what the engine is asked to do, and how it answers.
+// Owns the engine-side request (prompt ids, limits, stop strings, sampling)
+// and the sink interface the engine thread reports each sequence's tokens and
+// end through. Knows nothing of HTTP, JSON or chat: the serving layer above
+// validates, renders and tokenizes before anything reaches the engine, and
+// adapts this sink to serving::EventSink.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/sampler.h"
+#include "engine/stop_conditions.h"
+#include "tokenizer/tokenizer.h"
+
+namespace cairn::engine {
+
+using RequestId = uint64_t;
+
+struct EngineRequest {
+  std::vector<Token> prompt;  // non-empty, ids inside the vocabulary
+  int32_t max_tokens = -1;    // -1: until end of generation or a full context
+  bool ignore_eos = false;
+  std::vector<std::string> stop;  // stop strings (never sent, nor any prefix of one)
+  SamplingParams sampling;        // n_logprobs > 0 asks for top-N per token
+  bool logprobs = false;          // report the chosen token's log-probability
+};
+
+// One generated token that is not an end-of-generation token.
+struct TokenOutput {
+  Token id = -1;
+  std::string text;     // text now safe to send (may be empty while held back)
+  SampleResult sample;  // chosen token's raw log-probability and the top-N
+};
+
+struct EndOutput {
+  EndReason reason = EndReason::Stop;
+  std::string text;  // held-back text released at the end
+  int32_t prompt_tokens = 0;
+  int32_t completion_tokens = 0;  // every sampled token, an ending EOS included
+  int32_t cached_prompt_tokens = 0;
+};
+
+// Called on the engine thread, in order: on_token*, then exactly one of
+// on_end / on_error. Must never block (queue and wake, as serving's sinks do).
+class SequenceSink {
+ public:
+  virtual ~SequenceSink() = default;
+  virtual void on_token(const TokenOutput& out) = 0;
+  virtual void on_end(const EndOutput& out) = 0;
+  virtual void on_error(const std::string& message) = 0;
+};
+
+}  // namespace cairn::engine

@@ -1,0 +1,186 @@
+#include "engine/scheduler.h"
+
+#include <algorithm>
+#include <functional>
+#include <limits>
+#include <span>
+#include <utility>
+
+namespace cairn::engine {
+
+Sequence::Sequence(RequestId id_, EngineRequest req, Sampler sampler_, StopChecker stop_,
+                   std::shared_ptr<SequenceSink> sink_)
+    : id(id_),
+      request(std::move(req)),
+      tokens(request.prompt),
+      n_prompt(static_cast<int32_t>(request.prompt.size())),
+      sampler(std::move(sampler_)),
+      stop(std::move(stop_)),
+      sink(std::move(sink_)),
+      arrived(Clock::now()) {}
+
+void Scheduler::add(std::unique_ptr<Sequence> seq) { waiting_.push_back(std::move(seq)); }
+
+SeqId Scheduler::next_kv_seq() {
+  const SeqId id = kv_seq_counter_;
+  kv_seq_counter_ = kv_seq_counter_ == std::numeric_limits<SeqId>::max() ? 0 : kv_seq_counter_ + 1;
+  return id;
+}
+
+void Scheduler::schedule(kv::PagedKvCache& kv, ScheduledBatch& plan) {
+  plan.chunks.clear();
+  plan.batch.clear();
+  plan.failed.clear();
+  plan.preempted = 0;
+  int32_t budget = cfg_.max_batch_tokens;
+  schedule_running(kv, plan, budget);
+  // Admitting while preempting would only evict the newcomer next step.
+  if (plan.preempted == 0) admit_waiting(kv, plan, budget);
+}
+
+int32_t Scheduler::reserve_chunk(Sequence& seq, int32_t want, kv::PagedKvCache& kv) {
+  // A prefill chunk that does not fit whole may still fit in part: a smaller
+  // chunk now beats preempting someone for it.
+  for (int32_t n = want; n > 0; n /= 2)
+    if (kv.reserve(seq.kv_seq, n)) return n;
+  return 0;
+}
+
+void Scheduler::add_chunk(Sequence& seq, int32_t n, ScheduledBatch& plan) {
+  ScheduledChunk c{&seq, seq.n_computed, n, seq.n_computed + n == (int32_t)seq.tokens.size()};
+  for (int32_t i = 0; i < n; ++i) {
+    const int32_t pos = c.start + i;
+    plan.batch.add(seq.tokens[(size_t)pos], pos, seq.kv_seq, c.wants_logits && i == n - 1);
+  }
+  plan.chunks.push_back(c);
+}
+
+void Scheduler::preempt(size_t index, kv::PagedKvCache& kv) {
+  std::unique_ptr<Sequence> seq = std::move(running_[index]);
+  running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(index));
+  kv.release(seq->kv_seq);
+  seq->in_kv = false;
+  seq->n_computed = 0;  // prompt and generated tokens are recomputed on readmission
+  waiting_.push_front(std::move(seq));
+}
+
+void Scheduler::schedule_running(kv::PagedKvCache& kv, ScheduledBatch& plan, int32_t& budget) {
+  // Oldest first: each gets its decode token (or its next prefill chunk);
+  // when the pool runs dry the newest running sequence gives its blocks back.
+  for (size_t i = 0; i < running_.size() && budget > 0;) {
+    Sequence& seq = *running_[i];
+    const int32_t want = std::min(seq.remaining(), budget);
+    if (seq.done || !seq.failure.empty() || want <= 0) {
+      ++i;
+      continue;
+    }
+    int32_t got = reserve_chunk(seq, want, kv);
+    while (got == 0 && i + 1 < running_.size()) {
+      preempt(running_.size() - 1, kv);
+      ++plan.preempted;
+      got = reserve_chunk(seq, want, kv);
+    }
+    if (got == 0) {
+      if (i == 0) {
+        // Nothing else holds blocks: this sequence can never fit.
+        seq.failure = "the KV cache (" + std::to_string(kv.stats().blocks_total) +
+                      " blocks) cannot hold this sequence's " + std::to_string(seq.tokens.size()) +
+                      " tokens";
+        plan.failed.push_back(&seq);
+        ++i;
+      } else {
+        preempt(i, kv);
+        ++plan.preempted;
+      }
+      break;  // everything after i has been preempted already
+    }
+    add_chunk(seq, got, plan);
+    budget -= got;
+    ++i;
+  }
+}
+
+void Scheduler::admit_waiting(kv::PagedKvCache& kv, ScheduledBatch& plan, int32_t& budget) {
+  while (!waiting_.empty() && budget > 0 && running() < cfg_.max_seqs) {
+    Sequence& seq = *waiting_.front();
+    const bool alone = running_.empty();
+    // Under pressure, do not even look up the prefix (its statistics would
+    // count the same prompt every step it waits).
+    const int32_t first = std::min<int32_t>((int32_t)seq.tokens.size(), budget);
+    if (!alone && kv.free_blocks() < kv.blocks_for(first)) break;
+    seq.kv_seq = next_kv_seq();
+    const int32_t cached = kv.reuse_prefix(seq.kv_seq, seq.tokens);
+    seq.in_kv = true;
+    seq.n_computed = cached;
+    const int32_t got = reserve_chunk(seq, std::min(seq.remaining(), budget), kv);
+    if (got == 0 && !alone) {
+      kv.release(seq.kv_seq);
+      seq.in_kv = false;
+      seq.n_computed = 0;
+      break;  // first come first served: nobody overtakes the head
+    }
+    if (seq.cached_prompt_tokens < 0) seq.cached_prompt_tokens = std::min(cached, seq.n_prompt);
+    running_.push_back(std::move(waiting_.front()));
+    waiting_.pop_front();
+    if (got == 0) {
+      seq.failure = "the KV cache (" + std::to_string(kv.stats().blocks_total) +
+                    " blocks) has no room for this sequence even alone";
+      plan.failed.push_back(&seq);
+      break;
+    }
+    add_chunk(seq, got, plan);
+    budget -= got;
+  }
+}
+
+void Scheduler::commit(const ScheduledBatch& plan, kv::PagedKvCache& kv) {
+  for (const ScheduledChunk& c : plan.chunks) {
+    Sequence& seq = *c.seq;
+    kv.commit(seq.kv_seq, std::span<const Token>(seq.tokens).subspan((size_t)c.start, (size_t)c.n));
+    seq.n_computed += c.n;
+  }
+}
+
+std::unique_ptr<Sequence> Scheduler::remove(RequestId id, kv::PagedKvCache& kv) {
+  auto take = [&](auto& list) -> std::unique_ptr<Sequence> {
+    auto it = std::find_if(list.begin(), list.end(), [&](const auto& s) { return s->id == id; });
+    if (it == list.end()) return nullptr;
+    std::unique_ptr<Sequence> seq = std::move(*it);
+    list.erase(it);
+    if (seq->in_kv) kv.release(seq->kv_seq);
+    seq->in_kv = false;
+    return seq;
+  };
+  if (auto seq = take(running_)) return seq;
+  return take(waiting_);
+}
+
+std::vector<std::unique_ptr<Sequence>> Scheduler::take_done(kv::PagedKvCache& kv) {
+  return take_if(kv, [](const Sequence& s) { return s.done || !s.failure.empty(); });
+}
+
+std::vector<std::unique_ptr<Sequence>> Scheduler::take_all(kv::PagedKvCache& kv) {
+  return take_if(kv, [](const Sequence&) { return true; });
+}
+
+std::vector<std::unique_ptr<Sequence>> Scheduler::take_if(
+    kv::PagedKvCache& kv, const std::function<bool(const Sequence&)>& pred) {
+  std::vector<std::unique_ptr<Sequence>> out;
+  auto sweep = [&](auto& list) {
+    for (auto it = list.begin(); it != list.end();) {
+      if (pred(**it)) {
+        if ((*it)->in_kv) kv.release((*it)->kv_seq);
+        (*it)->in_kv = false;
+        out.push_back(std::move(*it));
+        it = list.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  };
+  sweep(running_);
+  sweep(waiting_);
+  return out;
+}
+
+}  // namespace cairn::engine

@@ -1,0 +1,124 @@
+// engine/scheduler.h — continuous batching: who runs in the next forward, and how much.
+// Owns the waiting queue and the running set of sequences, the per-step token
+// budget (decode tokens of running sequences first, then prefill chunks of
+// waiting ones, first come first served), KV admission through
+// kv::PagedKvCache (prefix reuse, reserve, commit, release) and preemption of
+// the newest running sequence when blocks run out. Never runs the model,
+// samples or formats text; never sees KV blocks, only the cache's yes/no.
+// Not thread-safe: only the engine thread touches it.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/request.h"
+#include "engine/sampler.h"
+#include "engine/stop_conditions.h"
+#include "kv/kv_cache.h"
+#include "model/model.h"
+
+namespace cairn::engine {
+
+using Clock = std::chrono::steady_clock;
+
+// One request's whole state while the engine holds it.
+struct Sequence {
+  Sequence(RequestId id, EngineRequest req, Sampler sampler, StopChecker stop,
+           std::shared_ptr<SequenceSink> sink);
+
+  RequestId id;
+  EngineRequest request;
+  std::vector<Token> tokens;  // prompt, then every generated token
+  int32_t n_prompt = 0;
+  Sampler sampler;
+  StopChecker stop;
+  std::shared_ptr<SequenceSink> sink;
+
+  // Scheduler state. `kv_seq` is fresh on every admission (the cache wants a
+  // new id after a release); n_computed counts tokens whose K/V are cached.
+  SeqId kv_seq = -1;
+  bool in_kv = false;
+  int32_t n_computed = 0;
+  int32_t cached_prompt_tokens = -1;  // prefix hit of the first admission; -1 before
+  std::string failure;                // set when the sequence cannot run at all
+  bool done = false;                  // ended; the engine retires it this step
+
+  // Timing for latency statistics.
+  Clock::time_point arrived;
+  Clock::time_point last_token;
+  bool started = false;    // scheduled at least once (queue time observed)
+  bool has_token = false;  // produced at least one token
+
+  int32_t remaining() const { return static_cast<int32_t>(tokens.size()) - n_computed; }
+};
+
+struct SchedulerConfig {
+  int32_t max_batch_tokens = 512;  // tokens per forward, decode and prefill together
+  int32_t max_seqs = 64;           // running sequences
+};
+
+// Tokens [start, start + n) of one sequence in this step's batch.
+struct ScheduledChunk {
+  Sequence* seq = nullptr;
+  int32_t start = 0;
+  int32_t n = 0;
+  bool wants_logits = false;  // the chunk reaches the sequence's end: sample after it
+};
+
+struct ScheduledBatch {
+  std::vector<ScheduledChunk> chunks;
+  model::Batch batch;
+  int32_t preempted = 0;
+  std::vector<Sequence*> failed;  // cannot fit the KV pool even alone; engine reports them
+
+  bool empty() const { return chunks.empty(); }
+};
+
+class Scheduler {
+ public:
+  explicit Scheduler(SchedulerConfig cfg) : cfg_(cfg) {}
+
+  void add(std::unique_ptr<Sequence> seq);  // joins the back of the waiting queue
+
+  // Plans the next step and reserves its KV slots. Every chunk's slots are
+  // reserved when this returns; commit() must follow the forward.
+  void schedule(kv::PagedKvCache& kv, ScheduledBatch& plan);
+
+  // Records the K/V the forward wrote for each chunk.
+  void commit(const ScheduledBatch& plan, kv::PagedKvCache& kv);
+
+  // Removes a sequence wherever it is, releasing its blocks; nullptr if unknown.
+  std::unique_ptr<Sequence> remove(RequestId id, kv::PagedKvCache& kv);
+  // Removes every sequence marked done or failed, releasing their blocks.
+  std::vector<std::unique_ptr<Sequence>> take_done(kv::PagedKvCache& kv);
+  // Removes every sequence (shutdown), releasing their blocks.
+  std::vector<std::unique_ptr<Sequence>> take_all(kv::PagedKvCache& kv);
+
+  int32_t running() const { return static_cast<int32_t>(running_.size()); }
+  int32_t waiting() const { return static_cast<int32_t>(waiting_.size()); }
+  bool idle() const { return running_.empty() && waiting_.empty(); }
+
+ private:
+  void schedule_running(kv::PagedKvCache& kv, ScheduledBatch& plan, int32_t& budget);
+  void admit_waiting(kv::PagedKvCache& kv, ScheduledBatch& plan, int32_t& budget);
+  // Reserves up to `want` tokens for `seq`, shrinking the chunk when the pool
+  // is short; 0 when not even one token fits.
+  int32_t reserve_chunk(Sequence& seq, int32_t want, kv::PagedKvCache& kv);
+  void preempt(size_t running_index, kv::PagedKvCache& kv);
+  void add_chunk(Sequence& seq, int32_t n, ScheduledBatch& plan);
+  SeqId next_kv_seq();
+  std::vector<std::unique_ptr<Sequence>> take_if(kv::PagedKvCache& kv,
+                                                 const std::function<bool(const Sequence&)>& pred);
+
+  SchedulerConfig cfg_;
+  std::deque<std::unique_ptr<Sequence>> waiting_;
+  std::vector<std::unique_ptr<Sequence>> running_;  // admission order: newest last
+  SeqId kv_seq_counter_ = 0;
+};
+
+}  // namespace cairn::engine

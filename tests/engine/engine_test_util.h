@@ -1,0 +1,109 @@
+// Helpers for the engine tests: the demo model (written once per binary), a
+// thread-safe sink that records a sequence's events, and greedy requests.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "engine/demo_model.h"
+#include "engine/engine.h"
+#include "engine/generator.h"
+#include "kv/kv_cache.h"
+#include "test_util.h"
+
+namespace cairn::engine::test_support {
+
+// The demo model (llama, dim 128, 2 layers, the demo vocabulary), loaded once.
+inline LoadedModel& demo() {
+  static LoadedModel* m = [] {
+    auto path = ensure_demo_model(cairn::test::temp_dir("engine-demo"));
+    if (!path.is_ok()) return static_cast<LoadedModel*>(nullptr);
+    auto loaded = load_model(*path, model::LoadOptions{2});
+    return loaded.is_ok() ? new LoadedModel(std::move(*loaded)) : nullptr;
+  }();
+  return *m;
+}
+
+inline kv::KvShape shape_of(const model::Model& m) {
+  return {static_cast<int32_t>(m.hparams().n_layer),
+          static_cast<int32_t>(m.hparams().kv_row_elems())};
+}
+
+inline std::unique_ptr<kv::PagedKvCache> make_kv(const model::Model& m, int32_t blocks) {
+  const auto shape = shape_of(m);
+  auto kv =
+      kv::PagedKvCache::create(shape, {blocks * kv::PagedKvCache::block_bytes(shape), 16, true});
+  EXPECT_TRUE(kv.is_ok()) << kv.status().message();
+  return kv.is_ok() ? std::move(*kv) : nullptr;
+}
+
+// Records everything the engine thread reports for one request.
+class RecordingSink final : public SequenceSink {
+ public:
+  void on_token(const TokenOutput& out) override {
+    std::lock_guard lk(mu_);
+    tokens.push_back(out.id);
+    pieces.push_back(out.text);
+    text += out.text;
+    samples.push_back(out.sample);
+    cv_.notify_all();
+  }
+  void on_end(const EndOutput& out) override {
+    std::lock_guard lk(mu_);
+    ++ends;
+    end = out;
+    text += out.text;
+    cv_.notify_all();
+  }
+  void on_error(const std::string& message) override {
+    std::lock_guard lk(mu_);
+    ++ends;
+    error = message;
+    cv_.notify_all();
+  }
+  // Waits until the request ended (true) or `seconds` passed (false).
+  bool wait(double seconds = 60) {
+    std::unique_lock lk(mu_);
+    return cv_.wait_for(lk, std::chrono::duration<double>(seconds), [&] { return ends > 0; });
+  }
+  // Waits until at least `n` tokens arrived.
+  bool wait_tokens(size_t n, double seconds = 60) {
+    std::unique_lock lk(mu_);
+    return cv_.wait_for(lk, std::chrono::duration<double>(seconds),
+                        [&] { return tokens.size() >= n || ends > 0; });
+  }
+  size_t n_tokens() {
+    std::lock_guard lk(mu_);
+    return tokens.size();
+  }
+
+  // Read only after wait() returned true.
+  std::vector<Token> tokens;
+  std::vector<std::string> pieces;
+  std::vector<SampleResult> samples;
+  std::string text;
+  EndOutput end;
+  std::string error;
+  int ends = 0;
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+};
+
+inline EngineRequest greedy(std::vector<Token> prompt, int32_t max_tokens, bool ignore_eos = true) {
+  EngineRequest r;
+  r.prompt = std::move(prompt);
+  r.max_tokens = max_tokens;
+  r.ignore_eos = ignore_eos;
+  r.sampling.temperature = 0;
+  return r;
+}
+
+}  // namespace cairn::engine::test_support
