@@ -10,6 +10,8 @@
 // serial of the block that held its predecessor when it was registered, and
 // its own token ids. Serials are never reused, so a hit whose parent serial
 // and tokens match is exactly the prompt's prefix, whatever the hash does.
+#include "kv/kv_cache.h"
+
 #include <algorithm>
 #include <atomic>
 #include <bit>
@@ -21,7 +23,6 @@
 #include <vector>
 
 #include "core/half.h"
-#include "kv/kv_cache.h"
 
 namespace cairn::kv {
 namespace {
@@ -210,7 +211,8 @@ class Paged final : public PagedKvCache {
     assert(pos >= 0 && (size_t)(pos >> shift_) < s.blocks.size());
     assert(layer >= 0 && layer < shape_.n_layer);
     const size_t b = (size_t)s.blocks[(size_t)(pos >> shift_)];
-    const size_t slot = ((size_t)layer * 2 + (size_t)which) * (size_t)bt_ + (size_t)(pos & (bt_ - 1));
+    const size_t slot =
+        ((size_t)layer * 2 + (size_t)which) * (size_t)bt_ + (size_t)(pos & (bt_ - 1));
     return pool_.get() + b * block_bytes_ + slot * row_bytes_;
   }
 
@@ -355,7 +357,7 @@ class Paged final : public PagedKvCache {
   std::vector<Token> block_ids_;  // bt token ids per block, meaningful while findable
   std::vector<int32_t> free_;     // blank blocks with ref 0
   int32_t lru_head_ = -1, lru_tail_ = -1, n_lru_ = 0;  // findable blocks with ref 0
-  std::unordered_multimap<uint64_t, int32_t> index_;  // key -> findable blocks
+  std::unordered_multimap<uint64_t, int32_t> index_;   // key -> findable blocks
   uint64_t next_serial_ = 1;
   int32_t used_ = 0;
 
@@ -401,7 +403,8 @@ Result<std::unique_ptr<PagedKvCache>> PagedKvCache::create(const KvShape& shape,
   // and a position is never read before a forward wrote it.
   std::unique_ptr<uint8_t[]> pool(new (std::nothrow) uint8_t[(size_t)(n_blocks * bb)]);
   if (!pool)
-    return Status::error("cannot allocate a KV pool of " + std::to_string(n_blocks * bb) + " bytes");
+    return Status::error("cannot allocate a KV pool of " + std::to_string(n_blocks * bb) +
+                         " bytes");
   return std::unique_ptr<PagedKvCache>(
       new Paged(shape, cfg, (int32_t)n_blocks, bb, std::move(pool)));
 }

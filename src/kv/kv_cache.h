@@ -27,10 +27,10 @@ struct KvShape {
 
 struct KvStats {
   int32_t blocks_total = 0;
-  int32_t blocks_used = 0;        // held by at least one live sequence
-  int32_t blocks_cached = 0;      // free but still findable by prefix (evictable, LRU)
-  uint64_t prefix_queries = 0;    // prompt tokens looked up
-  uint64_t prefix_hits = 0;       // prompt tokens found cached
+  int32_t blocks_used = 0;      // held by at least one live sequence
+  int32_t blocks_cached = 0;    // free but still findable by prefix (evictable, LRU)
+  uint64_t prefix_queries = 0;  // prompt tokens looked up
+  uint64_t prefix_hits = 0;     // prompt tokens found cached
   // Row writes the cache declined because they targeted a full (immutable,
   // possibly shared) block. One per layer is expected when a prompt's last
   // token is recomputed inside a fully cached block; anything else is a bug
@@ -44,8 +44,8 @@ using BlockHashFn = uint64_t (*)(uint64_t prev_key, std::span<const Token> token
 uint64_t hash_block(uint64_t prev_key, std::span<const Token> tokens);
 
 struct KvConfig {
-  int64_t pool_bytes = 0;       // whole pool; rounded down to whole blocks
-  int32_t block_tokens = 16;    // a power of two in [1, 1024]
+  int64_t pool_bytes = 0;     // whole pool; rounded down to whole blocks
+  int32_t block_tokens = 16;  // a power of two in [1, 1024]
   bool prefix_cache = true;
   BlockHashFn hash_for_testing = nullptr;  // tests only: replaces hash_block
 };
@@ -87,7 +87,7 @@ class PagedKvCache : public KvView {
   virtual KvStats stats() const = 0;
   // Blocks a sequence of n tokens needs; for admission decisions.
   virtual int32_t blocks_for(int32_t n_tokens) const = 0;
-  virtual int32_t free_blocks() const = 0;  // free + evictable
+  virtual int32_t free_blocks() const = 0;             // free + evictable
   virtual int32_t block_tokens() const { return 16; }  // tokens per block
 };
 

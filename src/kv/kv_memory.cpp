@@ -60,7 +60,8 @@ int64_t default_pool_bytes(const KvShape& shape, int64_t n_ctx, int64_t availabl
   // Never more blocks than an int32 counts.
   int64_t blocks = std::min<int64_t>((want_tokens + kTokens - 1) / kTokens,
                                      std::numeric_limits<int32_t>::max() / 2);
-  if (blocks > std::numeric_limits<int64_t>::max() / block) blocks = std::numeric_limits<int64_t>::max() / block;
+  if (blocks > std::numeric_limits<int64_t>::max() / block)
+    blocks = std::numeric_limits<int64_t>::max() / block;
   if (available_bytes < 0) available_bytes = available_memory_bytes();
   if (available_bytes >= 0) blocks = std::min(blocks, available_bytes / 2 / block);
   blocks = std::max<int64_t>(blocks, kMinBlocks);

@@ -1,6 +1,8 @@
 // Paged KV cache: pool accounting, all-or-nothing reservations, verified
 // prefix reuse (also under forced hash collisions), the write guard on shared
 // blocks, LRU eviction order, and pool sizing.
+#include "kv/kv_cache.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,7 +12,6 @@
 #include <vector>
 
 #include "core/half.h"
-#include "kv/kv_cache.h"
 
 namespace cairn::kv {
 namespace {
@@ -35,11 +36,13 @@ std::unique_ptr<PagedKvCache> make(int32_t n_blocks, bool prefix = true,
 // Small integers, exact in F16.
 std::vector<float> row_for(const std::vector<Token>& toks, int32_t pos, int layer, int which) {
   uint64_t h = 1469598103934665603ULL;
-  for (int32_t i = 0; i <= pos; ++i) h = (h ^ (uint64_t)(uint32_t)toks[(size_t)i]) * 1099511628211ULL;
+  for (int32_t i = 0; i <= pos; ++i)
+    h = (h ^ (uint64_t)(uint32_t)toks[(size_t)i]) * 1099511628211ULL;
   std::vector<float> row((size_t)kShape.row_elems);
   for (size_t i = 0; i < row.size(); ++i) {
-    const uint64_t x = (h ^ ((uint64_t)layer * 0x9e3779b97f4a7c15ULL) ^ (i * 0xbf58476d1ce4e5b9ULL) ^
-                        (uint64_t)which) * 0x94d049bb133111ebULL;
+    const uint64_t x = (h ^ ((uint64_t)layer * 0x9e3779b97f4a7c15ULL) ^
+                        (i * 0xbf58476d1ce4e5b9ULL) ^ (uint64_t)which) *
+                       0x94d049bb133111ebULL;
     row[i] = (float)((x >> 40) % 2001) - 1000.0f;
   }
   return row;
@@ -60,7 +63,8 @@ void write_rows(PagedKvCache& kv, SeqId seq, const std::vector<Token>& toks, int
     for (int l = 0; l < kShape.n_layer; ++l)
       for (int which = 0; which < 2; ++which) {
         const auto want = row_for(toks, p, l, which);
-        const auto* got = static_cast<const uint16_t*>(which ? kv.value(l, seq, p) : kv.key(l, seq, p));
+        const auto* got =
+            static_cast<const uint16_t*>(which ? kv.value(l, seq, p) : kv.key(l, seq, p));
         for (size_t i = 0; i < want.size(); ++i)
           if (f16_to_f32(got[i]) != want[i])
             return ::testing::AssertionFailure()
@@ -126,13 +130,11 @@ TEST(PagedKvCache, CreateValidatesAndRoundsDown) {
     int32_t bt;
     const char* what;
   };
-  for (const Bad& b : {Bad{{0, 8}, 10, 16, "positive layer count"},
-                       Bad{{3, -1}, 10, 16, "positive layer count"},
-                       Bad{kShape, 10, 12, "power of two"},
-                       Bad{kShape, 10, 0, "power of two"},
-                       Bad{kShape, 10, 4096, "power of two"},
-                       Bad{kShape, 3, 16, "at least 4"},
-                       Bad{kShape, 0, 16, "at least 4"}}) {
+  for (const Bad& b :
+       {Bad{{0, 8}, 10, 16, "positive layer count"}, Bad{{3, -1}, 10, 16, "positive layer count"},
+        Bad{kShape, 10, 12, "power of two"}, Bad{kShape, 10, 0, "power of two"},
+        Bad{kShape, 10, 4096, "power of two"}, Bad{kShape, 3, 16, "at least 4"},
+        Bad{kShape, 0, 16, "at least 4"}}) {
     KvConfig c;
     c.block_tokens = b.bt;
     c.pool_bytes = b.blocks * std::max<int64_t>(1, PagedKvCache::block_bytes(kShape, b.bt));
@@ -213,7 +215,9 @@ TEST(PagedKvCache, PrefixReuseFindsOnlyExactFullBlocks) {
   const auto a = tokens(40, 3);
   ASSERT_EQ(run_prompt(*kv, 1, a), 0);  // blocks 0 and 1 full, 2 partial
 
-  const auto prefix = [&](size_t n) { return std::vector<Token>(a.begin(), a.begin() + (ptrdiff_t)n); };
+  const auto prefix = [&](size_t n) {
+    return std::vector<Token>(a.begin(), a.begin() + (ptrdiff_t)n);
+  };
   struct Case {
     std::vector<Token> prompt;
     int32_t want;
@@ -432,7 +436,8 @@ void random_workload(BlockHashFn hash, uint32_t seed) {
   ASSERT_TRUE(kv);
   std::mt19937 rng(seed);
   std::vector<std::vector<Token>> bases;
-  for (uint32_t i = 0; i < 4; ++i) bases.push_back(tokens(16 + (int)(rng() % 48), seed * 7 + i, 50));
+  for (uint32_t i = 0; i < 4; ++i)
+    bases.push_back(tokens(16 + (int)(rng() % 48), seed * 7 + i, 50));
   std::map<SeqId, std::vector<Token>> live;
   SeqId next = 0;
   int reused_total = 0, failed = 0;
@@ -440,7 +445,8 @@ void random_workload(BlockHashFn hash, uint32_t seed) {
     const uint32_t op = rng() % 10;
     if (op < 3 || live.empty()) {  // a new prompt: a shared base (maybe cut) plus a tail
       const auto& base = bases[rng() % bases.size()];
-      auto prompt = std::vector<Token>(base.begin(), base.begin() + (ptrdiff_t)(1 + rng() % base.size()));
+      auto prompt =
+          std::vector<Token>(base.begin(), base.begin() + (ptrdiff_t)(1 + rng() % base.size()));
       prompt = cat(prompt, tokens((int)(rng() % 20), rng(), 50));
       const SeqId seq = next++;
       const int32_t r = run_prompt(*kv, seq, prompt);
@@ -536,9 +542,9 @@ TEST(BlockHash, DependsOnEveryTokenTheOrderAndThePrefix) {
 TEST(PoolSize, DefaultIsFourContextsCappedByMemory) {
   const int64_t bb = PagedKvCache::block_bytes(kShape);
   const int64_t big = int64_t{1} << 40;
-  EXPECT_EQ(default_pool_bytes(kShape, 256, big), 256 * bb);          // 4096 tokens at least
+  EXPECT_EQ(default_pool_bytes(kShape, 256, big), 256 * bb);  // 4096 tokens at least
   EXPECT_EQ(default_pool_bytes(kShape, 8192, big), 4 * 8192 / 16 * bb);
-  EXPECT_EQ(default_pool_bytes(kShape, 8192, 100 * bb), 50 * bb);     // half the memory
+  EXPECT_EQ(default_pool_bytes(kShape, 8192, 100 * bb), 50 * bb);  // half the memory
   EXPECT_EQ(default_pool_bytes(kShape, 8192, 0), kMinBlocks * bb);
   EXPECT_EQ(default_pool_bytes({0, 8}, 256, big), 0);
   EXPECT_GT(available_memory_bytes(), 0);

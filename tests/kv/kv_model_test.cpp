@@ -43,7 +43,8 @@ Loaded tiny_model(const std::string& arch) {
   w.set_uint32(key("context_length"), 256);
   w.set_float32(key("attention.layer_norm_rms_epsilon"), 1e-5f);
   w.set_float32(key("rope.freq_base"), 10000.0f);
-  const auto add = [&](const std::string& name, std::vector<int64_t> dims, float scale, float bias) {
+  const auto add = [&](const std::string& name, std::vector<int64_t> dims, float scale,
+                       float bias) {
     int64_t n = 1;
     for (int64_t d : dims) n *= d;
     std::uniform_real_distribution<float> u(-scale, scale);
@@ -51,7 +52,8 @@ Loaded tiny_model(const std::string& arch) {
     for (float& x : v) x = bias + u(rng);
     std::vector<uint8_t> bytes(v.size() * 4);
     std::memcpy(bytes.data(), v.data(), bytes.size());
-    EXPECT_TRUE(w.add_tensor(name, TensorType::F32, std::move(dims), std::move(bytes)).is_ok()) << name;
+    EXPECT_TRUE(w.add_tensor(name, TensorType::F32, std::move(dims), std::move(bytes)).is_ok())
+        << name;
   };
   const int64_t hd = kEmbd / kHead;
   const float ws = 2.0f / 8.0f;  // ~2 / sqrt(n_embd)
@@ -245,7 +247,8 @@ TEST_P(PagedForward, MatchesContiguousIncludingReusedPrefixes) {
 TEST_P(PagedForward, RefusesUnreservedPositions) {
   Loaded l = tiny_model(GetParam());
   ASSERT_TRUE(l.model);
-  const KvShape shape{(int32_t)l.model->hparams().n_layer, (int32_t)l.model->hparams().kv_row_elems()};
+  const KvShape shape{(int32_t)l.model->hparams().n_layer,
+                      (int32_t)l.model->hparams().kv_row_elems()};
   auto kv = PagedKvCache::create(shape, {PagedKvCache::block_bytes(shape) * 8});
   ASSERT_TRUE(kv.is_ok());
   ASSERT_TRUE((*kv)->reserve(0, 5));
