@@ -226,6 +226,11 @@ void Interpreter::exec_for(const Stmt& s, std::string& out) {
     }
     const size_t n = items.size();
     Value length(static_cast<int64_t>(n));
+    auto position = std::make_shared<size_t>(0);
+    Value cycle = Value::callable("cycle", [position](Interpreter&, CallArgs& a) -> Value {
+      if (a.positional.empty()) fail("TypeError", "no items for cycling given");
+      return a.positional[*position % a.positional.size()];
+    });
     for (size_t i = 0; i < n; ++i) {
       count_loop_iteration();
       fresh();
@@ -244,11 +249,8 @@ void Interpreter::exec_for(const Stmt& s, std::string& out) {
       loop.entries.emplace_back(Value("depth0"), Value(0));
       if (i > 0) loop.entries.emplace_back(Value("previtem"), items[i - 1]);
       if (i + 1 < n) loop.entries.emplace_back(Value("nextitem"), items[i + 1]);
-      loop.entries.emplace_back(
-          Value("cycle"), Value::callable("cycle", [i](Interpreter&, CallArgs& a) -> Value {
-            if (a.positional.empty()) fail("TypeError", "no items for cycling given");
-            return a.positional[i % a.positional.size()];
-          }));
+      *position = i;
+      loop.entries.emplace_back(Value("cycle"), cycle);
       scope_->vars["loop"] = Value::dict(std::move(loop));
       Flow f = exec_body(s.body, out);
       if (f == Flow::Break) break;

@@ -119,6 +119,10 @@ class Parser {
             return body;
           }
         }
+        const std::string& name = cur().text;
+        if (name == "elif" || name == "else" || name.rfind("end", 0) == 0)
+          error("unexpected '" + name + "'" +
+                (ends.size() ? ", expected '" + std::string(*ends.begin()) + "'" : std::string()));
         body.push_back(parse_statement());
       } else {
         error("unexpected " + describe());

@@ -416,8 +416,11 @@ Value from_json(const nlohmann::ordered_json& j, int depth) {
     case nlohmann::ordered_json::value_t::object: {
       DictData d;
       d.entries.reserve(j.size());
-      for (auto it = j.begin(); it != j.end(); ++it)
-        d.entries.emplace_back(Value(it.key()), from_json(it.value(), depth + 1));
+      for (auto it = j.begin(); it != j.end(); ++it) {
+        Value key(it.key());
+        Value value = from_json(it.value(), depth + 1);
+        d.entries.emplace_back(std::move(key), std::move(value));
+      }
       return Value::dict(std::move(d));
     }
     default: fail("ValueError", "unsupported JSON value in context");
