@@ -4,7 +4,9 @@
 #include <limits>
 #include <vector>
 
+#include "core/half.h"
 #include "core/quant.h"
+#include "kernels/float_order.h"
 #include "kernels/kernels.h"
 
 namespace cairn::kernels {
@@ -14,8 +16,53 @@ bool matmul_supported(TensorType t) {
   return ops != nullptr && ops->vec_dot != nullptr && type_ops(ops->vec_dot_type) != nullptr;
 }
 
+namespace {
+
+// F32/F16 weights as the reference multiplies them: a batch of >= 2 tokens with
+// k % 16 == 0 goes through llamafile's tinyBLAS (float activations, also
+// against F16 weights); anything else through ggml_vec_dot_f32/_f16, which
+// for F16 weights first rounds the activations to F16.
+void matmul_float(const WeightMatrix& w, const float* x, int64_t n_tokens, float* out,
+                  ThreadPool& pool) {
+  const int64_t k = w.cols;
+  const bool f16 = w.type == TensorType::F16;
+  // Measured on the golden files: F16 weights meet float activations in the
+  // 16-lane order even for a single token (rounding them to F16 for
+  // ggml_vec_dot_f16 moves the tied-F16 model's log-probs by ~1e-2), while
+  // single-token F32 products follow ggml_vec_dot_f32.
+  const bool tiny = k % 16 == 0 && (f16 || n_tokens >= 2);
+  thread_local std::vector<uint16_t> xh;
+  if (f16 && !tiny) {
+    xh.resize((size_t)(n_tokens * k));
+    for (int64_t i = 0; i < n_tokens * k; ++i) xh[(size_t)i] = f32_to_f16(x[i]);
+  }
+  const uint16_t* xh_data = xh.data();
+  const auto* wdata = static_cast<const unsigned char*>(w.data);
+  pool.parallel_for(w.rows, [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      const void* wrow = wdata + static_cast<size_t>(r) * w.row_stride;
+      for (int64_t t = 0; t < n_tokens; ++t) {
+        const float* xt = x + t * k;
+        float v;
+        if (!f16)
+          v = tiny ? order::tiny_f32((const float*)wrow, xt, k) : order::vec_f32((const float*)wrow, xt, k);
+        else
+          v = tiny ? order::tiny_f16((const uint16_t*)wrow, xt, k)
+                   : order::vec_f16((const uint16_t*)wrow, xh_data + t * k, k);
+        out[t * w.rows + r] = v;
+      }
+    }
+  });
+}
+
+}  // namespace
+
 void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* out, ThreadPool& pool) {
   if (n_tokens <= 0 || w.rows <= 0) return;
+  if (w.type == TensorType::F32 || w.type == TensorType::F16) {
+    matmul_float(w, x, n_tokens, out, pool);
+    return;
+  }
   const TypeOps* ops = type_ops(w.type);
   const TypeOps* act_ops = ops ? type_ops(ops->vec_dot_type) : nullptr;
   const auto act_bytes = act_ops ? row_bytes(act_ops->type, w.cols) : std::nullopt;

@@ -89,12 +89,15 @@ void softmax(float* x, int64_t n) {
   for (int64_t k = 0; k < n; ++k) x[k] *= inv;
 }
 
-// silu as ggml_vec_silu_f32 (vectorised exp for groups of 8 of the row, expf
-// for the tail), then the product with `up` as a separate rounding (ggml_mul).
+// silu as ggml_vec_silu_f32, then the product with `up` as a separate rounding
+// (ggml_mul). The vectorised exp covers groups of 16 of the row and expf the
+// tail: the reference's AVX-512 build steps silu by 16 (measured: stories260K
+// 97.3% -> 97.6% of top-5 log-probs within 1e-3 over groups of 8), while its
+// softmax measures best with the 8-wide grouping above.
 void silu_mul(const float* gate, const float* up, int64_t n, float* out) {
   int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    for (int64_t l = i; l < i + 8; ++l) out[l] = gate[l] / (1.0f + exp_ggml(0.0f - gate[l])) * up[l];
+  for (; i + 16 <= n; i += 16) {
+    for (int64_t l = i; l < i + 16; ++l) out[l] = gate[l] / (1.0f + exp_ggml(0.0f - gate[l])) * up[l];
   }
   for (; i < n; ++i) {
     const float g = gate[i];

@@ -30,6 +30,15 @@ const float* f16_table() {
   return table.data();
 }
 
+
+// One query head against positions [0, n_pos) of its sequence, in the
+// reference's arithmetic on an AVX-512 machine (no flash attention; K/V in
+// F16; rows of n_kv = n_pos padded to 32, the padding masked):
+// - K.q: q is a permuted (non-contiguous) tensor, so ggml converts it to F16
+//   and takes ggml_vec_dot_f16 per position;
+// - softmax over the padded row in groups of 16 (kernels::softmax);
+// - V.w: the softmax rows are contiguous, so tinyBLAS multiplies F16 V with
+//   float weights, position p in fma lane p % 16, reduced as reduce16.
 float round_f16(float x) { return f16_to_f32(f32_to_f16(x)); }
 
 // q.k in the order of ggml_vec_dot_f16 on AVX2 (the reference's K.q: K is
@@ -100,34 +109,10 @@ void attend_head(const KvView& kv, int layer, SeqId seq, int64_t n_pos, int64_t 
   }
 }
 
-// F16 weights against float activations. The golden outputs of the reference
-// agree with this to ~1e-5 and disagree by ~1e-2 when the activations are first
-// rounded to F16 (what kernels::matmul does, as ggml's CPU vec_dot path would),
-// so F16 projections go through here until the kernel offers the variant.
-void matmul_f16_f32(const kernels::WeightMatrix& w, const float* x, int64_t n_tokens, float* out,
-                    ThreadPool& pool) {
-  const float* h2f = f16_table();
-  pool.parallel_for(w.rows, [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) {
-      const uint16_t* row =
-          reinterpret_cast<const uint16_t*>(static_cast<const uint8_t*>(w.data) + r * w.row_stride);
-      for (int64_t t = 0; t < n_tokens; ++t) {
-        const float* xt = x + t * w.cols;
-        double sum = 0;
-        for (int64_t i = 0; i < w.cols; ++i) sum += (double)(h2f[row[i]] * xt[i]);
-        out[t * w.rows + r] = (float)sum;
-      }
-    }
-  });
-}
-
 // Every weight projection of the forward pass goes through here.
 void project(const kernels::WeightMatrix& w, const float* x, int64_t n_tokens, float* out,
              ThreadPool& pool) {
-  if (w.type == TensorType::F16)
-    matmul_f16_f32(w, x, n_tokens, out, pool);
-  else
-    kernels::matmul(w, x, n_tokens, out, pool);
+  kernels::matmul(w, x, n_tokens, out, pool);
 }
 
 void add_bias(float* rows, const std::vector<float>& bias, int64_t n_tokens) {
@@ -341,6 +326,17 @@ void ffn_swiglu(const HParams& hp, const FfnWeights& w, int64_t T, Workspace& ws
   project(w.down, ws.gate.data(), T, ws.tmp.data(), pool);
 }
 
+int64_t keep_output_rows(const Batch& batch, Workspace& ws, int64_t n_embd) {
+  int64_t r = 0;
+  for (size_t t = 0; t < batch.size(); ++t) {
+    if (!batch.wants_logits[t]) continue;
+    if ((int64_t)t != r)
+      std::copy_n(ws.x.data() + (int64_t)t * n_embd, n_embd, ws.x.data() + r * n_embd);
+    ++r;
+  }
+  return r;
+}
+
 void output_logits(const HParams& hp, const DecoderWeights& w, const Batch& batch, Workspace& ws,
                    ThreadPool& pool, Logits& out) {
   out.n_vocab = hp.n_vocab;
@@ -352,7 +348,7 @@ void output_logits(const HParams& hp, const DecoderWeights& w, const Batch& batc
   if (R == 0) return;
   ws.out_rows.resize((size_t)(R * hp.n_embd));
   for (int64_t r = 0; r < R; ++r)
-    kernels::rms_norm(ws.x.data() + (int64_t)out.batch_index[(size_t)r] * hp.n_embd,
+    kernels::rms_norm(ws.x.data() + r * hp.n_embd,
                       w.output_norm.data(), hp.n_embd, hp.norm_eps,
                       ws.out_rows.data() + r * hp.n_embd);
   project(w.output, ws.out_rows.data(), R, out.data.data(), pool);

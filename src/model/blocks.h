@@ -89,7 +89,14 @@ void attention(const HParams& hp, const AttentionWeights& w, int layer, const Ba
 void ffn_swiglu(const HParams& hp, const FfnWeights& w, int64_t n_tokens, Workspace& ws,
                 ThreadPool& pool);
 
-// Final norm of the rows that want logits and the output projection into `out`.
+// Before the last layer's FFN: moves the residual rows of the tokens that want
+// logits to the front of ws.x, in batch order, and returns their count. The
+// rest of the network only feeds those rows, and (as in llama.cpp) the FFN's
+// products then see that many tokens, which decides their summation order.
+int64_t keep_output_rows(const Batch& batch, Workspace& ws, int64_t n_embd);
+
+// Final norm of the (compacted, see keep_output_rows) rows that want logits and
+// the output projection into `out`.
 void output_logits(const HParams& hp, const DecoderWeights& w, const Batch& batch, Workspace& ws,
                    ThreadPool& pool, Logits& out);
 

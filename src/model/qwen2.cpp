@@ -25,9 +25,10 @@ class Qwen2Model final : public Model {
       rms_norm_rows(ws_.x.data(), l.attn_norm, T, hp.n_embd, hp.norm_eps, ws_.xn.data());
       attention(hp, l.attn, il, batch, kv, ws_, pool_);
       kernels::add(ws_.x.data(), ws_.tmp.data(), T * hp.n_embd);
-      rms_norm_rows(ws_.x.data(), l.ffn_norm, T, hp.n_embd, hp.norm_eps, ws_.xn.data());
-      ffn_swiglu(hp, l.ffn, T, ws_, pool_);
-      kernels::add(ws_.x.data(), ws_.tmp.data(), T * hp.n_embd);
+      const int64_t n = il + 1 == (int)hp.n_layer ? keep_output_rows(batch, ws_, hp.n_embd) : T;
+      rms_norm_rows(ws_.x.data(), l.ffn_norm, n, hp.n_embd, hp.norm_eps, ws_.xn.data());
+      ffn_swiglu(hp, l.ffn, n, ws_, pool_);
+      kernels::add(ws_.x.data(), ws_.tmp.data(), n * hp.n_embd);
     }
     output_logits(hp, w_, batch, ws_, pool_, out);
     return Status::ok();

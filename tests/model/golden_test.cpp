@@ -179,20 +179,22 @@ TEST(GoldenParity, GreedyContinuation) {
   }
 }
 
-// Teacher forcing: the prompt plus the reference's tokens go through in ONE
-// batch (the prefill path), with logits for the 48 steps.
+// Teacher forcing, as the reference ran: the prompt in one batch, then each of
+// the reference's tokens alone, 48 steps of logits.
 //
 // What the numbers show (see the printed table; CAIRN_GOLDEN_DETAIL=1 prints
 // each case's per-step worst deviation, "." where it is below 1e-5): cairn
 // replays the reference's operation order (core/quant_blocks.h, kernels/ops.cpp,
-// model/blocks.cpp), and the quantized models now agree to the 5 printed
-// decimals for long runs of steps. A run ends where one value lies on an F16 or
-// int8 rounding boundary and rounds the other way here (an order not yet
-// replayed: the F32 matmuls, the K-quant dot products); from then on that
-// sequence differs by the model's rounding sensitivity: ~1e-3 for the F32/F16
-// models (F16 K/V), ~0.05-0.3 for the random-weight quantized ones. The issue's
-// own criteria (every top-5 logprob within 1e-3 for F32/F16, within 0.05 for
-// quantized) are therefore NOT met by every model yet; the table says which.
+// kernels/float_order.h, model/blocks.cpp), including its choice of kernel by
+// batch size (tinyBLAS for a prompt, ggml_vec_dot for one token), and the
+// models agree to the 5 printed decimals for long runs of steps. A run ends
+// where one value lies on an F16 or int8 rounding boundary and rounds the
+// other way here (an order not yet replayed exactly: attention's F16 products,
+// the K-quant dot products); from then on that sequence differs by the model's
+// rounding sensitivity: ~1e-3 for the F32/F16 models (F16 K/V), ~0.05-0.3 for
+// the random-weight quantized ones. The issue's own criteria (every top-5
+// logprob within 1e-3 for F32/F16, within 0.05 for quantized) are met by
+// kMeetsCriteria and asserted for them; the table says which others miss.
 // Beyond the required argmax agreement the assertions are: the median deviation
 // within the required tolerance, at least kWithinShare of the top-5 entries
 // within it, and the worst entry under kMaxFactor x tolerance (a wrong rope, eps
@@ -219,7 +221,9 @@ bool is_anomaly(const std::string& model, int case_index) {
 }
 
 TEST(GoldenParity, TeacherForcedLogprobs) {
-  constexpr double kMaxFactor = 10.0;
+  constexpr double kMaxFactor = 5.0;
+  // Models whose every top-5 logprob is within the tolerance.
+  const std::vector<std::string> kMeetsCriteria = {"syn-llama-tied-f16", "syn-qwen2-f32"};
   auto models = golden_models();
   REQUIRE_GOLDEN(models);
   std::printf("  %-22s %5s %8s %7s %9s %9s %9s %9s  %s\n", "model", "steps", "argmax%", "tol",
@@ -228,8 +232,8 @@ TEST(GoldenParity, TeacherForcedLogprobs) {
     Loaded l = load(g);
     if (!l.model) continue;
     const double tol = g.exact ? 1e-3 : 0.05;
-    // Measured (AVX2 and CAIRN_SCALAR=1): >= 87.9% for F32/F16, >= 69.4% quantized.
-    const double within_share = g.exact ? 0.85 : 0.65;
+    // Measured (AVX2 and CAIRN_SCALAR=1): >= 97.6% for F32/F16, >= 69.4% quantized.
+    const double within_share = g.exact ? 0.95 : 0.65;
     int steps = 0, agree = 0, case_index = -1;
     std::vector<double> devs;
     std::string worst;
@@ -247,12 +251,22 @@ TEST(GoldenParity, TeacherForcedLogprobs) {
       seq.insert(seq.end(), gen.begin(), gen.end() - 1);
       auto kv = ContiguousKvCache::create(l.model->hparams(), 1, (int64_t)seq.size());
       ASSERT_TRUE(kv) << kv.status().message();
-      Batch b;
-      for (size_t i = 0; i < seq.size(); ++i)
-        b.add(seq[i], (int32_t)i, 0, i + 1 >= prompt.size());
-      Logits lg;
-      Status s = l.model->forward(b, **kv, lg);
-      ASSERT_TRUE(s.is_ok()) << s.message();
+      // As the reference ran: the prompt in one batch (logits for its last
+      // token only), then each golden token alone. The batch shape decides
+      // which of ggml's kernels (and so which summation order) a product takes.
+      Logits lg, one;
+      lg.n_vocab = l.model->hparams().n_vocab;
+      for (size_t start = 0; start < seq.size();) {
+        const size_t end = start == 0 ? prompt.size() : start + 1;
+        Batch b;
+        for (size_t i = start; i < end; ++i) b.add(seq[i], (int32_t)i, 0, i + 1 == end);
+        Status s = l.model->forward(b, **kv, one);
+        ASSERT_TRUE(s.is_ok()) << s.message();
+        ASSERT_EQ(one.rows(), 1u);
+        lg.batch_index.push_back((int32_t)(end - 1));
+        lg.data.insert(lg.data.end(), one.data.begin(), one.data.end());
+        start = end;
+      }
       ASSERT_EQ(lg.rows(), gen.size());
       const bool detail = std::getenv("CAIRN_GOLDEN_DETAIL") != nullptr;
       std::string trace;
@@ -303,6 +317,9 @@ TEST(GoldenParity, TeacherForcedLogprobs) {
     EXPECT_LE(pct(0.5), tol) << g.name << ": median deviation";
     EXPECT_GE(within, within_share) << g.name << ": too few logprobs within " << tol;
     EXPECT_LE(sorted.back(), kMaxFactor * tol) << g.name << " worst: " << worst;
+    if (std::find(kMeetsCriteria.begin(), kMeetsCriteria.end(), g.name) != kMeetsCriteria.end()) {
+      EXPECT_TRUE(met) << g.name << ": no longer meets the issue's criteria; worst: " << worst;
+    }
   }
 }
 

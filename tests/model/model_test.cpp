@@ -295,7 +295,12 @@ TEST(ModelForward, TokenByTokenDecodeMatchesPrefill) {
     Batch one;
     one.add(kPromptA[i], (int32_t)i, 1, true);
     ASSERT_TRUE(b.model->forward(one, *kv2, lg).is_ok());
-    for (size_t j = 0; j < prefill[i].size(); ++j) ASSERT_NEAR(lg.row(0)[j], prefill[i][j], 1e-5);
+    // Not bit-equal: like ggml, a single token's F32 products take
+    // ggml_vec_dot_f32's summation order and a batch's take tinyBLAS's
+    // (kernels/float_order.h), a difference of float rounding only, which an
+    // F16 K/V value on a rounding boundary can lift to ~1e-4 (a wrong
+    // position or mask is off by far more than 1e-3).
+    for (size_t j = 0; j < prefill[i].size(); ++j) ASSERT_NEAR(lg.row(0)[j], prefill[i][j], 1e-3);
   }
 }
 

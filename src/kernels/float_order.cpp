@@ -1,0 +1,180 @@
+// Scalar and AVX2 forms of the reference's float dot-product orders. The AVX2
+// form keeps 16 lanes as two 8-wide registers: fma is per lane, so the bits are
+// the scalar form's; only the final reduction runs in scalar code in both.
+#include "kernels/float_order.h"
+
+#include <cpuid.h>
+#include <immintrin.h>
+
+#include <cmath>
+#include <cstdlib>
+
+#include "core/half.h"
+
+#if defined(__clang__)
+#define CAIRN_FMA_TARGET __attribute__((target("avx2,fma,f16c")))
+#else
+#define CAIRN_FMA_TARGET __attribute__((target("avx2,fma,f16c"), optimize("fp-contract=off")))
+#endif
+
+namespace cairn::kernels::order {
+namespace {
+
+const float* h2f_table() {
+  static const float* t = [] {
+    static float v[65536];
+    for (uint32_t i = 0; i < 65536; ++i) v[i] = f16_to_f32((uint16_t)i);
+    return v;
+  }();
+  return t;
+}
+
+// The four 16-lane accumulators of ggml_vec_dot: (a0 + a2) + (a1 + a3).
+float reduce_arr(const float (*acc)[16]) {
+  float l[16];
+  for (int i = 0; i < 16; ++i) l[i] = (acc[0][i] + acc[2][i]) + (acc[1][i] + acc[3][i]);
+  return reduce16(l);
+}
+
+float tiny_f32_scalar(const float* w, const float* x, int64_t k) {
+  float acc[16] = {};
+  for (int64_t i = 0; i < k; i += 16)
+    for (int l = 0; l < 16; ++l) acc[l] = std::fma(w[i + l], x[i + l], acc[l]);
+  return reduce16(acc);
+}
+
+float tiny_f16_scalar(const uint16_t* w, const float* x, int64_t k) {
+  const float* h = h2f_table();
+  float acc[16] = {};
+  for (int64_t i = 0; i < k; i += 16)
+    for (int l = 0; l < 16; ++l) acc[l] = std::fma(h[w[i + l]], x[i + l], acc[l]);
+  return reduce16(acc);
+}
+
+float vec_f32_scalar(const float* w, const float* x, int64_t n) {
+  const int64_t np = n & ~int64_t{63};
+  float acc[4][16] = {};
+  for (int64_t i = 0; i < np; i += 64)
+    for (int j = 0; j < 4; ++j)
+      for (int l = 0; l < 16; ++l)
+        acc[j][l] = std::fma(w[i + 16 * j + l], x[i + 16 * j + l], acc[j][l]);
+  float sum = reduce_arr(acc);
+  // `sumf += x[i]*y[i]` in float; the reference's C is contracted to an fma.
+  for (int64_t i = np; i < n; ++i) sum = std::fma(w[i], x[i], sum);
+  return sum;
+}
+
+float vec_f16_scalar(const uint16_t* w, const uint16_t* x, int64_t n) {
+  const float* h = h2f_table();
+  const int64_t np = n & ~int64_t{63};
+  float acc[4][16] = {};
+  for (int64_t i = 0; i < np; i += 64)
+    for (int j = 0; j < 4; ++j)
+      for (int l = 0; l < 16; ++l)
+        acc[j][l] = std::fma(h[w[i + 16 * j + l]], h[x[i + 16 * j + l]], acc[j][l]);
+  double sum = reduce_arr(acc);
+  for (int64_t i = np; i < n; ++i) sum += (double)(h[w[i]] * h[x[i]]);
+  return (float)sum;
+}
+
+CAIRN_FMA_TARGET inline __m256 ld_h(const uint16_t* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)p));
+}
+
+CAIRN_FMA_TARGET float tiny_f32_avx2(const float* w, const float* x, int64_t k) {
+  __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+  for (int64_t i = 0; i < k; i += 16) {
+    a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i), _mm256_loadu_ps(x + i), a0);
+    a1 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 8), _mm256_loadu_ps(x + i + 8), a1);
+  }
+  float l[16];
+  _mm256_storeu_ps(l, a0);
+  _mm256_storeu_ps(l + 8, a1);
+  return reduce16(l);
+}
+
+CAIRN_FMA_TARGET float tiny_f16_avx2(const uint16_t* w, const float* x, int64_t k) {
+  __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+  for (int64_t i = 0; i < k; i += 16) {
+    a0 = _mm256_fmadd_ps(ld_h(w + i), _mm256_loadu_ps(x + i), a0);
+    a1 = _mm256_fmadd_ps(ld_h(w + i + 8), _mm256_loadu_ps(x + i + 8), a1);
+  }
+  float l[16];
+  _mm256_storeu_ps(l, a0);
+  _mm256_storeu_ps(l + 8, a1);
+  return reduce16(l);
+}
+
+CAIRN_FMA_TARGET float vec_f32_avx2(const float* w, const float* x, int64_t n) {
+  const int64_t np = n & ~int64_t{63};
+  __m256 a[8];
+  for (__m256& r : a) r = _mm256_setzero_ps();
+  for (int64_t i = 0; i < np; i += 64)
+    for (int j = 0; j < 8; ++j)
+      a[j] = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 8 * j), _mm256_loadu_ps(x + i + 8 * j), a[j]);
+  float acc[4][16];
+  for (int j = 0; j < 8; ++j) _mm256_storeu_ps(&acc[j / 2][(j % 2) * 8], a[j]);
+  float sum = reduce_arr(acc);
+  for (int64_t i = np; i < n; ++i)
+    sum = _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(w[i]), _mm_set_ss(x[i]), _mm_set_ss(sum)));
+  return sum;
+}
+
+CAIRN_FMA_TARGET float vec_f16_avx2(const uint16_t* w, const uint16_t* x, int64_t n) {
+  const int64_t np = n & ~int64_t{63};
+  __m256 a[8];
+  for (__m256& r : a) r = _mm256_setzero_ps();
+  for (int64_t i = 0; i < np; i += 64)
+    for (int j = 0; j < 8; ++j) a[j] = _mm256_fmadd_ps(ld_h(w + i + 8 * j), ld_h(x + i + 8 * j), a[j]);
+  float acc[4][16];
+  for (int j = 0; j < 8; ++j) _mm256_storeu_ps(&acc[j / 2][(j % 2) * 8], a[j]);
+  double sum = reduce_arr(acc);
+  const float* h = h2f_table();
+  for (int64_t i = np; i < n; ++i) sum += (double)(h[w[i]] * h[x[i]]);
+  return (float)sum;
+}
+
+bool detect() {
+  const char* s = std::getenv("CAIRN_SCALAR");
+  if (s && s[0] == '1') return false;
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid(1, &a, &b, &c, &d)) return false;
+  const bool fma = c & bit_FMA, f16c = c & bit_F16C, osx = c & bit_OSXSAVE;
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+  return fma && f16c && osx && (b & bit_AVX2);
+}
+
+const bool kSimd = detect();
+
+}  // namespace
+
+bool simd_enabled() { return kSimd; }
+
+float reduce16(const float* v) {
+  float t[8], u[4];
+  for (int i = 0; i < 8; ++i) t[i] = v[i + 8] + v[i];
+  for (int i = 0; i < 4; ++i) u[i] = t[i + 4] + t[i];
+  return (u[0] + u[2]) + (u[1] + u[3]);
+}
+
+namespace scalar {
+float tiny_f32(const float* w, const float* x, int64_t k) { return tiny_f32_scalar(w, x, k); }
+float tiny_f16(const uint16_t* w, const float* x, int64_t k) { return tiny_f16_scalar(w, x, k); }
+float vec_f32(const float* w, const float* x, int64_t n) { return vec_f32_scalar(w, x, n); }
+float vec_f16(const uint16_t* w, const uint16_t* x, int64_t n) { return vec_f16_scalar(w, x, n); }
+}  // namespace scalar
+
+float tiny_f32(const float* w, const float* x, int64_t k) {
+  return kSimd ? tiny_f32_avx2(w, x, k) : tiny_f32_scalar(w, x, k);
+}
+float tiny_f16(const uint16_t* w, const float* x, int64_t k) {
+  return kSimd ? tiny_f16_avx2(w, x, k) : tiny_f16_scalar(w, x, k);
+}
+float vec_f32(const float* w, const float* x, int64_t n) {
+  return kSimd ? vec_f32_avx2(w, x, n) : vec_f32_scalar(w, x, n);
+}
+float vec_f16(const uint16_t* w, const uint16_t* x, int64_t n) {
+  return kSimd ? vec_f16_avx2(w, x, n) : vec_f16_scalar(w, x, n);
+}
+
+}  // namespace cairn::kernels::order

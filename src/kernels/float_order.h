@@ -1,0 +1,38 @@
+// kernels/float_order.h — float dot products in the summation orders of the
+// reference's CPU kernels on an AVX-512 machine (llama.cpp build 4748).
+// Owns only the order of float operations; the golden tests compare
+// log-probabilities to 1e-3, and a value on an F16 rounding boundary of the K/V
+// cache turns any order difference into a visible one. Each function has a
+// scalar form (lanes emulated, std::fma) and an AVX2/FMA form that gives the
+// same bits; CAIRN_SCALAR=1 selects the scalar one. Never allocates.
+#pragma once
+
+#include <cstdint>
+
+namespace cairn::kernels::order {
+
+// _mm512_reduce_add_ps of 16 lanes: halves, quarters, then pairs.
+float reduce16(const float* lanes);
+
+// tinyBLAS (llamafile sgemm, batches of >= 2 tokens, k % 16 == 0): one 16-lane
+// fma accumulator over k, then reduce16.
+float tiny_f32(const float* w, const float* x, int64_t k);
+float tiny_f16(const uint16_t* w, const float* x, int64_t k);  // x stays float
+
+// ggml_vec_dot_f32 / _f16 with AVX-512 (STEP 64, four 16-lane accumulators,
+// reduced pairwise then by reduce16; the tail of n % 64 elements added after).
+float vec_f32(const float* w, const float* x, int64_t n);
+float vec_f16(const uint16_t* w, const uint16_t* x, int64_t n);  // x rounded to F16
+
+// Whether the AVX2 forms are in use (CPU support and not CAIRN_SCALAR=1).
+bool simd_enabled();
+
+// The scalar forms, always available (tests compare them with the above).
+namespace scalar {
+float tiny_f32(const float* w, const float* x, int64_t k);
+float tiny_f16(const uint16_t* w, const float* x, int64_t k);
+float vec_f32(const float* w, const float* x, int64_t n);
+float vec_f16(const uint16_t* w, const uint16_t* x, int64_t n);
+}  // namespace scalar
+
+}  // namespace cairn::kernels::order
