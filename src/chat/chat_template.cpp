@@ -87,7 +87,7 @@ Result<nlohmann::ordered_json> build_context(const ChatInput& input) {
   if (!input.tools_json.empty()) {
     json tools = json::parse(input.tools_json, nullptr, /*allow_exceptions=*/false);
     if (tools.is_discarded()) return Status::error("tools: not valid JSON");
-    ctx["tools"] = std::move(tools);
+    if (!tools.is_null()) ctx["tools"] = std::move(tools);
   }
   ctx["add_generation_prompt"] = input.add_generation_prompt;
   ctx["bos_token"] = input.bos_token;

@@ -51,7 +51,7 @@ struct Message {
 
 struct ChatInput {
   std::vector<Message> messages;
-  std::string tools_json;  // OpenAI `tools` array as JSON; empty: tools undefined
+  std::string tools_json;  // OpenAI `tools` array as JSON; empty or "null": tools undefined
   bool add_generation_prompt = true;
   std::string bos_token;
   std::string eos_token;

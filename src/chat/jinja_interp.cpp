@@ -57,6 +57,16 @@ Interpreter::Interpreter(const RenderOptions& options, const Value& context)
   scope_->parent = globals;
 }
 
+Interpreter::~Interpreter() {
+  for (auto& ns : namespaces_) ns->attrs.entries.clear();
+}
+
+Value Interpreter::make_namespace(DictData attrs) {
+  Value v = Value::ns(std::move(attrs));
+  namespaces_.push_back(std::get<std::shared_ptr<NamespaceData>>(v.v));
+  return v;
+}
+
 std::string Interpreter::render(const Program& program) {
   std::string out;
   exec_body(program.body, out);

@@ -38,6 +38,9 @@ void check_args(const CallArgs& args, std::string_view fn, size_t max_positional
 class Interpreter {
  public:
   Interpreter(const RenderOptions& options, const Value& context);
+  ~Interpreter();
+  Interpreter(const Interpreter&) = delete;
+  Interpreter& operator=(const Interpreter&) = delete;
 
   std::string render(const Program& program);
 
@@ -53,6 +56,9 @@ class Interpreter {
   void check_size(size_t size) const;
   void count_loop_iteration();
   const std::tm& now() const { return now_; }
+  // Namespaces can be made to contain themselves ({% set ns.me = ns %}); the
+  // interpreter empties every namespace it made when it ends, breaking such cycles.
+  Value make_namespace(DictData attrs);
 
  private:
   struct Scope {
@@ -89,6 +95,7 @@ class Interpreter {
   size_t loop_iterations_ = 0;
   int depth_ = 0;
   int call_depth_ = 0;
+  std::vector<std::shared_ptr<NamespaceData>> namespaces_;
 };
 
 // Python-style binary arithmetic shared with filters (sum): "+", "-", "*", "/", "//", "%", "**".

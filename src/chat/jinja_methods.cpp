@@ -278,14 +278,14 @@ Value g_range(Interpreter& in, CallArgs& a) {
   return Value::list(std::move(out));
 }
 
-Value g_namespace(Interpreter&, CallArgs& a) {
+Value g_namespace(Interpreter& in, CallArgs& a) {
   DictData d;
   for (const Value& p : a.positional) {
     if (!p.is_dict()) fail("TypeError", "namespace() positional argument must be a mapping");
     for (const auto& [k, v] : p.as_dict().entries) d.set(k, v);
   }
   for (const auto& [k, v] : a.keyword) d.set(Value(k), v);
-  return Value::ns(std::move(d));
+  return in.make_namespace(std::move(d));
 }
 
 Value g_dict(Interpreter&, CallArgs& a) {
