@@ -20,5 +20,6 @@ struct CommandResult {
 void register_run(CLI::App& app, CommandResult& result);
 void register_gguf(CLI::App& app, CommandResult& result);
 void register_make_model(CLI::App& app, CommandResult& result);
+void register_serve(CLI::App& app, CommandResult& result);
 
 }  // namespace cairn::cli

@@ -1,0 +1,562 @@
+// The only translation unit that includes Beast: everything template-heavy
+// stays here so the rest of the API layer compiles quickly.
+#include "api/http_server.h"
+
+#include <spdlog/spdlog.h>
+
+#include <atomic>
+#include <boost/asio/dispatch.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/http/read.hpp>
+#include <boost/beast/http/string_body.hpp>
+#include <chrono>
+#include <csignal>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include "api/event_queue.h"
+#include "api/generation.h"
+
+namespace cairn::api {
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = net::ip::tcp;
+using beast::error_code;
+
+namespace {
+
+std::chrono::steady_clock::duration seconds(double s) {
+  if (!(s > 0)) s = 0;
+  if (s > 1e7) s = 1e7;  // "forever", without overflowing the clock
+  return std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+      std::chrono::duration<double>(s));
+}
+
+// Status line and headers; Content-Length when the body is known, chunked otherwise.
+std::string head(int status, const std::string& content_type,
+                 const std::vector<std::pair<std::string, std::string>>& headers,
+                 std::optional<size_t> content_length, bool keep_alive) {
+  std::string h = "HTTP/1.1 " + std::to_string(status) + " " +
+                  std::string(http::obsolete_reason(static_cast<http::status>(status))) + "\r\n";
+  h += "Server: cairn\r\n";
+  if (!content_type.empty()) h += "Content-Type: " + content_type + "\r\n";
+  for (const auto& [k, v] : headers) h += k + ": " + v + "\r\n";
+  if (content_length)
+    h += "Content-Length: " + std::to_string(*content_length) + "\r\n";
+  else
+    h += "Transfer-Encoding: chunked\r\nCache-Control: no-cache\r\nX-Accel-Buffering: no\r\n";
+  if (!keep_alive) h += "Connection: close\r\n";
+  h += "\r\n";
+  return h;
+}
+
+std::string chunk(const std::string& data) {
+  if (data.empty()) return {};
+  char size[20];
+  std::snprintf(size, sizeof size, "%zx\r\n", data.size());
+  return size + data + "\r\n";
+}
+
+ApiError http_error(int status, std::string message, std::string code) {
+  ApiError e;
+  e.status = status;
+  e.message = std::move(message);
+  e.code = std::move(code);
+  if (status >= 500) e.type = "server_error";
+  return e;
+}
+
+// Closed under its mutex before the io_context goes away, so an engine thread
+// delivering a late event never posts to a destroyed executor.
+struct PostGate {
+  std::mutex mu;
+  bool open = true;
+};
+
+}  // namespace
+
+class Connection;
+
+struct HttpServer::Impl {
+  net::io_context ioc;  // first: destroyed last, after everything that posts to it
+  serving::Backend& backend;
+  ServerOptions opt;
+  Router router;
+  tcp::acceptor acceptor;
+  std::optional<net::signal_set> signals;
+  net::steady_timer drain_timer;
+  net::steady_timer accept_retry;
+  std::shared_ptr<PostGate> gate = std::make_shared<PostGate>();
+  std::vector<std::thread> threads;
+  std::mutex join_mu;
+  std::atomic<int> active{0};
+  std::atomic<bool> draining{false};
+  std::atomic<bool> stopped{false};
+  uint16_t bound_port = 0;
+
+  Impl(serving::Backend& b, ServerOptions o)
+      : ioc(std::max(1, o.threads)),
+        backend(b),
+        opt(std::move(o)),
+        router(b, opt.router),
+        acceptor(net::make_strand(ioc)),
+        drain_timer(ioc),
+        accept_retry(ioc) {}
+
+  void do_accept();
+  void begin_drain();
+  void job_started() { ++active; }
+  void job_ended() {
+    if (--active == 0 && draining) finish();
+  }
+  void finish() {
+    if (stopped.exchange(true)) return;
+    spdlog::info("server stopping ({} requests still running)", active.load());
+    ioc.stop();
+  }
+  void join() {
+    std::lock_guard<std::mutex> lock(join_mu);
+    for (auto& t : threads)
+      if (t.joinable()) t.join();
+  }
+};
+
+class Connection : public std::enable_shared_from_this<Connection> {
+ public:
+  Connection(tcp::socket socket, HttpServer::Impl& srv)
+      : srv_(srv), backend_(srv.backend), stream_(std::move(socket)), timer_(stream_.get_executor()) {}
+
+  ~Connection() {
+    // Only at shutdown can a connection die mid-request; its requests must not outlive it.
+    if (job_active_)
+      for (auto id : ids_) backend_.cancel(id);
+  }
+
+  void start() {
+    error_code ec;
+    stream_.socket().set_option(tcp::no_delay(true), ec);  // SSE tokens leave at once
+    net::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->do_read(); });
+  }
+
+ private:
+  enum class Then { Nothing, ReadNext, Close, Linger };
+
+  void do_read() {
+    if (closed_) return;
+    parser_.emplace();
+    parser_->header_limit(srv_.opt.max_header_bytes);
+    parser_->body_limit(srv_.opt.max_body_bytes);
+    stream_.expires_after(seconds(srv_.opt.request_timeout_s));
+    http::async_read(stream_, buffer_, *parser_,
+                     [self = shared_from_this()](error_code ec, size_t) { self->on_read(ec); });
+  }
+
+  void on_read(error_code ec) {
+    if (ec) {
+      const bool got_some = parser_ && parser_->got_some();
+      if (ec == http::error::header_limit)
+        return respond_error(http_error(431, "request headers are too large",
+                                        "request_header_fields_too_large"));
+      if (ec == http::error::body_limit)
+        return respond_error(http_error(
+            413, "request body is larger than " + std::to_string(srv_.opt.max_body_bytes) + " bytes",
+            "request_too_large"));
+      // A timeout has already closed the socket (tcp_stream does): nothing can be sent.
+      if (got_some && ec != http::error::end_of_stream && ec != net::error::eof &&
+          ec != net::error::connection_reset && ec != net::error::operation_aborted &&
+          ec != beast::error::timeout && ec != http::error::partial_message)
+        return respond_error(http_error(400, "malformed HTTP request", "bad_request"));
+      return close();
+    }
+    stream_.expires_never();
+    auto& msg = parser_->get();
+    keep_alive_ = msg.keep_alive();
+    HttpRequest req;
+    req.method = std::string(msg.method_string());
+    req.target = std::string(msg.target());
+    req.authorization = std::string(msg[http::field::authorization]);
+    req.origin = std::string(msg[http::field::origin]);
+    req.body = std::move(msg.body());
+    parser_.reset();
+    origin_ = req.origin;
+    const std::string route = Router::route_name(req.target);
+    auto outcome = srv_.router.handle(req);
+    if (auto* r = std::get_if<HttpResponse>(&outcome)) {
+      srv_.router.count(route, r->status);
+      return respond(std::move(*r), !keep_alive_);
+    }
+    start_job(std::move(std::get<GenerateJob>(outcome)));
+  }
+
+  void respond_error(const ApiError& e) {
+    keep_alive_ = false;  // the stream's position is unknown after a refused request
+    srv_.router.count("other", e.status);
+    HttpResponse r = srv_.router.error_response(e, origin_);
+    send(head(r.status, r.content_type, r.headers, r.body.size(), false) + r.body);
+    // The client may still be sending the body we refused: closing now would
+    // reset the connection and lose the response, so read and discard first.
+    then_ = Then::Linger;
+    if (!write_in_flight_) after_writes();
+  }
+
+  void linger() {
+    error_code ec;
+    stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
+    stream_.expires_after(std::chrono::seconds(2));
+    discard();
+  }
+
+  void discard() {
+    buffer_.clear();
+    stream_.async_read_some(buffer_.prepare(16384),
+                            [self = shared_from_this()](error_code ec, size_t) {
+                              if (ec) return self->close();
+                              self->discard();
+                            });
+  }
+
+  void respond(HttpResponse r, bool close_after) {
+    send(head(r.status, r.content_type, r.headers, r.body.size(), !close_after) + r.body);
+    then_ = close_after ? Then::Close : Then::ReadNext;
+    if (!write_in_flight_) after_writes();
+  }
+
+  void start_job(GenerateJob job) {
+    auto& req = job.request;
+    ResponseMeta meta;
+    meta.endpoint = req.endpoint;
+    meta.id = new_response_id(req.endpoint);
+    meta.created = std::chrono::duration_cast<std::chrono::seconds>(
+                       std::chrono::system_clock::now().time_since_epoch())
+                       .count();
+    meta.model = req.model;
+    meta.logprobs = req.logprobs;
+    gen_ = std::make_unique<Generation>(req, meta);
+    streaming_ = req.stream;
+    route_ = job.route;
+    job_active_ = true;
+    job_ending_ = false;
+    counted_ = false;
+    ++serial_;
+    srv_.job_started();
+
+    auto gate = srv_.gate;
+    std::weak_ptr<Connection> weak = shared_from_this();
+    const uint64_t serial = serial_;
+    queue_ = std::make_shared<EventQueue>([gate, weak, serial] {
+      std::lock_guard<std::mutex> lock(gate->mu);
+      if (!gate->open) return;
+      if (auto c = weak.lock()) {
+        auto ex = c->stream_.get_executor();
+        // The handler takes the only extra reference, so the connection is never
+        // destroyed on the engine thread.
+        net::post(ex, [c = std::move(c), serial] { c->on_events(serial); });
+      }
+    });
+
+    ids_.clear();
+    const int32_t n = req.n;
+    for (size_t p = 0; p < req.prompts.size(); ++p) {
+      for (int32_t j = 0; j < n; ++j) {
+        serving::GenerateRequest r = req.prompts[p];
+        // With a fixed seed, n > 1 choices would all be the same sample otherwise.
+        if (r.sampling.seed && j > 0) r.sampling.seed = *r.sampling.seed + static_cast<uint64_t>(j);
+        const int32_t index = static_cast<int32_t>(p) * n + j;
+        auto res = backend_.submit(std::move(r), std::make_shared<QueueSink>(queue_, index));
+        if (auto* err = std::get_if<serving::Error>(&res)) {
+          for (auto id : ids_) backend_.cancel(id);
+          const ApiError e = from_backend_error(*err);
+          end_job(e.status);
+          return respond(srv_.router.error_response(e, origin_), !keep_alive_);
+        }
+        ids_.push_back(std::get<serving::RequestId>(res));
+      }
+    }
+
+    timer_.expires_after(seconds(srv_.opt.request_timeout_s));
+    timer_.async_wait([self = shared_from_this(), serial](error_code ec) {
+      if (!ec) self->on_timeout(serial);
+    });
+    if (streaming_) {
+      HttpResponse h;
+      h.content_type = "text/event-stream";
+      srv_.router.add_cors(h, origin_);
+      send(head(200, h.content_type, h.headers, std::nullopt, keep_alive_) + chunk(gen_->opening()));
+    }
+    watch();
+  }
+
+  // While a request runs, a pending read notices the client going away.
+  void watch() {
+    if (watching_ || closed_) return;
+    watching_ = true;
+    stream_.async_read_some(buffer_.prepare(4096),
+                            [self = shared_from_this()](error_code ec, size_t n) {
+                              self->on_watch(ec, n);
+                            });
+  }
+
+  void on_watch(error_code ec, size_t n) {
+    watching_ = false;
+    if (ec) {
+      if (ec == net::error::operation_aborted && read_after_watch_) {
+        read_after_watch_ = false;
+        return do_read();
+      }
+      if (job_active_) return abort_job(499);  // client closed: nginx's "client closed request"
+      return close();
+    }
+    buffer_.commit(n);  // a pipelined request: parsed once this one is answered
+    if (buffer_.size() > srv_.opt.max_body_bytes + srv_.opt.max_header_bytes) {
+      if (job_active_) return abort_job(413);
+      return close();
+    }
+    if (job_active_) return watch();
+    if (read_after_watch_) {
+      read_after_watch_ = false;
+      do_read();
+    }
+  }
+
+  void on_events(uint64_t serial) {
+    if (serial != serial_ || !job_active_ || job_ending_ || closed_) return;
+    std::string out;
+    for (auto& [index, ev] : queue_->take()) out += gen_->on_event(index, ev);
+    if (streaming_ && !out.empty()) send(chunk(out));
+    if (!gen_->done()) return;
+    job_ending_ = true;
+    for (auto id : ids_) backend_.cancel(id);  // a failed choice stops its siblings
+    const int status = gen_->status();
+    if (streaming_) {
+      send(chunk(gen_->closing()) + "0\r\n\r\n");
+    } else {
+      HttpResponse r;
+      r.status = status;
+      r.body = gen_->closing();
+      if (status == 503) r.headers.emplace_back("Retry-After", "1");
+      srv_.router.add_cors(r, origin_);
+      send(head(r.status, r.content_type, r.headers, r.body.size(), keep_alive_) + r.body);
+    }
+    end_status_ = status;
+    count_once(status);
+    then_ = keep_alive_ ? Then::ReadNext : Then::Close;
+    if (!write_in_flight_) after_writes();
+  }
+
+  void on_timeout(uint64_t serial) {
+    if (serial != serial_ || !job_active_ || job_ending_) return;
+    if (streaming_) return abort_job(504);
+    for (auto id : ids_) backend_.cancel(id);
+    job_ending_ = true;
+    const ApiError e = http_error(504, "the request did not finish in time", "timeout");
+    HttpResponse r = srv_.router.error_response(e, origin_);
+    keep_alive_ = false;
+    send(head(r.status, r.content_type, r.headers, r.body.size(), false) + r.body);
+    end_status_ = 504;
+    count_once(504);
+    then_ = Then::Close;
+    if (!write_in_flight_) after_writes();
+  }
+
+  // Counted when the outcome is known, before the client can see it.
+  void count_once(int status) {
+    if (counted_) return;
+    counted_ = true;
+    srv_.router.count(route_, status);
+  }
+
+  // Ends the request's accounting: counted, drain notified, late events ignored.
+  void end_job(int status) {
+    if (!job_active_) return;
+    job_active_ = false;
+    ++serial_;
+    timer_.cancel();
+    gen_.reset();
+    queue_.reset();
+    count_once(status);
+    srv_.job_ended();
+  }
+
+  void abort_job(int status) {
+    for (auto id : ids_) backend_.cancel(id);
+    end_job(status);
+    close();
+  }
+
+  void send(std::string bytes) {
+    if (closed_ || bytes.empty()) return;
+    out_ += bytes;
+    if (!write_in_flight_) do_write();
+  }
+
+  void do_write() {
+    writing_.swap(out_);
+    out_.clear();
+    write_in_flight_ = true;
+    net::async_write(stream_, net::buffer(writing_),
+                     [self = shared_from_this()](error_code ec, size_t) { self->on_write(ec); });
+  }
+
+  void on_write(error_code ec) {
+    write_in_flight_ = false;
+    writing_.clear();
+    if (ec) {
+      if (job_active_) return abort_job(499);
+      return close();
+    }
+    if (!out_.empty()) return do_write();
+    after_writes();
+  }
+
+  // Everything queued has been written: finish the request, then read the next or close.
+  void after_writes() {
+    if (then_ == Then::Nothing) return;
+    const Then then = then_;
+    then_ = Then::Nothing;
+    if (job_active_ && job_ending_) end_job(end_status_);
+    if (then == Then::Close) return close();
+    if (then == Then::Linger) return linger();
+    if (watching_) {
+      // The watch read must end before the parser may read the socket.
+      read_after_watch_ = true;
+      error_code ec;
+      stream_.socket().cancel(ec);
+      return;
+    }
+    do_read();
+  }
+
+  void close() {
+    if (closed_) return;
+    closed_ = true;
+    error_code ec;
+    stream_.socket().shutdown(tcp::socket::shutdown_both, ec);
+    stream_.socket().close(ec);
+  }
+
+  HttpServer::Impl& srv_;
+  serving::Backend& backend_;
+  beast::tcp_stream stream_;
+  beast::flat_buffer buffer_;
+  std::optional<http::request_parser<http::string_body>> parser_;
+  net::steady_timer timer_;
+  std::string origin_;
+
+  bool job_active_ = false;
+  bool job_ending_ = false;
+  bool counted_ = false;
+  int end_status_ = 200;
+  uint64_t serial_ = 0;
+  std::string route_;
+  std::shared_ptr<EventQueue> queue_;
+  std::vector<serving::RequestId> ids_;
+  std::unique_ptr<Generation> gen_;
+  bool streaming_ = false;
+
+  bool watching_ = false;
+  bool read_after_watch_ = false;
+  bool keep_alive_ = true;
+  bool closed_ = false;
+
+  std::string out_, writing_;
+  bool write_in_flight_ = false;
+  Then then_ = Then::Nothing;
+};
+
+void HttpServer::Impl::do_accept() {
+  acceptor.async_accept(net::make_strand(ioc), [this](error_code ec, tcp::socket socket) {
+    if (ec == net::error::operation_aborted || stopped) return;
+    if (ec) {
+      // Usually out of file descriptors: wait a little instead of spinning.
+      spdlog::warn("accept failed: {}", ec.message());
+      accept_retry.expires_after(std::chrono::milliseconds(100));
+      accept_retry.async_wait([this](error_code e) {
+        if (!e) do_accept();
+      });
+      return;
+    }
+    std::make_shared<Connection>(std::move(socket), *this)->start();
+    do_accept();
+  });
+}
+
+void HttpServer::Impl::begin_drain() {
+  if (draining.exchange(true)) return;
+  spdlog::info("draining: refusing new requests, waiting up to {} s for {} running", opt.drain_seconds,
+               active.load());
+  router.set_draining();
+  backend.start_draining();
+  net::post(ioc, [this] {
+    if (active == 0) return finish();
+    drain_timer.expires_after(seconds(opt.drain_seconds));
+    drain_timer.async_wait([this](error_code ec) {
+      if (!ec) finish();
+    });
+  });
+}
+
+HttpServer::HttpServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+HttpServer::~HttpServer() {
+  stop();
+  impl_->join();
+  std::lock_guard<std::mutex> lock(impl_->gate->mu);
+  impl_->gate->open = false;
+}
+
+Result<std::unique_ptr<HttpServer>> HttpServer::start(serving::Backend& backend,
+                                                      ServerOptions options) {
+  auto impl = std::make_unique<Impl>(backend, std::move(options));
+  Impl& s = *impl;
+  error_code ec;
+  auto addr = net::ip::make_address(s.opt.host, ec);
+  if (ec) return Status::error("invalid --host '" + s.opt.host + "': " + ec.message());
+  tcp::endpoint ep(addr, s.opt.port);
+  s.acceptor.open(ep.protocol(), ec);
+  if (!ec) s.acceptor.set_option(net::socket_base::reuse_address(true), ec);
+  if (!ec) s.acceptor.bind(ep, ec);
+  if (!ec) s.acceptor.listen(net::socket_base::max_listen_connections, ec);
+  if (ec)
+    return Status::error("cannot listen on " + s.opt.host + ":" + std::to_string(s.opt.port) +
+                         ": " + ec.message());
+  s.bound_port = s.acceptor.local_endpoint().port();
+  if (s.opt.handle_signals) {
+    s.signals.emplace(s.ioc, SIGINT, SIGTERM);
+    // The first signal drains; a second one stops at once.
+    struct Rearm {
+      Impl* s;
+      void operator()(error_code e, int sig) const {
+        if (e) return;
+        spdlog::info("received signal {}", sig);
+        if (s->draining) return s->finish();
+        s->begin_drain();
+        s->signals->async_wait(*this);
+      }
+    };
+    s.signals->async_wait(Rearm{&s});
+  }
+  s.do_accept();
+  for (int i = 0; i < std::max(1, s.opt.threads); ++i)
+    s.threads.emplace_back([&s] { s.ioc.run(); });
+  return std::unique_ptr<HttpServer>(new HttpServer(std::move(impl)));
+}
+
+uint16_t HttpServer::port() const { return impl_->bound_port; }
+const std::string& HttpServer::host() const { return impl_->opt.host; }
+void HttpServer::drain() { impl_->begin_drain(); }
+void HttpServer::stop() { impl_->finish(); }
+void HttpServer::wait() { impl_->join(); }
+int HttpServer::active_requests() const { return impl_->active.load(); }
+
+}  // namespace cairn::api

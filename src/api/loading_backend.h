@@ -1,0 +1,71 @@
+// api/loading_backend.h — a Backend that stands in while the real one loads.
+// Owns nothing but the hand-over: until set() it reports Loading (so /health
+// answers 503 and generation gets 503), then forwards every call. Lets the
+// server listen before a large model is read. Never blocks a caller.
+#pragma once
+
+#include <atomic>
+#include <memory>
+
+#include "serving/backend.h"
+
+namespace cairn::api {
+
+class LoadingBackend final : public serving::Backend {
+ public:
+  // Hands over the loaded backend; it lives as long as this object.
+  void set(std::unique_ptr<serving::Backend> backend) {
+    owned_ = std::move(backend);
+    ready_.store(owned_.get(), std::memory_order_release);
+    if (draining_) owned_->start_draining();
+  }
+
+  std::variant<serving::RequestId, serving::Error> submit(
+      serving::GenerateRequest req, std::shared_ptr<serving::EventSink> sink) override {
+    if (auto* b = get()) return b->submit(std::move(req), std::move(sink));
+    return loading();
+  }
+  void cancel(serving::RequestId id) override {
+    if (auto* b = get()) b->cancel(id);
+  }
+  std::vector<serving::ModelInfo> models() const override {
+    if (auto* b = get()) return b->models();
+    return {};
+  }
+  serving::Health health() const override {
+    if (auto* b = get()) return b->health();
+    serving::Health h;
+    h.state = draining_ ? serving::HealthState::Draining : serving::HealthState::Loading;
+    return h;
+  }
+  serving::BackendStats stats() const override {
+    if (auto* b = get()) return b->stats();
+    return {};
+  }
+  std::variant<std::vector<serving::Token>, serving::Error> tokenize(
+      const std::string& model, const std::string& text, bool add_special) const override {
+    if (auto* b = get()) return b->tokenize(model, text, add_special);
+    return loading();
+  }
+  std::variant<std::string, serving::Error> detokenize(
+      const std::string& model, const std::vector<serving::Token>& tokens) const override {
+    if (auto* b = get()) return b->detokenize(model, tokens);
+    return loading();
+  }
+  void start_draining() override {
+    draining_ = true;
+    if (auto* b = get()) b->start_draining();
+  }
+
+ private:
+  serving::Backend* get() const { return ready_.load(std::memory_order_acquire); }
+  static serving::Error loading() {
+    return serving::Error{serving::ErrorKind::Unavailable, "the model is still loading", ""};
+  }
+
+  std::unique_ptr<serving::Backend> owned_;
+  std::atomic<serving::Backend*> ready_{nullptr};
+  std::atomic<bool> draining_{false};
+};
+
+}  // namespace cairn::api

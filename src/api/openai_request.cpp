@@ -1,0 +1,435 @@
+// Validation order follows the body's fields; the first problem found is
+// reported, naming the field in `param` so clients can point at it.
+#include "api/openai_request.h"
+
+#include <cmath>
+#include <limits>
+#include <optional>
+
+namespace cairn::api {
+
+using nlohmann::json;
+using serving::GenerateRequest;
+using serving::Token;
+
+ApiError bad_request(std::string message, std::string param) {
+  ApiError e;
+  e.status = 400;
+  e.message = std::move(message);
+  e.param = std::move(param);
+  return e;
+}
+
+ApiError from_backend_error(const serving::Error& err) {
+  ApiError e;
+  e.message = err.message;
+  e.param = err.param;
+  switch (err.kind) {
+    case serving::ErrorKind::InvalidRequest:
+      e.status = 400;
+      break;
+    case serving::ErrorKind::NotFound:
+      e.status = 404;
+      e.code = "model_not_found";
+      break;
+    case serving::ErrorKind::Unavailable:
+      e.status = 503;
+      e.type = "server_error";
+      e.code = "service_unavailable";
+      break;
+    case serving::ErrorKind::Internal:
+      e.status = 500;
+      e.type = "server_error";
+      break;
+  }
+  return e;
+}
+
+std::variant<json, ApiError> parse_json_object(std::string_view body) {
+  // The parser validates UTF-8 inside strings, so invalid bytes fail here.
+  json j = json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return bad_request("request body is not valid JSON (or not valid UTF-8)");
+  if (!j.is_object()) return bad_request("request body must be a JSON object");
+  return j;
+}
+
+namespace {
+
+// A field that is absent or null counts as "not given", as OpenAI treats it.
+const json* field(const json& body, const char* name) {
+  auto it = body.find(name);
+  if (it == body.end() || it->is_null()) return nullptr;
+  return &*it;
+}
+
+std::optional<ApiError> type_error(const char* name, const char* expected) {
+  return bad_request(std::string("'") + name + "' must be " + expected, name);
+}
+
+// Integers may arrive as 3 or 3.0; 3.5, booleans and strings are refused.
+bool as_int64(const json& v, int64_t& out) {
+  if (v.is_number_integer()) {
+    if (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT64_MAX)) return false;
+    out = v.get<int64_t>();
+    return true;
+  }
+  if (v.is_number_float()) {
+    double d = v.get<double>();
+    if (!std::isfinite(d) || d != std::floor(d) || std::fabs(d) > 9.0e15) return false;
+    out = static_cast<int64_t>(d);
+    return true;
+  }
+  return false;
+}
+
+std::optional<ApiError> get_int(const json& body, const char* name, int64_t lo, int64_t hi,
+                                std::optional<int64_t>& out) {
+  const json* v = field(body, name);
+  if (!v) return std::nullopt;
+  int64_t x = 0;
+  if (!as_int64(*v, x)) return type_error(name, "an integer");
+  if (x < lo || x > hi)
+    return bad_request(std::string("'") + name + "' is " + std::to_string(x) + ", must be in [" +
+                           std::to_string(lo) + ", " + std::to_string(hi) + "]",
+                       name);
+  out = x;
+  return std::nullopt;
+}
+
+std::optional<ApiError> get_bool(const json& body, const char* name, bool& out) {
+  const json* v = field(body, name);
+  if (!v) return std::nullopt;
+  if (!v->is_boolean()) return type_error(name, "a boolean");
+  out = v->get<bool>();
+  return std::nullopt;
+}
+
+// Float sampling parameters: one row per field, range inclusive.
+struct FloatField {
+  const char* name;
+  double lo, hi;
+  float serving::SamplingOptions::*member;
+};
+constexpr FloatField kFloatFields[] = {
+    {"temperature", 0.0, 2.0, &serving::SamplingOptions::temperature},
+    {"top_p", 0.0, 1.0, &serving::SamplingOptions::top_p},
+    {"min_p", 0.0, 1.0, &serving::SamplingOptions::min_p},
+    {"presence_penalty", -2.0, 2.0, &serving::SamplingOptions::presence_penalty},
+    {"frequency_penalty", -2.0, 2.0, &serving::SamplingOptions::frequency_penalty},
+    {"repetition_penalty", 0.01, 10.0, &serving::SamplingOptions::repetition_penalty},
+};
+
+std::optional<ApiError> parse_sampling(const json& body, const serving::ModelInfo& model,
+                                       const ParseLimits& limits, serving::SamplingOptions& s) {
+  for (const auto& f : kFloatFields) {
+    const json* v = field(body, f.name);
+    if (!v) continue;
+    if (!v->is_number()) return type_error(f.name, "a number");
+    double d = v->get<double>();
+    if (!std::isfinite(d) || d < f.lo || d > f.hi)
+      return bad_request(std::string("'") + f.name + "' must be a finite number in [" +
+                             json(f.lo).dump() + ", " + json(f.hi).dump() + "]",
+                         f.name);
+    s.*f.member = static_cast<float>(d);
+  }
+  std::optional<int64_t> top_k;
+  if (auto e = get_int(body, "top_k", -1, std::numeric_limits<int32_t>::max(), top_k)) return e;
+  if (top_k) s.top_k = *top_k < 0 ? 0 : static_cast<int32_t>(*top_k);  // -1: off, as vLLM
+  if (const json* v = field(body, "seed")) {
+    int64_t seed = 0;
+    if (!as_int64(*v, seed)) return type_error("seed", "an integer");
+    s.seed = static_cast<uint64_t>(seed);
+  }
+  if (const json* v = field(body, "logit_bias")) {
+    if (!v->is_object()) return type_error("logit_bias", "an object of token id -> bias");
+    if (v->size() > limits.max_logit_bias)
+      return bad_request("'logit_bias' has too many entries (at most " +
+                             std::to_string(limits.max_logit_bias) + ")",
+                         "logit_bias");
+    for (const auto& [key, bias] : v->items()) {
+      char* end = nullptr;
+      errno = 0;
+      long long id = std::strtoll(key.c_str(), &end, 10);
+      if (key.empty() || key.size() > 12 || *end != '\0' || errno != 0)
+        return bad_request("'logit_bias' keys must be token ids", "logit_bias");
+      if (id < 0 || id >= model.n_vocab)
+        return bad_request("'logit_bias' token id " + std::to_string(id) +
+                               " is outside the vocabulary (size " +
+                               std::to_string(model.n_vocab) + ")",
+                           "logit_bias");
+      if (!bias.is_number() || !std::isfinite(bias.get<double>()) ||
+          std::fabs(bias.get<double>()) > 100.0)
+        return bad_request("'logit_bias' values must be numbers in [-100, 100]", "logit_bias");
+      s.logit_bias[static_cast<Token>(id)] = bias.get<float>();
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<ApiError> parse_stop(const json& body, const ParseLimits& limits,
+                                   std::vector<std::string>& stop) {
+  const json* v = field(body, "stop");
+  if (!v) return std::nullopt;
+  auto add = [&](const json& s) -> std::optional<ApiError> {
+    if (!s.is_string()) return type_error("stop", "a string or a list of strings");
+    const auto& str = s.get_ref<const std::string&>();
+    if (str.empty()) return bad_request("'stop' strings must not be empty", "stop");
+    if (str.size() > limits.max_stop_bytes)
+      return bad_request("'stop' strings must be at most " + std::to_string(limits.max_stop_bytes) +
+                             " bytes",
+                         "stop");
+    stop.push_back(str);
+    return std::nullopt;
+  };
+  if (v->is_string()) return add(*v);
+  if (!v->is_array()) return type_error("stop", "a string or a list of strings");
+  if (static_cast<int64_t>(v->size()) > limits.max_stop)
+    return bad_request("'stop' has more than " + std::to_string(limits.max_stop) + " strings",
+                       "stop");
+  for (const auto& s : *v)
+    if (auto e = add(s)) return e;
+  return std::nullopt;
+}
+
+std::optional<ApiError> token_list(const json& arr, const serving::ModelInfo& model,
+                                   std::vector<Token>& out) {
+  if (arr.empty()) return bad_request("'prompt' must not be empty", "prompt");
+  out.reserve(arr.size());
+  for (const auto& t : arr) {
+    int64_t id = 0;
+    if (!as_int64(t, id)) return type_error("prompt", "a string, a list of strings, or token ids");
+    if (id < 0 || id >= model.n_vocab)
+      return bad_request("prompt token id " + std::to_string(id) +
+                             " is outside the vocabulary (size " + std::to_string(model.n_vocab) +
+                             ")",
+                         "prompt");
+    out.push_back(static_cast<Token>(id));
+  }
+  return std::nullopt;
+}
+
+using Prompt = decltype(GenerateRequest::prompt);
+
+std::optional<ApiError> parse_prompts(const json& body, const serving::ModelInfo& model,
+                                      std::vector<Prompt>& prompts) {
+  const json* v = field(body, "prompt");
+  if (!v) return bad_request("'prompt' is required", "prompt");
+  if (v->is_string()) {
+    if (v->get_ref<const std::string&>().empty())
+      return bad_request("'prompt' must not be empty", "prompt");
+    prompts.emplace_back(v->get<std::string>());
+    return std::nullopt;
+  }
+  if (!v->is_array()) return type_error("prompt", "a string, a list of strings, or token ids");
+  if (v->empty()) return bad_request("'prompt' must not be empty", "prompt");
+  const json& first = v->front();
+  if (first.is_number()) {
+    std::vector<Token> ids;
+    if (auto e = token_list(*v, model, ids)) return e;
+    prompts.emplace_back(std::move(ids));
+    return std::nullopt;
+  }
+  for (const auto& p : *v) {
+    if (p.is_string()) {
+      if (p.get_ref<const std::string&>().empty())
+        return bad_request("'prompt' must not contain empty strings", "prompt");
+      prompts.emplace_back(p.get<std::string>());
+    } else if (p.is_array()) {
+      std::vector<Token> ids;
+      if (auto e = token_list(p, model, ids)) return e;
+      prompts.emplace_back(std::move(ids));
+    } else {
+      return type_error("prompt", "a string, a list of strings, or token ids");
+    }
+  }
+  return std::nullopt;
+}
+
+constexpr const char* kRoles[] = {"system", "user", "assistant", "tool", "developer", "function"};
+
+std::optional<ApiError> parse_messages(const json& body, std::vector<serving::ChatMessage>& out) {
+  const json* v = field(body, "messages");
+  if (!v) return bad_request("'messages' is required", "messages");
+  if (!v->is_array()) return type_error("messages", "a list of message objects");
+  if (v->empty()) return bad_request("'messages' must not be empty", "messages");
+  for (const auto& m : *v) {
+    if (!m.is_object()) return type_error("messages", "a list of message objects");
+    const json* role = field(m, "role");
+    if (!role || !role->is_string()) return type_error("messages", "objects with a string 'role'");
+    bool known = false;
+    for (const char* r : kRoles) known = known || *role == r;
+    if (!known) return bad_request("unknown message role in 'messages'", "messages");
+    serving::ChatMessage msg;
+    msg.role = role->get<std::string>();
+    if (const json* c = field(m, "content")) {
+      if (c->is_string()) {
+        msg.content = c->get<std::string>();
+      } else if (c->is_array()) {
+        // Content parts: only text parts are understood by a text model.
+        for (const auto& part : *c) {
+          if (!part.is_object()) return type_error("messages", "content parts that are objects");
+          const json* type = field(part, "type");
+          const json* text = field(part, "text");
+          if (!type || *type != "text" || !text || !text->is_string())
+            return bad_request("only text content parts are supported", "messages");
+          msg.content += text->get<std::string>();
+        }
+      } else {
+        return type_error("messages", "messages whose 'content' is a string or a list of parts");
+      }
+    }
+    json extra = m;
+    extra.erase("role");
+    extra.erase("content");
+    if (!extra.empty()) msg.extra_json = extra.dump();
+    out.push_back(std::move(msg));
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::variant<serving::ModelInfo, ApiError> resolve_model(
+    const json& body, const std::vector<serving::ModelInfo>& models) {
+  const json* v = field(body, "model");
+  if (v && !v->is_string()) return *type_error("model", "a string");
+  if (!v || v->get_ref<const std::string&>().empty()) {
+    if (models.size() == 1) return models.front();
+    return bad_request("'model' is required when several models are served", "model");
+  }
+  for (const auto& m : models)
+    if (m.id == *v) return m;
+  ApiError e;
+  e.status = 404;
+  e.code = "model_not_found";
+  e.param = "model";
+  const auto& name = v->get_ref<const std::string&>();
+  e.message = "the model '" + (name.size() > 64 ? name.substr(0, 64) + "..." : name) +
+              "' does not exist";
+  return e;
+}
+
+std::variant<ParsedGenerate, ApiError> parse_generate(
+    Endpoint endpoint, const json& body, const std::vector<serving::ModelInfo>& models,
+    const ParseLimits& limits) {
+  auto model = resolve_model(body, models);
+  if (auto* e = std::get_if<ApiError>(&model)) return *e;
+  const auto& info = std::get<serving::ModelInfo>(model);
+
+  ParsedGenerate out;
+  out.endpoint = endpoint;
+  out.model = info.id;
+  GenerateRequest base;
+  base.model = info.id;
+
+  std::vector<Prompt> prompts;
+  if (endpoint == Endpoint::Chat) {
+    std::vector<serving::ChatMessage> msgs;
+    if (auto e = parse_messages(body, msgs)) return *e;
+    prompts.emplace_back(std::move(msgs));
+    if (const json* tools = field(body, "tools")) {
+      if (!tools->is_array()) return *type_error("tools", "a list");
+      base.tools_json = tools->dump();
+    }
+  } else {
+    if (auto e = parse_prompts(body, info, prompts)) return *e;
+  }
+
+  const int64_t max_tok = std::numeric_limits<int32_t>::max();
+  std::optional<int64_t> max_tokens, n;
+  if (auto e = get_int(body, "max_tokens", 1, max_tok, max_tokens)) return *e;
+  if (endpoint == Endpoint::Chat)
+    if (auto e = get_int(body, "max_completion_tokens", 1, max_tok, max_tokens)) return *e;
+  base.max_tokens = max_tokens ? static_cast<int32_t>(*max_tokens)
+                               : (endpoint == Endpoint::Completions ? 16 : -1);  // OpenAI's defaults
+  if (auto e = get_int(body, "n", 1, limits.max_n, n)) return *e;
+  out.n = n ? static_cast<int32_t>(*n) : 1;
+  if (static_cast<int64_t>(prompts.size()) * out.n > limits.max_choices)
+    return bad_request("too many choices: prompts x n must be at most " +
+                           std::to_string(limits.max_choices),
+                       "n");
+
+  if (auto e = parse_sampling(body, info, limits, base.sampling)) return *e;
+  if (auto e = parse_stop(body, limits, base.stop)) return *e;
+  if (auto e = get_bool(body, "ignore_eos", base.ignore_eos)) return *e;
+  if (auto e = get_bool(body, "stream", out.stream)) return *e;
+  if (const json* so = field(body, "stream_options")) {
+    if (!so->is_object()) return *type_error("stream_options", "an object");
+    if (auto e = get_bool(*so, "include_usage", out.include_usage)) {
+      e->param = "stream_options";
+      return *e;
+    }
+  }
+  if (const json* u = field(body, "user")) {
+    if (!u->is_string()) return *type_error("user", "a string");
+    base.user = u->get<std::string>();
+  }
+  if (endpoint == Endpoint::Chat) {
+    bool want = false;
+    if (auto e = get_bool(body, "logprobs", want)) return *e;
+    std::optional<int64_t> top;
+    if (auto e = get_int(body, "top_logprobs", 0, limits.max_top_logprobs, top)) return *e;
+    if (top && !want)
+      return bad_request("'top_logprobs' needs 'logprobs' set to true", "top_logprobs");
+    if (want) base.top_logprobs = top ? static_cast<int32_t>(*top) : 0;
+  } else {
+    const json* lp = field(body, "logprobs");
+    if (lp && lp->is_boolean()) {  // some clients send a flag here; false means none
+      if (lp->get<bool>()) base.top_logprobs = 0;
+    } else {
+      std::optional<int64_t> top;
+      if (auto e = get_int(body, "logprobs", 0, limits.max_top_logprobs, top)) return *e;
+      if (top) base.top_logprobs = static_cast<int32_t>(*top);
+    }
+    bool echo = false;
+    if (auto e = get_bool(body, "echo", echo)) return *e;
+    if (echo) return bad_request("'echo' is not supported", "echo");
+  }
+  out.logprobs = base.top_logprobs >= 0;
+
+  for (auto& p : prompts) {
+    GenerateRequest r = base;
+    r.prompt = std::move(p);
+    out.prompts.push_back(std::move(r));
+  }
+  return out;
+}
+
+std::variant<TokenizeRequest, ApiError> parse_tokenize(
+    const json& body, const std::vector<serving::ModelInfo>& models) {
+  auto model = resolve_model(body, models);
+  if (auto* e = std::get_if<ApiError>(&model)) return *e;
+  TokenizeRequest out;
+  out.model = std::get<serving::ModelInfo>(model).id;
+  const char* key = field(body, "prompt") ? "prompt" : "content";  // vLLM / llama.cpp names
+  const json* v = field(body, key);
+  if (!v) return bad_request("'prompt' is required", "prompt");
+  if (!v->is_string()) return *type_error(key, "a string");
+  out.text = v->get<std::string>();
+  if (auto e = get_bool(body, "add_special", out.add_special)) return *e;
+  return out;
+}
+
+std::variant<DetokenizeRequest, ApiError> parse_detokenize(
+    const json& body, const std::vector<serving::ModelInfo>& models) {
+  auto model = resolve_model(body, models);
+  if (auto* e = std::get_if<ApiError>(&model)) return *e;
+  const auto& info = std::get<serving::ModelInfo>(model);
+  DetokenizeRequest out;
+  out.model = info.id;
+  const json* v = field(body, "tokens");
+  if (!v) return bad_request("'tokens' is required", "tokens");
+  if (!v->is_array()) return *type_error("tokens", "a list of token ids");
+  for (const auto& t : *v) {
+    int64_t id = 0;
+    if (!as_int64(t, id)) return *type_error("tokens", "a list of token ids");
+    if (id < 0 || id >= info.n_vocab)
+      return bad_request("token id " + std::to_string(id) + " is outside the vocabulary (size " +
+                             std::to_string(info.n_vocab) + ")",
+                         "tokens");
+    out.tokens.push_back(static_cast<Token>(id));
+  }
+  return out;
+}
+
+}  // namespace cairn::api

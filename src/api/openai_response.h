@@ -1,0 +1,75 @@
+// api/openai_response.h — OpenAI response bodies, SSE framing and /metrics text.
+// Owns the exact JSON shapes clients parse: completion and chat responses,
+// streaming chunks, errors, usage, both logprobs shapes, and the Prometheus
+// exposition of BackendStats. Pure functions and plain state: never touches
+// sockets or the backend.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "api/openai_request.h"
+#include "serving/backend.h"
+
+namespace cairn::api {
+
+// JSON text; invalid UTF-8 (a token's partial bytes) is replaced, never thrown on.
+std::string dump_json(const nlohmann::json& j);
+
+nlohmann::json error_body(const ApiError& e);
+
+// One Server-Sent Event carrying `j`, and the stream's terminator.
+std::string sse_data(const nlohmann::json& j);
+inline constexpr const char* kSseDone = "data: [DONE]\n\n";
+
+// Identity of one response: shared by all of its chunks.
+struct ResponseMeta {
+  Endpoint endpoint = Endpoint::Completions;
+  std::string id;  // "cmpl-..." / "chatcmpl-..."
+  int64_t created = 0;
+  std::string model;
+  bool logprobs = false;
+};
+
+// A fresh response id with the endpoint's prefix.
+std::string new_response_id(Endpoint endpoint);
+
+// Everything one choice produced, gathered for a non-streaming response.
+struct ChoiceResult {
+  std::string text;
+  std::vector<serving::TokenEvent> tokens;  // kept only when logprobs were asked for
+  std::string finish_reason;                // empty while running
+  serving::Usage usage;
+};
+
+nlohmann::json usage_json(int64_t prompt_tokens, int64_t completion_tokens, int64_t cached = 0);
+
+// Usage over all choices: completion tokens summed; prompt tokens counted once
+// per prompt (choices index = prompt * n + j), as OpenAI counts n > 1.
+nlohmann::json total_usage(const std::vector<ChoiceResult>& choices, int32_t n);
+
+// The whole non-streaming response.
+nlohmann::json full_response(const ResponseMeta& meta, const std::vector<ChoiceResult>& choices,
+                             int32_t n);
+
+// Streaming: the chat role chunk that opens each choice; one token's chunk
+// (text may be empty when logprobs are carried); the finishing chunk; the
+// usage-only chunk (choices: []) for stream_options.include_usage.
+nlohmann::json role_chunk(const ResponseMeta& meta, int32_t index);
+nlohmann::json token_chunk(const ResponseMeta& meta, int32_t index,
+                           const serving::TokenEvent& ev, int64_t text_offset);
+nlohmann::json finish_chunk(const ResponseMeta& meta, int32_t index, const std::string& text,
+                            const std::string& finish_reason);
+nlohmann::json usage_chunk(const ResponseMeta& meta, const nlohmann::json& usage);
+
+// Request counts kept by the HTTP layer, keyed by (route, status).
+using RequestCounts = std::map<std::pair<std::string, int>, uint64_t>;
+
+// Prometheus text format (version 0.0.4).
+std::string metrics_text(const serving::BackendStats& stats, const RequestCounts& requests,
+                         const std::string& model);
+
+}  // namespace cairn::api

@@ -1,0 +1,296 @@
+// Request parsing: a table of bodies with the status, param and fields they
+// must produce, plus the shapes of accepted requests.
+#include "api/openai_request.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+namespace cairn::api {
+namespace {
+
+using nlohmann::json;
+
+std::vector<serving::ModelInfo> one_model() {
+  serving::ModelInfo m;
+  m.id = "tiny";
+  m.n_ctx = 256;
+  m.n_vocab = 512;
+  return {m};
+}
+
+struct BadCase {
+  const char* name;
+  Endpoint endpoint;
+  const char* body;
+  int status;
+  const char* param;
+};
+
+const BadCase kBad[] = {
+    {"prompt missing", Endpoint::Completions, R"({})", 400, "prompt"},
+    {"prompt empty", Endpoint::Completions, R"({"prompt":""})", 400, "prompt"},
+    {"prompt empty list", Endpoint::Completions, R"({"prompt":[]})", 400, "prompt"},
+    {"prompt list with empty", Endpoint::Completions, R"({"prompt":["a",""]})", 400, "prompt"},
+    {"prompt wrong type", Endpoint::Completions, R"({"prompt":5})", 400, "prompt"},
+    {"prompt object", Endpoint::Completions, R"({"prompt":{"a":1}})", 400, "prompt"},
+    {"token id negative", Endpoint::Completions, R"({"prompt":[1,-1]})", 400, "prompt"},
+    {"token id beyond vocab", Endpoint::Completions, R"({"prompt":[1,512]})", 400, "prompt"},
+    {"nested token beyond vocab", Endpoint::Completions, R"({"prompt":[[1],[9999]]})", 400, "prompt"},
+    {"token id fractional", Endpoint::Completions, R"({"prompt":[1.5]})", 400, "prompt"},
+    {"unknown model", Endpoint::Completions, R"({"model":"gpt-4","prompt":"a"})", 404, "model"},
+    {"model wrong type", Endpoint::Completions, R"({"model":3,"prompt":"a"})", 400, "model"},
+    {"max_tokens zero", Endpoint::Completions, R"({"prompt":"a","max_tokens":0})", 400, "max_tokens"},
+    {"max_tokens negative", Endpoint::Completions, R"({"prompt":"a","max_tokens":-5})", 400, "max_tokens"},
+    {"max_tokens string", Endpoint::Completions, R"({"prompt":"a","max_tokens":"5"})", 400, "max_tokens"},
+    {"max_tokens huge", Endpoint::Completions, R"({"prompt":"a","max_tokens":1e30})", 400, "max_tokens"},
+    {"max_completion_tokens 0", Endpoint::Chat,
+     R"({"messages":[{"role":"user","content":"hi"}],"max_completion_tokens":0})", 400,
+     "max_completion_tokens"},
+    {"temperature negative", Endpoint::Completions, R"({"prompt":"a","temperature":-0.1})", 400, "temperature"},
+    {"temperature too big", Endpoint::Completions, R"({"prompt":"a","temperature":3})", 400, "temperature"},
+    {"temperature string", Endpoint::Completions, R"({"prompt":"a","temperature":"hot"})", 400, "temperature"},
+    {"temperature bool", Endpoint::Completions, R"({"prompt":"a","temperature":true})", 400, "temperature"},
+    {"top_p above 1", Endpoint::Completions, R"({"prompt":"a","top_p":1.5})", 400, "top_p"},
+    {"min_p negative", Endpoint::Completions, R"({"prompt":"a","min_p":-1})", 400, "min_p"},
+    {"top_k below -1", Endpoint::Completions, R"({"prompt":"a","top_k":-2})", 400, "top_k"},
+    {"presence_penalty", Endpoint::Completions, R"({"prompt":"a","presence_penalty":5})", 400, "presence_penalty"},
+    {"frequency_penalty", Endpoint::Completions, R"({"prompt":"a","frequency_penalty":-5})", 400, "frequency_penalty"},
+    {"repetition_penalty zero", Endpoint::Completions, R"({"prompt":"a","repetition_penalty":0})", 400, "repetition_penalty"},
+    {"n zero", Endpoint::Completions, R"({"prompt":"a","n":0})", 400, "n"},
+    {"n too large", Endpoint::Completions, R"({"prompt":"a","n":1000})", 400, "n"},
+    {"too many choices", Endpoint::Completions,
+     R"({"prompt":["a","b","c","d","e","f","g","h","i"],"n":16})", 400, "n"},
+    {"stop wrong type", Endpoint::Completions, R"({"prompt":"a","stop":5})", 400, "stop"},
+    {"stop list wrong type", Endpoint::Completions, R"({"prompt":"a","stop":["x",1]})", 400, "stop"},
+    {"stop empty string", Endpoint::Completions, R"({"prompt":"a","stop":""})", 400, "stop"},
+    {"seed string", Endpoint::Completions, R"({"prompt":"a","seed":"x"})", 400, "seed"},
+    {"logit_bias not object", Endpoint::Completions, R"({"prompt":"a","logit_bias":[1]})", 400, "logit_bias"},
+    {"logit_bias bad key", Endpoint::Completions, R"({"prompt":"a","logit_bias":{"x":1}})", 400, "logit_bias"},
+    {"logit_bias id beyond vocab", Endpoint::Completions, R"({"prompt":"a","logit_bias":{"600":1}})", 400, "logit_bias"},
+    {"logit_bias value range", Endpoint::Completions, R"({"prompt":"a","logit_bias":{"5":1000}})", 400, "logit_bias"},
+    {"logprobs too many", Endpoint::Completions, R"({"prompt":"a","logprobs":21})", 400, "logprobs"},
+    {"logprobs negative", Endpoint::Completions, R"({"prompt":"a","logprobs":-1})", 400, "logprobs"},
+    {"echo unsupported", Endpoint::Completions, R"({"prompt":"a","echo":true})", 400, "echo"},
+    {"stream not bool", Endpoint::Completions, R"({"prompt":"a","stream":"yes"})", 400, "stream"},
+    {"stream_options type", Endpoint::Completions, R"({"prompt":"a","stream_options":1})", 400, "stream_options"},
+    {"ignore_eos type", Endpoint::Completions, R"({"prompt":"a","ignore_eos":1})", 400, "ignore_eos"},
+    {"user type", Endpoint::Completions, R"({"prompt":"a","user":1})", 400, "user"},
+    {"messages missing", Endpoint::Chat, R"({})", 400, "messages"},
+    {"messages empty", Endpoint::Chat, R"({"messages":[]})", 400, "messages"},
+    {"messages not list", Endpoint::Chat, R"({"messages":"hi"})", 400, "messages"},
+    {"message not object", Endpoint::Chat, R"({"messages":["hi"]})", 400, "messages"},
+    {"message without role", Endpoint::Chat, R"({"messages":[{"content":"hi"}]})", 400, "messages"},
+    {"message bad role", Endpoint::Chat, R"({"messages":[{"role":"wizard","content":"hi"}]})", 400, "messages"},
+    {"message content type", Endpoint::Chat, R"({"messages":[{"role":"user","content":5}]})", 400, "messages"},
+    {"image part", Endpoint::Chat,
+     R"({"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"x"}}]}]})", 400,
+     "messages"},
+    {"chat logprobs not bool", Endpoint::Chat,
+     R"({"messages":[{"role":"user","content":"hi"}],"logprobs":3})", 400, "logprobs"},
+    {"top_logprobs without logprobs", Endpoint::Chat,
+     R"({"messages":[{"role":"user","content":"hi"}],"top_logprobs":3})", 400, "top_logprobs"},
+    {"top_logprobs too many", Endpoint::Chat,
+     R"({"messages":[{"role":"user","content":"hi"}],"logprobs":true,"top_logprobs":21})", 400,
+     "top_logprobs"},
+    {"tools not list", Endpoint::Chat, R"({"messages":[{"role":"user","content":"hi"}],"tools":{}})", 400, "tools"},
+};
+
+TEST(OpenAiRequest, BadInputTable) {
+  for (const auto& c : kBad) {
+    SCOPED_TRACE(c.name);
+    auto body = parse_json_object(c.body);
+    ASSERT_TRUE(std::holds_alternative<json>(body));
+    auto res = parse_generate(c.endpoint, std::get<json>(body), one_model());
+    ASSERT_TRUE(std::holds_alternative<ApiError>(res));
+    const auto& e = std::get<ApiError>(res);
+    EXPECT_EQ(e.status, c.status);
+    EXPECT_EQ(e.param, c.param);
+    EXPECT_EQ(e.type, "invalid_request_error");
+    EXPECT_FALSE(e.message.empty());
+    EXPECT_EQ(e.message.find('\n'), std::string::npos);
+  }
+}
+
+TEST(OpenAiRequest, NonFiniteNumbersAreRefused) {
+  // JSON has no NaN literal; a client that writes one sends malformed JSON.
+  for (const char* body : {R"({"prompt":"a","temperature":NaN})",
+                           R"({"prompt":"a","top_p":Infinity})"}) {
+    auto res = parse_json_object(body);
+    ASSERT_TRUE(std::holds_alternative<ApiError>(res)) << body;
+    EXPECT_EQ(std::get<ApiError>(res).status, 400);
+  }
+  // A value beyond double range parses to infinity in some parsers: still refused.
+  auto big = parse_json_object(R"({"prompt":"a","temperature":1e400})");
+  if (auto* j = std::get_if<json>(&big)) {
+    auto res = parse_generate(Endpoint::Completions, *j, one_model());
+    ASSERT_TRUE(std::holds_alternative<ApiError>(res));
+    EXPECT_EQ(std::get<ApiError>(res).param, "temperature");
+  }
+}
+
+TEST(OpenAiRequest, BodyMustBeJsonObjectInUtf8) {
+  const std::string cases[] = {"", "{", "[1,2]", "\"text\"", "42", "null",
+                               std::string("{\"prompt\":\"\xff\xfe\"}")};
+  for (const auto& body : cases) {
+    auto res = parse_json_object(body);
+    ASSERT_TRUE(std::holds_alternative<ApiError>(res)) << body;
+    EXPECT_EQ(std::get<ApiError>(res).status, 400);
+  }
+  EXPECT_TRUE(std::holds_alternative<json>(parse_json_object(R"({"prompt":"ok"})")));
+}
+
+TEST(OpenAiRequest, ErrorMessagesDoNotEchoTheRequest) {
+  const std::string secret(5000, 'z');
+  json body = {{"model", secret}, {"prompt", secret}};
+  auto res = parse_generate(Endpoint::Completions, body, one_model());
+  ASSERT_TRUE(std::holds_alternative<ApiError>(res));
+  EXPECT_LT(std::get<ApiError>(res).message.size(), 200u);
+}
+
+TEST(OpenAiRequest, CompletionFieldsMapToTheRequest) {
+  json body = json::parse(R"({
+    "model": "tiny", "prompt": "Once upon", "max_tokens": 7, "temperature": 0.5, "top_p": 0.9,
+    "top_k": 40, "min_p": 0.05, "n": 2, "stop": ["\n", "END"], "seed": 42,
+    "presence_penalty": 0.5, "frequency_penalty": -0.5, "repetition_penalty": 1.1,
+    "logit_bias": {"13": -100, "7": 2.5}, "logprobs": 3, "ignore_eos": true, "user": "u1",
+    "stream": true, "stream_options": {"include_usage": true}, "some_unknown_field": [1, 2]
+  })");
+  auto res = parse_generate(Endpoint::Completions, body, one_model());
+  ASSERT_TRUE(std::holds_alternative<ParsedGenerate>(res)) << std::get<ApiError>(res).message;
+  const auto& p = std::get<ParsedGenerate>(res);
+  EXPECT_EQ(p.model, "tiny");
+  EXPECT_EQ(p.n, 2);
+  EXPECT_TRUE(p.stream);
+  EXPECT_TRUE(p.include_usage);
+  EXPECT_TRUE(p.logprobs);
+  ASSERT_EQ(p.prompts.size(), 1u);
+  EXPECT_EQ(p.choices(), 2);
+  const auto& r = p.prompts[0];
+  EXPECT_EQ(std::get<std::string>(r.prompt), "Once upon");
+  EXPECT_EQ(r.max_tokens, 7);
+  EXPECT_FLOAT_EQ(r.sampling.temperature, 0.5f);
+  EXPECT_FLOAT_EQ(r.sampling.top_p, 0.9f);
+  EXPECT_EQ(r.sampling.top_k, 40);
+  EXPECT_FLOAT_EQ(r.sampling.min_p, 0.05f);
+  EXPECT_FLOAT_EQ(r.sampling.presence_penalty, 0.5f);
+  EXPECT_FLOAT_EQ(r.sampling.frequency_penalty, -0.5f);
+  EXPECT_FLOAT_EQ(r.sampling.repetition_penalty, 1.1f);
+  ASSERT_TRUE(r.sampling.seed.has_value());
+  EXPECT_EQ(*r.sampling.seed, 42u);
+  EXPECT_EQ(r.sampling.logit_bias.size(), 2u);
+  EXPECT_FLOAT_EQ(r.sampling.logit_bias.at(13), -100.f);
+  EXPECT_EQ(r.stop, (std::vector<std::string>{"\n", "END"}));
+  EXPECT_EQ(r.top_logprobs, 3);
+  EXPECT_TRUE(r.ignore_eos);
+  EXPECT_EQ(r.user, "u1");
+}
+
+TEST(OpenAiRequest, PromptShapes) {
+  auto parse = [](const char* body) {
+    return parse_generate(Endpoint::Completions, json::parse(body), one_model());
+  };
+  auto strings = parse(R"({"prompt":["a","b"]})");
+  ASSERT_TRUE(std::holds_alternative<ParsedGenerate>(strings));
+  EXPECT_EQ(std::get<ParsedGenerate>(strings).prompts.size(), 2u);
+  auto ids = parse(R"({"prompt":[1,2,511]})");
+  ASSERT_TRUE(std::holds_alternative<ParsedGenerate>(ids));
+  EXPECT_EQ(std::get<std::vector<serving::Token>>(std::get<ParsedGenerate>(ids).prompts[0].prompt),
+            (std::vector<serving::Token>{1, 2, 511}));
+  auto lists = parse(R"({"prompt":[[1,2],[3]], "n": 3})");
+  ASSERT_TRUE(std::holds_alternative<ParsedGenerate>(lists));
+  EXPECT_EQ(std::get<ParsedGenerate>(lists).prompts.size(), 2u);
+  EXPECT_EQ(std::get<ParsedGenerate>(lists).choices(), 6);
+  // Defaults: OpenAI's 16 tokens for completions, no limit for chat; top_k -1 means off.
+  auto defaults = parse(R"({"prompt":"x","top_k":-1,"max_tokens":null})");
+  ASSERT_TRUE(std::holds_alternative<ParsedGenerate>(defaults));
+  const auto& d = std::get<ParsedGenerate>(defaults).prompts[0];
+  EXPECT_EQ(d.max_tokens, 16);
+  EXPECT_EQ(d.sampling.top_k, 0);
+  EXPECT_EQ(d.top_logprobs, -1);
+  EXPECT_FALSE(d.sampling.seed.has_value());
+}
+
+TEST(OpenAiRequest, ChatMessagesAndLogprobs) {
+  json body = json::parse(R"({
+    "messages": [
+      {"role": "system", "content": "be brief"},
+      {"role": "user", "content": [{"type": "text", "text": "hel"}, {"type": "text", "text": "lo"}]},
+      {"role": "assistant", "content": null, "tool_calls": [{"id": "c1"}]}
+    ],
+    "max_completion_tokens": 9, "logprobs": true, "top_logprobs": 2,
+    "tools": [{"type": "function", "function": {"name": "f"}}]
+  })");
+  auto res = parse_generate(Endpoint::Chat, body, one_model());
+  ASSERT_TRUE(std::holds_alternative<ParsedGenerate>(res)) << std::get<ApiError>(res).message;
+  const auto& p = std::get<ParsedGenerate>(res);
+  ASSERT_EQ(p.prompts.size(), 1u);
+  const auto& r = p.prompts[0];
+  const auto& msgs = std::get<std::vector<serving::ChatMessage>>(r.prompt);
+  ASSERT_EQ(msgs.size(), 3u);
+  EXPECT_EQ(msgs[1].content, "hello");
+  EXPECT_EQ(msgs[2].role, "assistant");
+  EXPECT_NE(msgs[2].extra_json.find("tool_calls"), std::string::npos);
+  EXPECT_EQ(r.max_tokens, 9);
+  EXPECT_EQ(r.top_logprobs, 2);
+  EXPECT_NE(r.tools_json.find("\"f\""), std::string::npos);
+  EXPECT_EQ(std::get<ParsedGenerate>(parse_generate(Endpoint::Chat, json::parse(R"({"messages":[{"role":"user","content":"x"}]})"), one_model())).prompts[0].max_tokens, -1);
+}
+
+TEST(OpenAiRequest, ModelResolution) {
+  auto models = one_model();
+  serving::ModelInfo second;
+  second.id = "other";
+  second.n_vocab = 10;
+  models.push_back(second);
+  // With two models served the name is required; a served name picks it.
+  auto missing = parse_generate(Endpoint::Completions, json::parse(R"({"prompt":"a"})"), models);
+  ASSERT_TRUE(std::holds_alternative<ApiError>(missing));
+  EXPECT_EQ(std::get<ApiError>(missing).status, 400);
+  auto named = parse_generate(Endpoint::Completions,
+                              json::parse(R"({"prompt":[11],"model":"other"})"), models);
+  ASSERT_TRUE(std::holds_alternative<ApiError>(named));  // token 11 is beyond its 10-token vocab
+  auto ok = parse_generate(Endpoint::Completions, json::parse(R"({"prompt":[9],"model":"other"})"),
+                           models);
+  ASSERT_TRUE(std::holds_alternative<ParsedGenerate>(ok));
+  EXPECT_EQ(std::get<ParsedGenerate>(ok).model, "other");
+}
+
+TEST(OpenAiRequest, TokenizeAndDetokenize) {
+  auto t = parse_tokenize(json::parse(R"({"prompt":"hello","add_special":false})"), one_model());
+  ASSERT_TRUE(std::holds_alternative<TokenizeRequest>(t));
+  EXPECT_EQ(std::get<TokenizeRequest>(t).text, "hello");
+  EXPECT_FALSE(std::get<TokenizeRequest>(t).add_special);
+  auto c = parse_tokenize(json::parse(R"({"content":"hi"})"), one_model());
+  ASSERT_TRUE(std::holds_alternative<TokenizeRequest>(c));
+  EXPECT_EQ(std::get<TokenizeRequest>(c).text, "hi");
+  EXPECT_TRUE(std::holds_alternative<ApiError>(parse_tokenize(json::parse(R"({"prompt":3})"), one_model())));
+  auto d = parse_detokenize(json::parse(R"({"tokens":[1,2,3]})"), one_model());
+  ASSERT_TRUE(std::holds_alternative<DetokenizeRequest>(d));
+  EXPECT_EQ(std::get<DetokenizeRequest>(d).tokens.size(), 3u);
+  auto bad = parse_detokenize(json::parse(R"({"tokens":[1,512]})"), one_model());
+  ASSERT_TRUE(std::holds_alternative<ApiError>(bad));
+  EXPECT_EQ(std::get<ApiError>(bad).param, "tokens");
+}
+
+TEST(OpenAiRequest, BackendErrorsMapToStatus) {
+  struct Row {
+    serving::ErrorKind kind;
+    int status;
+    const char* type;
+  };
+  const Row rows[] = {{serving::ErrorKind::InvalidRequest, 400, "invalid_request_error"},
+                      {serving::ErrorKind::NotFound, 404, "invalid_request_error"},
+                      {serving::ErrorKind::Unavailable, 503, "server_error"},
+                      {serving::ErrorKind::Internal, 500, "server_error"}};
+  for (const auto& r : rows) {
+    serving::Error e{r.kind, "m", "p"};
+    ApiError a = from_backend_error(e);
+    EXPECT_EQ(a.status, r.status);
+    EXPECT_EQ(a.type, r.type);
+    EXPECT_EQ(a.param, "p");
+  }
+}
+
+}  // namespace
+}  // namespace cairn::api

@@ -1,0 +1,116 @@
+// `cairn serve`: the OpenAI-compatible HTTP server over one model in this
+// process. It listens first (answering /health with 503 while the model loads),
+// prints "listening on http://HOST:PORT" on stderr, and drains on SIGTERM/SIGINT.
+#include <spdlog/spdlog.h>
+
+#include <cstdio>
+#include <memory>
+
+#include "api/http_server.h"
+#include "api/loading_backend.h"
+#include "commands.h"
+#include "engine/demo_model.h"
+#include "serving/local_backend.h"
+
+namespace cairn::cli {
+
+namespace {
+
+struct ServeArgs {
+  std::string model;
+  api::ServerOptions server;
+  serving::LocalBackendOptions backend;
+  int64_t kv_cache_mb = 0;
+};
+
+Status serve(ServeArgs a) {
+  std::string path = a.model;
+  if (path.empty()) {
+    auto dir = engine::default_cache_dir();
+    if (!dir.is_ok()) return dir.status();
+    auto demo = engine::ensure_demo_model(*dir);
+    if (!demo.is_ok()) return demo.status();
+    path = *demo;
+    spdlog::info("no -m given: serving the built-in demo model {} (random weights: gibberish)",
+                 path);
+  }
+  a.backend.model_path = path;
+  a.backend.kv_pool_bytes = a.kv_cache_mb * (int64_t(1) << 20);
+  a.server.handle_signals = true;
+
+  api::LoadingBackend backend;
+  auto server = api::HttpServer::start(backend, a.server);
+  if (!server.is_ok()) return server.status();
+  // Tests and scripts parse this line to find a port chosen with --port 0.
+  std::fprintf(stderr, "cairn: listening on http://%s:%u\n", (*server)->host().c_str(),
+               static_cast<unsigned>((*server)->port()));
+  std::fflush(stderr);
+
+  auto local = serving::LocalBackend::create(a.backend);
+  if (!local.is_ok()) {
+    (*server)->stop();
+    (*server)->wait();
+    return local.status();
+  }
+  spdlog::info("serving model '{}' (context {} tokens, KV pool {} MiB)", (*local)->model_id(),
+               (*local)->n_ctx(), (*local)->kv_pool_bytes() >> 20);
+  backend.set(std::move(local.value()));
+  std::fprintf(stderr, "cairn: ready\n");
+  std::fflush(stderr);
+  (*server)->wait();
+  server.value().reset();  // connections go before the backend they talk to
+  spdlog::info("server stopped");
+  return Status::ok();
+}
+
+}  // namespace
+
+void register_serve(CLI::App& app, CommandResult& result) {
+  auto* cmd = app.add_subcommand("serve", "serve a model over an OpenAI-compatible HTTP API");
+  auto a = std::make_shared<ServeArgs>();
+  auto& s = a->server;
+  auto& b = a->backend;
+  cmd->add_option("-m,--model", a->model, "GGUF model (default: the built-in demo model)");
+  cmd->add_option("--host", s.host, "address to bind")->capture_default_str();
+  cmd->add_option("--port", s.port, "port to bind; 0: any free port")->capture_default_str();
+  cmd->add_option("--model-name", b.model_name, "model id clients use (default: file name)");
+  cmd->add_option("--api-key", s.router.api_key,
+                  "require 'Authorization: Bearer KEY' on every route but /health");
+  cmd->add_option("--cors-origin", s.router.cors_origin,
+                  "allow browser requests from this origin ('*' for any); default: CORS off");
+  cmd->add_option("--max-body-bytes", s.max_body_bytes, "largest request body (413 beyond)")
+      ->check(CLI::Range(uint64_t(1), uint64_t(1) << 34))
+      ->capture_default_str();
+  cmd->add_option("--max-header-bytes", s.max_header_bytes, "largest request header (431 beyond)")
+      ->check(CLI::Range(1024u, 1u << 20))
+      ->capture_default_str();
+  cmd->add_option("--max-queue", b.max_queue, "requests waiting to run (503 beyond)")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  cmd->add_option("--request-timeout", s.request_timeout_s,
+                  "seconds to receive a request, and for a whole generation")
+      ->check(CLI::Range(0.001, 1e7))
+      ->capture_default_str();
+  cmd->add_option("--drain-seconds", s.drain_seconds,
+                  "on SIGTERM/SIGINT, seconds running requests may finish")
+      ->check(CLI::Range(0.0, 1e7))
+      ->capture_default_str();
+  cmd->add_option("--http-threads", s.threads, "network I/O threads")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  cmd->add_option("-t,--threads", b.threads, "kernel threads; 0: all cores")
+      ->check(CLI::Range(0, 1024));
+  cmd->add_option("--ctx", b.n_ctx, "context per sequence; 0: the model's, at most 4096")
+      ->check(CLI::Range(0, 1 << 24));
+  cmd->add_option("--kv-cache-mb", a->kv_cache_mb, "KV cache pool in MiB; 0: sized automatically")
+      ->check(CLI::Range(int64_t(0), int64_t(1) << 24));
+  cmd->add_option("--max-batch-tokens", b.max_batch_tokens, "tokens per engine step")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  cmd->add_option("--max-seqs", b.max_seqs, "sequences running at once")
+      ->check(CLI::Range(1, 1 << 16))
+      ->capture_default_str();
+  cmd->callback([a, &result] { result.status = serve(*a); });
+}
+
+}  // namespace cairn::cli
