@@ -9,6 +9,7 @@
 #include "core/half.h"
 #include "core/quant.h"
 #include "core/quant_blocks.h"
+#include "kernels/float_order.h"
 
 namespace cairn::model {
 namespace {
@@ -41,10 +42,15 @@ const float* f16_table() {
 //   float weights, position p in fma lane p % 16, reduced as reduce16.
 float round_f16(float x) { return f16_to_f32(f32_to_f16(x)); }
 
-// q.k in the order of ggml_vec_dot_f16 on AVX2 (the reference's K.q: K is
-// F16 and q is converted to F16, a pair tinyBLAS does not take): four 8-lane
-// fma accumulators over steps of 32, reduced pairwise, and the remaining
-// elements added in double.
+struct AttnScratch {
+  std::vector<float> scores, lanes, q;
+  std::vector<uint16_t> qh;
+  std::vector<double> tail;
+};
+
+// q.k for a batch of tokens: the AVX2-style order of ggml_vec_dot_f16 (four
+// 8-lane fma accumulators over steps of 32, reduced pairwise, the remaining
+// elements added in double), which measures closest for prompt batches.
 float dot_kq(const float* q, const float* k, int64_t n) {
   const int64_t np = n & ~int64_t{31};
   float acc[4][8] = {};
@@ -61,51 +67,82 @@ float dot_kq(const float* q, const float* k, int64_t n) {
 }
 
 // One query head against positions [0, n_pos) of its sequence, in the
-// reference's arithmetic: the query rounded to the cache type for K.q; the
-// softmax over rows padded with masked entries to a multiple of 8 (its exp
-// runs in groups of 8 from the row start); the weights rounded to the cache
-// type (ggml converts the second operand of a matmul to the first one's type;
-// unrounded weights measure worse) against the V rows in 8 fma lanes by
-// position (the reference's AVX2 order), reduced as ggml's hsum.
+// reference's arithmetic (no flash attention, F16 K/V, rows of n_kv = n_pos
+// padded to 32 with the padding masked). The query and the softmax weights are
+// rounded to the cache type (ggml converts a matmul's second operand to the
+// first one's type); the softmax runs over rows padded to 8 (kernels::softmax).
+// The products' order depends on the batch, as ggml's kernel choice does:
+// - a single token (decode) takes ggml_vec_dot_f16 with AVX-512 for both
+//   K.q (kernels::order::vec_f16) and V.w (positions p < n_kv & ~63 in four
+//   16-lane accumulators by p % 64, the rest added in double);
+// - a batch takes tinyBLAS for V.w (position p in fma lane p % 16, reduce16)
+//   and dot_kq for K.q.
+// Measured (golden, share within tol): the single-token orders took q4_0 from
+// 94.4% to 100% and gqa-f32's worst deviation under 1e-3.
 void attend_head(const KvView& kv, int layer, SeqId seq, int64_t n_pos, int64_t kv_offset,
-                 int64_t head_dim, float scale, const float* q, float* qbuf,
-                 std::vector<float>& scores, std::vector<float>& lanes, float* out) {
+                 int64_t head_dim, float scale, const float* q, bool batch, AttnScratch& s,
+                 float* out) {
   const bool f16 = kv.dtype() == TensorType::F16;
   const float* h2f = f16_table();
   const int64_t n_pad = (n_pos + 7) & ~int64_t{7};
-  scores.assign((size_t)n_pad, -INFINITY);
-  for (int64_t d = 0; d < head_dim; ++d) qbuf[d] = f16 ? round_f16(q[d]) : q[d];
-  std::vector<float>& krow = lanes;  // scratch: one K row as floats, then the V lanes
-  krow.resize((size_t)std::max<int64_t>(head_dim, 8 * head_dim));
-
+  s.scores.assign((size_t)n_pad, -INFINITY);
+  s.q.resize((size_t)head_dim);
+  s.qh.resize((size_t)head_dim);
+  for (int64_t d = 0; d < head_dim; ++d) {
+    s.qh[(size_t)d] = f32_to_f16(q[d]);
+    s.q[(size_t)d] = f16 ? h2f[s.qh[(size_t)d]] : q[d];
+  }
+  s.lanes.resize((size_t)(64 * head_dim));
   for (int64_t p = 0; p < n_pos; ++p) {
     if (f16) {
       const uint16_t* k = (const uint16_t*)kv.key(layer, seq, (int32_t)p) + kv_offset;
-      for (int64_t d = 0; d < head_dim; ++d) krow[(size_t)d] = h2f[k[d]];
-      scores[(size_t)p] = dot_kq(qbuf, krow.data(), head_dim) * scale;
+      float dot;
+      if (batch) {
+        for (int64_t d = 0; d < head_dim; ++d) s.lanes[(size_t)d] = h2f[k[d]];
+        dot = dot_kq(s.q.data(), s.lanes.data(), head_dim);
+      } else {
+        dot = kernels::order::vec_f16(k, s.qh.data(), head_dim);
+      }
+      s.scores[(size_t)p] = dot * scale;
     } else {
       const float* k = (const float*)kv.key(layer, seq, (int32_t)p) + kv_offset;
-      scores[(size_t)p] = dot_kq(qbuf, k, head_dim) * scale;
+      s.scores[(size_t)p] = dot_kq(s.q.data(), k, head_dim) * scale;
     }
   }
-  kernels::softmax(scores.data(), n_pad);
+  kernels::softmax(s.scores.data(), n_pad);
 
-  std::fill(lanes.begin(), lanes.begin() + 8 * head_dim, 0.0f);
+  // Lanes of the V.w sum: 16 (tinyBLAS) or 64 (vec_dot's 4 x 16) by position.
+  const int64_t n_lanes = batch ? 16 : 64;
+  const int64_t n_simd = batch ? n_pos : (((n_pos + 31) & ~int64_t{31}) & ~int64_t{63});
+  std::fill(s.lanes.begin(), s.lanes.begin() + n_lanes * head_dim, 0.0f);
+  s.tail.assign((size_t)head_dim, 0.0);
   for (int64_t p = 0; p < n_pos; ++p) {
-    const float w = f16 ? round_f16(scores[(size_t)p]) : scores[(size_t)p];
-    float* lane = lanes.data() + (p & 7) * head_dim;
+    const float w = f16 ? round_f16(s.scores[(size_t)p]) : s.scores[(size_t)p];
+    const void* vrow = kv.value(layer, seq, (int32_t)p);
+    const uint16_t* vh = (const uint16_t*)vrow + kv_offset;
+    const float* vf = (const float*)vrow + kv_offset;
+    if (p >= n_simd) {
+      for (int64_t d = 0; d < head_dim; ++d)
+        s.tail[(size_t)d] += (double)((f16 ? h2f[vh[d]] : vf[d]) * w);
+      continue;
+    }
+    float* lane = s.lanes.data() + (p % n_lanes) * head_dim;
     if (f16) {
-      const uint16_t* v = (const uint16_t*)kv.value(layer, seq, (int32_t)p) + kv_offset;
-      for (int64_t d = 0; d < head_dim; ++d) lane[d] = std::fma(h2f[v[d]], w, lane[d]);
+      for (int64_t d = 0; d < head_dim; ++d) lane[d] = std::fma(h2f[vh[d]], w, lane[d]);
     } else {
-      const float* v = (const float*)kv.value(layer, seq, (int32_t)p) + kv_offset;
-      for (int64_t d = 0; d < head_dim; ++d) lane[d] = std::fma(v[d], w, lane[d]);
+      for (int64_t d = 0; d < head_dim; ++d) lane[d] = std::fma(vf[d], w, lane[d]);
     }
   }
   for (int64_t d = 0; d < head_dim; ++d) {
-    float l[8];
-    for (int i = 0; i < 8; ++i) l[i] = lanes[(size_t)(i * head_dim + d)];
-    out[d] = quant::hsum_lanes(l);
+    const float* l = s.lanes.data() + d;
+    float r[16];
+    for (int i = 0; i < 16; ++i) {
+      r[i] = batch ? l[i * head_dim]
+                   : (l[i * head_dim] + l[(32 + i) * head_dim]) +
+                         (l[(16 + i) * head_dim] + l[(48 + i) * head_dim]);
+    }
+    const float red = kernels::order::reduce16(r);
+    out[d] = batch ? red : (float)((double)red + s.tail[(size_t)d]);
   }
 }
 
@@ -300,14 +337,13 @@ void attention(const HParams& hp, const AttentionWeights& w, int layer, const Ba
   const int64_t group = hp.n_head / hp.n_head_kv;
   const float scale = 1.0f / std::sqrt((float)hd);
   pool.parallel_for(T * hp.n_head, [&](int64_t begin, int64_t end) {
-    std::vector<float> scores, lanes;
-    std::vector<float> qbuf((size_t)hd);
+    AttnScratch scratch;
     for (int64_t i = begin; i < end; ++i) {
       const int64_t t = i / hp.n_head;
       const int64_t h = i % hp.n_head;
       attend_head(kv, layer, batch.seqs[(size_t)t], (int64_t)batch.positions[(size_t)t] + 1,
-                  (h / group) * hd, hd, scale, ws.q.data() + t * nq + h * hd, qbuf.data(), scores,
-                  lanes, ws.attn.data() + t * nq + h * hd);
+                  (h / group) * hd, hd, scale, ws.q.data() + t * nq + h * hd, T >= 2, scratch,
+                  ws.attn.data() + t * nq + h * hd);
     }
   });
 

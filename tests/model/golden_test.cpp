@@ -189,8 +189,8 @@ TEST(GoldenParity, GreedyContinuation) {
 // batch size (tinyBLAS for a prompt, ggml_vec_dot for one token), and the
 // models agree to the 5 printed decimals for long runs of steps. A run ends
 // where one value lies on an F16 or int8 rounding boundary and rounds the
-// other way here (an order not yet replayed exactly: attention's F16 products,
-// the K-quant dot products); from then on that sequence differs by the model's
+// other way here (an order not yet replayed exactly: attention's prompt-batch
+// K.q and softmax, the K-quant dot products); from then on that sequence differs by the model's
 // rounding sensitivity: ~1e-3 for the F32/F16 models (F16 K/V), ~0.05-0.3 for
 // the random-weight quantized ones. The issue's own criteria (every top-5
 // logprob within 1e-3 for F32/F16, within 0.05 for quantized) are met by
@@ -223,7 +223,8 @@ bool is_anomaly(const std::string& model, int case_index) {
 TEST(GoldenParity, TeacherForcedLogprobs) {
   constexpr double kMaxFactor = 5.0;
   // Models whose every top-5 logprob is within the tolerance.
-  const std::vector<std::string> kMeetsCriteria = {"syn-llama-tied-f16", "syn-qwen2-f32"};
+  const std::vector<std::string> kMeetsCriteria = {"syn-llama-gqa-f32", "syn-llama-gqa-q4_0",
+                                                   "syn-llama-tied-f16", "syn-qwen2-f32"};
   auto models = golden_models();
   REQUIRE_GOLDEN(models);
   std::printf("  %-22s %5s %8s %7s %9s %9s %9s %9s  %s\n", "model", "steps", "argmax%", "tol",
@@ -232,8 +233,8 @@ TEST(GoldenParity, TeacherForcedLogprobs) {
     Loaded l = load(g);
     if (!l.model) continue;
     const double tol = g.exact ? 1e-3 : 0.05;
-    // Measured (AVX2 and CAIRN_SCALAR=1): >= 97.6% for F32/F16, >= 69.4% quantized.
-    const double within_share = g.exact ? 0.95 : 0.65;
+    // Measured (AVX2 and CAIRN_SCALAR=1): >= 98.5% for F32/F16, >= 69.2% quantized.
+    const double within_share = g.exact ? 0.97 : 0.65;
     int steps = 0, agree = 0, case_index = -1;
     std::vector<double> devs;
     std::string worst;
