@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Installs the integration tests' Node packages (the official `openai` client),
-# exactly as pinned in package-lock.json, unless they are already there.
+# exactly as pinned in package-lock.json, unless that lock is already installed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if ! command -v npm >/dev/null 2>&1; then
   echo "install-node-deps: npm not found; the integration tests will skip" >&2
   exit 0
 fi
-if [ -d node_modules/openai ] && [ node_modules/.package-lock.json -nt package-lock.json ]; then
+stamp=node_modules/.cairn-installed-lock.json
+if [ -d node_modules/openai ] && cmp -s package-lock.json "$stamp"; then
   exit 0
 fi
 npm ci --no-audit --no-fund
+cp package-lock.json "$stamp"

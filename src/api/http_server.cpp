@@ -14,6 +14,7 @@
 #include <boost/asio/strand.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/string.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/string_body.hpp>
@@ -158,8 +159,25 @@ class Connection : public std::enable_shared_from_this<Connection> {
     parser_->header_limit(srv_.opt.max_header_bytes);
     parser_->body_limit(srv_.opt.max_body_bytes);
     stream_.expires_after(seconds(srv_.opt.request_timeout_s));
-    http::async_read(stream_, buffer_, *parser_,
-                     [self = shared_from_this()](error_code ec, size_t) { self->on_read(ec); });
+    http::async_read_header(
+        stream_, buffer_, *parser_,
+        [self = shared_from_this()](error_code ec, size_t) { self->on_header(ec); });
+  }
+
+  // curl and others wait for "100 Continue" before sending a large body.
+  void on_header(error_code ec) {
+    if (ec) return on_read(ec);
+    auto read_body = [self = shared_from_this()] {
+      http::async_read(self->stream_, self->buffer_, *self->parser_,
+                       [self](error_code e, size_t) { self->on_read(e); });
+    };
+    if (!beast::iequals(parser_->get()[http::field::expect], "100-continue")) return read_body();
+    static const std::string kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+    net::async_write(stream_, net::buffer(kContinue),
+                     [self = shared_from_this(), read_body](error_code e, size_t) {
+                       if (e) return self->close();
+                       read_body();
+                     });
   }
 
   void on_read(error_code ec) {

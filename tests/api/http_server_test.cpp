@@ -81,6 +81,7 @@ class Socket {
     return r;
   }
   bool eof() const { return eof_; }
+  void drop(size_t n) { buf_.erase(0, n); }
 
  private:
   static size_t response_length(const std::string& b) {
@@ -189,6 +190,20 @@ TEST_F(ServerTest, KeepAliveServesSeveralRequests) {
   }
   ASSERT_TRUE(s.send(get("/health")));
   EXPECT_EQ(status_of(s.response()), 200);
+}
+
+TEST_F(ServerTest, ExpectContinueGetsContinueBeforeTheBody) {
+  start();
+  Socket s(server->port());
+  const std::string body = R"({"prompt":"hi"})";
+  s.send("POST /v1/completions HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: " +
+         std::to_string(body.size()) + "\r\n\r\n");
+  auto interim = s.read_until([](const std::string& b) { return b.find("\r\n\r\n") != std::string::npos; });
+  EXPECT_EQ(interim.rfind("HTTP/1.1 100 Continue\r\n\r\n", 0), 0u) << interim;
+  s.drop(interim.find("\r\n\r\n") + 4);
+  s.send(body);
+  auto r = s.response();
+  EXPECT_EQ(status_of(r), 200) << r;
 }
 
 TEST_F(ServerTest, RoutesAndMethods) {
