@@ -1,0 +1,309 @@
+#include "serving/local_backend.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+
+namespace cairn::serving {
+
+namespace {
+
+constexpr int32_t kDefaultCtx = 4096;
+constexpr size_t kMaxStopStrings = 16;
+constexpr size_t kMaxStopBytes = 512;
+
+Error invalid(std::string message, std::string param = {}) {
+  return Error{ErrorKind::InvalidRequest, std::move(message), std::move(param)};
+}
+
+// Engine events in the serving vocabulary; token texts for top log-probabilities.
+class SinkAdapter final : public engine::SequenceSink {
+ public:
+  SinkAdapter(std::shared_ptr<EventSink> sink, const Tokenizer& tok, bool logprobs)
+      : sink_(std::move(sink)), tok_(tok), logprobs_(logprobs) {}
+
+  void on_token(const engine::TokenOutput& out) override {
+    TokenEvent ev;
+    ev.id = out.id;
+    ev.text = out.text;
+    if (logprobs_) {
+      ev.logprob = out.sample.logprob;
+      ev.top.reserve(out.sample.top.size());
+      for (const auto& t : out.sample.top)
+        ev.top.push_back({t.token, tok_.token_to_piece(t.token, true), t.logprob});
+    }
+    sink_->on_token(ev);
+  }
+  void on_end(const engine::EndOutput& out) override {
+    FinishEvent ev;
+    ev.reason = engine::end_reason_name(out.reason);
+    ev.text = out.text;
+    ev.usage = {out.prompt_tokens, out.completion_tokens, out.cached_prompt_tokens};
+    sink_->on_finish(ev);
+  }
+  void on_error(const std::string& message) override {
+    sink_->on_error(Error{ErrorKind::Internal, message, {}});
+  }
+
+ private:
+  std::shared_ptr<EventSink> sink_;
+  const Tokenizer& tok_;
+  bool logprobs_;
+};
+
+Histogram to_histogram(const engine::LatencyHistogram& h) {
+  return Histogram{h.bounds, h.counts, h.sum, h.count};
+}
+
+// "invalid sampling parameter top_p: must be in (0, 1]" -> "top_p".
+std::string sampling_param(const std::string& message) {
+  static constexpr std::string_view kPrefix = "invalid sampling parameter ";
+  if (message.rfind(kPrefix, 0) != 0) return {};
+  const size_t end = message.find(':', kPrefix.size());
+  return message.substr(kPrefix.size(), end == std::string::npos ? end : end - kPrefix.size());
+}
+
+}  // namespace
+
+Result<std::unique_ptr<LocalBackend>> LocalBackend::create(const LocalBackendOptions& options) {
+  if (options.max_batch_tokens < 1) return Status::error("max_batch_tokens must be >= 1");
+  if (options.max_seqs < 1) return Status::error("max_seqs must be >= 1");
+  if (options.max_queue < 1) return Status::error("max_queue must be >= 1");
+  if (options.n_ctx < 0) return Status::error("n_ctx must be >= 0 (0: the model's)");
+  if (options.kv_pool_bytes < 0) return Status::error("the KV pool size must be >= 0 (0: default)");
+
+  std::unique_ptr<LocalBackend> b(new LocalBackend());
+  b->options_ = options;
+  auto loaded = engine::load_model(options.model_path, model::LoadOptions{options.threads});
+  if (!loaded.is_ok()) return loaded.status();
+  b->loaded_ = std::move(*loaded);
+  b->model_id_ = options.model_name.empty()
+                     ? std::filesystem::path(options.model_path).stem().string()
+                     : options.model_name;
+  b->created_ = std::chrono::duration_cast<std::chrono::seconds>(
+                    std::chrono::system_clock::now().time_since_epoch())
+                    .count();
+
+  auto source = b->loaded_.file->get_string("tokenizer.chat_template");
+  if (source.is_ok() && source->has_value()) {
+    auto tmpl = chat::ChatTemplate::parse(**source);
+    if (tmpl.is_ok())
+      b->template_.emplace(std::move(*tmpl));
+    else  // a broken template should not keep the model from serving completions
+      spdlog::warn("{}: chat template unusable ({}); chat requests use ChatML", b->model_id_,
+                   tmpl.status().message());
+  }
+
+  const model::HParams& hp = b->loaded_.model->hparams();
+  const int64_t train = hp.n_ctx_train > 0 ? hp.n_ctx_train : INT32_MAX;
+  if (options.n_ctx > train)
+    return Status::error("n_ctx " + std::to_string(options.n_ctx) +
+                         " exceeds the model's context of " + std::to_string(train) + " tokens");
+  const int32_t n_ctx = static_cast<int32_t>(
+      options.n_ctx > 0 ? options.n_ctx : std::min<int64_t>(kDefaultCtx, train));
+
+  const kv::KvShape shape{static_cast<int32_t>(hp.n_layer),
+                          static_cast<int32_t>(hp.kv_row_elems())};
+  int64_t pool =
+      options.kv_pool_bytes > 0 ? options.kv_pool_bytes : kv::default_pool_bytes(shape, n_ctx);
+  auto cache = kv::PagedKvCache::create(shape, kv::KvConfig{pool, 16, true});
+  if (!cache.is_ok()) return cache.status().with_context("KV cache");
+  b->kv_ = std::move(*cache);
+  const int32_t blocks = b->kv_->stats().blocks_total;
+  b->kv_pool_bytes_ = static_cast<int64_t>(blocks) * kv::PagedKvCache::block_bytes(shape);
+  if (b->kv_->blocks_for(n_ctx) > blocks)
+    return Status::error("the KV pool (" + std::to_string(blocks) + " blocks of 16 tokens) " +
+                         "cannot hold one full context of " + std::to_string(n_ctx) + " tokens");
+  spdlog::info("{}: KV cache {:.1f} MiB ({} blocks of 16 tokens, {} tokens), context {}",
+               b->model_id_, b->kv_pool_bytes_ / 1048576.0, blocks, blocks * 16, n_ctx);
+
+  engine::EngineConfig ec{options.max_batch_tokens, options.max_seqs, n_ctx};
+  b->engine_ =
+      std::make_unique<engine::Engine>(*b->loaded_.model, *b->loaded_.tokenizer, *b->kv_, ec);
+  b->engine_->start();
+  return b;
+}
+
+LocalBackend::~LocalBackend() {
+  if (engine_) engine_->stop();
+}
+
+std::optional<Error> LocalBackend::check_model(const std::string& model) const {
+  if (model.empty() || model == model_id_) return std::nullopt;
+  return Error{ErrorKind::NotFound, "the model '" + model.substr(0, 200) + "' does not exist",
+               "model"};
+}
+
+std::variant<std::string, Error> LocalBackend::render_chat(const GenerateRequest& req) const {
+  const auto* messages = std::get_if<std::vector<ChatMessage>>(&req.prompt);
+  if (!messages) return invalid("the request has no chat messages", "messages");
+  if (messages->empty()) return invalid("messages must not be empty", "messages");
+  chat::ChatInput in;
+  in.messages.reserve(messages->size());
+  for (const auto& m : *messages) in.messages.push_back({m.role, m.content, m.extra_json});
+  if (!template_) return chat::chatml(in.messages, req.add_generation_prompt);
+  const Tokenizer& tok = *loaded_.tokenizer;
+  in.tools_json = req.tools_json;
+  in.add_generation_prompt = req.add_generation_prompt;
+  if (tok.bos() >= 0) in.bos_token = std::string(tok.token_text(tok.bos()));
+  if (tok.eos() >= 0) in.eos_token = std::string(tok.token_text(tok.eos()));
+  auto text = template_->apply(in);
+  if (!text.is_ok()) return invalid("chat template: " + text.status().message(), "messages");
+  return std::move(*text);
+}
+
+std::variant<std::vector<Token>, Error> LocalBackend::prompt_tokens(
+    const GenerateRequest& req) const {
+  const Tokenizer& tok = *loaded_.tokenizer;
+  if (const auto* text = std::get_if<std::string>(&req.prompt)) {
+    if (text->empty()) return invalid("the prompt is empty", "prompt");
+    return tok.encode(*text, /*add_special=*/true, /*parse_special=*/true);
+  }
+  if (const auto* ids = std::get_if<std::vector<Token>>(&req.prompt)) {
+    if (ids->empty()) return invalid("the prompt is empty", "prompt");
+    const int32_t n_vocab = static_cast<int32_t>(loaded_.model->hparams().n_vocab);
+    for (Token t : *ids)
+      if (t < 0 || t >= n_vocab)
+        return invalid("prompt token id " + std::to_string(t) + " is outside the vocabulary (0.." +
+                           std::to_string(n_vocab - 1) + ")",
+                       "prompt");
+    return *ids;
+  }
+  auto rendered = render_chat(req);
+  if (auto* err = std::get_if<Error>(&rendered)) return *err;
+  // BOS as the model wants it; a template that writes bos_token itself must
+  // not end up with two.
+  auto ids = tok.encode(std::get<std::string>(rendered), /*add_special=*/true,
+                        /*parse_special=*/true);
+  if (ids.size() >= 2 && tok.bos() >= 0 && ids[0] == tok.bos() && ids[1] == tok.bos())
+    ids.erase(ids.begin());
+  return ids;
+}
+
+std::variant<RequestId, Error> LocalBackend::submit(GenerateRequest req,
+                                                    std::shared_ptr<EventSink> sink) {
+  if (draining_.load())
+    return Error{
+        ErrorKind::Unavailable, "the server is shutting down and takes no new requests", {}};
+  if (auto err = check_model(req.model)) return *err;
+  if (!sink) return Error{ErrorKind::Internal, "no event sink for the request", {}};
+  if (req.max_tokens == 0 || req.max_tokens < -1)
+    return invalid("max_tokens must be at least 1 (got " + std::to_string(req.max_tokens) + ")",
+                   "max_tokens");
+  if (req.top_logprobs < -1 || req.top_logprobs > engine::SamplingParams::kMaxLogprobs)
+    return invalid("top_logprobs must be between 0 and " +
+                       std::to_string(engine::SamplingParams::kMaxLogprobs),
+                   "top_logprobs");
+  if (req.stop.size() > kMaxStopStrings)
+    return invalid("at most " + std::to_string(kMaxStopStrings) + " stop strings are allowed",
+                   "stop");
+  for (const auto& s : req.stop)
+    if (s.size() > kMaxStopBytes)
+      return invalid("a stop string is longer than " + std::to_string(kMaxStopBytes) + " bytes",
+                     "stop");
+
+  auto tokens = prompt_tokens(req);
+  if (auto* err = std::get_if<Error>(&tokens)) return *err;
+  std::vector<Token>& prompt = std::get<std::vector<Token>>(tokens);
+  if (prompt.empty()) return invalid("the prompt is empty", "prompt");
+
+  const int64_t n_ctx = engine_->n_ctx();
+  const int64_t n_prompt = static_cast<int64_t>(prompt.size());
+  if (n_prompt >= n_ctx)
+    return invalid("the prompt has " + std::to_string(n_prompt) +
+                       " tokens, but the context holds " + std::to_string(n_ctx) +
+                       " (prompt and completion together)",
+                   "prompt");
+  if (req.max_tokens > 0 && n_prompt + req.max_tokens > n_ctx)
+    return invalid("the prompt has " + std::to_string(n_prompt) + " tokens and max_tokens is " +
+                       std::to_string(req.max_tokens) + ": together more than the context of " +
+                       std::to_string(n_ctx) + " tokens",
+                   "max_tokens");
+
+  const SamplingOptions& so = req.sampling;
+  engine::EngineRequest er;
+  er.sampling.temperature = so.temperature;
+  er.sampling.top_k = so.top_k;
+  er.sampling.top_p = so.top_p;
+  er.sampling.min_p = so.min_p;
+  er.sampling.presence_penalty = so.presence_penalty;
+  er.sampling.frequency_penalty = so.frequency_penalty;
+  er.sampling.repetition_penalty = so.repetition_penalty;
+  er.sampling.logit_bias = so.logit_bias;
+  er.sampling.seed = so.seed;
+  er.sampling.n_logprobs = std::max(0, req.top_logprobs);
+  Status valid = er.sampling.validate(static_cast<int32_t>(loaded_.model->hparams().n_vocab));
+  if (!valid.is_ok()) return invalid(valid.message(), sampling_param(valid.message()));
+  er.logprobs = req.top_logprobs >= 0;
+  er.prompt = std::move(prompt);
+  er.max_tokens = req.max_tokens;
+  er.ignore_eos = req.ignore_eos;
+  er.stop = std::move(req.stop);
+
+  if (engine_->queued() >= options_.max_queue)
+    return Error{
+        ErrorKind::Unavailable,
+        "too many requests are queued (" + std::to_string(options_.max_queue) + "); retry later",
+        {}};
+  const bool logprobs = er.logprobs;
+  auto id = engine_->submit(
+      std::move(er), std::make_shared<SinkAdapter>(std::move(sink), *loaded_.tokenizer, logprobs));
+  if (!id.is_ok()) return invalid(id.status().message());
+  return *id;
+}
+
+void LocalBackend::cancel(RequestId id) { engine_->cancel(id); }
+
+std::vector<ModelInfo> LocalBackend::models() const {
+  return {ModelInfo{model_id_, engine_->n_ctx(),
+                    static_cast<int32_t>(loaded_.model->hparams().n_vocab), created_}};
+}
+
+Health LocalBackend::health() const {
+  const engine::EngineStats s = engine_->stats();
+  return Health{draining_.load() ? HealthState::Draining : HealthState::Ready, s.running,
+                engine_->queued()};
+}
+
+BackendStats LocalBackend::stats() const {
+  const engine::EngineStats s = engine_->stats();
+  BackendStats b;
+  b.prompt_tokens_total = s.prompt_tokens_total;
+  b.generated_tokens_total = s.generated_tokens_total;
+  b.running = s.running;
+  b.waiting = engine_->queued();
+  b.kv_blocks_used = s.kv.blocks_used;
+  b.kv_blocks_total = s.kv.blocks_total;
+  b.prefix_cache_queries = s.kv.prefix_queries;
+  b.prefix_cache_hits = s.kv.prefix_hits;
+  b.preemptions = s.preemptions;
+  b.time_to_first_token_s = to_histogram(s.time_to_first_token_s);
+  b.inter_token_latency_s = to_histogram(s.inter_token_latency_s);
+  b.queue_time_s = to_histogram(s.queue_time_s);
+  b.e2e_latency_s = to_histogram(s.e2e_latency_s);
+  return b;
+}
+
+std::variant<std::vector<Token>, Error> LocalBackend::tokenize(const std::string& model,
+                                                               const std::string& text,
+                                                               bool add_special) const {
+  if (auto err = check_model(model)) return *err;
+  return loaded_.tokenizer->encode(text, add_special, /*parse_special=*/true);
+}
+
+std::variant<std::string, Error> LocalBackend::detokenize(const std::string& model,
+                                                          const std::vector<Token>& tokens) const {
+  if (auto err = check_model(model)) return *err;
+  const int32_t n_vocab = static_cast<int32_t>(loaded_.model->hparams().n_vocab);
+  for (Token t : tokens)
+    if (t < 0 || t >= n_vocab)
+      return invalid("token id " + std::to_string(t) + " is outside the vocabulary", "tokens");
+  return loaded_.tokenizer->decode(tokens);
+}
+
+void LocalBackend::start_draining() { draining_.store(true); }
+
+}  // namespace cairn::serving

@@ -1,0 +1,80 @@
+// serving/local_backend.h — a Backend that runs one model in this process.
+// Owns the loaded model (file, weights, tokenizer), its paged KV cache and its
+// engine thread, and everything between a GenerateRequest and the engine:
+// synchronous validation (nothing malformed is queued), chat rendering,
+// tokenization, queue limits, draining, and statistics for /metrics. Never
+// parses HTTP or JSON and never blocks the caller on the engine.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "chat/chat_template.h"
+#include "core/status.h"
+#include "engine/engine.h"
+#include "engine/generator.h"
+#include "kv/kv_cache.h"
+#include "serving/backend.h"
+
+namespace cairn::serving {
+
+struct LocalBackendOptions {
+  std::string model_path;
+  std::string model_name;          // empty: the file name without ".gguf"
+  int32_t n_ctx = 0;               // tokens per sequence; 0: the model's, at most 4096
+  int64_t kv_pool_bytes = 0;       // 0: kv::default_pool_bytes for this model and n_ctx
+  int32_t max_batch_tokens = 512;  // tokens per forward (decode + prefill chunks)
+  int32_t max_seqs = 64;           // sequences running at once
+  int32_t max_queue = 256;         // requests waiting to run; more get Unavailable
+  int threads = 0;                 // kernel threads; <= 0: all cores
+};
+
+class LocalBackend final : public Backend {
+ public:
+  // Loads the model, sizes the KV pool (logging its size) and starts the
+  // engine. The error is one line naming the file or the bad option.
+  static Result<std::unique_ptr<LocalBackend>> create(const LocalBackendOptions& options);
+  ~LocalBackend() override;
+
+  std::variant<RequestId, Error> submit(GenerateRequest req,
+                                        std::shared_ptr<EventSink> sink) override;
+  void cancel(RequestId id) override;
+  std::vector<ModelInfo> models() const override;
+  Health health() const override;
+  BackendStats stats() const override;
+  std::variant<std::vector<Token>, Error> tokenize(const std::string& model,
+                                                   const std::string& text,
+                                                   bool add_special) const override;
+  std::variant<std::string, Error> detokenize(const std::string& model,
+                                              const std::vector<Token>& tokens) const override;
+  void start_draining() override;
+
+  const std::string& model_id() const { return model_id_; }
+  int32_t n_ctx() const { return engine_->n_ctx(); }
+  int64_t kv_pool_bytes() const { return kv_pool_bytes_; }
+  const Tokenizer& tokenizer() const { return *loaded_.tokenizer; }
+
+  // The chat prompt `req` renders to (for tests and `cairn chat`).
+  std::variant<std::string, Error> render_chat(const GenerateRequest& req) const;
+
+ private:
+  LocalBackend() = default;
+  std::optional<Error> check_model(const std::string& model) const;
+  std::variant<std::vector<Token>, Error> prompt_tokens(const GenerateRequest& req) const;
+
+  LocalBackendOptions options_;
+  std::string model_id_;
+  int64_t created_ = 0;
+  int64_t kv_pool_bytes_ = 0;
+  std::atomic<bool> draining_{false};
+  engine::LoadedModel loaded_;
+  std::optional<chat::ChatTemplate> template_;  // absent: ChatML
+  std::unique_ptr<kv::PagedKvCache> kv_;
+  std::unique_ptr<engine::Engine> engine_;  // last: stops before what it borrows goes away
+};
+
+}  // namespace cairn::serving

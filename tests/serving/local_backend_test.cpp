@@ -1,0 +1,466 @@
+// LocalBackend: validation before anything is queued, chat rendering, events,
+// statistics, cancellation, draining, and golden text through the whole stack.
+#include "serving/local_backend.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <fstream>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "engine/demo_model.h"
+#include "test_util.h"
+
+namespace cairn::serving {
+namespace {
+
+class RecordingSink final : public EventSink {
+ public:
+  void on_token(const TokenEvent& ev) override {
+    std::lock_guard lk(mu_);
+    tokens.push_back(ev);
+    text += ev.text;
+    cv_.notify_all();
+  }
+  void on_finish(const FinishEvent& ev) override {
+    std::lock_guard lk(mu_);
+    finish = ev;
+    text += ev.text;
+    ++ends;
+    cv_.notify_all();
+  }
+  void on_error(const Error& err) override {
+    std::lock_guard lk(mu_);
+    error = err;
+    ++ends;
+    cv_.notify_all();
+  }
+  bool wait(double seconds = 60) {
+    std::unique_lock lk(mu_);
+    return cv_.wait_for(lk, std::chrono::duration<double>(seconds), [&] { return ends > 0; });
+  }
+  bool wait_tokens(size_t n, double seconds = 60) {
+    std::unique_lock lk(mu_);
+    return cv_.wait_for(lk, std::chrono::duration<double>(seconds),
+                        [&] { return tokens.size() >= n || ends > 0; });
+  }
+  std::vector<TokenEvent> tokens;
+  std::string text;
+  std::optional<FinishEvent> finish;
+  std::optional<Error> error;
+  int ends = 0;
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+};
+
+const char* kTemplate =
+    "{{ bos_token }}{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}"
+    "{% if add_generation_prompt %}[assistant] {% endif %}";
+
+// The demo model, and a copy of it whose file carries a chat template.
+struct Models {
+  std::string plain;
+  std::string templated;
+};
+const Models& models() {
+  static Models m = [] {
+    Models out;
+    auto dir = test::temp_dir("serving-models");
+    auto path = engine::ensure_demo_model(dir);
+    EXPECT_TRUE(path.is_ok()) << path.status().message();
+    out.plain = path.is_ok() ? *path : "";
+    engine::VocabSource vocab = engine::demo_vocab();
+    auto write = vocab.write_metadata;
+    vocab.write_metadata = [write](gguf::Writer& w) {
+      write(w);
+      w.set_string("tokenizer.chat_template", kTemplate);
+    };
+    out.templated = (dir / "templated.gguf").string();
+    auto built = engine::write_random_model(engine::demo_spec(), vocab, out.templated);
+    EXPECT_TRUE(built.is_ok()) << built.status().message();
+    return out;
+  }();
+  return m;
+}
+
+std::unique_ptr<LocalBackend> make(LocalBackendOptions o = {}) {
+  if (o.model_path.empty()) o.model_path = models().plain;
+  if (o.n_ctx == 0) o.n_ctx = 128;
+  o.threads = 2;
+  auto b = LocalBackend::create(o);
+  EXPECT_TRUE(b.is_ok()) << b.status().message();
+  return b.is_ok() ? std::move(*b) : nullptr;
+}
+
+GenerateRequest greedy(std::string prompt, int32_t max_tokens) {
+  GenerateRequest r;
+  r.prompt = std::move(prompt);
+  r.max_tokens = max_tokens;
+  r.ignore_eos = true;
+  r.sampling.temperature = 0;
+  return r;
+}
+
+std::shared_ptr<RecordingSink> run(Backend& b, GenerateRequest r) {
+  auto sink = std::make_shared<RecordingSink>();
+  auto id = b.submit(std::move(r), sink);
+  if (auto* err = std::get_if<Error>(&id)) {
+    ADD_FAILURE() << "submit failed: " << err->message;
+    return sink;
+  }
+  EXPECT_TRUE(sink->wait());
+  return sink;
+}
+
+template <typename Pred>
+bool eventually(const Backend& b, Pred pred, double seconds = 30) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (std::chrono::steady_clock::now() < until) {
+    if (pred(b.stats())) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  return pred(b.stats());
+}
+
+TEST(LocalBackend, CompletesTextLikeTheGeneratorAndReportsUsage) {
+  auto b = make();
+  ASSERT_TRUE(b);
+  EXPECT_EQ(b->model_id(), std::filesystem::path(models().plain).stem().string());
+  EXPECT_GT(b->kv_pool_bytes(), 0);
+  auto s = run(*b, greedy("the little dog", 16));
+  ASSERT_FALSE(s->error) << s->error->message;
+  ASSERT_TRUE(s->finish);
+  EXPECT_EQ(s->finish->reason, "length");
+  EXPECT_EQ(s->finish->usage.completion_tokens, 16);
+  const auto prompt = b->tokenizer().encode("the little dog", true);
+  EXPECT_EQ(s->finish->usage.prompt_tokens, (int32_t)prompt.size());
+  EXPECT_EQ(s->tokens.size(), 16u);
+
+  auto loaded = engine::load_model(models().plain);
+  ASSERT_TRUE(loaded.is_ok());
+  engine::Generator gen(*loaded->model, *loaded->tokenizer);
+  engine::GenerateOptions o;
+  o.max_tokens = 16;
+  o.ignore_eos = true;
+  o.sampling.temperature = 0;
+  auto want = gen.generate("the little dog", o);
+  ASSERT_TRUE(want.is_ok());
+  EXPECT_EQ(s->text, want->text);
+  for (size_t i = 0; i < s->tokens.size(); ++i) EXPECT_EQ(s->tokens[i].id, want->tokens[i]);
+  EXPECT_TRUE(s->tokens[0].top.empty());  // no logprobs unless asked
+}
+
+TEST(LocalBackend, RejectsBadRequestsBeforeQueueing) {
+  auto b = make();
+  ASSERT_TRUE(b);
+  struct Case {
+    const char* name;
+    std::function<void(GenerateRequest&)> edit;
+    ErrorKind kind;
+    const char* param;
+    const char* says;
+  };
+  const int32_t vocab = b->tokenizer().vocab_size();
+  const std::vector<Case> cases = {
+      {"unknown model", [](auto& r) { r.model = "gpt-9"; }, ErrorKind::NotFound, "model", "gpt-9"},
+      {"empty text", [](auto& r) { r.prompt = std::string(); }, ErrorKind::InvalidRequest, "prompt",
+       "empty"},
+      {"empty ids", [](auto& r) { r.prompt = std::vector<Token>{}; }, ErrorKind::InvalidRequest,
+       "prompt", "empty"},
+      {"id beyond vocab",
+       [&](auto& r) {
+         r.prompt = std::vector<Token>{1, vocab};
+       },
+       ErrorKind::InvalidRequest, "prompt", std::to_string(vocab).c_str()},
+      {"negative id", [](auto& r) { r.prompt = std::vector<Token>{-1}; }, ErrorKind::InvalidRequest,
+       "prompt", "-1"},
+      {"max_tokens 0", [](auto& r) { r.max_tokens = 0; }, ErrorKind::InvalidRequest, "max_tokens",
+       "max_tokens"},
+      {"max_tokens -5", [](auto& r) { r.max_tokens = -5; }, ErrorKind::InvalidRequest, "max_tokens",
+       "-5"},
+      {"beyond context", [](auto& r) { r.max_tokens = 126; }, ErrorKind::InvalidRequest,
+       "max_tokens", "126"},
+      {"prompt fills context", [](auto& r) { r.prompt = std::vector<Token>(128, 5); },
+       ErrorKind::InvalidRequest, "prompt", "128"},
+      {"temperature NaN", [](auto& r) { r.sampling.temperature = std::nanf(""); },
+       ErrorKind::InvalidRequest, "temperature", "temperature"},
+      {"top_p 2", [](auto& r) { r.sampling.top_p = 2; }, ErrorKind::InvalidRequest, "top_p",
+       "top_p"},
+      {"top_p inf", [](auto& r) { r.sampling.top_p = INFINITY; }, ErrorKind::InvalidRequest,
+       "top_p", "top_p"},
+      {"presence 3", [](auto& r) { r.sampling.presence_penalty = 3; }, ErrorKind::InvalidRequest,
+       "presence_penalty", "presence_penalty"},
+      {"bias token", [](auto& r) { r.sampling.logit_bias[99999] = 1; }, ErrorKind::InvalidRequest,
+       "logit_bias", "99999"},
+      {"top_logprobs 21", [](auto& r) { r.top_logprobs = 21; }, ErrorKind::InvalidRequest,
+       "top_logprobs", "top_logprobs"},
+      {"too many stops", [](auto& r) { r.stop.assign(17, "x"); }, ErrorKind::InvalidRequest, "stop",
+       "stop"},
+      {"empty messages", [](auto& r) { r.prompt = std::vector<ChatMessage>{}; },
+       ErrorKind::InvalidRequest, "messages", "empty"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    GenerateRequest r = greedy("the little dog", 4);
+    c.edit(r);
+    auto sink = std::make_shared<RecordingSink>();
+    auto res = b->submit(std::move(r), sink);
+    const Error* err = std::get_if<Error>(&res);
+    ASSERT_TRUE(err);
+    EXPECT_EQ(err->kind, c.kind);
+    EXPECT_EQ(err->param, c.param);
+    EXPECT_EQ(err->message.find('\n'), std::string::npos);
+    EXPECT_EQ(sink->ends, 0);
+  }
+  // The context error names both counts.
+  auto res = b->submit(greedy("the little dog", 126), std::make_shared<RecordingSink>());
+  const std::string msg = std::get<Error>(res).message;
+  EXPECT_NE(msg.find("126"), std::string::npos) << msg;
+  EXPECT_NE(msg.find(std::to_string(b->tokenizer().encode("the little dog", true).size())),
+            std::string::npos)
+      << msg;
+  // A prompt of n_ctx - 1 with one new token still works.
+  GenerateRequest edge = greedy("", 1);
+  edge.prompt = std::vector<Token>(127, 5);
+  auto s = run(*b, edge);
+  EXPECT_FALSE(s->error);
+  EXPECT_EQ(s->tokens.size(), 1u);
+  // After all that, a valid request succeeds and nothing leaked.
+  auto ok = run(*b, greedy("the little dog", 4));
+  EXPECT_EQ(ok->tokens.size(), 4u);
+  EXPECT_TRUE(eventually(*b, [](const BackendStats& st) {
+    return st.running == 0 && st.waiting == 0 && st.kv_blocks_used == 0;
+  }));
+}
+
+TEST(LocalBackend, QueueLimitAndDrainingAnswerUnavailable) {
+  LocalBackendOptions o;
+  o.max_seqs = 1;
+  o.max_queue = 1;
+  auto b = make(o);
+  ASSERT_TRUE(b);
+  auto first = std::make_shared<RecordingSink>();
+  auto id1 = b->submit(greedy("the little dog", 100), first);
+  ASSERT_TRUE(std::holds_alternative<RequestId>(id1));
+  ASSERT_TRUE(first->wait_tokens(1));  // running: the queue is empty again
+  auto second = std::make_shared<RecordingSink>();
+  auto id2 = b->submit(greedy("the little dog", 100), second);
+  ASSERT_TRUE(std::holds_alternative<RequestId>(id2));
+  auto third = b->submit(greedy("the little dog", 4), std::make_shared<RecordingSink>());
+  ASSERT_TRUE(std::holds_alternative<Error>(third));
+  EXPECT_EQ(std::get<Error>(third).kind, ErrorKind::Unavailable);
+  EXPECT_NE(std::get<Error>(third).message.find("queue"), std::string::npos);
+
+  b->start_draining();
+  EXPECT_EQ(b->health().state, HealthState::Draining);
+  auto fourth = b->submit(greedy("the little dog", 4), std::make_shared<RecordingSink>());
+  ASSERT_TRUE(std::holds_alternative<Error>(fourth));
+  EXPECT_EQ(std::get<Error>(fourth).kind, ErrorKind::Unavailable);
+  // Requests already accepted still finish.
+  ASSERT_TRUE(first->wait());
+  ASSERT_TRUE(second->wait());
+  EXPECT_EQ(first->finish->usage.completion_tokens, 100);
+  EXPECT_EQ(second->finish->usage.completion_tokens, 100);
+}
+
+TEST(LocalBackend, CancelFreesBlocksAndEndsWithCancelled) {
+  auto b = make();
+  ASSERT_TRUE(b);
+  std::vector<std::shared_ptr<RecordingSink>> sinks;
+  std::vector<RequestId> ids;
+  for (int i = 0; i < 8; ++i) {
+    sinks.push_back(std::make_shared<RecordingSink>());
+    auto id = b->submit(greedy("once upon a time", -1), sinks.back());
+    ASSERT_TRUE(std::holds_alternative<RequestId>(id));
+    ids.push_back(std::get<RequestId>(id));
+  }
+  ASSERT_TRUE(sinks[0]->wait_tokens(2));
+  for (RequestId id : ids) b->cancel(id);
+  for (auto& s : sinks) {
+    ASSERT_TRUE(s->wait());
+    ASSERT_TRUE(s->finish);
+    EXPECT_EQ(s->finish->reason, "cancelled");
+  }
+  EXPECT_TRUE(eventually(*b, [](const BackendStats& st) {
+    return st.running == 0 && st.waiting == 0 && st.kv_blocks_used == 0;
+  }));
+  b->cancel(ids[0]);  // idempotent
+}
+
+TEST(LocalBackend, StatsCountTokensLatenciesAndPrefixHits) {
+  auto b = make();
+  ASSERT_TRUE(b);
+  std::string text;
+  for (int i = 0; i < 6; ++i) text += "the little dog ran home to his house ";
+  auto a = run(*b, greedy(text, 8));
+  auto c = run(*b, greedy(text, 8));
+  EXPECT_EQ(a->text, c->text);
+  EXPECT_GT(c->finish->usage.cached_prompt_tokens, 0);
+  EXPECT_TRUE(eventually(*b, [](const BackendStats& st) { return st.kv_blocks_used == 0; }));
+  const BackendStats st = b->stats();
+  EXPECT_EQ(st.generated_tokens_total, 16u);
+  EXPECT_EQ(st.prompt_tokens_total, 2u * (uint64_t)a->finish->usage.prompt_tokens);
+  EXPECT_GT(st.prefix_cache_hits, 0u);
+  EXPECT_GE(st.prefix_cache_queries, st.prefix_cache_hits);
+  EXPECT_GT(st.kv_blocks_total, 0);
+  EXPECT_EQ(st.time_to_first_token_s.count, 2u);
+  EXPECT_EQ(st.inter_token_latency_s.count, 14u);
+  EXPECT_EQ(st.e2e_latency_s.count, 2u);
+  EXPECT_EQ(st.queue_time_s.count, 2u);
+  EXPECT_EQ(st.e2e_latency_s.counts.size(), st.e2e_latency_s.bounds.size() + 1);
+  uint64_t n = 0;
+  for (auto k : st.e2e_latency_s.counts) n += k;
+  EXPECT_EQ(n, 2u);
+}
+
+TEST(LocalBackend, LogprobsCarryTokenTexts) {
+  auto b = make();
+  ASSERT_TRUE(b);
+  auto r = greedy("the little dog", 5);
+  r.top_logprobs = 3;
+  auto s = run(*b, r);
+  ASSERT_EQ(s->tokens.size(), 5u);
+  for (const auto& t : s->tokens) {
+    ASSERT_EQ(t.top.size(), 3u);
+    EXPECT_EQ(t.top[0].id, t.id);  // greedy: the chosen token is the most likely
+    EXPECT_FLOAT_EQ(t.top[0].logprob, t.logprob);
+    EXPECT_EQ(t.top[0].text, b->tokenizer().token_to_piece(t.id, true));
+    EXPECT_LT(t.logprob, 0.0f);
+  }
+}
+
+TEST(LocalBackend, StopStringsSplitAcrossTokensAreNeverSent) {
+  auto b = make();
+  ASSERT_TRUE(b);
+  auto free_run = run(*b, greedy("the little dog", 24));
+  const std::string full = free_run->text;
+  ASSERT_GT(full.size(), 12u);
+  size_t boundary = 0;
+  for (size_t i = 0; i + 1 < free_run->tokens.size() && boundary < full.size() / 2; ++i)
+    boundary += free_run->tokens[i].text.size();
+  const std::string stop = full.substr(boundary - 1, 3);
+  auto r = greedy("the little dog", 24);
+  r.stop = {"never appears", stop};
+  auto s = run(*b, r);
+  EXPECT_EQ(s->finish->reason, "stop");
+  EXPECT_EQ(s->text, full.substr(0, full.find(stop)));
+}
+
+TEST(LocalBackend, ChatUsesTheModelsTemplateElseChatML) {
+  GenerateRequest r;
+  r.prompt = std::vector<ChatMessage>{{"system", "be brief", ""}, {"user", "hello there", ""}};
+  r.max_tokens = 4;
+  r.ignore_eos = true;
+  r.sampling.temperature = 0;
+
+  auto plain = make();
+  ASSERT_TRUE(plain);
+  auto chatml = plain->render_chat(r);
+  ASSERT_TRUE(std::holds_alternative<std::string>(chatml));
+  EXPECT_EQ(std::get<std::string>(chatml),
+            "<|im_start|>system\nbe brief<|im_end|>\n<|im_start|>user\nhello there<|im_end|>\n"
+            "<|im_start|>assistant\n");
+
+  LocalBackendOptions o;
+  o.model_path = models().templated;
+  o.model_name = "templated-demo";
+  auto templated = make(o);
+  ASSERT_TRUE(templated);
+  EXPECT_EQ(templated->models()[0].id, "templated-demo");
+  auto rendered = templated->render_chat(r);
+  ASSERT_TRUE(std::holds_alternative<std::string>(rendered));
+  const std::string want = "<s>[system] be brief\n[user] hello there\n[assistant] ";
+  EXPECT_EQ(std::get<std::string>(rendered), want);
+  r.model = "templated-demo";
+  auto s = run(*templated, r);
+  ASSERT_TRUE(s->finish);
+  // The template's own <s> is the only BOS.
+  const auto ids = templated->tokenizer().encode(want, false);
+  EXPECT_EQ(s->finish->usage.prompt_tokens, (int32_t)ids.size());
+  EXPECT_EQ(ids[0], templated->tokenizer().bos());
+  EXPECT_NE(ids[1], templated->tokenizer().bos());
+}
+
+TEST(LocalBackend, ModelsHealthTokenizeDetokenize) {
+  auto b = make();
+  ASSERT_TRUE(b);
+  auto ms = b->models();
+  ASSERT_EQ(ms.size(), 1u);
+  EXPECT_EQ(ms[0].n_ctx, 128);
+  EXPECT_EQ(ms[0].n_vocab, b->tokenizer().vocab_size());
+  EXPECT_GT(ms[0].created, 0);
+  EXPECT_EQ(b->health().state, HealthState::Ready);
+  auto ids = b->tokenize("", "the little dog", true);
+  ASSERT_TRUE(std::holds_alternative<std::vector<Token>>(ids));
+  auto text = b->detokenize(ms[0].id, std::get<std::vector<Token>>(ids));
+  ASSERT_TRUE(std::holds_alternative<std::string>(text));
+  EXPECT_EQ(std::get<std::string>(text), "the little dog");
+  EXPECT_TRUE(std::holds_alternative<Error>(b->tokenize("nope", "x", true)));
+  auto bad = b->detokenize("", {1, 1 << 20});
+  ASSERT_TRUE(std::holds_alternative<Error>(bad));
+  EXPECT_EQ(std::get<Error>(bad).kind, ErrorKind::InvalidRequest);
+}
+
+TEST(LocalBackend, CreateRejectsBadOptions) {
+  LocalBackendOptions o;
+  o.model_path = "/nonexistent/model.gguf";
+  auto missing = LocalBackend::create(o);
+  ASSERT_FALSE(missing.is_ok());
+  EXPECT_NE(missing.status().message().find("/nonexistent/model.gguf"), std::string::npos);
+  o.model_path = models().plain;
+  o.n_ctx = 4096;
+  o.kv_pool_bytes = 1 << 16;  // far too small for one context
+  auto small = LocalBackend::create(o);
+  ASSERT_FALSE(small.is_ok());
+  o.kv_pool_bytes = 0;
+  o.max_seqs = 0;
+  EXPECT_FALSE(LocalBackend::create(o).is_ok());
+}
+
+TEST(LocalBackendGolden, StoriesTextAloneAndAmongThirtyTwo) {
+  CAIRN_REQUIRE_SHARED("golden/stories260K.json");
+  const auto shared = *test::shared_dir();
+  LocalBackendOptions o;
+  o.model_path = (shared / "models" / "stories260K.gguf").string();
+  o.n_ctx = 128;  // the model's whole context
+  o.max_batch_tokens = 96;
+  auto b = make(o);
+  ASSERT_TRUE(b);
+  EXPECT_EQ(b->model_id(), "stories260K");
+  std::ifstream f(shared / "golden" / "stories260K.json");
+  auto doc = nlohmann::json::parse(f);
+  std::vector<GenerateRequest> reqs;
+  for (const auto& c : doc["cases"]) {
+    GenerateRequest r = greedy(c["prompt"].get<std::string>(), c["n_predict"].get<int32_t>());
+    r.ignore_eos = false;
+    r.model = "stories260K";
+    reqs.push_back(r);
+  }
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    auto s = run(*b, reqs[i]);
+    EXPECT_EQ(s->text, doc["cases"][i]["text"].get<std::string>()) << "case " << i;
+  }
+  std::vector<std::shared_ptr<RecordingSink>> sinks;
+  for (int k = 0; k < 33; ++k) {
+    sinks.push_back(std::make_shared<RecordingSink>());
+    auto id = b->submit(reqs[(size_t)k % reqs.size()], sinks.back());
+    ASSERT_TRUE(std::holds_alternative<RequestId>(id));
+  }
+  for (size_t k = 0; k < sinks.size(); ++k) {
+    ASSERT_TRUE(sinks[k]->wait());
+    EXPECT_EQ(sinks[k]->text, doc["cases"][k % reqs.size()]["text"].get<std::string>())
+        << "request " << k;
+  }
+  EXPECT_TRUE(eventually(*b, [](const BackendStats& st) {
+    return st.running == 0 && st.waiting == 0 && st.kv_blocks_used == 0;
+  }));
+}
+
+}  // namespace
+}  // namespace cairn::serving
