@@ -44,13 +44,13 @@ void rope(float* x, int64_t n_heads, int64_t head_dim, int64_t n_rot, int32_t po
           float freq_scale, RopeStyle style);
 
 // In-place softmax over n values (max-subtracted, numerically stable), in the
-// reference's order: exp_ggml in groups of 8, group sums added in double.
+// reference's order: exp_ggml in groups of 16, group sums added in double.
 void softmax(float* x, int64_t n);
 
-// out[i] = silu(gate[i]) * up[i] for one row of n (groups of 8 use exp_ggml).
+// out[i] = silu(gate[i]) * up[i] for one row of n (with exp_ggml).
 void silu_mul(const float* gate, const float* up, int64_t n, float* out);
 
-// ggml's vectorised expf (AVX2 ggml_v_expf), one lane: within ~1.5 ulp of
+// ggml's vectorised expf (AVX-512 ggml_v_expf), one lane: within ~1.5 ulp of
 // expf but not equal to it; the reference's softmax and silu use it.
 float exp_ggml(float x);
 

@@ -70,7 +70,7 @@ float dot_kq(const float* q, const float* k, int64_t n) {
 // reference's arithmetic (no flash attention, F16 K/V, rows of n_kv = n_pos
 // padded to 32 with the padding masked). The query and the softmax weights are
 // rounded to the cache type (ggml converts a matmul's second operand to the
-// first one's type); the softmax runs over rows padded to 8 (kernels::softmax).
+// first one's type); the softmax runs over the padded rows (kernels::softmax).
 // The products' order depends on the batch, as ggml's kernel choice does:
 // - a single token (decode) takes ggml_vec_dot_f16 with AVX-512 for both
 //   K.q (kernels::order::vec_f16) and V.w (positions p < n_kv & ~63 in four
@@ -84,7 +84,7 @@ void attend_head(const KvView& kv, int layer, SeqId seq, int64_t n_pos, int64_t 
                  float* out) {
   const bool f16 = kv.dtype() == TensorType::F16;
   const float* h2f = f16_table();
-  const int64_t n_pad = (n_pos + 7) & ~int64_t{7};
+  const int64_t n_pad = (n_pos + 31) & ~int64_t{31};
   s.scores.assign((size_t)n_pad, -INFINITY);
   s.q.resize((size_t)head_dim);
   s.qh.resize((size_t)head_dim);
