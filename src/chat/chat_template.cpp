@@ -31,8 +31,7 @@ ChatTemplate::~ChatTemplate() = default;
 Result<ChatTemplate> ChatTemplate::parse(std::string_view source) {
   if (source.size() > kMaxTemplateBytes)
     return Status::error("chat template is " + std::to_string(source.size()) +
-                         " bytes, more than the " + std::to_string(kMaxTemplateBytes) +
-                         " allowed");
+                         " bytes, more than the " + std::to_string(kMaxTemplateBytes) + " allowed");
   try {
     std::shared_ptr<const jinja::Program> program = jinja::parse_template(source);
     return ChatTemplate(std::move(program));
@@ -78,7 +77,8 @@ Result<nlohmann::ordered_json> build_context(const ChatInput& input) {
     if (!m.extra_json.empty()) {
       json extra = json::parse(m.extra_json, nullptr, /*allow_exceptions=*/false);
       if (extra.is_discarded() || !extra.is_object())
-        return Status::error("messages[" + std::to_string(i) + "]: extra fields are not a JSON object");
+        return Status::error("messages[" + std::to_string(i) +
+                             "]: extra fields are not a JSON object");
       for (auto it = extra.begin(); it != extra.end(); ++it) msg[it.key()] = it.value();
     }
     messages.push_back(std::move(msg));
@@ -97,7 +97,8 @@ Result<nlohmann::ordered_json> build_context(const ChatInput& input) {
 
 std::string chatml(const std::vector<Message>& messages, bool add_generation_prompt) {
   std::string out;
-  for (const Message& m : messages) out += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
+  for (const Message& m : messages)
+    out += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
   if (add_generation_prompt) out += "<|im_start|>assistant\n";
   return out;
 }

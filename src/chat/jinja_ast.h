@@ -30,14 +30,14 @@ enum class ExprKind {
   CondExpr,  // b if a else c (c may be null)
   ListLit,
   TupleLit,
-  DictLit,   // keys in args, values in args2
+  DictLit,  // keys in args, values in args2
 };
 
 struct Expr {
   ExprKind kind;
   int line = 0;
-  std::string name;  // Name, GetAttr, Filter, Test, Unary/Binary operator
-  Value value;       // Literal
+  std::string name;      // Name, GetAttr, Filter, Test, Unary/Binary operator
+  Value value;           // Literal
   bool negated = false;  // Test: "is not"
   ExprPtr a, b, c;
   std::vector<ExprPtr> args;
@@ -51,7 +51,18 @@ using StmtPtr = std::unique_ptr<Stmt>;
 using Body = std::vector<StmtPtr>;
 
 enum class StmtKind {
-  Text, Output, If, For, Set, SetBlock, Macro, CallBlock, FilterBlock, Break, Continue, With
+  Text,
+  Output,
+  If,
+  For,
+  Set,
+  SetBlock,
+  Macro,
+  CallBlock,
+  FilterBlock,
+  Break,
+  Continue,
+  With
 };
 
 // A set/for target: a name, "ns.attr", or a tuple of names to unpack.
@@ -76,7 +87,7 @@ struct Stmt {
   std::vector<std::pair<ExprPtr, Body>> branches;  // If: (condition, body) in order
   Body body;
   Body else_body;
-  std::vector<MacroParam> params;  // Macro, CallBlock (caller's params)
+  std::vector<MacroParam> params;                       // Macro, CallBlock (caller's params)
   std::vector<std::pair<Target, ExprPtr>> assignments;  // With
 };
 

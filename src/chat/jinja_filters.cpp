@@ -28,7 +28,9 @@ int64_t int_arg(const Value& v, int64_t fallback, std::string_view what) {
   fail("TypeError", std::string(what) + " must be an integer");
 }
 
-Value generator(std::vector<Value> items) { return Value::list(std::move(items), ListKind::Generator); }
+Value generator(std::vector<Value> items) {
+  return Value::list(std::move(items), ListKind::Generator);
+}
 
 // Follows "a.b.0"-style attribute paths as Jinja's make_attrgetter does.
 Value attr_path(Interpreter& in, const Value& item, const std::string& path) {
@@ -36,8 +38,10 @@ Value attr_path(Interpreter& in, const Value& item, const std::string& path) {
   size_t start = 0;
   while (true) {
     size_t dot = path.find('.', start);
-    std::string part = path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
-    bool digits = !part.empty() && std::all_of(part.begin(), part.end(), ::isdigit) && part.size() < 18;
+    std::string part =
+        path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+    bool digits =
+        !part.empty() && std::all_of(part.begin(), part.end(), ::isdigit) && part.size() < 18;
     v = digits ? in.get_item(v, Value(static_cast<int64_t>(std::atoll(part.c_str()))))
                : in.get_item(v, Value(part));
     if (dot == std::string::npos) return v;
@@ -57,7 +61,9 @@ std::vector<Value> items_of(const Value& v) {
 
 // --- filters ---
 Value f_abs(Interpreter&, const Value& v, CallArgs&) {
-  if (v.is_int()) return v.as_int() == INT64_MIN ? Value(9.2233720368547758e18) : Value(static_cast<int64_t>(std::llabs(v.as_int())));
+  if (v.is_int())
+    return v.as_int() == INT64_MIN ? Value(9.2233720368547758e18)
+                                   : Value(static_cast<int64_t>(std::llabs(v.as_int())));
   if (v.is_bool()) return Value(static_cast<int64_t>(v.as_bool()));
   if (v.is_float()) return Value(std::fabs(v.as_float()));
   if (v.is_undefined()) v.raise_undefined();
@@ -75,7 +81,9 @@ Value same_kind(const Value& in, std::string s) {
   return r;
 }
 
-Value f_capitalize(Interpreter&, const Value& v, CallArgs&) { return same_kind(v, py_capitalize(to_str(v))); }
+Value f_capitalize(Interpreter&, const Value& v, CallArgs&) {
+  return same_kind(v, py_capitalize(to_str(v)));
+}
 
 Value f_center(Interpreter& in, const Value& v, CallArgs& a) {
   std::string s = to_str(v);
@@ -100,13 +108,16 @@ Value f_dictsort(Interpreter& in, const Value& v, CallArgs& a) {
   bool cs = truthy(arg(a, 0, "case_sensitive", Value(false)));
   std::string by = to_str(arg(a, 1, "by", Value("key")));
   bool reverse = truthy(arg(a, 2, "reverse", Value(false)));
-  if (by != "key" && by != "value") fail("FilterArgumentError", "You can only sort by either 'key' or 'value'");
+  if (by != "key" && by != "value")
+    fail("FilterArgumentError", "You can only sort by either 'key' or 'value'");
   size_t pos = by == "key" ? 0 : 1;
   std::vector<Value> pairs;
-  for (const auto& [k, val] : v.as_dict().entries) pairs.push_back(Value::list({k, val}, ListKind::Tuple));
+  for (const auto& [k, val] : v.as_dict().entries)
+    pairs.push_back(Value::list({k, val}, ListKind::Tuple));
   in.charge(pairs.size() * 4);
   std::stable_sort(pairs.begin(), pairs.end(), [&](const Value& x, const Value& y) {
-    int c = py_compare(sort_key(x.as_list().items[pos], cs), sort_key(y.as_list().items[pos], cs), "<");
+    int c =
+        py_compare(sort_key(x.as_list().items[pos], cs), sort_key(y.as_list().items[pos], cs), "<");
     return reverse ? c > 0 : c < 0;
   });
   return Value::list(std::move(pairs));
@@ -188,7 +199,9 @@ Value f_format(Interpreter& in, const Value& v, CallArgs& a) {
       continue;
     }
     size_t j = i + 1;
-    while (j < fmt.size() && std::string_view("-+ #0123456789.").find(fmt[j]) != std::string_view::npos) ++j;
+    while (j < fmt.size() &&
+           std::string_view("-+ #0123456789.").find(fmt[j]) != std::string_view::npos)
+      ++j;
     if (j >= fmt.size()) fail("ValueError", "incomplete format");
     if (next >= a.positional.size()) fail("TypeError", "not enough arguments for format string");
     const Value& x = a.positional[next++];
@@ -199,7 +212,8 @@ Value f_format(Interpreter& in, const Value& v, CallArgs& a) {
       std::string text = conv == 's' ? to_str(x) : repr(x);
       size_t k = 1;
       bool left = false;
-      while (k < spec.size() && (spec[k] == '-' || spec[k] == '0' || spec[k] == ' ' || spec[k] == '+' || spec[k] == '#'))
+      while (k < spec.size() && (spec[k] == '-' || spec[k] == '0' || spec[k] == ' ' ||
+                                 spec[k] == '+' || spec[k] == '#'))
         left = left || spec[k++] == '-';
       size_t width = std::strtoul(spec.c_str() + k, nullptr, 10);
       size_t len = utf8_length(text);
@@ -207,8 +221,7 @@ Value f_format(Interpreter& in, const Value& v, CallArgs& a) {
       if (!left && width > len) out.append(width - len, ' ');
       out += text;
       if (left && width > len) out.append(width - len, ' ');
-    }
-    else if ((conv == 'd' || conv == 'i') && x.is_number() && spec.size() < 20) {
+    } else if ((conv == 'd' || conv == 'i') && x.is_number() && spec.size() < 20) {
       std::snprintf(buf, sizeof buf, (spec + "lld").c_str(), static_cast<long long>(x.to_double()));
       out += buf;
     } else if ((conv == 'f' || conv == 'e' || conv == 'g') && x.is_number() && spec.size() < 20) {
@@ -220,7 +233,8 @@ Value f_format(Interpreter& in, const Value& v, CallArgs& a) {
     in.check_size(out.size());
     i = j;
   }
-  if (next < a.positional.size()) fail("TypeError", "not all arguments converted during string formatting");
+  if (next < a.positional.size())
+    fail("TypeError", "not all arguments converted during string formatting");
   return Value(std::move(out));
 }
 
@@ -228,7 +242,11 @@ Value f_indent(Interpreter& in, const Value& v, CallArgs& a) {
   Value w = arg(a, 0, "width", Value(4));
   bool first = truthy(arg(a, 1, "first", Value(false)));
   bool blank = truthy(arg(a, 2, "blank", Value(false)));
-  std::string ind = w.is_string() ? w.as_string() : std::string(static_cast<size_t>(std::clamp<int64_t>(int_arg(w, 4, "width"), 0, 1 << 16)), ' ');
+  std::string ind =
+      w.is_string()
+          ? w.as_string()
+          : std::string(
+                static_cast<size_t>(std::clamp<int64_t>(int_arg(w, 4, "width"), 0, 1 << 16)), ' ');
   std::string s = to_str(v) + "\n";  // Jinja2's quirk for splitlines
   std::vector<std::string> lines = py_splitlines(s);
   std::string out;
@@ -248,7 +266,8 @@ Value f_items(Interpreter&, const Value& v, CallArgs&) {
   if (v.is_undefined()) return generator({});
   if (!v.is_dict()) fail("TypeError", "Can only get item pairs from a mapping.");
   std::vector<Value> out;
-  for (const auto& [k, val] : v.as_dict().entries) out.push_back(Value::list({k, val}, ListKind::Tuple));
+  for (const auto& [k, val] : v.as_dict().entries)
+    out.push_back(Value::list({k, val}, ListKind::Tuple));
   return generator(std::move(out));
 }
 
@@ -268,14 +287,18 @@ Value f_join(Interpreter& in, const Value& v, CallArgs& a) {
 
 Value f_length(Interpreter&, const Value& v, CallArgs&) {
   switch (v.kind()) {
-    case Kind::Undefined: return Value(0);
-    case Kind::String: return Value(static_cast<int64_t>(utf8_length(v.as_string())));
-    case Kind::Dict: return Value(static_cast<int64_t>(v.as_dict().entries.size()));
+    case Kind::Undefined:
+      return Value(0);
+    case Kind::String:
+      return Value(static_cast<int64_t>(utf8_length(v.as_string())));
+    case Kind::Dict:
+      return Value(static_cast<int64_t>(v.as_dict().entries.size()));
     case Kind::List:
       if (v.as_list().kind != ListKind::Generator)
         return Value(static_cast<int64_t>(v.as_list().items.size()));
       [[fallthrough]];
-    default: fail("TypeError", "object of type '" + type_name(v) + "' has no len()");
+    default:
+      fail("TypeError", "object of type '" + type_name(v) + "' has no len()");
   }
 }
 
@@ -313,7 +336,8 @@ Value minmax(Interpreter& in, const Value& v, CallArgs& a, bool want_max) {
   bool cs = truthy(arg(a, 0, "case_sensitive", Value(false)));
   Value attribute = arg(a, 1, "attribute", Value(None{}));
   std::vector<Value> items = items_of(v);
-  if (items.empty()) return Value::undefined(std::string("UndefinedError: No aggregated item, sequence was empty."));
+  if (items.empty())
+    return Value::undefined(std::string("UndefinedError: No aggregated item, sequence was empty."));
   size_t best = 0;
   auto key = [&](const Value& x) {
     return sort_key(attribute.is_none() ? x : attr_path(in, x, to_str(attribute)), cs);
@@ -342,24 +366,35 @@ Value select_impl(Interpreter& in, const Value& v, CallArgs& a, bool attr, bool 
       ok = truthy(x);
     } else {
       CallArgs targs;
-      targs.positional.assign(a.positional.begin() + static_cast<long>(first_test) + 1, a.positional.end());
+      targs.positional.assign(a.positional.begin() + static_cast<long>(first_test) + 1,
+                              a.positional.end());
       ok = in.apply_test(to_str(a.positional[first_test]), x, targs);
     }
     if (ok == keep) out.push_back(item);
   }
   return generator(std::move(out));
 }
-Value f_select(Interpreter& in, const Value& v, CallArgs& a) { return select_impl(in, v, a, false, true); }
-Value f_reject(Interpreter& in, const Value& v, CallArgs& a) { return select_impl(in, v, a, false, false); }
-Value f_selectattr(Interpreter& in, const Value& v, CallArgs& a) { return select_impl(in, v, a, true, true); }
-Value f_rejectattr(Interpreter& in, const Value& v, CallArgs& a) { return select_impl(in, v, a, true, false); }
+Value f_select(Interpreter& in, const Value& v, CallArgs& a) {
+  return select_impl(in, v, a, false, true);
+}
+Value f_reject(Interpreter& in, const Value& v, CallArgs& a) {
+  return select_impl(in, v, a, false, false);
+}
+Value f_selectattr(Interpreter& in, const Value& v, CallArgs& a) {
+  return select_impl(in, v, a, true, true);
+}
+Value f_rejectattr(Interpreter& in, const Value& v, CallArgs& a) {
+  return select_impl(in, v, a, true, false);
+}
 
 Value f_replace(Interpreter& in, const Value& v, CallArgs& a) {
   std::string s = to_str(v);
   std::string old = to_str(arg(a, 0, "old")), repl = to_str(arg(a, 1, "new"));
   long long count = int_arg(arg(a, 2, "count", Value(None{})), -1, "count");
   size_t hits = old.empty() ? utf8_length(s) + 1 : 0;
-  for (size_t p = old.empty() ? std::string::npos : s.find(old); p != std::string::npos; p = s.find(old, p + old.size())) ++hits;
+  for (size_t p = old.empty() ? std::string::npos : s.find(old); p != std::string::npos;
+       p = s.find(old, p + old.size()))
+    ++hits;
   in.check_size(s.size() + hits * repl.size());
   return Value(py_replace(s, old, repl, count));
 }
@@ -380,15 +415,20 @@ Value f_round(Interpreter&, const Value& v, CallArgs& a) {
   int64_t precision = int_arg(arg(a, 0, "precision", Value(0)), 0, "precision");
   std::string method = to_str(arg(a, 1, "method", Value("common")));
   if (v.is_undefined()) v.raise_undefined();
-  if (!v.is_number()) fail("TypeError", "type " + type_name(v) + " doesn't define __round__ method");
+  if (!v.is_number())
+    fail("TypeError", "type " + type_name(v) + " doesn't define __round__ method");
   if (method == "common" && !v.is_float()) return v.is_bool() ? Value(int64_t(v.as_bool())) : v;
   double scale = std::pow(10.0, static_cast<double>(std::clamp<int64_t>(precision, -308, 308)));
   double x = v.to_double() * scale;
   double r;
-  if (method == "common") r = std::nearbyint(x);  // Python's round(): half to even
-  else if (method == "ceil") r = std::ceil(x);
-  else if (method == "floor") r = std::floor(x);
-  else fail("FilterArgumentError", "method must be common, ceil or floor");
+  if (method == "common")
+    r = std::nearbyint(x);  // Python's round(): half to even
+  else if (method == "ceil")
+    r = std::ceil(x);
+  else if (method == "floor")
+    r = std::floor(x);
+  else
+    fail("FilterArgumentError", "method must be common, ceil or floor");
   return Value(r / scale);
 }
 
@@ -410,13 +450,16 @@ Value f_sort(Interpreter& in, const Value& v, CallArgs& a) {
   return Value::list(std::move(items));
 }
 
-Value f_string(Interpreter&, const Value& v, CallArgs&) { return v.is_string() ? v : Value(to_str(v)); }
+Value f_string(Interpreter&, const Value& v, CallArgs&) {
+  return v.is_string() ? v : Value(to_str(v));
+}
 
 Value f_sum(Interpreter& in, const Value& v, CallArgs& a) {
   Value attribute = arg(a, 0, "attribute", Value(None{}));
   Value total = arg(a, 1, "start", Value(0));
   for (const Value& item : items_of(v))
-    total = arithmetic(in, "+", total, attribute.is_none() ? item : attr_path(in, item, to_str(attribute)));
+    total = arithmetic(in, "+", total,
+                       attribute.is_none() ? item : attr_path(in, item, to_str(attribute)));
   return total;
 }
 
@@ -428,7 +471,9 @@ Value f_tojson(Interpreter& in, const Value& v, CallArgs& a) {
     st.indented = true;
     st.item_sep = ",";
     st.indent = indent.is_string() ? indent.as_string()
-                                   : std::string(static_cast<size_t>(std::clamp<int64_t>(int_arg(indent, 0, "indent"), 0, 64)), ' ');
+                                   : std::string(static_cast<size_t>(std::clamp<int64_t>(
+                                                     int_arg(indent, 0, "indent"), 0, 64)),
+                                                 ' ');
   }
   Value seps = arg(a, 99, "separators", Value(None{}));
   if (seps.is_list() && seps.as_list().items.size() == 2) {
@@ -487,20 +532,48 @@ struct FilterEntry {
   FilterFn fn;
 };
 constexpr FilterEntry kFilters[] = {
-    {"abs", f_abs},           {"attr", f_attr},         {"capitalize", f_capitalize},
-    {"center", f_center},     {"count", f_length},      {"d", f_default},
-    {"default", f_default},   {"dictsort", f_dictsort}, {"e", f_escape},
-    {"escape", f_escape},     {"first", f_first},       {"float", f_float},
-    {"format", f_format},     {"indent", f_indent},     {"int", f_int},
-    {"items", f_items},       {"join", f_join},         {"last", f_last},
-    {"length", f_length},     {"list", f_list},         {"lower", f_lower},
-    {"map", f_map},           {"max", f_max},           {"min", f_min},
-    {"pprint", f_pprint},     {"reject", f_reject},     {"rejectattr", f_rejectattr},
-    {"replace", f_replace},   {"reverse", f_reverse},   {"round", f_round},
-    {"safe", f_safe},         {"select", f_select},     {"selectattr", f_selectattr},
-    {"sort", f_sort},         {"string", f_string},     {"sum", f_sum},
-    {"title", f_title},       {"tojson", f_tojson},     {"trim", f_trim},
-    {"truncate", f_truncate}, {"unique", f_unique},     {"upper", f_upper},
+    {"abs", f_abs},
+    {"attr", f_attr},
+    {"capitalize", f_capitalize},
+    {"center", f_center},
+    {"count", f_length},
+    {"d", f_default},
+    {"default", f_default},
+    {"dictsort", f_dictsort},
+    {"e", f_escape},
+    {"escape", f_escape},
+    {"first", f_first},
+    {"float", f_float},
+    {"format", f_format},
+    {"indent", f_indent},
+    {"int", f_int},
+    {"items", f_items},
+    {"join", f_join},
+    {"last", f_last},
+    {"length", f_length},
+    {"list", f_list},
+    {"lower", f_lower},
+    {"map", f_map},
+    {"max", f_max},
+    {"min", f_min},
+    {"pprint", f_pprint},
+    {"reject", f_reject},
+    {"rejectattr", f_rejectattr},
+    {"replace", f_replace},
+    {"reverse", f_reverse},
+    {"round", f_round},
+    {"safe", f_safe},
+    {"select", f_select},
+    {"selectattr", f_selectattr},
+    {"sort", f_sort},
+    {"string", f_string},
+    {"sum", f_sum},
+    {"title", f_title},
+    {"tojson", f_tojson},
+    {"trim", f_trim},
+    {"truncate", f_truncate},
+    {"unique", f_unique},
+    {"upper", f_upper},
     {"wordcount", f_wordcount},
 };
 
@@ -530,10 +603,12 @@ bool t_sequence(Interpreter&, const Value& v, CallArgs&) {
 bool t_callable(Interpreter&, const Value& v, CallArgs&) { return v.is_callable(); }
 bool t_escaped(Interpreter&, const Value&, CallArgs&) { return false; }
 bool t_lower(Interpreter&, const Value& v, CallArgs&) {
-  return v.is_string() && py_lower(v.as_string()) == v.as_string() && py_upper(v.as_string()) != v.as_string();
+  return v.is_string() && py_lower(v.as_string()) == v.as_string() &&
+         py_upper(v.as_string()) != v.as_string();
 }
 bool t_upper(Interpreter&, const Value& v, CallArgs&) {
-  return v.is_string() && py_upper(v.as_string()) == v.as_string() && py_lower(v.as_string()) != v.as_string();
+  return v.is_string() && py_upper(v.as_string()) == v.as_string() &&
+         py_lower(v.as_string()) != v.as_string();
 }
 int64_t int_operand(const Value& v, std::string_view test) {
   if (v.is_undefined()) v.raise_undefined();
@@ -552,34 +627,50 @@ bool t_divisibleby(Interpreter&, const Value& v, CallArgs& a) {
 }
 bool t_eq(Interpreter&, const Value& v, CallArgs& a) { return py_equal(v, test_arg(a, "eq")); }
 bool t_ne(Interpreter&, const Value& v, CallArgs& a) { return !py_equal(v, test_arg(a, "ne")); }
-bool t_lt(Interpreter&, const Value& v, CallArgs& a) { return py_compare(v, test_arg(a, "lt"), "<") < 0; }
-bool t_le(Interpreter&, const Value& v, CallArgs& a) { return py_compare(v, test_arg(a, "le"), "<=") <= 0; }
-bool t_gt(Interpreter&, const Value& v, CallArgs& a) { return py_compare(v, test_arg(a, "gt"), ">") > 0; }
-bool t_ge(Interpreter&, const Value& v, CallArgs& a) { return py_compare(v, test_arg(a, "ge"), ">=") >= 0; }
+bool t_lt(Interpreter&, const Value& v, CallArgs& a) {
+  return py_compare(v, test_arg(a, "lt"), "<") < 0;
+}
+bool t_le(Interpreter&, const Value& v, CallArgs& a) {
+  return py_compare(v, test_arg(a, "le"), "<=") <= 0;
+}
+bool t_gt(Interpreter&, const Value& v, CallArgs& a) {
+  return py_compare(v, test_arg(a, "gt"), ">") > 0;
+}
+bool t_ge(Interpreter&, const Value& v, CallArgs& a) {
+  return py_compare(v, test_arg(a, "ge"), ">=") >= 0;
+}
 bool t_sameas(Interpreter&, const Value& v, CallArgs& a) {
   const Value& o = test_arg(a, "sameas");
   if (v.kind() != o.kind()) return false;
   switch (v.kind()) {
-    case Kind::List: return &v.as_list() == &o.as_list();
-    case Kind::Dict: return &v.as_dict() == &o.as_dict();
-    case Kind::Callable: return &v.as_callable() == &o.as_callable();
-    case Kind::Namespace: return &v.as_namespace() == &o.as_namespace();
-    default: return py_equal(v, o);  // immutable scalars: identity is equality here
+    case Kind::List:
+      return &v.as_list() == &o.as_list();
+    case Kind::Dict:
+      return &v.as_dict() == &o.as_dict();
+    case Kind::Callable:
+      return &v.as_callable() == &o.as_callable();
+    case Kind::Namespace:
+      return &v.as_namespace() == &o.as_namespace();
+    default:
+      return py_equal(v, o);  // immutable scalars: identity is equality here
   }
 }
 bool t_in(Interpreter&, const Value& v, CallArgs& a) {
   const Value& seq = test_arg(a, "in");
   switch (seq.kind()) {
-    case Kind::Undefined: return false;
+    case Kind::Undefined:
+      return false;
     case Kind::String:
       if (!v.is_string())
         fail("TypeError", "'in <string>' requires string as left operand, not " + type_name(v));
       return seq.as_string().find(v.as_string()) != std::string::npos;
-    case Kind::Dict: return seq.as_dict().find(v) != nullptr;
+    case Kind::Dict:
+      return seq.as_dict().find(v) != nullptr;
     case Kind::List:
       return std::any_of(seq.as_list().items.begin(), seq.as_list().items.end(),
                          [&](const Value& x) { return py_equal(x, v); });
-    default: fail("TypeError", "argument of type '" + type_name(seq) + "' is not iterable");
+    default:
+      fail("TypeError", "argument of type '" + type_name(seq) + "' is not iterable");
   }
 }
 
@@ -588,18 +679,42 @@ struct TestEntry {
   TestFn fn;
 };
 constexpr TestEntry kTests[] = {
-    {"defined", t_defined},   {"undefined", t_undefined}, {"none", t_none},
-    {"boolean", t_boolean},   {"true", t_true},           {"false", t_false},
-    {"integer", t_integer},   {"float", t_float},         {"number", t_number},
-    {"string", t_string},     {"mapping", t_mapping},     {"iterable", t_iterable},
-    {"sequence", t_sequence}, {"callable", t_callable},   {"escaped", t_escaped},
-    {"lower", t_lower},       {"upper", t_upper},         {"odd", t_odd},
-    {"even", t_even},         {"divisibleby", t_divisibleby}, {"eq", t_eq},
-    {"equalto", t_eq},        {"==", t_eq},               {"ne", t_ne},
-    {"!=", t_ne},             {"lt", t_lt},               {"lessthan", t_lt},
-    {"<", t_lt},              {"le", t_le},               {"<=", t_le},
-    {"gt", t_gt},             {"greaterthan", t_gt},      {">", t_gt},
-    {"ge", t_ge},             {">=", t_ge},               {"sameas", t_sameas},
+    {"defined", t_defined},
+    {"undefined", t_undefined},
+    {"none", t_none},
+    {"boolean", t_boolean},
+    {"true", t_true},
+    {"false", t_false},
+    {"integer", t_integer},
+    {"float", t_float},
+    {"number", t_number},
+    {"string", t_string},
+    {"mapping", t_mapping},
+    {"iterable", t_iterable},
+    {"sequence", t_sequence},
+    {"callable", t_callable},
+    {"escaped", t_escaped},
+    {"lower", t_lower},
+    {"upper", t_upper},
+    {"odd", t_odd},
+    {"even", t_even},
+    {"divisibleby", t_divisibleby},
+    {"eq", t_eq},
+    {"equalto", t_eq},
+    {"==", t_eq},
+    {"ne", t_ne},
+    {"!=", t_ne},
+    {"lt", t_lt},
+    {"lessthan", t_lt},
+    {"<", t_lt},
+    {"le", t_le},
+    {"<=", t_le},
+    {"gt", t_gt},
+    {"greaterthan", t_gt},
+    {">", t_gt},
+    {"ge", t_ge},
+    {">=", t_ge},
+    {"sameas", t_sameas},
     {"in", t_in},
 };
 

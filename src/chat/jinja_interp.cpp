@@ -34,7 +34,8 @@ void check_args(const CallArgs& args, std::string_view fn, size_t max_positional
     bool known = false;
     for (std::string_view k : keywords) known = known || kv.first == k;
     if (!known)
-      fail("TypeError", std::string(fn) + "() got an unexpected keyword argument '" + kv.first + "'");
+      fail("TypeError",
+           std::string(fn) + "() got an unexpected keyword argument '" + kv.first + "'");
   }
 }
 
@@ -76,20 +77,20 @@ std::string Interpreter::render(const Program& program) {
 void Interpreter::charge(size_t steps) {
   steps_ += steps;
   if (steps_ > limits_.max_steps)
-    fail("LimitError", "template exceeded its work limit (" + std::to_string(limits_.max_steps) +
-                           " steps)");
+    fail("LimitError",
+         "template exceeded its work limit (" + std::to_string(limits_.max_steps) + " steps)");
 }
 
 void Interpreter::check_size(size_t size) const {
   if (size > limits_.max_output_bytes)
-    fail("LimitError", "template output exceeds " + std::to_string(limits_.max_output_bytes) +
-                           " bytes");
+    fail("LimitError",
+         "template output exceeds " + std::to_string(limits_.max_output_bytes) + " bytes");
 }
 
 void Interpreter::count_loop_iteration() {
   if (++loop_iterations_ > limits_.max_loop_iterations)
-    fail("LimitError", "template exceeded " + std::to_string(limits_.max_loop_iterations) +
-                           " loop iterations");
+    fail("LimitError",
+         "template exceeded " + std::to_string(limits_.max_loop_iterations) + " loop iterations");
 }
 
 void Interpreter::append(std::string& out, std::string_view s) const {
@@ -154,19 +155,27 @@ Interpreter::Flow Interpreter::exec(const Stmt& s, std::string& out) {
   charge();
   try {
     switch (s.kind) {
-      case StmtKind::Text: append(out, s.text); break;
+      case StmtKind::Text:
+        append(out, s.text);
+        break;
       case StmtKind::Output: {
         Value v = eval(*s.expr);
-        if (v.is_string()) append(out, v.as_string());
-        else append(out, to_str(v));
+        if (v.is_string())
+          append(out, v.as_string());
+        else
+          append(out, to_str(v));
         break;
       }
       case StmtKind::If:
         for (const auto& [cond, body] : s.branches)
           if (truthy(eval(*cond))) return exec_body(body, out);
         return exec_body(s.else_body, out);
-      case StmtKind::For: exec_for(s, out); break;
-      case StmtKind::Set: assign(s.target, eval(*s.expr)); break;
+      case StmtKind::For:
+        exec_for(s, out);
+        break;
+      case StmtKind::Set:
+        assign(s.target, eval(*s.expr));
+        break;
       case StmtKind::SetBlock: {
         auto scope = std::make_shared<Scope>();
         scope->parent = scope_;
@@ -175,8 +184,12 @@ Interpreter::Flow Interpreter::exec(const Stmt& s, std::string& out) {
         assign(s.target, v);
         break;
       }
-      case StmtKind::Macro: exec_macro_def(s); break;
-      case StmtKind::CallBlock: exec_call_block(s, out); break;
+      case StmtKind::Macro:
+        exec_macro_def(s);
+        break;
+      case StmtKind::CallBlock:
+        exec_call_block(s, out);
+        break;
       case StmtKind::FilterBlock: {
         auto scope = std::make_shared<Scope>();
         scope->parent = scope_;
@@ -185,8 +198,10 @@ Interpreter::Flow Interpreter::exec(const Stmt& s, std::string& out) {
         append(out, to_str(r));
         break;
       }
-      case StmtKind::Break: return Flow::Break;
-      case StmtKind::Continue: return Flow::Continue;
+      case StmtKind::Break:
+        return Flow::Break;
+      case StmtKind::Continue:
+        return Flow::Continue;
       case StmtKind::With: {
         auto scope = std::make_shared<Scope>();
         scope->parent = scope_;
@@ -308,7 +323,8 @@ Value Interpreter::invoke_macro(const Stmt& m, const ScopePtr& def_scope, CallAr
       }
       fail("TypeError", "macro '" + m.text + "' takes no keyword argument '" + k + "'");
     }
-    if (bound[i]) fail("TypeError", "macro '" + m.text + "' got multiple values for argument '" + k + "'");
+    if (bound[i])
+      fail("TypeError", "macro '" + m.text + "' got multiple values for argument '" + k + "'");
     scope->vars[k] = v;
     bound[i] = true;
   }
@@ -416,8 +432,10 @@ Value Interpreter::eval_compare(const Expr& e) {
     Value right = eval(*e.args[i + 1]);
     const std::string& op = e.ops[i];
     bool ok;
-    if (op == "==") ok = py_equal(left, right);
-    else if (op == "!=") ok = !py_equal(left, right);
+    if (op == "==")
+      ok = py_equal(left, right);
+    else if (op == "!=")
+      ok = !py_equal(left, right);
     else if (op == "in" || op == "not in") {
       CallArgs a;
       a.positional.push_back(right);
@@ -458,16 +476,22 @@ Value Interpreter::eval(const Expr& e) {
   CounterGuard guard(&depth_, limits_.max_eval_depth, "nesting");
   charge();
   switch (e.kind) {
-    case ExprKind::Literal: return e.value;
-    case ExprKind::Name: return lookup(e.name);
-    case ExprKind::GetAttr: return get_attr(eval(*e.a), e.name);
+    case ExprKind::Literal:
+      return e.value;
+    case ExprKind::Name:
+      return lookup(e.name);
+    case ExprKind::GetAttr:
+      return get_attr(eval(*e.a), e.name);
     case ExprKind::GetItem: {
       Value obj = eval(*e.a);
       return get_item(obj, eval(*e.b));
     }
-    case ExprKind::Slice: return eval_slice(e);
-    case ExprKind::Call: return eval_call(e);
-    case ExprKind::Filter: return eval_filter(e, nullptr);
+    case ExprKind::Slice:
+      return eval_slice(e);
+    case ExprKind::Call:
+      return eval_call(e);
+    case ExprKind::Filter:
+      return eval_filter(e, nullptr);
     case ExprKind::Test: {
       Value v = eval(*e.a);
       CallArgs args = eval_args(e);
@@ -486,8 +510,10 @@ Value Interpreter::eval(const Expr& e) {
       if (v.is_float()) return Value(-v.as_float());
       fail("TypeError", "bad operand type for unary " + e.name + ": '" + type_name(v) + "'");
     }
-    case ExprKind::Binary: return eval_binary(e);
-    case ExprKind::Compare: return eval_compare(e);
+    case ExprKind::Binary:
+      return eval_binary(e);
+    case ExprKind::Compare:
+      return eval_compare(e);
     case ExprKind::CondExpr:
       if (truthy(eval(*e.a))) return eval(*e.b);
       if (e.c) return eval(*e.c);

@@ -15,11 +15,11 @@ void syntax_error(int line, int column, std::string_view what) {
 
 namespace {
 
-bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
-bool is_digit(char c) { return c >= '0' && c <= '9'; }
-bool is_name_start(char c) {
-  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
+bool is_space(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
 }
+bool is_digit(char c) { return c >= '0' && c <= '9'; }
+bool is_name_start(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; }
 bool is_name_char(char c) { return is_name_start(c) || is_digit(c); }
 
 // Operators, longest first so "//" wins over "/".
@@ -225,7 +225,8 @@ class Lexer {
       while (p < src_.size() && is_space(src_[p])) ++p;
       if (p >= src_.size()) error_at(start, block ? "unclosed block tag" : "unclosed variable tag");
       if (brackets.empty()) {
-        bool minus = src_[p] == '-' && p + 2 < src_.size() && src_[p + 1] == close && src_[p + 2] == '}';
+        bool minus =
+            src_[p] == '-' && p + 2 < src_.size() && src_[p + 1] == close && src_[p + 2] == '}';
         bool plus = block && src_[p] == '+' && p + 2 < src_.size() && src_[p + 1] == close &&
                     src_[p + 2] == '}';
         bool plain = src_[p] == close && p + 1 < src_.size() && src_[p + 1] == '}';
@@ -269,8 +270,8 @@ class Lexer {
   }
 
   size_t scan_digits(size_t q) const {
-    while (q < src_.size() && (is_digit(src_[q]) || (src_[q] == '_' && q + 1 < src_.size() &&
-                                                     is_digit(src_[q + 1]))))
+    while (q < src_.size() &&
+           (is_digit(src_[q]) || (src_[q] == '_' && q + 1 < src_.size() && is_digit(src_[q + 1]))))
       ++q;
     return q;
   }

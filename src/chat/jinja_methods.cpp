@@ -80,8 +80,8 @@ Value affix_impl(const Value& s, CallArgs& a, bool prefix) {
       fail("TypeError", std::string(prefix ? "startswith" : "endswith") +
                             " first arg must be str or a tuple of str, not " + type_name(o));
     const std::string& x = o.as_string();
-    if (x.size() <= str.size() &&
-        (prefix ? str.compare(0, x.size(), x) == 0 : str.compare(str.size() - x.size(), x.size(), x) == 0))
+    if (x.size() <= str.size() && (prefix ? str.compare(0, x.size(), x) == 0
+                                          : str.compare(str.size() - x.size(), x.size(), x) == 0))
       return Value(true);
   }
   return Value(false);
@@ -92,7 +92,9 @@ Value m_endswith(Interpreter&, const Value& s, CallArgs& a) { return affix_impl(
 Value m_upper(Interpreter&, const Value& s, CallArgs&) { return keep(s, py_upper(self_str(s))); }
 Value m_lower(Interpreter&, const Value& s, CallArgs&) { return keep(s, py_lower(self_str(s))); }
 Value m_title(Interpreter&, const Value& s, CallArgs&) { return keep(s, py_title(self_str(s))); }
-Value m_capitalize(Interpreter&, const Value& s, CallArgs&) { return keep(s, py_capitalize(self_str(s))); }
+Value m_capitalize(Interpreter&, const Value& s, CallArgs&) {
+  return keep(s, py_capitalize(self_str(s)));
+}
 
 Value m_replace(Interpreter& in, const Value& s, CallArgs& a) {
   Value old = arg(a, 0, "old"), repl = arg(a, 1, "new");
@@ -128,7 +130,8 @@ Value m_join(Interpreter& in, const Value& s, CallArgs& a) {
   std::string out;
   bool first = true;
   for (const Value& item : iterate(arg(a, 0, "iterable"))) {
-    if (!item.is_string()) fail("TypeError", "sequence item: expected str instance, " + type_name(item) + " found");
+    if (!item.is_string())
+      fail("TypeError", "sequence item: expected str instance, " + type_name(item) + " found");
     if (!first) out += self_str(s);
     first = false;
     out += item.as_string();
@@ -145,7 +148,9 @@ Value char_class(Interpreter&, const Value& s, CallArgs&) {
   }));
 }
 bool digit(unsigned char c) { return c >= '0' && c <= '9'; }
-bool alpha(unsigned char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c >= 0x80; }
+bool alpha(unsigned char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c >= 0x80;
+}
 bool alnum(unsigned char c) { return digit(c) || alpha(c); }
 bool space(unsigned char c) { return c == ' ' || (c >= '\t' && c <= '\r'); }
 
@@ -174,7 +179,9 @@ Value m_format(Interpreter& in, const Value& s, CallArgs& a) {
     Value v;
     if (field.empty() || std::all_of(field.begin(), field.end(), ::isdigit)) {
       size_t idx = field.empty() ? auto_index++ : std::strtoull(field.c_str(), nullptr, 10);
-      if (idx >= a.positional.size()) fail("IndexError", "Replacement index " + std::to_string(idx) + " out of range for positional args tuple");
+      if (idx >= a.positional.size())
+        fail("IndexError", "Replacement index " + std::to_string(idx) +
+                               " out of range for positional args tuple");
       v = a.positional[idx];
     } else {
       v = arg(a, SIZE_MAX, field);
@@ -189,7 +196,8 @@ Value m_format(Interpreter& in, const Value& s, CallArgs& a) {
 
 Value m_items(Interpreter&, const Value& d, CallArgs&) {
   std::vector<Value> out;
-  for (const auto& [k, v] : d.as_dict().entries) out.push_back(Value::list({k, v}, ListKind::Tuple));
+  for (const auto& [k, v] : d.as_dict().entries)
+    out.push_back(Value::list({k, v}, ListKind::Tuple));
   return Value::list(std::move(out));
 }
 Value m_keys(Interpreter&, const Value& d, CallArgs&) { return Value::list(iterate(d)); }
@@ -206,8 +214,9 @@ Value m_get(Interpreter&, const Value& d, CallArgs& a) {
 
 Value m_list_count(Interpreter&, const Value& l, CallArgs& a) {
   Value x = arg(a, 0, "value");
-  return Value(static_cast<int64_t>(std::count_if(l.as_list().items.begin(), l.as_list().items.end(),
-                                                   [&](const Value& y) { return py_equal(x, y); })));
+  return Value(
+      static_cast<int64_t>(std::count_if(l.as_list().items.begin(), l.as_list().items.end(),
+                                         [&](const Value& y) { return py_equal(x, y); })));
 }
 Value m_list_index(Interpreter&, const Value& l, CallArgs& a) {
   Value x = arg(a, 0, "value");
@@ -253,8 +262,9 @@ constexpr MethodEntry kMethods[] = {
     {Kind::List, "index", m_list_index},
 };
 
-constexpr std::string_view kMutators[] = {"append", "extend", "insert", "pop", "remove", "clear",
-                                          "sort", "reverse", "update", "setdefault", "popitem"};
+constexpr std::string_view kMutators[] = {"append", "extend",     "insert", "pop",
+                                          "remove", "clear",      "sort",   "reverse",
+                                          "update", "setdefault", "popitem"};
 
 Value g_range(Interpreter& in, CallArgs& a) {
   check_args(a, "range", 3, {});
@@ -262,18 +272,24 @@ Value g_range(Interpreter& in, CallArgs& a) {
   for (const Value& v : a.positional)
     if (!v.is_int() && !v.is_bool())
       fail("TypeError", "'" + type_name(v) + "' object cannot be interpreted as an integer");
-  auto n = [&](size_t i) { return a.positional[i].is_bool() ? int64_t(a.positional[i].as_bool()) : a.positional[i].as_int(); };
+  auto n = [&](size_t i) {
+    return a.positional[i].is_bool() ? int64_t(a.positional[i].as_bool())
+                                     : a.positional[i].as_int();
+  };
   int64_t start = a.positional.size() == 1 ? 0 : n(0);
   int64_t stop = a.positional.size() == 1 ? n(0) : n(1);
   int64_t step = a.positional.size() == 3 ? n(2) : 1;
   if (step == 0) fail("ValueError", "range() arg 3 must not be zero");
   // Count without overflow, then refuse big ranges before building them.
   long double span = step > 0 ? (long double)stop - start : (long double)start - stop;
-  long double count = span <= 0 ? 0 : (span + std::abs((long double)step) - 1) / std::abs((long double)step);
+  long double count =
+      span <= 0 ? 0 : (span + std::abs((long double)step) - 1) / std::abs((long double)step);
   if (count > kMaxRange)
-    fail("OverflowError", "Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000).");
+    fail("OverflowError",
+         "Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000).");
   std::vector<Value> out;
-  for (int64_t i = 0, v = start; i < static_cast<int64_t>(count); ++i, v += step) out.emplace_back(v);
+  for (int64_t i = 0, v = start; i < static_cast<int64_t>(count); ++i, v += step)
+    out.emplace_back(v);
   in.charge(out.size() / 16);
   return Value::list(std::move(out));
 }
@@ -332,15 +348,14 @@ std::optional<Value> find_method(const Value& obj, std::string_view name) {
     if (m.kind != k || m.name != name) continue;
     Method fn = m.fn;
     Value self = obj;
-    return Value::callable(std::string(name), [fn, self](Interpreter& in, CallArgs& a) {
-      return fn(in, self, a);
-    });
+    return Value::callable(std::string(name),
+                           [fn, self](Interpreter& in, CallArgs& a) { return fn(in, self, a); });
   }
   if (k == Kind::List || k == Kind::Dict) {
     for (std::string_view mut : kMutators)
       if (mut == name)
-        return Value::undefined("SecurityError: access to attribute '" + std::string(name) + "' of '" +
-                                type_name(obj) + "' object is unsafe.");
+        return Value::undefined("SecurityError: access to attribute '" + std::string(name) +
+                                "' of '" + type_name(obj) + "' object is unsafe.");
   }
   return std::nullopt;
 }

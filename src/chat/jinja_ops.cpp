@@ -38,9 +38,11 @@ Value repeat(Interpreter& in, const Value& seq, int64_t n) {
     return r;
   }
   const auto& items = seq.as_list().items;
-  if (!items.empty()) in.check_size(items.size() * static_cast<size_t>(std::min<int64_t>(n, 1ll << 40)));
+  if (!items.empty())
+    in.check_size(items.size() * static_cast<size_t>(std::min<int64_t>(n, 1ll << 40)));
   std::vector<Value> out;
-  for (int64_t i = 0; i < n && !items.empty(); ++i) out.insert(out.end(), items.begin(), items.end());
+  for (int64_t i = 0; i < n && !items.empty(); ++i)
+    out.insert(out.end(), items.begin(), items.end());
   in.charge(out.size());
   return Value::list(std::move(out), seq.as_list().kind);
 }
@@ -59,7 +61,8 @@ Value arithmetic(Interpreter& in, std::string_view op, const Value& a, const Val
   if (op == "+") {
     if (ints) {
       int64_t r;
-      if (__builtin_add_overflow(as_int64(a), as_int64(b), &r)) fail("OverflowError", "integer overflow");
+      if (__builtin_add_overflow(as_int64(a), as_int64(b), &r))
+        fail("OverflowError", "integer overflow");
       return Value(r);
     }
     if (nums) return Value(a.to_double() + b.to_double());
@@ -87,7 +90,8 @@ Value arithmetic(Interpreter& in, std::string_view op, const Value& a, const Val
   if (op == "-") {
     if (ints) {
       int64_t r;
-      if (__builtin_sub_overflow(as_int64(a), as_int64(b), &r)) fail("OverflowError", "integer overflow");
+      if (__builtin_sub_overflow(as_int64(a), as_int64(b), &r))
+        fail("OverflowError", "integer overflow");
       return Value(r);
     }
     if (nums) return Value(a.to_double() - b.to_double());
@@ -96,7 +100,8 @@ Value arithmetic(Interpreter& in, std::string_view op, const Value& a, const Val
   if (op == "*") {
     if (ints) {
       int64_t r;
-      if (__builtin_mul_overflow(as_int64(a), as_int64(b), &r)) fail("OverflowError", "integer overflow");
+      if (__builtin_mul_overflow(as_int64(a), as_int64(b), &r))
+        fail("OverflowError", "integer overflow");
       return Value(r);
     }
     if (nums) return Value(a.to_double() * b.to_double());
@@ -109,8 +114,10 @@ Value arithmetic(Interpreter& in, std::string_view op, const Value& a, const Val
   if (!nums) {
     if (op == "%" && a.is_string()) {
       CallArgs args;
-      if (b.is_list() && b.as_list().kind == ListKind::Tuple) args.positional = b.as_list().items;
-      else args.positional.push_back(b);
+      if (b.is_list() && b.as_list().kind == ListKind::Tuple)
+        args.positional = b.as_list().items;
+      else
+        args.positional.push_back(b);
       return in.apply_filter("format", a, args);
     }
     unsupported(op == "**" ? "** or pow()" : op, a, b);
@@ -121,7 +128,8 @@ Value arithmetic(Interpreter& in, std::string_view op, const Value& a, const Val
   }
   if (op == "//" || op == "%") {
     if (b.to_double() == 0)
-      fail("ZeroDivisionError", op == "%" ? "integer modulo by zero" : "integer division or modulo by zero");
+      fail("ZeroDivisionError",
+           op == "%" ? "integer modulo by zero" : "integer division or modulo by zero");
     if (ints) {
       int64_t x = as_int64(a), y = as_int64(b);
       if (x == INT64_MIN && y == -1) fail("OverflowError", "integer overflow");
@@ -139,9 +147,11 @@ Value arithmetic(Interpreter& in, std::string_view op, const Value& a, const Val
     if (ints && as_int64(b) >= 0) {
       int64_t base = as_int64(a), e = as_int64(b), r = 1;
       while (e > 0) {
-        if ((e & 1) && __builtin_mul_overflow(r, base, &r)) fail("OverflowError", "integer overflow");
+        if ((e & 1) && __builtin_mul_overflow(r, base, &r))
+          fail("OverflowError", "integer overflow");
         e >>= 1;
-        if (e > 0 && __builtin_mul_overflow(base, base, &base)) fail("OverflowError", "integer overflow");
+        if (e > 0 && __builtin_mul_overflow(base, base, &base))
+          fail("OverflowError", "integer overflow");
       }
       return Value(r);
     }
@@ -181,13 +191,15 @@ Value Interpreter::get_item(const Value& obj, const Value& key) {
         if (i < 0) i += n;
         if (i >= 0 && i < n) {
           size_t b = offs[static_cast<size_t>(i)];
-          size_t e = static_cast<size_t>(i) + 1 < offs.size() ? offs[static_cast<size_t>(i) + 1] : s.size();
+          size_t e = static_cast<size_t>(i) + 1 < offs.size() ? offs[static_cast<size_t>(i) + 1]
+                                                              : s.size();
           return Value(s.substr(b, e - b));
         }
       }
     }
   } else if (obj.is_namespace() && key.is_string()) {
-    if (const Value* v = obj.as_namespace().attrs.find(std::string_view(key.as_string()))) return *v;
+    if (const Value* v = obj.as_namespace().attrs.find(std::string_view(key.as_string())))
+      return *v;
   }
   if (key.is_string()) {
     if (std::optional<Value> m = find_method(obj, key.as_string())) return *m;
@@ -241,7 +253,8 @@ Value Interpreter::eval_slice(const Expr& e) {
     std::string out;
     for (int64_t i : idx) {
       size_t b = offs[static_cast<size_t>(i)];
-      size_t en = static_cast<size_t>(i) + 1 < offs.size() ? offs[static_cast<size_t>(i) + 1] : s.size();
+      size_t en =
+          static_cast<size_t>(i) + 1 < offs.size() ? offs[static_cast<size_t>(i) + 1] : s.size();
       out.append(s, b, en - b);
     }
     return Value(std::move(out));

@@ -44,11 +44,16 @@ class Parser {
   }
   std::string describe() const {
     switch (cur().type) {
-      case Tok::Eof: return "end of template";
-      case Tok::BlockEnd: return "end of statement block";
-      case Tok::VarEnd: return "end of print statement";
-      case Tok::Text: return "template data";
-      default: return "'" + cur().text + "'";
+      case Tok::Eof:
+        return "end of template";
+      case Tok::BlockEnd:
+        return "end of statement block";
+      case Tok::VarEnd:
+        return "end of print statement";
+      case Tok::Text:
+        return "template data";
+      default:
+        return "'" + cur().text + "'";
     }
   }
   void expect_op(std::string_view op) {
@@ -252,7 +257,8 @@ class Parser {
       if (accept_op(")")) break;
       MacroParam p;
       p.name = expect_name();
-      if (accept_op("=")) p.default_value = parse_expression(true);
+      if (accept_op("="))
+        p.default_value = parse_expression(true);
       else if (!params.empty() && params.back().default_value)
         error("non-default argument follows default argument");
       params.push_back(std::move(p));
@@ -342,8 +348,9 @@ class Parser {
     ExprPtr cmp;
     while (true) {
       std::string op;
-      if (cur().type == Tok::Op && (cur().text == "==" || cur().text == "!=" || cur().text == "<" ||
-                                    cur().text == ">" || cur().text == "<=" || cur().text == ">=")) {
+      if (cur().type == Tok::Op &&
+          (cur().text == "==" || cur().text == "!=" || cur().text == "<" || cur().text == ">" ||
+           cur().text == "<=" || cur().text == ">=")) {
         op = cur().text;
         advance();
       } else if (is_name("in")) {
@@ -491,7 +498,8 @@ class Parser {
           return e;
         }
         break;
-      default: break;
+      default:
+        break;
     }
     error("unexpected " + describe());
   }

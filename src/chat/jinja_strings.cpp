@@ -31,8 +31,8 @@ std::vector<CodePoint> decode(std::string_view s) {
 
 bool py_space(char32_t c) {
   return (c >= 0x09 && c <= 0x0d) || (c >= 0x1c && c <= 0x20) || c == 0x85 || c == 0xa0 ||
-         c == 0x1680 || (c >= 0x2000 && c <= 0x200a) || c == 0x2028 || c == 0x2029 ||
-         c == 0x202f || c == 0x205f || c == 0x3000;
+         c == 0x1680 || (c >= 0x2000 && c <= 0x200a) || c == 0x2028 || c == 0x2029 || c == 0x202f ||
+         c == 0x205f || c == 0x3000;
 }
 
 bool is_alpha(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
@@ -166,7 +166,8 @@ char32_t to_upper_cp(char32_t c) {
   if (c >= 'a' && c <= 'z') return c - 32;
   if ((c >= 0xe0 && c <= 0xfe && c != 0xf7)) return c - 0x20;
   if (c == 0xff) return 0x178;
-  if (c >= 0x100 && c <= 0x17f && c != 0x130 && c != 0x131 && c != 0x138 && c != 0x149 && c != 0x17f) {
+  if (c >= 0x100 && c <= 0x17f && c != 0x130 && c != 0x131 && c != 0x138 && c != 0x149 &&
+      c != 0x17f) {
     bool odd_upper = (c >= 0x139 && c <= 0x148) || (c >= 0x179 && c <= 0x17e);
     if (odd_upper ? (c % 2 == 0) : (c % 2 == 1)) return c - 1;
     return c;
@@ -181,7 +182,8 @@ char32_t to_lower_cp(char32_t c) {
   if (c >= 'A' && c <= 'Z') return c + 32;
   if ((c >= 0xc0 && c <= 0xde && c != 0xd7)) return c + 0x20;
   if (c == 0x178) return 0xff;
-  if (c >= 0x100 && c <= 0x17f && c != 0x130 && c != 0x131 && c != 0x138 && c != 0x149 && c != 0x17f) {
+  if (c >= 0x100 && c <= 0x17f && c != 0x130 && c != 0x131 && c != 0x138 && c != 0x149 &&
+      c != 0x17f) {
     bool odd_upper = (c >= 0x139 && c <= 0x148) || (c >= 0x179 && c <= 0x17e);
     if (odd_upper ? (c % 2 == 1) : (c % 2 == 0)) return c + 1;
     return c;
@@ -197,8 +199,10 @@ std::string map_case(std::string_view s, char32_t (*f)(char32_t)) {
   out.reserve(s.size());
   for (const CodePoint& p : decode(s)) {
     char32_t m = f(p.cp);
-    if (m == p.cp) out.append(s.substr(p.begin, p.end - p.begin));  // keeps invalid bytes as they were
-    else encode(out, m);
+    if (m == p.cp)
+      out.append(s.substr(p.begin, p.end - p.begin));  // keeps invalid bytes as they were
+    else
+      encode(out, m);
   }
   return out;
 }
@@ -250,12 +254,23 @@ std::string html_escape(std::string_view s) {
   out.reserve(s.size());
   for (char c : s) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&#34;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&#34;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;

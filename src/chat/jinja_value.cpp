@@ -66,18 +66,23 @@ Value Value::ns(DictData attrs) {
 
 double Value::to_double() const {
   switch (kind()) {
-    case Kind::Bool: return as_bool() ? 1.0 : 0.0;
-    case Kind::Int: return static_cast<double>(as_int());
-    case Kind::Float: return as_float();
-    default: return 0.0;
+    case Kind::Bool:
+      return as_bool() ? 1.0 : 0.0;
+    case Kind::Int:
+      return static_cast<double>(as_int());
+    case Kind::Float:
+      return as_float();
+    default:
+      return 0.0;
   }
 }
 
 void Value::raise_undefined() const { throw Failure{undefined_message()}; }
 
 std::string type_name(const Value& v) {
-  static constexpr const char* kNames[] = {"Undefined", "NoneType", "bool", "int", "float",
-                                           "str", "list", "dict", "function", "Namespace"};
+  static constexpr const char* kNames[] = {"Undefined", "NoneType", "bool", "int",
+                                           "float",     "str",      "list", "dict",
+                                           "function",  "Namespace"};
   if (v.is_list()) {
     static constexpr const char* kListNames[] = {"list", "tuple", "generator"};
     return kListNames[static_cast<int>(v.as_list().kind)];
@@ -93,16 +98,23 @@ std::string object_type_repr(const Value& v) {
 bool truthy(const Value& v) {
   switch (v.kind()) {
     case Kind::Undefined:
-    case Kind::None: return false;
-    case Kind::Bool: return v.as_bool();
-    case Kind::Int: return v.as_int() != 0;
-    case Kind::Float: return v.as_float() != 0.0;
-    case Kind::String: return !v.as_string().empty();
+    case Kind::None:
+      return false;
+    case Kind::Bool:
+      return v.as_bool();
+    case Kind::Int:
+      return v.as_int() != 0;
+    case Kind::Float:
+      return v.as_float() != 0.0;
+    case Kind::String:
+      return !v.as_string().empty();
     case Kind::List:
       // A generator is an object, and objects are true whatever they would yield.
       return v.as_list().kind == ListKind::Generator || !v.as_list().items.empty();
-    case Kind::Dict: return !v.as_dict().entries.empty();
-    default: return true;
+    case Kind::Dict:
+      return !v.as_dict().entries.empty();
+    default:
+      return true;
   }
 }
 
@@ -171,9 +183,12 @@ bool py_unprintable(char32_t cp) {
 
 void append_escape(std::string& out, char32_t cp) {
   char buf[16];
-  if (cp < 0x100) std::snprintf(buf, sizeof buf, "\\x%02x", unsigned(cp));
-  else if (cp < 0x10000) std::snprintf(buf, sizeof buf, "\\u%04x", unsigned(cp));
-  else std::snprintf(buf, sizeof buf, "\\U%08x", unsigned(cp));
+  if (cp < 0x100)
+    std::snprintf(buf, sizeof buf, "\\x%02x", unsigned(cp));
+  else if (cp < 0x10000)
+    std::snprintf(buf, sizeof buf, "\\u%04x", unsigned(cp));
+  else
+    std::snprintf(buf, sizeof buf, "\\U%08x", unsigned(cp));
   out += buf;
 }
 
@@ -202,8 +217,12 @@ void repr_dict(std::string& out, const DictData& d, int depth) {
 void repr_into(std::string& out, const Value& v, int depth) {
   if (depth > kMaxReprDepth) fail("RecursionError", "maximum recursion depth exceeded in repr");
   switch (v.kind()) {
-    case Kind::Undefined: out += "Undefined"; return;
-    case Kind::String: out += py_string_repr(v.as_string()); return;
+    case Kind::Undefined:
+      out += "Undefined";
+      return;
+    case Kind::String:
+      out += py_string_repr(v.as_string());
+      return;
     case Kind::List: {
       const ListData& l = v.as_list();
       if (l.kind == ListKind::Generator) {
@@ -220,13 +239,17 @@ void repr_into(std::string& out, const Value& v, int depth) {
       }
       return;
     }
-    case Kind::Dict: repr_dict(out, v.as_dict(), depth); return;
+    case Kind::Dict:
+      repr_dict(out, v.as_dict(), depth);
+      return;
     case Kind::Namespace:
       out += "<Namespace ";
       repr_dict(out, v.as_namespace().attrs, depth);
       out += '>';
       return;
-    default: out += to_str(v); return;
+    default:
+      out += to_str(v);
+      return;
   }
 }
 
@@ -262,13 +285,20 @@ std::string py_string_repr(std::string_view s) {
 
 std::string to_str(const Value& v) {
   switch (v.kind()) {
-    case Kind::Undefined: return "";
-    case Kind::None: return "None";
-    case Kind::Bool: return v.as_bool() ? "True" : "False";
-    case Kind::Int: return std::to_string(v.as_int());
-    case Kind::Float: return py_float_repr(v.as_float());
-    case Kind::String: return v.as_string();
-    case Kind::Callable: return "<function " + v.as_callable().name + ">";
+    case Kind::Undefined:
+      return "";
+    case Kind::None:
+      return "None";
+    case Kind::Bool:
+      return v.as_bool() ? "True" : "False";
+    case Kind::Int:
+      return std::to_string(v.as_int());
+    case Kind::Float:
+      return py_float_repr(v.as_float());
+    case Kind::String:
+      return v.as_string();
+    case Kind::Callable:
+      return "<function " + v.as_callable().name + ">";
     default: {
       std::string out;
       repr_into(out, v, 0);
@@ -292,8 +322,10 @@ bool py_equal(const Value& a, const Value& b) {
   if (a.kind() != b.kind()) return false;
   switch (a.kind()) {
     case Kind::Undefined:
-    case Kind::None: return true;
-    case Kind::String: return a.as_string() == b.as_string();
+    case Kind::None:
+      return true;
+    case Kind::String:
+      return a.as_string() == b.as_string();
     case Kind::List: {
       const ListData& x = a.as_list();
       const ListData& y = b.as_list();
@@ -313,9 +345,12 @@ bool py_equal(const Value& a, const Value& b) {
       }
       return true;
     }
-    case Kind::Callable: return &a.as_callable() == &b.as_callable();
-    case Kind::Namespace: return &a.as_namespace() == &b.as_namespace();
-    default: return false;
+    case Kind::Callable:
+      return &a.as_callable() == &b.as_callable();
+    case Kind::Namespace:
+      return &a.as_namespace() == &b.as_namespace();
+    default:
+      return false;
   }
 }
 
@@ -371,8 +406,10 @@ size_t utf8_length(std::string_view s) {
 
 std::vector<Value> iterate(const Value& v) {
   switch (v.kind()) {
-    case Kind::Undefined: return {};
-    case Kind::List: return v.as_list().items;
+    case Kind::Undefined:
+      return {};
+    case Kind::List:
+      return v.as_list().items;
     case Kind::Dict: {
       std::vector<Value> keys;
       keys.reserve(v.as_dict().entries.size());
@@ -390,23 +427,29 @@ std::vector<Value> iterate(const Value& v) {
       }
       return chars;
     }
-    default: fail("TypeError", "'" + type_name(v) + "' object is not iterable");
+    default:
+      fail("TypeError", "'" + type_name(v) + "' object is not iterable");
   }
 }
 
 Value from_json(const nlohmann::ordered_json& j, int depth) {
   if (depth > 256) fail("ValueError", "context JSON nested too deeply");
   switch (j.type()) {
-    case nlohmann::ordered_json::value_t::null: return Value(None{});
-    case nlohmann::ordered_json::value_t::boolean: return Value(j.get<bool>());
-    case nlohmann::ordered_json::value_t::number_integer: return Value(j.get<int64_t>());
+    case nlohmann::ordered_json::value_t::null:
+      return Value(None{});
+    case nlohmann::ordered_json::value_t::boolean:
+      return Value(j.get<bool>());
+    case nlohmann::ordered_json::value_t::number_integer:
+      return Value(j.get<int64_t>());
     case nlohmann::ordered_json::value_t::number_unsigned: {
       uint64_t u = j.get<uint64_t>();
       if (u > static_cast<uint64_t>(INT64_MAX)) return Value(static_cast<double>(u));
       return Value(static_cast<int64_t>(u));
     }
-    case nlohmann::ordered_json::value_t::number_float: return Value(j.get<double>());
-    case nlohmann::ordered_json::value_t::string: return Value(j.get<std::string>());
+    case nlohmann::ordered_json::value_t::number_float:
+      return Value(j.get<double>());
+    case nlohmann::ordered_json::value_t::string:
+      return Value(j.get<std::string>());
     case nlohmann::ordered_json::value_t::array: {
       std::vector<Value> items;
       items.reserve(j.size());
@@ -423,7 +466,8 @@ Value from_json(const nlohmann::ordered_json& j, int depth) {
       }
       return Value::dict(std::move(d));
     }
-    default: fail("ValueError", "unsupported JSON value in context");
+    default:
+      fail("ValueError", "unsupported JSON value in context");
   }
 }
 
@@ -434,13 +478,27 @@ void json_string(std::string& out, std::string_view s) {
   for (char ch : s) {
     unsigned char c = static_cast<unsigned char>(ch);
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      case '\b': out += "\\b"; break;
-      case '\f': out += "\\f"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '\b':
+        out += "\\b";
+        break;
+      case '\f':
+        out += "\\f";
+        break;
       default:
         if (c < 0x20) {
           char buf[8];
@@ -456,11 +514,16 @@ void json_string(std::string& out, std::string_view s) {
 
 std::string json_key(const Value& k) {
   switch (k.kind()) {
-    case Kind::String: return k.as_string();
-    case Kind::None: return "null";
-    case Kind::Bool: return k.as_bool() ? "true" : "false";
-    case Kind::Int: return std::to_string(k.as_int());
-    case Kind::Float: return py_float_repr(k.as_float());
+    case Kind::String:
+      return k.as_string();
+    case Kind::None:
+      return "null";
+    case Kind::Bool:
+      return k.as_bool() ? "true" : "false";
+    case Kind::Int:
+      return std::to_string(k.as_int());
+    case Kind::Float:
+      return py_float_repr(k.as_float());
     default:
       fail("TypeError", "keys must be str, int, float, bool or None, not " + type_name(k));
   }
@@ -473,17 +536,28 @@ void json_into(std::string& out, const Value& v, const JsonStyle& st, int level)
     for (int i = 0; i < lvl; ++i) out += st.indent;
   };
   switch (v.kind()) {
-    case Kind::None: out += "null"; return;
-    case Kind::Bool: out += v.as_bool() ? "true" : "false"; return;
-    case Kind::Int: out += std::to_string(v.as_int()); return;
+    case Kind::None:
+      out += "null";
+      return;
+    case Kind::Bool:
+      out += v.as_bool() ? "true" : "false";
+      return;
+    case Kind::Int:
+      out += std::to_string(v.as_int());
+      return;
     case Kind::Float: {
       double d = v.as_float();
-      if (std::isnan(d)) out += "NaN";
-      else if (std::isinf(d)) out += d < 0 ? "-Infinity" : "Infinity";
-      else out += py_float_repr(d);
+      if (std::isnan(d))
+        out += "NaN";
+      else if (std::isinf(d))
+        out += d < 0 ? "-Infinity" : "Infinity";
+      else
+        out += py_float_repr(d);
       return;
     }
-    case Kind::String: json_string(out, v.as_string()); return;
+    case Kind::String:
+      json_string(out, v.as_string());
+      return;
     case Kind::List: {
       const ListData& l = v.as_list();
       if (l.kind == ListKind::Generator)

@@ -9,13 +9,12 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <variant>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 namespace cairn::chat::jinja {
 
@@ -67,25 +66,24 @@ struct None {};
 enum class Kind { Undefined, None, Bool, Int, Float, String, List, Dict, Callable, Namespace };
 
 struct Value {
-  using Storage =
-      std::variant<Undefined, None, bool, int64_t, double, std::string,
-                   std::shared_ptr<const ListData>, std::shared_ptr<const DictData>,
-                   std::shared_ptr<const Callable>, std::shared_ptr<NamespaceData>>;
+  using Storage = std::variant<Undefined, None, bool, int64_t, double, std::string,
+                               std::shared_ptr<const ListData>, std::shared_ptr<const DictData>,
+                               std::shared_ptr<const Callable>, std::shared_ptr<NamespaceData>>;
   Storage v;
   // A string marked safe (Python's markupsafe.Markup, from |safe or |escape): adding a
   // plain string to it HTML-escapes that string, as Jinja2 does even without autoescape.
   bool markup = false;
 
   Value() : v(Undefined{"UndefinedError: value is undefined"}) {}
-  Value(None) : v(None{}) {}                           // NOLINT
-  Value(bool b) : v(b) {}                              // NOLINT
-  Value(int64_t i) : v(i) {}                           // NOLINT
-  Value(int i) : v(int64_t{i}) {}                      // NOLINT
-  Value(double d) : v(d) {}                            // NOLINT
-  Value(std::string s) : v(std::move(s)) {}            // NOLINT
-  Value(const char* s) : v(std::string(s)) {}          // NOLINT
-  Value(std::string_view s) : v(std::string(s)) {}     // NOLINT
-  Value(Undefined u) : v(std::move(u)) {}              // NOLINT
+  Value(None) : v(None{}) {}                        // NOLINT
+  Value(bool b) : v(b) {}                           // NOLINT
+  Value(int64_t i) : v(i) {}                        // NOLINT
+  Value(int i) : v(int64_t{i}) {}                   // NOLINT
+  Value(double d) : v(d) {}                         // NOLINT
+  Value(std::string s) : v(std::move(s)) {}         // NOLINT
+  Value(const char* s) : v(std::string(s)) {}       // NOLINT
+  Value(std::string_view s) : v(std::string(s)) {}  // NOLINT
+  Value(Undefined u) : v(std::move(u)) {}           // NOLINT
 
   static Value safe_string(std::string s) {
     Value r(std::move(s));
@@ -133,9 +131,9 @@ std::string type_name(const Value& v);
 std::string object_type_repr(const Value& v);
 
 bool truthy(const Value& v);
-std::string to_str(const Value& v);    // Python str(); undefined prints empty
-std::string repr(const Value& v);      // Python repr()
-std::string py_float_repr(double d);   // Python repr(float), shortest round trip
+std::string to_str(const Value& v);   // Python str(); undefined prints empty
+std::string repr(const Value& v);     // Python repr()
+std::string py_float_repr(double d);  // Python repr(float), shortest round trip
 std::string py_string_repr(std::string_view s);
 
 bool py_equal(const Value& a, const Value& b);

@@ -39,9 +39,11 @@ TEST(ChatGolden, EveryCaseMatchesJinja2) {
   ASSERT_EQ(golden["cases"].size(), 85u);
   size_t passed = 0, with_error = 0;
   for (const json& c : golden["cases"]) {
-    std::string name = c["template"].get<std::string>() + " / " + c["conversation"].get<std::string>();
+    std::string name =
+        c["template"].get<std::string>() + " / " + c["conversation"].get<std::string>();
     SCOPED_TRACE(name);
-    auto tmpl = ChatTemplate::parse(read_file(shared / "templates" / c["template"].get<std::string>()));
+    auto tmpl =
+        ChatTemplate::parse(read_file(shared / "templates" / c["template"].get<std::string>()));
     ASSERT_TRUE(tmpl.is_ok()) << tmpl.status().message();
     json ctx = golden["context"];
     ctx["messages"] = c["messages"];

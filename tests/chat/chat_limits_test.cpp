@@ -35,7 +35,9 @@ TEST(ChatSyntax, ErrorsNameLineAndColumnOnOneLine) {
   std::string m = syntax_error("line one\nab {{ 1 + }}");
   EXPECT_EQ(m.rfind("template syntax error at line 2, column 11: ", 0), 0u) << m;
   EXPECT_EQ(m.find('\n'), std::string::npos);
-  EXPECT_NE(syntax_error("{% if x %}never closed").find("unexpected end of template, expected 'elif'"), std::string::npos);
+  EXPECT_NE(
+      syntax_error("{% if x %}never closed").find("unexpected end of template, expected 'elif'"),
+      std::string::npos);
   EXPECT_NE(syntax_error("{% frobnicate %}").find("unknown tag 'frobnicate'"), std::string::npos);
   EXPECT_NE(syntax_error("{{ 'abc }}").find("unterminated string"), std::string::npos);
   EXPECT_NE(syntax_error("{# open comment").find("missing end of comment"), std::string::npos);
@@ -43,16 +45,19 @@ TEST(ChatSyntax, ErrorsNameLineAndColumnOnOneLine) {
   EXPECT_NE(syntax_error("{{ ) }}").find("unexpected ')'"), std::string::npos);
   EXPECT_NE(syntax_error("{{ x").find("unclosed"), std::string::npos);
   EXPECT_NE(syntax_error("{% break %}").find("outside of a loop"), std::string::npos);
-  EXPECT_NE(syntax_error("{% for x in y %}{% endif %}").find("expected 'endfor'"), std::string::npos);
+  EXPECT_NE(syntax_error("{% for x in y %}{% endif %}").find("expected 'endfor'"),
+            std::string::npos);
   EXPECT_NE(syntax_error("{{ }}").find("expected an expression"), std::string::npos);
   EXPECT_NE(syntax_error("{% set true = 1 %}").find("constant"), std::string::npos);
   EXPECT_NE(syntax_error("{% raw %}no end").find("missing end of raw"), std::string::npos);
   EXPECT_NE(syntax_error("{{ 1 is }}").find("expected a name"), std::string::npos);
-  EXPECT_NE(syntax_error("{% macro m(a=1, b) %}{% endmacro %}").find("non-default"), std::string::npos);
+  EXPECT_NE(syntax_error("{% macro m(a=1, b) %}{% endmacro %}").find("non-default"),
+            std::string::npos);
 }
 
 TEST(ChatSyntax, DeepNestingIsAnErrorNotACrash) {
-  std::string deep_parens = "{{ " + std::string(100000, '(') + "1" + std::string(100000, ')') + " }}";
+  std::string deep_parens =
+      "{{ " + std::string(100000, '(') + "1" + std::string(100000, ')') + " }}";
   EXPECT_NE(syntax_error(deep_parens).find("nested too deeply"), std::string::npos);
   std::string deep_lists = "{{ " + std::string(100000, '[') + std::string(100000, ']') + " }}";
   EXPECT_NE(syntax_error(deep_lists).find("nested too deeply"), std::string::npos);
@@ -87,7 +92,9 @@ TEST(ChatRender, ContextMustBeAnObject) {
 }
 
 TEST(ChatRender, TemplateIsReusableAndConstAcrossRenders) {
-  auto t = ChatTemplate::parse("{% set ns = namespace(n=0) %}{% for m in messages %}{% set ns.n = ns.n + 1 %}{% endfor %}{{ ns.n }}");
+  auto t = ChatTemplate::parse(
+      "{% set ns = namespace(n=0) %}{% for m in messages %}{% set ns.n = ns.n + 1 %}{% endfor %}{{ "
+      "ns.n }}");
   ASSERT_TRUE(t.is_ok());
   for (int i = 0; i < 3; ++i) {
     auto r = t->render(json{{"messages", json::array({1, 2, 3})}});
@@ -104,7 +111,10 @@ TEST(ChatLimits, LoopIterationsAreBounded) {
       "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}", opt);
   EXPECT_NE(m.find("LimitError: template exceeded 200000 loop iterations"), std::string::npos) << m;
   // Loop filters count too: they run the condition once per item.
-  m = render_error("{% for i in range(100000) if i < 0 %}{% endfor %}{% for i in range(100000) if i < 0 %}{% endfor %}{% for i in range(100000) if i < 0 %}{% endfor %}", opt);
+  m = render_error(
+      "{% for i in range(100000) if i < 0 %}{% endfor %}{% for i in range(100000) if i < 0 %}{% "
+      "endfor %}{% for i in range(100000) if i < 0 %}{% endfor %}",
+      opt);
   EXPECT_NE(m.find("loop iterations"), std::string::npos) << m;
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20));
 }
@@ -119,23 +129,36 @@ TEST(ChatLimits, OutputSizeIsBounded) {
   EXPECT_NE(m.find("LimitError"), std::string::npos) << m;
   m = render_error("{{ [1, 2] * 1000000000000 }}", opt);
   EXPECT_NE(m.find("LimitError"), std::string::npos) << m;
-  m = render_error("{% set ns = namespace(s='ab') %}{% for i in range(64) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}", opt);
+  m = render_error(
+      "{% set ns = namespace(s='ab') %}{% for i in range(64) %}{% set ns.s = ns.s ~ ns.s %}{% "
+      "endfor %}",
+      opt);
   EXPECT_NE(m.find("LimitError"), std::string::npos) << m;
-  m = render_error("{% set ns = namespace(l=[1]) %}{% for i in range(64) %}{% set ns.l = ns.l + ns.l %}{% endfor %}", opt);
+  m = render_error(
+      "{% set ns = namespace(l=[1]) %}{% for i in range(64) %}{% set ns.l = ns.l + ns.l %}{% "
+      "endfor %}",
+      opt);
   EXPECT_NE(m.find("LimitError"), std::string::npos) << m;
-  m = render_error("{% set s %}{% for i in range(100000) %}{{ 'y' * 50 }}{% endfor %}{% endset %}", opt);
+  m = render_error("{% set s %}{% for i in range(100000) %}{{ 'y' * 50 }}{% endfor %}{% endset %}",
+                   opt);
   EXPECT_NE(m.find("LimitError"), std::string::npos) << m;
 }
 
 TEST(ChatLimits, RecursionIsBounded) {
   std::string m = render_error("{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}");
   EXPECT_NE(m.find("RecursionError"), std::string::npos) << m;
-  m = render_error("{% macro f(n) %}{% for i in [1] %}{% call f(n) %}x{% endcall %}{% endfor %}{% endmacro %}{{ f(1) }}");
+  m = render_error(
+      "{% macro f(n) %}{% for i in [1] %}{% call f(n) %}x{% endcall %}{% endfor %}{% endmacro %}{{ "
+      "f(1) }}");
   EXPECT_NE(m.find("RecursionError"), std::string::npos) << m;
   RenderOptions opt;
   opt.limits.max_call_depth = 5;
-  EXPECT_TRUE(render("{% macro f(k) %}{% if k %}{{ f(k - 1) }}{% endif %}{% endmacro %}{{ f(4) }}", json::object(), opt).is_ok());
-  EXPECT_FALSE(render("{% macro f(k) %}{% if k %}{{ f(k - 1) }}{% endif %}{% endmacro %}{{ f(5) }}", json::object(), opt).is_ok());
+  EXPECT_TRUE(render("{% macro f(k) %}{% if k %}{{ f(k - 1) }}{% endif %}{% endmacro %}{{ f(4) }}",
+                     json::object(), opt)
+                  .is_ok());
+  EXPECT_FALSE(render("{% macro f(k) %}{% if k %}{{ f(k - 1) }}{% endif %}{% endmacro %}{{ f(5) }}",
+                      json::object(), opt)
+                   .is_ok());
 }
 
 TEST(ChatLimits, WorkIsBounded) {
@@ -172,9 +195,11 @@ TEST(ChatLimits, MutatedTemplatesNeverCrash) {
       "{% set ns = namespace(n=0, seen=[]) %}{{ bos_token }}\n"
       "{% for m in messages if m.role != 'x' %}{% set ns.n = ns.n + loop.index %}"
       "{% if loop.first and m.role == 'system' %}[SYS]{{ m.content }}{% elif m.role in ['user'] %}"
-      "{{ fmt(m) }}{% else %}{{ m|tojson(indent=2) }}{% endif %}{% if loop.last %}{% break %}{% endif %}"
+      "{{ fmt(m) }}{% else %}{{ m|tojson(indent=2) }}{% endif %}{% if loop.last %}{% break %}{% "
+      "endif %}"
       "{% endfor %}{{ ns.n }}{{ messages|map(attribute='role')|unique|join(',') }}"
-      "{% for k, v in {'a': [1, 2.5, none], 'b': 'x'}|items %}{{ k }}={{ v|string|replace('1', '2') }}{% endfor %}"
+      "{% for k, v in {'a': [1, 2.5, none], 'b': 'x'}|items %}{{ k }}={{ v|string|replace('1', "
+      "'2') }}{% endfor %}"
       "{{ 'abc'[::-1] }}{{ (3 * 7) // 2 }}{% raw %}{{ raw }}{% endraw %}{# c #}"
       "{% call fmt({'role': 'r', 'content': 'c'}) %}{% endcall %}{{ range(5)|select('odd')|list }}";
   json ctx = {{"bos_token", "<s>"},
@@ -194,9 +219,15 @@ TEST(ChatLimits, MutatedTemplatesNeverCrash) {
     for (int e = 0; e < edits && !s.empty(); ++e) {
       size_t pos = rng() % s.size();
       switch (rng() % 4) {
-        case 0: s.erase(pos, 1 + rng() % 4); break;
-        case 1: s.insert(pos, 1, alphabet[rng() % alphabet.size()]); break;
-        case 2: s[pos] = alphabet[rng() % alphabet.size()]; break;
+        case 0:
+          s.erase(pos, 1 + rng() % 4);
+          break;
+        case 1:
+          s.insert(pos, 1, alphabet[rng() % alphabet.size()]);
+          break;
+        case 2:
+          s[pos] = alphabet[rng() % alphabet.size()];
+          break;
         default: {
           size_t len = std::min<size_t>(1 + rng() % 30, s.size() - pos);
           s.insert(rng() % s.size(), s.substr(pos, len));
@@ -210,8 +241,10 @@ TEST(ChatLimits, MutatedTemplatesNeverCrash) {
     }
     ++parsed;
     auto r = t->render(ctx, opt);
-    if (r) ++rendered;
-    else EXPECT_FALSE(r.status().message().empty());
+    if (r)
+      ++rendered;
+    else
+      EXPECT_FALSE(r.status().message().empty());
   }
   // The mutations must exercise both paths, or this test proves little.
   EXPECT_GT(parsed, 300);
@@ -229,17 +262,22 @@ TEST(ChatHelpers, ChatMLForModelsWithoutATemplate) {
 
 TEST(ChatHelpers, BuildContextMergesExtraFieldsInOrder) {
   ChatInput in;
-  in.messages = {{"user", "Weather?", ""},
-                 {"assistant", "", R"({"content": null, "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]})"},
-                 {"tool", "sunny", R"({"tool_call_id": "call_1"})"}};
-  in.tools_json = R"([{"type": "function", "function": {"name": "get_weather", "parameters": {}}}])";
+  in.messages = {
+      {"user", "Weather?", ""},
+      {"assistant", "",
+       R"({"content": null, "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]})"},
+      {"tool", "sunny", R"({"tool_call_id": "call_1"})"}};
+  in.tools_json =
+      R"([{"type": "function", "function": {"name": "get_weather", "parameters": {}}}])";
   in.bos_token = "<s>";
   in.eos_token = "</s>";
   auto ctx = build_context(in);
   ASSERT_TRUE(ctx.is_ok()) << ctx.status().message();
   EXPECT_TRUE((*ctx)["messages"][1]["content"].is_null());
   EXPECT_EQ((*ctx)["messages"][2]["tool_call_id"], "call_1");
-  EXPECT_EQ((*ctx)["tools"].dump(), in.tools_json.substr(0, 0) + R"([{"type":"function","function":{"name":"get_weather","parameters":{}}}])");
+  EXPECT_EQ((*ctx)["tools"].dump(),
+            in.tools_json.substr(0, 0) +
+                R"([{"type":"function","function":{"name":"get_weather","parameters":{}}}])");
   EXPECT_EQ((*ctx)["add_generation_prompt"], true);
   EXPECT_EQ((*ctx)["bos_token"], "<s>");
 
@@ -262,13 +300,16 @@ TEST(ChatHelpers, BuildContextMergesExtraFieldsInOrder) {
 TEST(ChatHelpers, ApplyRendersAToolCallingConversation) {
   auto t = ChatTemplate::parse(
       "{% for m in messages %}<|{{ m.role }}|>{% if m.tool_calls %}{% for c in m.tool_calls %}"
-      "{{ c.function.name }}{{ c.function.arguments }}{% endfor %}{% else %}{{ m.content }}{% endif %}"
-      "{% endfor %}{% if tools %}[{{ tools|map(attribute='function')|map(attribute='name')|join(',') }}]{% endif %}"
+      "{{ c.function.name }}{{ c.function.arguments }}{% endfor %}{% else %}{{ m.content }}{% "
+      "endif %}"
+      "{% endfor %}{% if tools %}[{{ "
+      "tools|map(attribute='function')|map(attribute='name')|join(',') }}]{% endif %}"
       "{% if add_generation_prompt %}<|assistant|>{% endif %}");
   ASSERT_TRUE(t.is_ok()) << t.status().message();
   ChatInput in;
   in.messages = {{"user", "Weather?", ""},
-                 {"assistant", "", R"({"tool_calls": [{"function": {"name": "get_weather", "arguments": "{}"}}]})"}};
+                 {"assistant", "",
+                  R"({"tool_calls": [{"function": {"name": "get_weather", "arguments": "{}"}}]})"}};
   in.tools_json = R"([{"type": "function", "function": {"name": "get_weather"}}])";
   auto r = t->apply(in);
   ASSERT_TRUE(r.is_ok()) << r.status().message();

@@ -28,7 +28,8 @@ TEST(ChatToolflow, MatchesJinja2OnToolCallsAndReasoning) {
   for (const ToolflowCase& c : kToolflowCases) {
     SCOPED_TRACE(std::string(c.template_file) + " / " + c.conversation);
     auto path = *test::shared_dir() / "templates" / c.template_file;
-    if (!std::filesystem::exists(path)) GTEST_SKIP() << "skipped: ../shared/templates/" << c.template_file << " is not available";
+    if (!std::filesystem::exists(path))
+      GTEST_SKIP() << "skipped: ../shared/templates/" << c.template_file << " is not available";
     std::ifstream f(path, std::ios::binary);
     std::stringstream ss;
     ss << f.rdbuf();
