@@ -12,8 +12,22 @@ namespace {
 // Real chat templates are tens of kilobytes; anything far beyond is not a template.
 constexpr size_t kMaxTemplateBytes = 4u << 20;
 
+// Messages reach API clients: keep them on one line and short, whatever a template or
+// its data put into them.
+std::string one_line(std::string m) {
+  constexpr size_t kMaxMessage = 400;
+  for (char& c : m)
+    if (c == '\n' || c == '\r') c = ' ';
+  if (m.size() > kMaxMessage) {
+    size_t cut = kMaxMessage;
+    while (cut > 0 && (static_cast<unsigned char>(m[cut]) & 0xc0) == 0x80) --cut;  // whole UTF-8
+    m = m.substr(0, cut) + "...";
+  }
+  return m;
+}
+
 Status to_status(const jinja::Failure& f) {
-  std::string message = f.message;
+  std::string message = one_line(f.message);
   // A template's own raise_exception() is meant for the user; keep it clean.
   if (f.line > 0 && message.rfind("TemplateError: ", 0) != 0)
     message += " (line " + std::to_string(f.line) + ")";
@@ -36,7 +50,7 @@ Result<ChatTemplate> ChatTemplate::parse(std::string_view source) {
     std::shared_ptr<const jinja::Program> program = jinja::parse_template(source);
     return ChatTemplate(std::move(program));
   } catch (const jinja::Failure& f) {
-    return Status::error(f.message);
+    return Status::error(one_line(f.message));
   } catch (const std::bad_alloc&) {
     return Status::error("chat template too large to parse");
   }

@@ -68,6 +68,7 @@ class ChatTemplate {
   // Syntax errors come back as one line: "template syntax error at line L, column C: ...".
   static Result<ChatTemplate> parse(std::string_view source);
 
+  // Const and self-contained: several threads may render one template at once.
   // The context's top-level keys become template variables. Objects keep their key
   // order (pass ordered_json: tojson output depends on it). A template's own error
   // (raise_exception) reads "TemplateError: <message>"; other failures read like

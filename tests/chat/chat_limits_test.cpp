@@ -333,3 +333,20 @@ TEST(ChatHelpers, StrftimeNowUsesTheGivenDayOrTheClock) {
 
 }  // namespace
 }  // namespace cairn::chat
+
+namespace cairn::chat {
+namespace {
+
+TEST(ChatRender, MessagesStayOnOneShortLine) {
+  auto r = render("{{ raise_exception('first\nsecond ' ~ ('x' * 5000)) }}");
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_EQ(r.status().message().find('\n'), std::string::npos);
+  EXPECT_LT(r.status().message().size(), 500u);
+  EXPECT_EQ(r.status().message().rfind("TemplateError: first second xxx", 0), 0u);
+  auto t = ChatTemplate::parse("{{ 1 'multi\nline' }}");
+  ASSERT_FALSE(t.is_ok());
+  EXPECT_EQ(t.status().message().find('\n'), std::string::npos);
+}
+
+}  // namespace
+}  // namespace cairn::chat
