@@ -10,6 +10,12 @@ PACKAGES=(
   libboost-dev
 )
 
+# Node.js runs the integration tests (the official `openai` client); many
+# machines already have it from elsewhere, so only a missing `node` pulls Debian's.
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+  PACKAGES+=(nodejs npm)
+fi
+
 missing=()
 for p in "${PACKAGES[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then

@@ -6,6 +6,7 @@ cd "$(dirname "$0")/.."
 JOBS="${JOBS:-$(nproc)}"
 
 bash scripts/build.sh
+bash scripts/install-node-deps.sh
 
 echo "== release test suite"
 ctest --test-dir build --output-on-failure -j "$JOBS"
