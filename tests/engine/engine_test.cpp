@@ -318,6 +318,14 @@ TEST(EngineGolden, StoriesAloneAndAmongThirtyTwo) {
   auto sinks = run_all(*p.engine, many);
   for (size_t k = 0; k < sinks.size(); ++k)
     EXPECT_EQ(sinks[k]->tokens, want[k % want.size()]) << "request " << k << " of 33";
+
+  // A pool of one context (8 blocks) for all six at once: preempted and
+  // recomputed sequences still produce the golden tokens.
+  auto tiny = start(*loaded, 8, {32, 8, 0});
+  auto squeezed = run_all(*tiny.engine, reqs);
+  for (size_t i = 0; i < squeezed.size(); ++i)
+    EXPECT_EQ(squeezed[i]->tokens, want[i]) << "case " << i << " in a tiny pool";
+  EXPECT_GT(tiny.engine->stats().preemptions, 0u);
 }
 
 }  // namespace
