@@ -481,6 +481,7 @@ Value f_tojson(Interpreter& in, const Value& v, CallArgs& a) {
     st.key_sep = to_str(seps.as_list().items[1]);
   }
   st.sort_keys = truthy(arg(a, 99, "sort_keys", Value(false)));
+  st.ensure_ascii = truthy(arg(a, 99, "ensure_ascii", Value(false)));
   std::string out = to_json(v, st);
   in.check_size(out.size());
   return Value(std::move(out));

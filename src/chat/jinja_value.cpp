@@ -473,10 +473,25 @@ Value from_json(const nlohmann::ordered_json& j, int depth) {
 
 namespace {
 
-void json_string(std::string& out, std::string_view s) {
+void json_string(std::string& out, std::string_view s, bool ensure_ascii) {
   out += '"';
-  for (char ch : s) {
+  for (size_t i = 0; i < s.size(); ++i) {
+    char ch = s[i];
     unsigned char c = static_cast<unsigned char>(ch);
+    if (ensure_ascii && c >= 0x80) {
+      char32_t cp;
+      i += utf8_decode(s, i, &cp) - 1;
+      char buf[16];
+      if (cp >= 0x10000) {
+        cp -= 0x10000;
+        std::snprintf(buf, sizeof buf, "\\u%04x\\u%04x", unsigned(0xd800 + (cp >> 10)),
+                      unsigned(0xdc00 + (cp & 0x3ff)));
+      } else {
+        std::snprintf(buf, sizeof buf, "\\u%04x", unsigned(cp));
+      }
+      out += buf;
+      continue;
+    }
     switch (c) {
       case '"':
         out += "\\\"";
@@ -556,7 +571,7 @@ void json_into(std::string& out, const Value& v, const JsonStyle& st, int level)
       return;
     }
     case Kind::String:
-      json_string(out, v.as_string());
+      json_string(out, v.as_string(), st.ensure_ascii);
       return;
     case Kind::List: {
       const ListData& l = v.as_list();
@@ -590,7 +605,7 @@ void json_into(std::string& out, const Value& v, const JsonStyle& st, int level)
       for (size_t i = 0; i < entries.size(); ++i) {
         if (i) out += st.item_sep;
         if (st.indented) newline(level + 1);
-        json_string(out, entries[i].first);
+        json_string(out, entries[i].first, st.ensure_ascii);
         out += st.key_sep;
         json_into(out, *entries[i].second, st, level + 1);
       }

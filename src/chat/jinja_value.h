@@ -155,6 +155,7 @@ struct JsonStyle {
   std::string item_sep = ", ";
   std::string key_sep = ": ";
   bool sort_keys = false;
+  bool ensure_ascii = false;  // true: non-ASCII as \uXXXX escapes, as json.dumps does
 };
 std::string to_json(const Value& v, const JsonStyle& style);
 

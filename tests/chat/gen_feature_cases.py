@@ -109,6 +109,7 @@ CASES = [
     ("filter_indent", "{{ 'a\\nb\\n\\nc'|indent }}|{{ 'a\\nb'|indent(2, true) }}|{{ 'a\\n\\nb'|indent(2, blank=true) }}|{{ 'x\\ny'|indent('> ') }}"),
     ("filter_tojson", "{{ d|tojson }} {{ items|tojson }} {{ 'é\"\\n'|tojson }} {{ none|tojson }} {{ 1.0|tojson }} {{ {'z': 1, 'a': {'b': []}}|tojson(sort_keys=true) }}"),
     ("filter_tojson_indent", "{{ d|tojson(indent=2) }}\n{{ {'a': {}, 'b': [], 'c': [{}]}|tojson(indent=4) }}"),
+    ("filter_tojson_ascii", "{{ u|tojson(ensure_ascii=true) }} {{ {'k': '\U0001F999'}|tojson(ensure_ascii=true) }} {{ d|tojson(separators=(',', ':')) }}"),
     ("filter_tojson_html", "{{ '<a href=\"x\">&</a>'|tojson }}"),
     ("filter_misc", "{{ -3|abs }} {{ [3,1,2]|max }} {{ [3,1,2]|min }} {{ [1,2,3]|sum }} {{ people|sum(attribute='age') }} {{ 'abc'|reverse }} {{ [1,2]|reverse|list }} {{ 'a b  c'|wordcount }} {{ 'x'|center(5) }}|"),
     ("filter_format", "{{ '%s=%d'|format('a', 5) }} {{ '%.2f'|format(3.14159) }} {{ '%05d|%-3s|'|format(42, 'x') }}"),
