@@ -1,10 +1,8 @@
 #!/usr/bin/env bash
-# Installs, builds and runs cairn. With no arguments it generates text with the
-# built-in demo model; any arguments are passed to `cairn run` (e.g. -m model.gguf -p "Hello").
+# Installs, builds and starts the OpenAI-compatible server on 127.0.0.1:8080.
+# With no arguments it serves the built-in demo model; any arguments are passed
+# to `cairn serve` (e.g. -m model.gguf --port 9000).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/build.sh
-if [ $# -eq 0 ]; then
-  exec ./build/cairn run -p "Once upon a time" -n 64
-fi
-exec ./build/cairn run "$@"
+exec ./build/cairn serve "$@"
