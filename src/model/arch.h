@@ -26,6 +26,14 @@ struct ArchSpec {
 // nullptr when the architecture is unknown.
 const ArchSpec* find_arch(std::string_view name);
 
+// What distinguishes one llama-family decoder from another beyond hparams.
+struct DecoderOptions {
+  bool qkv_bias = false;  // Q/K/V projections carry biases (qwen2)
+};
+Result<std::unique_ptr<Model>> load_decoder(std::shared_ptr<const gguf::File> file, HParams hp,
+                                            const LoadOptions& options,
+                                            const DecoderOptions& decoder);
+
 Result<std::unique_ptr<Model>> load_llama(std::shared_ptr<const gguf::File> file, HParams hp,
                                           const LoadOptions& options);
 Result<std::unique_ptr<Model>> load_qwen2(std::shared_ptr<const gguf::File> file, HParams hp,

@@ -1,0 +1,56 @@
+// The pre-norm decoder shared by the llama-family architectures: RMSNorm,
+// attention with RoPE and GQA, SwiGLU FFN, residual adds, output head (tied to
+// the embedding when output.weight is absent). Architectures differ only in
+// the facts DecoderOptions carries, so each stays a few lines.
+#include <memory>
+
+#include "model/arch.h"
+#include "model/blocks.h"
+
+namespace cairn::model {
+namespace {
+
+class DecoderModel final : public Model {
+ public:
+  DecoderModel(std::shared_ptr<const gguf::File> file, HParams hp, DecoderWeights w, int n_threads)
+      : Model(std::move(hp)), file_(std::move(file)), w_(std::move(w)), pool_(n_threads) {}
+
+  Status forward(const Batch& batch, KvView& kv, Logits& out) override {
+    CAIRN_RETURN_IF_ERROR(validate_batch(hparams_, batch, kv));
+    const HParams& hp = hparams_;
+    const int64_t T = (int64_t)batch.size();
+    ws_.reserve(hp, T);
+    embed(w_.tok_embd, batch, ws_.x.data());
+    for (int il = 0; il < (int)hp.n_layer; ++il) {
+      const LayerWeights& l = w_.layers[(size_t)il];
+      rms_norm_rows(ws_.x.data(), l.attn_norm, T, hp.n_embd, hp.norm_eps, ws_.xn.data());
+      attention(hp, l.attn, il, batch, kv, ws_, pool_);
+      kernels::add(ws_.x.data(), ws_.tmp.data(), T * hp.n_embd);
+      const int64_t n = il + 1 == (int)hp.n_layer ? keep_output_rows(batch, ws_, hp.n_embd) : T;
+      rms_norm_rows(ws_.x.data(), l.ffn_norm, n, hp.n_embd, hp.norm_eps, ws_.xn.data());
+      ffn_swiglu(hp, l.ffn, n, ws_, pool_);
+      kernels::add(ws_.x.data(), ws_.tmp.data(), n * hp.n_embd);
+    }
+    output_logits(hp, w_, batch, ws_, pool_, out);
+    return Status::ok();
+  }
+
+ private:
+  std::shared_ptr<const gguf::File> file_;  // the weights point into its mapping
+  DecoderWeights w_;
+  ThreadPool pool_;
+  Workspace ws_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Model>> load_decoder(std::shared_ptr<const gguf::File> file, HParams hp,
+                                            const LoadOptions& options,
+                                            const DecoderOptions& decoder) {
+  auto w = load_decoder_weights(*file, hp, decoder.qkv_bias);
+  if (!w) return w.status();
+  return std::unique_ptr<Model>(
+      new DecoderModel(std::move(file), std::move(hp), std::move(*w), options.n_threads));
+}
+
+}  // namespace cairn::model
