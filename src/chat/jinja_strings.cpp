@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "chat/jinja_value.h"
+#include "core/utf8.h"
 
 namespace cairn::chat::jinja {
 
@@ -142,23 +143,6 @@ std::string py_replace(std::string_view s, std::string_view old, std::string_vie
 
 namespace {
 
-void encode(std::string& out, char32_t cp) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xc0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3f));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xe0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3f));
-    out += static_cast<char>(0x80 | (cp & 0x3f));
-  } else {
-    out += static_cast<char>(0xf0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3f));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3f));
-    out += static_cast<char>(0x80 | (cp & 0x3f));
-  }
-}
 
 // Simple case pairs for the scripts chat text most often mixes with ASCII (Latin-1,
 // Latin Extended-A, Greek, Cyrillic); other code points keep their case.
@@ -202,7 +186,7 @@ std::string map_case(std::string_view s, char32_t (*f)(char32_t)) {
     if (m == p.cp)
       out.append(s.substr(p.begin, p.end - p.begin));  // keeps invalid bytes as they were
     else
-      encode(out, m);
+      append_utf8(out, static_cast<uint32_t>(m));
   }
   return out;
 }

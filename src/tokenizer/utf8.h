@@ -9,6 +9,8 @@
 #include <string>
 #include <string_view>
 
+#include "core/utf8.h"
+
 namespace cairn::tok {
 
 // Length of the sequence a lead byte announces (1 for ASCII and for stray
@@ -28,7 +30,7 @@ struct Utf8Step {
 };
 Utf8Step utf8_step(std::string_view s);
 
-void append_utf8(std::string& out, uint32_t cp);
+using cairn::append_utf8;  // core/utf8.h
 
 inline constexpr std::string_view kReplacementChar = "\xEF\xBF\xBD";
 
