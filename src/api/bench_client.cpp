@@ -315,7 +315,10 @@ asio::awaitable<RequestRecord> one_request(beast::tcp_stream& stream, Level& lv,
   while (!parser.is_done()) {
     parser.get().body().data = tmp;
     parser.get().body().size = sizeof(tmp);
-    co_await http::async_read(stream, buf, parser, asio::redirect_error(asio::use_awaitable, ec));
+    // read_some, not read: read() would keep going until the buffer fills,
+    // delivering a whole stream at once and hiding the inter-token gaps.
+    co_await http::async_read_some(stream, buf, parser,
+                                   asio::redirect_error(asio::use_awaitable, ec));
     if (ec == http::error::need_buffer) ec = {};
     if (ec) {
       rec.error = "read body: " + ec.message();
