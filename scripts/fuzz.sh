@@ -11,7 +11,7 @@ seconds=${FUZZ_SECONDS:-60}
 
 CC=clang CXX=clang++ cmake -S "$root" -B "$build" -G Ninja \
   -DCAIRN_FUZZ=ON -DCAIRN_TESTS=OFF -DCAIRN_TOOLS=OFF >/dev/null
-ninja -C "$build" -j2 fuzz_gguf_reader gguf_fuzz_seeds
+ninja -C "$build" -j2 fuzz_gguf_reader gguf_fuzz_seeds chat_template_fuzz request_parser_fuzz
 
 # The fuzzer grows its corpus in place, so it works on a copy.
 work=$(mktemp -d)
@@ -33,4 +33,18 @@ echo "fuzz.sh: fuzzing the GGUF reader for ${seconds}s"
   -dict="$root/fuzz/gguf.dict" -print_final_stats=1 \
   -artifact_prefix="$build/fuzz-findings/" \
   "$work/corpus"
+
+# The template engine and the HTTP request parser get a shorter run each.
+extra=${FUZZ_EXTRA_SECONDS:-20}
+for target in chat_template_fuzz request_parser_fuzz; do
+  mkdir -p "$work/$target"
+  dict=()
+  case $target in
+    chat_template_fuzz) [ -f "$root/fuzz/chat_template.dict" ] && dict=(-dict="$root/fuzz/chat_template.dict") ;;
+    request_parser_fuzz) dict=(-dict="$root/fuzz/request_parser.dict") ;;
+  esac
+  echo "fuzz.sh: fuzzing $target for ${extra}s"
+  "$build/fuzz/$target" -max_total_time="$extra" -max_len=4096 -timeout=10 -rss_limit_mb=2048 \
+    "${dict[@]}" -artifact_prefix="$build/fuzz-findings/$target-" "$work/$target"
+done
 echo "fuzz.sh: no findings"
