@@ -20,6 +20,12 @@ describe('cairn serve: SIGTERM', { skip: skip ?? false }, () => {
         prompt: gold.prompt, max_tokens: 120, temperature: 0, ignore_eos: true, stream: true,
       })));
       server.proc.kill('SIGTERM');
+      // The signal is delivered asynchronously: wait until the server says it
+      // is draining, so the next request cannot race ahead of the handler.
+      for (let i = 0; i < 500 && !server.stderr().includes('draining'); i++) {
+        await new Promise((resolve) => setTimeout(resolve, 10));
+      }
+      assert.ok(server.stderr().includes('draining'), 'the server logs that it is draining');
       const refused = await fetch(`${server.url}/v1/completions`, {
         method: 'POST', body: JSON.stringify({ prompt: 'a', max_tokens: 2 }),
       }).then((r) => r.status, () => 'connection refused');
