@@ -227,7 +227,14 @@ TEST_F(ServerTest, RoutesAndMethods) {
   ASSERT_EQ(status_of(detok), 200);
   EXPECT_EQ(json::parse(body_of(detok))["prompt"], "xx");
   exchange(post("/v1/completions", R"({"prompt":"hi"})"));
+  // The server counts a request once its response is written, which may be
+  // just after the client has read it: poll briefly for the count.
   auto metrics = exchange(get("/metrics"));
+  for (int i = 0; i < 100 && body_of(metrics).find("route=\"/v1/completions\",status=\"200\"} 1") ==
+                                 std::string::npos; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    metrics = exchange(get("/metrics"));
+  }
   ASSERT_EQ(status_of(metrics), 200);
   EXPECT_TRUE(has_header(metrics, "Content-Type: text/plain; version=0.0.4; charset=utf-8"));
   EXPECT_NE(body_of(metrics).find("cairn_http_requests_total{route=\"/v1/completions\",status=\"200\"} 1"),
