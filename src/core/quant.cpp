@@ -6,6 +6,7 @@
 #include <cstring>
 #include <memory>
 
+#include "core/cpu_features.h"
 #include "core/half.h"
 #include "core/quant_blocks.h"
 
@@ -88,11 +89,11 @@ constexpr std::array<TypeOps, 8> kScalarOps = {{
 }};
 
 // The scalar table with SIMD entries swapped in where this CPU has them.
-// CAIRN_SCALAR=1 keeps the scalar one (to tell a kernel bug from a model bug).
+// CAIRN_ISA=scalar (or CAIRN_SCALAR=1) keeps the scalar one (to tell a kernel
+// bug from a model bug; see core/cpu_features.h).
 std::array<TypeOps, 8> build_active() {
   std::array<TypeOps, 8> table = kScalarOps;
-  const char* force_scalar = std::getenv("CAIRN_SCALAR");
-  if ((force_scalar && force_scalar[0] == '1') || !avx2::supported()) return table;
+  if (!isa_enabled(Isa::Avx2)) return table;
   struct Swap {
     TensorType type;
     float (*vec_dot)(int64_t, const void*, const void*);

@@ -3,7 +3,8 @@
 // the scalar form's; only the final reduction runs in scalar code in both.
 #include "kernels/float_order.h"
 
-#include <cpuid.h>
+#include "core/cpu_features.h"
+
 #include <immintrin.h>
 
 #include <cmath>
@@ -134,15 +135,7 @@ CAIRN_FMA_TARGET float vec_f16_avx2(const uint16_t* w, const uint16_t* x, int64_
   return (float)sum;
 }
 
-bool detect() {
-  const char* s = std::getenv("CAIRN_SCALAR");
-  if (s && s[0] == '1') return false;
-  unsigned a = 0, b = 0, c = 0, d = 0;
-  if (!__get_cpuid(1, &a, &b, &c, &d)) return false;
-  const bool fma = c & bit_FMA, f16c = c & bit_F16C, osx = c & bit_OSXSAVE;
-  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
-  return fma && f16c && osx && (b & bit_AVX2);
-}
+bool detect() { return isa_enabled(Isa::Avx2); }
 
 const bool kSimd = detect();
 

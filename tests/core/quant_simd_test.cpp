@@ -1,6 +1,8 @@
 // The SIMD dot products against the scalar reference they replace.
 #include <gtest/gtest.h>
 
+#include "core/cpu_features.h"
+
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -8,6 +10,7 @@
 #include <vector>
 
 #include "core/half.h"
+#include "core/cpu_features.h"
 #include "core/quant.h"
 #include "core/quant_blocks.h"
 
@@ -58,8 +61,7 @@ class SimdDot : public ::testing::Test {
 };
 
 TEST_F(SimdDot, InstalledInTheActiveTable) {
-  const char* force_scalar = std::getenv("CAIRN_SCALAR");
-  if (force_scalar && force_scalar[0] == '1') {
+  if (!isa_enabled(Isa::Avx2)) {
     EXPECT_EQ(type_ops(TensorType::Q4_K)->vec_dot, &quant::q4_k_dot_q8_k);
     return;
   }
