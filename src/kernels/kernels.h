@@ -6,11 +6,14 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 
 #include "core/tensor_type.h"
 #include "core/thread_pool.h"
 
 namespace cairn::kernels {
+
+struct PackedMatrix;  // kernels/packed.h
 
 // A 2-D weight in its stored type: `rows` rows of `cols` elements each.
 struct WeightMatrix {
@@ -19,7 +22,13 @@ struct WeightMatrix {
   int64_t rows = 0;
   int64_t cols = 0;
   size_t row_stride = 0;  // bytes between rows
+  // A repacked copy for the fast integer kernels (see prepare_weight), or null.
+  std::shared_ptr<const PackedMatrix> packed;
 };
+
+// Repacks w for the active ISA's fastest kernel where one exists (done once at
+// load; the original data stays valid and is still used by get_row).
+void prepare_weight(WeightMatrix& w);
 
 // out[t * w.rows + r] = dot(row r of w, x[t * w.cols ...]) for every token t.
 // Activations are converted per row to the type's vec_dot_type first (integer

@@ -8,6 +8,7 @@
 #include "core/quant.h"
 #include "kernels/float_order.h"
 #include "kernels/kernels.h"
+#include "kernels/packed.h"
 
 namespace cairn::kernels {
 
@@ -59,6 +60,10 @@ void matmul_float(const WeightMatrix& w, const float* x, int64_t n_tokens, float
 
 void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* out, ThreadPool& pool) {
   if (n_tokens <= 0 || w.rows <= 0) return;
+  if (w.packed) {
+    packed_matmul(*w.packed, x, n_tokens, out, pool);
+    return;
+  }
   if (w.type == TensorType::F32 || w.type == TensorType::F16) {
     matmul_float(w, x, n_tokens, out, pool);
     return;

@@ -49,6 +49,14 @@ Result<std::unique_ptr<Model>> load_decoder(std::shared_ptr<const gguf::File> fi
                                             const DecoderOptions& decoder) {
   auto w = load_decoder_weights(*file, hp, decoder.qkv_bias);
   if (!w) return w.status();
+  // Repacked copies for the fastest kernels of this CPU; the embedding table
+  // is only ever read a row at a time, so it stays as mapped.
+  for (LayerWeights& l : w->layers) {
+    for (kernels::WeightMatrix* m : {&l.attn.wq, &l.attn.wk, &l.attn.wv, &l.attn.wo, &l.ffn.gate,
+                                     &l.ffn.up, &l.ffn.down})
+      kernels::prepare_weight(*m);
+  }
+  kernels::prepare_weight(w->output);
   return std::unique_ptr<Model>(
       new DecoderModel(std::move(file), std::move(hp), std::move(*w), options.n_threads));
 }

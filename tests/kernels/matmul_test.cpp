@@ -35,7 +35,7 @@ Quantized make_weights(TensorType t, int64_t rows, int64_t cols, uint32_t seed) 
     ops->from_float(f.data() + r * cols, q.bytes.data() + r * rb, cols);
     ops->to_float(q.bytes.data() + r * rb, q.dequant.data() + r * cols, cols);
   }
-  q.w = {t, q.bytes.data(), rows, cols, rb};
+  q.w = {t, q.bytes.data(), rows, cols, rb, nullptr};
   return q;
 }
 
@@ -111,7 +111,7 @@ TEST(Matmul, RowStrideIsHonoured) {
   std::vector<float> data(size_t(rows * cols * 2), 1e30f);
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c < cols; ++c) data[r * cols * 2 + c] = float(r + 1);
-  WeightMatrix w{TensorType::F32, data.data(), rows, cols, size_t(cols * 2 * 4)};
+  WeightMatrix w{TensorType::F32, data.data(), rows, cols, size_t(cols * 2 * 4), nullptr};
   std::vector<float> x(cols, 1.0f), out(rows);
   ThreadPool pool(2);
   matmul(w, x.data(), 1, out.data(), pool);
@@ -123,7 +123,7 @@ TEST(Matmul, UnsupportedTypeGivesNaN) {
   EXPECT_FALSE(matmul_supported(TensorType::Q8_K));
   EXPECT_TRUE(matmul_supported(TensorType::Q6_K));
   std::vector<unsigned char> data(176);
-  WeightMatrix w{TensorType::Q5_K, data.data(), 1, 256, 176};
+  WeightMatrix w{TensorType::Q5_K, data.data(), 1, 256, 176, nullptr};
   std::vector<float> x(256, 1.0f), out(1, 0.0f);
   ThreadPool pool(1);
   matmul(w, x.data(), 1, out.data(), pool);

@@ -1,0 +1,334 @@
+// Packed Q4_0 / Q8_0 weights and their AVX-512 VNNI matmul (layouts: packed.h).
+//
+// Why these kernels give the scalar functions' bits: the float work per block
+// is the same operations in the same order — the scale product
+// f16(w.d) * f16(a.d), converted integer sums, one fma into the running sum per
+// row (Q4_0: one float per row; Q8_0: ggml's 8 lanes per row, reduced by
+// hsum_lanes at the end). Only the integer sums are formed differently
+// (vpdpbusd over unsigned codes, then an exact correction for the offset), and
+// integer sums are exact.
+#include "kernels/packed.h"
+
+#include "core/simd.h"
+
+#include <algorithm>
+#include <cstring>
+#include <new>
+#include <vector>
+
+#include "core/cpu_features.h"
+#include "core/half.h"
+#include "core/quant.h"
+#include "core/quant_blocks.h"
+
+// fp-contract=off: GCC may otherwise fuse an intrinsic multiply into a later
+// add, which changes the rounding the scalar functions document.
+#define CAIRN_VNNI                                                                        \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c"), \
+                 optimize("fp-contract=off")))
+
+namespace cairn::kernels {
+
+void PackedMatrix::Free::operator()(uint8_t* p) const {
+  ::operator delete[](p, std::align_val_t{64});
+}
+
+namespace {
+
+using quant::BlockQ4_0;
+using quant::BlockQ8_0;
+
+constexpr int kGroup = 16;
+constexpr size_t kQ4Block = 32 + 4 * 64;  // scales + 4 chunks of 16 rows x 4 bytes
+constexpr size_t kQ8Block = 32 + 8 * 64;  // scales + 8 chunks of 2 rows x 32 bytes
+constexpr int kQ4Tile = 8;                // tokens per Q4_0 tile (accumulator registers)
+constexpr int kQ8Tile = 4;                // tokens per Q8_0 tile (x 4 row pairs)
+constexpr int64_t kTokenChunk = 64;       // tokens whose activations stay in L2 per pass
+
+// ---- packing (plain C++: runs once at load) ---------------------------------
+
+void pack_q4_0(const WeightMatrix& w, PackedMatrix& p) {
+  const auto* src = static_cast<const uint8_t*>(w.data);
+  for (int64_t g = 0; g < p.n_groups; ++g) {
+    for (int64_t b = 0; b < p.n_blocks; ++b) {
+      uint8_t* dst = p.data.get() + ((size_t)(g * p.n_blocks + b)) * kQ4Block;
+      for (int r = 0; r < kGroup; ++r) {
+        const int64_t row = g * kGroup + r;
+        if (row >= w.rows) break;  // padding rows stay zero
+        const auto* blk = reinterpret_cast<const BlockQ4_0*>(src + (size_t)row * w.row_stride) + b;
+        std::memcpy(dst + 2 * r, &blk->d, 2);
+        for (int k = 0; k < 4; ++k) std::memcpy(dst + 32 + 64 * k + 4 * r, blk->qs + 4 * k, 4);
+      }
+    }
+  }
+}
+
+void pack_q8_0(const WeightMatrix& w, PackedMatrix& p) {
+  const auto* src = static_cast<const uint8_t*>(w.data);
+  for (int64_t g = 0; g < p.n_groups; ++g) {
+    for (int64_t b = 0; b < p.n_blocks; ++b) {
+      uint8_t* dst = p.data.get() + ((size_t)(g * p.n_blocks + b)) * kQ8Block;
+      for (int r = 0; r < kGroup; ++r) {
+        const int64_t row = g * kGroup + r;
+        uint8_t* q = dst + 32 + 64 * (r / 2) + 32 * (r % 2);
+        if (row >= w.rows) {
+          std::memset(q, 0x80, 32);  // code 0 after the +128 offset
+          continue;
+        }
+        const auto* blk = reinterpret_cast<const BlockQ8_0*>(src + (size_t)row * w.row_stride) + b;
+        std::memcpy(dst + 2 * r, &blk->d, 2);
+        for (int j = 0; j < 32; ++j) q[j] = (uint8_t)((uint8_t)blk->qs[j] ^ 0x80);  // q + 128
+      }
+    }
+  }
+}
+
+// ---- activations --------------------------------------------------------------
+//
+// Each token's row is quantized to Q8_0 exactly as quant::q8_0_from_float_act
+// does (scale 127/amax, ties to even; the stored f16 scale is what the dot
+// uses), into the side tables the kernels want:
+// - Q4_0: qs[K], then d[nb] (float), then bias[nb] = -8 * sum(qs of block);
+// - Q8_0: per block 128 B (qs twice, for both row halves of a zmm; then 16
+//   int32: -128 * the sum of each 4 codes, twice), then d[nb] (float).
+
+size_t act_stride(PackedMatrix::Layout layout, int64_t cols) {
+  const int64_t nb = cols / 32;
+  const size_t bytes = layout == PackedMatrix::Layout::Q4_0x16 ? (size_t)cols + 8 * (size_t)nb
+                                                                : 132 * (size_t)nb;
+  return (bytes + 63) & ~size_t{63};
+}
+
+CAIRN_VNNI void quantize_act(PackedMatrix::Layout layout, const float* x, int64_t cols, uint8_t* dst) {
+  const int64_t nb = cols / 32;
+  const bool q4 = layout == PackedMatrix::Layout::Q4_0x16;
+  float* d_out = reinterpret_cast<float*>(dst + (q4 ? (size_t)cols : 128 * (size_t)nb));
+  int32_t* bias_out = reinterpret_cast<int32_t*>(dst + cols + 4 * nb);
+  const __m512 sign = _mm512_set1_ps(-0.0f);
+  for (int64_t b = 0; b < nb; ++b) {
+    const __m512 v0 = _mm512_loadu_ps(x + 32 * b);
+    const __m512 v1 = _mm512_loadu_ps(x + 32 * b + 16);
+    const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_andnot_ps(sign, v0),
+                                                          _mm512_andnot_ps(sign, v1)));
+    const uint16_t dh = f32_to_f16(amax / 127.0f);
+    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    const __m512i i0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, _mm512_set1_ps(id)));  // ties to even
+    const __m512i i1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, _mm512_set1_ps(id)));
+    const __m128i q0 = _mm512_cvtsepi32_epi8(i0);
+    const __m128i q1 = _mm512_cvtsepi32_epi8(i1);
+    d_out[b] = f16_to_f32(dh);
+    if (q4) {
+      int8_t* qs = reinterpret_cast<int8_t*>(dst) + 32 * b;
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(qs), q0);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(qs + 16), q1);
+      bias_out[b] = -8 * _mm512_reduce_add_epi32(_mm512_add_epi32(i0, i1));
+    } else {
+      uint8_t* blk = dst + 128 * b;
+      const __m256i q = _mm256_set_m128i(q1, q0);
+      _mm512_storeu_si512(blk, _mm512_inserti64x4(_mm512_castsi256_si512(q), q, 1));
+      // Sum of each 4 consecutive codes: vpdpbusd with all-ones as the unsigned side.
+      const __m256i sums = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(1), q);
+      const __m256i corr = _mm256_mullo_epi32(sums, _mm256_set1_epi32(-128));
+      _mm512_storeu_si512(blk + 64, _mm512_inserti64x4(_mm512_castsi256_si512(corr), corr, 1));
+    }
+  }
+}
+
+// ---- kernels ------------------------------------------------------------------
+// Every loop over tokens, chunks and row pairs is unrolled so the arrays below
+// live in registers (the Release build is -O2, which would keep them in memory).
+
+// NT tokens against one 16-row Q4_0 group: out[t * out_stride + r] for r < n_rows.
+template <int NT>
+CAIRN_VNNI void q4_0_tile(const uint8_t* gw, int64_t nb, int64_t cols, const uint8_t* act,
+                          size_t stride, float* out, int64_t out_stride, int n_rows) {
+  __m512 acc[NT];
+  #pragma GCC unroll 8
+  for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = gw + (size_t)b * kQ4Block;
+    const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
+    __m512i lo[4], hi[4];
+    #pragma GCC unroll 8
+    for (int k = 0; k < 4; ++k) {
+      const __m512i q = _mm512_loadu_si512(blk + 32 + 64 * k);
+      lo[k] = _mm512_and_si512(q, m4);
+      hi[k] = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+    }
+    #pragma GCC unroll 8
+    for (int t = 0; t < NT; ++t) {
+      const uint8_t* at = act + t * stride;
+      const uint8_t* qs = at + 32 * b;
+      const float d = reinterpret_cast<const float*>(at + cols)[b];
+      const int32_t bias = reinterpret_cast<const int32_t*>(at + cols + 4 * nb)[b];
+      __m512i s = _mm512_set1_epi32(bias);
+      #pragma GCC unroll 8
+      for (int k = 0; k < 4; ++k) {
+        int32_t a_lo, a_hi;
+        std::memcpy(&a_lo, qs + 4 * k, 4);
+        std::memcpy(&a_hi, qs + 16 + 4 * k, 4);
+        s = _mm512_dpbusd_epi32(s, lo[k], _mm512_set1_epi32(a_lo));
+        s = _mm512_dpbusd_epi32(s, hi[k], _mm512_set1_epi32(a_hi));
+      }
+      const __m512 dd = _mm512_mul_ps(dw, _mm512_set1_ps(d));
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), dd, acc[t]);
+    }
+  }
+  const __mmask16 mask = n_rows >= kGroup ? (__mmask16)0xFFFF : (__mmask16)((1u << n_rows) - 1);
+  #pragma GCC unroll 8
+  for (int t = 0; t < NT; ++t) _mm512_mask_storeu_ps(out + t * out_stride, mask, acc[t]);
+}
+
+// NT tokens against row pairs [pair0, pair0 + 4) of one 16-row Q8_0 group;
+// lanes[(p * NT + t) * 16 + l]: the 8 fma lanes of row 2(pair0+p) (l < 8) and
+// of row 2(pair0+p)+1 (l >= 8), reduced by the caller.
+template <int NT>
+CAIRN_VNNI void q8_0_tile(const uint8_t* gw, int64_t nb, int pair0, const uint8_t* act,
+                          size_t stride, float* lanes) {
+  __m512 acc[4][NT];
+  __m512i idx[4];
+  #pragma GCC unroll 8
+  for (int p = 0; p < 4; ++p) {
+    #pragma GCC unroll 8
+    for (int t = 0; t < NT; ++t) acc[p][t] = _mm512_setzero_ps();
+    const int r = 2 * (pair0 + p);
+    idx[p] = _mm512_mask_blend_epi32((__mmask16)0xFF00, _mm512_set1_epi32(r), _mm512_set1_epi32(r + 1));
+  }
+  const float* d_act[NT];
+  #pragma GCC unroll 8
+  for (int t = 0; t < NT; ++t) d_act[t] = reinterpret_cast<const float*>(act + t * stride + 128 * nb);
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = gw + (size_t)b * kQ8Block;
+    const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
+    __m512 dwp[4];
+    __m512i w[4];
+    #pragma GCC unroll 8
+    for (int p = 0; p < 4; ++p) {
+      dwp[p] = _mm512_permutexvar_ps(idx[p], dw);
+      w[p] = _mm512_loadu_si512(blk + 32 + 64 * (pair0 + p));
+    }
+    #pragma GCC unroll 8
+    for (int t = 0; t < NT; ++t) {
+      const uint8_t* at = act + t * stride + 128 * b;
+      const __m512i a = _mm512_loadu_si512(at);
+      const __m512i corr = _mm512_loadu_si512(at + 64);
+      const __m512 da = _mm512_set1_ps(d_act[t][b]);
+      #pragma GCC unroll 8
+      for (int p = 0; p < 4; ++p) {
+        const __m512i s = _mm512_dpbusd_epi32(corr, w[p], a);
+        acc[p][t] = _mm512_fmadd_ps(_mm512_mul_ps(dwp[p], da), _mm512_cvtepi32_ps(s), acc[p][t]);
+      }
+    }
+  }
+  #pragma GCC unroll 8
+  for (int p = 0; p < 4; ++p)
+    #pragma GCC unroll 8
+    for (int t = 0; t < NT; ++t) _mm512_storeu_ps(lanes + (p * NT + t) * 16, acc[p][t]);
+}
+
+template <int NT>
+void q8_0_group(const PackedMatrix& pm, int64_t g, const uint8_t* act, size_t stride, float* out,
+                int64_t out_stride) {
+  alignas(64) float lanes[4 * NT * 16];
+  for (int pair0 = 0; pair0 < kGroup / 2; pair0 += 4) {
+    q8_0_tile<NT>(pm.group(g), pm.n_blocks, pair0, act, stride, lanes);
+    #pragma GCC unroll 8
+    for (int p = 0; p < 4; ++p) {
+      for (int half = 0; half < 2; ++half) {
+        const int64_t row = g * kGroup + 2 * (pair0 + p) + half;
+        if (row >= pm.rows) continue;
+        #pragma GCC unroll 8
+        for (int t = 0; t < NT; ++t)
+          out[t * out_stride + row] = quant::hsum_lanes(lanes + (p * NT + t) * 16 + 8 * half);
+      }
+    }
+  }
+}
+
+template <int... Ns>
+struct TileTable {
+  using Q4 = void (*)(const uint8_t*, int64_t, int64_t, const uint8_t*, size_t, float*, int64_t, int);
+  using Q8 = void (*)(const PackedMatrix&, int64_t, const uint8_t*, size_t, float*, int64_t);
+  static constexpr Q4 q4[] = {q4_0_tile<Ns>...};
+  static constexpr Q8 q8[] = {q8_0_group<Ns>...};
+};
+
+// Tokens [t0, t1) of one group, in tiles of the widest kernel that fits.
+void run_group(const PackedMatrix& pm, int64_t g, const uint8_t* act, size_t stride, int64_t t0,
+               int64_t t1, float* out) {
+  const bool q4 = pm.layout == PackedMatrix::Layout::Q4_0x16;
+  const int64_t tile = q4 ? kQ4Tile : kQ8Tile;
+  for (int64_t t = t0; t < t1; t += tile) {
+    const int nt = (int)std::min<int64_t>(tile, t1 - t);
+    const uint8_t* a = act + (size_t)t * stride;
+    if (q4) {
+      const int n_rows = (int)std::min<int64_t>(kGroup, pm.rows - g * kGroup);
+      TileTable<1, 2, 3, 4, 5, 6, 7, 8>::q4[nt - 1](pm.group(g), pm.n_blocks, pm.cols, a, stride,
+                                                    out + t * pm.rows + g * kGroup, pm.rows, n_rows);
+    } else {
+      TileTable<1, 2, 3, 4>::q8[nt - 1](pm, g, a, stride, out + t * pm.rows, pm.rows);
+    }
+  }
+}
+
+}  // namespace
+
+std::shared_ptr<const PackedMatrix> pack_matrix(const WeightMatrix& w) {
+  if (!isa_enabled(Isa::Avx512Vnni) || !w.data || w.rows <= 0 || w.cols <= 0 || w.cols % 32 != 0)
+    return nullptr;
+  PackedMatrix::Layout layout;
+  size_t block_bytes;
+  if (w.type == TensorType::Q4_0) {
+    layout = PackedMatrix::Layout::Q4_0x16;
+    block_bytes = kQ4Block;
+  } else if (w.type == TensorType::Q8_0) {
+    layout = PackedMatrix::Layout::Q8_0x16;
+    block_bytes = kQ8Block;
+  } else {
+    return nullptr;
+  }
+  auto p = std::make_shared<PackedMatrix>();
+  p->layout = layout;
+  p->rows = w.rows;
+  p->cols = w.cols;
+  p->n_groups = (w.rows + kGroup - 1) / kGroup;
+  p->n_blocks = w.cols / 32;
+  p->block_bytes = block_bytes;
+  const size_t bytes = (size_t)p->n_groups * (size_t)p->n_blocks * block_bytes;
+  p->data.reset(static_cast<uint8_t*>(::operator new[](bytes, std::align_val_t{64})));
+  std::memset(p->data.get(), 0, bytes);
+  if (layout == PackedMatrix::Layout::Q4_0x16)
+    pack_q4_0(w, *p);
+  else
+    pack_q8_0(w, *p);
+  return p;
+}
+
+void prepare_weight(WeightMatrix& w) {
+  if (!w.packed) w.packed = pack_matrix(w);
+}
+
+void packed_matmul(const PackedMatrix& pm, const float* x, int64_t n_tokens, float* out,
+                   ThreadPool& pool) {
+  if (n_tokens <= 0) return;
+  const size_t stride = act_stride(pm.layout, pm.cols);
+  thread_local std::vector<uint8_t> scratch;
+  scratch.resize(stride * (size_t)n_tokens + 64);
+  uint8_t* act = scratch.data();
+  act += (64 - reinterpret_cast<uintptr_t>(act) % 64) % 64;
+  pool.parallel_for(n_tokens, [&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t) quantize_act(pm.layout, x + t * pm.cols, pm.cols, act + t * stride);
+  });
+  // Each thread keeps its rows for the whole batch (its weights stay in its
+  // caches across token chunks); a chunk's activations stay in L2 while the
+  // thread's groups pass over them.
+  pool.parallel_for(pm.n_groups, [&](int64_t g0, int64_t g1) {
+    for (int64_t t0 = 0; t0 < n_tokens; t0 += kTokenChunk) {
+      const int64_t t1 = std::min(n_tokens, t0 + kTokenChunk);
+      for (int64_t g = g0; g < g1; ++g) run_group(pm, g, act, stride, t0, t1, out);
+    }
+  });
+}
+
+}  // namespace cairn::kernels

@@ -1,0 +1,52 @@
+// kernels/packed.h — internal to src/kernels: weights repacked at load for the
+// integer-dot (AVX-512 VNNI) kernels, and the matmul over them.
+// Owns the packed layouts and their kernels. Every packed kernel gives the same
+// bits as the type table's scalar vec_dot for the same weights and activations
+// (the golden tests depend on the reference's float order, which the scalar
+// functions document); only integer partial sums are computed differently.
+// Never used when the active ISA lacks the instructions (pack_matrix says no).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "core/thread_pool.h"
+#include "kernels/kernels.h"
+
+namespace cairn::kernels {
+
+// Rows go in groups of 16 (one zmm of outputs). Within a group, block b of all
+// 16 rows is stored together:
+// - Q4_0: 16 f16 scales (32 B), then 4 x 64 B where chunk k holds, for row r,
+//   bytes qs[4k..4k+3] of that row's block at bytes 4r..4r+3 (low nibbles are
+//   elements 4k.., high nibbles elements 16+4k..), so one vpdpbusd with a
+//   broadcast of 4 activation bytes does 4 products for each of the 16 rows.
+// - Q8_0: 16 f16 scales (32 B), then 8 x 64 B where chunk p holds rows 2p and
+//   2p+1 (32 B each, +128 so they are unsigned for vpdpbusd).
+// A last group with fewer than 16 rows is padded with zero rows.
+struct PackedMatrix {
+  enum class Layout { Q4_0x16, Q8_0x16 };
+  Layout layout = Layout::Q4_0x16;
+  int64_t rows = 0, cols = 0;
+  int64_t n_groups = 0, n_blocks = 0;  // 16-row groups; 32-element blocks per row
+  size_t block_bytes = 0;              // one block of one group
+  struct Free {
+    void operator()(uint8_t* p) const;
+  };
+  std::unique_ptr<uint8_t[], Free> data;  // 64-byte aligned
+
+  const uint8_t* group(int64_t g) const {
+    return data.get() + (size_t)g * (size_t)n_blocks * block_bytes;
+  }
+};
+
+// A packed copy of `w` when a packed kernel exists for its type at the active
+// ISA level, else nullptr (matmul then uses the type table's vec_dot).
+std::shared_ptr<const PackedMatrix> pack_matrix(const WeightMatrix& w);
+
+// out[t * rows + r] for every token, as matmul().
+void packed_matmul(const PackedMatrix& p, const float* x, int64_t n_tokens, float* out,
+                   ThreadPool& pool);
+
+}  // namespace cairn::kernels

@@ -1,0 +1,100 @@
+// The packed VNNI kernels must give the scalar functions' bits exactly.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "core/cpu_features.h"
+#include "core/quant.h"
+#include "kernels/kernels.h"
+#include "kernels/packed.h"
+
+namespace cairn::kernels {
+namespace {
+
+struct Case {
+  TensorType type;
+  int64_t rows, cols, tokens;
+};
+
+std::vector<float> random_vec(size_t n, uint32_t seed, float scale) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& f : v) f = dist(rng);
+  return v;
+}
+
+void check_bit_identical(const Case& c, ThreadPool& pool) {
+  const TypeOps* ops = scalar_type_ops(c.type);
+  const TypeOps* act_ops = scalar_type_ops(ops->vec_dot_type);
+  const size_t rb = *row_bytes(c.type, c.cols);
+  const size_t ab = *row_bytes(act_ops->type, c.cols);
+  const auto wf = random_vec((size_t)(c.rows * c.cols), 7 + (uint32_t)c.rows, 1.0f);
+  std::vector<uint8_t> wq(rb * (size_t)c.rows);
+  for (int64_t r = 0; r < c.rows; ++r) ops->from_float(wf.data() + r * c.cols, wq.data() + r * rb, c.cols);
+  // Activations of mixed magnitudes, with an all-zero token (scale 0) and exact ties.
+  auto x = random_vec((size_t)(c.tokens * c.cols), 99 + (uint32_t)c.tokens, 3.0f);
+  if (c.tokens > 1) std::fill(x.begin() + c.cols, x.begin() + 2 * c.cols, 0.0f);
+  if (c.tokens > 2) {
+    for (int64_t i = 0; i < c.cols; ++i) x[(size_t)(2 * c.cols + i)] = (float)((i % 255) - 127) * 0.5f;
+  }
+
+  WeightMatrix w{c.type, wq.data(), c.rows, c.cols, rb, nullptr};
+  prepare_weight(w);
+  ASSERT_NE(w.packed, nullptr);
+  std::vector<float> got((size_t)(c.tokens * c.rows));
+  matmul(w, x.data(), c.tokens, got.data(), pool);
+
+  std::vector<uint8_t> act(ab);
+  const auto quantize = act_from_float(*act_ops);
+  for (int64_t t = 0; t < c.tokens; ++t) {
+    quantize(x.data() + t * c.cols, act.data(), c.cols);
+    for (int64_t r = 0; r < c.rows; ++r) {
+      const float want = ops->vec_dot(c.cols, wq.data() + r * rb, act.data());
+      const float have = got[(size_t)(t * c.rows + r)];
+      uint32_t a, b;
+      std::memcpy(&a, &want, 4);
+      std::memcpy(&b, &have, 4);
+      ASSERT_EQ(a, b) << type_info(c.type).name << " rows " << c.rows << " cols " << c.cols
+                      << " tokens " << c.tokens << ": token " << t << " row " << r << " want "
+                      << want << " got " << have;
+    }
+  }
+}
+
+class PackedKernels : public ::testing::TestWithParam<TensorType> {
+ protected:
+  void SetUp() override {
+    if (!isa_enabled(Isa::Avx512Vnni))
+      GTEST_SKIP() << "packed kernels need AVX-512 VNNI (absent here, or capped by CAIRN_ISA)";
+  }
+};
+
+TEST_P(PackedKernels, BitIdenticalToScalarOnRaggedShapes) {
+  ThreadPool pool(2);
+  for (int64_t rows : {1, 15, 16, 17, 40}) {
+    for (int64_t cols : {32, 96, 512}) {
+      for (int64_t tokens : {1, 2, 3, 5, 8, 9, 13}) check_bit_identical({GetParam(), rows, cols, tokens}, pool);
+    }
+  }
+  // More tokens than one activation chunk, and a model-sized width.
+  check_bit_identical({GetParam(), 33, 2048, 70}, pool);
+  check_bit_identical({GetParam(), 300, 256, 130}, pool);
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, PackedKernels, ::testing::Values(TensorType::Q4_0, TensorType::Q8_0),
+                         [](const auto& info) { return std::string(type_info(info.param).name); });
+
+TEST(PackedMatrixTest, OnlyForTypesWithAPackedKernel) {
+  std::vector<uint8_t> data(1024);
+  WeightMatrix f32{TensorType::F32, data.data(), 2, 128, 512, nullptr};
+  EXPECT_EQ(pack_matrix(f32), nullptr);
+  WeightMatrix q4{TensorType::Q4_0, data.data(), 2, 64, 36, nullptr};
+  const bool vnni = isa_enabled(Isa::Avx512Vnni);
+  EXPECT_EQ(pack_matrix(q4) != nullptr, vnni);
+}
+
+}  // namespace
+}  // namespace cairn::kernels
