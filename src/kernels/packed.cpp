@@ -201,23 +201,22 @@ CAIRN_VNNI void q8_0_tile(const uint8_t* gw, int64_t nb, int pair0, const uint8_
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* blk = gw + (size_t)b * kQ8Block;
     const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
-    __m512 dwp[4];
     __m512i w[4];
     #pragma GCC unroll 8
-    for (int p = 0; p < 4; ++p) {
-      dwp[p] = _mm512_permutexvar_ps(idx[p], dw);
-      w[p] = _mm512_loadu_si512(blk + 32 + 64 * (pair0 + p));
-    }
+    for (int p = 0; p < 4; ++p) w[p] = _mm512_loadu_si512(blk + 32 + 64 * (pair0 + p));
     #pragma GCC unroll 8
     for (int t = 0; t < NT; ++t) {
       const uint8_t* at = act + t * stride + 128 * b;
       const __m512i a = _mm512_loadu_si512(at);
       const __m512i corr = _mm512_loadu_si512(at + 64);
-      const __m512 da = _mm512_set1_ps(d_act[t][b]);
+      // All 16 rows' scale products in one multiply (each exact: two f16
+      // significands fit in a float's), spread to the row pairs by permutes,
+      // which run beside the multiply-add pipes.
+      const __m512 dd = _mm512_mul_ps(dw, _mm512_set1_ps(d_act[t][b]));
       #pragma GCC unroll 8
       for (int p = 0; p < 4; ++p) {
         const __m512i s = _mm512_dpbusd_epi32(corr, w[p], a);
-        acc[p][t] = _mm512_fmadd_ps(_mm512_mul_ps(dwp[p], da), _mm512_cvtepi32_ps(s), acc[p][t]);
+        acc[p][t] = _mm512_fmadd_ps(_mm512_permutexvar_ps(idx[p], dd), _mm512_cvtepi32_ps(s), acc[p][t]);
       }
     }
   }
