@@ -9,6 +9,7 @@
 #include "core/cpu_features.h"
 #include "core/half.h"
 #include "core/quant_blocks.h"
+#include "core/quant_k_avx512.h"
 
 namespace cairn {
 namespace quant {
@@ -106,6 +107,19 @@ std::array<TypeOps, 8> build_active() {
   for (TypeOps& ops : table) {
     for (const Swap& s : swaps) {
       if (ops.type == s.type) ops.vec_dot = s.vec_dot;
+    }
+  }
+  // K-quants on AVX-512 VNNI (core/quant_k_avx512.h): the same bits, wider
+  // steps, and a many-rows entry. Below VNNI they keep the AVX2 kernels.
+  if (isa_enabled(Isa::Avx512Vnni)) {
+    for (TypeOps& ops : table) {
+      if (ops.type == TensorType::Q4_K) {
+        ops.vec_dot = avx512vnni::q4_k_dot_q8_k;
+        ops.vec_dot_rows = avx512vnni::q4_k_dot_rows;
+      } else if (ops.type == TensorType::Q6_K) {
+        ops.vec_dot = avx512vnni::q6_k_dot_q8_k;
+        ops.vec_dot_rows = avx512vnni::q6_k_dot_rows;
+      }
     }
   }
   return table;

@@ -8,6 +8,7 @@
 // sizes: callers pass whole blocks of buffers they have bounds-checked.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "core/tensor_type.h"
@@ -31,6 +32,12 @@ struct TypeOps {
   // Q8_0 activations round as the reference's SIMD quantizer does. nullptr:
   // use from_float. See act_from_float().
   void (*from_float_act)(const float* src, void* dst, int64_t n) = nullptr;
+  // Optional (nullptr: call vec_dot per row). n_rows consecutive weight rows,
+  // row r at (const char*)w + r * w_stride, each dotted with the one activation
+  // row `act` (vec_dot_type, n elements): out[r] = vec_dot(n, row r, act), bit
+  // for bit. Lets a kernel keep the activation block in registers across rows.
+  void (*vec_dot_rows)(int64_t n, const void* w, size_t w_stride, int64_t n_rows, const void* act,
+                       float* out) = nullptr;
 };
 
 // The quantizer for activations of `ops`' type (from_float_act or from_float).
