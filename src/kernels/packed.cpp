@@ -162,15 +162,17 @@ CAIRN_VNNI void q4_0_tile(const uint8_t* gw, int64_t nb, int64_t cols, const uin
       const uint8_t* qs = at + 32 * b;
       const float d = reinterpret_cast<const float*>(at + cols)[b];
       const int32_t bias = reinterpret_cast<const int32_t*>(at + cols + 4 * nb)[b];
-      __m512i s = _mm512_set1_epi32(bias);
+      // Two dependency chains of 4 (a single token has no other parallelism).
+      __m512i s_lo = _mm512_set1_epi32(bias), s_hi = _mm512_setzero_si512();
       #pragma GCC unroll 8
       for (int k = 0; k < 4; ++k) {
         int32_t a_lo, a_hi;
         std::memcpy(&a_lo, qs + 4 * k, 4);
         std::memcpy(&a_hi, qs + 16 + 4 * k, 4);
-        s = _mm512_dpbusd_epi32(s, lo[k], _mm512_set1_epi32(a_lo));
-        s = _mm512_dpbusd_epi32(s, hi[k], _mm512_set1_epi32(a_hi));
+        s_lo = _mm512_dpbusd_epi32(s_lo, lo[k], _mm512_set1_epi32(a_lo));
+        s_hi = _mm512_dpbusd_epi32(s_hi, hi[k], _mm512_set1_epi32(a_hi));
       }
+      const __m512i s = _mm512_add_epi32(s_lo, s_hi);
       const __m512 dd = _mm512_mul_ps(dw, _mm512_set1_ps(d));
       acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), dd, acc[t]);
     }
@@ -296,7 +298,11 @@ std::shared_ptr<const PackedMatrix> pack_matrix(const WeightMatrix& w) {
   p->block_bytes = block_bytes;
   const size_t bytes = (size_t)p->n_groups * (size_t)p->n_blocks * block_bytes;
   p->data.reset(static_cast<uint8_t*>(::operator new[](bytes, std::align_val_t{64})));
-  std::memset(p->data.get(), 0, bytes);
+  // Only a short last group has bytes the packers leave unwritten.
+  if (w.rows % kGroup != 0) {
+    const size_t last = (size_t)(p->n_groups - 1) * (size_t)p->n_blocks * block_bytes;
+    std::memset(p->data.get() + last, 0, bytes - last);
+  }
   if (layout == PackedMatrix::Layout::Q4_0x16)
     pack_q4_0(w, *p);
   else
