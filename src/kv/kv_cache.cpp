@@ -75,6 +75,12 @@ class Paged final : public PagedKvCache {
   const void* value(int layer, SeqId seq, int32_t pos) const override {
     return row(*find(seq), layer, pos, 1);
   }
+  // A block holds its bt_ rows of one layer's K (and V) back to back.
+  Rows rows(int layer, SeqId seq, int32_t pos, int32_t max_n) const override {
+    const Seq& s = *find(seq);
+    const int32_t n = std::max<int32_t>(1, std::min<int32_t>(max_n, bt_ - (pos & (bt_ - 1))));
+    return {row(s, layer, pos, 0), row(s, layer, pos, 1), n};
+  }
   int64_t n_layer() const override { return shape_.n_layer; }
   int64_t row_elems() const override { return shape_.row_elems; }
 

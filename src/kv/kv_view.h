@@ -30,6 +30,20 @@ class KvView {
   virtual void write(int layer, SeqId seq, int32_t pos, const float* k, const float* v) = 0;
   virtual const void* key(int layer, SeqId seq, int32_t pos) const = 0;
   virtual const void* value(int layer, SeqId seq, int32_t pos) const = 0;
+  // Positions [pos, pos + n) of `seq` whose rows lie back to back: K row
+  // pos + i at k + i * row_bytes (row_bytes = the model's n_head_kv * head_dim
+  // elements of dtype()), V likewise, with 1 <= n <= max_n. Lets attention
+  // walk a sequence a block at a time instead of a virtual call per position.
+  // The default is one row; caches that store runs override it.
+  struct Rows {
+    const void* k;
+    const void* v;
+    int32_t n;
+  };
+  virtual Rows rows(int layer, SeqId seq, int32_t pos, int32_t max_n) const {
+    (void)max_n;
+    return {key(layer, seq, pos), value(layer, seq, pos), 1};
+  }
   // The shape the view was built for; forward() refuses a view whose shape
   // differs from the model's (0 = not reported, not checked).
   virtual int64_t n_layer() const { return 0; }

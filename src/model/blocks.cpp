@@ -9,7 +9,7 @@
 #include "core/half.h"
 #include "core/quant.h"
 #include "core/quant_blocks.h"
-#include "kernels/float_order.h"
+#include "model/attention.h"
 
 namespace cairn::model {
 namespace {
@@ -18,118 +18,6 @@ std::string dims_str(const std::vector<int64_t>& d) {
   std::string s = "[";
   for (size_t i = 0; i < d.size(); ++i) s += (i ? ", " : "") + std::to_string(d[i]);
   return s + "]";
-}
-
-// F16 -> F32 for every half value: attention reads F16 K/V rows element by
-// element, and the branchy scalar conversion would dominate it.
-const float* f16_table() {
-  static const std::vector<float> table = [] {
-    std::vector<float> t(65536);
-    for (uint32_t i = 0; i < 65536; ++i) t[i] = f16_to_f32((uint16_t)i);
-    return t;
-  }();
-  return table.data();
-}
-
-
-// One query head against positions [0, n_pos) of its sequence, in the
-// reference's arithmetic on an AVX-512 machine (no flash attention; K/V in
-// F16; rows of n_kv = n_pos padded to 32, the padding masked):
-// - K.q: q is a permuted (non-contiguous) tensor, so ggml converts it to F16
-//   and takes ggml_vec_dot_f16 per position;
-// - softmax over the padded row in groups of 16 (kernels::softmax);
-// - V.w: the softmax rows are contiguous, so tinyBLAS multiplies F16 V with
-//   float weights, position p in fma lane p % 16, reduced as reduce16.
-float round_f16(float x) { return f16_to_f32(f32_to_f16(x)); }
-
-struct AttnScratch {
-  std::vector<float> scores, lanes, q;
-  std::vector<uint16_t> qh;
-  std::vector<double> tail;
-};
-
-// One query head against positions [0, n_pos) of its sequence, in the
-// reference's arithmetic (no flash attention, F16 K/V, rows of n_kv = n_pos
-// padded to 32 with the padding masked). The query and the softmax weights are
-// rounded to the cache type (ggml converts a matmul's second operand to the
-// first one's type); the softmax runs over the padded rows (kernels::softmax).
-// The products' order depends on the batch, as ggml's kernel choice does:
-// - a single token (decode) takes ggml_vec_dot_f16 with AVX-512 for both
-//   K.q (kernels::order::vec_f16) and V.w (positions p < n_kv & ~63 in four
-//   16-lane accumulators by p % 64, the rest added in double);
-// - a batch takes tinyBLAS: K.q in 16 fma lanes over head_dim (when
-//   head_dim % 16 == 0; vec_f16 otherwise), V.w with position p in fma lane
-//   p % 16, both reduced as _mm512_reduce_add_ps.
-// Measured (golden): the single-token orders took q4_0 from 94.4% to 100% of
-// top-5 log-probs within tol; the batch K.q order took the worst deviation of
-// gqa-f32 from 1.8e-4 to 1.9e-5 and of qwen2-f32 from 3.3e-4 to 1.9e-5.
-void attend_head(const KvView& kv, int layer, SeqId seq, int64_t n_pos, int64_t kv_offset,
-                 int64_t head_dim, float scale, const float* q, bool batch, AttnScratch& s,
-                 float* out) {
-  const bool f16 = kv.dtype() == TensorType::F16;
-  const float* h2f = f16_table();
-  const int64_t n_pad = (n_pos + 31) & ~int64_t{31};
-  s.scores.assign((size_t)n_pad, -INFINITY);
-  s.q.resize((size_t)head_dim);
-  s.qh.resize((size_t)head_dim);
-  for (int64_t d = 0; d < head_dim; ++d) {
-    s.qh[(size_t)d] = f32_to_f16(q[d]);
-    s.q[(size_t)d] = f16 ? h2f[s.qh[(size_t)d]] : q[d];
-  }
-  s.lanes.resize((size_t)(64 * head_dim));
-  const bool tiny_kq = batch && head_dim % 16 == 0;
-  for (int64_t p = 0; p < n_pos; ++p) {
-    float dot;
-    if (f16) {
-      const uint16_t* k = (const uint16_t*)kv.key(layer, seq, (int32_t)p) + kv_offset;
-      if (tiny_kq) {
-        for (int64_t d = 0; d < head_dim; ++d) s.lanes[(size_t)d] = h2f[k[d]];
-        dot = kernels::order::tiny_f32(s.lanes.data(), s.q.data(), head_dim);
-      } else {
-        dot = kernels::order::vec_f16(k, s.qh.data(), head_dim);
-      }
-    } else {
-      const float* k = (const float*)kv.key(layer, seq, (int32_t)p) + kv_offset;
-      dot = tiny_kq ? kernels::order::tiny_f32(k, s.q.data(), head_dim)
-                    : kernels::order::vec_f32(k, s.q.data(), head_dim);
-    }
-    s.scores[(size_t)p] = dot * scale;
-  }
-  kernels::softmax(s.scores.data(), n_pad);
-
-  // Lanes of the V.w sum: 16 (tinyBLAS) or 64 (vec_dot's 4 x 16) by position.
-  const int64_t n_lanes = batch ? 16 : 64;
-  const int64_t n_simd = batch ? n_pos : (((n_pos + 31) & ~int64_t{31}) & ~int64_t{63});
-  std::fill(s.lanes.begin(), s.lanes.begin() + n_lanes * head_dim, 0.0f);
-  s.tail.assign((size_t)head_dim, 0.0);
-  for (int64_t p = 0; p < n_pos; ++p) {
-    const float w = f16 ? round_f16(s.scores[(size_t)p]) : s.scores[(size_t)p];
-    const void* vrow = kv.value(layer, seq, (int32_t)p);
-    const uint16_t* vh = (const uint16_t*)vrow + kv_offset;
-    const float* vf = (const float*)vrow + kv_offset;
-    if (p >= n_simd) {
-      for (int64_t d = 0; d < head_dim; ++d)
-        s.tail[(size_t)d] += (double)((f16 ? h2f[vh[d]] : vf[d]) * w);
-      continue;
-    }
-    float* lane = s.lanes.data() + (p % n_lanes) * head_dim;
-    if (f16) {
-      for (int64_t d = 0; d < head_dim; ++d) lane[d] = std::fma(h2f[vh[d]], w, lane[d]);
-    } else {
-      for (int64_t d = 0; d < head_dim; ++d) lane[d] = std::fma(vf[d], w, lane[d]);
-    }
-  }
-  for (int64_t d = 0; d < head_dim; ++d) {
-    const float* l = s.lanes.data() + d;
-    float r[16];
-    for (int i = 0; i < 16; ++i) {
-      r[i] = batch ? l[i * head_dim]
-                   : (l[i * head_dim] + l[(32 + i) * head_dim]) +
-                         (l[(16 + i) * head_dim] + l[(48 + i) * head_dim]);
-    }
-    const float red = kernels::order::reduce16(r);
-    out[d] = batch ? red : (float)((double)red + s.tail[(size_t)d]);
-  }
 }
 
 // Every weight projection of the forward pass goes through here.
@@ -319,19 +207,12 @@ void attention(const HParams& hp, const AttentionWeights& w, int layer, const Ba
     kv.write(layer, batch.seqs[(size_t)t], pos, ws.k.data() + t * nkv, ws.v.data() + t * nkv);
   }
 
-  // GQA: consecutive groups of query heads share one K/V head, as in llama.cpp.
-  const int64_t group = hp.n_head / hp.n_head_kv;
-  const float scale = 1.0f / std::sqrt((float)hd);
-  pool.parallel_for(T * hp.n_head, [&](int64_t begin, int64_t end) {
-    AttnScratch scratch;
-    for (int64_t i = begin; i < end; ++i) {
-      const int64_t t = i / hp.n_head;
-      const int64_t h = i % hp.n_head;
-      attend_head(kv, layer, batch.seqs[(size_t)t], (int64_t)batch.positions[(size_t)t] + 1,
-                  (h / group) * hd, hd, scale, ws.q.data() + t * nq + h * hd, T >= 2, scratch,
-                  ws.attn.data() + t * nq + h * hd);
-    }
-  });
+  AttnShape shape;
+  shape.n_head = hp.n_head;
+  shape.n_head_kv = hp.n_head_kv;
+  shape.head_dim = hd;
+  shape.scale = 1.0f / std::sqrt((float)hd);
+  attend(kv, layer, batch.seqs, batch.positions, ws.q.data(), shape, ws.attn.data(), pool);
 
   project(w.wo, ws.attn.data(), T, ws.tmp.data(), pool);
 }

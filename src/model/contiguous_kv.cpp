@@ -1,6 +1,7 @@
 // Contiguous K/V slabs per sequence; rows converted to F16 on write by default.
 #include "model/contiguous_kv.h"
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
 #include <string>
@@ -72,6 +73,12 @@ const void* ContiguousKvCache::key(int layer, SeqId seq, int32_t pos) const {
 
 const void* ContiguousKvCache::value(int layer, SeqId seq, int32_t pos) const {
   return data_.data() + offset(layer, seq, pos, 1);
+}
+
+// One slab per (layer, sequence, K|V): every position up to n_ctx is one run.
+KvView::Rows ContiguousKvCache::rows(int layer, SeqId seq, int32_t pos, int32_t max_n) const {
+  const int64_t n = std::max<int64_t>(1, std::min<int64_t>(max_n, n_ctx_ - pos));
+  return {key(layer, seq, pos), value(layer, seq, pos), (int32_t)n};
 }
 
 }  // namespace cairn::model

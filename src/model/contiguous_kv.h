@@ -28,6 +28,7 @@ class ContiguousKvCache final : public KvView {
   void write(int layer, SeqId seq, int32_t pos, const float* k, const float* v) override;
   const void* key(int layer, SeqId seq, int32_t pos) const override;
   const void* value(int layer, SeqId seq, int32_t pos) const override;
+  Rows rows(int layer, SeqId seq, int32_t pos, int32_t max_n) const override;
 
   int64_t n_layer() const override { return n_layer_; }
   int64_t row_elems() const override { return row_elems_; }

@@ -1,0 +1,35 @@
+// model/attention_simd.h — internal to attention.cpp: the SIMD kernels for
+// one group of query heads that share a KV head, and their scratch.
+// Owns nothing but the kernel entry points; the caller gathers the rows and
+// checks the CPU (a kernel runs only when isa_enabled says its level may).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace cairn::model::attn_simd {
+
+struct GroupJob {
+  const uint8_t* const* krow = nullptr;  // per position: this KV head's K elements
+  const uint8_t* const* vrow = nullptr;  // per position: this KV head's V elements
+  int64_t n_pos = 0;
+  int64_t head_dim = 0;  // a multiple of 16
+  int nh = 0;            // query heads, head_dim floats apart in q and out
+  const float* q = nullptr;
+  float* out = nullptr;
+  float scale = 1.0f;
+  bool batch = false;  // the batch has >= 2 tokens (tinyBLAS orders)
+  bool f16 = true;     // K/V elements are F16 (else F32)
+};
+
+struct Scratch {
+  std::vector<float> qf;      // [nh][head_dim] queries as the products see them
+  std::vector<float> kf;      // [head_dim] one K row in float
+  std::vector<float> scores;  // [nh][n_pad] scores, then softmax weights
+  std::vector<double> tail;   // V.w positions summed in double (single-token order)
+};
+
+void attend_group_avx512(const GroupJob& job, Scratch& s);
+void attend_group_avx2(const GroupJob& job, Scratch& s);
+
+}  // namespace cairn::model::attn_simd
