@@ -22,5 +22,6 @@ void register_gguf(CLI::App& app, CommandResult& result);
 void register_make_model(CLI::App& app, CommandResult& result);
 void register_serve(CLI::App& app, CommandResult& result);
 void register_bench(CLI::App& app, CommandResult& result);
+void register_bench_model(CLI::App& app, CommandResult& result);
 
 }  // namespace cairn::cli

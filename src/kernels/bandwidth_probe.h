@@ -1,0 +1,42 @@
+// kernels/bandwidth_probe.h — how fast this machine reads memory.
+// Owns a read-bandwidth probe: a buffer far bigger than the caches, split into
+// one contiguous share per thread, each thread summing its share with the
+// widest loads active_isa() allows; the best of several passes is the number a
+// memory-bound kernel (decode) can hope to reach. Used by `cairn bench-model`
+// to turn tok/s into an efficiency. Never touches model weights and never runs
+// unless asked: it allocates (and faults in) the whole buffer on each call.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/cpu_features.h"
+#include "core/status.h"
+
+namespace cairn::kernels {
+
+struct BandwidthOptions {
+  size_t bytes = size_t{1} << 30;  // buffer size; rounded down to whole 4 KiB pages per thread
+  int threads = 1;                 // >= 1
+  int passes = 5;                  // >= 1; each pass reads the whole buffer once
+};
+
+struct BandwidthResult {
+  double best_gbps = 0;   // bytes / time of the fastest pass, in 1e9 bytes per second
+  double mean_gbps = 0;   // over all passes, to show how noisy the machine was
+  size_t bytes = 0;       // bytes each pass read
+  int threads = 0;
+  int passes = 0;
+  Isa isa = Isa::Scalar;  // the load width used
+  uint64_t checksum = 0;  // sum of every 64-bit word of the buffer (keeps the loads alive)
+};
+
+// Errors (one line) on a non-positive thread or pass count, a buffer smaller
+// than one page per thread, or a failed allocation.
+Result<BandwidthResult> measure_read_bandwidth(const BandwidthOptions& options);
+
+// Wrapping sum of n 64-bit words with the loads of `isa` (capped by
+// active_isa()); every level gives the same value. Exposed for tests.
+uint64_t sum_words(const uint64_t* words, size_t n, Isa isa);
+
+}  // namespace cairn::kernels

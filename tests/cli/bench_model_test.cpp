@@ -1,0 +1,238 @@
+// `cairn bench-model` end to end on a tiny model the test makes itself, and the
+// bandwidth probe it relies on.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/cpu_features.h"
+#include "kernels/bandwidth_probe.h"
+#include "test_util.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Proc {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+  std::vector<std::string> err_lines() const {
+    std::vector<std::string> lines;
+    std::istringstream in(err);
+    for (std::string l; std::getline(in, l);) lines.push_back(l);
+    return lines;
+  }
+};
+
+// Runs the cairn binary with `args` (no shell); stdout through a pipe, stderr
+// through a file so neither can fill up and block the child.
+Proc run_cairn(const std::vector<std::string>& args) {
+  static int counter = 0;
+  const fs::path err_file =
+      fs::path(CAIRN_BINARY_DIR) / "test-tmp" /
+      ("bench-model-stderr-" + std::to_string(getpid()) + "-" + std::to_string(counter++));
+  fs::create_directories(err_file.parent_path());
+  int out_pipe[2];
+  if (pipe(out_pipe) != 0) return {};
+  const std::string bin = std::string(CAIRN_BINARY_DIR) + "/cairn";
+  pid_t pid = fork();
+  if (pid == 0) {
+    dup2(out_pipe[1], STDOUT_FILENO);
+    close(out_pipe[0]);
+    close(out_pipe[1]);
+    int fd = open(err_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fd, STDERR_FILENO);
+    close(fd);
+    std::vector<char*> argv;
+    argv.push_back(const_cast<char*>(bin.c_str()));
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execv(bin.c_str(), argv.data());
+    _exit(127);
+  }
+  close(out_pipe[1]);
+  Proc r;
+  char buf[4096];
+  for (ssize_t n; (n = read(out_pipe[0], buf, sizeof(buf))) > 0;) r.out.append(buf, n);
+  close(out_pipe[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  std::ifstream f(err_file);
+  r.err.assign(std::istreambuf_iterator<char>(f), {});
+  fs::remove(err_file);
+  return r;
+}
+
+// The first number on the stdout line that starts with `label`, or -1.
+double number_after(const std::string& out, const std::string& label, int index = 0) {
+  std::istringstream in(out);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind(label, 0) != 0) continue;
+    std::istringstream rest(line.substr(label.size()));
+    double v = -1;
+    for (int i = 0; i <= index; ++i)
+      if (!(rest >> v)) return -1;
+    return v;
+  }
+  return -1;
+}
+
+class BenchModel : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new fs::path(cairn::test::temp_dir("bench-model"));
+    model_ = new std::string((*dir_ / "tiny.gguf").string());
+    Proc made = run_cairn({"make-model", *model_, "--dim", "64", "--layers", "2", "--heads", "4",
+                           "--kv-heads", "2", "--ffn", "128", "--ctx", "256", "--type", "q8_0"});
+    made_ok_ = made.exit_code == 0;
+    made_err_ = new std::string(made.err);
+  }
+  static void TearDownTestSuite() {
+    delete dir_;
+    delete model_;
+    delete made_err_;
+  }
+  void SetUp() override { ASSERT_TRUE(made_ok_) << "make-model failed: " << *made_err_; }
+
+  // A small probe so the test stays quick; the default is 1 GiB.
+  std::vector<std::string> args(std::vector<std::string> extra) const {
+    std::vector<std::string> v{"bench-model", "-m", *model_, "--probe-mib", "16",
+                               "--probe-passes", "2"};
+    v.insert(v.end(), extra.begin(), extra.end());
+    return v;
+  }
+
+  static fs::path* dir_;
+  static std::string* model_;
+  static std::string* made_err_;
+  static bool made_ok_;
+};
+fs::path* BenchModel::dir_ = nullptr;
+std::string* BenchModel::model_ = nullptr;
+std::string* BenchModel::made_err_ = nullptr;
+bool BenchModel::made_ok_ = false;
+
+void expect_one_error_line(const Proc& r, const std::string& needle) {
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_TRUE(r.out.empty()) << r.out;
+  auto lines = r.err_lines();
+  ASSERT_EQ(lines.size(), 1u) << r.err;
+  EXPECT_NE(lines[0].find("error"), std::string::npos) << lines[0];
+  EXPECT_NE(lines[0].find(needle), std::string::npos) << lines[0];
+}
+
+TEST_F(BenchModel, PrintsEveryRowWithPositiveNumbers) {
+  Proc r = run_cairn(args({"-p", "40", "-n", "6", "--batch", "1,3", "--reps", "2", "--threads",
+                           "2", "--ubatch", "16", "--decode-ctx", "5"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string& out = r.out;
+  for (const char* row : {"prefill p=40", "decode B=1 n=6", "decode B=3 n=6"}) {
+    SCOPED_TRACE(row);
+    EXPECT_GT(number_after(out, row, 0), 0);  // tokens
+    EXPECT_GT(number_after(out, row, 1), 0);  // best seconds
+    EXPECT_GT(number_after(out, row, 2), 0);  // best tok/s
+    EXPECT_GT(number_after(out, row, 3), 0);  // mean tok/s
+  }
+  EXPECT_EQ(number_after(out, "prefill p=40", 0), 40);
+  EXPECT_EQ(number_after(out, "decode B=3 n=6", 0), 18);
+  EXPECT_EQ(out.find("decode B=1 n=6", out.find("decode B=1 n=6") + 1), std::string::npos)
+      << "batch 1 measured once";
+  for (const char* row : {"weight bytes / token", "kv bytes / token (B=1)",
+                          "bytes / decoded token (B=1)", "read bandwidth", "decode efficiency"}) {
+    EXPECT_GT(number_after(out, row), 0) << row << "\n" << out;
+  }
+  // The parts add up to the total (printed in MB with four decimals).
+  EXPECT_NEAR(number_after(out, "weight bytes / token") + number_after(out, "kv bytes / token (B=1)"),
+              number_after(out, "bytes / decoded token (B=1)"), 0.00011);
+  EXPECT_NE(out.find(std::string("isa          ") + cairn::isa_name(cairn::active_isa())),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("threads      2"), std::string::npos) << out;
+}
+
+TEST_F(BenchModel, DefaultBatchesRunAndKvFitsTheRun) {
+  Proc r = run_cairn(args({"-p", "8", "-n", "4", "--reps", "1"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const char* row : {"decode B=1 n=4", "decode B=4 n=4", "decode B=16 n=4"})
+    EXPECT_GT(number_after(r.out, row, 2), 0) << row << "\n" << r.out;
+}
+
+TEST_F(BenchModel, BadOptionsAreOneErrorLine) {
+  expect_one_error_line(run_cairn(args({"-p", "abc"})), "-p");
+  expect_one_error_line(run_cairn(args({"-p", "0"})), "-p");
+  expect_one_error_line(run_cairn(args({"-n", "-3"})), "-n");
+  expect_one_error_line(run_cairn(args({"--reps", "0"})), "--reps");
+  expect_one_error_line(run_cairn(args({"--threads", "0"})), "--threads");
+  expect_one_error_line(run_cairn(args({"--threads", "x2"})), "--threads");
+  expect_one_error_line(run_cairn(args({"--ubatch", "-1"})), "--ubatch");
+  expect_one_error_line(run_cairn(args({"--batch", ""})), "--batch");
+  expect_one_error_line(run_cairn(args({"--batch", "1,,4"})), "--batch");
+  expect_one_error_line(run_cairn(args({"--batch", "1,x"})), "'x'");
+  expect_one_error_line(run_cairn(args({"--batch", "0"})), "--batch");
+  expect_one_error_line(run_cairn(args({"--batch", "-4"})), "--batch");
+  expect_one_error_line(run_cairn(args({"--batch", "4,"})), "--batch");
+  expect_one_error_line(run_cairn(args({"-p", "200", "-n", "100"})), "context of 256");
+  expect_one_error_line(run_cairn(args({"--decode-ctx", "250", "-n", "10", "-p", "8"})),
+                        "context of 256");
+  expect_one_error_line(run_cairn({"bench-model", "-m", "/no/such/model.gguf"}),
+                        "/no/such/model.gguf");
+  expect_one_error_line(run_cairn({"bench-model", "-p", "8"}), "--model");
+}
+
+// The probe sums the same words whatever load width it uses, including
+// lengths that leave a tail after the unrolled loop.
+TEST(BandwidthProbe, EveryLoadWidthGivesTheScalarSum) {
+  std::mt19937_64 rng(7);
+  std::vector<uint64_t> words(1000);
+  for (auto& w : words) w = rng();
+  for (size_t n : {0u, 1u, 7u, 15u, 16u, 17u, 31u, 32u, 33u, 100u, 999u, 1000u}) {
+    uint64_t want = 0;
+    for (size_t i = 0; i < n; ++i) want += words[i];
+    for (cairn::Isa isa : {cairn::Isa::Scalar, cairn::Isa::Avx2, cairn::Isa::Avx512,
+                           cairn::Isa::Avx512Vnni}) {
+      // Unaligned start too: the loads must not assume alignment.
+      EXPECT_EQ(cairn::kernels::sum_words(words.data(), n, isa), want) << n;
+      if (n > 0) {
+        uint64_t tail = want - words[0];
+        EXPECT_EQ(cairn::kernels::sum_words(words.data() + 1, n - 1, isa), tail) << n;
+      }
+    }
+  }
+}
+
+TEST(BandwidthProbe, MeasuresAndChecksItsArguments) {
+  cairn::kernels::BandwidthOptions o;
+  o.bytes = size_t{8} << 20;
+  o.threads = 2;
+  o.passes = 2;
+  auto r = cairn::kernels::measure_read_bandwidth(o);
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  EXPECT_GT(r->best_gbps, 0);
+  EXPECT_GE(r->best_gbps, r->mean_gbps);
+  EXPECT_EQ(r->bytes, o.bytes);
+  // The buffer holds 0, 1, 2, ... as words: the sum checks every word was read once.
+  const uint64_t n = o.bytes / 8;
+  EXPECT_EQ(r->checksum, n * (n - 1) / 2);
+
+  o.threads = 0;
+  EXPECT_FALSE(cairn::kernels::measure_read_bandwidth(o).is_ok());
+  o.threads = 1;
+  o.passes = 0;
+  EXPECT_FALSE(cairn::kernels::measure_read_bandwidth(o).is_ok());
+  o.passes = 1;
+  o.bytes = 100;
+  auto small = cairn::kernels::measure_read_bandwidth(o);
+  ASSERT_FALSE(small.is_ok());
+  EXPECT_NE(small.status().message().find("page"), std::string::npos);
+}
+
+}  // namespace

@@ -1,0 +1,432 @@
+// `cairn bench-model`: how fast the model layer runs on this machine, measured
+// without the engine or the network in the way. Prefill is one prompt through
+// Model::forward in ubatch-sized chunks, logits for its last token only; decode
+// is B sequences stepped together, one forward of B tokens per step, greedy so
+// every step depends on the last. The K/V lives in the paged cache the server
+// uses, with the prefix cache off so no repetition is served from memory.
+// Decode is memory-bound, so the table also states the bytes one decoded token
+// reads and the machine's own read bandwidth, whose ratio is the efficiency.
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cinttypes>
+#include <cstdio>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "commands.h"
+#include "core/cpu_features.h"
+#include "gguf/gguf.h"
+#include "kernels/bandwidth_probe.h"
+#include "kv/kv_cache.h"
+#include "model/model.h"
+
+namespace cairn::cli {
+
+namespace {
+
+// The biggest batch the flag accepts: far beyond what one CPU step serves, and
+// small enough that sizes derived from it never overflow.
+constexpr int kMaxBatch = 4096;
+
+struct BenchArgs {
+  std::string model;
+  int prompt = 512;
+  int n_decode = 128;
+  std::string batch = "1,4,16";
+  int threads = 0;
+  int reps = 2;
+  int ubatch = 512;
+  int decode_ctx = 16;
+  int probe_mib = 1024;
+  int probe_passes = 5;
+};
+
+struct Timing {
+  int64_t tokens = 0;
+  double best_s = 0;
+  double sum_tps = 0;
+  int runs = 0;
+  void add(double seconds) {
+    best_s = runs == 0 ? seconds : std::min(best_s, seconds);
+    sum_tps += seconds > 0 ? tokens / seconds : 0;
+    ++runs;
+  }
+  double best_tps() const { return best_s > 0 ? tokens / best_s : 0; }
+  double mean_tps() const { return runs > 0 ? sum_tps / runs : 0; }
+};
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// "1,4,16" -> {1, 4, 16}; duplicates dropped, order kept. Anything but
+// positive integers separated by single commas is an error.
+Result<std::vector<int>> parse_batch_list(const std::string& s) {
+  std::vector<int> out;
+  size_t at = 0;
+  if (s.empty()) return Status::error("--batch is empty (want e.g. 1,4,16)");
+  while (true) {
+    const size_t comma = s.find(',', at);
+    const std::string item = s.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
+    const bool digits = !item.empty() && item.size() <= 9 &&
+                        std::all_of(item.begin(), item.end(), [](char c) { return c >= '0' && c <= '9'; });
+    if (!digits)
+      return Status::error("--batch '" + s + "': '" + item +
+                           "' is not a positive integer (want e.g. 1,4,16)");
+    const int b = std::stoi(item);
+    if (b < 1 || b > kMaxBatch)
+      return Status::error("--batch '" + s + "': " + item + " is outside 1.." +
+                           std::to_string(kMaxBatch));
+    if (std::find(out.begin(), out.end(), b) == out.end()) out.push_back(b);
+    if (comma == std::string::npos) break;
+    at = comma + 1;
+  }
+  return out;
+}
+
+Status validate(const BenchArgs& a) {
+  struct Check {
+    const char* flag;
+    int value;
+    int max;
+  };
+  const Check checks[] = {
+      {"-p", a.prompt, 1 << 20},       {"-n", a.n_decode, 1 << 20},
+      {"--reps", a.reps, 1000},        {"--ubatch", a.ubatch, 1 << 16},
+      {"--decode-ctx", a.decode_ctx, 1 << 20}, {"--probe-mib", a.probe_mib, 1 << 20},
+      {"--probe-passes", a.probe_passes, 1000}, {"--threads", a.threads, 1024},
+  };
+  for (const Check& c : checks) {
+    if (c.value < 1 || c.value > c.max)
+      return Status::error(std::string(c.flag) + " " + std::to_string(c.value) +
+                           " is outside 1.." + std::to_string(c.max));
+  }
+  return Status::ok();
+}
+
+int32_t argmax(std::span<const float> row) {
+  return static_cast<int32_t>(std::max_element(row.begin(), row.end()) - row.begin());
+}
+
+// What the weights cost a forward: every matrix of every layer plus the output
+// matrix, all read in full per step. The embedding table is read one row per
+// token, so it only counts when it doubles as the (tied) output matrix.
+struct WeightBytes {
+  uint64_t read_per_forward = 0;
+  std::string main_type;  // the type holding the most bytes, for the header
+};
+
+WeightBytes weight_bytes(const gguf::File& file) {
+  WeightBytes w;
+  const bool tied = file.find_tensor("output.weight") == nullptr;
+  std::vector<std::pair<uint64_t, std::string>> by_type;
+  for (const gguf::TensorInfo& t : file.tensors()) {
+    if (t.name == "token_embd.weight" && !tied) continue;
+    w.read_per_forward += t.n_bytes;
+    const std::string name(type_info(t.type).name);
+    auto it = std::find_if(by_type.begin(), by_type.end(), [&](auto& e) { return e.second == name; });
+    if (it == by_type.end())
+      by_type.emplace_back(t.n_bytes, name);
+    else
+      it->first += t.n_bytes;
+  }
+  if (!by_type.empty()) w.main_type = std::max_element(by_type.begin(), by_type.end())->second;
+  return w;
+}
+
+class Bench {
+ public:
+  Bench(model::Model& m, kv::PagedKvCache& kv, const BenchArgs& a)
+      : m_(m), kv_(kv), a_(a), rng_(20241129) {}
+
+  // One forward of a prompt's tokens, untimed: faults the mapped weights in so
+  // the first timed run does not pay for reading the file.
+  Status warm_up() {
+    const SeqId s = next_seq_++;
+    if (!kv_.reserve(s, 1)) return Status::error("K/V pool too small for the warm-up token");
+    model::Batch b;
+    b.add(random_token(), 0, s, true);
+    Status st = m_.forward(b, kv_, logits_);
+    kv_.release(s);
+    return st;
+  }
+
+  Result<double> prefill_once() {
+    std::vector<Token> prompt(static_cast<size_t>(a_.prompt));
+    for (Token& t : prompt) t = random_token();
+    const SeqId s = next_seq_++;
+    if (!kv_.reserve(s, a_.prompt)) return Status::error("K/V pool too small for the prompt");
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int start = 0; start < a_.prompt; start += a_.ubatch) {
+      const int end = std::min(a_.prompt, start + a_.ubatch);
+      batch_.clear();
+      for (int i = start; i < end; ++i) batch_.add(prompt[(size_t)i], i, s, i == a_.prompt - 1);
+      Status st = m_.forward(batch_, kv_, logits_);
+      if (!st.is_ok()) {
+        kv_.release(s);
+        return st;
+      }
+      kv_.commit(s, std::span<const Token>(prompt).subspan((size_t)start, (size_t)(end - start)));
+    }
+    const double sec = seconds_since(t0);
+    kv_.release(s);
+    return sec;
+  }
+
+  // B sequences: their short prompts go through untimed (as one ragged batch
+  // in ubatch chunks), then n timed steps of one token per sequence.
+  Result<double> decode_once(int n_seqs) {
+    const int d = a_.decode_ctx;
+    std::vector<SeqId> seqs((size_t)n_seqs);
+    std::vector<std::vector<Token>> prompts((size_t)n_seqs);
+    for (int b = 0; b < n_seqs; ++b) {
+      seqs[(size_t)b] = next_seq_++;
+      if (!kv_.reserve(seqs[(size_t)b], d + a_.n_decode)) {
+        release(seqs);
+        return Status::error("K/V pool too small for " + std::to_string(n_seqs) + " sequences");
+      }
+      prompts[(size_t)b].resize((size_t)d);
+      for (Token& t : prompts[(size_t)b]) t = random_token();
+    }
+    std::vector<Token> next((size_t)n_seqs, 0);
+    Status st = prefill_all(seqs, prompts, next);
+    if (!st.is_ok()) {
+      release(seqs);
+      return st;
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int step = 0; step < a_.n_decode && st.is_ok(); ++step) {
+      batch_.clear();
+      for (int b = 0; b < n_seqs; ++b) batch_.add(next[(size_t)b], d + step, seqs[(size_t)b], true);
+      st = m_.forward(batch_, kv_, logits_);
+      if (!st.is_ok()) break;
+      for (int b = 0; b < n_seqs; ++b)
+        kv_.commit(seqs[(size_t)b], std::span<const Token>(&next[(size_t)b], 1));
+      for (size_t r = 0; r < logits_.rows(); ++r)
+        next[(size_t)logits_.batch_index[r]] = argmax(logits_.row(r));
+    }
+    const double sec = seconds_since(t0);
+    release(seqs);
+    if (!st.is_ok()) return st;
+    return sec;
+  }
+
+ private:
+  Token random_token() {
+    return std::uniform_int_distribution<Token>(0, (Token)m_.hparams().n_vocab - 1)(rng_);
+  }
+
+  void release(const std::vector<SeqId>& seqs) {
+    for (SeqId s : seqs) kv_.release(s);
+  }
+
+  Status prefill_all(const std::vector<SeqId>& seqs, const std::vector<std::vector<Token>>& prompts,
+                     std::vector<Token>& next) {
+    const int d = a_.decode_ctx;
+    const size_t total = seqs.size() * (size_t)d;
+    for (size_t start = 0; start < total; start += (size_t)a_.ubatch) {
+      const size_t end = std::min(total, start + (size_t)a_.ubatch);
+      batch_.clear();
+      for (size_t i = start; i < end; ++i) {
+        const size_t b = i / (size_t)d, pos = i % (size_t)d;
+        batch_.add(prompts[b][pos], (int32_t)pos, seqs[b], (int)pos == d - 1);
+      }
+      CAIRN_RETURN_IF_ERROR(m_.forward(batch_, kv_, logits_));
+      for (size_t i = start; i < end;) {  // commit each sequence's run of this chunk
+        const size_t b = i / (size_t)d, pos = i % (size_t)d;
+        const size_t n = std::min(end - i, (size_t)d - pos);
+        kv_.commit(seqs[b], std::span<const Token>(prompts[b]).subspan(pos, n));
+        i += n;
+      }
+      for (size_t r = 0; r < logits_.rows(); ++r) {
+        const size_t i = start + (size_t)logits_.batch_index[r];
+        next[i / (size_t)d] = argmax(logits_.row(r));
+      }
+    }
+    return Status::ok();
+  }
+
+  model::Model& m_;
+  kv::PagedKvCache& kv_;
+  const BenchArgs& a_;
+  std::mt19937 rng_;
+  SeqId next_seq_ = 0;
+  model::Batch batch_;
+  model::Logits logits_;
+};
+
+// Runs `once` reps times into a Timing of `tokens` tokens, logging each run.
+template <typename Fn>
+Result<Timing> repeat(const std::string& label, int reps, int64_t tokens, Fn once) {
+  Timing t;
+  t.tokens = tokens;
+  for (int r = 0; r < reps; ++r) {
+    Result<double> sec = once();
+    if (!sec.is_ok()) return sec.status().with_context(label);
+    t.add(*sec);
+    spdlog::info("{} run {}/{}: {:.3f} s, {:.2f} tok/s", label, r + 1, reps, *sec,
+                 *sec > 0 ? tokens / *sec : 0.0);
+  }
+  return t;
+}
+
+Status run(const BenchArgs& a) {
+  CAIRN_RETURN_IF_ERROR(validate(a));
+  auto batches = parse_batch_list(a.batch);
+  if (!batches.is_ok()) return batches.status();
+
+  auto file = gguf::File::open(a.model);
+  if (!file.is_ok()) return file.status().with_context(a.model);
+  std::shared_ptr<const gguf::File> shared_file = std::move(*file);
+  auto hp_read = model::Model::read_hparams(*shared_file);
+  if (!hp_read.is_ok()) return hp_read.status().with_context(a.model);
+  const model::HParams& hp0 = *hp_read;
+  const int max_batch = *std::max_element(batches->begin(), batches->end());
+  if (hp0.n_ctx_train > 0) {
+    if ((int64_t)a.prompt + a.n_decode > hp0.n_ctx_train)
+      return Status::error("-p " + std::to_string(a.prompt) + " + -n " + std::to_string(a.n_decode) +
+                           " is over the model's context of " + std::to_string(hp0.n_ctx_train));
+    if ((int64_t)a.decode_ctx + a.n_decode > hp0.n_ctx_train)
+      return Status::error("--decode-ctx " + std::to_string(a.decode_ctx) + " + -n " +
+                           std::to_string(a.n_decode) + " is over the model's context of " +
+                           std::to_string(hp0.n_ctx_train));
+  }
+
+  const int threads = a.threads;
+  model::LoadOptions lo;
+  lo.n_threads = threads;
+  auto loaded = model::Model::load(shared_file, lo);
+  if (!loaded.is_ok()) return loaded.status().with_context(a.model);
+  model::Model& m = **loaded;
+  const model::HParams& hp = m.hparams();
+
+  // The pool holds the biggest run at once: the prompt, or every decode
+  // sequence at its full length.
+  const kv::KvShape shape{(int32_t)hp.n_layer, (int32_t)hp.kv_row_elems()};
+  const int64_t block_bytes = kv::PagedKvCache::block_bytes(shape);
+  if (block_bytes <= 0) return Status::error("the model's K/V shape is invalid");
+  auto blocks = [](int64_t tokens) { return (tokens + 15) / 16; };
+  const int64_t need_blocks = std::max(blocks(a.prompt),
+                                       max_batch * blocks((int64_t)a.decode_ctx + a.n_decode)) +
+                              kv::kMinBlocks;
+  const int64_t pool_bytes = need_blocks * block_bytes;
+  const int64_t avail = kv::available_memory_bytes();
+  if (avail > 0 && pool_bytes > avail)
+    return Status::error("K/V for " + std::to_string(max_batch) + " sequences of " +
+                         std::to_string(a.decode_ctx + a.n_decode) + " tokens needs " +
+                         std::to_string(pool_bytes >> 20) + " MiB but only " +
+                         std::to_string(avail >> 20) + " MiB are available");
+  auto kv = kv::PagedKvCache::create(shape, kv::KvConfig{pool_bytes, 16, false, nullptr});
+  if (!kv.is_ok()) return kv.status();
+
+  const WeightBytes wb = weight_bytes(*shared_file);
+  spdlog::info("{}: {}, {} layers, dim {}, vocab {}, {}; {} threads, isa {}", a.model, hp.arch,
+               hp.n_layer, hp.n_embd, hp.n_vocab, wb.main_type, threads,
+               isa_name(active_isa()));
+
+  Bench bench(m, **kv, a);
+  CAIRN_RETURN_IF_ERROR(bench.warm_up());
+
+  struct Row {
+    std::string label;
+    Timing t;
+  };
+  std::vector<Row> rows;
+  const std::string p_label = "prefill p=" + std::to_string(a.prompt);
+  auto pre = repeat(p_label, a.reps, a.prompt, [&] { return bench.prefill_once(); });
+  if (!pre.is_ok()) return pre.status();
+  rows.push_back({p_label, *pre});
+
+  std::vector<int> order{1};  // batch 1 always runs: efficiency is defined on it
+  for (int b : *batches)
+    if (b != 1) order.push_back(b);
+  double decode1_tps = 0;
+  for (int b : order) {
+    const std::string label = "decode B=" + std::to_string(b) + " n=" + std::to_string(a.n_decode);
+    auto t = repeat(label, a.reps, (int64_t)b * a.n_decode, [&] { return bench.decode_once(b); });
+    if (!t.is_ok()) return t.status();
+    if (b == 1) decode1_tps = t->best_tps();
+    rows.push_back({label, *t});
+  }
+
+  spdlog::info("probing read bandwidth: {} MiB, {} threads, {} passes", a.probe_mib, threads,
+               a.probe_passes);
+  kernels::BandwidthOptions bo;
+  bo.bytes = (size_t)a.probe_mib << 20;
+  bo.threads = threads;
+  bo.passes = a.probe_passes;
+  auto bw = kernels::measure_read_bandwidth(bo);
+  if (!bw.is_ok()) return bw.status();
+
+  // Step i of a batch-1 run (i = 0..n-1) attends over decode_ctx + i + 1
+  // positions, each a K row and a V row in every layer.
+  const double avg_ctx = a.decode_ctx + (a.n_decode + 1) / 2.0;
+  const double kv_row_bytes = 2.0 * (double)hp.kv_row_elems();  // F16
+  const double kv_bytes = (double)hp.n_layer * 2.0 * kv_row_bytes * avg_ctx;
+  const double w_bytes = (double)wb.read_per_forward;
+  const double per_token = w_bytes + kv_bytes;
+  const double efficiency = bw->best_gbps > 0 ? decode1_tps * per_token / (bw->best_gbps * 1e9) : 0;
+
+  std::printf("model        %s\n", a.model.c_str());
+  std::printf("shape        %s, %" PRId64 " layers, dim %" PRId64 ", heads %" PRId64 "/%" PRId64
+              ", ffn %" PRId64 ", vocab %" PRId64 ", weights %s\n",
+              hp.arch.c_str(), hp.n_layer, hp.n_embd, hp.n_head, hp.n_head_kv, hp.n_ff,
+              hp.n_vocab, wb.main_type.c_str());
+  std::printf("isa          %s (detected %s)\n", isa_name(active_isa()), isa_name(detected_isa()));
+  std::printf("threads      %d\n", threads);
+  std::printf("runs         best of %d (ubatch %d, decode prompts of %d tokens)\n\n", a.reps,
+              a.ubatch, a.decode_ctx);
+  std::printf("%-22s %8s %12s %12s %12s\n", "test", "tokens", "best ms", "best tok/s",
+              "mean tok/s");
+  for (const Row& r : rows)
+    std::printf("%-22s %8" PRId64 " %12.3f %12.2f %12.2f\n", r.label.c_str(), r.t.tokens,
+                r.t.best_s * 1e3, r.t.best_tps(), r.t.mean_tps());
+  std::printf("\n");
+  std::printf("%-30s %12.4f MB  (layer matrices + output; embedding excluded)\n",
+              "weight bytes / token", w_bytes / 1e6);
+  std::printf("%-30s %12.4f MB  (f16 K+V at mean context %.1f)\n", "kv bytes / token (B=1)",
+              kv_bytes / 1e6, avg_ctx);
+  std::printf("%-30s %12.4f MB\n", "bytes / decoded token (B=1)", per_token / 1e6);
+  std::printf("%-30s %12.2f GB/s (probe: %d threads, %zu MiB, %s loads, best of %d; mean %.2f)\n",
+              "read bandwidth", bw->best_gbps, bw->threads, bw->bytes >> 20, isa_name(bw->isa),
+              bw->passes, bw->mean_gbps);
+  std::printf("%-30s %12.1f %%   (decode B=1 tok/s x bytes/token / bandwidth)\n",
+              "decode efficiency", efficiency * 100.0);
+  std::fflush(stdout);
+  return Status::ok();
+}
+
+}  // namespace
+
+void register_bench_model(CLI::App& app, CommandResult& result) {
+  auto* cmd = app.add_subcommand(
+      "bench-model", "time prefill and (batched) decode through the model layer; print a table");
+  auto a = std::make_shared<BenchArgs>();
+  cmd->add_option("-m,--model", a->model, "GGUF model")->required();
+  cmd->add_option("-p,--prompt", a->prompt, "prefill prompt length in tokens")->capture_default_str();
+  cmd->add_option("-n,--n-decode", a->n_decode, "decode steps per sequence")->capture_default_str();
+  cmd->add_option("--batch", a->batch, "decode batch sizes, comma-separated")->capture_default_str();
+  cmd->add_option("-t,--threads", a->threads, "compute threads (default: all cores)");
+  cmd->add_option("--reps", a->reps, "runs of each test; the best is reported")->capture_default_str();
+  cmd->add_option("--ubatch", a->ubatch, "most tokens per forward during prefill")
+      ->capture_default_str();
+  cmd->add_option("--decode-ctx", a->decode_ctx, "prompt tokens of each decode sequence")
+      ->capture_default_str();
+  cmd->add_option("--probe-mib", a->probe_mib, "bandwidth probe buffer in MiB")->capture_default_str();
+  cmd->add_option("--probe-passes", a->probe_passes, "bandwidth probe passes")->capture_default_str();
+  // Left out, --threads means every core; typed as 0 it is an error like any
+  // other non-positive count.
+  cmd->callback([&result, a, cmd] {
+    BenchArgs args = *a;
+    if (cmd->count("--threads") == 0)
+      args.threads = (int)std::max(1u, std::thread::hardware_concurrency());
+    result.status = run(args);
+  });
+}
+
+}  // namespace cairn::cli
