@@ -111,7 +111,7 @@ TEST(ThreadPool, StaticSplitKeepsEachRangeOnItsOwnWorker) {
   }
 }
 
-TEST(ThreadPool, RunCallsEveryThreadIndexOnceOnDistinctThreads) {
+TEST(ThreadPool, RunCallsEveryShareOnceNoWorkerTwice) {
   for (int threads : {1, 2, 3, 5}) {
     ThreadPool pool(threads);
     for (int rep = 0; rep < 50; ++rep) {

@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "commands.h"
+#include "core/thread_pool.h"
 #include "engine/demo_model.h"
 #include "engine/generator.h"
 
@@ -70,8 +71,8 @@ Status run(const RunArgs& a) {
   auto loaded = engine::load_model(path, lo);
   if (!loaded.is_ok()) return loaded.status();
   const auto& hp = loaded->model->hparams();
-  spdlog::info("loaded {}: {}, {} layers, dim {}, vocab {}", path, hp.arch, hp.n_layer, hp.n_embd,
-               hp.n_vocab);
+  spdlog::info("loaded {}: {}, {} layers, dim {}, vocab {}; {} threads", path, hp.arch, hp.n_layer,
+               hp.n_embd, hp.n_vocab, a.threads > 0 ? a.threads : ThreadPool::default_size());
 
   bool write_failed = false;
   engine::Generator gen(*loaded->model, *loaded->tokenizer);
@@ -119,8 +120,11 @@ void register_run(CLI::App& app, CommandResult& result) {
   cmd->add_option_function<uint64_t>(
       "-s,--seed", [a](const uint64_t& v) { a->seed = v; }, "sampling seed (default: random)");
   cmd->add_flag("--ignore-eos", a->ignore_eos, "keep generating past end-of-text tokens");
-  cmd->add_option("-t,--threads", a->threads, "compute threads (default: all cores)")
-      ->check(CLI::Range(0, 1024));
+  // Left out, the pool takes one thread per CPU this process may run on; typed,
+  // 0 or a negative count is an error rather than a silent "all cores".
+  cmd->add_option("-t,--threads", a->threads,
+                  "compute threads, this one included (default: one per allowed CPU)")
+      ->check(CLI::Range(1, 1024));
   cmd->add_option("-c,--ctx", a->ctx, "context size (default: prompt + n, at most the model's)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 24));
   cmd->callback([&result, a] { result.status = run(*a); });

@@ -98,8 +98,10 @@ void register_serve(CLI::App& app, CommandResult& result) {
   cmd->add_option("--http-threads", s.threads, "network I/O threads")
       ->check(CLI::Range(1, 64))
       ->capture_default_str();
-  cmd->add_option("-t,--threads", b.threads, "kernel threads; 0: all cores")
-      ->check(CLI::Range(0, 1024));
+  // Left out (0), the pool takes one thread per CPU this process may run on.
+  cmd->add_option("-t,--threads", b.threads,
+                  "kernel threads, engine thread included (default: one per allowed CPU)")
+      ->check(CLI::Range(1, 1024));
   cmd->add_option("--ctx", b.n_ctx, "context per sequence; 0: the model's, at most 4096")
       ->check(CLI::Range(0, 1 << 24));
   cmd->add_option("--kv-cache-mb", a->kv_cache_mb, "KV cache pool in MiB; 0: sized automatically")
