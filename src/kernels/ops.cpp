@@ -4,12 +4,17 @@
 #include <cmath>
 #include <cstdint>
 
+#include <immintrin.h>
+
+#include "core/cpu_features.h"
 #include "kernels/float_order.h"
 #include "kernels/kernels.h"
+#include "kernels/ops_paths.h"
 
 namespace cairn::kernels {
+namespace {
 
-void rms_norm(const float* x, const float* weight, int64_t n, float eps, float* out) {
+void rms_norm_scalar(const float* x, const float* weight, int64_t n, float eps, float* out) {
   // Squares rounded to float, summed in double, in order: ggml's exact arithmetic.
   double sum = 0.0;
   for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(x[i] * x[i]);
@@ -21,6 +26,8 @@ void rms_norm(const float* x, const float* weight, int64_t n, float eps, float* 
     for (int64_t i = 0; i < n; ++i) out[i] *= weight[i];
   }
 }
+
+}  // namespace
 
 void rope(float* x, int64_t n_heads, int64_t head_dim, int64_t n_rot, int32_t pos, float base,
           float freq_scale, RopeStyle style) {
@@ -65,7 +72,9 @@ float exp_ggml(float x) {
 // ggml_vec_soft_max_f32 with AVX-512: exps in groups of 16 from the row start,
 // each group's _mm512_reduce_add_ps added in double; a tail shorter than 16
 // with expf (attention pads its rows to 32, so it has none).
-void softmax(float* x, int64_t n) {
+namespace {
+
+void softmax_scalar(float* x, int64_t n) {
   if (n <= 0) return;
   float max = -INFINITY;
   for (int64_t i = 0; i < n; ++i) max = std::max(max, x[i]);
@@ -88,8 +97,286 @@ void softmax(float* x, int64_t n) {
 // (ggml_mul). Measured: the vectorised exp on every element, the row's tail
 // included, matches best (stories260K, n_ff = 172: 94.7% -> 98.3% of top-5
 // log-probs within 1e-3 over expf for the last n % 16).
-void silu_mul(const float* gate, const float* up, int64_t n, float* out) {
+void silu_mul_scalar(const float* gate, const float* up, int64_t n, float* out) {
   for (int64_t i = 0; i < n; ++i) out[i] = gate[i] / (1.0f + exp_ggml(0.0f - gate[i])) * up[i];
+}
+
+
+// ---- SIMD forms: the scalar forms' lanes, same bits ---------------------------
+// Only lane-wise operations (no reassociation) and reduce16's fixed tree; no
+// contraction, so a product feeding a sum stays two roundings as above.
+
+// GCC 12's intrinsic headers seed some results with _mm512_undefined_*, which
+// its -Wmaybe-uninitialized then reports once inlined here: a false positive.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+#define CAIRN_AVX512 \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c"), optimize("fp-contract=off")))
+#define CAIRN_AVX2 __attribute__((target("avx2,fma,f16c"), optimize("fp-contract=off")))
+
+// exp_ggml on 16 lanes: scalef is the ldexp of the scalar form.
+CAIRN_AVX512 inline __m512 exp16(__m512 x) {
+  const __m512 r = _mm512_set1_ps(0x1.8p23f);
+  const __m512 z = _mm512_fmadd_ps(x, _mm512_set1_ps(0x1.715476p+0f), r);
+  const __m512 n = _mm512_sub_ps(z, r);
+  const __m512 b = _mm512_fnmadd_ps(n, _mm512_set1_ps(0x1.7f7d1cp-20f),
+                                    _mm512_fnmadd_ps(n, _mm512_set1_ps(0x1.62e4p-1f), x));
+  const __m512 u = _mm512_mul_ps(b, b);
+  const __m512 j = _mm512_fmadd_ps(
+      _mm512_fmadd_ps(_mm512_fmadd_ps(_mm512_set1_ps(0x1.0e4020p-7f), b, _mm512_set1_ps(0x1.573e2ep-5f)), u,
+                      _mm512_fmadd_ps(_mm512_set1_ps(0x1.555e66p-3f), b, _mm512_set1_ps(0x1.fffdb6p-2f))),
+      u, _mm512_fmadd_ps(_mm512_set1_ps(0x1.ffffecp-1f), b, _mm512_set1_ps(1.0f)));
+  const __m512 res = _mm512_scalef_ps(j, n);
+  const __mmask16 ok = _mm512_cmp_ps_mask(
+      _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(n), _mm512_set1_epi32(0x7fffffff))), _mm512_set1_ps(192.0f), _CMP_LE_OQ);
+  if (ok == 0xffff) return res;
+  const __mmask16 low = _mm512_cmp_ps_mask(n, _mm512_setzero_ps(), _CMP_LE_OQ);
+  const __m512 special = _mm512_mask_blend_ps(low, _mm512_set1_ps(INFINITY), _mm512_setzero_ps());
+  return _mm512_mask_blend_ps(ok, special, res);
+}
+
+CAIRN_AVX512 inline float hsum16(__m512 v) {  // order::reduce16's tree
+  const __m256 t = _mm256_add_ps(_mm512_extractf32x8_ps(v, 1), _mm512_castps512_ps256(v));
+  const __m128 u = _mm_add_ps(_mm256_extractf128_ps(t, 1), _mm256_castps256_ps128(t));
+  const __m128 s = _mm_add_ps(u, _mm_movehl_ps(u, u));
+  return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+}
+
+// std::max's rule per lane (keep the running max unless it is < x), so NaNs
+// are skipped as the scalar loop skips them.
+CAIRN_AVX512 float max_avx512(const float* x, int64_t n) {
+  __m512 m = _mm512_set1_ps(-INFINITY);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512 v = _mm512_loadu_ps(x + i);
+    m = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(m, v, _CMP_LT_OQ), m, v);
+  }
+  float lanes[16];
+  _mm512_storeu_ps(lanes, m);
+  float max = -INFINITY;
+  for (float l : lanes) max = std::max(max, l);
+  for (; i < n; ++i) max = std::max(max, x[i]);
+  return max;
+}
+
+CAIRN_AVX512 void softmax_avx512(float* x, int64_t n) {
+  if (n <= 0) return;
+  const float max = max_avx512(x, n);
+  const __m512 vmax = _mm512_set1_ps(max);
+  double sum = 0.0;
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512 e = exp16(_mm512_sub_ps(_mm512_loadu_ps(x + i), vmax));
+    _mm512_storeu_ps(x + i, e);
+    sum += static_cast<double>(hsum16(e));
+  }
+  for (; i < n; ++i) {
+    x[i] = std::exp(x[i] - max);
+    sum += x[i];
+  }
+  const __m512 inv = _mm512_set1_ps(static_cast<float>(1.0 / sum));
+  int64_t k = 0;
+  for (; k + 16 <= n; k += 16) _mm512_storeu_ps(x + k, _mm512_mul_ps(_mm512_loadu_ps(x + k), inv));
+  if (k < n) {
+    const __mmask16 m = (__mmask16)((1u << (n - k)) - 1);
+    _mm512_mask_storeu_ps(x + k, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + k), inv));
+  }
+}
+
+CAIRN_AVX512 inline __m512 silu_mul16(__m512 g, __m512 u) {
+  const __m512 e = exp16(_mm512_sub_ps(_mm512_setzero_ps(), g));
+  return _mm512_mul_ps(_mm512_div_ps(g, _mm512_add_ps(_mm512_set1_ps(1.0f), e)), u);
+}
+
+CAIRN_AVX512 void silu_mul_avx512(const float* gate, const float* up, int64_t n, float* out) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    _mm512_storeu_ps(out + i, silu_mul16(_mm512_loadu_ps(gate + i), _mm512_loadu_ps(up + i)));
+  if (i < n) {
+    const __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+    _mm512_mask_storeu_ps(out + i, m,
+                          silu_mul16(_mm512_maskz_loadu_ps(m, gate + i), _mm512_maskz_loadu_ps(m, up + i)));
+  }
+}
+
+// The sum of squares is one chain of double adds in order (that order is the
+// reference's); only the two scaling passes are vectorized, fused into one.
+CAIRN_AVX512 void rms_norm_avx512(const float* x, const float* weight, int64_t n, float eps,
+                                  float* out) {
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(x[i] * x[i]);
+  const float mean = static_cast<float>(sum / static_cast<double>(n));
+  const float scale = 1.0f / std::sqrt(mean + eps);
+  const __m512 vs = _mm512_set1_ps(scale);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    __m512 y = _mm512_mul_ps(_mm512_loadu_ps(x + i), vs);
+    if (weight) y = _mm512_mul_ps(y, _mm512_loadu_ps(weight + i));
+    _mm512_storeu_ps(out + i, y);
+  }
+  for (; i < n; ++i) out[i] = weight ? (x[i] * scale) * weight[i] : x[i] * scale;
+}
+
+// exp_ggml on 8 lanes without scalef: 2^n as two exact powers of two (each
+// |half| <= 96, so both are normal floats); the second product is the only
+// rounding, as in ldexp.
+CAIRN_AVX2 inline __m256 exp8(__m256 x) {
+  const __m256 r = _mm256_set1_ps(0x1.8p23f);
+  const __m256 z = _mm256_fmadd_ps(x, _mm256_set1_ps(0x1.715476p+0f), r);
+  const __m256 n = _mm256_sub_ps(z, r);
+  const __m256 b = _mm256_fnmadd_ps(n, _mm256_set1_ps(0x1.7f7d1cp-20f),
+                                    _mm256_fnmadd_ps(n, _mm256_set1_ps(0x1.62e4p-1f), x));
+  const __m256 u = _mm256_mul_ps(b, b);
+  const __m256 j = _mm256_fmadd_ps(
+      _mm256_fmadd_ps(_mm256_fmadd_ps(_mm256_set1_ps(0x1.0e4020p-7f), b, _mm256_set1_ps(0x1.573e2ep-5f)), u,
+                      _mm256_fmadd_ps(_mm256_set1_ps(0x1.555e66p-3f), b, _mm256_set1_ps(0x1.fffdb6p-2f))),
+      u, _mm256_fmadd_ps(_mm256_set1_ps(0x1.ffffecp-1f), b, _mm256_set1_ps(1.0f)));
+  const __m256 abs_n = _mm256_and_ps(n, _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff)));
+  const __m256 ok = _mm256_cmp_ps(abs_n, _mm256_set1_ps(192.0f), _CMP_LE_OQ);
+  const __m256i ni = _mm256_cvtps_epi32(_mm256_and_ps(n, ok));  // 0 where not ok
+  const __m256i n1 = _mm256_srai_epi32(ni, 1);
+  const __m256i n2 = _mm256_sub_epi32(ni, n1);
+  const __m256i bias = _mm256_set1_epi32(127);
+  const __m256 p1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n1, bias), 23));
+  const __m256 p2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n2, bias), 23));
+  const __m256 res = _mm256_mul_ps(_mm256_mul_ps(j, p1), p2);
+  if (_mm256_movemask_ps(ok) == 0xff) return res;
+  const __m256 low = _mm256_cmp_ps(n, _mm256_setzero_ps(), _CMP_LE_OQ);
+  const __m256 special = _mm256_blendv_ps(_mm256_set1_ps(INFINITY), _mm256_setzero_ps(), low);
+  return _mm256_blendv_ps(special, res, ok);
+}
+
+CAIRN_AVX2 inline float hsum16(__m256 lo, __m256 hi) {
+  const __m256 t = _mm256_add_ps(hi, lo);
+  const __m128 u = _mm_add_ps(_mm256_extractf128_ps(t, 1), _mm256_castps256_ps128(t));
+  const __m128 s = _mm_add_ps(u, _mm_movehl_ps(u, u));
+  return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+}
+
+CAIRN_AVX2 float max_avx2(const float* x, int64_t n) {
+  __m256 m = _mm256_set1_ps(-INFINITY);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_loadu_ps(x + i);
+    m = _mm256_blendv_ps(m, v, _mm256_cmp_ps(m, v, _CMP_LT_OQ));
+  }
+  float lanes[8];
+  _mm256_storeu_ps(lanes, m);
+  float max = -INFINITY;
+  for (float l : lanes) max = std::max(max, l);
+  for (; i < n; ++i) max = std::max(max, x[i]);
+  return max;
+}
+
+CAIRN_AVX2 void softmax_avx2(float* x, int64_t n) {
+  if (n <= 0) return;
+  const float max = max_avx2(x, n);
+  const __m256 vmax = _mm256_set1_ps(max);
+  double sum = 0.0;
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m256 lo = exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), vmax));
+    const __m256 hi = exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i + 8), vmax));
+    _mm256_storeu_ps(x + i, lo);
+    _mm256_storeu_ps(x + i + 8, hi);
+    sum += static_cast<double>(hsum16(lo, hi));
+  }
+  for (; i < n; ++i) {
+    x[i] = std::exp(x[i] - max);
+    sum += x[i];
+  }
+  const float inv = static_cast<float>(1.0 / sum);
+  const __m256 vinv = _mm256_set1_ps(inv);
+  int64_t k = 0;
+  for (; k + 8 <= n; k += 8) _mm256_storeu_ps(x + k, _mm256_mul_ps(_mm256_loadu_ps(x + k), vinv));
+  for (; k < n; ++k) x[k] *= inv;
+}
+
+CAIRN_AVX2 void silu_mul_avx2(const float* gate, const float* up, int64_t n, float* out) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 g = _mm256_loadu_ps(gate + i);
+    const __m256 e = exp8(_mm256_sub_ps(_mm256_setzero_ps(), g));
+    _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f), e)),
+                                            _mm256_loadu_ps(up + i)));
+  }
+  silu_mul_scalar(gate + i, up + i, n - i, out + i);
+}
+
+CAIRN_AVX2 void rms_norm_avx2(const float* x, const float* weight, int64_t n, float eps, float* out) {
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(x[i] * x[i]);
+  const float mean = static_cast<float>(sum / static_cast<double>(n));
+  const float scale = 1.0f / std::sqrt(mean + eps);
+  const __m256 vs = _mm256_set1_ps(scale);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256 y = _mm256_mul_ps(_mm256_loadu_ps(x + i), vs);
+    if (weight) y = _mm256_mul_ps(y, _mm256_loadu_ps(weight + i));
+    _mm256_storeu_ps(out + i, y);
+  }
+  for (; i < n; ++i) out[i] = weight ? (x[i] * scale) * weight[i] : x[i] * scale;
+}
+
+#pragma GCC diagnostic pop
+
+ops::Path best_path() {
+  static const ops::Path p = isa_enabled(Isa::Avx512) ? ops::Path::Avx512
+                             : isa_enabled(Isa::Avx2) ? ops::Path::Avx2
+                                                      : ops::Path::Scalar;
+  return p;
+}
+
+ops::Path usable(ops::Path p) { return ops::supported(p) ? p : ops::Path::Scalar; }
+
+}  // namespace
+
+namespace ops {
+
+bool supported(Path p) {
+  switch (p) {
+    case Path::Scalar: return true;
+    case Path::Avx2: return isa_enabled(Isa::Avx2);
+    case Path::Avx512: return isa_enabled(Isa::Avx512);
+  }
+  return false;
+}
+
+void rms_norm(Path p, const float* x, const float* weight, int64_t n, float eps, float* out) {
+  switch (usable(p)) {
+    case Path::Avx512: return rms_norm_avx512(x, weight, n, eps, out);
+    case Path::Avx2: return rms_norm_avx2(x, weight, n, eps, out);
+    case Path::Scalar: return rms_norm_scalar(x, weight, n, eps, out);
+  }
+}
+
+void softmax(Path p, float* x, int64_t n) {
+  switch (usable(p)) {
+    case Path::Avx512: return softmax_avx512(x, n);
+    case Path::Avx2: return softmax_avx2(x, n);
+    case Path::Scalar: return softmax_scalar(x, n);
+  }
+}
+
+void silu_mul(Path p, const float* gate, const float* up, int64_t n, float* out) {
+  switch (usable(p)) {
+    case Path::Avx512: return silu_mul_avx512(gate, up, n, out);
+    case Path::Avx2: return silu_mul_avx2(gate, up, n, out);
+    case Path::Scalar: return silu_mul_scalar(gate, up, n, out);
+  }
+}
+
+}  // namespace ops
+
+void rms_norm(const float* x, const float* weight, int64_t n, float eps, float* out) {
+  ops::rms_norm(best_path(), x, weight, n, eps, out);
+}
+
+void softmax(float* x, int64_t n) { ops::softmax(best_path(), x, n); }
+
+void silu_mul(const float* gate, const float* up, int64_t n, float* out) {
+  ops::silu_mul(best_path(), gate, up, n, out);
 }
 
 void add(float* y, const float* x, int64_t n) {

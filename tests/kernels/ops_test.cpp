@@ -1,10 +1,13 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
+#include "kernels/float_order.h"
 #include "kernels/kernels.h"
+#include "kernels/ops_paths.h"
 
 namespace cairn::kernels {
 namespace {
@@ -115,6 +118,116 @@ TEST(Add, AddsInPlace) {
   std::vector<float> y = {1, 2, 3}, x = {0.5f, -2, 10};
   add(y.data(), x.data(), 3);
   EXPECT_EQ(y, (std::vector<float>{1.5f, 0, 13}));
+}
+
+// ---- every SIMD path gives the scalar path's bits ------------------------------
+
+std::vector<ops::Path> simd_paths() {
+  std::vector<ops::Path> v;
+  for (ops::Path p : {ops::Path::Avx2, ops::Path::Avx512})
+    if (ops::supported(p)) v.push_back(p);
+  return v;
+}
+
+// Index of the first element whose bits differ, or -1.
+int64_t first_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  for (size_t i = 0; i < a.size(); ++i)
+    if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0) return (int64_t)i;
+  return -1;
+}
+
+std::vector<int64_t> ragged_sizes() {
+  std::vector<int64_t> v;
+  for (int64_t n = 1; n <= 70; ++n) v.push_back(n);
+  for (int64_t n : {96, 127, 128, 172, 500, 2048, 5632}) v.push_back(n);
+  return v;
+}
+
+// Values that reach exp's edges: underflow to subnormals and zero, overflow,
+// the |n| > 192 cut-off, signed zeros.
+std::vector<float> edgy_vec(size_t n, uint32_t seed, float scale) {
+  auto v = random_vec(n, seed, scale);
+  std::mt19937 rng(seed);
+  const float edges[] = {0.0f, -0.0f, -87.0f, -103.0f, -104.5f, -130.0f, -150.0f, 88.0f, 89.0f, -1e30f};
+  for (size_t i = 0; i < n; i += 7) v[i] = edges[rng() % 10];
+  return v;
+}
+
+TEST(OpsPaths, SoftmaxBitIdentical) {
+  const auto paths = simd_paths();
+  if (paths.empty()) GTEST_SKIP() << "no SIMD path on this CPU (or CAIRN_ISA cap)";
+  for (int64_t n : ragged_sizes()) {
+    for (float scale : {1.0f, 30.0f}) {
+      auto x = edgy_vec((size_t)n, (uint32_t)(n * 3 + scale), scale);
+      for (int64_t i = n - n / 4; i < n; ++i) x[(size_t)i] = -INFINITY;  // padding as attention has
+      if (n >= 2) x[0] = 5.0f;  // keep a finite max
+      auto ref = x;
+      ops::softmax(ops::Path::Scalar, ref.data(), n);
+      for (ops::Path p : paths) {
+        auto got = x;
+        ops::softmax(p, got.data(), n);
+        const int64_t d = first_diff(ref, got);
+        ASSERT_EQ(d, -1) << "path " << int(p) << " n " << n << " scale " << scale << " at " << d;
+      }
+    }
+  }
+}
+
+TEST(OpsPaths, SiluMulBitIdentical) {
+  const auto paths = simd_paths();
+  if (paths.empty()) GTEST_SKIP() << "no SIMD path on this CPU (or CAIRN_ISA cap)";
+  for (int64_t n : ragged_sizes()) {
+    for (float scale : {1.0f, 40.0f}) {
+      auto g = edgy_vec((size_t)n, (uint32_t)n, scale);
+      for (float& x : g) x = -x;  // exp(-gate) sees the edges
+      const auto u = random_vec((size_t)n, (uint32_t)n + 1);
+      std::vector<float> ref((size_t)n);
+      ops::silu_mul(ops::Path::Scalar, g.data(), u.data(), n, ref.data());
+      for (ops::Path p : paths) {
+        std::vector<float> got((size_t)n, NAN);
+        ops::silu_mul(p, g.data(), u.data(), n, got.data());
+        const int64_t d = first_diff(ref, got);
+        ASSERT_EQ(d, -1) << "path " << int(p) << " n " << n << " scale " << scale << " at " << d;
+      }
+    }
+  }
+}
+
+TEST(OpsPaths, RmsNormBitIdentical) {
+  const auto paths = simd_paths();
+  if (paths.empty()) GTEST_SKIP() << "no SIMD path on this CPU (or CAIRN_ISA cap)";
+  for (int64_t n : ragged_sizes()) {
+    const auto x = random_vec((size_t)n, (uint32_t)n + 7, 3.0f);
+    const auto w = random_vec((size_t)n, (uint32_t)n + 8);
+    for (const float* weight : {w.data(), (const float*)nullptr}) {
+      std::vector<float> ref((size_t)n);
+      ops::rms_norm(ops::Path::Scalar, x.data(), weight, n, 1e-5f, ref.data());
+      for (ops::Path p : paths) {
+        std::vector<float> got((size_t)n, NAN);
+        ops::rms_norm(p, x.data(), weight, n, 1e-5f, got.data());
+        const int64_t d = first_diff(ref, got);
+        ASSERT_EQ(d, -1) << "path " << int(p) << " n " << n << " at " << d;
+      }
+    }
+  }
+}
+
+// The scalar softmax is the reference's: exp_ggml in groups of 16, each
+// group's reduce16 added in double.
+TEST(OpsPaths, ScalarSoftmaxIsGroupsOf16) {
+  auto x = random_vec(48, 11, 4.0f);
+  auto got = x;
+  ops::softmax(ops::Path::Scalar, got.data(), 48);
+  float max = -INFINITY;
+  for (float v : x) max = std::max(max, v);
+  double sum = 0;
+  for (int g = 0; g < 48; g += 16) {
+    for (int i = g; i < g + 16; ++i) x[(size_t)i] = exp_ggml(x[(size_t)i] - max);
+    sum += (double)order::reduce16(x.data() + g);
+  }
+  const float inv = (float)(1.0 / sum);
+  for (float& v : x) v *= inv;
+  EXPECT_EQ(first_diff(x, got), -1);
 }
 
 }  // namespace
