@@ -157,6 +157,12 @@ TEST_F(BenchModel, PrintsEveryRowWithPositiveNumbers) {
             std::string::npos)
       << out;
   EXPECT_NE(out.find("threads      2"), std::string::npos) << out;
+  EXPECT_NE(out.find("cpu          "), std::string::npos) << out;
+  // The table carries the command that reproduces it, defaults spelled out.
+  EXPECT_NE(out.find("command      cairn bench-model -m " + *model_ +
+                     " -p 40 -n 6 --batch 1,3 --threads 2 --reps 2 --ubatch 16 --decode-ctx 5"),
+            std::string::npos)
+      << out;
 }
 
 TEST_F(BenchModel, DefaultBatchesRunAndKvFitsTheRun) {

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cinttypes>
 #include <cstdio>
+#include <fstream>
 #include <memory>
 #include <random>
 #include <string>
@@ -43,7 +44,7 @@ struct BenchArgs {
   int ubatch = 512;
   int decode_ctx = 16;
   int probe_mib = 1024;
-  int probe_passes = 5;
+  int probe_passes = 10;
 };
 
 struct Timing {
@@ -107,6 +108,26 @@ Status validate(const BenchArgs& a) {
                            " is outside 1.." + std::to_string(c.max));
   }
   return Status::ok();
+}
+
+// The processor's marketing name, so a pasted table says what it ran on.
+std::string cpu_model_name() {
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("model name", 0) != 0) continue;
+    const size_t colon = line.find(':');
+    if (colon != std::string::npos && colon + 2 <= line.size()) return line.substr(colon + 2);
+  }
+  return "unknown";
+}
+
+// The options that produced the table, spelled out in full (defaults
+// included) so it can be pasted next to the numbers and rerun.
+std::string command_line(const BenchArgs& a) {
+  return "cairn bench-model -m " + a.model + " -p " + std::to_string(a.prompt) + " -n " +
+         std::to_string(a.n_decode) + " --batch " + a.batch + " --threads " +
+         std::to_string(a.threads) + " --reps " + std::to_string(a.reps) + " --ubatch " +
+         std::to_string(a.ubatch) + " --decode-ctx " + std::to_string(a.decode_ctx);
 }
 
 int32_t argmax(std::span<const float> row) {
@@ -372,12 +393,14 @@ Status run(const BenchArgs& a) {
   const double per_token = w_bytes + kv_bytes;
   const double efficiency = bw->best_gbps > 0 ? decode1_tps * per_token / (bw->best_gbps * 1e9) : 0;
 
+  std::printf("command      %s\n", command_line(a).c_str());
   std::printf("model        %s\n", a.model.c_str());
   std::printf("shape        %s, %" PRId64 " layers, dim %" PRId64 ", heads %" PRId64 "/%" PRId64
               ", ffn %" PRId64 ", vocab %" PRId64 ", weights %s\n",
               hp.arch.c_str(), hp.n_layer, hp.n_embd, hp.n_head, hp.n_head_kv, hp.n_ff,
               hp.n_vocab, wb.main_type.c_str());
   std::printf("isa          %s (detected %s)\n", isa_name(active_isa()), isa_name(detected_isa()));
+  std::printf("cpu          %s\n", cpu_model_name().c_str());
   std::printf("threads      %d\n", threads);
   std::printf("runs         best of %d (ubatch %d, decode prompts of %d tokens)\n\n", a.reps,
               a.ubatch, a.decode_ctx);
