@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 
 #include "core/tensor_type.h"
 #include "core/thread_pool.h"
@@ -35,6 +36,15 @@ void prepare_weight(WeightMatrix& w);
 // dot products for quantized weights), exactly once per token.
 // Weights of an unsupported type (see matmul_supported) give NaN outputs.
 void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* out, ThreadPool& pool);
+
+// Several weights applied to the same activations (e.g. Q, K and V; gate and
+// up): out of job i as matmul(*jobs[i].w, x, ...). Where the kernels allow,
+// the activations are converted once and one pass of the pool does them all.
+struct MatmulJob {
+  const WeightMatrix* w;
+  float* out;
+};
+void matmul_many(std::span<const MatmulJob> jobs, const float* x, int64_t n_tokens, ThreadPool& pool);
 
 // Whether matmul can multiply weights of type t (loaders check this up front).
 bool matmul_supported(TensorType t);

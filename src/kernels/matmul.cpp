@@ -113,6 +113,20 @@ void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* out,
   });
 }
 
+void matmul_many(std::span<const MatmulJob> jobs, const float* x, int64_t n_tokens, ThreadPool& pool) {
+  if (jobs.empty() || n_tokens <= 0) return;
+  PackedJob packed[8];
+  bool fused = jobs.size() <= std::size(packed) && jobs[0].w->packed != nullptr;
+  for (const MatmulJob& j : jobs)
+    fused = fused && j.w->packed && packed_compatible(*j.w->packed, *jobs[0].w->packed);
+  if (!fused) {
+    for (const MatmulJob& j : jobs) matmul(*j.w, x, n_tokens, j.out, pool);
+    return;
+  }
+  for (size_t i = 0; i < jobs.size(); ++i) packed[i] = {jobs[i].w->packed.get(), jobs[i].out};
+  packed_matmul_many({packed, jobs.size()}, x, n_tokens, pool);
+}
+
 void get_row(const WeightMatrix& w, int64_t row, float* dst) {
   const TypeOps* ops = type_ops(w.type);
   if (!ops || row < 0 || row >= w.rows) {

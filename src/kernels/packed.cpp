@@ -314,26 +314,47 @@ void prepare_weight(WeightMatrix& w) {
   if (!w.packed) w.packed = pack_matrix(w);
 }
 
-void packed_matmul(const PackedMatrix& pm, const float* x, int64_t n_tokens, float* out,
-                   ThreadPool& pool) {
-  if (n_tokens <= 0) return;
-  const size_t stride = act_stride(pm.layout, pm.cols);
+bool packed_compatible(const PackedMatrix& a, const PackedMatrix& b) {
+  return a.layout == b.layout && a.cols == b.cols;
+}
+
+void packed_matmul_many(std::span<const PackedJob> jobs, const float* x, int64_t n_tokens,
+                        ThreadPool& pool) {
+  if (n_tokens <= 0 || jobs.empty()) return;
+  const PackedMatrix& first = *jobs[0].matrix;
+  const size_t stride = act_stride(first.layout, first.cols);
   thread_local std::vector<uint8_t> scratch;
   scratch.resize(stride * (size_t)n_tokens + 64);
   uint8_t* act = scratch.data();
   act += (64 - reinterpret_cast<uintptr_t>(act) % 64) % 64;
   pool.parallel_for(n_tokens, [&](int64_t b, int64_t e) {
-    for (int64_t t = b; t < e; ++t) quantize_act(pm.layout, x + t * pm.cols, pm.cols, act + t * stride);
+    for (int64_t t = b; t < e; ++t)
+      quantize_act(first.layout, x + t * first.cols, first.cols, act + t * stride);
   });
+  // The jobs' groups as one range, so one pass of the pool covers them all.
   // Each thread keeps its rows for the whole batch (its weights stay in its
   // caches across token chunks); a chunk's activations stay in L2 while the
   // thread's groups pass over them.
-  pool.parallel_for(pm.n_groups, [&](int64_t g0, int64_t g1) {
+  int64_t total = 0;
+  for (const PackedJob& j : jobs) total += j.matrix->n_groups;
+  pool.parallel_for(total, [&](int64_t g0, int64_t g1) {
     for (int64_t t0 = 0; t0 < n_tokens; t0 += kTokenChunk) {
       const int64_t t1 = std::min(n_tokens, t0 + kTokenChunk);
-      for (int64_t g = g0; g < g1; ++g) run_group(pm, g, act, stride, t0, t1, out);
+      int64_t base = 0;
+      for (const PackedJob& j : jobs) {
+        const int64_t n = j.matrix->n_groups;
+        for (int64_t g = std::max(g0, base); g < std::min(g1, base + n); ++g)
+          run_group(*j.matrix, g - base, act, stride, t0, t1, j.out);
+        base += n;
+      }
     }
   });
+}
+
+void packed_matmul(const PackedMatrix& pm, const float* x, int64_t n_tokens, float* out,
+                   ThreadPool& pool) {
+  const PackedJob job{&pm, out};
+  packed_matmul_many({&job, 1}, x, n_tokens, pool);
 }
 
 }  // namespace cairn::kernels

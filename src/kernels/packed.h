@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 
 #include "core/thread_pool.h"
 #include "kernels/kernels.h"
@@ -48,5 +49,16 @@ std::shared_ptr<const PackedMatrix> pack_matrix(const WeightMatrix& w);
 // out[t * rows + r] for every token, as matmul().
 void packed_matmul(const PackedMatrix& p, const float* x, int64_t n_tokens, float* out,
                    ThreadPool& pool);
+
+// Several matrices over the same activations (packed_compatible with each
+// other): the activations are quantized once and one pass of the pool runs
+// every matrix's rows.
+struct PackedJob {
+  const PackedMatrix* matrix;
+  float* out;
+};
+bool packed_compatible(const PackedMatrix& a, const PackedMatrix& b);
+void packed_matmul_many(std::span<const PackedJob> jobs, const float* x, int64_t n_tokens,
+                        ThreadPool& pool);
 
 }  // namespace cairn::kernels

@@ -87,6 +87,50 @@ TEST_P(PackedKernels, BitIdenticalToScalarOnRaggedShapes) {
 INSTANTIATE_TEST_SUITE_P(Types, PackedKernels, ::testing::Values(TensorType::Q4_0, TensorType::Q8_0),
                          [](const auto& info) { return std::string(type_info(info.param).name); });
 
+// Fused jobs (one activation pass) give each matrix's own matmul bits, packed
+// or not, and mixed types fall back to one matmul each.
+TEST(MatmulMany, SameBitsAsSeparateMatmuls) {
+  ThreadPool pool(2);
+  std::mt19937 rng(5);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  const int64_t cols = 256, tokens = 11;
+  struct Mat {
+    std::vector<uint8_t> bytes;
+    WeightMatrix w;
+  };
+  std::vector<Mat> mats;
+  const TensorType types[] = {TensorType::Q4_0, TensorType::Q4_0, TensorType::Q8_0};
+  const int64_t rows[] = {48, 21, 33};
+  for (int i = 0; i < 3; ++i) {
+    const size_t rb = *row_bytes(types[i], cols);
+    Mat m;
+    m.bytes.resize(rb * (size_t)rows[i]);
+    std::vector<float> f((size_t)cols);
+    for (int64_t r = 0; r < rows[i]; ++r) {
+      for (float& v : f) v = dist(rng);
+      type_ops(types[i])->from_float(f.data(), m.bytes.data() + r * rb, cols);
+    }
+    mats.push_back(std::move(m));
+    mats.back().w = {types[i], mats.back().bytes.data(), rows[i], cols, rb, nullptr};
+    prepare_weight(mats.back().w);
+  }
+  std::vector<float> x((size_t)(tokens * cols));
+  for (float& v : x) v = dist(rng);
+  for (size_t n : {size_t{2}, size_t{3}}) {  // two compatible Q4_0; then with a Q8_0 too
+    std::vector<std::vector<float>> fused(n), single(n);
+    std::vector<MatmulJob> jobs;
+    for (size_t i = 0; i < n; ++i) {
+      fused[i].resize((size_t)(tokens * rows[i]));
+      single[i].resize(fused[i].size());
+      jobs.push_back({&mats[i].w, fused[i].data()});
+      matmul(mats[i].w, x.data(), tokens, single[i].data(), pool);
+    }
+    matmul_many(jobs, x.data(), tokens, pool);
+    for (size_t i = 0; i < n; ++i)
+      EXPECT_EQ(0, std::memcmp(fused[i].data(), single[i].data(), fused[i].size() * 4)) << "job " << i;
+  }
+}
+
 TEST(PackedMatrixTest, OnlyForTypesWithAPackedKernel) {
   std::vector<uint8_t> data(1024);
   WeightMatrix f32{TensorType::F32, data.data(), 2, 128, 512, nullptr};
