@@ -219,8 +219,8 @@ void attention(const HParams& hp, const AttentionWeights& w, int layer, const Ba
 
 void ffn_swiglu(const HParams& hp, const FfnWeights& w, int64_t T, Workspace& ws,
                 ThreadPool& pool) {
-  project(w.gate, ws.xn.data(), T, ws.gate.data(), pool);
-  project(w.up, ws.xn.data(), T, ws.up.data(), pool);
+  const kernels::MatmulJob gate_up[] = {{&w.gate, ws.gate.data()}, {&w.up, ws.up.data()}};
+  kernels::matmul_many(gate_up, ws.xn.data(), T, pool);
   // silu_mul is elementwise, so gate may be overwritten in place.
   for (int64_t t = 0; t < T; ++t) {
     float* g = ws.gate.data() + t * hp.n_ff;
