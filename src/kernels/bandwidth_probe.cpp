@@ -6,7 +6,6 @@
 // cache-resident read, not a memory one).
 #include "kernels/bandwidth_probe.h"
 
-#include "core/simd.h"  // immintrin.h without GCC 12 AVX-512 header warnings
 #include <sys/mman.h>
 
 #include <algorithm>
@@ -15,6 +14,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "core/simd.h"  // immintrin.h without GCC 12 AVX-512 header warnings
 
 namespace cairn::kernels {
 namespace {
@@ -76,9 +77,12 @@ struct Mapping {
 
 uint64_t sum_words(const uint64_t* words, size_t n, Isa isa) {
   switch (load_isa(isa)) {
-    case Isa::Avx512: return sum_avx512(words, n);
-    case Isa::Avx2: return sum_avx2(words, n);
-    default: return sum_scalar(words, n);
+    case Isa::Avx512:
+      return sum_avx512(words, n);
+    case Isa::Avx2:
+      return sum_avx2(words, n);
+    default:
+      return sum_scalar(words, n);
   }
 }
 
@@ -88,13 +92,12 @@ Result<BandwidthResult> measure_read_bandwidth(const BandwidthOptions& o) {
   const size_t share = o.bytes / static_cast<size_t>(o.threads) / kPage * kPage;
   if (share == 0)
     return Status::error("bandwidth probe: buffer of " + std::to_string(o.bytes) +
-                                    " bytes is under one page per thread");
+                         " bytes is under one page per thread");
   Mapping m;
   m.n = share * static_cast<size_t>(o.threads);
   m.p = mmap(nullptr, m.n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (m.p == MAP_FAILED)
-    return Status::error("bandwidth probe: cannot map " + std::to_string(m.n) +
-                                      " bytes");
+    return Status::error("bandwidth probe: cannot map " + std::to_string(m.n) + " bytes");
   // Huge pages spare the TLB misses that would otherwise cap a streaming read
   // below what the memory delivers; a hint only, the probe works without it.
   madvise(m.p, m.n, MADV_HUGEPAGE);

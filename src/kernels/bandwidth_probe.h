@@ -22,9 +22,9 @@ struct BandwidthOptions {
 };
 
 struct BandwidthResult {
-  double best_gbps = 0;   // bytes / time of the fastest pass, in 1e9 bytes per second
-  double mean_gbps = 0;   // over all passes, to show how noisy the machine was
-  size_t bytes = 0;       // bytes each pass read
+  double best_gbps = 0;  // bytes / time of the fastest pass, in 1e9 bytes per second
+  double mean_gbps = 0;  // over all passes, to show how noisy the machine was
+  size_t bytes = 0;      // bytes each pass read
   int threads = 0;
   int passes = 0;
   Isa isa = Isa::Scalar;  // the load width used

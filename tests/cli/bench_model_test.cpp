@@ -105,7 +105,7 @@ class BenchModel : public ::testing::Test {
 
   // A small probe so the test stays quick; the default is 1 GiB.
   std::vector<std::string> args(std::vector<std::string> extra) const {
-    std::vector<std::string> v{"bench-model", "-m", *model_, "--probe-mib", "16",
+    std::vector<std::string> v{"bench-model",    "-m", *model_, "--probe-mib", "16",
                                "--probe-passes", "2"};
     v.insert(v.end(), extra.begin(), extra.end());
     return v;
@@ -131,8 +131,8 @@ void expect_one_error_line(const Proc& r, const std::string& needle) {
 }
 
 TEST_F(BenchModel, PrintsEveryRowWithPositiveNumbers) {
-  Proc r = run_cairn(args({"-p", "40", "-n", "6", "--batch", "1,3", "--reps", "2", "--threads",
-                           "2", "--ubatch", "16", "--decode-ctx", "5"}));
+  Proc r = run_cairn(args({"-p", "40", "-n", "6", "--batch", "1,3", "--reps", "2", "--threads", "2",
+                           "--ubatch", "16", "--decode-ctx", "5"}));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const std::string& out = r.out;
   for (const char* row : {"prefill p=40", "decode B=1 n=6", "decode B=3 n=6"}) {
@@ -151,8 +151,9 @@ TEST_F(BenchModel, PrintsEveryRowWithPositiveNumbers) {
     EXPECT_GT(number_after(out, row), 0) << row << "\n" << out;
   }
   // The parts add up to the total (printed in MB with four decimals).
-  EXPECT_NEAR(number_after(out, "weight bytes / token") + number_after(out, "kv bytes / token (B=1)"),
-              number_after(out, "bytes / decoded token (B=1)"), 0.00011);
+  EXPECT_NEAR(
+      number_after(out, "weight bytes / token") + number_after(out, "kv bytes / token (B=1)"),
+      number_after(out, "bytes / decoded token (B=1)"), 0.00011);
   EXPECT_NE(out.find(std::string("isa          ") + cairn::isa_name(cairn::active_isa())),
             std::string::npos)
       << out;
@@ -203,8 +204,8 @@ TEST(BandwidthProbe, EveryLoadWidthGivesTheScalarSum) {
   for (size_t n : {0u, 1u, 7u, 15u, 16u, 17u, 31u, 32u, 33u, 100u, 999u, 1000u}) {
     uint64_t want = 0;
     for (size_t i = 0; i < n; ++i) want += words[i];
-    for (cairn::Isa isa : {cairn::Isa::Scalar, cairn::Isa::Avx2, cairn::Isa::Avx512,
-                           cairn::Isa::Avx512Vnni}) {
+    for (cairn::Isa isa :
+         {cairn::Isa::Scalar, cairn::Isa::Avx2, cairn::Isa::Avx512, cairn::Isa::Avx512Vnni}) {
       // Unaligned start too: the loads must not assume alignment.
       EXPECT_EQ(cairn::kernels::sum_words(words.data(), n, isa), want) << n;
       if (n > 0) {

@@ -16,11 +16,11 @@
 #include <memory>
 #include <random>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "commands.h"
 #include "core/cpu_features.h"
+#include "core/thread_pool.h"
 #include "gguf/gguf.h"
 #include "kernels/bandwidth_probe.h"
 #include "kv/kv_cache.h"
@@ -73,9 +73,11 @@ Result<std::vector<int>> parse_batch_list(const std::string& s) {
   if (s.empty()) return Status::error("--batch is empty (want e.g. 1,4,16)");
   while (true) {
     const size_t comma = s.find(',', at);
-    const std::string item = s.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
-    const bool digits = !item.empty() && item.size() <= 9 &&
-                        std::all_of(item.begin(), item.end(), [](char c) { return c >= '0' && c <= '9'; });
+    const std::string item =
+        s.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
+    const bool digits =
+        !item.empty() && item.size() <= 9 &&
+        std::all_of(item.begin(), item.end(), [](char c) { return c >= '0' && c <= '9'; });
     if (!digits)
       return Status::error("--batch '" + s + "': '" + item +
                            "' is not a positive integer (want e.g. 1,4,16)");
@@ -97,15 +99,19 @@ Status validate(const BenchArgs& a) {
     int max;
   };
   const Check checks[] = {
-      {"-p", a.prompt, 1 << 20},       {"-n", a.n_decode, 1 << 20},
-      {"--reps", a.reps, 1000},        {"--ubatch", a.ubatch, 1 << 16},
-      {"--decode-ctx", a.decode_ctx, 1 << 20}, {"--probe-mib", a.probe_mib, 1 << 20},
-      {"--probe-passes", a.probe_passes, 1000}, {"--threads", a.threads, 1024},
+      {"-p", a.prompt, 1 << 20},
+      {"-n", a.n_decode, 1 << 20},
+      {"--reps", a.reps, 1000},
+      {"--ubatch", a.ubatch, 1 << 16},
+      {"--decode-ctx", a.decode_ctx, 1 << 20},
+      {"--probe-mib", a.probe_mib, 1 << 20},
+      {"--probe-passes", a.probe_passes, 1000},
+      {"--threads", a.threads, 1024},
   };
   for (const Check& c : checks) {
     if (c.value < 1 || c.value > c.max)
-      return Status::error(std::string(c.flag) + " " + std::to_string(c.value) +
-                           " is outside 1.." + std::to_string(c.max));
+      return Status::error(std::string(c.flag) + " " + std::to_string(c.value) + " is outside 1.." +
+                           std::to_string(c.max));
   }
   return Status::ok();
 }
@@ -150,7 +156,8 @@ WeightBytes weight_bytes(const gguf::File& file) {
     if (t.name == "token_embd.weight" && !tied) continue;
     w.read_per_forward += t.n_bytes;
     const std::string name(type_info(t.type).name);
-    auto it = std::find_if(by_type.begin(), by_type.end(), [&](auto& e) { return e.second == name; });
+    auto it =
+        std::find_if(by_type.begin(), by_type.end(), [&](auto& e) { return e.second == name; });
     if (it == by_type.end())
       by_type.emplace_back(t.n_bytes, name);
     else
@@ -310,8 +317,9 @@ Status run(const BenchArgs& a) {
   const int max_batch = *std::max_element(batches->begin(), batches->end());
   if (hp0.n_ctx_train > 0) {
     if ((int64_t)a.prompt + a.n_decode > hp0.n_ctx_train)
-      return Status::error("-p " + std::to_string(a.prompt) + " + -n " + std::to_string(a.n_decode) +
-                           " is over the model's context of " + std::to_string(hp0.n_ctx_train));
+      return Status::error("-p " + std::to_string(a.prompt) + " + -n " +
+                           std::to_string(a.n_decode) + " is over the model's context of " +
+                           std::to_string(hp0.n_ctx_train));
     if ((int64_t)a.decode_ctx + a.n_decode > hp0.n_ctx_train)
       return Status::error("--decode-ctx " + std::to_string(a.decode_ctx) + " + -n " +
                            std::to_string(a.n_decode) + " is over the model's context of " +
@@ -332,9 +340,9 @@ Status run(const BenchArgs& a) {
   const int64_t block_bytes = kv::PagedKvCache::block_bytes(shape);
   if (block_bytes <= 0) return Status::error("the model's K/V shape is invalid");
   auto blocks = [](int64_t tokens) { return (tokens + 15) / 16; };
-  const int64_t need_blocks = std::max(blocks(a.prompt),
-                                       max_batch * blocks((int64_t)a.decode_ctx + a.n_decode)) +
-                              kv::kMinBlocks;
+  const int64_t need_blocks =
+      std::max(blocks(a.prompt), max_batch * blocks((int64_t)a.decode_ctx + a.n_decode)) +
+      kv::kMinBlocks;
   const int64_t pool_bytes = need_blocks * block_bytes;
   const int64_t avail = kv::available_memory_bytes();
   if (avail > 0 && pool_bytes > avail)
@@ -347,8 +355,7 @@ Status run(const BenchArgs& a) {
 
   const WeightBytes wb = weight_bytes(*shared_file);
   spdlog::info("{}: {}, {} layers, dim {}, vocab {}, {}; {} threads, isa {}", a.model, hp.arch,
-               hp.n_layer, hp.n_embd, hp.n_vocab, wb.main_type, threads,
-               isa_name(active_isa()));
+               hp.n_layer, hp.n_embd, hp.n_vocab, wb.main_type, threads, isa_name(active_isa()));
 
   Bench bench(m, **kv, a);
   CAIRN_RETURN_IF_ERROR(bench.warm_up());
@@ -397,8 +404,8 @@ Status run(const BenchArgs& a) {
   std::printf("model        %s\n", a.model.c_str());
   std::printf("shape        %s, %" PRId64 " layers, dim %" PRId64 ", heads %" PRId64 "/%" PRId64
               ", ffn %" PRId64 ", vocab %" PRId64 ", weights %s\n",
-              hp.arch.c_str(), hp.n_layer, hp.n_embd, hp.n_head, hp.n_head_kv, hp.n_ff,
-              hp.n_vocab, wb.main_type.c_str());
+              hp.arch.c_str(), hp.n_layer, hp.n_embd, hp.n_head, hp.n_head_kv, hp.n_ff, hp.n_vocab,
+              wb.main_type.c_str());
   std::printf("isa          %s (detected %s)\n", isa_name(active_isa()), isa_name(detected_isa()));
   std::printf("cpu          %s\n", cpu_model_name().c_str());
   std::printf("threads      %d\n", threads);
@@ -431,23 +438,28 @@ void register_bench_model(CLI::App& app, CommandResult& result) {
       "bench-model", "time prefill and (batched) decode through the model layer; print a table");
   auto a = std::make_shared<BenchArgs>();
   cmd->add_option("-m,--model", a->model, "GGUF model")->required();
-  cmd->add_option("-p,--prompt", a->prompt, "prefill prompt length in tokens")->capture_default_str();
+  cmd->add_option("-p,--prompt", a->prompt, "prefill prompt length in tokens")
+      ->capture_default_str();
   cmd->add_option("-n,--n-decode", a->n_decode, "decode steps per sequence")->capture_default_str();
-  cmd->add_option("--batch", a->batch, "decode batch sizes, comma-separated")->capture_default_str();
-  cmd->add_option("-t,--threads", a->threads, "compute threads (default: all cores)");
-  cmd->add_option("--reps", a->reps, "runs of each test; the best is reported")->capture_default_str();
+  cmd->add_option("--batch", a->batch, "decode batch sizes, comma-separated")
+      ->capture_default_str();
+  cmd->add_option("-t,--threads", a->threads,
+                  "compute threads, this one included (default: one per allowed CPU)");
+  cmd->add_option("--reps", a->reps, "runs of each test; the best is reported")
+      ->capture_default_str();
   cmd->add_option("--ubatch", a->ubatch, "most tokens per forward during prefill")
       ->capture_default_str();
   cmd->add_option("--decode-ctx", a->decode_ctx, "prompt tokens of each decode sequence")
       ->capture_default_str();
-  cmd->add_option("--probe-mib", a->probe_mib, "bandwidth probe buffer in MiB")->capture_default_str();
-  cmd->add_option("--probe-passes", a->probe_passes, "bandwidth probe passes")->capture_default_str();
+  cmd->add_option("--probe-mib", a->probe_mib, "bandwidth probe buffer in MiB")
+      ->capture_default_str();
+  cmd->add_option("--probe-passes", a->probe_passes, "bandwidth probe passes")
+      ->capture_default_str();
   // Left out, --threads means every core; typed as 0 it is an error like any
   // other non-positive count.
   cmd->callback([&result, a, cmd] {
     BenchArgs args = *a;
-    if (cmd->count("--threads") == 0)
-      args.threads = (int)std::max(1u, std::thread::hardware_concurrency());
+    if (cmd->count("--threads") == 0) args.threads = ThreadPool::default_size();
     result.status = run(args);
   });
 }
