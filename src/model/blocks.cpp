@@ -191,9 +191,9 @@ void attention(const HParams& hp, const AttentionWeights& w, int layer, const Ba
   const int64_t nq = hp.n_head * hd;
   const int64_t nkv = hp.kv_row_elems();
 
-  project(w.wq, ws.xn.data(), T, ws.q.data(), pool);
-  project(w.wk, ws.xn.data(), T, ws.k.data(), pool);
-  project(w.wv, ws.xn.data(), T, ws.v.data(), pool);
+  const kernels::MatmulJob qkv[] = {
+      {&w.wq, ws.q.data()}, {&w.wk, ws.k.data()}, {&w.wv, ws.v.data()}};
+  kernels::matmul_many(qkv, ws.xn.data(), T, pool);
   add_bias(ws.q.data(), w.bq, T);
   add_bias(ws.k.data(), w.bk, T);
   add_bias(ws.v.data(), w.bv, T);
