@@ -46,6 +46,11 @@ CAIRN_AVX2 inline __m256i dot_i8(__m256i x, __m256i y) {
   return _mm256_madd_epi16(_mm256_maddubs_epi16(ax, sy), _mm256_set1_epi16(1));
 }
 
+// a * b + c rounded once, as std::fma in the scalar reference.
+CAIRN_AVX2 inline float fma_ss(float a, float b, float c) {
+  return _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(a), _mm_set_ss(b), _mm_set_ss(c)));
+}
+
 CAIRN_AVX2 inline __m256 load_f16(const uint16_t* p) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }
@@ -140,8 +145,9 @@ CAIRN_AVX2 float q4_k_dot_q8_k(int64_t n, const void* w, const void* act) {
       acc = _mm256_add_epi32(acc, _mm256_add_epi32(plo, phi));
     }
     const int32_t sum_q = hsum_epi32(acc);
-    sum += f16_lut(x[i].d) * y[i].d * static_cast<float>(sum_q) -
-           f16_lut(x[i].dmin) * y[i].d * static_cast<float>(sum_mins);
+    // The reference's float order (quant_k.cpp, kKQuantOrder).
+    sum = fma_ss(y[i].d * f16_lut(x[i].d), static_cast<float>(sum_q), sum);
+    sum = fma_ss(-y[i].d * f16_lut(x[i].dmin), static_cast<float>(sum_mins), sum);
   }
   return sum;
 }
@@ -179,7 +185,7 @@ CAIRN_AVX2 float q6_k_dot_q8_k(int64_t n, const void* w, const void* act) {
       }
     }
     const int32_t sum_q = hsum_epi32(acc);
-    sum += f16_lut(x[i].d) * y[i].d * static_cast<float>(sum_q);
+    sum = fma_ss(y[i].d * f16_lut(x[i].d), static_cast<float>(sum_q), sum);
   }
   return sum;
 }

@@ -3,8 +3,9 @@
 // super-block; each int32 lane sums four adjacent products times their
 // sub-block scale (maddubs, then vpdpwssd with the scales), so the lanes hold
 // what ggml's AVX2 code holds in its 8 lanes, two runs at once. Integer sums
-// are exact in any order; the float work per block is written out exactly as
-// in the scalar reference (quant_k.cpp), so the results are bit-identical.
+// are exact in any order; the float work per block (one fma per sum into one
+// accumulator) is written out exactly as in the scalar reference (quant_k.cpp,
+// kKQuantOrder), so the results are bit-identical.
 #include "core/quant_k_avx512.h"
 
 #include <cstring>
@@ -19,8 +20,8 @@
 
 #include "core/quant_blocks.h"
 
-// No fp contraction: the scalar reference (built without FMA) rounds each
-// product of the per-block float math, so this file must too.
+// No fp contraction: the scalar reference rounds y.d * x.d before its explicit
+// fma; the compiler must not fuse anything else either.
 #define CAIRN_VNNI                                                                        \
   __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c"), \
                  optimize("fp-contract=off")))
@@ -124,12 +125,16 @@ CAIRN_VNNI inline void q4k_block(const BlockQ4_K& x, const Q4kAct& a, const Q4kI
   *lanes = fold(acc);
 }
 
-// The scalar reference's float step for one block (quant_k.cpp), verbatim.
+// a * b + c rounded once, as std::fma in the scalar reference.
+CAIRN_VNNI inline float fma_ss(float a, float b, float c) {
+  return _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(a), _mm_set_ss(b), _mm_set_ss(c)));
+}
+
+// The scalar reference's float step for one block (quant_k.cpp, kKQuantOrder).
 CAIRN_VNNI inline float q4k_accumulate(float sum, const BlockQ4_K& x, const BlockQ8_K& y, __m256i lanes,
                                        __m128i mins) {
-  const int32_t sum_q = hsum8(lanes);
-  const int32_t sum_mins = hsum4(mins);
-  return sum + (f16(x.d) * y.d * static_cast<float>(sum_q) - f16(x.dmin) * y.d * static_cast<float>(sum_mins));
+  sum = fma_ss(y.d * f16(x.d), static_cast<float>(hsum8(lanes)), sum);
+  return fma_ss(-y.d * f16(x.dmin), static_cast<float>(hsum4(mins)), sum);
 }
 
 CAIRN_VNNI inline Q4kIdxRegs q4k_idx() {
@@ -204,9 +209,9 @@ CAIRN_VNNI inline __m256i q6k_block(const BlockQ6_K& x, const Q6kAct& a, const Q
   return fold(acc);
 }
 
-// The scalar reference's float step for one block (quant_k.cpp), verbatim.
+// The scalar reference's float step for one block (quant_k.cpp, kKQuantOrder).
 CAIRN_VNNI inline float q6k_accumulate(float sum, const BlockQ6_K& x, const BlockQ8_K& y, __m256i lanes) {
-  return sum + f16(x.d) * y.d * static_cast<float>(hsum8(lanes));
+  return fma_ss(y.d * f16(x.d), static_cast<float>(hsum8(lanes)), sum);
 }
 
 template <typename Block>
