@@ -32,17 +32,30 @@ CAIRN_SIMD_TARGET inline V ldh(const uint16_t* p) {
 }
 CAIRN_SIMD_TARGET inline V fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
 CAIRN_SIMD_TARGET inline V add(V a, V b) { return _mm512_add_ps(a, b); }
+CAIRN_SIMD_TARGET inline V mul(V a, V b) { return _mm512_mul_ps(a, b); }
 CAIRN_SIMD_TARGET inline V bcast(float x) { return _mm512_set1_ps(x); }
 CAIRN_SIMD_TARGET inline void st(float* p, V v) { _mm512_storeu_ps(p, v); }
 CAIRN_SIMD_TARGET inline V round_h(V v) {
   return _mm512_cvtph_ps(_mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
 }
-// reduce16: halves, quarters, then (u0 + u2) + (u1 + u3).
-CAIRN_SIMD_TARGET inline float hsum16(V v) {
-  const __m256 t = _mm256_add_ps(_mm512_extractf32x8_ps(v, 1), _mm512_castps512_ps256(v));
-  const __m128 u = _mm_add_ps(_mm256_extractf128_ps(t, 1), _mm256_castps256_ps128(t));
-  const __m128 s = _mm_add_ps(u, _mm_movehl_ps(u, u));
-  return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+// out[p] = reduce16(v[p]) for 16 vectors at once: the same pairs are added
+// (halves, quarters, then (u0 + u2) + (u1 + u3)), only in a transposed layout,
+// which leaves result p at 4 * (p % 4) + p / 4 until the final permute.
+CAIRN_SIMD_TARGET inline void hsum16x16(const V* v, float* out) {
+  V w[8], x[4], y[2];
+  for (int m = 0; m < 8; ++m)  // t = lo8 + hi8, two vectors per register
+    w[m] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * m], v[2 * m + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                         _mm512_shuffle_f32x4(v[2 * m], v[2 * m + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+  for (int m = 0; m < 4; ++m)  // u = t.lo4 + t.hi4, four vectors per register
+    x[m] = _mm512_add_ps(_mm512_shuffle_f32x4(w[2 * m], w[2 * m + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+                         _mm512_shuffle_f32x4(w[2 * m], w[2 * m + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+  for (int m = 0; m < 2; ++m)  // (u0 + u2), (u1 + u3)
+    y[m] = _mm512_add_ps(_mm512_shuffle_ps(x[2 * m], x[2 * m + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                         _mm512_shuffle_ps(x[2 * m], x[2 * m + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+  const V z = _mm512_add_ps(_mm512_shuffle_ps(y[0], y[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                            _mm512_shuffle_ps(y[0], y[1], _MM_SHUFFLE(3, 1, 3, 1)));
+  const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  _mm512_storeu_ps(out, _mm512_permutexvar_ps(order, z));
 }
 // tail[i] += (double)(v[i] * w[i]): the product rounded to float first.
 CAIRN_SIMD_TARGET inline void tail_acc(double* tail, V v, V w) {
@@ -88,6 +101,9 @@ CAIRN_SIMD_TARGET inline V fma(V a, V b, V c) {
 CAIRN_SIMD_TARGET inline V add(V a, V b) {
   return {_mm256_add_ps(a.lo, b.lo), _mm256_add_ps(a.hi, b.hi)};
 }
+CAIRN_SIMD_TARGET inline V mul(V a, V b) {
+  return {_mm256_mul_ps(a.lo, b.lo), _mm256_mul_ps(a.hi, b.hi)};
+}
 CAIRN_SIMD_TARGET inline V bcast(float x) { return {_mm256_set1_ps(x), _mm256_set1_ps(x)}; }
 CAIRN_SIMD_TARGET inline void st(float* p, V v) {
   _mm256_storeu_ps(p, v.lo);
@@ -97,11 +113,14 @@ CAIRN_SIMD_TARGET inline __m256 round_h8(__m256 v) {
   return _mm256_cvtph_ps(_mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
 }
 CAIRN_SIMD_TARGET inline V round_h(V v) { return {round_h8(v.lo), round_h8(v.hi)}; }
-CAIRN_SIMD_TARGET inline float hsum16(V v) {
-  const __m256 t = _mm256_add_ps(v.hi, v.lo);
-  const __m128 u = _mm_add_ps(_mm256_extractf128_ps(t, 1), _mm256_castps256_ps128(t));
-  const __m128 s = _mm_add_ps(u, _mm_movehl_ps(u, u));
-  return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+// reduce16 of each of 16 vectors: halves, quarters, then (u0 + u2) + (u1 + u3).
+CAIRN_SIMD_TARGET inline void hsum16x16(const V* v, float* out) {
+  for (int p = 0; p < 16; ++p) {
+    const __m256 t = _mm256_add_ps(v[p].hi, v[p].lo);
+    const __m128 u = _mm_add_ps(_mm256_extractf128_ps(t, 1), _mm256_castps256_ps128(t));
+    const __m128 s = _mm_add_ps(u, _mm_movehl_ps(u, u));
+    out[p] = _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+  }
 }
 CAIRN_SIMD_TARGET inline void tail_acc8(double* tail, __m256 p) {
   _mm256_storeu_pd(tail, _mm256_add_pd(_mm256_loadu_pd(tail),

@@ -1,0 +1,87 @@
+// Attention of one layer, TinyLlama-1.1B shape (32 query heads, 4 KV heads,
+// head_dim 64, F16 cache), per path: a decode token at context N, and a batch
+// of 32 tokens ending at N (the tinyBLAS orders). Multiply the decode time by
+// 22 layers for the attention cost per decoded token. Arguments: context,
+// threads (with 1 thread, CPU time is the work itself even on a busy machine).
+//   bench_attention [--benchmark_filter=Decode]   (CAIRN_ISA caps the paths)
+#include <benchmark/benchmark.h>
+
+#include <cmath>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "model/attention.h"
+#include "model/contiguous_kv.h"
+
+namespace {
+
+using namespace cairn;
+using namespace cairn::model;
+
+struct Setup {
+  HParams hp;
+  std::unique_ptr<ContiguousKvCache> kv;
+  std::vector<float> q, out;
+  ThreadPool pool;
+
+  Setup(int64_t n_ctx, int threads) : pool(threads) {
+    hp.n_layer = 1;
+    hp.n_head = 32;
+    hp.n_head_kv = 4;
+    hp.head_dim = 64;
+    hp.n_embd = 2048;
+    auto made = ContiguousKvCache::create(hp, 1, n_ctx);
+    kv.reset(made->release());
+    std::mt19937 rng(1);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    std::vector<float> k((size_t)hp.kv_row_elems()), v(k.size());
+    for (int32_t p = 0; p < n_ctx; ++p) {
+      for (size_t i = 0; i < k.size(); ++i) k[i] = u(rng), v[i] = u(rng);
+      kv->write(0, 0, p, k.data(), v.data());
+    }
+    q.resize((size_t)(64 * hp.n_head * hp.head_dim));
+    for (float& x : q) x = u(rng);
+    out.resize(q.size());
+  }
+};
+
+void run(benchmark::State& st, AttnPath path, int64_t n_tokens) {
+  const int64_t n_ctx = st.range(0);
+  if (!attention_path_supported(path, 64)) {
+    st.SkipWithError("path not available on this CPU / CAIRN_ISA");
+    return;
+  }
+  const int threads = (int)st.range(1);
+  static std::unique_ptr<Setup> s;
+  if (!s || s->kv->n_ctx() != n_ctx || s->pool.size() != threads)
+    s = std::make_unique<Setup>(n_ctx, threads);
+  std::vector<SeqId> seqs((size_t)n_tokens, 0);
+  std::vector<int32_t> pos((size_t)n_tokens);
+  for (int64_t t = 0; t < n_tokens; ++t) pos[(size_t)t] = (int32_t)(n_ctx - n_tokens + t);
+  const AttnShape sh{32, 4, 64, 0.125f};
+  for (auto _ : st) {
+    attend(*s->kv, 0, seqs, pos, s->q.data(), sh, s->out.data(), s->pool, path);
+    benchmark::DoNotOptimize(s->out.data());
+  }
+  st.SetItemsProcessed(st.iterations() * n_tokens);  // items = tokens
+}
+
+void Decode_Scalar(benchmark::State& st) { run(st, AttnPath::Scalar, 1); }
+void Decode_Avx2(benchmark::State& st) { run(st, AttnPath::Avx2, 1); }
+void Decode_Avx512(benchmark::State& st) { run(st, AttnPath::Avx512, 1); }
+void Batch32_Scalar(benchmark::State& st) { run(st, AttnPath::Scalar, 32); }
+void Batch32_Avx2(benchmark::State& st) { run(st, AttnPath::Avx2, 32); }
+void Batch32_Avx512(benchmark::State& st) { run(st, AttnPath::Avx512, 32); }
+
+}  // namespace
+
+BENCHMARK(Decode_Scalar)->Args({512, 1})->Args({512, 2})->Args({2048, 2})->Unit(benchmark::kMicrosecond);
+BENCHMARK(Decode_Avx2)->Args({512, 1})->Args({512, 2})->Args({2048, 2})->Unit(benchmark::kMicrosecond);
+BENCHMARK(Decode_Avx512)->Args({512, 1})->Args({512, 2})->Args({2048, 2})->Unit(benchmark::kMicrosecond);
+BENCHMARK(Batch32_Scalar)->Args({512, 1})->Args({512, 2})->Unit(benchmark::kMicrosecond);
+BENCHMARK(Batch32_Avx2)->Args({512, 1})->Args({512, 2})->Unit(benchmark::kMicrosecond);
+BENCHMARK(Batch32_Avx512)->Args({512, 1})->Args({512, 2})->Unit(benchmark::kMicrosecond);
+
+BENCHMARK_MAIN();
