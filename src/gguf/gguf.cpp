@@ -467,6 +467,17 @@ Result<std::unique_ptr<File>> File::open(const std::string& path) {
   return f;
 }
 
+void File::drop_pages(const void* data, size_t n) const {
+  if (map_ == nullptr || n == 0) return;
+  const auto begin = reinterpret_cast<uintptr_t>(map_);
+  const auto p = reinterpret_cast<uintptr_t>(data);
+  if (p < begin || p - begin > map_size_ || n > map_size_ - (p - begin)) return;
+  const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t first = (p + page - 1) / page * page;
+  const uintptr_t last = (p + n) / page * page;
+  if (last > first) ::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
+}
+
 File::~File() {
   if (map_ != nullptr) ::munmap(map_, map_size_);
 }

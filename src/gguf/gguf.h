@@ -88,6 +88,12 @@ class File {
   uint64_t data_offset() const { return data_offset_; }
   uint64_t file_size() const { return file_size_; }
 
+  // Tells the kernel that the mapped pages wholly inside [data, data + n) will
+  // not be read soon (a model that keeps a repacked copy), so they leave the
+  // process's resident memory; a later read maps them back in from the file.
+  // A no-op for buffers that are not a file mapping.
+  void drop_pages(const void* data, size_t n) const;
+
   const Value* find(std::string_view key) const;
   const TensorInfo* find_tensor(std::string_view name) const;
 

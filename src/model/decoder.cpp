@@ -51,12 +51,19 @@ Result<std::unique_ptr<Model>> load_decoder(std::shared_ptr<const gguf::File> fi
   if (!w) return w.status();
   // Repacked copies for the fastest kernels of this CPU; the embedding table
   // is only ever read a row at a time, so it stays as mapped.
+  // Once packed, a matrix's mapped bytes are never read again (get_row reads
+  // only the embedding table, which a tied output shares), so they leave
+  // resident memory instead of doubling the model's footprint.
+  const auto prepare = [&](kernels::WeightMatrix& m, bool keep_mapped) {
+    kernels::prepare_weight(m);
+    if (m.packed && !keep_mapped) file->drop_pages(m.data, m.row_stride * (size_t)m.rows);
+  };
   for (LayerWeights& l : w->layers) {
     for (kernels::WeightMatrix* m : {&l.attn.wq, &l.attn.wk, &l.attn.wv, &l.attn.wo, &l.ffn.gate,
                                      &l.ffn.up, &l.ffn.down})
-      kernels::prepare_weight(*m);
+      prepare(*m, false);
   }
-  kernels::prepare_weight(w->output);
+  prepare(w->output, hp.tied_output);
   return std::unique_ptr<Model>(
       new DecoderModel(std::move(file), std::move(hp), std::move(*w), options.n_threads));
 }
