@@ -61,6 +61,10 @@ void rms_norm(const float* x, const float* weight, int64_t n, float eps, float* 
 enum class RopeStyle { Norm, Neox };
 void rope(float* x, int64_t n_heads, int64_t head_dim, int64_t n_rot, int32_t pos, float base,
           float freq_scale, RopeStyle style);
+// rope() of one token's queries and keys (same position) with the angles
+// computed once; the same bits as two rope() calls. q or k may be null.
+void rope_qk(float* q, int64_t n_head_q, float* k, int64_t n_head_k, int64_t head_dim,
+             int64_t n_rot, int32_t pos, float base, float freq_scale, RopeStyle style);
 
 // In-place softmax over n values (max-subtracted, numerically stable), in the
 // reference's order: exp_ggml in groups of 16, group sums added in double.

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <vector>
 
 #include <immintrin.h>
 
@@ -29,16 +30,12 @@ void rms_norm_scalar(const float* x, const float* weight, int64_t n, float eps, 
 
 }  // namespace
 
-void rope(float* x, int64_t n_heads, int64_t head_dim, int64_t n_rot, int32_t pos, float base,
-          float freq_scale, RopeStyle style) {
-  n_rot = std::min(n_rot, head_dim);
-  if (n_rot < 2) return;
-  // ggml steps theta by repeated multiplication (not pow per pair); do the same
-  // so angles at long positions agree to the last bit or so.
-  const float theta_scale = std::pow(base, -2.0f / static_cast<float>(n_rot));
-  float theta = static_cast<float>(pos);
-  for (int64_t i = 0; i < n_rot / 2; ++i, theta *= theta_scale) {
-    const float c = std::cos(freq_scale * theta), s = std::sin(freq_scale * theta);
+namespace {
+
+// Rotates pair i of every head by (c[i], s[i]).
+void rotate(float* x, int64_t n_heads, int64_t head_dim, int64_t n_rot, const float* c,
+            const float* s, RopeStyle style) {
+  for (int64_t i = 0; i < n_rot / 2; ++i) {
     const int64_t a = style == RopeStyle::Norm ? 2 * i : i;
     const int64_t b = style == RopeStyle::Norm ? 2 * i + 1 : i + n_rot / 2;
     for (int64_t h = 0; h < n_heads; ++h) {
@@ -47,10 +44,51 @@ void rope(float* x, int64_t n_heads, int64_t head_dim, int64_t n_rot, int32_t po
       // The reference's C is built with FMA and GCC's default fp contraction,
       // which fuses the first product of each line (measured: the quantized
       // golden runs stay bit-exact for more steps this way than unfused).
-      v[a] = std::fma(x0, c, -(x1 * s));
-      v[b] = std::fma(x0, s, x1 * c);
+      v[a] = std::fma(x0, c[i], -(x1 * s[i]));
+      v[b] = std::fma(x0, s[i], x1 * c[i]);
     }
   }
+}
+
+// cos and sin of each pair's angle; false when there is nothing to rotate.
+bool rope_angles(int64_t& n_rot, int64_t head_dim, int32_t pos, float base, float freq_scale,
+                 float* c, float* s) {
+  n_rot = std::min(n_rot, head_dim);
+  if (n_rot < 2) return false;
+  // ggml steps theta by repeated multiplication (not pow per pair); do the same
+  // so angles at long positions agree to the last bit or so.
+  const float theta_scale = std::pow(base, -2.0f / static_cast<float>(n_rot));
+  float theta = static_cast<float>(pos);
+  for (int64_t i = 0; i < n_rot / 2; ++i, theta *= theta_scale) {
+    c[i] = std::cos(freq_scale * theta);
+    s[i] = std::sin(freq_scale * theta);
+  }
+  return true;
+}
+
+// Angles for up to this many rotated dimensions live on the stack.
+constexpr int64_t kMaxStackRot = 512;
+
+}  // namespace
+
+void rope(float* x, int64_t n_heads, int64_t head_dim, int64_t n_rot, int32_t pos, float base,
+          float freq_scale, RopeStyle style) {
+  rope_qk(x, n_heads, nullptr, 0, head_dim, n_rot, pos, base, freq_scale, style);
+}
+
+void rope_qk(float* q, int64_t n_head_q, float* k, int64_t n_head_k, int64_t head_dim,
+             int64_t n_rot, int32_t pos, float base, float freq_scale, RopeStyle style) {
+  float cs_stack[kMaxStackRot];
+  std::vector<float> cs_heap;
+  float* cs = cs_stack;
+  if (std::min(n_rot, head_dim) > kMaxStackRot) {
+    cs_heap.resize((size_t)std::min(n_rot, head_dim));
+    cs = cs_heap.data();
+  }
+  const int64_t half = std::max<int64_t>(std::min(n_rot, head_dim) / 2, 1);
+  if (!rope_angles(n_rot, head_dim, pos, base, freq_scale, cs, cs + half)) return;
+  if (q) rotate(q, n_head_q, head_dim, n_rot, cs, cs + half, style);
+  if (k) rotate(k, n_head_k, head_dim, n_rot, cs, cs + half, style);
 }
 
 float exp_ggml(float x) {

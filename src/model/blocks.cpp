@@ -198,14 +198,23 @@ void attention(const HParams& hp, const AttentionWeights& w, int layer, const Ba
   add_bias(ws.k.data(), w.bk, T);
   add_bias(ws.v.data(), w.bv, T);
 
-  for (int64_t t = 0; t < T; ++t) {
-    const int32_t pos = batch.positions[(size_t)t];
-    kernels::rope(ws.q.data() + t * nq, hp.n_head, hd, hp.n_rot, pos, hp.rope_freq_base,
-                  hp.rope_freq_scale, hp.rope_style);
-    kernels::rope(ws.k.data() + t * nkv, hp.n_head_kv, hd, hp.n_rot, pos, hp.rope_freq_base,
-                  hp.rope_freq_scale, hp.rope_style);
-    kv.write(layer, batch.seqs[(size_t)t], pos, ws.k.data() + t * nkv, ws.v.data() + t * nkv);
+  // RoPE per token is independent (and its sin/cos are shared by Q and K):
+  // spread a prefill's tokens over the pool. Writes stay on this thread, as
+  // KvView promises nothing about concurrent writes.
+  const auto rope_tokens = [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t)
+      kernels::rope_qk(ws.q.data() + t * nq, hp.n_head, ws.k.data() + t * nkv, hp.n_head_kv, hd,
+                       hp.n_rot, batch.positions[(size_t)t], hp.rope_freq_base,
+                       hp.rope_freq_scale, hp.rope_style);
+  };
+  if (T >= 8) {
+    pool.parallel_for(T, rope_tokens);
+  } else {
+    rope_tokens(0, T);
   }
+  for (int64_t t = 0; t < T; ++t)
+    kv.write(layer, batch.seqs[(size_t)t], batch.positions[(size_t)t], ws.k.data() + t * nkv,
+             ws.v.data() + t * nkv);
 
   AttnShape shape;
   shape.n_head = hp.n_head;

@@ -120,6 +120,25 @@ TEST(Add, AddsInPlace) {
   EXPECT_EQ(y, (std::vector<float>{1.5f, 0, 13}));
 }
 
+TEST(Rope, QkTogetherEqualsTwoCalls) {
+  for (RopeStyle style : {RopeStyle::Norm, RopeStyle::Neox}) {
+    for (int pos : {0, 3, 511, 40000}) {
+      for (int64_t n_rot : {int64_t{64}, int64_t{32}, int64_t{1}}) {
+        const auto q0 = random_vec(8 * 64, 20 + pos), k0 = random_vec(2 * 64, 30 + pos);
+        auto q1 = q0, k1 = k0, q2 = q0, k2 = k0;
+        rope(q1.data(), 8, 64, n_rot, pos, 10000.0f, 1.0f, style);
+        rope(k1.data(), 2, 64, n_rot, pos, 10000.0f, 1.0f, style);
+        rope_qk(q2.data(), 8, k2.data(), 2, 64, n_rot, pos, 10000.0f, 1.0f, style);
+        EXPECT_EQ(std::memcmp(q1.data(), q2.data(), q1.size() * 4), 0) << pos << " " << n_rot;
+        EXPECT_EQ(std::memcmp(k1.data(), k2.data(), k1.size() * 4), 0) << pos << " " << n_rot;
+        if (n_rot > 1 && pos > 0) {
+          EXPECT_NE(q1, q0);
+        }
+      }
+    }
+  }
+}
+
 // ---- every SIMD path gives the scalar path's bits ------------------------------
 
 std::vector<ops::Path> simd_paths() {
