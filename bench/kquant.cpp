@@ -32,8 +32,8 @@ struct Data {
 
 // Weights quantized from Gaussian data (so scales are realistic), one activation row.
 const Data& data(TensorType t, int64_t rows) {
-  static Data cache[2][2];
-  Data& d = cache[t == TensorType::Q6_K][rows > 1024];
+  static Data cache[2][3];
+  Data& d = cache[t == TensorType::Q6_K][rows > 1024 ? (rows > 65536 ? 2 : 1) : 0];
   if (d.rows == rows) return d;
   const cairn::TypeOps* ops = cairn::scalar_type_ops(t);
   d.rows = rows;
@@ -81,10 +81,11 @@ void run(benchmark::State& state, TensorType t, Isa need, DotFn dot, RowsFn rows
 namespace q = cairn::quant;
 namespace v = cairn::quant::avx512vnni;
 
-// 128 rows: ~150-210 KB (L2); 32768 rows: ~38-54 MB (beyond the caches).
+// 128 rows: ~150-210 KB (L2); 32768 rows: ~38-54 MB (about the L3); 196608
+// rows: ~230-320 MB (DRAM, as decode sees it).
 #define KQ_BENCH(name, type, isa, dot, rows)                                                  \
   void name(benchmark::State& s) { run(s, type, isa, dot, rows); }                            \
-  BENCHMARK(name)->Arg(128)->Arg(32768)->Unit(benchmark::kMicrosecond)
+  BENCHMARK(name)->Arg(128)->Arg(32768)->Arg(196608)->Unit(benchmark::kMicrosecond)
 
 KQ_BENCH(Q4_K_scalar, TensorType::Q4_K, Isa::Scalar, q::q4_k_dot_q8_k, nullptr);
 KQ_BENCH(Q4_K_avx2, TensorType::Q4_K, Isa::Avx2, q::avx2::q4_k_dot_q8_k, nullptr);
