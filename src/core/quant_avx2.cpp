@@ -7,6 +7,7 @@
 #include <cpuid.h>
 #include <immintrin.h>
 
+#include <cstring>
 
 #include "core/quant_blocks.h"
 
@@ -128,10 +129,26 @@ CAIRN_AVX2 float q4_k_dot_q8_k(int64_t n, const void* w, const void* act) {
   const __m256i low4 = _mm256_set1_epi8(0xF);
   float sum = 0.0f;
   for (int64_t i = 0; i < n / kQK_K; ++i) {
-    uint8_t sc[8], m[8];
-    for (int j = 0; j < 8; ++j) q4k_scale_min(j, x[i].scales, &sc[j], &m[j]);
-    int32_t sum_mins = 0;
-    for (int j = 0; j < kQK_K / 16; ++j) sum_mins += y[i].bsums[j] * m[j / 2];
+    // The twelve 6-bit scale/min bytes as int16 sc0..7 | m0..7 (q4k_scale_min,
+    // four bytes at a time).
+    uint32_t u[4];
+    std::memcpy(u, x[i].scales, 12);
+    u[3] = ((u[2] >> 4) & 0x0f0f0f0fu) | (((u[1] >> 6) & 0x03030303u) << 4);
+    const uint32_t m03 = u[1] & 0x3f3f3f3fu;
+    u[1] = (u[2] & 0x0f0f0f0fu) | (((u[0] >> 6) & 0x03030303u) << 4);
+    u[2] = m03;
+    u[0] &= 0x3f3f3f3fu;
+    const __m256i sm = _mm256_cvtepu8_epi16(_mm_set_epi32(static_cast<int>(u[3]), static_cast<int>(u[2]),
+                                                          static_cast<int>(u[1]), static_cast<int>(u[0])));
+    alignas(16) int16_t sc[8];
+    _mm_store_si128(reinterpret_cast<__m128i*>(sc), _mm256_castsi256_si128(sm));
+    // Mins: bsums summed in pairs (one per 32-element sub-block) times m.
+    const __m256i bs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[i].bsums));
+    const __m128i pairs = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
+    __m128i mins = _mm_madd_epi16(_mm256_extracti128_si256(sm, 1), pairs);
+    mins = _mm_add_epi32(mins, _mm_shuffle_epi32(mins, _MM_SHUFFLE(1, 0, 3, 2)));
+    mins = _mm_add_epi32(mins, _mm_shuffle_epi32(mins, _MM_SHUFFLE(2, 3, 0, 1)));
+    const int32_t sum_mins = _mm_cvtsi128_si32(mins);
     __m256i acc = _mm256_setzero_si256();
     for (int j = 0; j < kQK_K / 64; ++j) {
       const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[i].qs + 32 * j));
