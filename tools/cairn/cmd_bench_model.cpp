@@ -7,11 +7,13 @@
 // Decode is memory-bound, so the table also states the bytes one decoded token
 // reads and the machine's own read bandwidth, whose ratio is the efficiency.
 #include <spdlog/spdlog.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cinttypes>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <memory>
 #include <random>
@@ -47,23 +49,51 @@ struct BenchArgs {
   int probe_passes = 10;
 };
 
+// Wall time and the CPU time all of this process's threads got meanwhile: on
+// a shared machine their ratio says how much of the cores a run really had.
+struct Span {
+  double wall_s = 0;
+  double cpu_s = 0;
+};
+
+double process_cpu_seconds() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  auto sec = [](const timeval& t) { return (double)t.tv_sec + (double)t.tv_usec * 1e-6; };
+  return sec(ru.ru_utime) + sec(ru.ru_stime);
+}
+
+class Stopwatch {
+ public:
+  Stopwatch() : wall0_(std::chrono::steady_clock::now()), cpu0_(process_cpu_seconds()) {}
+  Span elapsed() const {
+    return {std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0_).count(),
+            process_cpu_seconds() - cpu0_};
+  }
+
+ private:
+  std::chrono::steady_clock::time_point wall0_;
+  double cpu0_;
+};
+
 struct Timing {
   int64_t tokens = 0;
+  int threads = 1;
   double best_s = 0;
+  double best_cpu_share = 0;  // of the best run: CPU time / (wall time x threads)
   double sum_tps = 0;
   int runs = 0;
-  void add(double seconds) {
-    best_s = runs == 0 ? seconds : std::min(best_s, seconds);
-    sum_tps += seconds > 0 ? tokens / seconds : 0;
+  void add(const Span& s) {
+    if (runs == 0 || s.wall_s < best_s) {
+      best_s = s.wall_s;
+      best_cpu_share = s.wall_s > 0 ? s.cpu_s / (s.wall_s * threads) : 0;
+    }
+    sum_tps += s.wall_s > 0 ? tokens / s.wall_s : 0;
     ++runs;
   }
   double best_tps() const { return best_s > 0 ? tokens / best_s : 0; }
   double mean_tps() const { return runs > 0 ? sum_tps / runs : 0; }
 };
-
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 
 // "1,4,16" -> {1, 4, 16}; duplicates dropped, order kept. Anything but
 // positive integers separated by single commas is an error.
@@ -114,6 +144,12 @@ Status validate(const BenchArgs& a) {
                            std::to_string(c.max));
   }
   return Status::ok();
+}
+
+// -1 when unknown.
+double one_minute_load() {
+  double l[1];
+  return getloadavg(l, 1) == 1 ? l[0] : -1;
 }
 
 // The processor's marketing name, so a pasted table says what it ran on.
@@ -184,12 +220,12 @@ class Bench {
     return st;
   }
 
-  Result<double> prefill_once() {
+  Result<Span> prefill_once() {
     std::vector<Token> prompt(static_cast<size_t>(a_.prompt));
     for (Token& t : prompt) t = random_token();
     const SeqId s = next_seq_++;
     if (!kv_.reserve(s, a_.prompt)) return Status::error("K/V pool too small for the prompt");
-    const auto t0 = std::chrono::steady_clock::now();
+    const Stopwatch watch;
     for (int start = 0; start < a_.prompt; start += a_.ubatch) {
       const int end = std::min(a_.prompt, start + a_.ubatch);
       batch_.clear();
@@ -201,14 +237,14 @@ class Bench {
       }
       kv_.commit(s, std::span<const Token>(prompt).subspan((size_t)start, (size_t)(end - start)));
     }
-    const double sec = seconds_since(t0);
+    const Span sec = watch.elapsed();
     kv_.release(s);
     return sec;
   }
 
   // B sequences: their short prompts go through untimed (as one ragged batch
   // in ubatch chunks), then n timed steps of one token per sequence.
-  Result<double> decode_once(int n_seqs) {
+  Result<Span> decode_once(int n_seqs) {
     const int d = a_.decode_ctx;
     std::vector<SeqId> seqs((size_t)n_seqs);
     std::vector<std::vector<Token>> prompts((size_t)n_seqs);
@@ -227,7 +263,7 @@ class Bench {
       release(seqs);
       return st;
     }
-    const auto t0 = std::chrono::steady_clock::now();
+    const Stopwatch watch;
     for (int step = 0; step < a_.n_decode && st.is_ok(); ++step) {
       batch_.clear();
       for (int b = 0; b < n_seqs; ++b) batch_.add(next[(size_t)b], d + step, seqs[(size_t)b], true);
@@ -238,7 +274,7 @@ class Bench {
       for (size_t r = 0; r < logits_.rows(); ++r)
         next[(size_t)logits_.batch_index[r]] = argmax(logits_.row(r));
     }
-    const double sec = seconds_since(t0);
+    const Span sec = watch.elapsed();
     release(seqs);
     if (!st.is_ok()) return st;
     return sec;
@@ -290,15 +326,18 @@ class Bench {
 
 // Runs `once` reps times into a Timing of `tokens` tokens, logging each run.
 template <typename Fn>
-Result<Timing> repeat(const std::string& label, int reps, int64_t tokens, Fn once) {
+Result<Timing> repeat(const std::string& label, int reps, int threads, int64_t tokens, Fn once) {
   Timing t;
   t.tokens = tokens;
+  t.threads = threads;
   for (int r = 0; r < reps; ++r) {
-    Result<double> sec = once();
-    if (!sec.is_ok()) return sec.status().with_context(label);
-    t.add(*sec);
-    spdlog::info("{} run {}/{}: {:.3f} s, {:.2f} tok/s", label, r + 1, reps, *sec,
-                 *sec > 0 ? tokens / *sec : 0.0);
+    Result<Span> span = once();
+    if (!span.is_ok()) return span.status().with_context(label);
+    t.add(*span);
+    const double wall = span->wall_s;
+    spdlog::info("{} run {}/{}: {:.3f} s, {:.2f} tok/s, cpu {:.0f}%", label, r + 1, reps, wall,
+                 wall > 0 ? tokens / wall : 0.0,
+                 wall > 0 ? 100 * span->cpu_s / (wall * threads) : 0.0);
   }
   return t;
 }
@@ -357,6 +396,7 @@ Status run(const BenchArgs& a) {
   spdlog::info("{}: {}, {} layers, dim {}, vocab {}, {}; {} threads, isa {}", a.model, hp.arch,
                hp.n_layer, hp.n_embd, hp.n_vocab, wb.main_type, threads, isa_name(active_isa()));
 
+  const double load_before = one_minute_load();
   Bench bench(m, **kv, a);
   CAIRN_RETURN_IF_ERROR(bench.warm_up());
 
@@ -366,7 +406,7 @@ Status run(const BenchArgs& a) {
   };
   std::vector<Row> rows;
   const std::string p_label = "prefill p=" + std::to_string(a.prompt);
-  auto pre = repeat(p_label, a.reps, a.prompt, [&] { return bench.prefill_once(); });
+  auto pre = repeat(p_label, a.reps, threads, a.prompt, [&] { return bench.prefill_once(); });
   if (!pre.is_ok()) return pre.status();
   rows.push_back({p_label, *pre});
 
@@ -376,7 +416,8 @@ Status run(const BenchArgs& a) {
   double decode1_tps = 0;
   for (int b : order) {
     const std::string label = "decode B=" + std::to_string(b) + " n=" + std::to_string(a.n_decode);
-    auto t = repeat(label, a.reps, (int64_t)b * a.n_decode, [&] { return bench.decode_once(b); });
+    auto t = repeat(label, a.reps, threads, (int64_t)b * a.n_decode,
+                    [&] { return bench.decode_once(b); });
     if (!t.is_ok()) return t.status();
     if (b == 1) decode1_tps = t->best_tps();
     rows.push_back({label, *t});
@@ -409,13 +450,18 @@ Status run(const BenchArgs& a) {
   std::printf("isa          %s (detected %s)\n", isa_name(active_isa()), isa_name(detected_isa()));
   std::printf("cpu          %s\n", cpu_model_name().c_str());
   std::printf("threads      %d\n", threads);
+  std::printf("load         %.2f before, %.2f after (1-minute load average)\n", load_before,
+              one_minute_load());
+  std::printf(
+      "cpu %%        CPU time / (wall time x threads) of the best run; far under 100:\n"
+      "             other processes had the cores, so tok/s is low by that much\n");
   std::printf("runs         best of %d (ubatch %d, decode prompts of %d tokens)\n\n", a.reps,
               a.ubatch, a.decode_ctx);
-  std::printf("%-22s %8s %12s %12s %12s\n", "test", "tokens", "best ms", "best tok/s",
-              "mean tok/s");
+  std::printf("%-22s %8s %12s %12s %12s %7s\n", "test", "tokens", "best ms", "best tok/s",
+              "mean tok/s", "cpu %");
   for (const Row& r : rows)
-    std::printf("%-22s %8" PRId64 " %12.3f %12.2f %12.2f\n", r.label.c_str(), r.t.tokens,
-                r.t.best_s * 1e3, r.t.best_tps(), r.t.mean_tps());
+    std::printf("%-22s %8" PRId64 " %12.3f %12.2f %12.2f %7.0f\n", r.label.c_str(), r.t.tokens,
+                r.t.best_s * 1e3, r.t.best_tps(), r.t.mean_tps(), r.t.best_cpu_share * 100);
   std::printf("\n");
   std::printf("%-30s %12.4f MB  (layer matrices + output; embedding excluded)\n",
               "weight bytes / token", w_bytes / 1e6);
