@@ -6,6 +6,7 @@
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"
 
 #include <algorithm>
+#include <limits>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
@@ -298,7 +299,9 @@ asio::awaitable<RequestRecord> one_request(beast::tcp_stream& stream, Level& lv,
   }
   beast::flat_buffer buf;
   http::response_parser<http::buffer_body> parser;
-  parser.body_limit(boost::none);
+  // A number, not boost::none: Boost 1.74 compares a Content-Length with an
+  // empty optional as "over the limit" and fails every non-chunked response.
+  parser.body_limit(std::numeric_limits<std::uint64_t>::max());
   co_await http::async_read_header(stream, buf, parser,
                                    asio::redirect_error(asio::use_awaitable, ec));
   if (ec) {

@@ -171,6 +171,12 @@ TEST(BenchRun, EndToEndAgainstCairnServe) {
     o.request_timeout_s = 60;
   }
   auto r = ready ? run(o) : Result<std::vector<LevelResult>>(Status::error("server not ready"));
+  // A prompt longer than the demo model's context: the server's 400 (a
+  // Content-Length body, not a stream) must reach the report as it was sent.
+  BenchOptions too_long = o;
+  too_long.concurrency = {1};
+  too_long.prompt_tokens = 100000;
+  auto bad = ready ? run(too_long) : Result<std::vector<LevelResult>>(Status::error("server not ready"));
   kill(pid, SIGTERM);
   int st = 0;
   waitpid(pid, &st, 0);
@@ -186,6 +192,11 @@ TEST(BenchRun, EndToEndAgainstCairnServe) {
     EXPECT_GT(l.ttft.p50, 0);
     EXPECT_GE(l.ttft.p99, l.ttft.p50);
   }
+  ASSERT_TRUE(bad.is_ok()) << bad.status().message();
+  ASSERT_EQ(bad->size(), 1u);
+  EXPECT_EQ((*bad)[0].errors, (*bad)[0].requests);
+  EXPECT_NE((*bad)[0].first_error.find("HTTP 400"), std::string::npos) << (*bad)[0].first_error;
+  EXPECT_NE((*bad)[0].first_error.find("context"), std::string::npos) << (*bad)[0].first_error;
 }
 
 }  // namespace
