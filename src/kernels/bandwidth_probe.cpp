@@ -7,6 +7,7 @@
 #include "kernels/bandwidth_probe.h"
 
 #include <sys/mman.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <barrier>
@@ -65,6 +66,13 @@ Isa load_isa(Isa wanted) {
   return isa;  // Scalar or Avx2
 }
 
+double process_cpu_seconds() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec * 1e-6 +
+         (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec * 1e-6;
+}
+
 struct Mapping {
   void* p = MAP_FAILED;
   size_t n = 0;
@@ -107,6 +115,7 @@ Result<BandwidthResult> measure_read_bandwidth(const BandwidthOptions& o) {
   const Isa isa = load_isa(active_isa());
   std::vector<uint64_t> sums(static_cast<size_t>(o.threads), 0);
   std::vector<double> seconds(static_cast<size_t>(o.passes), 0);
+  std::vector<double> cpu_seconds(static_cast<size_t>(o.passes), 0);
   std::barrier sync(o.threads);
 
   auto body = [&](int t) {
@@ -115,11 +124,14 @@ Result<BandwidthResult> measure_read_bandwidth(const BandwidthOptions& o) {
     for (int pass = 0; pass < o.passes; ++pass) {
       sync.arrive_and_wait();
       const auto t0 = std::chrono::steady_clock::now();
+      const double cpu0 = t == 0 ? process_cpu_seconds() : 0;
       sums[static_cast<size_t>(t)] = sum_words(mine, share_words, isa);
       sync.arrive_and_wait();
-      if (t == 0)
+      if (t == 0) {
         seconds[static_cast<size_t>(pass)] =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        cpu_seconds[static_cast<size_t>(pass)] = process_cpu_seconds() - cpu0;
+      }
     }
   };
   std::vector<std::thread> workers;
@@ -135,9 +147,13 @@ Result<BandwidthResult> measure_read_bandwidth(const BandwidthOptions& o) {
   r.isa = isa;
   for (uint64_t s : sums) r.checksum += s;
   double total = 0;
-  for (double s : seconds) {
+  for (size_t p = 0; p < seconds.size(); ++p) {
+    const double s = seconds[p];
     const double gbps = s > 0 ? static_cast<double>(m.n) / s / 1e9 : 0;
-    r.best_gbps = std::max(r.best_gbps, gbps);
+    if (gbps > r.best_gbps) {
+      r.best_gbps = gbps;
+      r.best_cpu_share = cpu_seconds[p] / (s * o.threads);
+    }
     total += gbps;
   }
   r.mean_gbps = total / o.passes;

@@ -24,7 +24,10 @@ struct BandwidthOptions {
 struct BandwidthResult {
   double best_gbps = 0;  // bytes / time of the fastest pass, in 1e9 bytes per second
   double mean_gbps = 0;  // over all passes, to show how noisy the machine was
-  size_t bytes = 0;      // bytes each pass read
+  // CPU time of this process / (wall time x threads) in the fastest pass: far
+  // under 1 means other processes had the cores and the number is low.
+  double best_cpu_share = 0;
+  size_t bytes = 0;  // bytes each pass read
   int threads = 0;
   int passes = 0;
   Isa isa = Isa::Scalar;  // the load width used

@@ -226,6 +226,7 @@ TEST(BandwidthProbe, MeasuresAndChecksItsArguments) {
   ASSERT_TRUE(r.is_ok()) << r.status().message();
   EXPECT_GT(r->best_gbps, 0);
   EXPECT_GE(r->best_gbps, r->mean_gbps);
+  EXPECT_GT(r->best_cpu_share, 0);
   EXPECT_EQ(r->bytes, o.bytes);
   // The buffer holds 0, 1, 2, ... as words: the sum checks every word was read once.
   const uint64_t n = o.bytes / 8;

@@ -366,6 +366,15 @@ Status run(const BenchArgs& a) {
   }
 
   const int threads = a.threads;
+  // Before the model exists, so its kernel pool cannot compete with the probe.
+  spdlog::info("probing read bandwidth: {} MiB, {} threads, {} passes", a.probe_mib, threads,
+               a.probe_passes);
+  kernels::BandwidthOptions bo;
+  bo.bytes = (size_t)a.probe_mib << 20;
+  bo.threads = threads;
+  bo.passes = a.probe_passes;
+  auto bw = kernels::measure_read_bandwidth(bo);
+  if (!bw.is_ok()) return bw.status();
   model::LoadOptions lo;
   lo.n_threads = threads;
   auto loaded = model::Model::load(shared_file, lo);
@@ -423,15 +432,6 @@ Status run(const BenchArgs& a) {
     rows.push_back({label, *t});
   }
 
-  spdlog::info("probing read bandwidth: {} MiB, {} threads, {} passes", a.probe_mib, threads,
-               a.probe_passes);
-  kernels::BandwidthOptions bo;
-  bo.bytes = (size_t)a.probe_mib << 20;
-  bo.threads = threads;
-  bo.passes = a.probe_passes;
-  auto bw = kernels::measure_read_bandwidth(bo);
-  if (!bw.is_ok()) return bw.status();
-
   // Step i of a batch-1 run (i = 0..n-1) attends over decode_ctx + i + 1
   // positions, each a K row and a V row in every layer.
   const double avg_ctx = a.decode_ctx + (a.n_decode + 1) / 2.0;
@@ -468,9 +468,11 @@ Status run(const BenchArgs& a) {
   std::printf("%-30s %12.4f MB  (f16 K+V at mean context %.1f)\n", "kv bytes / token (B=1)",
               kv_bytes / 1e6, avg_ctx);
   std::printf("%-30s %12.4f MB\n", "bytes / decoded token (B=1)", per_token / 1e6);
-  std::printf("%-30s %12.2f GB/s (probe: %d threads, %zu MiB, %s loads, best of %d; mean %.2f)\n",
-              "read bandwidth", bw->best_gbps, bw->threads, bw->bytes >> 20, isa_name(bw->isa),
-              bw->passes, bw->mean_gbps);
+  std::printf(
+      "%-30s %12.2f GB/s (probe: %d threads, %zu MiB, %s loads, best of %d, cpu %.0f%%; mean "
+      "%.2f)\n",
+      "read bandwidth", bw->best_gbps, bw->threads, bw->bytes >> 20, isa_name(bw->isa), bw->passes,
+      bw->best_cpu_share * 100, bw->mean_gbps);
   std::printf("%-30s %12.1f %%   (decode B=1 tok/s x bytes/token / bandwidth)\n",
               "decode efficiency", efficiency * 100.0);
   std::fflush(stdout);
