@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <cstring>
 #include <limits>
+#include <utility>
 
 #include "gguf/gguf_internal.h"
 
@@ -467,15 +468,34 @@ Result<std::unique_ptr<File>> File::open(const std::string& path) {
   return f;
 }
 
-void File::drop_pages(const void* data, size_t n) const {
-  if (map_ == nullptr || n == 0) return;
-  const auto begin = reinterpret_cast<uintptr_t>(map_);
+namespace {
+
+// The whole pages inside [data, data + n) when that range lies in the mapping.
+std::pair<uintptr_t, uintptr_t> inner_pages(const void* map, size_t map_size, const void* data,
+                                            size_t n) {
+  if (map == nullptr || n == 0) return {0, 0};
+  const auto begin = reinterpret_cast<uintptr_t>(map);
   const auto p = reinterpret_cast<uintptr_t>(data);
-  if (p < begin || p - begin > map_size_ || n > map_size_ - (p - begin)) return;
+  if (p < begin || p - begin > map_size || n > map_size - (p - begin)) return {0, 0};
   const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
-  const uintptr_t first = (p + page - 1) / page * page;
-  const uintptr_t last = (p + n) / page * page;
+  return {(p + page - 1) / page * page, (p + n) / page * page};
+}
+
+}  // namespace
+
+void File::drop_pages(const void* data, size_t n) const {
+  const auto [first, last] = inner_pages(map_, map_size_, data, n);
   if (last > first) ::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
+}
+
+void File::prefetch_pages(const void* data, size_t n) const {
+  const auto [first, last] = inner_pages(map_, map_size_, data, n);
+  if (last <= first) return;
+  // MADV_POPULATE_READ (Linux 5.14) fills the page tables; older kernels
+  // refuse it, and read-ahead is the next best thing.
+  constexpr int kPopulateRead = 22;
+  if (::madvise(reinterpret_cast<void*>(first), last - first, kPopulateRead) != 0)
+    ::madvise(reinterpret_cast<void*>(first), last - first, MADV_WILLNEED);
 }
 
 File::~File() {

@@ -55,6 +55,7 @@ Result<std::unique_ptr<Model>> load_decoder(std::shared_ptr<const gguf::File> fi
   // only the embedding table, which a tied output shares), so they leave
   // resident memory instead of doubling the model's footprint.
   const auto prepare = [&](kernels::WeightMatrix& m, bool keep_mapped) {
+    file->prefetch_pages(m.data, m.row_stride * (size_t)m.rows);
     kernels::prepare_weight(m);
     if (m.packed && !keep_mapped) file->drop_pages(m.data, m.row_stride * (size_t)m.rows);
   };
