@@ -91,14 +91,14 @@ CAIRN_AVX2 float f16_dot(int64_t n, const void* w, const void* act) {
 CAIRN_AVX2 float q8_0_dot_q8_0(int64_t n, const void* w, const void* act) {
   const BlockQ8_0* x = static_cast<const BlockQ8_0*>(w);
   const BlockQ8_0* y = static_cast<const BlockQ8_0*>(act);
-  __m256 acc = _mm256_setzero_ps();
+  float sum = 0.0f;
   for (int64_t i = 0; i < n / kQK8_0; ++i) {
     const __m256i qx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[i].qs));
     const __m256i qy = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[i].qs));
-    const __m256 d = _mm256_set1_ps(f16_lut(x[i].d) * f16_lut(y[i].d));
-    acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_i8(qx, qy)), acc);
+    const float sumi = static_cast<float>(hsum_epi32(dot_i8(qx, qy)));
+    sum = fma_ss(sumi, f16_lut(x[i].d) * f16_lut(y[i].d), sum);
   }
-  return hsum_ps(acc);
+  return sum;
 }
 
 // Q4_0 weights are repacked at load by the reference (8 rows interleaved,

@@ -96,19 +96,22 @@ void q8_0_from_float_act(const float* src, void* dst, int64_t n) {
   }
 }
 
+// Each block's exact integer sum, fma'd with the scale product into one float
+// per row — the order the reference's int8 kernels on its AVX-512 VNNI / AMX
+// host take, as for Q4_0 and the K-quants. Measured on the golden files
+// (top-5 log-probs within 0.05 / worst deviation, gqa-q8_0 and qwen2-q8_0):
+// ggml's AVX2 order (8 float lanes of 4-element sums): 80.7% 0.22 / 89.2% 0.14;
+// this order: 100% 1.9e-5 / 100% 2.0e-5.
 float q8_0_dot_q8_0(int64_t n, const void* w, const void* act) {
   const BlockQ8_0* x = static_cast<const BlockQ8_0*>(w);
   const BlockQ8_0* y = static_cast<const BlockQ8_0*>(act);
-  float acc[kLanes] = {};
+  float sum = 0.0f;
   for (int64_t i = 0; i < n / kQK8_0; ++i) {
-    const float d = f16_lut(x[i].d) * f16_lut(y[i].d);
-    for (int l = 0; l < kLanes; ++l) {
-      int sumi = 0;
-      for (int j = 4 * l; j < 4 * l + 4; ++j) sumi += x[i].qs[j] * y[i].qs[j];
-      acc[l] = fma_lane(d, static_cast<float>(sumi), acc[l]);
-    }
+    int sumi = 0;
+    for (int j = 0; j < kQK8_0; ++j) sumi += x[i].qs[j] * y[i].qs[j];
+    sum = fma_lane(static_cast<float>(sumi), f16_lut(x[i].d) * f16_lut(y[i].d), sum);
   }
-  return hsum_lanes(acc);
+  return sum;
 }
 
 }  // namespace cairn::quant

@@ -2,11 +2,10 @@
 //
 // Why these kernels give the scalar functions' bits: the float work per block
 // is the same operations in the same order — the scale product
-// f16(w.d) * f16(a.d), converted integer sums, one fma into the running sum per
-// row (Q4_0: one float per row; Q8_0: ggml's 8 lanes per row, reduced by
-// hsum_lanes at the end). Only the integer sums are formed differently
-// (vpdpbusd over unsigned codes, then an exact correction for the offset), and
-// integer sums are exact.
+// f16(w.d) * f16(a.d), the block's integer sum converted, one fma into the
+// row's running sum. Only the integer sums are formed differently (vpdpbusd
+// over unsigned codes, then an exact correction for the offset), and integer
+// sums are exact.
 #include "kernels/packed.h"
 
 #include "core/simd.h"
@@ -14,6 +13,8 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <array>
+#include <utility>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -57,45 +58,29 @@ using quant::BlockQ4_0;
 using quant::BlockQ8_0;
 
 constexpr int kGroup = 16;
-constexpr size_t kQ4Block = 32 + 4 * 64;  // scales + 4 chunks of 16 rows x 4 bytes
-constexpr size_t kQ8Block = 32 + 8 * 64;  // scales + 8 chunks of 2 rows x 32 bytes
-constexpr int kQ4Tile = 8;                // tokens per Q4_0 tile (accumulator registers)
-constexpr int kQ8Tile = 4;                // tokens per Q8_0 tile (x 4 row pairs)
+constexpr size_t kQ4Block = 32 + 4 * 64;  // scales + 4 chunks of 16 rows x 4 bytes (nibbles)
+constexpr size_t kQ8Block = 32 + 8 * 64;  // scales + 8 chunks of 16 rows x 4 bytes
+constexpr int kTile = 8;                  // tokens per tile (accumulator registers)
 constexpr int64_t kTokenChunk = 64;       // tokens whose activations stay in L2 per pass
 
 // ---- packing (plain C++: runs once at load) ---------------------------------
 
-void pack_q4_0(const WeightMatrix& w, PackedMatrix& p) {
+// Row r's 4-byte run k of block b goes to bytes 4r..4r+3 of chunk k.
+template <typename Block, int kChunks, uint8_t kXor>
+void pack_rows(const WeightMatrix& w, PackedMatrix& p) {
   const auto* src = static_cast<const uint8_t*>(w.data);
   for (int64_t g = 0; g < p.n_groups; ++g) {
     for (int64_t b = 0; b < p.n_blocks; ++b) {
-      uint8_t* dst = p.data.get() + ((size_t)(g * p.n_blocks + b)) * kQ4Block;
+      uint8_t* dst = p.data.get() + ((size_t)(g * p.n_blocks + b)) * p.block_bytes;
       for (int r = 0; r < kGroup; ++r) {
         const int64_t row = g * kGroup + r;
-        if (row >= w.rows) break;  // padding rows stay zero
-        const auto* blk = reinterpret_cast<const BlockQ4_0*>(src + (size_t)row * w.row_stride) + b;
+        if (row >= w.rows) break;  // padding rows stay zero (scale 0)
+        const auto* blk = reinterpret_cast<const Block*>(src + (size_t)row * w.row_stride) + b;
         std::memcpy(dst + 2 * r, &blk->d, 2);
-        for (int k = 0; k < 4; ++k) std::memcpy(dst + 32 + 64 * k + 4 * r, blk->qs + 4 * k, 4);
-      }
-    }
-  }
-}
-
-void pack_q8_0(const WeightMatrix& w, PackedMatrix& p) {
-  const auto* src = static_cast<const uint8_t*>(w.data);
-  for (int64_t g = 0; g < p.n_groups; ++g) {
-    for (int64_t b = 0; b < p.n_blocks; ++b) {
-      uint8_t* dst = p.data.get() + ((size_t)(g * p.n_blocks + b)) * kQ8Block;
-      for (int r = 0; r < kGroup; ++r) {
-        const int64_t row = g * kGroup + r;
-        uint8_t* q = dst + 32 + 64 * (r / 2) + 32 * (r % 2);
-        if (row >= w.rows) {
-          std::memset(q, 0x80, 32);  // code 0 after the +128 offset
-          continue;
+        const auto* qs = reinterpret_cast<const uint8_t*>(blk->qs);
+        for (int k = 0; k < kChunks; ++k) {
+          for (int i = 0; i < 4; ++i) dst[32 + 64 * k + 4 * r + i] = (uint8_t)(qs[4 * k + i] ^ kXor);
         }
-        const auto* blk = reinterpret_cast<const BlockQ8_0*>(src + (size_t)row * w.row_stride) + b;
-        std::memcpy(dst + 2 * r, &blk->d, 2);
-        for (int j = 0; j < 32; ++j) q[j] = (uint8_t)((uint8_t)blk->qs[j] ^ 0x80);  // q + 128
       }
     }
   }
@@ -105,22 +90,23 @@ void pack_q8_0(const WeightMatrix& w, PackedMatrix& p) {
 //
 // Each token's row is quantized to Q8_0 exactly as quant::q8_0_from_float_act
 // does (scale 127/amax, ties to even; the stored f16 scale is what the dot
-// uses), into the side tables the kernels want:
-// - Q4_0: qs[K], then d[nb] (float), then bias[nb] = -8 * sum(qs of block);
-// - Q8_0: per block 128 B (qs twice, for both row halves of a zmm; then 16
-//   int32: -128 * the sum of each 4 codes, twice), then d[nb] (float).
+// uses), laid out as qs[K], then d[nb] (float), then bias[nb]: the exact
+// correction for the weights' offset, -8 (Q4_0 codes are stored 0..15) or
+// -128 (Q8_0 codes are stored +128, unsigned for vpdpbusd) times the block's
+// sum of activation codes.
 
-size_t act_stride(PackedMatrix::Layout layout, int64_t cols) {
-  const int64_t nb = cols / 32;
-  const size_t bytes = layout == PackedMatrix::Layout::Q4_0x16 ? (size_t)cols + 8 * (size_t)nb
-                                                                : 132 * (size_t)nb;
+size_t act_stride(int64_t cols) {
+  const size_t bytes = (size_t)cols + 8 * (size_t)(cols / 32);
   return (bytes + 63) & ~size_t{63};
 }
 
-CAIRN_VNNI void quantize_act(PackedMatrix::Layout layout, const float* x, int64_t cols, uint8_t* dst) {
+int32_t weight_offset(PackedMatrix::Layout layout) {
+  return layout == PackedMatrix::Layout::Q4_0x16 ? 8 : 128;
+}
+
+CAIRN_VNNI void quantize_act(int32_t offset, const float* x, int64_t cols, uint8_t* dst) {
   const int64_t nb = cols / 32;
-  const bool q4 = layout == PackedMatrix::Layout::Q4_0x16;
-  float* d_out = reinterpret_cast<float*>(dst + (q4 ? (size_t)cols : 128 * (size_t)nb));
+  float* d_out = reinterpret_cast<float*>(dst + cols);
   int32_t* bias_out = reinterpret_cast<int32_t*>(dst + cols + 4 * nb);
   const __m512 sign = _mm512_set1_ps(-0.0f);
   for (int64_t b = 0; b < nb; ++b) {
@@ -132,47 +118,46 @@ CAIRN_VNNI void quantize_act(PackedMatrix::Layout layout, const float* x, int64_
     const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
     const __m512i i0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, _mm512_set1_ps(id)));  // ties to even
     const __m512i i1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, _mm512_set1_ps(id)));
-    const __m128i q0 = _mm512_cvtsepi32_epi8(i0);
-    const __m128i q1 = _mm512_cvtsepi32_epi8(i1);
+    int8_t* qs = reinterpret_cast<int8_t*>(dst) + 32 * b;
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(qs), _mm512_cvtsepi32_epi8(i0));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(qs + 16), _mm512_cvtsepi32_epi8(i1));
     d_out[b] = f16_to_f32(dh);
-    if (q4) {
-      int8_t* qs = reinterpret_cast<int8_t*>(dst) + 32 * b;
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(qs), q0);
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(qs + 16), q1);
-      bias_out[b] = -8 * _mm512_reduce_add_epi32(_mm512_add_epi32(i0, i1));
-    } else {
-      uint8_t* blk = dst + 128 * b;
-      const __m256i q = _mm256_set_m128i(q1, q0);
-      _mm512_storeu_si512(blk, _mm512_inserti64x4(_mm512_castsi256_si512(q), q, 1));
-      // Sum of each 4 consecutive codes: vpdpbusd with all-ones as the unsigned side.
-      const __m256i sums = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(1), q);
-      const __m256i corr = _mm256_mullo_epi32(sums, _mm256_set1_epi32(-128));
-      _mm512_storeu_si512(blk + 64, _mm512_inserti64x4(_mm512_castsi256_si512(corr), corr, 1));
-    }
+    bias_out[b] = -offset * _mm512_reduce_add_epi32(_mm512_add_epi32(i0, i1));
   }
 }
 
 // ---- kernels ------------------------------------------------------------------
-// Every loop over tokens, chunks and row pairs is unrolled so the arrays below
-// live in registers (the Release build is -O2, which would keep them in memory).
+// Every loop over tokens and chunks is unrolled so the arrays below live in
+// registers (the Release build is -O2, which would keep them in memory).
 
-// NT tokens against one 16-row Q4_0 group: out[t * out_stride + r] for r < n_rows.
-template <int NT>
-CAIRN_VNNI void q4_0_tile(const uint8_t* gw, int64_t nb, int64_t cols, const uint8_t* act,
-                          size_t stride, float* out, int64_t out_stride, int n_rows) {
+// NT tokens against one 16-row group: out[t * out_stride + r] for r < n_rows.
+// Per block: the weights' 32 codes of 16 rows as 8 vectors of 4-byte runs
+// (Q4_0: low and high nibbles of 4 loads; Q8_0: 8 loads); per token, 8
+// vpdpbusd with a broadcast of the matching 4 activation codes, started from
+// the offset correction, give each row's exact block sum.
+template <bool kQ4, int NT>
+CAIRN_VNNI void tile(const uint8_t* gw, int64_t nb, int64_t cols, const uint8_t* act, size_t stride,
+                     float* out, int64_t out_stride, int n_rows) {
+  constexpr size_t kBlock = kQ4 ? kQ4Block : kQ8Block;
   __m512 acc[NT];
   #pragma GCC unroll 8
   for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
   const __m512i m4 = _mm512_set1_epi8(0x0F);
   for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* blk = gw + (size_t)b * kQ4Block;
+    const uint8_t* blk = gw + (size_t)b * kBlock;
     const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
-    __m512i lo[4], hi[4];
-    #pragma GCC unroll 8
-    for (int k = 0; k < 4; ++k) {
-      const __m512i q = _mm512_loadu_si512(blk + 32 + 64 * k);
-      lo[k] = _mm512_and_si512(q, m4);
-      hi[k] = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+    // w[k] holds elements 4k..4k+3 of every row.
+    __m512i w[8];
+    if constexpr (kQ4) {
+      #pragma GCC unroll 8
+      for (int k = 0; k < 4; ++k) {
+        const __m512i q = _mm512_loadu_si512(blk + 32 + 64 * k);
+        w[k] = _mm512_and_si512(q, m4);
+        w[k + 4] = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+      }
+    } else {
+      #pragma GCC unroll 8
+      for (int k = 0; k < 8; ++k) w[k] = _mm512_loadu_si512(blk + 32 + 64 * k);
     }
     #pragma GCC unroll 8
     for (int t = 0; t < NT; ++t) {
@@ -187,8 +172,8 @@ CAIRN_VNNI void q4_0_tile(const uint8_t* gw, int64_t nb, int64_t cols, const uin
         int32_t a_lo, a_hi;
         std::memcpy(&a_lo, qs + 4 * k, 4);
         std::memcpy(&a_hi, qs + 16 + 4 * k, 4);
-        s_lo = _mm512_dpbusd_epi32(s_lo, lo[k], _mm512_set1_epi32(a_lo));
-        s_hi = _mm512_dpbusd_epi32(s_hi, hi[k], _mm512_set1_epi32(a_hi));
+        s_lo = _mm512_dpbusd_epi32(s_lo, w[k], _mm512_set1_epi32(a_lo));
+        s_hi = _mm512_dpbusd_epi32(s_hi, w[k + 4], _mm512_set1_epi32(a_hi));
       }
       const __m512i s = _mm512_add_epi32(s_lo, s_hi);
       const __m512 dd = _mm512_mul_ps(dw, _mm512_set1_ps(d));
@@ -200,94 +185,24 @@ CAIRN_VNNI void q4_0_tile(const uint8_t* gw, int64_t nb, int64_t cols, const uin
   for (int t = 0; t < NT; ++t) _mm512_mask_storeu_ps(out + t * out_stride, mask, acc[t]);
 }
 
-// NT tokens against row pairs [pair0, pair0 + 4) of one 16-row Q8_0 group;
-// lanes[(p * NT + t) * 16 + l]: the 8 fma lanes of row 2(pair0+p) (l < 8) and
-// of row 2(pair0+p)+1 (l >= 8), reduced by the caller.
-template <int NT>
-CAIRN_VNNI void q8_0_tile(const uint8_t* gw, int64_t nb, int pair0, const uint8_t* act,
-                          size_t stride, float* lanes) {
-  __m512 acc[4][NT];
-  __m512i idx[4];
-  #pragma GCC unroll 8
-  for (int p = 0; p < 4; ++p) {
-    #pragma GCC unroll 8
-    for (int t = 0; t < NT; ++t) acc[p][t] = _mm512_setzero_ps();
-    const int r = 2 * (pair0 + p);
-    idx[p] = _mm512_mask_blend_epi32((__mmask16)0xFF00, _mm512_set1_epi32(r), _mm512_set1_epi32(r + 1));
-  }
-  const float* d_act[NT];
-  #pragma GCC unroll 8
-  for (int t = 0; t < NT; ++t) d_act[t] = reinterpret_cast<const float*>(act + t * stride + 128 * nb);
-  for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* blk = gw + (size_t)b * kQ8Block;
-    const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
-    __m512i w[4];
-    #pragma GCC unroll 8
-    for (int p = 0; p < 4; ++p) w[p] = _mm512_loadu_si512(blk + 32 + 64 * (pair0 + p));
-    #pragma GCC unroll 8
-    for (int t = 0; t < NT; ++t) {
-      const uint8_t* at = act + t * stride + 128 * b;
-      const __m512i a = _mm512_loadu_si512(at);
-      const __m512i corr = _mm512_loadu_si512(at + 64);
-      // All 16 rows' scale products in one multiply (each exact: two f16
-      // significands fit in a float's), spread to the row pairs by permutes,
-      // which run beside the multiply-add pipes.
-      const __m512 dd = _mm512_mul_ps(dw, _mm512_set1_ps(d_act[t][b]));
-      #pragma GCC unroll 8
-      for (int p = 0; p < 4; ++p) {
-        const __m512i s = _mm512_dpbusd_epi32(corr, w[p], a);
-        acc[p][t] = _mm512_fmadd_ps(_mm512_permutexvar_ps(idx[p], dd), _mm512_cvtepi32_ps(s), acc[p][t]);
-      }
-    }
-  }
-  #pragma GCC unroll 8
-  for (int p = 0; p < 4; ++p)
-    #pragma GCC unroll 8
-    for (int t = 0; t < NT; ++t) _mm512_storeu_ps(lanes + (p * NT + t) * 16, acc[p][t]);
+using TileFn = void (*)(const uint8_t*, int64_t, int64_t, const uint8_t*, size_t, float*, int64_t, int);
+
+template <bool kQ4, int... Ns>
+constexpr std::array<TileFn, sizeof...(Ns)> tiles(std::integer_sequence<int, Ns...>) {
+  return {tile<kQ4, Ns + 1>...};
 }
+constexpr auto kQ4Tiles = tiles<true>(std::make_integer_sequence<int, kTile>{});
+constexpr auto kQ8Tiles = tiles<false>(std::make_integer_sequence<int, kTile>{});
 
-template <int NT>
-void q8_0_group(const PackedMatrix& pm, int64_t g, const uint8_t* act, size_t stride, float* out,
-                int64_t out_stride) {
-  alignas(64) float lanes[4 * NT * 16];
-  for (int pair0 = 0; pair0 < kGroup / 2; pair0 += 4) {
-    q8_0_tile<NT>(pm.group(g), pm.n_blocks, pair0, act, stride, lanes);
-    #pragma GCC unroll 8
-    for (int p = 0; p < 4; ++p) {
-      for (int half = 0; half < 2; ++half) {
-        const int64_t row = g * kGroup + 2 * (pair0 + p) + half;
-        if (row >= pm.rows) continue;
-        #pragma GCC unroll 8
-        for (int t = 0; t < NT; ++t)
-          out[t * out_stride + row] = quant::hsum_lanes(lanes + (p * NT + t) * 16 + 8 * half);
-      }
-    }
-  }
-}
-
-template <int... Ns>
-struct TileTable {
-  using Q4 = void (*)(const uint8_t*, int64_t, int64_t, const uint8_t*, size_t, float*, int64_t, int);
-  using Q8 = void (*)(const PackedMatrix&, int64_t, const uint8_t*, size_t, float*, int64_t);
-  static constexpr Q4 q4[] = {q4_0_tile<Ns>...};
-  static constexpr Q8 q8[] = {q8_0_group<Ns>...};
-};
-
-// Tokens [t0, t1) of one group, in tiles of the widest kernel that fits.
+// Tokens [t0, t1) of one group, in tiles of up to kTile tokens.
 void run_group(const PackedMatrix& pm, int64_t g, const uint8_t* act, size_t stride, int64_t t0,
                int64_t t1, float* out) {
-  const bool q4 = pm.layout == PackedMatrix::Layout::Q4_0x16;
-  const int64_t tile = q4 ? kQ4Tile : kQ8Tile;
-  for (int64_t t = t0; t < t1; t += tile) {
-    const int nt = (int)std::min<int64_t>(tile, t1 - t);
-    const uint8_t* a = act + (size_t)t * stride;
-    if (q4) {
-      const int n_rows = (int)std::min<int64_t>(kGroup, pm.rows - g * kGroup);
-      TileTable<1, 2, 3, 4, 5, 6, 7, 8>::q4[nt - 1](pm.group(g), pm.n_blocks, pm.cols, a, stride,
-                                                    out + t * pm.rows + g * kGroup, pm.rows, n_rows);
-    } else {
-      TileTable<1, 2, 3, 4>::q8[nt - 1](pm, g, a, stride, out + t * pm.rows, pm.rows);
-    }
+  const auto& fns = pm.layout == PackedMatrix::Layout::Q4_0x16 ? kQ4Tiles : kQ8Tiles;
+  const int n_rows = (int)std::min<int64_t>(kGroup, pm.rows - g * kGroup);
+  for (int64_t t = t0; t < t1; t += kTile) {
+    const int nt = (int)std::min<int64_t>(kTile, t1 - t);
+    fns[(size_t)nt - 1](pm.group(g), pm.n_blocks, pm.cols, act + (size_t)t * stride, stride,
+                        out + t * pm.rows + g * kGroup, pm.rows, n_rows);
   }
 }
 
@@ -323,9 +238,9 @@ std::shared_ptr<const PackedMatrix> pack_matrix(const WeightMatrix& w) {
     std::memset(p->data.get() + last, 0, bytes - last);
   }
   if (layout == PackedMatrix::Layout::Q4_0x16)
-    pack_q4_0(w, *p);
+    pack_rows<BlockQ4_0, 4, 0x00>(w, *p);
   else
-    pack_q8_0(w, *p);
+    pack_rows<BlockQ8_0, 8, 0x80>(w, *p);  // codes + 128: unsigned for vpdpbusd
   return p;
 }
 
@@ -341,14 +256,14 @@ void packed_matmul_many(std::span<const PackedJob> jobs, const float* x, int64_t
                         ThreadPool& pool) {
   if (n_tokens <= 0 || jobs.empty()) return;
   const PackedMatrix& first = *jobs[0].matrix;
-  const size_t stride = act_stride(first.layout, first.cols);
+  const size_t stride = act_stride(first.cols);
   thread_local std::vector<uint8_t> scratch;
   scratch.resize(stride * (size_t)n_tokens + 64);
   uint8_t* act = scratch.data();
   act += (64 - reinterpret_cast<uintptr_t>(act) % 64) % 64;
   pool.parallel_for(n_tokens, [&](int64_t b, int64_t e) {
     for (int64_t t = b; t < e; ++t)
-      quantize_act(first.layout, x + t * first.cols, first.cols, act + t * stride);
+      quantize_act(weight_offset(first.layout), x + t * first.cols, first.cols, act + t * stride);
   });
   // The jobs' groups as one range, so one pass of the pool covers them all.
   // Each thread keeps its rows for the whole batch (its weights stay in its

@@ -18,13 +18,13 @@
 namespace cairn::kernels {
 
 // Rows go in groups of 16 (one zmm of outputs). Within a group, block b of all
-// 16 rows is stored together:
-// - Q4_0: 16 f16 scales (32 B), then 4 x 64 B where chunk k holds, for row r,
-//   bytes qs[4k..4k+3] of that row's block at bytes 4r..4r+3 (low nibbles are
-//   elements 4k.., high nibbles elements 16+4k..), so one vpdpbusd with a
-//   broadcast of 4 activation bytes does 4 products for each of the 16 rows.
-// - Q8_0: 16 f16 scales (32 B), then 8 x 64 B where chunk p holds rows 2p and
-//   2p+1 (32 B each, +128 so they are unsigned for vpdpbusd).
+// 16 rows is stored together: 16 f16 scales (32 B), then 64-byte chunks where
+// chunk k holds, for row r at bytes 4r..4r+3, that row's 4-byte run k of the
+// block, so one vpdpbusd with a broadcast of 4 activation bytes does 4
+// products for each of the 16 rows:
+// - Q4_0: 4 chunks of qs (low nibbles are elements 4k.., high nibbles
+//   elements 16+4k..);
+// - Q8_0: 8 chunks of qs + 128 (unsigned, as vpdpbusd wants them).
 // A last group with fewer than 16 rows is padded with zero rows.
 struct PackedMatrix {
   enum class Layout { Q4_0x16, Q8_0x16 };
