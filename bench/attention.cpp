@@ -4,6 +4,8 @@
 // 22 layers for the attention cost per decoded token. Arguments: context,
 // threads (with 1 thread, CPU time is the work itself even on a busy machine).
 //   bench_attention [--benchmark_filter=Decode]   (CAIRN_ISA caps the paths)
+#include "model/attention.h"
+
 #include <benchmark/benchmark.h>
 
 #include <cmath>
@@ -12,7 +14,6 @@
 #include <vector>
 
 #include "core/thread_pool.h"
-#include "model/attention.h"
 #include "model/contiguous_kv.h"
 
 namespace {
@@ -77,9 +78,21 @@ void Batch32_Avx512(benchmark::State& st) { run(st, AttnPath::Avx512, 32); }
 
 }  // namespace
 
-BENCHMARK(Decode_Scalar)->Args({512, 1})->Args({512, 2})->Args({2048, 2})->Unit(benchmark::kMicrosecond);
-BENCHMARK(Decode_Avx2)->Args({512, 1})->Args({512, 2})->Args({2048, 2})->Unit(benchmark::kMicrosecond);
-BENCHMARK(Decode_Avx512)->Args({512, 1})->Args({512, 2})->Args({2048, 2})->Unit(benchmark::kMicrosecond);
+BENCHMARK(Decode_Scalar)
+    ->Args({512, 1})
+    ->Args({512, 2})
+    ->Args({2048, 2})
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK(Decode_Avx2)
+    ->Args({512, 1})
+    ->Args({512, 2})
+    ->Args({2048, 2})
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK(Decode_Avx512)
+    ->Args({512, 1})
+    ->Args({512, 2})
+    ->Args({2048, 2})
+    ->Unit(benchmark::kMicrosecond);
 BENCHMARK(Batch32_Scalar)->Args({512, 1})->Args({512, 2})->Unit(benchmark::kMicrosecond);
 BENCHMARK(Batch32_Avx2)->Args({512, 1})->Args({512, 2})->Unit(benchmark::kMicrosecond);
 BENCHMARK(Batch32_Avx512)->Args({512, 1})->Args({512, 2})->Unit(benchmark::kMicrosecond);

@@ -1,11 +1,11 @@
 // The float ops around matmul, written to follow ggml's CPU ops closely (the
 // golden tests compare log-probabilities with llama.cpp's to 1e-3).
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <vector>
-
-#include <immintrin.h>
 
 #include "core/cpu_features.h"
 #include "kernels/float_order.h"
@@ -139,7 +139,6 @@ void silu_mul_scalar(const float* gate, const float* up, int64_t n, float* out) 
   for (int64_t i = 0; i < n; ++i) out[i] = gate[i] / (1.0f + exp_ggml(0.0f - gate[i])) * up[i];
 }
 
-
 // ---- SIMD forms: the scalar forms' lanes, same bits ---------------------------
 // Only lane-wise operations (no reassociation) and reduce16's fixed tree; no
 // contraction, so a product feeding a sum stays two roundings as above.
@@ -149,8 +148,9 @@ void silu_mul_scalar(const float* gate, const float* up, int64_t n, float* out) 
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
-#define CAIRN_AVX512 \
-  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c"), optimize("fp-contract=off")))
+#define CAIRN_AVX512                                                         \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c"), \
+                 optimize("fp-contract=off")))
 #define CAIRN_AVX2 __attribute__((target("avx2,fma,f16c"), optimize("fp-contract=off")))
 
 // exp_ggml on 16 lanes: scalef is the ldexp of the scalar form.
@@ -162,12 +162,14 @@ CAIRN_AVX512 inline __m512 exp16(__m512 x) {
                                     _mm512_fnmadd_ps(n, _mm512_set1_ps(0x1.62e4p-1f), x));
   const __m512 u = _mm512_mul_ps(b, b);
   const __m512 j = _mm512_fmadd_ps(
-      _mm512_fmadd_ps(_mm512_fmadd_ps(_mm512_set1_ps(0x1.0e4020p-7f), b, _mm512_set1_ps(0x1.573e2ep-5f)), u,
-                      _mm512_fmadd_ps(_mm512_set1_ps(0x1.555e66p-3f), b, _mm512_set1_ps(0x1.fffdb6p-2f))),
+      _mm512_fmadd_ps(
+          _mm512_fmadd_ps(_mm512_set1_ps(0x1.0e4020p-7f), b, _mm512_set1_ps(0x1.573e2ep-5f)), u,
+          _mm512_fmadd_ps(_mm512_set1_ps(0x1.555e66p-3f), b, _mm512_set1_ps(0x1.fffdb6p-2f))),
       u, _mm512_fmadd_ps(_mm512_set1_ps(0x1.ffffecp-1f), b, _mm512_set1_ps(1.0f)));
   const __m512 res = _mm512_scalef_ps(j, n);
   const __mmask16 ok = _mm512_cmp_ps_mask(
-      _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(n), _mm512_set1_epi32(0x7fffffff))), _mm512_set1_ps(192.0f), _CMP_LE_OQ);
+      _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(n), _mm512_set1_epi32(0x7fffffff))),
+      _mm512_set1_ps(192.0f), _CMP_LE_OQ);
   if (ok == 0xffff) return res;
   const __mmask16 low = _mm512_cmp_ps_mask(n, _mm512_setzero_ps(), _CMP_LE_OQ);
   const __m512 special = _mm512_mask_blend_ps(low, _mm512_set1_ps(INFINITY), _mm512_setzero_ps());
@@ -233,8 +235,9 @@ CAIRN_AVX512 void silu_mul_avx512(const float* gate, const float* up, int64_t n,
     _mm512_storeu_ps(out + i, silu_mul16(_mm512_loadu_ps(gate + i), _mm512_loadu_ps(up + i)));
   if (i < n) {
     const __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
-    _mm512_mask_storeu_ps(out + i, m,
-                          silu_mul16(_mm512_maskz_loadu_ps(m, gate + i), _mm512_maskz_loadu_ps(m, up + i)));
+    _mm512_mask_storeu_ps(
+        out + i, m,
+        silu_mul16(_mm512_maskz_loadu_ps(m, gate + i), _mm512_maskz_loadu_ps(m, up + i)));
   }
 }
 
@@ -267,8 +270,9 @@ CAIRN_AVX2 inline __m256 exp8(__m256 x) {
                                     _mm256_fnmadd_ps(n, _mm256_set1_ps(0x1.62e4p-1f), x));
   const __m256 u = _mm256_mul_ps(b, b);
   const __m256 j = _mm256_fmadd_ps(
-      _mm256_fmadd_ps(_mm256_fmadd_ps(_mm256_set1_ps(0x1.0e4020p-7f), b, _mm256_set1_ps(0x1.573e2ep-5f)), u,
-                      _mm256_fmadd_ps(_mm256_set1_ps(0x1.555e66p-3f), b, _mm256_set1_ps(0x1.fffdb6p-2f))),
+      _mm256_fmadd_ps(
+          _mm256_fmadd_ps(_mm256_set1_ps(0x1.0e4020p-7f), b, _mm256_set1_ps(0x1.573e2ep-5f)), u,
+          _mm256_fmadd_ps(_mm256_set1_ps(0x1.555e66p-3f), b, _mm256_set1_ps(0x1.fffdb6p-2f))),
       u, _mm256_fmadd_ps(_mm256_set1_ps(0x1.ffffecp-1f), b, _mm256_set1_ps(1.0f)));
   const __m256 abs_n = _mm256_and_ps(n, _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff)));
   const __m256 ok = _mm256_cmp_ps(abs_n, _mm256_set1_ps(192.0f), _CMP_LE_OQ);
@@ -336,13 +340,15 @@ CAIRN_AVX2 void silu_mul_avx2(const float* gate, const float* up, int64_t n, flo
   for (; i + 8 <= n; i += 8) {
     const __m256 g = _mm256_loadu_ps(gate + i);
     const __m256 e = exp8(_mm256_sub_ps(_mm256_setzero_ps(), g));
-    _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f), e)),
-                                            _mm256_loadu_ps(up + i)));
+    _mm256_storeu_ps(out + i,
+                     _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f), e)),
+                                   _mm256_loadu_ps(up + i)));
   }
   silu_mul_scalar(gate + i, up + i, n - i, out + i);
 }
 
-CAIRN_AVX2 void rms_norm_avx2(const float* x, const float* weight, int64_t n, float eps, float* out) {
+CAIRN_AVX2 void rms_norm_avx2(const float* x, const float* weight, int64_t n, float eps,
+                              float* out) {
   double sum = 0.0;
   for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(x[i] * x[i]);
   const float mean = static_cast<float>(sum / static_cast<double>(n));
@@ -374,34 +380,46 @@ namespace ops {
 
 bool supported(Path p) {
   switch (p) {
-    case Path::Scalar: return true;
-    case Path::Avx2: return isa_enabled(Isa::Avx2);
-    case Path::Avx512: return isa_enabled(Isa::Avx512);
+    case Path::Scalar:
+      return true;
+    case Path::Avx2:
+      return isa_enabled(Isa::Avx2);
+    case Path::Avx512:
+      return isa_enabled(Isa::Avx512);
   }
   return false;
 }
 
 void rms_norm(Path p, const float* x, const float* weight, int64_t n, float eps, float* out) {
   switch (usable(p)) {
-    case Path::Avx512: return rms_norm_avx512(x, weight, n, eps, out);
-    case Path::Avx2: return rms_norm_avx2(x, weight, n, eps, out);
-    case Path::Scalar: return rms_norm_scalar(x, weight, n, eps, out);
+    case Path::Avx512:
+      return rms_norm_avx512(x, weight, n, eps, out);
+    case Path::Avx2:
+      return rms_norm_avx2(x, weight, n, eps, out);
+    case Path::Scalar:
+      return rms_norm_scalar(x, weight, n, eps, out);
   }
 }
 
 void softmax(Path p, float* x, int64_t n) {
   switch (usable(p)) {
-    case Path::Avx512: return softmax_avx512(x, n);
-    case Path::Avx2: return softmax_avx2(x, n);
-    case Path::Scalar: return softmax_scalar(x, n);
+    case Path::Avx512:
+      return softmax_avx512(x, n);
+    case Path::Avx2:
+      return softmax_avx2(x, n);
+    case Path::Scalar:
+      return softmax_scalar(x, n);
   }
 }
 
 void silu_mul(Path p, const float* gate, const float* up, int64_t n, float* out) {
   switch (usable(p)) {
-    case Path::Avx512: return silu_mul_avx512(gate, up, n, out);
-    case Path::Avx2: return silu_mul_avx2(gate, up, n, out);
-    case Path::Scalar: return silu_mul_scalar(gate, up, n, out);
+    case Path::Avx512:
+      return silu_mul_avx512(gate, up, n, out);
+    case Path::Avx2:
+      return silu_mul_avx2(gate, up, n, out);
+    case Path::Scalar:
+      return silu_mul_scalar(gate, up, n, out);
   }
 }
 

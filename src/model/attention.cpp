@@ -36,7 +36,6 @@ const float* f16_table() {
   return table.data();
 }
 
-
 // One query head against positions [0, n_pos) of its sequence, in the
 // reference's arithmetic on an AVX-512 machine (no flash attention; K/V in
 // F16; rows of n_kv = n_pos padded to 32, the padding masked):
@@ -139,10 +138,14 @@ void attend_head(const KvView& kv, int layer, SeqId seq, int64_t n_pos, int64_t 
 
 bool supported(AttnPath path, int64_t head_dim) {
   switch (path) {
-    case AttnPath::Scalar: return true;
-    case AttnPath::Avx2: return head_dim % 16 == 0 && isa_enabled(Isa::Avx2);
-    case AttnPath::Avx512: return head_dim % 16 == 0 && isa_enabled(Isa::Avx512);
-    case AttnPath::Auto: return true;
+    case AttnPath::Scalar:
+      return true;
+    case AttnPath::Avx2:
+      return head_dim % 16 == 0 && isa_enabled(Isa::Avx2);
+    case AttnPath::Avx512:
+      return head_dim % 16 == 0 && isa_enabled(Isa::Avx512);
+    case AttnPath::Auto:
+      return true;
   }
   return false;
 }

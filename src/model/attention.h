@@ -20,7 +20,7 @@ struct AttnShape {
   int64_t n_head = 0;
   int64_t n_head_kv = 0;  // n_head % n_head_kv == 0; consecutive query heads share one
   int64_t head_dim = 0;
-  float scale = 1.0f;     // applied to K.q before the softmax
+  float scale = 1.0f;  // applied to K.q before the softmax
 };
 
 // For every token t: out[t] (n_head * head_dim floats) = attention of q[t]
@@ -30,8 +30,8 @@ struct AttnShape {
 // isa_enabled() allows for this head_dim; an explicit path must be supported
 // (attention_path_supported), else Scalar runs.
 void attend(const KvView& kv, int layer, std::span<const SeqId> seqs,
-            std::span<const int32_t> positions, const float* q, const AttnShape& shape,
-            float* out, ThreadPool& pool, AttnPath path = AttnPath::Auto);
+            std::span<const int32_t> positions, const float* q, const AttnShape& shape, float* out,
+            ThreadPool& pool, AttnPath path = AttnPath::Auto);
 
 // Whether `path` can run here (CPU and CAIRN_ISA cap) for this head_dim.
 bool attention_path_supported(AttnPath path, int64_t head_dim);

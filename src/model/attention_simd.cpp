@@ -3,26 +3,26 @@
 // per-lane operations and the fixed reduction tree of reduce16 are used, so
 // both give the scalar path's bits. Contraction is off: a mul feeding an add
 // must stay two roundings, as the scalar code has them.
-#include "core/simd.h"  // immintrin.h without GCC 12 AVX-512 header warnings
+#include "model/attention_simd.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 
 #include "core/half.h"
+#include "core/simd.h"  // immintrin.h without GCC 12 AVX-512 header warnings
 #include "kernels/kernels.h"
-#include "model/attention_simd.h"
 
 namespace cairn::model::attn_simd {
 
 namespace avx512 {
 
-#define CAIRN_SIMD_TARGET                                                  \
+#define CAIRN_SIMD_TARGET                                                    \
   __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c"), \
                  optimize("fp-contract=off")))
 
 using V = __m512;
-constexpr int kMaxHeads = 8;       // 8 heads x 2 chunks of accumulators: 16 of 32 registers
+constexpr int kMaxHeads = 8;  // 8 heads x 2 chunks of accumulators: 16 of 32 registers
 constexpr bool kWideChunks = true;
 
 CAIRN_SIMD_TARGET inline V zero() { return _mm512_setzero_ps(); }
@@ -60,14 +60,15 @@ CAIRN_SIMD_TARGET inline void hsum16x16(const V* v, float* out) {
 // tail[i] += (double)(v[i] * w[i]): the product rounded to float first.
 CAIRN_SIMD_TARGET inline void tail_acc(double* tail, V v, V w) {
   const __m512 p = _mm512_mul_ps(v, w);
-  _mm512_storeu_pd(tail, _mm512_add_pd(_mm512_loadu_pd(tail),
-                                       _mm512_cvtps_pd(_mm512_castps512_ps256(p))));
+  _mm512_storeu_pd(
+      tail, _mm512_add_pd(_mm512_loadu_pd(tail), _mm512_cvtps_pd(_mm512_castps512_ps256(p))));
   _mm512_storeu_pd(tail + 8, _mm512_add_pd(_mm512_loadu_pd(tail + 8),
                                            _mm512_cvtps_pd(_mm512_extractf32x8_ps(p, 1))));
 }
 // out[i] = (float)((double)red[i] + tail[i])
 CAIRN_SIMD_TARGET inline void st_finish(float* out, V red, const double* tail) {
-  const __m512d lo = _mm512_add_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(red)), _mm512_loadu_pd(tail));
+  const __m512d lo =
+      _mm512_add_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(red)), _mm512_loadu_pd(tail));
   const __m512d hi =
       _mm512_add_pd(_mm512_cvtps_pd(_mm512_extractf32x8_ps(red, 1)), _mm512_loadu_pd(tail + 8));
   _mm256_storeu_ps(out, _mm512_cvtpd_ps(lo));
@@ -90,7 +91,9 @@ constexpr int kMaxHeads = 4;  // 4 heads x 2 ymm of accumulators: 8 of 16 regist
 constexpr bool kWideChunks = false;
 
 CAIRN_SIMD_TARGET inline V zero() { return {_mm256_setzero_ps(), _mm256_setzero_ps()}; }
-CAIRN_SIMD_TARGET inline V ld(const float* p) { return {_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8)}; }
+CAIRN_SIMD_TARGET inline V ld(const float* p) {
+  return {_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8)};
+}
 CAIRN_SIMD_TARGET inline __m256 ldh8(const uint16_t* p) {
   return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)p));
 }
@@ -123,8 +126,8 @@ CAIRN_SIMD_TARGET inline void hsum16x16(const V* v, float* out) {
   }
 }
 CAIRN_SIMD_TARGET inline void tail_acc8(double* tail, __m256 p) {
-  _mm256_storeu_pd(tail, _mm256_add_pd(_mm256_loadu_pd(tail),
-                                       _mm256_cvtps_pd(_mm256_castps256_ps128(p))));
+  _mm256_storeu_pd(
+      tail, _mm256_add_pd(_mm256_loadu_pd(tail), _mm256_cvtps_pd(_mm256_castps256_ps128(p))));
   _mm256_storeu_pd(tail + 4, _mm256_add_pd(_mm256_loadu_pd(tail + 4),
                                            _mm256_cvtps_pd(_mm256_extractf128_ps(p, 1))));
 }

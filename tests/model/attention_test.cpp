@@ -3,6 +3,8 @@
 // (decode orders) and batches (tinyBLAS orders), over ragged position counts,
 // GQA ratios and head sizes; the scalar path itself stays near a plain
 // double-precision attention; KvView::rows agrees with key()/value().
+#include "model/attention.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -15,7 +17,6 @@
 #include "core/half.h"
 #include "core/thread_pool.h"
 #include "kv/kv_cache.h"
-#include "model/attention.h"
 #include "model/contiguous_kv.h"
 
 namespace cairn::model {
@@ -87,14 +88,16 @@ std::vector<double> plain(const KvView& kv, const HParams& hp, SeqId seq, int32_
     double mx = -INFINITY, sum = 0;
     for (int32_t p = 0; p <= pos; ++p) {
       double d = 0;
-      for (int64_t i = 0; i < hd; ++i) d += (double)q[h * hd + i] * elem(kv, kv.key(kLayer, seq, p), off + i);
+      for (int64_t i = 0; i < hd; ++i)
+        d += (double)q[h * hd + i] * elem(kv, kv.key(kLayer, seq, p), off + i);
       s[(size_t)p] = d / std::sqrt((double)hd);
       mx = std::max(mx, s[(size_t)p]);
     }
     for (double& x : s) sum += (x = std::exp(x - mx));
     for (int32_t p = 0; p <= pos; ++p)
       for (int64_t i = 0; i < hd; ++i)
-        out[(size_t)(h * hd + i)] += s[(size_t)p] / sum * elem(kv, kv.value(kLayer, seq, p), off + i);
+        out[(size_t)(h * hd + i)] +=
+            s[(size_t)p] / sum * elem(kv, kv.value(kLayer, seq, p), off + i);
   }
   return out;
 }
@@ -133,7 +136,8 @@ void check_paths(const KvView& kv, const HParams& hp, const std::vector<int32_t>
   }
 }
 
-const std::vector<int32_t> kNPos = {1, 2, 15, 16, 17, 31, 32, 33, 63, 64, 65, 96, 127, 128, 129, 500};
+const std::vector<int32_t> kNPos = {1,  2,  15, 16, 17,  31,  32,  33,
+                                    63, 64, 65, 96, 127, 128, 129, 500};
 
 struct ShapeCase {
   int64_t head_dim, ratio;
@@ -165,15 +169,15 @@ std::vector<ShapeCase> shape_cases() {
 INSTANTIATE_TEST_SUITE_P(Shapes, AttentionPaths, ::testing::ValuesIn(shape_cases()),
                          [](const auto& info) {
                            const ShapeCase& c = info.param;
-                           return std::string(c.dtype == TensorType::F16 ? "f16" : "f32") +
-                                  "_hd" + std::to_string(c.head_dim) + "_gqa" +
-                                  std::to_string(c.ratio);
+                           return std::string(c.dtype == TensorType::F16 ? "f16" : "f32") + "_hd" +
+                                  std::to_string(c.head_dim) + "_gqa" + std::to_string(c.ratio);
                          });
 
 TEST(Attention, PagedCacheSimdMatchesScalar) {
   const HParams hp = shape_hp(64, 4, 8);
   kv::KvConfig cfg;
-  cfg.pool_bytes = 64 * kv::PagedKvCache::block_bytes({(int32_t)hp.n_layer, (int32_t)hp.kv_row_elems()});
+  cfg.pool_bytes =
+      64 * kv::PagedKvCache::block_bytes({(int32_t)hp.n_layer, (int32_t)hp.kv_row_elems()});
   auto kv = kv::PagedKvCache::create({(int32_t)hp.n_layer, (int32_t)hp.kv_row_elems()}, cfg);
   ASSERT_TRUE(kv) << kv.status().message();
   // Interleaved reservations (each one covers n tokens past the committed
