@@ -43,12 +43,15 @@ CAIRN_SIMD_TARGET inline V round_h(V v) {
 // which leaves result p at 4 * (p % 4) + p / 4 until the final permute.
 CAIRN_SIMD_TARGET inline void hsum16x16(const V* v, float* out) {
   V w[8], x[4], y[2];
+#pragma GCC unroll 8
   for (int m = 0; m < 8; ++m)  // t = lo8 + hi8, two vectors per register
     w[m] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * m], v[2 * m + 1], _MM_SHUFFLE(1, 0, 1, 0)),
                          _mm512_shuffle_f32x4(v[2 * m], v[2 * m + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+#pragma GCC unroll 8
   for (int m = 0; m < 4; ++m)  // u = t.lo4 + t.hi4, four vectors per register
     x[m] = _mm512_add_ps(_mm512_shuffle_f32x4(w[2 * m], w[2 * m + 1], _MM_SHUFFLE(2, 0, 2, 0)),
                          _mm512_shuffle_f32x4(w[2 * m], w[2 * m + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+#pragma GCC unroll 8
   for (int m = 0; m < 2; ++m)  // (u0 + u2), (u1 + u3)
     y[m] = _mm512_add_ps(_mm512_shuffle_ps(x[2 * m], x[2 * m + 1], _MM_SHUFFLE(1, 0, 1, 0)),
                          _mm512_shuffle_ps(x[2 * m], x[2 * m + 1], _MM_SHUFFLE(3, 2, 3, 2)));
