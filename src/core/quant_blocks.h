@@ -65,21 +65,12 @@ inline void q4k_scale_min(int j, const uint8_t* s, uint8_t* sc, uint8_t* m) {
   }
 }
 
-// The reference (llama.cpp on x86 with AVX2/FMA) sums every dot product in 8
-// float lanes: lane L takes elements i with i % 8 == L (float types) or the
-// integer sum of elements 4L..4L+3 of each 32-run (quantized types), folded in
-// with fma, and the lanes are reduced as below. The last bits of a logit depend
-// on this order, and an int8 activation that sits on a rounding boundary flips
-// with them, so the scalar functions replay it (std::fma is exact, as the SIMD
-// instruction) and the AVX2 ones run it natively: both give identical bits.
-inline constexpr int kLanes = 8;
-
-// (l0 + l4) + (l2 + l6) + ((l1 + l5) + (l3 + l7)): ggml's hsum_float_8 order.
-inline float hsum_lanes(const float* l) {
-  const float s0 = l[4] + l[0], s1 = l[5] + l[1], s2 = l[6] + l[2], s3 = l[7] + l[3];
-  return (s0 + s2) + (s1 + s3);
-}
-
+// The last bits of a logit depend on the order of a dot product's float
+// operations, and an int8 activation on a rounding boundary flips with them.
+// The reference's int8 kernels (on its AVX-512 VNNI host) take, per block, the
+// exact integer sum and fold it into one float per row with fma; the scalar
+// functions replay that with std::fma (exact, as the SIMD instruction) and
+// every SIMD variant runs it natively: all give identical bits.
 inline float fma_lane(float a, float b, float c) { return std::fma(a, b, c); }
 
 // Scalar row functions (n is a multiple of the block size).
