@@ -96,18 +96,24 @@ void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* out,
   const auto* wdata = static_cast<const unsigned char*>(w.data);
   const auto* adata = static_cast<const unsigned char*>(act);
   const auto vec_dot = ops->vec_dot;
-  // Tokens go in tiles small enough to stay in cache while a thread's rows pass
-  // over them; the rows of a chunk are re-read once per tile (from cache, when
-  // the chunk fits), so a weight row leaves memory once per batch.
-  constexpr int64_t kTokenTile = 16;
+  // Rows go in runs small enough to stay in L2 while every token passes over
+  // them, so a weight row leaves memory once per batch; a type with a
+  // many-rows kernel (vec_dot_rows) does a whole run per call.
+  constexpr int64_t kRowRun = 64;
+  const auto vec_dot_rows = ops->vec_dot_rows;
   pool.parallel_for(w.rows, [&](int64_t b, int64_t e) {
-    for (int64_t t0 = 0; t0 < n_tokens; t0 += kTokenTile) {
-      const int64_t t1 = std::min(n_tokens, t0 + kTokenTile);
-      for (int64_t r = b; r < e; ++r) {
-        const unsigned char* wrow = wdata + static_cast<size_t>(r) * w.row_stride;
-        for (int64_t t = t0; t < t1; ++t) {
-          out[t * w.rows + r] = vec_dot(w.cols, wrow, adata + static_cast<size_t>(t) * act_stride);
+    for (int64_t r0 = b; r0 < e; r0 += kRowRun) {
+      const int64_t r1 = std::min(e, r0 + kRowRun);
+      const unsigned char* wrun = wdata + static_cast<size_t>(r0) * w.row_stride;
+      for (int64_t t = 0; t < n_tokens; ++t) {
+        const unsigned char* at = adata + static_cast<size_t>(t) * act_stride;
+        float* o = out + t * w.rows;
+        if (vec_dot_rows) {
+          vec_dot_rows(w.cols, wrun, w.row_stride, r1 - r0, at, o + r0);
+          continue;
         }
+        for (int64_t r = r0; r < r1; ++r)
+          o[r] = vec_dot(w.cols, wdata + static_cast<size_t>(r) * w.row_stride, at);
       }
     }
   });
