@@ -48,6 +48,9 @@ void Args(benchmark::internal::Benchmark* b) {
 
 BENCHMARK_CAPTURE(BM_Matmul, q4_0_5632x2048, TensorType::Q4_0, 5632, 2048)->Apply(Args);
 BENCHMARK_CAPTURE(BM_Matmul, q8_0_5632x2048, TensorType::Q8_0, 5632, 2048)->Apply(Args);
+// Bigger than any cache: decode speed against DRAM.
+BENCHMARK_CAPTURE(BM_Matmul, q4_0_65536x4096, TensorType::Q4_0, 65536, 4096)->Args({1, 1})->Args({1, 2})->UseRealTime();
+BENCHMARK_CAPTURE(BM_Matmul, q8_0_32768x4096, TensorType::Q8_0, 32768, 4096)->Args({1, 1})->Args({1, 2})->UseRealTime();
 BENCHMARK_CAPTURE(BM_Matmul, q4_k_5632x2048, TensorType::Q4_K, 5632, 2048)->Apply(Args);
 BENCHMARK_CAPTURE(BM_Matmul, f16_2048x2048, TensorType::F16, 2048, 2048)->Apply(Args);
 
