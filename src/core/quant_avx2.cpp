@@ -132,12 +132,7 @@ CAIRN_AVX2 float q4_k_dot_q8_k(int64_t n, const void* w, const void* act) {
     // The twelve 6-bit scale/min bytes as int16 sc0..7 | m0..7 (q4k_scale_min,
     // four bytes at a time).
     uint32_t u[4];
-    std::memcpy(u, x[i].scales, 12);
-    u[3] = ((u[2] >> 4) & 0x0f0f0f0fu) | (((u[1] >> 6) & 0x03030303u) << 4);
-    const uint32_t m03 = u[1] & 0x3f3f3f3fu;
-    u[1] = (u[2] & 0x0f0f0f0fu) | (((u[0] >> 6) & 0x03030303u) << 4);
-    u[2] = m03;
-    u[0] &= 0x3f3f3f3fu;
+    q4k_scales_mins(x[i].scales, u);
     const __m256i sm = _mm256_cvtepu8_epi16(_mm_set_epi32(static_cast<int>(u[3]), static_cast<int>(u[2]),
                                                           static_cast<int>(u[1]), static_cast<int>(u[0])));
     alignas(16) int16_t sc[8];

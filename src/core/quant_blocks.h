@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 namespace cairn::quant {
 
@@ -63,6 +64,18 @@ inline void q4k_scale_min(int j, const uint8_t* s, uint8_t* sc, uint8_t* m) {
     *sc = (uint8_t)((s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4));
     *m = (uint8_t)((s[j + 4] >> 4) | ((s[j] >> 6) << 4));
   }
+}
+
+// All eight 6-bit scales and mins of a Q4_K block at once, as bytes
+// sc0..sc7 | m0..m7 in u[0..3] (little-endian words): q4k_scale_min four
+// bytes at a time, for the SIMD kernels.
+inline void q4k_scales_mins(const uint8_t* scales, uint32_t u[4]) {
+  std::memcpy(u, scales, 12);
+  u[3] = ((u[2] >> 4) & 0x0f0f0f0fu) | (((u[1] >> 6) & 0x03030303u) << 4);
+  const uint32_t m03 = u[1] & 0x3f3f3f3fu;
+  u[1] = (u[2] & 0x0f0f0f0fu) | (((u[0] >> 6) & 0x03030303u) << 4);
+  u[2] = m03;
+  u[0] &= 0x3f3f3f3fu;
 }
 
 // The last bits of a logit depend on the order of a dot product's float

@@ -98,12 +98,7 @@ CAIRN_VNNI inline void q4k_block(const BlockQ4_K& x, const Q4kAct& a, const Q4kI
                                  __m256i* lanes, __m128i* mins) {
   // Unpack the twelve 6-bit scale/min bytes into sc0..7 | m0..7.
   uint32_t u[4];
-  std::memcpy(u, x.scales, 12);
-  u[3] = ((u[2] >> 4) & 0x0f0f0f0fu) | (((u[1] >> 6) & 0x03030303u) << 4);
-  const uint32_t m03 = u[1] & 0x3f3f3f3fu;
-  u[1] = (u[2] & 0x0f0f0f0fu) | (((u[0] >> 6) & 0x03030303u) << 4);
-  u[2] = m03;
-  u[0] &= 0x3f3f3f3fu;
+  q4k_scales_mins(x.scales, u);
   const __m256i sm = _mm256_cvtepu8_epi16(_mm_set_epi32(static_cast<int>(u[3]), static_cast<int>(u[2]),
                                                         static_cast<int>(u[1]), static_cast<int>(u[0])));
   const __m512i sm512 = _mm512_inserti64x4(_mm512_setzero_si512(), sm, 0);
