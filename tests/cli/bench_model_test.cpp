@@ -14,63 +14,17 @@
 
 #include "core/cpu_features.h"
 #include "kernels/bandwidth_probe.h"
+#include "cli/cli_process.h"
 #include "test_util.h"
 
 namespace {
 
 namespace fs = std::filesystem;
 
-struct Proc {
-  int exit_code = -1;
-  std::string out;
-  std::string err;
-  std::vector<std::string> err_lines() const {
-    std::vector<std::string> lines;
-    std::istringstream in(err);
-    for (std::string l; std::getline(in, l);) lines.push_back(l);
-    return lines;
-  }
-};
-
-// Runs the cairn binary with `args` (no shell); stdout through a pipe, stderr
-// through a file so neither can fill up and block the child.
-Proc run_cairn(const std::vector<std::string>& args) {
-  static int counter = 0;
-  const fs::path err_file =
-      fs::path(CAIRN_BINARY_DIR) / "test-tmp" /
-      ("bench-model-stderr-" + std::to_string(getpid()) + "-" + std::to_string(counter++));
-  fs::create_directories(err_file.parent_path());
-  int out_pipe[2];
-  if (pipe(out_pipe) != 0) return {};
-  const std::string bin = std::string(CAIRN_BINARY_DIR) + "/cairn";
-  pid_t pid = fork();
-  if (pid == 0) {
-    dup2(out_pipe[1], STDOUT_FILENO);
-    close(out_pipe[0]);
-    close(out_pipe[1]);
-    int fd = open(err_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    dup2(fd, STDERR_FILENO);
-    close(fd);
-    std::vector<char*> argv;
-    argv.push_back(const_cast<char*>(bin.c_str()));
-    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    execv(bin.c_str(), argv.data());
-    _exit(127);
-  }
-  close(out_pipe[1]);
-  Proc r;
-  char buf[4096];
-  for (ssize_t n; (n = read(out_pipe[0], buf, sizeof(buf))) > 0;) r.out.append(buf, n);
-  close(out_pipe[0]);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  std::ifstream f(err_file);
-  r.err.assign(std::istreambuf_iterator<char>(f), {});
-  fs::remove(err_file);
-  return r;
-}
+using cairn::test::cairn_binary;
+using cairn::test::expect_one_error_line;
+using cairn::test::Proc;
+using cairn::test::run_cairn;
 
 // The first number on the stdout line that starts with `label`, or -1.
 double number_after(const std::string& out, const std::string& label, int index = 0) {
@@ -120,15 +74,6 @@ fs::path* BenchModel::dir_ = nullptr;
 std::string* BenchModel::model_ = nullptr;
 std::string* BenchModel::made_err_ = nullptr;
 bool BenchModel::made_ok_ = false;
-
-void expect_one_error_line(const Proc& r, const std::string& needle) {
-  EXPECT_NE(r.exit_code, 0);
-  EXPECT_TRUE(r.out.empty()) << r.out;
-  auto lines = r.err_lines();
-  ASSERT_EQ(lines.size(), 1u) << r.err;
-  EXPECT_NE(lines[0].find("error"), std::string::npos) << lines[0];
-  EXPECT_NE(lines[0].find(needle), std::string::npos) << lines[0];
-}
 
 TEST_F(BenchModel, PrintsEveryRowWithPositiveNumbers) {
   Proc r = run_cairn(args({"-p", "40", "-n", "6", "--batch", "1,3", "--reps", "2", "--threads", "2",
