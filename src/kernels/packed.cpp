@@ -61,6 +61,7 @@ constexpr int kGroup = 16;
 constexpr size_t kQ4Block = 32 + 4 * 64;  // scales + 4 chunks of 16 rows x 4 bytes (nibbles)
 constexpr size_t kQ8Block = 32 + 8 * 64;  // scales + 8 chunks of 16 rows x 4 bytes
 constexpr int kTile = 8;                  // tokens per tile (accumulator registers)
+constexpr int kTile2 = 5;                 // tokens per two-group tile
 constexpr int64_t kTokenChunk = 64;       // tokens whose activations stay in L2 per pass
 
 // ---- packing (plain C++: runs once at load) ---------------------------------
@@ -185,6 +186,71 @@ CAIRN_VNNI void tile(const uint8_t* gw, int64_t nb, int64_t cols, const uint8_t*
   for (int t = 0; t < NT; ++t) _mm512_mask_storeu_ps(out + t * out_stride, mask, acc[t]);
 }
 
+// Two groups (32 rows) against NT tokens: each activation broadcast feeds two
+// vpdpbusd, so a prompt's batches issue fewer instructions per product. Same
+// per-row operations, in the same order, as tile().
+template <bool kQ4, int NT>
+CAIRN_VNNI void tile2(const uint8_t* gw0, const uint8_t* gw1, int64_t nb, int64_t cols,
+                      const uint8_t* act, size_t stride, float* out, int64_t out_stride) {
+  constexpr size_t kBlock = kQ4 ? kQ4Block : kQ8Block;
+  __m512 acc[2][NT];
+  #pragma GCC unroll 8
+  for (int t = 0; t < NT; ++t) acc[0][t] = acc[1][t] = _mm512_setzero_ps();
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* blk[2] = {gw0 + (size_t)b * kBlock, gw1 + (size_t)b * kBlock};
+    __m512i s[2][NT];
+    #pragma GCC unroll 8
+    for (int t = 0; t < NT; ++t) {
+      const int32_t bias = reinterpret_cast<const int32_t*>(act + t * stride + cols + 4 * nb)[b];
+      s[0][t] = s[1][t] = _mm512_set1_epi32(bias);
+    }
+    #pragma GCC unroll 8
+    for (int k = 0; k < (kQ4 ? 4 : 8); ++k) {
+      __m512i w[2][2];  // [group][low/high nibbles, or the one chunk]
+      #pragma GCC unroll 2
+      for (int g = 0; g < 2; ++g) {
+        const __m512i q = _mm512_loadu_si512(blk[g] + 32 + 64 * k);
+        if constexpr (kQ4) {
+          w[g][0] = _mm512_and_si512(q, m4);
+          w[g][1] = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+        } else {
+          w[g][0] = q;
+        }
+      }
+      #pragma GCC unroll 8
+      for (int t = 0; t < NT; ++t) {
+        const uint8_t* qs = act + t * stride + 32 * b;
+        int32_t a0;
+        std::memcpy(&a0, qs + 4 * k, 4);
+        const __m512i va0 = _mm512_set1_epi32(a0);
+        s[0][t] = _mm512_dpbusd_epi32(s[0][t], w[0][0], va0);
+        s[1][t] = _mm512_dpbusd_epi32(s[1][t], w[1][0], va0);
+        if constexpr (kQ4) {
+          int32_t a1;
+          std::memcpy(&a1, qs + 16 + 4 * k, 4);
+          const __m512i va1 = _mm512_set1_epi32(a1);
+          s[0][t] = _mm512_dpbusd_epi32(s[0][t], w[0][1], va1);
+          s[1][t] = _mm512_dpbusd_epi32(s[1][t], w[1][1], va1);
+        }
+      }
+    }
+    const __m512 dw0 = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[0])));
+    const __m512 dw1 = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[1])));
+    #pragma GCC unroll 8
+    for (int t = 0; t < NT; ++t) {
+      const __m512 d = _mm512_set1_ps(reinterpret_cast<const float*>(act + t * stride + cols)[b]);
+      acc[0][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[0][t]), _mm512_mul_ps(dw0, d), acc[0][t]);
+      acc[1][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[1][t]), _mm512_mul_ps(dw1, d), acc[1][t]);
+    }
+  }
+  #pragma GCC unroll 8
+  for (int t = 0; t < NT; ++t) {
+    _mm512_storeu_ps(out + t * out_stride, acc[0][t]);
+    _mm512_storeu_ps(out + t * out_stride + kGroup, acc[1][t]);
+  }
+}
+
 using TileFn = void (*)(const uint8_t*, int64_t, int64_t, const uint8_t*, size_t, float*, int64_t, int);
 
 template <bool kQ4, int... Ns>
@@ -277,8 +343,26 @@ void packed_matmul_many(std::span<const PackedJob> jobs, const float* x, int64_t
       int64_t base = 0;
       for (const PackedJob& j : jobs) {
         const int64_t n = j.matrix->n_groups;
-        for (int64_t g = std::max(g0, base); g < std::min(g1, base + n); ++g)
-          run_group(*j.matrix, g - base, act, stride, t0, t1, j.out);
+        const int64_t end = std::min(g1, base + n);
+        for (int64_t g = std::max(g0, base); g < end;) {
+          const PackedMatrix& pm = *j.matrix;
+          const int64_t lg = g - base;
+          // Two whole groups and a full tile of tokens: the two-group kernel.
+          if (g + 1 < end && (lg + 2) * kGroup <= pm.rows && t1 - t0 >= kTile2) {
+            const int64_t tiles_end = t0 + (t1 - t0) / kTile2 * kTile2;
+            const auto fn = pm.layout == PackedMatrix::Layout::Q4_0x16 ? tile2<true, kTile2>
+                                                                       : tile2<false, kTile2>;
+            for (int64_t t = t0; t < tiles_end; t += kTile2)
+              fn(pm.group(lg), pm.group(lg + 1), pm.n_blocks, pm.cols, act + (size_t)t * stride, stride,
+                 j.out + t * pm.rows + lg * kGroup, pm.rows);
+            run_group(pm, lg, act, stride, tiles_end, t1, j.out);
+            run_group(pm, lg + 1, act, stride, tiles_end, t1, j.out);
+            g += 2;
+            continue;
+          }
+          run_group(pm, lg, act, stride, t0, t1, j.out);
+          ++g;
+        }
         base += n;
       }
     }
