@@ -56,7 +56,13 @@ __attribute__((target("avx512f"))) uint64_t sum_avx512(const uint64_t* w, size_t
     a3 = _mm512_add_epi64(a3, _mm512_loadu_si512(w + i + 24));
   }
   const __m512i a = _mm512_add_epi64(_mm512_add_epi64(a0, a1), _mm512_add_epi64(a2, a3));
-  return static_cast<uint64_t>(_mm512_reduce_add_epi64(a)) + sum_scalar(w + i, n - i);
+  // Lanes summed as unsigned: _mm512_reduce_add_epi64 adds signed 64-bit
+  // values in C, which overflows (undefined) on these wrap-around sums.
+  alignas(64) uint64_t lanes[8];
+  _mm512_store_si512(lanes, a);
+  uint64_t sum = 0;
+  for (uint64_t l : lanes) sum += l;
+  return sum + sum_scalar(w + i, n - i);
 }
 
 Isa load_isa(Isa wanted) {
