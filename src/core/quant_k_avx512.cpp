@@ -10,21 +10,13 @@
 
 #include <cstring>
 
-// GCC 12's AVX-512 headers trip -Wuninitialized on their own "undefined"
-// vectors; the warnings are silenced for the header's lines only.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
-#pragma GCC diagnostic pop
+#include "core/simd.h"
 
 #include "core/quant_blocks.h"
 
 // No fp contraction: the scalar reference rounds y.d * x.d before its explicit
 // fma; the compiler must not fuse anything else either.
-#define CAIRN_VNNI                                                                        \
-  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c"), \
-                 optimize("fp-contract=off")))
+#define CAIRN_VNNI CAIRN_SIMD_FN("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")
 
 namespace cairn::quant::avx512vnni {
 namespace {

@@ -6,9 +6,24 @@
 #pragma once
 
 #if defined(__x86_64__) || defined(__i386__)
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 #pragma GCC diagnostic pop
+#else
+#include <immintrin.h>
+#endif
+#endif
+
+// A function compiled for the instruction sets `isa` (a target attribute
+// string) without floating-point contraction: the kernels replay the scalar
+// reference's roundings, and a multiply fused into a later add would change
+// them. GCC takes that per function; clang (the fuzz build) does not fuse
+// across statements unless asked to.
+#if defined(__clang__)
+#define CAIRN_SIMD_FN(isa) __attribute__((target(isa)))
+#else
+#define CAIRN_SIMD_FN(isa) __attribute__((target(isa), optimize("fp-contract=off")))
 #endif

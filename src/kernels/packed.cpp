@@ -25,11 +25,7 @@
 #include "core/quant.h"
 #include "core/quant_blocks.h"
 
-// fp-contract=off: GCC may otherwise fuse an intrinsic multiply into a later
-// add, which changes the rounding the scalar functions document.
-#define CAIRN_VNNI                                                                        \
-  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c"), \
-                 optimize("fp-contract=off")))
+#define CAIRN_VNNI CAIRN_SIMD_FN("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c")
 
 namespace cairn::kernels {
 
