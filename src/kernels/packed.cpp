@@ -8,22 +8,20 @@
 // sums are exact.
 #include "kernels/packed.h"
 
-#include "core/simd.h"
-
 #include <sys/mman.h>
 
 #include <algorithm>
 #include <array>
-#include <utility>
 #include <cstdlib>
 #include <cstring>
-#include <new>
+#include <utility>
 #include <vector>
 
 #include "core/cpu_features.h"
 #include "core/half.h"
 #include "core/quant.h"
 #include "core/quant_blocks.h"
+#include "core/simd.h"
 
 #define CAIRN_VNNI CAIRN_SIMD_FN("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c")
 
