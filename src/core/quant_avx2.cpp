@@ -5,21 +5,16 @@
 // math on them, so they return bit-identical results; the float types differ
 // only in summation order.
 #include <cpuid.h>
-#include <immintrin.h>
 
 #include <cstring>
 
 #include "core/quant_blocks.h"
+#include "core/simd.h"
 
 // No fp contraction: with FMA enabled the compiler would fuse the per-block
 // `sum += d * sumi` into an fma, which the scalar reference (built without FMA)
 // cannot match.
-#if defined(__clang__)
-#pragma STDC FP_CONTRACT OFF
-#define CAIRN_AVX2 __attribute__((target("avx2,fma,f16c")))
-#else
-#define CAIRN_AVX2 __attribute__((target("avx2,fma,f16c"), optimize("fp-contract=off")))
-#endif
+#define CAIRN_AVX2 CAIRN_SIMD_FN("avx2,fma,f16c")
 
 namespace cairn::quant::avx2 {
 namespace {

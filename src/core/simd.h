@@ -20,9 +20,10 @@
 // A function compiled for the instruction sets `isa` (a target attribute
 // string) without floating-point contraction: the kernels replay the scalar
 // reference's roundings, and a multiply fused into a later add would change
-// them. GCC takes that per function; clang (the fuzz build) does not fuse
-// across statements unless asked to.
+// them. GCC takes that per function; clang only per file, so including this
+// header turns contraction off for the rest of the file.
 #if defined(__clang__)
+#pragma clang fp contract(off)
 #define CAIRN_SIMD_FN(isa) __attribute__((target(isa)))
 #else
 #define CAIRN_SIMD_FN(isa) __attribute__((target(isa), optimize("fp-contract=off")))

@@ -16,7 +16,7 @@
 #include <thread>
 #include <vector>
 
-#include "core/simd.h"  // immintrin.h without GCC 12 AVX-512 header warnings
+#include "core/simd.h"
 
 namespace cairn::kernels {
 namespace {

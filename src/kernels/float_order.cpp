@@ -5,18 +5,14 @@
 
 #include "core/cpu_features.h"
 
-#include <immintrin.h>
 
 #include <cmath>
 #include <cstdlib>
 
 #include "core/half.h"
+#include "core/simd.h"
 
-#if defined(__clang__)
-#define CAIRN_FMA_TARGET __attribute__((target("avx2,fma,f16c")))
-#else
-#define CAIRN_FMA_TARGET __attribute__((target("avx2,fma,f16c"), optimize("fp-contract=off")))
-#endif
+#define CAIRN_FMA_TARGET CAIRN_SIMD_FN("avx2,fma,f16c")
 
 namespace cairn::kernels::order {
 namespace {

@@ -1,6 +1,5 @@
 // The float ops around matmul, written to follow ggml's CPU ops closely (the
 // golden tests compare log-probabilities with llama.cpp's to 1e-3).
-#include <immintrin.h>
 
 #include <algorithm>
 #include <cmath>
@@ -8,6 +7,7 @@
 #include <vector>
 
 #include "core/cpu_features.h"
+#include "core/simd.h"
 #include "kernels/float_order.h"
 #include "kernels/kernels.h"
 #include "kernels/ops_paths.h"
@@ -143,15 +143,8 @@ void silu_mul_scalar(const float* gate, const float* up, int64_t n, float* out) 
 // Only lane-wise operations (no reassociation) and reduce16's fixed tree; no
 // contraction, so a product feeding a sum stays two roundings as above.
 
-// GCC 12's intrinsic headers seed some results with _mm512_undefined_*, which
-// its -Wmaybe-uninitialized then reports once inlined here: a false positive.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-
-#define CAIRN_AVX512                                                         \
-  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c"), \
-                 optimize("fp-contract=off")))
-#define CAIRN_AVX2 __attribute__((target("avx2,fma,f16c"), optimize("fp-contract=off")))
+#define CAIRN_AVX512 CAIRN_SIMD_FN("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")
+#define CAIRN_AVX2 CAIRN_SIMD_FN("avx2,fma,f16c")
 
 // exp_ggml on 16 lanes: scalef is the ldexp of the scalar form.
 CAIRN_AVX512 inline __m512 exp16(__m512 x) {
@@ -363,7 +356,6 @@ CAIRN_AVX2 void rms_norm_avx2(const float* x, const float* weight, int64_t n, fl
   for (; i < n; ++i) out[i] = weight ? (x[i] * scale) * weight[i] : x[i] * scale;
 }
 
-#pragma GCC diagnostic pop
 
 ops::Path best_path() {
   static const ops::Path p = isa_enabled(Isa::Avx512) ? ops::Path::Avx512

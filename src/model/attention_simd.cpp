@@ -10,16 +10,14 @@
 #include <cstdint>
 
 #include "core/half.h"
-#include "core/simd.h"  // immintrin.h without GCC 12 AVX-512 header warnings
+#include "core/simd.h"
 #include "kernels/kernels.h"
 
 namespace cairn::model::attn_simd {
 
 namespace avx512 {
 
-#define CAIRN_SIMD_TARGET                                                    \
-  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c"), \
-                 optimize("fp-contract=off")))
+#define CAIRN_SIMD_TARGET CAIRN_SIMD_FN("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")
 
 using V = __m512;
 constexpr int kMaxHeads = 8;  // 8 heads x 2 chunks of accumulators: 16 of 32 registers
@@ -85,7 +83,7 @@ CAIRN_SIMD_TARGET inline void st_finish(float* out, V red, const double* tail) {
 
 namespace avx2 {
 
-#define CAIRN_SIMD_TARGET __attribute__((target("avx2,fma,f16c"), optimize("fp-contract=off")))
+#define CAIRN_SIMD_TARGET CAIRN_SIMD_FN("avx2,fma,f16c")
 
 struct V {
   __m256 lo, hi;  // lanes 0-7 and 8-15
