@@ -23,5 +23,8 @@ void register_make_model(CLI::App& app, CommandResult& result);
 void register_serve(CLI::App& app, CommandResult& result);
 void register_bench(CLI::App& app, CommandResult& result);
 void register_bench_model(CLI::App& app, CommandResult& result);
+void register_controller(CLI::App& app, CommandResult& result);
+void register_worker(CLI::App& app, CommandResult& result);
+void register_client(CLI::App& app, CommandResult& result);
 
 }  // namespace cairn::cli

@@ -48,6 +48,9 @@ int main(int argc, char** argv) {
     cairn::cli::register_serve(app, result);
     cairn::cli::register_bench(app, result);
     cairn::cli::register_bench_model(app, result);
+    cairn::cli::register_controller(app, result);
+    cairn::cli::register_worker(app, result);
+    cairn::cli::register_client(app, result);
     // Logging must be up before a subcommand's callback runs.
     app.parse_complete_callback([&] { setup_logging(log_level); });
     try {

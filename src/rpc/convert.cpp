@@ -1,0 +1,276 @@
+#include "rpc/convert.h"
+
+namespace cairn::rpc {
+namespace {
+
+serving::Error invalid(std::string message, std::string param) {
+  return serving::Error{serving::ErrorKind::InvalidRequest, std::move(message), std::move(param)};
+}
+
+v1::Error::Kind to_proto_kind(serving::ErrorKind k) {
+  switch (k) {
+    case serving::ErrorKind::InvalidRequest: return v1::Error::INVALID_REQUEST;
+    case serving::ErrorKind::NotFound: return v1::Error::NOT_FOUND;
+    case serving::ErrorKind::Unavailable: return v1::Error::UNAVAILABLE;
+    case serving::ErrorKind::Internal: return v1::Error::INTERNAL;
+  }
+  return v1::Error::INTERNAL;
+}
+
+serving::ErrorKind from_proto_kind(v1::Error::Kind k) {
+  switch (k) {
+    case v1::Error::INVALID_REQUEST: return serving::ErrorKind::InvalidRequest;
+    case v1::Error::NOT_FOUND: return serving::ErrorKind::NotFound;
+    case v1::Error::UNAVAILABLE: return serving::ErrorKind::Unavailable;
+    default: return serving::ErrorKind::Internal;
+  }
+}
+
+}  // namespace
+
+v1::GenerateRequest to_proto(const serving::GenerateRequest& req, const std::string& request_id) {
+  v1::GenerateRequest m;
+  m.set_request_id(request_id);
+  m.set_model(req.model);
+  if (const auto* text = std::get_if<std::string>(&req.prompt)) {
+    m.set_text(*text);
+  } else if (const auto* ids = std::get_if<std::vector<serving::Token>>(&req.prompt)) {
+    m.mutable_tokens()->mutable_ids()->Add(ids->begin(), ids->end());
+  } else {
+    auto* chat = m.mutable_chat();
+    for (const auto& msg : std::get<std::vector<serving::ChatMessage>>(req.prompt)) {
+      auto* out = chat->add_messages();
+      out->set_role(msg.role);
+      out->set_content(msg.content);
+      out->set_extra_json(msg.extra_json);
+    }
+  }
+  m.set_tools_json(req.tools_json);
+  m.set_add_generation_prompt(req.add_generation_prompt);
+  m.set_max_tokens(req.max_tokens);
+  for (const auto& s : req.stop) m.add_stop(s);
+  m.set_ignore_eos(req.ignore_eos);
+  auto* s = m.mutable_sampling();
+  s->set_temperature(req.sampling.temperature);
+  s->set_top_k(req.sampling.top_k);
+  s->set_top_p(req.sampling.top_p);
+  s->set_min_p(req.sampling.min_p);
+  s->set_presence_penalty(req.sampling.presence_penalty);
+  s->set_frequency_penalty(req.sampling.frequency_penalty);
+  s->set_repetition_penalty(req.sampling.repetition_penalty);
+  for (const auto& [tok, bias] : req.sampling.logit_bias) (*s->mutable_logit_bias())[tok] = bias;
+  if (req.sampling.seed) s->set_seed(*req.sampling.seed);
+  m.set_top_logprobs(req.top_logprobs);
+  m.set_user(req.user);
+  return m;
+}
+
+std::variant<serving::GenerateRequest, serving::Error> from_proto(const v1::GenerateRequest& m) {
+  serving::GenerateRequest req;
+  req.model = m.model();
+  switch (m.prompt_case()) {
+    case v1::GenerateRequest::kText:
+      req.prompt = m.text();
+      break;
+    case v1::GenerateRequest::kTokens:
+      if (static_cast<size_t>(m.tokens().ids_size()) > kMaxPromptTokens)
+        return invalid("prompt has more than " + std::to_string(kMaxPromptTokens) + " tokens",
+                       "prompt");
+      req.prompt = std::vector<serving::Token>(m.tokens().ids().begin(), m.tokens().ids().end());
+      break;
+    case v1::GenerateRequest::kChat: {
+      if (static_cast<size_t>(m.chat().messages_size()) > kMaxChatMessages)
+        return invalid("more than " + std::to_string(kMaxChatMessages) + " messages", "messages");
+      std::vector<serving::ChatMessage> msgs;
+      msgs.reserve(m.chat().messages_size());
+      for (const auto& cm : m.chat().messages())
+        msgs.push_back({cm.role(), cm.content(), cm.extra_json()});
+      req.prompt = std::move(msgs);
+      break;
+    }
+    default:
+      return invalid("the request has no prompt (text, tokens or chat)", "prompt");
+  }
+  req.tools_json = m.tools_json();
+  req.add_generation_prompt = m.add_generation_prompt();
+  req.max_tokens = m.max_tokens();
+  if (static_cast<size_t>(m.stop_size()) > kMaxStopStrings)
+    return invalid("at most " + std::to_string(kMaxStopStrings) + " stop strings", "stop");
+  req.stop.assign(m.stop().begin(), m.stop().end());
+  req.ignore_eos = m.ignore_eos();
+  if (m.has_sampling()) {
+    const auto& s = m.sampling();
+    req.sampling.temperature = s.temperature();
+    req.sampling.top_k = s.top_k();
+    req.sampling.top_p = s.top_p();
+    req.sampling.min_p = s.min_p();
+    req.sampling.presence_penalty = s.presence_penalty();
+    req.sampling.frequency_penalty = s.frequency_penalty();
+    req.sampling.repetition_penalty = s.repetition_penalty();
+    if (static_cast<size_t>(s.logit_bias_size()) > kMaxLogitBias)
+      return invalid("logit_bias has more than " + std::to_string(kMaxLogitBias) + " entries",
+                     "logit_bias");
+    for (const auto& [tok, bias] : s.logit_bias()) req.sampling.logit_bias[tok] = bias;
+    if (s.has_seed()) req.sampling.seed = s.seed();
+  }
+  req.top_logprobs = m.top_logprobs();
+  req.user = m.user();
+  return req;
+}
+
+v1::GenerateEvent to_proto(const serving::TokenEvent& ev) {
+  v1::GenerateEvent m;
+  auto* t = m.mutable_token();
+  t->set_id(ev.id);
+  t->set_text(ev.text);
+  t->set_logprob(ev.logprob);
+  for (const auto& top : ev.top) {
+    auto* o = t->add_top();
+    o->set_id(top.id);
+    o->set_text(top.text);
+    o->set_logprob(top.logprob);
+  }
+  return m;
+}
+
+v1::GenerateEvent to_proto(const serving::FinishEvent& ev) {
+  v1::GenerateEvent m;
+  auto* f = m.mutable_finish();
+  f->set_reason(ev.reason);
+  f->set_text(ev.text);
+  f->mutable_usage()->set_prompt_tokens(ev.usage.prompt_tokens);
+  f->mutable_usage()->set_completion_tokens(ev.usage.completion_tokens);
+  f->mutable_usage()->set_cached_prompt_tokens(ev.usage.cached_prompt_tokens);
+  return m;
+}
+
+v1::Error to_proto_error(const serving::Error& err) {
+  v1::Error e;
+  e.set_kind(to_proto_kind(err.kind));
+  e.set_message(err.message);
+  e.set_param(err.param);
+  return e;
+}
+
+v1::GenerateEvent to_proto(const serving::Error& err) {
+  v1::GenerateEvent m;
+  *m.mutable_error() = to_proto_error(err);
+  return m;
+}
+
+serving::TokenEvent from_proto(const v1::TokenEvent& m) {
+  serving::TokenEvent ev{m.id(), m.text(), m.logprob(), {}};
+  ev.top.reserve(m.top_size());
+  for (const auto& t : m.top()) ev.top.push_back({t.id(), t.text(), t.logprob()});
+  return ev;
+}
+
+serving::FinishEvent from_proto(const v1::FinishEvent& m) {
+  serving::FinishEvent ev;
+  ev.reason = m.reason();
+  ev.text = m.text();
+  ev.usage.prompt_tokens = m.usage().prompt_tokens();
+  ev.usage.completion_tokens = m.usage().completion_tokens();
+  ev.usage.cached_prompt_tokens = m.usage().cached_prompt_tokens();
+  return ev;
+}
+
+serving::Error from_proto(const v1::Error& m) {
+  return serving::Error{from_proto_kind(m.kind()), m.message(), m.param()};
+}
+
+v1::ModelInfo to_proto(const serving::ModelInfo& mi) {
+  v1::ModelInfo m;
+  m.set_id(mi.id);
+  m.set_n_ctx(mi.n_ctx);
+  m.set_n_vocab(mi.n_vocab);
+  m.set_created(mi.created);
+  return m;
+}
+
+serving::ModelInfo from_proto(const v1::ModelInfo& m) {
+  return serving::ModelInfo{m.id(), m.n_ctx(), m.n_vocab(), m.created()};
+}
+
+v1::WorkerStatus worker_status(const serving::Backend& backend) {
+  v1::WorkerStatus st;
+  for (const auto& m : backend.models()) *st.add_models() = to_proto(m);
+  const serving::Health h = backend.health();
+  switch (h.state) {
+    case serving::HealthState::Loading: st.set_state(v1::WorkerStatus::LOADING); break;
+    case serving::HealthState::Ready: st.set_state(v1::WorkerStatus::READY); break;
+    case serving::HealthState::Draining: st.set_state(v1::WorkerStatus::DRAINING); break;
+  }
+  const serving::BackendStats s = backend.stats();
+  st.set_running(s.running);
+  st.set_waiting(s.waiting);
+  st.set_kv_blocks_used(s.kv_blocks_used);
+  st.set_kv_blocks_total(s.kv_blocks_total);
+  st.set_queue_length(s.running + s.waiting);
+  st.set_requests_total(s.e2e_latency_s.count);
+  st.set_prompt_tokens_total(s.prompt_tokens_total);
+  st.set_generated_tokens_total(s.generated_tokens_total);
+  st.set_prefix_cache_queries(s.prefix_cache_queries);
+  st.set_prefix_cache_hits(s.prefix_cache_hits);
+  st.set_preemptions(s.preemptions);
+  return st;
+}
+
+serving::Health health_of(const v1::WorkerStatus& st) {
+  serving::Health h;
+  switch (st.state()) {
+    case v1::WorkerStatus::READY: h.state = serving::HealthState::Ready; break;
+    case v1::WorkerStatus::DRAINING: h.state = serving::HealthState::Draining; break;
+    default: h.state = serving::HealthState::Loading; break;
+  }
+  h.running = st.running();
+  h.waiting = st.waiting();
+  return h;
+}
+
+serving::BackendStats stats_of(const v1::WorkerStatus& st) {
+  serving::BackendStats s;
+  s.running = st.running();
+  s.waiting = st.waiting();
+  s.kv_blocks_used = st.kv_blocks_used();
+  s.kv_blocks_total = st.kv_blocks_total();
+  s.prompt_tokens_total = st.prompt_tokens_total();
+  s.generated_tokens_total = st.generated_tokens_total();
+  s.prefix_cache_queries = st.prefix_cache_queries();
+  s.prefix_cache_hits = st.prefix_cache_hits();
+  s.preemptions = st.preemptions();
+  return s;
+}
+
+grpc::Status to_grpc_status(const serving::Error& err) {
+  grpc::StatusCode code = grpc::StatusCode::INTERNAL;
+  switch (err.kind) {
+    case serving::ErrorKind::InvalidRequest: code = grpc::StatusCode::INVALID_ARGUMENT; break;
+    case serving::ErrorKind::NotFound: code = grpc::StatusCode::NOT_FOUND; break;
+    case serving::ErrorKind::Unavailable: code = grpc::StatusCode::UNAVAILABLE; break;
+    case serving::ErrorKind::Internal: code = grpc::StatusCode::INTERNAL; break;
+  }
+  return grpc::Status(code, err.message, err.param);
+}
+
+serving::Error from_grpc_status(const grpc::Status& st) {
+  serving::ErrorKind kind = serving::ErrorKind::Internal;
+  switch (st.error_code()) {
+    case grpc::StatusCode::INVALID_ARGUMENT:
+    case grpc::StatusCode::OUT_OF_RANGE:
+    case grpc::StatusCode::FAILED_PRECONDITION:
+      kind = serving::ErrorKind::InvalidRequest;
+      break;
+    case grpc::StatusCode::NOT_FOUND: kind = serving::ErrorKind::NotFound; break;
+    case grpc::StatusCode::UNAVAILABLE:
+    case grpc::StatusCode::DEADLINE_EXCEEDED:
+    case grpc::StatusCode::RESOURCE_EXHAUSTED:
+    case grpc::StatusCode::CANCELLED:
+      kind = serving::ErrorKind::Unavailable;
+      break;
+    default: break;
+  }
+  return serving::Error{kind, st.error_message(), st.error_details()};
+}
+
+}  // namespace cairn::rpc
