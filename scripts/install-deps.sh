@@ -8,6 +8,8 @@ PACKAGES=(
   libpcre2-dev libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libboost-dev
+  libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
+  python3-grpcio python3-protobuf
 )
 
 # Node.js runs the integration tests (the official `openai` client); many
