@@ -56,6 +56,10 @@ class LoadingBackend final : public serving::Backend {
     draining_ = true;
     if (auto* b = get()) b->start_draining();
   }
+  std::string extra_metrics() const override {
+    if (auto* b = get()) return b->extra_metrics();
+    return {};
+  }
 
  private:
   serving::Backend* get() const { return ready_.load(std::memory_order_acquire); }

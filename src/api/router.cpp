@@ -164,6 +164,7 @@ std::variant<HttpResponse, GenerateJob> Router::handle(const HttpRequest& req) {
       HttpResponse r;
       r.content_type = "text/plain; version=0.0.4; charset=utf-8";
       r.body = metrics_text(backend_.stats(), counts, models.empty() ? "" : models.front().id);
+      r.body += backend_.extra_metrics();
       return finish(std::move(r));
     }
     case RouteId::Models: {

@@ -160,6 +160,10 @@ class Backend {
                                                       const std::vector<Token>& tokens) const = 0;
   // Stops accepting (submit gives Unavailable); running requests continue.
   virtual void start_draining() = 0;
+
+  // Extra Prometheus text lines for /metrics (e.g. the controller's
+  // per-worker gauges), each ending in '\n'; empty for most backends.
+  virtual std::string extra_metrics() const { return {}; }
 };
 
 }  // namespace cairn::serving

@@ -1,0 +1,94 @@
+// cluster/cluster_backend.h — the controller's router as a serving::Backend.
+// Owns request routing across the registry's workers: picks a ready worker
+// that serves the model (cluster/routing.h), forwards through a per-worker
+// Backend (a RemoteBackend in production, fakes in tests), counts what it has
+// in flight per worker, retries a request on another worker when its worker
+// fails before the first token reached the client, and otherwise ends it with
+// an error event: never a hang. Also the union of models, the aggregated
+// health and stats, and per-worker gauges for /metrics. Never speaks HTTP,
+// never blocks on the network in submit.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "cluster/registry.h"
+#include "cluster/routing.h"
+#include "serving/backend.h"
+
+namespace cairn::cluster {
+
+struct ClusterOptions {
+  RoutingOptions routing;
+  int max_attempts = 3;            // workers tried per request before the first token
+  int32_t max_queue = 256;         // requests in flight through the controller (503 beyond)
+  double request_timeout_s = 600;  // deadline of each forwarded Generate
+  double rpc_timeout_s = 10;       // tokenize / detokenize on a worker
+};
+
+// Makes the Backend that reaches one worker; `on_broken` is to be called
+// when the connection to it fails (the worker is then dropped at once).
+using WorkerBackendFactory = std::function<std::shared_ptr<serving::Backend>(
+    const WorkerView& worker, std::function<void()> on_broken)>;
+
+class ClusterBackend final : public serving::Backend {
+ public:
+  // `registry` must outlive this object. Without a factory, workers are
+  // reached with RemoteBackend over gRPC.
+  ClusterBackend(Registry& registry, ClusterOptions options, WorkerBackendFactory factory = {});
+  ~ClusterBackend() override;  // cancels what is in flight and waits for it
+
+  std::variant<serving::RequestId, serving::Error> submit(
+      serving::GenerateRequest req, std::shared_ptr<serving::EventSink> sink) override;
+  void cancel(serving::RequestId id) override;
+  std::vector<serving::ModelInfo> models() const override;
+  serving::Health health() const override;
+  serving::BackendStats stats() const override;
+  std::variant<std::vector<serving::Token>, serving::Error> tokenize(
+      const std::string& model, const std::string& text, bool add_special) const override;
+  std::variant<std::string, serving::Error> detokenize(
+      const std::string& model, const std::vector<serving::Token>& tokens) const override;
+  void start_draining() override;
+  std::string extra_metrics() const override;
+
+  int in_flight() const { return in_flight_.load(); }
+
+  struct Flight;
+  class RelaySink;
+
+ private:
+  // Ready workers serving `model`, minus those named in `exclude`.
+  std::vector<WorkerView> candidates(const std::string& model,
+                                     const std::vector<std::string>& exclude) const;
+  std::shared_ptr<serving::Backend> backend_for(const WorkerView& w) const;
+  // Starts the flight on the next worker; an error when no worker took it.
+  std::optional<serving::Error> dispatch(const std::shared_ptr<Flight>& flight);
+  void finished(serving::RequestId id);
+  // Called by the relay when an attempt ended with `err` before any token.
+  bool retry(const std::shared_ptr<Flight>& flight, const serving::Error& err);
+  std::optional<serving::Error> no_worker_error(const std::string& model) const;
+
+  Registry& registry_;
+  ClusterOptions options_;
+  WorkerBackendFactory factory_;
+  mutable Router router_;
+  std::atomic<bool> draining_{false};
+  std::atomic<bool> stopping_{false};
+  std::atomic<int> in_flight_{0};
+  std::atomic<serving::RequestId> next_id_{1};
+
+  mutable std::mutex mu_;
+  std::map<serving::RequestId, std::shared_ptr<Flight>> flights_;
+  // Per worker id; entries of workers that left move to retired_ (the calls
+  // they may still run keep their sinks pointing here) until destruction.
+  mutable std::map<std::string, std::shared_ptr<serving::Backend>> backends_;
+  mutable std::vector<std::shared_ptr<serving::Backend>> retired_;
+  mutable uint64_t seen_version_ = 0;
+};
+
+}  // namespace cairn::cluster

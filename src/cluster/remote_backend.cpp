@@ -1,0 +1,260 @@
+#include "cluster/remote_backend.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <map>
+#include <mutex>
+#include <random>
+
+#include "cairn/v1/worker.grpc.pb.h"
+#include "rpc/convert.h"
+
+namespace cairn::cluster {
+
+namespace {
+
+std::chrono::system_clock::time_point deadline_after(double seconds) {
+  return std::chrono::system_clock::now() +
+         std::chrono::microseconds(static_cast<int64_t>(seconds * 1e6));
+}
+
+serving::Error unavailable(std::string message) {
+  return serving::Error{serving::ErrorKind::Unavailable, std::move(message), ""};
+}
+
+}  // namespace
+
+// One Generate call. Keeps itself alive (self_) until gRPC reports OnDone;
+// cancel() holds another reference while it calls TryCancel.
+class GenerateCall final : public grpc::ClientReadReactor<v1::GenerateEvent> {
+ public:
+  GenerateCall(RemoteBackend::Impl* owner, serving::RequestId id,
+               std::shared_ptr<serving::EventSink> sink)
+      : owner_(owner), id_(id), sink_(std::move(sink)) {}
+
+  void start(std::shared_ptr<GenerateCall> self, v1::Worker::Stub* stub, double timeout_s) {
+    self_ = std::move(self);
+    ctx_.set_deadline(deadline_after(timeout_s));
+    stub->async()->Generate(&ctx_, &request_, this);
+    StartRead(&event_);
+    StartCall();
+  }
+
+  void cancel() {
+    cancelled_.store(true);
+    ctx_.TryCancel();
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) return;  // the stream ended: OnDone follows with the status
+    if (!ended_) {
+      switch (event_.event_case()) {
+        case v1::GenerateEvent::kToken: sink_->on_token(rpc::from_proto(event_.token())); break;
+        case v1::GenerateEvent::kFinish:
+          ended_ = true;
+          sink_->on_finish(rpc::from_proto(event_.finish()));
+          break;
+        case v1::GenerateEvent::kError:
+          ended_ = true;
+          sink_->on_error(rpc::from_proto(event_.error()));
+          break;
+        default: break;  // an event kind from a newer worker: skip it
+      }
+    }
+    StartRead(&event_);
+  }
+
+  void OnDone(const grpc::Status& status) override;
+
+  v1::GenerateRequest request_;
+
+ private:
+  RemoteBackend::Impl* owner_;
+  serving::RequestId id_;
+  std::shared_ptr<serving::EventSink> sink_;
+  grpc::ClientContext ctx_;
+  v1::GenerateEvent event_;
+  bool ended_ = false;  // the sink got its last event
+  std::atomic<bool> cancelled_{false};
+  std::shared_ptr<GenerateCall> self_;
+};
+
+struct RemoteBackend::Impl {
+  RemoteBackendOptions options;
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<v1::Worker::Stub> stub;
+  std::string id_prefix;
+  std::atomic<uint64_t> next_id{1};
+
+  mutable std::mutex mu;
+  std::condition_variable idle;
+  std::map<serving::RequestId, std::shared_ptr<GenerateCall>> calls;
+  bool stopping = false;
+
+  void call_done(serving::RequestId id) {
+    std::lock_guard<std::mutex> lock(mu);
+    calls.erase(id);
+    if (calls.empty()) idle.notify_all();  // under the lock: ~Impl may be waiting
+  }
+
+  std::optional<v1::WorkerStatus> status() const {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(deadline_after(options.rpc_timeout_s));
+    v1::StatusRequest req;
+    v1::WorkerStatus st;
+    if (!stub->Status(&ctx, req, &st).ok()) return std::nullopt;
+    return st;
+  }
+};
+
+void GenerateCall::OnDone(const grpc::Status& status) {
+  if (!ended_) {
+    ended_ = true;
+    if (cancelled_.load()) {
+      serving::FinishEvent fin;
+      fin.reason = "cancelled";
+      sink_->on_finish(fin);
+    } else if (status.ok()) {
+      sink_->on_error(serving::Error{serving::ErrorKind::Internal,
+                                     "the worker ended the stream without a result", ""});
+    } else {
+      // UNAVAILABLE with the connection no longer up: the worker is gone or
+      // unreachable. (A worker that is up but refuses, e.g. a full queue,
+      // answers UNAVAILABLE over a READY channel and is not dropped.)
+      if (status.error_code() == grpc::StatusCode::UNAVAILABLE && owner_->options.on_broken &&
+          owner_->channel->GetState(false) != GRPC_CHANNEL_READY)
+        owner_->options.on_broken();
+      serving::Error err = rpc::from_grpc_status(status);
+      if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED)
+        err.message = "the request did not finish in time";
+      else if (status.error_code() == grpc::StatusCode::UNAVAILABLE)
+        err.message = "worker " + owner_->options.address + " failed: " + err.message;
+      sink_->on_error(err);
+    }
+  }
+  sink_.reset();
+  owner_->call_done(id_);
+  self_.reset();  // may delete this: nothing below
+}
+
+RemoteBackend::RemoteBackend(RemoteBackendOptions options) : impl_(std::make_unique<Impl>()) {
+  impl_->options = std::move(options);
+  grpc::ChannelArguments args;
+  // Each RemoteBackend gets its own connection state: a worker that comes back
+  // at the same address is not held up by the backoff of a dead one.
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  args.SetMaxReceiveMessageSize(64 << 20);
+  impl_->channel = grpc::CreateCustomChannel(impl_->options.address,
+                                             grpc::InsecureChannelCredentials(), args);
+  impl_->stub = v1::Worker::NewStub(impl_->channel);
+  std::random_device rd;
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "c%08x%08x-", static_cast<unsigned>(rd()),
+                static_cast<unsigned>(rd()));
+  impl_->id_prefix = buf;
+}
+
+RemoteBackend::~RemoteBackend() {
+  std::vector<std::shared_ptr<GenerateCall>> live;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->stopping = true;
+    for (auto& [id, call] : impl_->calls) live.push_back(call);
+  }
+  for (auto& call : live) call->cancel();
+  live.clear();
+  std::unique_lock<std::mutex> lock(impl_->mu);
+  impl_->idle.wait(lock, [&] { return impl_->calls.empty(); });
+}
+
+std::variant<serving::RequestId, serving::Error> RemoteBackend::submit(
+    serving::GenerateRequest req, std::shared_ptr<serving::EventSink> sink) {
+  const serving::RequestId id = impl_->next_id.fetch_add(1);
+  auto call = std::make_shared<GenerateCall>(impl_.get(), id, std::move(sink));
+  call->request_ = rpc::to_proto(req, impl_->id_prefix + std::to_string(id));
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    if (impl_->stopping) return unavailable("the connection to the worker is closing");
+    impl_->calls.emplace(id, call);
+  }
+  call->start(call, impl_->stub.get(), impl_->options.request_timeout_s);
+  return id;
+}
+
+void RemoteBackend::cancel(serving::RequestId id) {
+  std::shared_ptr<GenerateCall> call;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    auto it = impl_->calls.find(id);
+    if (it == impl_->calls.end()) return;
+    call = it->second;
+  }
+  call->cancel();  // outside the lock: gRPC may run callbacks that take it
+}
+
+std::vector<serving::ModelInfo> RemoteBackend::models() const {
+  std::vector<serving::ModelInfo> out;
+  if (auto st = impl_->status())
+    for (const auto& m : st->models()) out.push_back(rpc::from_proto(m));
+  return out;
+}
+
+serving::Health RemoteBackend::health() const {
+  if (auto st = impl_->status()) return rpc::health_of(*st);
+  return serving::Health{};
+}
+
+serving::BackendStats RemoteBackend::stats() const {
+  if (auto st = impl_->status()) return rpc::stats_of(*st);
+  return serving::BackendStats{};
+}
+
+std::variant<std::vector<serving::Token>, serving::Error> RemoteBackend::tokenize(
+    const std::string& model, const std::string& text, bool add_special) const {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(deadline_after(impl_->options.rpc_timeout_s));
+  v1::TokenizeRequest req;
+  req.set_model(model);
+  req.set_text(text);
+  req.set_add_special(add_special);
+  v1::TokenizeResponse resp;
+  grpc::Status s = impl_->stub->Tokenize(&ctx, req, &resp);
+  if (!s.ok()) return rpc::from_grpc_status(s);
+  if (resp.has_error() && !resp.error().message().empty()) return rpc::from_proto(resp.error());
+  return std::vector<serving::Token>(resp.tokens().begin(), resp.tokens().end());
+}
+
+std::variant<std::string, serving::Error> RemoteBackend::detokenize(
+    const std::string& model, const std::vector<serving::Token>& tokens) const {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(deadline_after(impl_->options.rpc_timeout_s));
+  v1::DetokenizeRequest req;
+  req.set_model(model);
+  for (serving::Token t : tokens) req.add_tokens(t);
+  v1::DetokenizeResponse resp;
+  grpc::Status s = impl_->stub->Detokenize(&ctx, req, &resp);
+  if (!s.ok()) return rpc::from_grpc_status(s);
+  if (resp.has_error() && !resp.error().message().empty()) return rpc::from_proto(resp.error());
+  return resp.text();
+}
+
+void RemoteBackend::start_draining() {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->stopping = true;
+}
+
+const std::string& RemoteBackend::address() const { return impl_->options.address; }
+
+int RemoteBackend::active_calls() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return static_cast<int>(impl_->calls.size());
+}
+
+}  // namespace cairn::cluster

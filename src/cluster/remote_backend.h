@@ -1,0 +1,59 @@
+// cluster/remote_backend.h — a serving::Backend that is one worker over gRPC.
+// Owns the channel to one worker's cairn.v1.Worker service and every call on
+// it: submit starts a server-streaming Generate (with a deadline) whose events
+// reach the sink from gRPC's callback threads, cancel cancels the call, and a
+// broken stream ends the request with an Unavailable error (and tells the
+// owner through on_broken). Never routes, retries or knows other workers
+// (cluster/cluster_backend.h does); never blocks the caller of submit.
+// Destroying it cancels its calls and waits for them: no call or thread outlives it.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "serving/backend.h"
+
+namespace cairn::cluster {
+
+struct RemoteBackendOptions {
+  std::string address;             // host:port of the worker's gRPC server
+  double request_timeout_s = 600;  // deadline of a whole Generate call
+  double rpc_timeout_s = 10;       // deadline of Status / Tokenize / Detokenize
+  // Called (from a gRPC thread, before the request's sink hears of it) when a
+  // call failed because the worker could not be reached or the stream broke.
+  std::function<void()> on_broken;
+};
+
+class RemoteBackend final : public serving::Backend {
+ public:
+  explicit RemoteBackend(RemoteBackendOptions options);
+  ~RemoteBackend() override;
+  RemoteBackend(const RemoteBackend&) = delete;
+  RemoteBackend& operator=(const RemoteBackend&) = delete;
+
+  std::variant<serving::RequestId, serving::Error> submit(
+      serving::GenerateRequest req, std::shared_ptr<serving::EventSink> sink) override;
+  void cancel(serving::RequestId id) override;
+  // These three ask the worker (Status RPC, bounded by rpc_timeout_s); an
+  // unreachable worker reads as no models and Loading.
+  std::vector<serving::ModelInfo> models() const override;
+  serving::Health health() const override;
+  serving::BackendStats stats() const override;
+  std::variant<std::vector<serving::Token>, serving::Error> tokenize(
+      const std::string& model, const std::string& text, bool add_special) const override;
+  std::variant<std::string, serving::Error> detokenize(
+      const std::string& model, const std::vector<serving::Token>& tokens) const override;
+  // Only stops this object from starting new calls; the worker keeps serving others.
+  void start_draining() override;
+
+  const std::string& address() const;
+  int active_calls() const;  // Generate calls not yet finished (for tests)
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace cairn::cluster
