@@ -1,0 +1,231 @@
+// A reply from the server is input like any other: indexes and counts are
+// checked before they are used, and a malformed reply is an error, not a crash.
+#include "client/client.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <exception>
+
+#include "cairn/v1/serving.grpc.pb.h"
+
+namespace cairn {
+
+namespace v1 = cairn::v1;
+
+std::string InferValue::as_string(std::string fallback) const {
+  if (auto* s = std::get_if<std::string>(&v_)) return *s;
+  return fallback;
+}
+int64_t InferValue::as_int(int64_t fallback) const {
+  if (auto* i = std::get_if<int64_t>(&v_)) return *i;
+  return fallback;
+}
+double InferValue::as_double(double fallback) const {
+  if (auto* d = std::get_if<double>(&v_)) return *d;
+  if (auto* i = std::get_if<int64_t>(&v_)) return static_cast<double>(*i);
+  return fallback;
+}
+bool InferValue::as_bool(bool fallback) const {
+  if (auto* b = std::get_if<bool>(&v_)) return *b;
+  return fallback;
+}
+
+std::string InferOutput::text() const {
+  auto it = values.find("text");
+  return it == values.end() ? std::string() : it->second.as_string();
+}
+
+namespace {
+
+v1::Value to_proto(const InferValue& v) {
+  v1::Value out;
+  std::visit(
+      [&out](const auto& x) {
+        using T = std::decay_t<decltype(x)>;
+        if constexpr (std::is_same_v<T, std::string>) out.set_string_value(x);
+        else if constexpr (std::is_same_v<T, int64_t>) out.set_int_value(x);
+        else if constexpr (std::is_same_v<T, double>) out.set_double_value(x);
+        else out.set_bool_value(x);
+      },
+      v.get());
+  return out;
+}
+
+// Bytes values are not part of cairn's API; they come back as strings.
+InferInstance from_proto(const v1::Instance& inst) {
+  InferInstance out;
+  for (const auto& [name, v] : inst.items()) {
+    switch (v.kind_case()) {
+      case v1::Value::kStringValue: out[name] = v.string_value(); break;
+      case v1::Value::kIntValue: out[name] = v.int_value(); break;
+      case v1::Value::kDoubleValue: out[name] = v.double_value(); break;
+      case v1::Value::kBoolValue: out[name] = v.bool_value(); break;
+      case v1::Value::kBytesValue: out[name] = v.bytes_value(); break;
+      case v1::Value::KIND_NOT_SET: break;
+    }
+  }
+  return out;
+}
+
+ClientError from_status(const grpc::Status& st, const std::string& address,
+                        std::chrono::milliseconds deadline) {
+  switch (st.error_code()) {
+    case grpc::StatusCode::INVALID_ARGUMENT: return {400, st.error_message()};
+    case grpc::StatusCode::NOT_FOUND: return {404, st.error_message()};
+    case grpc::StatusCode::CANCELLED: return {499, "the call was cancelled: " + st.error_message()};
+    case grpc::StatusCode::DEADLINE_EXCEEDED:
+      return {504, "no reply from " + address + " within the deadline of " +
+                       std::to_string(deadline.count()) + " ms"};
+    case grpc::StatusCode::UNAVAILABLE:
+      return {503, "the Serving endpoint at " + address + " is unavailable: " +
+                       st.error_message()};
+    case grpc::StatusCode::RESOURCE_EXHAUSTED: return {503, st.error_message()};
+    case grpc::StatusCode::UNIMPLEMENTED:
+      return {404, address + " does not serve cairn.v1.Serving: " + st.error_message()};
+    default: return {500, st.error_message()};
+  }
+}
+
+ClientError reply_error(const v1::ErrorMsg& e) {
+  return ClientError{e.error_code() != 0 ? e.error_code() : 500, e.error_msg()};
+}
+
+}  // namespace
+
+struct Client::Impl {
+  std::string address;
+  std::string servable;
+  std::string method;
+  ClientOptions options;
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<v1::Serving::Stub> stub;
+
+  void prepare(grpc::ClientContext& ctx) const {
+    ctx.set_deadline(std::chrono::system_clock::now() + options.deadline);
+  }
+  v1::PredictRequest request(const std::vector<InferInstance>& inputs) const {
+    v1::PredictRequest req;
+    req.mutable_servable_spec()->set_name(servable);
+    req.mutable_servable_spec()->set_method_name(method);
+    for (const auto& inst : inputs) {
+      auto* items = req.add_instances()->mutable_items();
+      for (const auto& [name, value] : inst) (*items)[name] = to_proto(value);
+    }
+    return req;
+  }
+  ClientError error(const grpc::Status& st) const {
+    return from_status(st, address, options.deadline);
+  }
+};
+
+Client::Client(std::string address, std::string servable, std::string method,
+               ClientOptions options)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->address = std::move(address);
+  impl_->servable = std::move(servable);
+  impl_->method = std::move(method);
+  impl_->options = options;
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(options.max_message_bytes);
+  args.SetMaxSendMessageSize(options.max_message_bytes);
+  impl_->channel =
+      grpc::CreateCustomChannel(impl_->address, grpc::InsecureChannelCredentials(), args);
+  impl_->stub = v1::Serving::NewStub(impl_->channel);
+}
+
+Client::~Client() = default;
+Client::Client(Client&&) noexcept = default;
+Client& Client::operator=(Client&&) noexcept = default;
+
+void Client::set_deadline(std::chrono::milliseconds deadline) { impl_->options.deadline = deadline; }
+
+ClientResult<std::vector<InferOutput>> Client::infer(const std::vector<InferInstance>& inputs) {
+  grpc::ClientContext ctx;
+  impl_->prepare(ctx);
+  v1::PredictReply reply;
+  grpc::Status st = impl_->stub->Predict(&ctx, impl_->request(inputs), &reply);
+  if (!st.ok()) return impl_->error(st);
+  // One error entry and no instances: the whole request was refused.
+  if (reply.instances_size() == 0 && reply.error_msg_size() >= 1)
+    return reply_error(reply.error_msg(0));
+  if (static_cast<size_t>(reply.instances_size()) != inputs.size())
+    return ClientError{500, "the server replied with " + std::to_string(reply.instances_size()) +
+                                " instances for " + std::to_string(inputs.size()) + " inputs"};
+  if (reply.error_msg_size() != 0 && reply.error_msg_size() != reply.instances_size())
+    return ClientError{500, "the server replied with a malformed error list"};
+  std::vector<InferOutput> out(inputs.size());
+  for (int i = 0; i < reply.instances_size(); ++i) {
+    out[i].values = from_proto(reply.instances(i));
+    if (reply.error_msg_size() != 0 && reply.error_msg(i).error_code() != 0)
+      out[i].error = reply_error(reply.error_msg(i));
+  }
+  return out;
+}
+
+ClientResult<std::vector<InferOutput>> Client::infer_stream(
+    const std::vector<InferInstance>& inputs, const StreamCallback& on_event) {
+  grpc::ClientContext ctx;
+  impl_->prepare(ctx);
+  auto reader = impl_->stub->PredictStream(&ctx, impl_->request(inputs));
+  std::vector<InferOutput> out(inputs.size());
+  std::vector<std::string> texts(inputs.size());
+  std::optional<ClientError> bad_reply;
+  v1::PredictReply reply;
+  while (reader->Read(&reply)) {
+    const uint32_t i = reply.instance_index();
+    if (i >= inputs.size() || reply.instances_size() > 1) {
+      bad_reply = ClientError{500, "the server sent a malformed stream reply (instance " +
+                                       std::to_string(i) + ")"};
+      ctx.TryCancel();  // stop reading; Finish below then returns promptly
+      break;
+    }
+    StreamEvent ev;
+    ev.instance = i;
+    if (reply.error_msg_size() > 0) {
+      ev.last = true;
+      ev.error = reply_error(reply.error_msg(0));
+      out[i].error = ev.error;
+    } else if (reply.instances_size() == 1) {
+      InferInstance values = from_proto(reply.instances(0));
+      ev.text = values["text"].as_string();
+      texts[i] += ev.text;
+      auto fr = values.find("finish_reason");
+      if (fr != values.end()) {
+        ev.last = true;
+        ev.finish_reason = fr->second.as_string();
+        ev.prompt_tokens = values["prompt_tokens"].as_int();
+        ev.completion_tokens = values["completion_tokens"].as_int();
+        values["text"] = texts[i];
+        out[i].values = std::move(values);
+      }
+    }
+    if (on_event) on_event(ev);
+  }
+  grpc::Status st = reader->Finish();
+  if (bad_reply) return *bad_reply;
+  if (!st.ok()) return impl_->error(st);
+  for (size_t i = 0; i < out.size(); ++i)
+    if (out[i].ok() && out[i].values.find("finish_reason") == out[i].values.end())
+      out[i].error = ClientError{500, "the stream ended before instance " + std::to_string(i) +
+                                          " finished"};
+  return out;
+}
+
+ClientResult<std::vector<ServableInfo>> Client::list_servables() {
+  grpc::ClientContext ctx;
+  impl_->prepare(ctx);
+  v1::ListServablesReply reply;
+  grpc::Status st = impl_->stub->ListServables(&ctx, v1::ListServablesRequest(), &reply);
+  if (!st.ok()) return impl_->error(st);
+  std::vector<ServableInfo> out;
+  for (const auto& s : reply.servables()) {
+    ServableInfo info;
+    info.name = s.name();
+    info.methods.assign(s.methods().begin(), s.methods().end());
+    info.n_ctx = s.n_ctx();
+    out.push_back(std::move(info));
+  }
+  return out;
+}
+
+}  // namespace cairn

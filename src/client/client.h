@@ -1,0 +1,129 @@
+// client/client.h — the C++ client of the cairn.v1.Serving gRPC API.
+// Owns one channel to a Serving endpoint (`cairn serve --grpc-port`, `cairn
+// controller`) and the conversion between small C++ values and the wire.
+// Never throws across this header (gRPC failures are values) and never
+// includes gRPC (an Impl pointer hides it), so users compile fast. Every call
+// has a deadline (default 600 s).
+//
+//   cairn::Client client("127.0.0.1:5500", "stories260K", "generate");
+//   auto out = client.infer({{{"prompt", "Once upon a time"}, {"max_tokens", 16}}});
+//   if (auto* err = std::get_if<cairn::ClientError>(&out)) ...
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace cairn {
+
+// One named input or output value: a string, an integer, a double or a bool.
+class InferValue {
+ public:
+  using Variant = std::variant<std::string, int64_t, double, bool>;
+  InferValue() = default;
+  InferValue(std::string s) : v_(std::move(s)) {}          // NOLINT: implicit by design
+  InferValue(const char* s) : v_(std::string(s)) {}        // NOLINT
+  InferValue(int i) : v_(static_cast<int64_t>(i)) {}       // NOLINT
+  InferValue(int64_t i) : v_(i) {}                         // NOLINT
+  InferValue(double d) : v_(d) {}                          // NOLINT
+  InferValue(bool b) : v_(b) {}                            // NOLINT
+
+  const Variant& get() const { return v_; }
+  bool is_string() const { return std::holds_alternative<std::string>(v_); }
+  bool is_int() const { return std::holds_alternative<int64_t>(v_); }
+  bool is_double() const { return std::holds_alternative<double>(v_); }
+  bool is_bool() const { return std::holds_alternative<bool>(v_); }
+  // The value if it has that type, else the fallback.
+  std::string as_string(std::string fallback = {}) const;
+  int64_t as_int(int64_t fallback = 0) const;
+  double as_double(double fallback = 0) const;  // an int converts
+  bool as_bool(bool fallback = false) const;
+  bool operator==(const InferValue& o) const { return v_ == o.v_; }
+
+ private:
+  Variant v_ = std::string();
+};
+
+using InferInstance = std::map<std::string, InferValue>;
+
+// A failure, with an HTTP-like code: 400 bad input, 404 unknown servable or
+// method, 499 cancelled, 503 busy or unreachable, 504 deadline passed, 500
+// anything else.
+struct ClientError {
+  int code = 500;
+  std::string message;
+};
+
+template <typename T>
+using ClientResult = std::variant<T, ClientError>;
+
+// One instance's result: its outputs (text, finish_reason, prompt_tokens,
+// completion_tokens), or the error that instance got.
+struct InferOutput {
+  InferInstance values;
+  std::optional<ClientError> error;
+  bool ok() const { return !error.has_value(); }
+  std::string text() const;
+};
+
+// One streamed event of one instance. The last event of an instance has
+// `last` set and carries its finish_reason and usage, or its error.
+struct StreamEvent {
+  uint32_t instance = 0;
+  std::string text;  // the new text (may be empty)
+  bool last = false;
+  std::string finish_reason;
+  int64_t prompt_tokens = 0;
+  int64_t completion_tokens = 0;
+  std::optional<ClientError> error;
+};
+
+struct ServableInfo {
+  std::string name;
+  std::vector<std::string> methods;
+  int32_t n_ctx = 0;
+};
+
+struct ClientOptions {
+  std::chrono::milliseconds deadline{std::chrono::seconds(600)};  // per call
+  int max_message_bytes = 64 << 20;
+};
+
+class Client {
+ public:
+  // Connects lazily: an unreachable server is an error of the first call.
+  Client(std::string address, std::string servable, std::string method,
+         ClientOptions options = {});
+  ~Client();
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+  Client(Client&&) noexcept;
+  Client& operator=(Client&&) noexcept;
+
+  void set_deadline(std::chrono::milliseconds deadline);
+
+  // Unary Predict: one output per input, in order. A whole-request failure
+  // (server down, unknown servable, too many instances) is the error; a
+  // failed instance has its own error in its output.
+  ClientResult<std::vector<InferOutput>> infer(const std::vector<InferInstance>& inputs);
+
+  // PredictStream: `on_event` (optional) runs on the calling thread for each
+  // event as it arrives; the outputs are the assembled texts, as infer gives.
+  using StreamCallback = std::function<void(const StreamEvent&)>;
+  ClientResult<std::vector<InferOutput>> infer_stream(const std::vector<InferInstance>& inputs,
+                                                      const StreamCallback& on_event = {});
+
+  ClientResult<std::vector<ServableInfo>> list_servables();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace cairn
