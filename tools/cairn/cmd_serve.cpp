@@ -1,16 +1,20 @@
 // `cairn serve`: the OpenAI-compatible HTTP server over one model in this
 // process. It listens first (answering /health with 503 while the model loads),
 // prints "listening on http://HOST:PORT" on stderr, and drains on SIGTERM/SIGINT.
+#include <grpcpp/impl/service_type.h>  // grpc::Service is destroyed here
 #include <spdlog/spdlog.h>
 
 #include <cstdio>
 #include <memory>
 
+#include "api/grpc_server.h"
+#include "api/grpc_serving_service.h"
 #include "api/http_server.h"
 #include "api/loading_backend.h"
 #include "commands.h"
 #include "engine/demo_model.h"
 #include "serving/local_backend.h"
+#include "server_flags.h"
 
 namespace cairn::cli {
 
@@ -21,6 +25,7 @@ struct ServeArgs {
   api::ServerOptions server;
   serving::LocalBackendOptions backend;
   int64_t kv_cache_mb = 0;
+  int grpc_port = -1;  // -1: no gRPC server
 };
 
 Status serve(ServeArgs a) {
@@ -46,8 +51,31 @@ Status serve(ServeArgs a) {
                static_cast<unsigned>((*server)->port()));
   std::fflush(stderr);
 
+  // The Serving gRPC service over the same backend, so gRPC clients reach a
+  // one-process server as they reach a controller.
+  std::unique_ptr<grpc::Service> serving_service;
+  std::unique_ptr<api::GrpcServer> grpc_server;
+  if (a.grpc_port >= 0) {
+    serving_service = api::make_serving_service(backend);
+    api::GrpcServerOptions go;
+    const std::string& host = a.server.host;
+    const bool v6 = host.find(':') != std::string::npos && host.front() != '[';
+    go.address = (v6 ? "[" + host + "]" : host) + ":" + std::to_string(a.grpc_port);
+    auto started = api::GrpcServer::start(go, {serving_service.get()});
+    if (!started.is_ok()) {
+      (*server)->stop();
+      (*server)->wait();
+      return started.status();
+    }
+    grpc_server = std::move(started.value());
+    std::fprintf(stderr, "cairn: grpc listening on %s:%d\n",
+                 (v6 ? "[" + host + "]" : host).c_str(), grpc_server->port());
+    std::fflush(stderr);
+  }
+
   auto local = serving::LocalBackend::create(a.backend);
   if (!local.is_ok()) {
+    if (grpc_server) grpc_server->shutdown(0);
     (*server)->stop();
     (*server)->wait();
     return local.status();
@@ -58,6 +86,8 @@ Status serve(ServeArgs a) {
   std::fprintf(stderr, "cairn: ready\n");
   std::fflush(stderr);
   (*server)->wait();
+  if (grpc_server) grpc_server->shutdown(1.0);
+  grpc_server.reset();
   server.value().reset();  // connections go before the backend they talk to
   spdlog::info("server stopped");
   return Status::ok();
@@ -71,33 +101,11 @@ void register_serve(CLI::App& app, CommandResult& result) {
   auto& s = a->server;
   auto& b = a->backend;
   cmd->add_option("-m,--model", a->model, "GGUF model (default: the built-in demo model)");
-  cmd->add_option("--host", s.host, "address to bind")->capture_default_str();
-  cmd->add_option("--port", s.port, "port to bind; 0: any free port")->capture_default_str();
+  add_http_server_flags(cmd, s, b.max_queue, "--port");
   cmd->add_option("--model-name", b.model_name, "model id clients use (default: file name)");
-  cmd->add_option("--api-key", s.router.api_key,
-                  "require 'Authorization: Bearer KEY' on every route but /health");
-  cmd->add_option("--cors-origin", s.router.cors_origin,
-                  "allow browser requests from this origin ('*' for any); default: CORS off");
-  cmd->add_option("--max-body-bytes", s.max_body_bytes, "largest request body (413 beyond)")
-      ->check(CLI::Range(uint64_t(1), uint64_t(1) << 34))
-      ->capture_default_str();
-  cmd->add_option("--max-header-bytes", s.max_header_bytes, "largest request header (431 beyond)")
-      ->check(CLI::Range(1024u, 1u << 20))
-      ->capture_default_str();
-  cmd->add_option("--max-queue", b.max_queue, "requests waiting to run (503 beyond)")
-      ->check(CLI::Range(1, 1 << 20))
-      ->capture_default_str();
-  cmd->add_option("--request-timeout", s.request_timeout_s,
-                  "seconds to receive a request, and for a whole generation")
-      ->check(CLI::Range(0.001, 1e7))
-      ->capture_default_str();
-  cmd->add_option("--drain-seconds", s.drain_seconds,
-                  "on SIGTERM/SIGINT, seconds running requests may finish")
-      ->check(CLI::Range(0.0, 1e7))
-      ->capture_default_str();
-  cmd->add_option("--http-threads", s.threads, "network I/O threads")
-      ->check(CLI::Range(1, 64))
-      ->capture_default_str();
+  add_grpc_port_flag(cmd, a->grpc_port,
+                     "also serve the Serving gRPC service on this port; 0: any free port "
+                     "(default: off)");
   // Left out (0), the pool takes one thread per CPU this process may run on.
   cmd->add_option("-t,--threads", b.threads,
                   "kernel threads, engine thread included (default: one per allowed CPU)")

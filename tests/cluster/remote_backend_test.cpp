@@ -1,0 +1,293 @@
+// RemoteBackend against a real in-process Worker service (api::make_worker_service)
+// over loopback gRPC, with a scripted backend behind it.
+#include "cluster/remote_backend.h"
+
+#include <grpcpp/impl/service_type.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "api/grpc_server.h"
+#include "api/grpc_worker_service.h"
+
+namespace cairn::cluster {
+namespace {
+
+using namespace std::chrono_literals;
+using serving::Error;
+using serving::ErrorKind;
+
+// The worker side: requests wait until the test plays their events.
+class ScriptedBackend final : public serving::Backend {
+ public:
+  std::variant<serving::RequestId, Error> submit(serving::GenerateRequest req,
+                                                 std::shared_ptr<serving::EventSink> sink) override {
+    std::lock_guard<std::mutex> l(mu_);
+    if (const auto* text = std::get_if<std::string>(&req.prompt); text && *text == "bad")
+      return Error{ErrorKind::InvalidRequest, "bad prompt", "prompt"};
+    const serving::RequestId id = next_++;
+    live_[id] = std::move(sink);
+    cv_.notify_all();
+    return id;
+  }
+  void cancel(serving::RequestId id) override {
+    std::shared_ptr<serving::EventSink> sink;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      auto it = live_.find(id);
+      if (it == live_.end()) return;
+      sink = it->second;
+      live_.erase(it);
+      ++cancels_;
+    }
+    serving::FinishEvent f;
+    f.reason = "cancelled";
+    sink->on_finish(f);
+  }
+  std::vector<serving::ModelInfo> models() const override { return {{"m", 64, 100, 1}}; }
+  serving::Health health() const override { return {serving::HealthState::Ready, 0, 0}; }
+  serving::BackendStats stats() const override { return {}; }
+  std::variant<std::vector<serving::Token>, Error> tokenize(const std::string&,
+                                                            const std::string& text,
+                                                            bool) const override {
+    return std::vector<serving::Token>(text.size(), 5);
+  }
+  std::variant<std::string, Error> detokenize(const std::string& model,
+                                              const std::vector<serving::Token>& t) const override {
+    if (model == "nope") return Error{ErrorKind::NotFound, "no such model", "model"};
+    return std::string(t.size(), 'q');
+  }
+  void start_draining() override {}
+
+  // Waits (bounded) until a request arrives and hands its sink over.
+  std::shared_ptr<serving::EventSink> next_request() {
+    std::unique_lock<std::mutex> l(mu_);
+    if (!cv_.wait_for(l, 5s, [&] { return !live_.empty(); })) return nullptr;
+    auto it = live_.begin();
+    auto sink = it->second;
+    live_.erase(it);
+    return sink;
+  }
+  bool wait_live(size_t n) {
+    std::unique_lock<std::mutex> l(mu_);
+    return cv_.wait_for(l, 5s, [&] { return live_.size() == n; });
+  }
+  int cancels() {
+    std::lock_guard<std::mutex> l(mu_);
+    return cancels_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<serving::RequestId, std::shared_ptr<serving::EventSink>> live_;
+  serving::RequestId next_ = 1;
+  int cancels_ = 0;
+};
+
+struct Recorder : serving::EventSink {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::string text;
+  std::optional<serving::FinishEvent> finish;
+  std::optional<Error> error;
+  void on_token(const serving::TokenEvent& ev) override {
+    std::lock_guard<std::mutex> l(mu);
+    text += ev.text;
+    cv.notify_all();
+  }
+  void on_finish(const serving::FinishEvent& ev) override {
+    std::lock_guard<std::mutex> l(mu);
+    finish = ev;
+    cv.notify_all();
+  }
+  void on_error(const Error& err) override {
+    std::lock_guard<std::mutex> l(mu);
+    error = err;
+    cv.notify_all();
+  }
+  bool wait_end(std::chrono::milliseconds timeout = 10s) {
+    std::unique_lock<std::mutex> l(mu);
+    return cv.wait_for(l, timeout, [&] { return finish || error; });
+  }
+  bool wait_text(const std::string& want) {
+    std::unique_lock<std::mutex> l(mu);
+    return cv.wait_for(l, 5s, [&] { return text == want; });
+  }
+};
+
+struct Worker {
+  ScriptedBackend backend;
+  std::unique_ptr<grpc::Service> service = api::make_worker_service(backend);
+  std::unique_ptr<api::GrpcServer> server;
+  Worker() {
+    auto s = api::GrpcServer::start({}, {service.get()});
+    EXPECT_TRUE(s.is_ok()) << s.status().message();
+    if (s.is_ok()) server = std::move(s.value());
+  }
+  ~Worker() {
+    if (server) server->shutdown(0);
+  }
+  std::string address() const { return "127.0.0.1:" + std::to_string(server->port()); }
+};
+
+RemoteBackendOptions opts(const std::string& address, double timeout_s = 600,
+                          std::function<void()> on_broken = {}) {
+  RemoteBackendOptions o;
+  o.address = address;
+  o.request_timeout_s = timeout_s;
+  o.rpc_timeout_s = 2;
+  o.on_broken = std::move(on_broken);
+  return o;
+}
+
+serving::GenerateRequest request(const std::string& prompt = "hello") {
+  serving::GenerateRequest r;
+  r.prompt = prompt;
+  r.max_tokens = 8;
+  return r;
+}
+
+TEST(RemoteBackend, StreamsTokensAndFinish) {
+  Worker w;
+  ASSERT_TRUE(w.server);
+  RemoteBackend remote(opts(w.address()));
+  auto rec = std::make_shared<Recorder>();
+  auto id = remote.submit(request(), rec);
+  ASSERT_TRUE(std::holds_alternative<serving::RequestId>(id));
+  auto sink = w.backend.next_request();
+  ASSERT_TRUE(sink);
+  sink->on_token({1, "Once", -0.5f, {}});
+  sink->on_token({2, " upon", -0.1f, {}});
+  serving::FinishEvent fin;
+  fin.reason = "length";
+  fin.usage.completion_tokens = 2;
+  sink->on_finish(fin);
+  ASSERT_TRUE(rec->wait_end());
+  EXPECT_EQ(rec->text, "Once upon");
+  ASSERT_TRUE(rec->finish);
+  EXPECT_EQ(rec->finish->reason, "length");
+  EXPECT_EQ(rec->finish->usage.completion_tokens, 2);
+  EXPECT_FALSE(rec->error);
+}
+
+TEST(RemoteBackend, WorkerRefusalArrivesAsAnErrorEvent) {
+  Worker w;
+  ASSERT_TRUE(w.server);
+  std::atomic<int> broken{0};
+  RemoteBackend remote(opts(w.address(), 600, [&] { broken++; }));
+  auto rec = std::make_shared<Recorder>();
+  ASSERT_TRUE(std::holds_alternative<serving::RequestId>(remote.submit(request("bad"), rec)));
+  ASSERT_TRUE(rec->wait_end());
+  ASSERT_TRUE(rec->error);
+  EXPECT_EQ(rec->error->kind, ErrorKind::InvalidRequest);
+  EXPECT_EQ(broken.load(), 0);  // the worker answered: it is not broken
+}
+
+TEST(RemoteBackend, CancelStopsTheRequestOnTheWorker) {
+  Worker w;
+  ASSERT_TRUE(w.server);
+  RemoteBackend remote(opts(w.address()));
+  auto rec = std::make_shared<Recorder>();
+  auto id = remote.submit(request(), rec);
+  ASSERT_TRUE(std::holds_alternative<serving::RequestId>(id));
+  ASSERT_TRUE(w.backend.wait_live(1));
+  remote.cancel(std::get<serving::RequestId>(id));
+  ASSERT_TRUE(rec->wait_end());
+  ASSERT_TRUE(rec->finish);
+  EXPECT_EQ(rec->finish->reason, "cancelled");
+  // The worker notices the cancelled call within its poll interval.
+  for (int i = 0; i < 250 && w.backend.cancels() == 0; ++i) std::this_thread::sleep_for(20ms);
+  EXPECT_EQ(w.backend.cancels(), 1);
+  EXPECT_EQ(remote.active_calls(), 0);
+}
+
+TEST(RemoteBackend, UnreachableWorkerIsUnavailableAndBroken) {
+  // A port that was just free: nothing listens there.
+  std::string address;
+  {
+    Worker w;
+    ASSERT_TRUE(w.server);
+    address = w.address();
+  }
+  std::atomic<int> broken{0};
+  RemoteBackend remote(opts(address, 600, [&] { broken++; }));
+  auto rec = std::make_shared<Recorder>();
+  ASSERT_TRUE(std::holds_alternative<serving::RequestId>(remote.submit(request(), rec)));
+  ASSERT_TRUE(rec->wait_end());
+  ASSERT_TRUE(rec->error);
+  EXPECT_EQ(rec->error->kind, ErrorKind::Unavailable);
+  EXPECT_EQ(broken.load(), 1);
+  EXPECT_TRUE(remote.models().empty());
+  EXPECT_EQ(remote.health().state, serving::HealthState::Loading);
+}
+
+TEST(RemoteBackend, WorkerGoingAwayMidStreamEndsWithAnError) {
+  auto w = std::make_unique<Worker>();
+  ASSERT_TRUE(w->server);
+  std::atomic<int> broken{0};
+  RemoteBackend remote(opts(w->address(), 600, [&] { broken++; }));
+  auto rec = std::make_shared<Recorder>();
+  ASSERT_TRUE(std::holds_alternative<serving::RequestId>(remote.submit(request(), rec)));
+  auto sink = w->backend.next_request();
+  ASSERT_TRUE(sink);
+  sink->on_token({1, "Once", 0, {}});
+  ASSERT_TRUE(rec->wait_text("Once"));
+  w->server->shutdown(0);  // cancels the running call on the worker side
+  ASSERT_TRUE(rec->wait_end());
+  EXPECT_TRUE(rec->error || (rec->finish && rec->finish->reason != "length"));
+  w.reset();
+}
+
+TEST(RemoteBackend, DeadlineEndsASlowRequest) {
+  Worker w;
+  ASSERT_TRUE(w.server);
+  RemoteBackend remote(opts(w.address(), 0.3));
+  auto rec = std::make_shared<Recorder>();
+  ASSERT_TRUE(std::holds_alternative<serving::RequestId>(remote.submit(request(), rec)));
+  ASSERT_TRUE(rec->wait_end());
+  ASSERT_TRUE(rec->error);
+  EXPECT_EQ(rec->error->kind, ErrorKind::Unavailable);
+  EXPECT_NE(rec->error->message.find("in time"), std::string::npos) << rec->error->message;
+}
+
+TEST(RemoteBackend, DestructionCancelsCallsInFlight) {
+  Worker w;
+  ASSERT_TRUE(w.server);
+  auto rec = std::make_shared<Recorder>();
+  {
+    RemoteBackend remote(opts(w.address()));
+    for (int i = 0; i < 4; ++i)
+      ASSERT_TRUE(std::holds_alternative<serving::RequestId>(remote.submit(request(), rec)));
+    ASSERT_TRUE(w.backend.wait_live(4));
+  }  // must not hang
+  EXPECT_TRUE(rec->finish || rec->error);
+}
+
+TEST(RemoteBackend, UnaryCallsReachTheWorker) {
+  Worker w;
+  ASSERT_TRUE(w.server);
+  RemoteBackend remote(opts(w.address()));
+  auto t = remote.tokenize("m", "abcd", true);
+  ASSERT_TRUE(std::holds_alternative<std::vector<serving::Token>>(t));
+  EXPECT_EQ(std::get<std::vector<serving::Token>>(t).size(), 4u);
+  auto d = remote.detokenize("m", {1, 2, 3});
+  ASSERT_TRUE(std::holds_alternative<std::string>(d));
+  EXPECT_EQ(std::get<std::string>(d), "qqq");
+  auto missing = remote.detokenize("nope", {1});
+  ASSERT_TRUE(std::holds_alternative<Error>(missing));
+  EXPECT_EQ(std::get<Error>(missing).kind, ErrorKind::NotFound);
+  auto models = remote.models();
+  ASSERT_EQ(models.size(), 1u);
+  EXPECT_EQ(models[0].id, "m");
+  EXPECT_EQ(remote.health().state, serving::HealthState::Ready);
+}
+
+}  // namespace
+}  // namespace cairn::cluster

@@ -1,0 +1,40 @@
+#include "server_flags.h"
+
+namespace cairn::cli {
+
+void add_http_server_flags(CLI::App* cmd, api::ServerOptions& s, int32_t& max_queue,
+                           const std::string& port_flag) {
+  cmd->add_option("--host", s.host, "address to bind")->capture_default_str();
+  cmd->add_option(port_flag, s.port, "HTTP port to bind; 0: any free port")
+      ->capture_default_str();
+  cmd->add_option("--api-key", s.router.api_key,
+                  "require 'Authorization: Bearer KEY' on every route but /health");
+  cmd->add_option("--cors-origin", s.router.cors_origin,
+                  "allow browser requests from this origin ('*' for any); default: CORS off");
+  cmd->add_option("--max-body-bytes", s.max_body_bytes, "largest request body (413 beyond)")
+      ->check(CLI::Range(uint64_t(1), uint64_t(1) << 34))
+      ->capture_default_str();
+  cmd->add_option("--max-header-bytes", s.max_header_bytes, "largest request header (431 beyond)")
+      ->check(CLI::Range(1024u, 1u << 20))
+      ->capture_default_str();
+  cmd->add_option("--max-queue", max_queue, "requests waiting to run (503 beyond)")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  cmd->add_option("--request-timeout", s.request_timeout_s,
+                  "seconds to receive a request, and for a whole generation")
+      ->check(CLI::Range(0.001, 1e7))
+      ->capture_default_str();
+  cmd->add_option("--drain-seconds", s.drain_seconds,
+                  "on SIGTERM/SIGINT, seconds running requests may finish")
+      ->check(CLI::Range(0.0, 1e7))
+      ->capture_default_str();
+  cmd->add_option("--http-threads", s.threads, "network I/O threads")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+}
+
+void add_grpc_port_flag(CLI::App* cmd, int& grpc_port, const std::string& help) {
+  cmd->add_option("--grpc-port", grpc_port, help)->check(CLI::Range(-1, 65535));
+}
+
+}  // namespace cairn::cli

@@ -1,0 +1,24 @@
+// tools/cairn/server_flags.h — the HTTP server flags `cairn serve` and
+// `cairn controller` share (address, API key, CORS, body and header limits,
+// queue, timeouts, drain, I/O threads), declared once so both commands accept
+// and check them the same way. Only declares flags; never starts anything.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <string>
+
+#include "api/http_server.h"
+
+namespace cairn::cli {
+
+// Adds the shared flags to `cmd`, writing into `server` and `max_queue`.
+// `port_flag` names the HTTP port flag ("--port" for serve, "--http-port" for
+// the controller).
+void add_http_server_flags(CLI::App* cmd, api::ServerOptions& server, int32_t& max_queue,
+                           const std::string& port_flag);
+
+// Adds `--grpc-port`: -1 (the default) leaves the gRPC server off; 0 picks any free port.
+void add_grpc_port_flag(CLI::App* cmd, int& grpc_port, const std::string& help);
+
+}  // namespace cairn::cli
