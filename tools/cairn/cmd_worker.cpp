@@ -1,12 +1,225 @@
-// `cairn worker`: being built (issue 5); until then it says so and exits non-zero.
+// `cairn worker`: one model in this process, served to a controller over gRPC.
+// Loads the model, serves the cairn.v1.Worker service, prints "cairn: worker
+// listening on HOST:PORT", registers with the controller (printing "cairn:
+// registered with CONTROLLER as ID" each time it does) and heartbeats. On
+// SIGTERM/SIGINT it deregisters first (so no new work is routed here), stops
+// accepting, lets running requests finish within --drain-seconds and exits 0;
+// a second signal exits at once.
+#include <grpcpp/impl/service_type.h>  // destroys the worker service
+#include <pthread.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <ctime>
+#include <memory>
+
+#include "api/grpc_server.h"
+#include "api/grpc_worker_service.h"
+#include "cluster/worker_agent.h"
 #include "commands.h"
+#include "engine/demo_model.h"
+#include "serving/local_backend.h"
 
 namespace cairn::cli {
 
+namespace {
+
+struct WorkerArgs {
+  std::string model;
+  serving::LocalBackendOptions backend;
+  int64_t kv_cache_mb = 0;
+  std::string controller;
+  std::string name;
+  std::string listen = "127.0.0.1:0";
+  std::string advertise;
+  int heartbeat_ms = 2000;
+  double drain_seconds = 30;
+  int max_message_mb = 16;
+};
+
+// Waits up to `seconds` for SIGTERM or SIGINT (blocked in every thread, so
+// only this call sees them); returns the signal or 0 on timeout.
+int wait_signal(const sigset_t& set, double seconds) {
+  timespec ts;
+  ts.tv_sec = static_cast<time_t>(seconds);
+  ts.tv_nsec = static_cast<long>((seconds - static_cast<double>(ts.tv_sec)) * 1e9);
+  const int sig = sigtimedwait(&set, nullptr, &ts);
+  return sig > 0 ? sig : 0;
+}
+
+std::string default_name() {
+  char host[256] = {};
+  if (gethostname(host, sizeof(host) - 1) != 0 || host[0] == '\0') return "worker";
+  return std::string(host) + "-" + std::to_string(getpid());
+}
+
+Status run_worker(WorkerArgs a) {
+  std::string listen_host;
+  int listen_port = 0;
+  if (!api::split_host_port(a.listen, &listen_host, &listen_port))
+    return Status::error("--listen '" + a.listen + "' is not HOST:PORT");
+  if (!a.advertise.empty() && !api::split_host_port(a.advertise, nullptr, nullptr))
+    return Status::error("--advertise '" + a.advertise + "' is not HOST:PORT");
+  if (a.name.empty()) a.name = default_name();
+  {
+    cluster::WorkerAgentOptions probe;
+    probe.controller = a.controller;
+    probe.name = a.name;
+    probe.advertise = a.advertise.empty() ? a.listen : a.advertise;
+    probe.heartbeat_ms = a.heartbeat_ms;
+    Status ok = cluster::WorkerAgent::validate(probe);
+    if (!ok.is_ok()) return ok;
+  }
+
+  // Every thread started from here on (engine, gRPC) inherits the blocked
+  // mask, so the signals reach only wait_signal and never kill a worker
+  // thread mid-request.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  std::string path = a.model;
+  if (path.empty()) {
+    auto dir = engine::default_cache_dir();
+    if (!dir.is_ok()) return dir.status();
+    auto demo = engine::ensure_demo_model(*dir);
+    if (!demo.is_ok()) return demo.status();
+    path = *demo;
+    spdlog::info("no -m given: serving the built-in demo model {} (random weights: gibberish)",
+                 path);
+  }
+  a.backend.model_path = path;
+  a.backend.kv_pool_bytes = a.kv_cache_mb * (int64_t(1) << 20);
+  auto local = serving::LocalBackend::create(a.backend);
+  if (!local.is_ok()) return local.status();
+  serving::LocalBackend& backend = **local;
+  spdlog::info("worker model '{}' (context {} tokens, KV pool {} MiB)", backend.model_id(),
+               backend.n_ctx(), backend.kv_pool_bytes() >> 20);
+
+  auto service = api::make_worker_service(backend);
+  api::GrpcServerOptions so;
+  so.address = a.listen;
+  so.max_message_bytes = a.max_message_mb << 20;
+  auto server = api::GrpcServer::start(so, {service.get()});
+  if (!server.is_ok()) return server.status();
+  const std::string bound = listen_host + ":" + std::to_string((*server)->port());
+  // Tests and scripts parse this line to find a port chosen with port 0.
+  std::fprintf(stderr, "cairn: worker listening on %s\n", bound.c_str());
+  std::fflush(stderr);
+
+  cluster::WorkerAgentOptions ao;
+  ao.controller = a.controller;
+  ao.name = a.name;
+  ao.heartbeat_ms = a.heartbeat_ms;
+  if (!a.advertise.empty()) {
+    ao.advertise = a.advertise;
+  } else if (listen_host == "0.0.0.0" || listen_host == "[::]") {
+    // A wildcard is no address a controller can dial: name this host instead.
+    char host[256] = {};
+    gethostname(host, sizeof(host) - 1);
+    ao.advertise = std::string(host[0] ? host : "127.0.0.1") + ":" +
+                   std::to_string((*server)->port());
+  } else {
+    ao.advertise = bound;
+  }
+  const std::string controller = a.controller;
+  ao.on_registered = [controller](const std::string& id) {
+    std::fprintf(stderr, "cairn: registered with %s as %s\n", controller.c_str(), id.c_str());
+    std::fflush(stderr);
+  };
+  spdlog::info("worker '{}' advertising {} to controller {}", ao.name, ao.advertise,
+               a.controller);
+  auto agent = cluster::WorkerAgent::start(ao, backend);
+  if (!agent) return Status::error("cannot start the controller agent");
+
+  int sig = 0;
+  while ((sig = wait_signal(signals, 3600)) == 0) {
+  }
+  spdlog::info("received signal {}: leaving the controller", sig);
+  // Leave the controller first so that it routes nothing new here, then
+  // refuse what still arrives (the controller retries it elsewhere).
+  agent->stop_and_deregister();
+  backend.start_draining();
+  {
+    const serving::Health h = backend.health();
+    spdlog::info("draining: {} running, {} waiting (at most {} s)", h.running, h.waiting,
+                 a.drain_seconds);
+  }
+  const auto drain_end = std::chrono::steady_clock::now() +
+                         std::chrono::duration<double>(a.drain_seconds);
+  for (;;) {
+    const serving::Health h = backend.health();
+    if (h.running == 0 && h.waiting == 0) break;
+    const double left =
+        std::chrono::duration<double>(drain_end - std::chrono::steady_clock::now()).count();
+    if (left <= 0) {
+      spdlog::warn("drain time is up with {} requests running, {} waiting: cancelling them",
+                   h.running, h.waiting);
+      break;
+    }
+    if (wait_signal(signals, std::min(left, 0.05)) != 0) {
+      spdlog::warn("second signal: exiting at once");
+      std::fflush(stderr);
+      std::_Exit(1);
+    }
+  }
+  // The handlers now only flush their last events; the grace covers that,
+  // and cancels (freeing the engine's sequences) whatever outlived the drain.
+  (*server)->shutdown(1.0);
+  server.value().reset();
+  service.reset();
+  agent.reset();
+  spdlog::info("worker stopped");
+  return Status::ok();
+}
+
+}  // namespace
+
 void register_worker(CLI::App& app, CommandResult& result) {
-  auto* cmd = app.add_subcommand("worker", "serve a model to a controller over gRPC (not built yet)");
-  cmd->allow_extras();
-  cmd->callback([&result] { result.status = Status::error("cairn worker is not built yet"); });
+  auto* cmd = app.add_subcommand("worker", "serve a model to a cairn controller over gRPC");
+  auto a = std::make_shared<WorkerArgs>();
+  auto& b = a->backend;
+  cmd->add_option("-m,--model", a->model, "GGUF model (default: the built-in demo model)");
+  cmd->add_option("--controller", a->controller, "the controller's HOST:PORT")->required();
+  cmd->add_option("--name", a->name, "worker name shown by the controller (default: HOST-PID)");
+  cmd->add_option("--listen", a->listen, "HOST:PORT for the Worker service; port 0: any free port")
+      ->capture_default_str();
+  cmd->add_option("--advertise", a->advertise,
+                  "HOST:PORT the controller dials (default: the listen host and bound port)");
+  cmd->add_option("--heartbeat-ms", a->heartbeat_ms, "milliseconds between heartbeats")
+      ->check(CLI::Range(cluster::kMinHeartbeatMs, cluster::kMaxHeartbeatMs))
+      ->capture_default_str();
+  cmd->add_option("--drain-seconds", a->drain_seconds,
+                  "on SIGTERM/SIGINT, seconds running requests may finish")
+      ->check(CLI::Range(0.0, 1e7))
+      ->capture_default_str();
+  cmd->add_option("--max-message-mb", a->max_message_mb, "largest gRPC message in MiB")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  cmd->add_option("--model-name", b.model_name, "model id clients use (default: file name)");
+  cmd->add_option("--max-queue", b.max_queue, "requests waiting to run (refused beyond)")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  cmd->add_option("-t,--threads", b.threads,
+                  "kernel threads, engine thread included (default: one per allowed CPU)")
+      ->check(CLI::Range(1, 1024));
+  cmd->add_option("--ctx", b.n_ctx, "context per sequence; 0: the model's, at most 4096")
+      ->check(CLI::Range(0, 1 << 24));
+  cmd->add_option("--kv-cache-mb", a->kv_cache_mb, "KV cache pool in MiB; 0: sized automatically")
+      ->check(CLI::Range(int64_t(0), int64_t(1) << 24));
+  cmd->add_option("--max-batch-tokens", b.max_batch_tokens, "tokens per engine step")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  cmd->add_option("--max-seqs", b.max_seqs, "sequences running at once")
+      ->check(CLI::Range(1, 1 << 16))
+      ->capture_default_str();
+  cmd->callback([a, &result] { result.status = run_worker(*a); });
 }
 
 }  // namespace cairn::cli
