@@ -45,6 +45,9 @@ if not os.path.isfile(os.path.join(PROTOS, "cairn", "v1", "serving_pb2.py")):
 _help = subprocess.run([CAIRN_BIN, "serve", "--help"], capture_output=True, text=True, timeout=30)
 if "--grpc-port" not in _help.stdout + _help.stderr:
     skip("`cairn serve` has no --grpc-port yet")
+_help = subprocess.run([CAIRN_BIN, "controller", "--help"], capture_output=True, text=True,
+                       timeout=30)
+HAVE_CLUSTER = "--grpc-port" in _help.stdout + _help.stderr
 
 sys.path.insert(0, os.path.join(REPO, "python"))
 from cairn_client import Client, ServingError  # noqa: E402
@@ -52,42 +55,15 @@ from cairn_client import Client, ServingError  # noqa: E402
 HAVE_GOLDEN = os.path.isfile(MODEL) and os.path.isfile(GOLDEN)
 
 
-class Server:
-    """`cairn serve` on free ports; stopped (SIGKILL if need be) by stop()."""
+class Proc:
+    """A cairn process whose stderr is watched for lines; stop() kills it."""
 
-    def __init__(self):
-        args = [CAIRN_BIN, "serve", "--port", "0", "--grpc-port", "0", "--http-threads", "2"]
-        if HAVE_GOLDEN:
-            args += ["-m", MODEL]
-        else:
-            args += ["--ctx", "256"]
-        self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.PIPE, text=True)
+    def __init__(self, args):
+        self.proc = subprocess.Popen([CAIRN_BIN] + args, stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         self.lines = queue.Queue()
         self.stderr = []
         threading.Thread(target=self._pump, daemon=True).start()
-        self.grpc_address = None
-        deadline = time.monotonic() + 60
-        ready = False
-        while not ready:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                self.stop()
-                raise RuntimeError("cairn serve not ready in 60 s:\n" + "".join(self.stderr))
-            try:
-                line = self.lines.get(timeout=left)
-            except queue.Empty:
-                continue
-            if line is None:
-                self.stop()
-                raise RuntimeError("cairn serve exited:\n" + "".join(self.stderr))
-            m = re.search(r"cairn: grpc listening on (\S+)", line)
-            if m:
-                self.grpc_address = m.group(1)
-            ready = "cairn: ready" in line
-        if not self.grpc_address:
-            self.stop()
-            raise RuntimeError("no 'grpc listening on' line:\n" + "".join(self.stderr))
 
     def _pump(self):
         for line in self.proc.stderr:
@@ -95,10 +71,78 @@ class Server:
             self.lines.put(line)
         self.lines.put(None)
 
+    def wait_for(self, pattern, until, seconds=60):
+        """The match of the first line matching `pattern` (a regex), reading
+        on until a line contains `until`; fails after `seconds`."""
+        deadline = time.monotonic() + seconds
+        found = None
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise RuntimeError("no %r in %d s:\n%s" % (until, seconds, "".join(self.stderr)))
+            try:
+                line = self.lines.get(timeout=left)
+            except queue.Empty:
+                continue
+            if line is None:
+                raise RuntimeError("cairn exited:\n" + "".join(self.stderr))
+            m = re.search(pattern, line)
+            if m and not found:
+                found = m
+            if until in line:
+                if not found:
+                    raise RuntimeError("no %r before %r:\n%s" % (pattern, until, "".join(self.stderr)))
+                return found
+
     def stop(self):
         if self.proc.poll() is None:
             self.proc.kill()
         self.proc.wait(timeout=30)
+
+
+def model_args():
+    return ["-m", MODEL] if HAVE_GOLDEN else ["--ctx", "256"]
+
+
+class Server:
+    """`cairn serve` on free ports, with the Serving gRPC service."""
+
+    def __init__(self):
+        self.proc = Proc(["serve", "--port", "0", "--grpc-port", "0", "--http-threads", "2"]
+                         + model_args())
+        try:
+            m = self.proc.wait_for(r"cairn: grpc listening on (\S+)", "cairn: ready")
+        except Exception:
+            self.proc.stop()
+            raise
+        self.grpc_address = m.group(1)
+
+    def stop(self):
+        self.proc.stop()
+
+
+class Cluster:
+    """`cairn controller` and one `cairn worker` registered with it."""
+
+    def __init__(self):
+        self.procs = []
+        try:
+            c = Proc(["controller", "--http-port", "0", "--grpc-port", "0", "--http-threads", "2",
+                      "--heartbeat-ms", "500"])
+            self.procs.append(c)
+            self.grpc_address = c.wait_for(r"cairn: grpc listening on (\S+)",
+                                           "cairn: ready").group(1)
+            w = Proc(["worker", "--controller", self.grpc_address, "--listen", "127.0.0.1:0",
+                      "--heartbeat-ms", "500"] + model_args())
+            self.procs.append(w)
+            w.wait_for(r"cairn: registered with", "cairn: registered with")
+        except Exception:
+            self.stop()
+            raise
+
+    def stop(self):
+        for p in reversed(self.procs):
+            p.stop()
 
 
 def cases():
@@ -224,6 +268,60 @@ class PythonClientTest(unittest.TestCase):
         r = self.run_cli("--input", "max_tokens=lots", "--input", "prompt=x")
         self.assertNotEqual(r.returncode, 0)
         self.assertIn("max_tokens", r.stderr)
+
+
+@unittest.skipUnless(HAVE_CLUSTER, "`cairn controller` has no --grpc-port yet")
+class ClusterClientTest(unittest.TestCase):
+    """The same golden texts through a controller routing to a worker."""
+
+    cluster = None
+
+    @classmethod
+    def setUpClass(cls):
+        cls.cluster = Cluster()
+        # The worker is registered; wait until the controller lists its model.
+        c = Client(cls.cluster.grpc_address, "", "generate", timeout=5.0, proto_path=PROTOS)
+        deadline = time.monotonic() + 30
+        try:
+            while not c.list_servables():
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the controller never listed the worker's model")
+                time.sleep(0.05)
+        finally:
+            c.close()
+
+    @classmethod
+    def tearDownClass(cls):
+        if cls.cluster:
+            cls.cluster.stop()
+
+    def test_python_client_golden_unary_and_streaming(self):
+        cs = cases()
+        instances = [{"prompt": p, "max_tokens": n, "temperature": 0} for p, n, _ in cs]
+        with Client(self.cluster.grpc_address, "", "generate", timeout=120.0,
+                    proto_path=PROTOS) as c:
+            unary = c.infer(instances)
+            streamed = c.infer_stream_all(instances)
+        for i, (prompt, n, text) in enumerate(cs):
+            self.assertEqual(streamed[i]["text"], unary[i]["text"], prompt)
+            self.assertTrue(unary[i]["text"])
+            if text is not None:
+                self.assertEqual(unary[i]["text"], text, prompt)
+                self.assertEqual(streamed[i]["completion_tokens"], n)
+
+    def test_cpp_cli_client_golden_unary_and_streaming(self):
+        prompt, n, text = cases()[0]
+        outs = []
+        for extra in ([], ["--stream"]):
+            r = subprocess.run([CAIRN_BIN, "client", "--address", self.cluster.grpc_address,
+                                "--timeout", "120", "--input", "prompt=" + prompt,
+                                "--input", "max_tokens=%d" % n, "--input", "temperature=0",
+                                *extra], capture_output=True, text=True, timeout=180)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            outs.append(r.stdout)
+            if text is not None:
+                self.assertEqual(r.stdout, text + "\n")
+        self.assertEqual(outs[0], outs[1])
 
 
 if __name__ == "__main__":
