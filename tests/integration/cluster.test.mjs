@@ -1,0 +1,321 @@
+// Issue 5's cluster tests: `cairn controller` and two `cairn worker`s on
+// loopback, driven through the controller's OpenAI HTTP API. Golden greedy
+// text through the hop, both workers used, controller restart under running
+// workers, prefix affinity with the worker's prefix-cache hits rising, and
+// kill -9 of a worker while streams run (no hang, one worker left, later
+// requests succeed). Every process is killed at the end, pass or fail.
+import assert from 'node:assert/strict';
+import { spawn, spawnSync } from 'node:child_process';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import os from 'node:os';
+import path from 'node:path';
+import { after, before, describe, test } from 'node:test';
+
+import { cairnBin, golden, loadOpenAI, modelPath, repoRoot, skipReason, startServer, waitFor } from './helpers.mjs';
+
+// The kill -9 test needs only the binary and the openai package.
+function killSkipReason() {
+  if (!existsSync(cairnBin)) return `skipped: ${cairnBin} is not built`;
+  try {
+    createRequire(path.join(repoRoot, 'package.json')).resolve('openai');
+  } catch {
+    return 'skipped: the openai package is not installed (run scripts/install-node-deps.sh)';
+  }
+  return null;
+}
+const killSkip = killSkipReason();
+
+const HEARTBEAT_MS = 300;
+const WORKER_TIMEOUT_MS = 1500;
+
+const children = new Set();
+function killAll() {
+  for (const p of children) p.kill('SIGKILL');
+}
+
+// Starts `cairn <args>` and resolves with the first match of each regex on stderr.
+function startProc(args, patterns, what, timeoutMs = 30000) {
+  const proc = spawn(cairnBin, args, { stdio: ['ignore', 'ignore', 'pipe'] });
+  children.add(proc);
+  let stderr = '';
+  const exited = new Promise((resolve) =>
+    proc.on('exit', (code, signal) => {
+      children.delete(proc);
+      resolve({ code, signal });
+    }));
+  const matched = new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`${what}: no start-up lines in ${timeoutMs} ms:\n${stderr}`)),
+      timeoutMs);
+    const check = () => {
+      const found = patterns.map((re) => stderr.match(re));
+      if (found.every(Boolean)) {
+        clearTimeout(timer);
+        resolve(found.map((m) => m[1]));
+      }
+    };
+    proc.stderr.on('data', (d) => {
+      stderr += d.toString();
+      check();
+    });
+    exited.then(({ code, signal }) => {
+      clearTimeout(timer);
+      reject(new Error(`${what} exited (${code ?? signal}):\n${stderr}`));
+    });
+  });
+  return {
+    proc, exited, matched, stderr: () => stderr,
+    async kill(signal = 'SIGKILL') {
+      if (proc.exitCode === null && proc.signalCode === null) proc.kill(signal);
+      await exited;
+    },
+  };
+}
+
+async function startController(extra = [], { httpPort = 0, grpcPort = 0 } = {}) {
+  const p = startProc(['controller', '--host', '127.0.0.1', '--http-port', String(httpPort),
+    '--grpc-port', String(grpcPort), '--heartbeat-ms', String(HEARTBEAT_MS),
+    '--worker-timeout-ms', String(WORKER_TIMEOUT_MS), '--http-threads', '2', ...extra],
+  [/listening on (http:\/\/\S+)/, /grpc listening on (\S+)/], 'cairn controller');
+  const [url, grpc] = await p.matched;
+  return { ...p, url, grpc, httpPort: Number(new URL(url).port), grpcPort: Number(grpc.split(':').pop()) };
+}
+
+async function startWorker(controllerGrpc, name, model = modelPath) {
+  const p = startProc(['worker', '-m', model, '--controller', controllerGrpc, '--name', name,
+    '--listen', '127.0.0.1:0', '--heartbeat-ms', String(HEARTBEAT_MS), '-t', '1'],
+  [/worker listening on (\S+)/, /registered with \S+ as (\S+)/], `cairn worker ${name}`);
+  const [address, id] = await p.matched;
+  return { ...p, name, address, id };
+}
+
+// Per-worker values of a controller metric, keyed by the worker's name label.
+async function perWorker(url, name) {
+  const text = await (await fetch(`${url}/metrics`)).text();
+  const out = {};
+  for (const line of text.split('\n')) {
+    if (!line.startsWith(name + '{')) continue;
+    const label = line.match(/name="([^"]*)"/);
+    out[label ? label[1] : '?'] = Number(line.slice(line.lastIndexOf(' ') + 1));
+  }
+  return out;
+}
+
+async function workerCount(url) {
+  const text = await (await fetch(`${url}/metrics`)).text();
+  const m = text.match(/^cairn_workers (\d+)$/m);
+  return m ? Number(m[1]) : -1;
+}
+
+async function waitWorkers(url, n, timeoutMs) {
+  await waitFor(async () => {
+    try {
+      const c = await workerCount(url);
+      return c === n ? true : `cairn_workers ${c}`;
+    } catch (e) {
+      return String(e);
+    }
+  }, timeoutMs, `${n} workers registered`);
+}
+
+const withTimeout = (promise, ms, what) => {
+  let timer;
+  return Promise.race([
+    promise.finally(() => clearTimeout(timer)),
+    new Promise((_, reject) => { timer = setTimeout(() => reject(new Error(`${what} hung for ${ms} ms`)), ms); }),
+  ]);
+};
+
+describe('cairn controller + 2 workers', { skip: skipReason() ?? false, timeout: 240000 }, () => {
+  let OpenAI, gold, controller, workers, client;
+
+  before(async () => {
+    OpenAI = await loadOpenAI();
+    gold = golden().cases[0];
+    controller = await startController();
+    workers = await Promise.all([startWorker(controller.grpc, 'wa'), startWorker(controller.grpc, 'wb')]);
+    await waitWorkers(controller.url, 2, 10000);
+    client = new OpenAI({ baseURL: `${controller.url}/v1`, apiKey: 'none', maxRetries: 0, timeout: 60000 });
+  });
+  after(async () => {
+    killAll();
+  });
+
+  test('40 concurrent requests get the golden greedy text, and both workers served some', async () => {
+    const before = await perWorker(controller.url, 'cairn_worker_routed_total');
+    const results = await Promise.all(Array.from({ length: 40 }, () => client.completions.create({
+      model: 'stories260K', prompt: gold.prompt, max_tokens: gold.n_predict, temperature: 0,
+    })));
+    for (const r of results) {
+      assert.equal(r.choices[0].text, gold.text);
+      assert.equal(r.usage.completion_tokens, gold.n_predict);
+    }
+    const after = await perWorker(controller.url, 'cairn_worker_routed_total');
+    const served = workers.map((w) => (after[w.name] ?? 0) - (before[w.name] ?? 0));
+    assert.equal(served[0] + served[1], 40, `routed: ${JSON.stringify(after)}`);
+    assert.ok(served[0] > 0 && served[1] > 0, `one worker served nothing: ${served}`);
+    // The workers' own counters (carried by heartbeats) agree.
+    await waitFor(async () => {
+      const done = await perWorker(controller.url, 'cairn_worker_requests_total');
+      return workers.every((w) => done[w.name] > 0) || JSON.stringify(done);
+    }, 5000, 'both workers reporting finished requests');
+    const models = await client.models.list();
+    assert.deepEqual(models.data.map((m) => m.id), ['stories260K']);
+    assert.equal((await fetch(`${controller.url}/health`)).status, 200);
+  });
+
+  test('the Serving gRPC service on the controller streams the golden text (cairn client)', async () => {
+    const r = spawnSync(cairnBin, ['client', '--address', controller.grpc, '--servable', 'stories260K',
+      '--input', `prompt=${gold.prompt}`, '--input', `max_tokens=${gold.n_predict}`, '--input', 'temperature=0',
+      '--stream', '--timeout', '30'], { encoding: 'utf8', timeout: 60000 });
+    assert.equal(r.status, 0, `cairn client failed:\n${r.stderr}`);
+    assert.ok(r.stdout.includes(gold.text), `got: ${r.stdout}`);
+    const list = spawnSync(cairnBin, ['client', '--address', controller.grpc, '--list', '--timeout', '10'],
+      { encoding: 'utf8', timeout: 30000 });
+    assert.equal(list.status, 0, list.stderr);
+    assert.match(list.stdout, /^stories260K\b/m);
+  });
+
+  test('a restarted controller has both workers back within two heartbeats', async () => {
+    const { httpPort, grpcPort } = controller;
+    await controller.kill('SIGKILL');
+    assert.notEqual((await fetch(`${controller.url}/health`).catch(() => null))?.status, 200);
+    // Same ports, so the running workers find it; prefix-affinity for the next test.
+    controller = await startController(['--route', 'prefix-affinity', '--prefix-chars', '200'],
+      { httpPort, grpcPort });
+    const started = Date.now();
+    // Two heartbeats, plus slack for a loaded machine (the workers' reconnect).
+    await waitWorkers(controller.url, 2, 2 * HEARTBEAT_MS + 1500);
+    console.log(`controller restart: both workers registered again after ${Date.now() - started} ms ` +
+      `(heartbeat ${HEARTBEAT_MS} ms)`);
+    for (const w of workers) assert.equal(w.proc.exitCode, null, `worker ${w.name} was restarted`);
+    const r = await client.completions.create({
+      model: 'stories260K', prompt: gold.prompt, max_tokens: gold.n_predict, temperature: 0,
+    });
+    assert.equal(r.choices[0].text, gold.text);
+  });
+
+  test('prefix affinity: a shared long prefix lands on one worker and its prefix cache hits', async () => {
+    // stories260K holds 128 tokens: a 250-character prefix (about 85 tokens)
+    // and --prefix-chars 200 on this controller.
+    const prefix = (gold.prompt + gold.text + ' ').repeat(3).slice(0, 250);
+    const routed0 = await perWorker(controller.url, 'cairn_worker_routed_total');
+    const hits0 = await perWorker(controller.url, 'cairn_worker_prefix_cache_hits_total');
+    for (const tail of ['Tom', 'Sue', 'Ben', 'Max', 'Amy', 'Kim']) {
+      const r = await client.completions.create({
+        model: 'stories260K', prompt: `${prefix}${tail} was`, max_tokens: 4, temperature: 0,
+      });
+      assert.equal(r.choices[0].finish_reason, 'length');
+    }
+    const routed1 = await perWorker(controller.url, 'cairn_worker_routed_total');
+    const delta = workers.map((w) => (routed1[w.name] ?? 0) - (routed0[w.name] ?? 0));
+    assert.ok((delta[0] === 6 && delta[1] === 0) || (delta[0] === 0 && delta[1] === 6),
+      `requests sharing a prefix were split: ${delta}`);
+    const home = delta[0] === 6 ? workers[0] : workers[1];
+    // Hits arrive with the worker's next heartbeat.
+    await waitFor(async () => {
+      const hits = await perWorker(controller.url, 'cairn_worker_prefix_cache_hits_total');
+      return (hits[home.name] ?? 0) > (hits0[home.name] ?? 0) || JSON.stringify(hits);
+    }, 5 * HEARTBEAT_MS + 2000, `prefix-cache hits rising on ${home.name}`);
+  });
+});
+
+// kill -9 needs streams that are still running when the worker dies: a model
+// written here (no ../shared needed) with a long context, a few ms per step.
+describe('cairn controller: kill -9 of a worker', { skip: killSkip ?? false, timeout: 180000 }, () => {
+  let dir, controller, workers, client;
+
+  before(async () => {
+    dir = mkdtempSync(path.join(os.tmpdir(), 'cairn-cluster-'));
+    const model = path.join(dir, 'kill-test.gguf');
+    const made = spawnSync(cairnBin, [
+      'make-model', '--arch', 'llama', '--dim', '256', '--layers', '4', '--heads', '8',
+      '--kv-heads', '2', '--ffn', '768', '--type', 'f32', '--ctx', '2048', '--seed', '7', model,
+    ], { encoding: 'utf8' });
+    assert.equal(made.status, 0, `cairn make-model failed:\n${made.stderr}`);
+    const OpenAI = await loadOpenAI();
+    controller = await startController();
+    workers = await Promise.all([startWorker(controller.grpc, 'ka', model), startWorker(controller.grpc, 'kb', model)]);
+    await waitWorkers(controller.url, 2, 10000);
+    client = new OpenAI({ baseURL: `${controller.url}/v1`, apiKey: 'none', maxRetries: 0, timeout: 60000 });
+  });
+  after(() => {
+    killAll();
+    if (dir) rmSync(dir, { recursive: true, force: true });
+  });
+
+  test('kill -9 of a worker under 20 streams: no hang, one worker left, later requests succeed', async () => {
+    const streams = Array.from({ length: 20 }, () => ({ tokens: 0, outcome: null }));
+    const runs = streams.map(async (s) => {
+      try {
+        const stream = await client.completions.create({
+          model: 'kill-test', prompt: [1, 2, 3, 4, 5], max_tokens: 300, temperature: 0, stream: true,
+          ignore_eos: true,
+        });
+        for await (const chunk of stream) if (chunk.choices?.length) s.tokens++;
+        s.outcome = 'completed';
+      } catch (e) {
+        s.outcome = `error: ${e.message}`;
+      }
+    });
+    // Kill once every stream is under way.
+    await waitFor(() => streams.every((s) => s.tokens > 0 || s.outcome) || 'streams starting', 30000,
+      'all 20 streams to produce a token');
+    // The worker with the most streams in flight dies.
+    const outstanding = await perWorker(controller.url, 'cairn_worker_outstanding');
+    const victim = (outstanding[workers[0].name] ?? 0) >= (outstanding[workers[1].name] ?? 0)
+      ? workers[0] : workers[1];
+    const survivor = victim === workers[0] ? workers[1] : workers[0];
+    assert.ok(outstanding[victim.name] > 0, `no stream runs on ${victim.name}: ${JSON.stringify(outstanding)}`);
+    await victim.kill('SIGKILL');
+    const killedAt = Date.now();
+    // Sent at once, before the controller may have noticed: a request routed
+    // to the dead worker fails before its first token and is retried on the
+    // other one without the client seeing it.
+    const right = Promise.all(Array.from({ length: 8 }, () => client.completions.create({
+      model: 'kill-test', prompt: [1, 2, 3, 4, 5], max_tokens: 16, temperature: 0, ignore_eos: true,
+    })));
+    await withTimeout(Promise.all(runs), 10000, 'a stream after kill -9').catch((e) => {
+      throw new Error(`${e.message}: ${JSON.stringify(streams)}`);
+    });
+    for (const r of await withTimeout(right, 10000, 'a request sent right after kill -9'))
+      assert.equal(r.usage.completion_tokens, 16);
+    const errors = streams.filter((s) => s.outcome !== 'completed');
+    console.log(`kill -9: ${20 - errors.length} streams completed, ${errors.length} ended with an error ` +
+      `after ${Date.now() - killedAt} ms (${[...new Set(errors.map((e) => e.outcome))].join('; ')})`);
+    for (const s of errors) assert.match(s.outcome, /error: .+/);
+    await waitWorkers(controller.url, 1, WORKER_TIMEOUT_MS + 1000);
+    const survivors = await perWorker(controller.url, 'cairn_worker_up');
+    assert.deepEqual(Object.keys(survivors), [survivor.name]);
+    const later = await Promise.all(Array.from({ length: 8 }, () => client.completions.create({
+      model: 'kill-test', prompt: [1, 2, 3, 4, 5], max_tokens: 16, temperature: 0, ignore_eos: true,
+    })));
+    for (const r of later) assert.equal(r.usage.completion_tokens, 16);
+  });
+});
+
+// One-process mode: `cairn serve --grpc-port 0` exposes the same Serving service.
+describe('cairn serve --grpc-port', { skip: skipReason() ?? false, timeout: 60000 }, () => {
+  let server;
+  before(async () => {
+    server = await startServer(['--grpc-port', '0', '-t', '1']);
+  });
+  after(async () => {
+    await server?.stop();
+  });
+
+  test('prints its gRPC address and serves ListServables and PredictStream', async () => {
+    const m = server.stderr().match(/grpc listening on (\S+)/);
+    assert.ok(m, `no "grpc listening" line:\n${server.stderr()}`);
+    const list = spawnSync(cairnBin, ['client', '--address', m[1], '--list', '--timeout', '10'],
+      { encoding: 'utf8', timeout: 30000 });
+    assert.equal(list.status, 0, list.stderr);
+    assert.match(list.stdout, /^stories260K\b/m);
+    const gold = golden().cases[0];
+    const r = spawnSync(cairnBin, ['client', '--address', m[1], '--input', `prompt=${gold.prompt}`,
+      '--input', `max_tokens=${gold.n_predict}`, '--input', 'temperature=0', '--stream', '--timeout', '30'],
+    { encoding: 'utf8', timeout: 60000 });
+    assert.equal(r.status, 0, r.stderr);
+    assert.ok(r.stdout.includes(gold.text), `got: ${r.stdout}`);
+  });
+});
