@@ -31,20 +31,28 @@ struct CallError {
 
 int code_of(serving::ErrorKind kind) {
   switch (kind) {
-    case serving::ErrorKind::InvalidRequest: return 400;
-    case serving::ErrorKind::NotFound: return 404;
-    case serving::ErrorKind::Unavailable: return 503;
-    case serving::ErrorKind::Internal: break;
+    case serving::ErrorKind::InvalidRequest:
+      return 400;
+    case serving::ErrorKind::NotFound:
+      return 404;
+    case serving::ErrorKind::Unavailable:
+      return 503;
+    case serving::ErrorKind::Internal:
+      break;
   }
   return 500;
 }
 
 grpc::StatusCode grpc_code_of(int code) {
   switch (code) {
-    case 400: return grpc::StatusCode::INVALID_ARGUMENT;
-    case 404: return grpc::StatusCode::NOT_FOUND;
-    case 503: return grpc::StatusCode::UNAVAILABLE;
-    default: return grpc::StatusCode::INTERNAL;
+    case 400:
+      return grpc::StatusCode::INVALID_ARGUMENT;
+    case 404:
+      return grpc::StatusCode::NOT_FOUND;
+    case 503:
+      return grpc::StatusCode::UNAVAILABLE;
+    default:
+      return grpc::StatusCode::INTERNAL;
   }
 }
 
@@ -104,8 +112,8 @@ std::variant<Target, CallError> resolve_target(const v1::PredictRequest& req,
 }
 
 constexpr const char* kCommonInputs[] = {
-    "max_tokens", "temperature", "top_p",           "top_k",           "min_p", "seed",
-    "stop",       "ignore_eos",  "presence_penalty", "frequency_penalty"};
+    "max_tokens",       "temperature",      "top_p", "top_k", "min_p", "seed", "stop", "ignore_eos",
+    "presence_penalty", "frequency_penalty"};
 
 bool is_common_input(const std::string& name) {
   for (const char* n : kCommonInputs)
@@ -151,9 +159,15 @@ std::variant<serving::GenerateRequest, CallError> parse_instance(const v1::Insta
         }
         break;
       }
-      case v1::Value::kIntValue: body[name] = value.int_value(); break;
-      case v1::Value::kDoubleValue: body[name] = value.double_value(); break;
-      case v1::Value::kBoolValue: body[name] = value.bool_value(); break;
+      case v1::Value::kIntValue:
+        body[name] = value.int_value();
+        break;
+      case v1::Value::kDoubleValue:
+        body[name] = value.double_value();
+        break;
+      case v1::Value::kBoolValue:
+        body[name] = value.bool_value();
+        break;
       case v1::Value::kBytesValue:
         return CallError{400, "input '" + name + "' must not be bytes"};
       case v1::Value::KIND_NOT_SET:
@@ -273,7 +287,12 @@ class UnaryCall final : public CallBase {
  public:
   UnaryCall(serving::Backend& backend, size_t n, grpc::ServerUnaryReactor* reactor,
             v1::PredictReply* reply)
-      : CallBase(backend, n), reactor_(reactor), reply_(reply), texts_(n), finals_(n), errors_(n, CallError{0, {}}) {}
+      : CallBase(backend, n),
+        reactor_(reactor),
+        reply_(reply),
+        texts_(n),
+        finals_(n),
+        errors_(n, CallError{0, {}}) {}
 
   void on_token(size_t i, const serving::TokenEvent& ev) override {
     std::lock_guard<std::mutex> lock(mu_);
@@ -469,8 +488,10 @@ class StreamCall final : public CallBase {
     {
       std::lock_guard<std::mutex> lock(mu_);
       // With a write out, gRPC reports it done (not ok) and write_done finishes.
-      if (writing_) cancel_pending_ = true;
-      else now = true;
+      if (writing_)
+        cancel_pending_ = true;
+      else
+        now = true;
     }
     if (now) reactor_->Finish(grpc::Status(grpc::StatusCode::CANCELLED, "the call was cancelled"));
   }
@@ -521,8 +542,8 @@ class ServingService final : public v1::Serving::CallbackService {
       return reactor;
     }
     const Target& t = std::get<Target>(target);
-    auto call = std::make_shared<StreamCall>(backend_, static_cast<size_t>(req->instances_size()),
-                                             reactor);
+    auto call =
+        std::make_shared<StreamCall>(backend_, static_cast<size_t>(req->instances_size()), reactor);
     reactor->set_call(call);
     start(*call, *req, t);
     return reactor;
@@ -550,7 +571,8 @@ class ServingService final : public v1::Serving::CallbackService {
     const size_t n = static_cast<size_t>(req.instances_size());
     std::vector<std::variant<serving::GenerateRequest, CallError>> parsed;
     parsed.reserve(n);
-    for (size_t i = 0; i < n; ++i) parsed.push_back(parse_instance(req.instances(static_cast<int>(i)), t));
+    for (size_t i = 0; i < n; ++i)
+      parsed.push_back(parse_instance(req.instances(static_cast<int>(i)), t));
     for (size_t i = 0; i < n; ++i) {
       if (auto* err = std::get_if<CallError>(&parsed[i])) {
         err->message = "instance " + std::to_string(i) + ": " + err->message;

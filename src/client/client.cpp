@@ -42,10 +42,14 @@ v1::Value to_proto(const InferValue& v) {
   std::visit(
       [&out](const auto& x) {
         using T = std::decay_t<decltype(x)>;
-        if constexpr (std::is_same_v<T, std::string>) out.set_string_value(x);
-        else if constexpr (std::is_same_v<T, int64_t>) out.set_int_value(x);
-        else if constexpr (std::is_same_v<T, double>) out.set_double_value(x);
-        else out.set_bool_value(x);
+        if constexpr (std::is_same_v<T, std::string>)
+          out.set_string_value(x);
+        else if constexpr (std::is_same_v<T, int64_t>)
+          out.set_int_value(x);
+        else if constexpr (std::is_same_v<T, double>)
+          out.set_double_value(x);
+        else
+          out.set_bool_value(x);
       },
       v.get());
   return out;
@@ -56,12 +60,23 @@ InferInstance from_proto(const v1::Instance& inst) {
   InferInstance out;
   for (const auto& [name, v] : inst.items()) {
     switch (v.kind_case()) {
-      case v1::Value::kStringValue: out[name] = v.string_value(); break;
-      case v1::Value::kIntValue: out[name] = v.int_value(); break;
-      case v1::Value::kDoubleValue: out[name] = v.double_value(); break;
-      case v1::Value::kBoolValue: out[name] = v.bool_value(); break;
-      case v1::Value::kBytesValue: out[name] = v.bytes_value(); break;
-      case v1::Value::KIND_NOT_SET: break;
+      case v1::Value::kStringValue:
+        out[name] = v.string_value();
+        break;
+      case v1::Value::kIntValue:
+        out[name] = v.int_value();
+        break;
+      case v1::Value::kDoubleValue:
+        out[name] = v.double_value();
+        break;
+      case v1::Value::kBoolValue:
+        out[name] = v.bool_value();
+        break;
+      case v1::Value::kBytesValue:
+        out[name] = v.bytes_value();
+        break;
+      case v1::Value::KIND_NOT_SET:
+        break;
     }
   }
   return out;
@@ -70,19 +85,23 @@ InferInstance from_proto(const v1::Instance& inst) {
 ClientError from_status(const grpc::Status& st, const std::string& address,
                         std::chrono::milliseconds deadline) {
   switch (st.error_code()) {
-    case grpc::StatusCode::INVALID_ARGUMENT: return {400, st.error_message()};
-    case grpc::StatusCode::NOT_FOUND: return {404, st.error_message()};
-    case grpc::StatusCode::CANCELLED: return {499, "the call was cancelled: " + st.error_message()};
+    case grpc::StatusCode::INVALID_ARGUMENT:
+      return {400, st.error_message()};
+    case grpc::StatusCode::NOT_FOUND:
+      return {404, st.error_message()};
+    case grpc::StatusCode::CANCELLED:
+      return {499, "the call was cancelled: " + st.error_message()};
     case grpc::StatusCode::DEADLINE_EXCEEDED:
       return {504, "no reply from " + address + " within the deadline of " +
                        std::to_string(deadline.count()) + " ms"};
     case grpc::StatusCode::UNAVAILABLE:
-      return {503, "the Serving endpoint at " + address + " is unavailable: " +
-                       st.error_message()};
-    case grpc::StatusCode::RESOURCE_EXHAUSTED: return {503, st.error_message()};
+      return {503, "the Serving endpoint at " + address + " is unavailable: " + st.error_message()};
+    case grpc::StatusCode::RESOURCE_EXHAUSTED:
+      return {503, st.error_message()};
     case grpc::StatusCode::UNIMPLEMENTED:
       return {404, address + " does not serve cairn.v1.Serving: " + st.error_message()};
-    default: return {500, st.error_message()};
+    default:
+      return {500, st.error_message()};
   }
 }
 
@@ -118,8 +137,7 @@ struct Client::Impl {
   }
 };
 
-Client::Client(std::string address, std::string servable, std::string method,
-               ClientOptions options)
+Client::Client(std::string address, std::string servable, std::string method, ClientOptions options)
     : impl_(std::make_unique<Impl>()) {
   impl_->address = std::move(address);
   impl_->servable = std::move(servable);
@@ -137,7 +155,9 @@ Client::~Client() = default;
 Client::Client(Client&&) noexcept = default;
 Client& Client::operator=(Client&&) noexcept = default;
 
-void Client::set_deadline(std::chrono::milliseconds deadline) { impl_->options.deadline = deadline; }
+void Client::set_deadline(std::chrono::milliseconds deadline) {
+  impl_->options.deadline = deadline;
+}
 
 ClientResult<std::vector<InferOutput>> Client::infer(const std::vector<InferInstance>& inputs) {
   grpc::ClientContext ctx;
@@ -174,8 +194,8 @@ ClientResult<std::vector<InferOutput>> Client::infer_stream(
   while (reader->Read(&reply)) {
     const uint32_t i = reply.instance_index();
     if (i >= inputs.size() || reply.instances_size() > 1) {
-      bad_reply = ClientError{500, "the server sent a malformed stream reply (instance " +
-                                       std::to_string(i) + ")"};
+      bad_reply = ClientError{
+          500, "the server sent a malformed stream reply (instance " + std::to_string(i) + ")"};
       ctx.TryCancel();  // stop reading; Finish below then returns promptly
       break;
     }
@@ -206,8 +226,8 @@ ClientResult<std::vector<InferOutput>> Client::infer_stream(
   if (!st.ok()) return impl_->error(st);
   for (size_t i = 0; i < out.size(); ++i)
     if (out[i].ok() && out[i].values.find("finish_reason") == out[i].values.end())
-      out[i].error = ClientError{500, "the stream ended before instance " + std::to_string(i) +
-                                          " finished"};
+      out[i].error =
+          ClientError{500, "the stream ended before instance " + std::to_string(i) + " finished"};
   return out;
 }
 

@@ -27,12 +27,12 @@ class InferValue {
  public:
   using Variant = std::variant<std::string, int64_t, double, bool>;
   InferValue() = default;
-  InferValue(std::string s) : v_(std::move(s)) {}          // NOLINT: implicit by design
-  InferValue(const char* s) : v_(std::string(s)) {}        // NOLINT
-  InferValue(int i) : v_(static_cast<int64_t>(i)) {}       // NOLINT
-  InferValue(int64_t i) : v_(i) {}                         // NOLINT
-  InferValue(double d) : v_(d) {}                          // NOLINT
-  InferValue(bool b) : v_(b) {}                            // NOLINT
+  InferValue(std::string s) : v_(std::move(s)) {}     // NOLINT: implicit by design
+  InferValue(const char* s) : v_(std::string(s)) {}   // NOLINT
+  InferValue(int i) : v_(static_cast<int64_t>(i)) {}  // NOLINT
+  InferValue(int64_t i) : v_(i) {}                    // NOLINT
+  InferValue(double d) : v_(d) {}                     // NOLINT
+  InferValue(bool b) : v_(b) {}                       // NOLINT
 
   const Variant& get() const { return v_; }
   bool is_string() const { return std::holds_alternative<std::string>(v_); }
@@ -98,8 +98,7 @@ struct ClientOptions {
 class Client {
  public:
   // Connects lazily: an unreachable server is an error of the first call.
-  Client(std::string address, std::string servable, std::string method,
-         ClientOptions options = {});
+  Client(std::string address, std::string servable, std::string method, ClientOptions options = {});
   ~Client();
   Client(const Client&) = delete;
   Client& operator=(const Client&) = delete;

@@ -31,8 +31,8 @@ class ServingServer {
     b.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
     b.RegisterService(service_.get());
     server_ = b.BuildAndStart();
-    stub_ = v1::Serving::NewStub(
-        grpc::CreateChannel("127.0.0.1:" + std::to_string(port_), grpc::InsecureChannelCredentials()));
+    stub_ = v1::Serving::NewStub(grpc::CreateChannel("127.0.0.1:" + std::to_string(port_),
+                                                     grpc::InsecureChannelCredentials()));
   }
   ~ServingServer() {
     // Calls still running are cancelled after a short grace; the service's
@@ -111,8 +111,8 @@ class GrpcServingFake : public ::testing::Test {
   // The single error a one-instance (or whole-request) failure gives.
   std::pair<int, std::string> error_of(const v1::PredictRequest& req) {
     v1::PredictReply reply = predict(req);
-    if (reply.error_msg_size() != 1) return {0, "expected one error, got " +
-                                                    std::to_string(reply.error_msg_size())};
+    if (reply.error_msg_size() != 1)
+      return {0, "expected one error, got " + std::to_string(reply.error_msg_size())};
     return {reply.error_msg(0).error_code(), reply.error_msg(0).error_msg()};
   }
 
@@ -171,7 +171,8 @@ TEST_F(GrpcServingFake, GenerateMapsEveryInputAndReturnsTextAndUsage) {
 }
 
 TEST_F(GrpcServingFake, EmptyServableNameMeansTheOnlyModelAndStopMayBeAPlainString) {
-  auto reply = predict(request("", "generate", {{{"prompt", str("x")}, {"stop", str("[not json")}}}));
+  auto reply =
+      predict(request("", "generate", {{{"prompt", str("x")}, {"stop", str("[not json")}}}));
   EXPECT_EQ(reply.error_msg_size(), 0);
   EXPECT_EQ(reply.servable_spec().name(), "fake");
   auto r = backend_.last_request();
@@ -182,7 +183,8 @@ TEST_F(GrpcServingFake, EmptyServableNameMeansTheOnlyModelAndStopMayBeAPlainStri
 TEST_F(GrpcServingFake, ChatParsesMessages) {
   auto reply = predict(request(
       "fake", "chat",
-      {{{"messages", str(R"([{"role":"system","content":"be brief"},{"role":"user","content":"hi"}])")}}}));
+      {{{"messages",
+         str(R"([{"role":"system","content":"be brief"},{"role":"user","content":"hi"}])")}}}));
   EXPECT_EQ(reply.error_msg_size(), 0);
   EXPECT_EQ(reply.servable_spec().method_name(), "chat");
   auto r = backend_.last_request();
@@ -224,7 +226,8 @@ TEST_F(GrpcServingFake, EveryBadInputIsA400NamingTheProblem) {
       {"generate", {{"prompt", str("x")}, {"stop", str("[\"\"]")}}, "stop"},
       {"generate",
        {{"prompt", str("x")},
-        {"stop", str(R"(["1","2","3","4","5","6","7","8","9","10","11","12","13","14","15","16","17"])")}},
+        {"stop",
+         str(R"(["1","2","3","4","5","6","7","8","9","10","11","12","13","14","15","16","17"])")}},
        "stop"},
       {"generate", {{"prompt", str("x")}, {"stop", str(R"(["a", 1])")}}, "stop"},
       {"chat", {{"messages", str("{not json")}}, "'messages'"},
@@ -242,15 +245,17 @@ TEST_F(GrpcServingFake, EveryBadInputIsA400NamingTheProblem) {
   // Values with no kind or of the bytes kind.
   v1::Value bytes;
   bytes.set_bytes_value("\x01\x02");
-  auto [code1, msg1] = error_of(request("fake", "generate", {{{"prompt", str("x")}, {"seed", bytes}}}));
+  auto [code1, msg1] =
+      error_of(request("fake", "generate", {{{"prompt", str("x")}, {"seed", bytes}}}));
   EXPECT_EQ(code1, 400);
   EXPECT_NE(msg1.find("bytes"), std::string::npos) << msg1;
-  auto [code2, msg2] = error_of(request("fake", "generate", {{{"prompt", str("x")}, {"seed", v1::Value()}}}));
+  auto [code2, msg2] =
+      error_of(request("fake", "generate", {{{"prompt", str("x")}, {"seed", v1::Value()}}}));
   EXPECT_EQ(code2, 400);
   EXPECT_NE(msg2.find("no value"), std::string::npos) << msg2;
   // A huge unknown name is echoed cut short.
-  auto [code3, msg3] =
-      error_of(request("fake", "generate", {{{"prompt", str("x")}, {std::string(10000, 'n'), num(1)}}}));
+  auto [code3, msg3] = error_of(
+      request("fake", "generate", {{{"prompt", str("x")}, {std::string(10000, 'n'), num(1)}}}));
   EXPECT_EQ(code3, 400);
   EXPECT_LT(msg3.size(), 1000u);
   EXPECT_EQ(backend_.submitted(), 0u);  // nothing bad reached the backend
@@ -279,10 +284,9 @@ TEST_F(GrpcServingFake, WholeRequestErrorsCarryOneEntry) {
 }
 
 TEST_F(GrpcServingFake, ManyInstancesReplyInOrderWithPerInstanceErrors) {
-  auto reply = predict(request("fake", "generate",
-                               {{{"prompt", str("a")}},
-                                {{"prompt", str("b")}, {"top_p", dbl(7)}},
-                                {{"prompt", str("c")}}}));
+  auto reply = predict(request(
+      "fake", "generate",
+      {{{"prompt", str("a")}}, {{"prompt", str("b")}, {"top_p", dbl(7)}}, {{"prompt", str("c")}}}));
   ASSERT_EQ(reply.instances_size(), 3);
   ASSERT_EQ(reply.error_msg_size(), 3);
   EXPECT_EQ(reply.error_msg(0).error_code(), 0);
@@ -294,7 +298,8 @@ TEST_F(GrpcServingFake, ManyInstancesReplyInOrderWithPerInstanceErrors) {
   EXPECT_EQ(out_str(reply.instances(2), "text"), "Hello world");
   EXPECT_EQ(backend_.submitted(), 2u);
 
-  auto all = predict(request("fake", "generate", std::vector<Items>(kMaxServingInstances, {{"prompt", str("x")}})));
+  auto all = predict(request("fake", "generate",
+                             std::vector<Items>(kMaxServingInstances, {{"prompt", str("x")}})));
   EXPECT_EQ(all.error_msg_size(), 0);
   EXPECT_EQ(all.instances_size(), static_cast<int>(kMaxServingInstances));
 }
@@ -309,8 +314,11 @@ TEST_F(GrpcServingFake, BusyBackendIs503) {
 TEST_F(GrpcServingFake, StreamSendsOneReplyPerEventAndAFinalOnePerInstance) {
   grpc::ClientContext ctx;
   deadline(ctx);
-  auto reader = server_.stub().PredictStream(
-      &ctx, request("fake", "generate", {{{"prompt", str("a")}}, {{"prompt", str("b")}, {"top_k", str("x")}}, {{"prompt", str("c")}}}));
+  auto reader =
+      server_.stub().PredictStream(&ctx, request("fake", "generate",
+                                                 {{{"prompt", str("a")}},
+                                                  {{"prompt", str("b")}, {"top_k", str("x")}},
+                                                  {{"prompt", str("c")}}}));
   std::map<uint32_t, std::string> text;
   std::map<uint32_t, int> finals, errors, replies;
   v1::PredictReply r;
@@ -345,7 +353,8 @@ TEST_F(GrpcServingFake, StreamSendsOneReplyPerEventAndAFinalOnePerInstance) {
 TEST_F(GrpcServingFake, StreamWholeRequestErrorIsTheStatus) {
   grpc::ClientContext ctx;
   deadline(ctx);
-  auto reader = server_.stub().PredictStream(&ctx, request("nope", "generate", {{{"prompt", str("x")}}}));
+  auto reader =
+      server_.stub().PredictStream(&ctx, request("nope", "generate", {{{"prompt", str("x")}}}));
   v1::PredictReply r;
   EXPECT_FALSE(reader->Read(&r));
   auto st = reader->Finish();
@@ -361,7 +370,9 @@ TEST_F(GrpcServingFake, ClientCancelCancelsTheBackendRequests) {
     v1::PredictReply reply;
     grpc::Status st;
     std::thread t([&] {
-      st = server_.stub().Predict(&ctx, request("fake", "generate", {{{"prompt", str("a")}}, {{"prompt", str("b")}}}), &reply);
+      st = server_.stub().Predict(
+          &ctx, request("fake", "generate", {{{"prompt", str("a")}}, {{"prompt", str("b")}}}),
+          &reply);
     });
     ASSERT_TRUE(backend_.wait_held(2));
     ctx.TryCancel();
@@ -372,7 +383,8 @@ TEST_F(GrpcServingFake, ClientCancelCancelsTheBackendRequests) {
   {
     grpc::ClientContext ctx;
     deadline(ctx);
-    auto reader = server_.stub().PredictStream(&ctx, request("fake", "generate", {{{"prompt", str("c")}}}));
+    auto reader =
+        server_.stub().PredictStream(&ctx, request("fake", "generate", {{{"prompt", str("c")}}}));
     ASSERT_TRUE(backend_.wait_held(1));
     ctx.TryCancel();
     v1::PredictReply r;
@@ -388,13 +400,15 @@ TEST_F(GrpcServingFake, PassedDeadlineCancelsTheBackendRequests) {
   grpc::ClientContext ctx;
   ctx.set_deadline(Clock::now() + std::chrono::milliseconds(300));
   v1::PredictReply reply;
-  auto st = server_.stub().Predict(&ctx, request("fake", "generate", {{{"prompt", str("a")}}}), &reply);
+  auto st =
+      server_.stub().Predict(&ctx, request("fake", "generate", {{{"prompt", str("a")}}}), &reply);
   EXPECT_EQ(st.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
   EXPECT_TRUE(backend_.wait_cancelled(1));
 
   grpc::ClientContext sctx;
   sctx.set_deadline(Clock::now() + std::chrono::milliseconds(300));
-  auto reader = server_.stub().PredictStream(&sctx, request("fake", "generate", {{{"prompt", str("b")}}}));
+  auto reader =
+      server_.stub().PredictStream(&sctx, request("fake", "generate", {{{"prompt", str("b")}}}));
   v1::PredictReply r;
   while (reader->Read(&r)) {
   }
@@ -408,7 +422,8 @@ TEST_F(GrpcServingFake, ServerShutdownEndsHeldCalls) {
   auto server = std::make_unique<ServingServer>(backend);
   grpc::ClientContext ctx;
   deadline(ctx);
-  auto reader = server->stub().PredictStream(&ctx, request("fake", "generate", {{{"prompt", str("a")}}}));
+  auto reader =
+      server->stub().PredictStream(&ctx, request("fake", "generate", {{{"prompt", str("a")}}}));
   ASSERT_TRUE(backend.wait_held(1));
   server.reset();  // must return: the held call is cancelled, not waited for
   EXPECT_TRUE(backend.wait_cancelled(1));
@@ -467,7 +482,9 @@ TEST_F(GrpcServingModel, GreedyTextUnaryAndStreamedAgreeWithTheGolden) {
   grpc::ClientContext ctx;
   deadline(ctx, 120);
   v1::PredictReply reply;
-  ASSERT_TRUE(server.stub().Predict(&ctx, request(backend_->model_id(), "generate", {items, items}), &reply).ok());
+  ASSERT_TRUE(server.stub()
+                  .Predict(&ctx, request(backend_->model_id(), "generate", {items, items}), &reply)
+                  .ok());
   ASSERT_EQ(reply.error_msg_size(), 0) << reply.error_msg(0).error_msg();
   ASSERT_EQ(reply.instances_size(), 2);
   const std::string unary = out_str(reply.instances(0), "text");
@@ -504,11 +521,12 @@ TEST_F(GrpcServingModel, ChatGeneratesAndAnUnfittablePromptIsA400) {
   v1::PredictReply reply;
   std::string huge;
   for (int i = 0; i < 3000; ++i) huge += "once upon a time ";
-  auto req = request("", "chat",
-                     {{{"messages", str(R"([{"role":"user","content":"Hello"}])")},
-                       {"max_tokens", num(8)},
-                       {"temperature", num(0)}},
-                      {{"messages", str(nlohmann::json::array({{{"role", "user"}, {"content", huge}}}).dump())}}});
+  auto req = request(
+      "", "chat",
+      {{{"messages", str(R"([{"role":"user","content":"Hello"}])")},
+        {"max_tokens", num(8)},
+        {"temperature", num(0)}},
+       {{"messages", str(nlohmann::json::array({{{"role", "user"}, {"content", huge}}}).dump())}}});
   ASSERT_TRUE(server.stub().Predict(&ctx, req, &reply).ok());
   ASSERT_EQ(reply.instances_size(), 2);
   ASSERT_EQ(reply.error_msg_size(), 2);

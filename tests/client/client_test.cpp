@@ -119,8 +119,7 @@ TEST_F(ClientFake, StreamDeliversEventsAsTheyComeAndAssemblesOutputs) {
   Client client(server_.address(), "", "chat");
   std::vector<StreamEvent> events;
   auto r = client.infer_stream(
-      {{{"messages", R"([{"role":"user","content":"hi"}])"}},
-       {{"messages", "[]"}}},
+      {{{"messages", R"([{"role":"user","content":"hi"}])"}}, {{"messages", "[]"}}},
       [&](const StreamEvent& ev) { events.push_back(ev); });
   const auto& out = ok_value(r);
   ASSERT_EQ(out.size(), 2u);

@@ -77,8 +77,8 @@ Status add_input(const std::string& flag, InferInstance& inst) {
   } else if (one_of(name, {"max_tokens", "top_k", "seed"})) {
     if (!parse_int(value, i)) return Status::error("--input " + name + " must be an integer");
     inst[name] = i;
-  } else if (one_of(name, {"temperature", "top_p", "min_p", "presence_penalty",
-                           "frequency_penalty"})) {
+  } else if (one_of(name,
+                    {"temperature", "top_p", "min_p", "presence_penalty", "frequency_penalty"})) {
     if (!parse_double(value, d)) return Status::error("--input " + name + " must be a number");
     inst[name] = d;
   } else if (name == "ignore_eos") {
