@@ -37,6 +37,7 @@ struct WorkerAgent::Impl {
   bool stopping = false;
   bool stopped = false;
   bool registered = false;
+  bool register_failing = false;  // the last Register failed (warned once)
   std::string worker_id;
   int interval_ms = 0;
   grpc::ClientContext* in_flight = nullptr;  // cancelled by stop
@@ -81,7 +82,18 @@ struct WorkerAgent::Impl {
     v1::RegisterResponse res;
     grpc::Status st = call([&](grpc::ClientContext* ctx) { return stub->Register(ctx, req, &res); });
     if (!st.ok()) {
-      spdlog::debug("register with {} failed: {}", options.controller, st.error_message());
+      // Once per outage at warning level, so an unreachable controller is
+      // visible without a line per retry.
+      bool first;
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        first = !register_failing && !stopping;
+        register_failing = true;
+      }
+      if (first) {
+        spdlog::warn("cannot register with controller {} (retrying every {} ms): {}",
+                     options.controller, options.heartbeat_ms, st.error_message());
+      }
       return;
     }
     if (res.worker_id().empty() || res.worker_id().size() > 256) {
@@ -93,6 +105,7 @@ struct WorkerAgent::Impl {
       std::lock_guard<std::mutex> lock(mu);
       worker_id = res.worker_id();
       registered = true;
+      register_failing = false;
       // Never heartbeat more slowly than the controller expects.
       const int wanted = res.heartbeat_ms();
       interval_ms = options.heartbeat_ms;

@@ -251,8 +251,10 @@ TEST_F(GrpcWorkerHoldTest, ClientCancelFreesTheRequest) {
 
 TEST_F(GrpcWorkerHoldTest, ClientDeadlineCancelsTheRequest) {
   grpc::ClientContext ctx;
-  ctx.set_deadline(in_seconds(0.3));
+  // Long enough for the call to reach the backend on a loaded machine.
+  ctx.set_deadline(in_seconds(1.5));
   auto reader = stub_->Generate(&ctx, request("slow"));
+  ASSERT_TRUE(backend_.wait_held(1));
   v1::GenerateEvent ev;
   while (reader->Read(&ev)) {
   }
