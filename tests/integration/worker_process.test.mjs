@@ -208,6 +208,32 @@ describe('cairn worker process', { skip: skip ?? false }, () => {
     }
   });
 
+  test('a second signal exits at once, without waiting for the drain', async () => {
+    const c = await startController();
+    const w = startWorker(c.address, ['-m', modelPath, '--drain-seconds', '120']);
+    try {
+      const listening = await w.err.wait((l) => l.startsWith('cairn: worker listening on '), 'listening line');
+      const address = listening.slice('cairn: worker listening on '.length).trim();
+      await w.err.wait((l) => l.startsWith('cairn: registered with '), 'registered line');
+      const running = generate(address, 1900);
+      await running.out.wait((l) => json(l)?.token !== undefined, 'the first token', 60000);
+      w.proc.kill('SIGTERM');
+      await w.err.wait((l) => /draining: 1 running/.test(l), 'the draining log line');
+      const t0 = Date.now();
+      w.proc.kill('SIGINT');
+      const { code, signal } = await w.exited;
+      assert.equal(signal, null);
+      assert.notEqual(code, 0, 'an interrupted drain is not a clean exit');
+      assert.ok(Date.now() - t0 < 10000, 'it exited at once');
+      const res = await running.result();
+      assert.notEqual(res.status?.status, 'OK', 'the cut-off request did not end normally');
+      assert.ok(res.tokens < 1900);
+    } finally {
+      w.proc.kill('SIGKILL');
+      c.proc.kill('SIGKILL');
+    }
+  });
+
   test('bad flags are one clear error line', () => {
     for (const [args, want] of [
       [['worker', '--controller', '127.0.0.1:1', '--listen', 'nonsense'], /--listen 'nonsense' is not HOST:PORT/],
