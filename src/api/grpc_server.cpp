@@ -82,10 +82,9 @@ void GrpcServer::shutdown(double grace_seconds) {
   if (shut_down_ || !server_) return;
   shut_down_ = true;
   if (grace_seconds < 0) grace_seconds = 0;
-  const auto deadline =
-      std::chrono::system_clock::now() +
-      std::chrono::duration_cast<std::chrono::system_clock::duration>(
-          std::chrono::duration<double>(grace_seconds));
+  const auto deadline = std::chrono::system_clock::now() +
+                        std::chrono::duration_cast<std::chrono::system_clock::duration>(
+                            std::chrono::duration<double>(grace_seconds));
   server_->Shutdown(deadline);
   server_->Wait();
 }

@@ -103,8 +103,7 @@ class WorkerService final : public v1::Worker::Service {
       }
     } unname{this, id};
 
-    auto submitted =
-        backend_.submit(std::move(std::get<serving::GenerateRequest>(parsed)), sink);
+    auto submitted = backend_.submit(std::move(std::get<serving::GenerateRequest>(parsed)), sink);
     if (auto* err = std::get_if<serving::Error>(&submitted)) return rpc::to_grpc_status(*err);
     const serving::RequestId rid = std::get<serving::RequestId>(submitted);
 

@@ -80,7 +80,8 @@ struct WorkerAgent::Impl {
     req.set_address(options.advertise);
     *req.mutable_status() = rpc::worker_status(backend);
     v1::RegisterResponse res;
-    grpc::Status st = call([&](grpc::ClientContext* ctx) { return stub->Register(ctx, req, &res); });
+    grpc::Status st =
+        call([&](grpc::ClientContext* ctx) { return stub->Register(ctx, req, &res); });
     if (!st.ok()) {
       // Once per outage at warning level, so an unreachable controller is
       // visible without a line per retry.
@@ -132,8 +133,8 @@ struct WorkerAgent::Impl {
     // The controller restarted or dropped us: register again at once rather
     // than a heartbeat later.
     if (st.ok() && !res.known()) {
-      spdlog::info("controller {} no longer knows worker {}: registering again",
-                   options.controller, id);
+      spdlog::info("controller {} no longer knows worker {}: registering again", options.controller,
+                   id);
       do_register();
     }
   }

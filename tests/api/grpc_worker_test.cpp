@@ -215,8 +215,8 @@ class GrpcWorkerHoldTest : public ::testing::Test {
     auto s = GrpcServer::start(GrpcServerOptions{}, {service_.get()});
     ASSERT_TRUE(s.is_ok()) << s.status().message();
     server_ = std::move(s.value());
-    stub_ = v1::Worker::NewStub(grpc::CreateChannel(
-        "127.0.0.1:" + std::to_string(server_->port()), grpc::InsecureChannelCredentials()));
+    stub_ = v1::Worker::NewStub(grpc::CreateChannel("127.0.0.1:" + std::to_string(server_->port()),
+                                                    grpc::InsecureChannelCredentials()));
   }
   void TearDown() override {
     backend_.release_all();

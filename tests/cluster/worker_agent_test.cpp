@@ -126,7 +126,8 @@ TEST(WorkerAgentTest, RegistersHeartbeatsWithStatusAndDeregisters) {
   ASSERT_NE(agent, nullptr);
 
   ASSERT_TRUE(c.service->wait([](FakeController& f) { return f.registers.size() >= 1; }));
-  const v1::RegisterRequest reg = c.service->locked([](FakeController& f) { return f.registers[0]; });
+  const v1::RegisterRequest reg =
+      c.service->locked([](FakeController& f) { return f.registers[0]; });
   EXPECT_EQ(reg.name(), "test-worker");
   EXPECT_EQ(reg.address(), "127.0.0.1:7777");
   ASSERT_EQ(reg.status().models_size(), 1);
@@ -146,8 +147,8 @@ TEST(WorkerAgentTest, RegistersHeartbeatsWithStatusAndDeregisters) {
   ASSERT_TRUE(c.service->wait([](FakeController& f) {
     return !f.heartbeats.empty() && f.heartbeats.back().status().running() == 1;
   }));
-  EXPECT_TRUE(c.service->locked(
-      [](FakeController& f) { return f.heartbeats.back().worker_id() == "w1"; }));
+  EXPECT_TRUE(
+      c.service->locked([](FakeController& f) { return f.heartbeats.back().worker_id() == "w1"; }));
   EXPECT_TRUE(agent->registered());
   EXPECT_EQ(agent->worker_id(), "w1");
   backend.release_all();

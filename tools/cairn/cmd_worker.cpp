@@ -123,8 +123,8 @@ Status run_worker(WorkerArgs a) {
     // A wildcard is no address a controller can dial: name this host instead.
     char host[256] = {};
     gethostname(host, sizeof(host) - 1);
-    ao.advertise = std::string(host[0] ? host : "127.0.0.1") + ":" +
-                   std::to_string((*server)->port());
+    ao.advertise =
+        std::string(host[0] ? host : "127.0.0.1") + ":" + std::to_string((*server)->port());
   } else {
     ao.advertise = bound;
   }
@@ -133,8 +133,7 @@ Status run_worker(WorkerArgs a) {
     std::fprintf(stderr, "cairn: registered with %s as %s\n", controller.c_str(), id.c_str());
     std::fflush(stderr);
   };
-  spdlog::info("worker '{}' advertising {} to controller {}", ao.name, ao.advertise,
-               a.controller);
+  spdlog::info("worker '{}' advertising {} to controller {}", ao.name, ao.advertise, a.controller);
   auto agent = cluster::WorkerAgent::start(ao, backend);
   if (!agent) return Status::error("cannot start the controller agent");
 
@@ -151,8 +150,8 @@ Status run_worker(WorkerArgs a) {
     spdlog::info("draining: {} running, {} waiting (at most {} s)", h.running, h.waiting,
                  a.drain_seconds);
   }
-  const auto drain_end = std::chrono::steady_clock::now() +
-                         std::chrono::duration<double>(a.drain_seconds);
+  const auto drain_end =
+      std::chrono::steady_clock::now() + std::chrono::duration<double>(a.drain_seconds);
   for (;;) {
     const serving::Health h = backend.health();
     if (h.running == 0 && h.waiting == 0) break;
