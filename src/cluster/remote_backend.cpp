@@ -33,8 +33,7 @@ serving::Error unavailable(std::string message) {
 class GenerateCall final : public grpc::ClientReadReactor<v1::GenerateEvent> {
  public:
   GenerateCall(RemoteBackend::Impl* owner, serving::RequestId id,
-               std::shared_ptr<serving::EventSink> sink)
-      : owner_(owner), id_(id), sink_(std::move(sink)) {}
+               std::shared_ptr<serving::EventSink> sink);
 
   void start(std::shared_ptr<GenerateCall> self, v1::Worker::Stub* stub, double timeout_s) {
     self_ = std::move(self);
@@ -73,6 +72,12 @@ class GenerateCall final : public grpc::ClientReadReactor<v1::GenerateEvent> {
   v1::GenerateRequest request_;
 
  private:
+  // Declared first, so destroyed last: tells the owner once the ClientContext
+  // (which holds a reference on the channel's completion queue) is gone.
+  struct Alive {
+    RemoteBackend::Impl* owner;
+    ~Alive();
+  } alive_;
   RemoteBackend::Impl* owner_;
   serving::RequestId id_;
   std::shared_ptr<serving::EventSink> sink_;
@@ -92,13 +97,17 @@ struct RemoteBackend::Impl {
 
   mutable std::mutex mu;
   std::condition_variable idle;
-  std::map<serving::RequestId, std::shared_ptr<GenerateCall>> calls;
+  std::map<serving::RequestId, std::shared_ptr<GenerateCall>> calls;  // not yet done
+  int objects = 0;  // GenerateCall objects not yet destroyed
   bool stopping = false;
 
   void call_done(serving::RequestId id) {
     std::lock_guard<std::mutex> lock(mu);
     calls.erase(id);
-    if (calls.empty()) idle.notify_all();  // under the lock: ~Impl may be waiting
+  }
+  void object_gone() {
+    std::lock_guard<std::mutex> lock(mu);
+    if (--objects == 0) idle.notify_all();  // under the lock: ~RemoteBackend may be waiting
   }
 
   std::optional<v1::WorkerStatus> status() const {
@@ -110,6 +119,15 @@ struct RemoteBackend::Impl {
     return st;
   }
 };
+
+GenerateCall::GenerateCall(RemoteBackend::Impl* owner, serving::RequestId id,
+                           std::shared_ptr<serving::EventSink> sink)
+    : alive_{owner}, owner_(owner), id_(id), sink_(std::move(sink)) {
+  std::lock_guard<std::mutex> lock(owner->mu);
+  ++owner->objects;
+}
+
+GenerateCall::Alive::~Alive() { owner->object_gone(); }
 
 void GenerateCall::OnDone(const grpc::Status& status) {
   if (!ended_) {
@@ -170,18 +188,23 @@ RemoteBackend::~RemoteBackend() {
   }
   for (auto& call : live) call->cancel();
   live.clear();
+  // Every call object, ClientContext included, must be gone before the
+  // channel (and the completion queue its calls reference) is destroyed.
   std::unique_lock<std::mutex> lock(impl_->mu);
-  impl_->idle.wait(lock, [&] { return impl_->calls.empty(); });
+  impl_->idle.wait(lock, [&] { return impl_->objects == 0; });
 }
 
 std::variant<serving::RequestId, serving::Error> RemoteBackend::submit(
     serving::GenerateRequest req, std::shared_ptr<serving::EventSink> sink) {
   const serving::RequestId id = impl_->next_id.fetch_add(1);
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    if (impl_->stopping) return unavailable("the connection to the worker is closing");
+  }
   auto call = std::make_shared<GenerateCall>(impl_.get(), id, std::move(sink));
   call->request_ = rpc::to_proto(req, impl_->id_prefix + std::to_string(id));
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
-    if (impl_->stopping) return unavailable("the connection to the worker is closing");
     impl_->calls.emplace(id, call);
   }
   call->start(call, impl_->stub.get(), impl_->options.request_timeout_s);
