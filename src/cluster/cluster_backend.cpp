@@ -49,8 +49,10 @@ class ClusterBackend::RelaySink final : public serving::EventSink {
 
   void on_finish(const serving::FinishEvent& ev) override {
     if (!end()) return;
-    flight_->client->on_finish(ev);
+    // The slot frees before the client hears: one who sends the next request
+    // at once is not refused by a queue it no longer occupies.
     owner_->finished(flight_->id);
+    flight_->client->on_finish(ev);
   }
 
   void on_error(const Error& err) override {
@@ -68,8 +70,8 @@ class ClusterBackend::RelaySink final : public serving::EventSink {
     Error out = err;
     if (token_sent && err.kind == ErrorKind::Unavailable)
       out.message = "the worker failed during generation: " + err.message;
-    flight_->client->on_error(out);
     owner_->finished(flight_->id);
+    flight_->client->on_error(out);
   }
 
  private:

@@ -15,6 +15,7 @@
 
 #include "api/grpc_server.h"
 #include "api/grpc_worker_service.h"
+#include "cluster/cluster_backend.h"
 
 namespace cairn::cluster {
 namespace {
@@ -287,6 +288,46 @@ TEST(RemoteBackend, UnaryCallsReachTheWorker) {
   ASSERT_EQ(models.size(), 1u);
   EXPECT_EQ(models[0].id, "m");
   EXPECT_EQ(remote.health().state, serving::HealthState::Ready);
+}
+
+// The whole controller path in one process: a ClusterBackend whose first
+// worker is gone retries on the live one, and the dead one is dropped.
+TEST(ClusterOverGrpc, UnreachableWorkerIsDroppedAndTheRequestRetried) {
+  std::string dead;
+  {
+    Worker w;
+    ASSERT_TRUE(w.server);
+    dead = w.address();
+  }
+  Worker live;
+  ASSERT_TRUE(live.server);
+  Registry registry;
+  v1::WorkerStatus st;
+  st.set_state(v1::WorkerStatus::READY);
+  st.add_models()->set_id("m");
+  ASSERT_TRUE(registry.register_worker("dead", dead, st).is_ok());  // first: picked on the tie
+  ASSERT_TRUE(registry.register_worker("live", live.address(), st).is_ok());
+  ClusterOptions opt;
+  opt.rpc_timeout_s = 2;
+  auto rec = std::make_shared<Recorder>();
+  {
+    ClusterBackend cluster(registry, opt);
+    ASSERT_TRUE(std::holds_alternative<serving::RequestId>(cluster.submit(request(), rec)));
+    auto sink = live.backend.next_request();
+    ASSERT_TRUE(sink) << "the request never reached the live worker";
+    sink->on_token({1, "hi", 0, {}});
+    serving::FinishEvent fin;
+    fin.reason = "stop";
+    sink->on_finish(fin);
+    ASSERT_TRUE(rec->wait_end());
+    EXPECT_EQ(rec->text, "hi");
+    ASSERT_TRUE(rec->finish);
+    EXPECT_FALSE(rec->error);
+    auto workers = registry.list();
+    ASSERT_EQ(workers.size(), 1u);
+    EXPECT_EQ(workers[0].name, "live");
+    EXPECT_EQ(cluster.in_flight(), 0);
+  }
 }
 
 }  // namespace
