@@ -15,7 +15,8 @@ bench_flags=(--concurrency 1 --requests "$requests" --prompt-tokens 32 --max-tok
 tmp=$(mktemp -d)
 pids=()
 cleanup() {
-  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+  exec 2>/dev/null  # no "Killed" job notices for the servers stopped here
+  for p in "${pids[@]}"; do kill -9 "$p" || true; done
   wait 2>/dev/null || true
   rm -rf "$tmp"
 }
