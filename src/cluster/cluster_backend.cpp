@@ -332,8 +332,9 @@ serving::BackendStats ClusterBackend::stats() const {
   return s;
 }
 
-std::variant<std::vector<serving::Token>, Error> ClusterBackend::tokenize(
-    const std::string& model, const std::string& text, bool add_special) const {
+std::variant<std::vector<serving::Token>, Error> ClusterBackend::tokenize(const std::string& model,
+                                                                          const std::string& text,
+                                                                          bool add_special) const {
   if (auto err = no_worker_error(model)) return *err;
   auto workers = candidates(model, {});
   const int pick = router_.pick(workers, {});
@@ -394,19 +395,22 @@ std::string ClusterBackend::extra_metrics() const {
        [](const WorkerView& w) { return double(w.status.kv_blocks_total()); }},
       {"cairn_worker_requests_total", "counter", "requests the worker finished (its own count)",
        [](const WorkerView& w) { return double(w.status.requests_total()); }},
-      {"cairn_worker_prefix_cache_queries_total", "counter", "prompt tokens looked up in the prefix cache",
+      {"cairn_worker_prefix_cache_queries_total", "counter",
+       "prompt tokens looked up in the prefix cache",
        [](const WorkerView& w) { return double(w.status.prefix_cache_queries()); }},
       {"cairn_worker_prefix_cache_hits_total", "counter", "prompt tokens found in the prefix cache",
        [](const WorkerView& w) { return double(w.status.prefix_cache_hits()); }},
-      {"cairn_worker_last_heartbeat_ms_ago", "gauge", "milliseconds since the worker's last heartbeat",
+      {"cairn_worker_last_heartbeat_ms_ago", "gauge",
+       "milliseconds since the worker's last heartbeat",
        [](const WorkerView& w) { return double(w.last_heartbeat_ms_ago); }},
   };
-  std::string out = "# HELP cairn_workers workers registered with the controller\n"
-                    "# TYPE cairn_workers gauge\ncairn_workers " +
-                    std::to_string(workers.size()) + "\n";
+  std::string out =
+      "# HELP cairn_workers workers registered with the controller\n"
+      "# TYPE cairn_workers gauge\ncairn_workers " +
+      std::to_string(workers.size()) + "\n";
   for (const auto& g : gauges) {
-    out += std::string("# HELP ") + g.name + " " + g.help + "\n# TYPE " + g.name + " " + g.type +
-           "\n";
+    out +=
+        std::string("# HELP ") + g.name + " " + g.help + "\n# TYPE " + g.name + " " + g.type + "\n";
     for (const auto& w : workers) {
       char num[64];
       std::snprintf(num, sizeof num, "%.17g", g.value(w));

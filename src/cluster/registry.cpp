@@ -39,8 +39,8 @@ Status check_status(const v1::WorkerStatus& st) {
     if (m.id().empty()) return Status::error("status lists a model without an id");
     if (m.id().size() > kMaxModelId) return Status::error("a model id is longer than 512 bytes");
   }
-  if (st.running() < 0 || st.waiting() < 0 || st.kv_blocks_used() < 0 ||
-      st.kv_blocks_total() < 0 || st.queue_length() < 0)
+  if (st.running() < 0 || st.waiting() < 0 || st.kv_blocks_used() < 0 || st.kv_blocks_total() < 0 ||
+      st.queue_length() < 0)
     return Status::error("status has a negative count");
   return Status::ok();
 }
@@ -135,7 +135,8 @@ std::vector<WorkerView> Registry::list() {
     v.routed_total = e.routed_total;
     rows.emplace_back(e.order, std::move(v));
   }
-  std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::sort(rows.begin(), rows.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
   std::vector<WorkerView> out;
   out.reserve(rows.size());
   for (auto& r : rows) out.push_back(std::move(r.second));
@@ -157,9 +158,8 @@ uint64_t Registry::membership_version() const {
 
 void Registry::expire_locked(int64_t now) {
   const size_t before = workers_.size();
-  std::erase_if(workers_, [&](const auto& kv) {
-    return now - kv.second.last_seen_ms > options_.timeout_ms;
-  });
+  std::erase_if(workers_,
+                [&](const auto& kv) { return now - kv.second.last_seen_ms > options_.timeout_ms; });
   if (workers_.size() != before) ++version_;
 }
 

@@ -20,9 +20,9 @@
 namespace cairn::cluster {
 
 struct RegistryOptions {
-  int32_t heartbeat_ms = 2000;    // the interval workers are told to use
-  int32_t timeout_ms = 6000;      // silence after which a worker is dropped
-  size_t max_workers = 1024;      // registrations beyond are refused
+  int32_t heartbeat_ms = 2000;  // the interval workers are told to use
+  int32_t timeout_ms = 6000;    // silence after which a worker is dropped
+  size_t max_workers = 1024;    // registrations beyond are refused
 };
 
 // One worker as the controller sees it at a moment.
@@ -32,8 +32,8 @@ struct WorkerView {
   std::string address;
   v1::WorkerStatus status;
   int64_t last_heartbeat_ms_ago = 0;
-  int64_t outstanding = 0;     // requests the controller has in flight to it
-  uint64_t routed_total = 0;   // requests the controller has sent it
+  int64_t outstanding = 0;    // requests the controller has in flight to it
+  uint64_t routed_total = 0;  // requests the controller has sent it
 
   bool ready() const { return status.state() == v1::WorkerStatus::READY; }
   bool serves(const std::string& model) const;  // empty model: any

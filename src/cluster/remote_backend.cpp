@@ -52,7 +52,9 @@ class GenerateCall final : public grpc::ClientReadReactor<v1::GenerateEvent> {
     if (!ok) return;  // the stream ended: OnDone follows with the status
     if (!ended_) {
       switch (event_.event_case()) {
-        case v1::GenerateEvent::kToken: sink_->on_token(rpc::from_proto(event_.token())); break;
+        case v1::GenerateEvent::kToken:
+          sink_->on_token(rpc::from_proto(event_.token()));
+          break;
         case v1::GenerateEvent::kFinish:
           ended_ = true;
           sink_->on_finish(rpc::from_proto(event_.finish()));
@@ -61,7 +63,8 @@ class GenerateCall final : public grpc::ClientReadReactor<v1::GenerateEvent> {
           ended_ = true;
           sink_->on_error(rpc::from_proto(event_.error()));
           break;
-        default: break;  // an event kind from a newer worker: skip it
+        default:
+          break;  // an event kind from a newer worker: skip it
       }
     }
     StartRead(&event_);
@@ -169,8 +172,8 @@ RemoteBackend::RemoteBackend(RemoteBackendOptions options) : impl_(std::make_uni
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   args.SetMaxReceiveMessageSize(64 << 20);
-  impl_->channel = grpc::CreateCustomChannel(impl_->options.address,
-                                             grpc::InsecureChannelCredentials(), args);
+  impl_->channel =
+      grpc::CreateCustomChannel(impl_->options.address, grpc::InsecureChannelCredentials(), args);
   impl_->stub = v1::Worker::NewStub(impl_->channel);
   std::random_device rd;
   char buf[32];

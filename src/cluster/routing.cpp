@@ -47,9 +47,12 @@ std::optional<RoutePolicy> parse_route_policy(std::string_view name) {
 
 const char* route_policy_name(RoutePolicy p) {
   switch (p) {
-    case RoutePolicy::ShortestQueue: return "shortest-queue";
-    case RoutePolicy::RoundRobin: return "round-robin";
-    case RoutePolicy::PrefixAffinity: return "prefix-affinity";
+    case RoutePolicy::ShortestQueue:
+      return "shortest-queue";
+    case RoutePolicy::RoundRobin:
+      return "round-robin";
+    case RoutePolicy::PrefixAffinity:
+      return "prefix-affinity";
   }
   return "?";
 }
@@ -87,7 +90,8 @@ std::string prefix_key(const serving::GenerateRequest& req, size_t max_chars) {
 int Router::pick(const std::vector<WorkerView>& c, std::string_view key) {
   if (c.empty()) return -1;
   switch (options_.policy) {
-    case RoutePolicy::ShortestQueue: return shortest_queue(c);
+    case RoutePolicy::ShortestQueue:
+      return shortest_queue(c);
     case RoutePolicy::RoundRobin:
       return static_cast<int>(next_.fetch_add(1, std::memory_order_relaxed) % c.size());
     case RoutePolicy::PrefixAffinity: {

@@ -24,8 +24,8 @@ const char* route_policy_name(RoutePolicy p);
 
 struct RoutingOptions {
   RoutePolicy policy = RoutePolicy::ShortestQueue;
-  size_t prefix_chars = 256;   // prefix-affinity: bytes of the prompt that choose the worker
-  int64_t affinity_margin = 4; // prefix-affinity: extra load tolerated on the chosen worker
+  size_t prefix_chars = 256;    // prefix-affinity: bytes of the prompt that choose the worker
+  int64_t affinity_margin = 4;  // prefix-affinity: extra load tolerated on the chosen worker
 };
 
 // The load shortest-queue compares: the controller's own in-flight count

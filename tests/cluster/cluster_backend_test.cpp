@@ -44,8 +44,8 @@ class FakeWorker final : public serving::Backend {
   std::function<void()> on_broken;
   int submits = 0;
 
-  std::variant<serving::RequestId, Error> submit(serving::GenerateRequest,
-                                                 std::shared_ptr<serving::EventSink> sink) override {
+  std::variant<serving::RequestId, Error> submit(
+      serving::GenerateRequest, std::shared_ptr<serving::EventSink> sink) override {
     ++submits;
     if (refuse) return *refuse;
     const serving::RequestId id = next_++;
@@ -127,7 +127,8 @@ struct Cluster {
   FakeWorker& at(const std::string& address) { return *by_address.at(address); }
 };
 
-serving::GenerateRequest request(const std::string& prompt = "hello", const std::string& model = "") {
+serving::GenerateRequest request(const std::string& prompt = "hello",
+                                 const std::string& model = "") {
   serving::GenerateRequest r;
   r.model = model;
   r.prompt = prompt;
@@ -186,7 +187,8 @@ TEST(ClusterBackend, ShortestQueueSpreadsConcurrentRequests) {
   std::vector<std::shared_ptr<RecordingSink>> sinks;
   for (int i = 0; i < 10; ++i) {
     sinks.push_back(std::make_shared<RecordingSink>());
-    ASSERT_TRUE(std::holds_alternative<serving::RequestId>(c.backend->submit(request(), sinks.back())));
+    ASSERT_TRUE(
+        std::holds_alternative<serving::RequestId>(c.backend->submit(request(), sinks.back())));
   }
   EXPECT_EQ(c.at("h:1").live.size(), 5u);
   EXPECT_EQ(c.at("h:2").live.size(), 5u);

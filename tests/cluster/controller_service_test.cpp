@@ -109,8 +109,8 @@ TEST(ControllerService, RegisterHeartbeatListDeregister) {
 TEST(ControllerService, MalformedMessagesAreRefusedCleanly) {
   Fixture f;
   ASSERT_TRUE(f.stub);
-  for (const std::string& address : {std::string(), std::string("nohost"), std::string("h:0"),
-                                     std::string(5000, 'a') + ":1"}) {
+  for (const std::string& address :
+       {std::string(), std::string("nohost"), std::string("h:0"), std::string(5000, 'a') + ":1"}) {
     grpc::ClientContext ctx;
     Fixture::deadline(ctx);
     v1::RegisterResponse resp;

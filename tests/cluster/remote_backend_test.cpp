@@ -27,8 +27,8 @@ using serving::ErrorKind;
 // The worker side: requests wait until the test plays their events.
 class ScriptedBackend final : public serving::Backend {
  public:
-  std::variant<serving::RequestId, Error> submit(serving::GenerateRequest req,
-                                                 std::shared_ptr<serving::EventSink> sink) override {
+  std::variant<serving::RequestId, Error> submit(
+      serving::GenerateRequest req, std::shared_ptr<serving::EventSink> sink) override {
     std::lock_guard<std::mutex> l(mu_);
     if (const auto* text = std::get_if<std::string>(&req.prompt); text && *text == "bad")
       return Error{ErrorKind::InvalidRequest, "bad prompt", "prompt"};

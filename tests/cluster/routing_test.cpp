@@ -32,7 +32,8 @@ TEST(Routing, ParsesPolicyNames) {
 }
 
 TEST(Routing, EmptyCandidatesPickNothing) {
-  for (auto p : {RoutePolicy::ShortestQueue, RoutePolicy::RoundRobin, RoutePolicy::PrefixAffinity}) {
+  for (auto p :
+       {RoutePolicy::ShortestQueue, RoutePolicy::RoundRobin, RoutePolicy::PrefixAffinity}) {
     RoutingOptions o;
     o.policy = p;
     Router r(o);

@@ -71,8 +71,7 @@ Status run_controller(ControllerArgs a) {
   auto serving_service = api::make_serving_service(*backend);
   api::GrpcServerOptions go;
   go.address = host_port(a.server.host, a.grpc_port);
-  auto grpc_server =
-      api::GrpcServer::start(go, {controller_service.get(), serving_service.get()});
+  auto grpc_server = api::GrpcServer::start(go, {controller_service.get(), serving_service.get()});
   if (!grpc_server.is_ok()) {
     (*http)->stop();
     (*http)->wait();

@@ -13,8 +13,8 @@
 #include "api/loading_backend.h"
 #include "commands.h"
 #include "engine/demo_model.h"
-#include "serving/local_backend.h"
 #include "server_flags.h"
+#include "serving/local_backend.h"
 
 namespace cairn::cli {
 
@@ -68,8 +68,8 @@ Status serve(ServeArgs a) {
       return started.status();
     }
     grpc_server = std::move(started.value());
-    std::fprintf(stderr, "cairn: grpc listening on %s:%d\n",
-                 (v6 ? "[" + host + "]" : host).c_str(), grpc_server->port());
+    std::fprintf(stderr, "cairn: grpc listening on %s:%d\n", (v6 ? "[" + host + "]" : host).c_str(),
+                 grpc_server->port());
     std::fflush(stderr);
   }
 

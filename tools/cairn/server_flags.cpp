@@ -5,8 +5,7 @@ namespace cairn::cli {
 void add_http_server_flags(CLI::App* cmd, api::ServerOptions& s, int32_t& max_queue,
                            const std::string& port_flag) {
   cmd->add_option("--host", s.host, "address to bind")->capture_default_str();
-  cmd->add_option(port_flag, s.port, "HTTP port to bind; 0: any free port")
-      ->capture_default_str();
+  cmd->add_option(port_flag, s.port, "HTTP port to bind; 0: any free port")->capture_default_str();
   cmd->add_option("--api-key", s.router.api_key,
                   "require 'Authorization: Bearer KEY' on every route but /health");
   cmd->add_option("--cors-origin", s.router.cors_origin,
