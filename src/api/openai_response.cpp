@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <random>
 
+#include "serving/prometheus.h"
+
 namespace cairn::api {
 
 using nlohmann::json;
@@ -218,29 +220,17 @@ void scalar(std::string& out, const std::string& name, const char* type, const c
   out += name + "{" + labels + "} " + buf + "\n";
 }
 
-std::string escape_label(const std::string& v) {
-  std::string out;
-  for (char c : v) {
-    if (c == '\\' || c == '"') out += '\\';
-    if (c == '\n') {
-      out += "\\n";
-      continue;
-    }
-    out += c;
-  }
-  return out;
-}
 
 }  // namespace
 
 std::string metrics_text(const serving::BackendStats& s, const RequestCounts& requests,
                          const std::string& model) {
-  const std::string labels = "model=\"" + escape_label(model) + "\"";
+  const std::string labels = "model=\"" + serving::prometheus_label(model) + "\"";
   std::string out;
   out += "# HELP cairn_http_requests_total HTTP requests by route and status code.\n";
   out += "# TYPE cairn_http_requests_total counter\n";
   for (const auto& [key, count] : requests)
-    out += "cairn_http_requests_total{route=\"" + escape_label(key.first) + "\",status=\"" +
+    out += "cairn_http_requests_total{route=\"" + serving::prometheus_label(key.first) + "\",status=\"" +
            std::to_string(key.second) + "\"} " + std::to_string(count) + "\n";
   struct Row {
     const char* name;

@@ -6,6 +6,7 @@
 
 #include "cluster/remote_backend.h"
 #include "rpc/convert.h"
+#include "serving/prometheus.h"
 
 namespace cairn::cluster {
 
@@ -353,23 +354,6 @@ std::variant<std::string, Error> ClusterBackend::detokenize(
 
 void ClusterBackend::start_draining() { draining_ = true; }
 
-namespace {
-
-std::string label_value(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '\\' || c == '"') out += '\\';
-    if (c == '\n') {
-      out += "\\n";
-      continue;
-    }
-    out += c;
-  }
-  return out;
-}
-
-}  // namespace
-
 std::string ClusterBackend::extra_metrics() const {
   const auto workers = registry_.list();
   struct Gauge {
@@ -414,8 +398,8 @@ std::string ClusterBackend::extra_metrics() const {
     for (const auto& w : workers) {
       char num[64];
       std::snprintf(num, sizeof num, "%.17g", g.value(w));
-      out += std::string(g.name) + "{worker_id=\"" + label_value(w.id) + "\",name=\"" +
-             label_value(w.name) + "\",address=\"" + label_value(w.address) + "\"} " + num + "\n";
+      out += std::string(g.name) + "{worker_id=\"" + serving::prometheus_label(w.id) + "\",name=\"" +
+             serving::prometheus_label(w.name) + "\",address=\"" + serving::prometheus_label(w.address) + "\"} " + num + "\n";
     }
   }
   return out;

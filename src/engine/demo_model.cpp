@@ -1,5 +1,7 @@
 #include "engine/demo_model.h"
 
+#include <spdlog/spdlog.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <string_view>
@@ -157,6 +159,17 @@ Result<std::string> ensure_demo_model(const std::filesystem::path& cache_dir) {
   auto written = write_random_model(demo_spec(), demo_vocab(), path.string());
   if (!written.is_ok()) return written.status().with_context("writing the demo model");
   return path.string();
+}
+
+Result<std::string> model_or_demo(const std::string& model) {
+  if (!model.empty()) return model;
+  auto dir = default_cache_dir();
+  if (!dir.is_ok()) return dir.status();
+  auto demo = ensure_demo_model(*dir);
+  if (!demo.is_ok()) return demo.status();
+  spdlog::info("no -m given: using the built-in demo model {} (random weights: its text is gibberish)",
+               *demo);
+  return *demo;
 }
 
 }  // namespace cairn::engine

@@ -32,4 +32,9 @@ Result<std::filesystem::path> default_cache_dir();
 // temp file and renames it over the (identical) target.
 Result<std::string> ensure_demo_model(const std::filesystem::path& cache_dir);
 
+// `model` itself when given; otherwise the demo model in default_cache_dir()
+// (written on first use), with a log line saying its text is gibberish. What
+// every command that takes -m does when -m is left out.
+Result<std::string> model_or_demo(const std::string& model);
+
 }  // namespace cairn::engine

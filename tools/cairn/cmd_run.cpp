@@ -55,17 +55,9 @@ Status run(const RunArgs& a) {
   // checked again once the model is known).
   CAIRN_RETURN_IF_ERROR(s.validate(INT32_MAX));
 
-  std::string path = a.model;
-  if (path.empty()) {
-    auto dir = engine::default_cache_dir();
-    if (!dir.is_ok()) return dir.status();
-    auto demo = engine::ensure_demo_model(*dir);
-    if (!demo.is_ok()) return demo.status();
-    path = *demo;
-    spdlog::info(
-        "no -m given: using the built-in demo model {} (random weights: its text is gibberish)",
-        path);
-  }
+  auto resolved = engine::model_or_demo(a.model);
+  if (!resolved.is_ok()) return resolved.status();
+  const std::string path = *resolved;
   model::LoadOptions lo;
   lo.n_threads = a.threads;
   auto loaded = engine::load_model(path, lo);

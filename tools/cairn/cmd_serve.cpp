@@ -29,16 +29,9 @@ struct ServeArgs {
 };
 
 Status serve(ServeArgs a) {
-  std::string path = a.model;
-  if (path.empty()) {
-    auto dir = engine::default_cache_dir();
-    if (!dir.is_ok()) return dir.status();
-    auto demo = engine::ensure_demo_model(*dir);
-    if (!demo.is_ok()) return demo.status();
-    path = *demo;
-    spdlog::info("no -m given: serving the built-in demo model {} (random weights: gibberish)",
-                 path);
-  }
+  auto resolved = engine::model_or_demo(a.model);
+  if (!resolved.is_ok()) return resolved.status();
+  const std::string path = *resolved;
   a.backend.model_path = path;
   a.backend.kv_pool_bytes = a.kv_cache_mb * (int64_t(1) << 20);
   a.server.handle_signals = true;
@@ -102,24 +95,10 @@ void register_serve(CLI::App& app, CommandResult& result) {
   auto& b = a->backend;
   cmd->add_option("-m,--model", a->model, "GGUF model (default: the built-in demo model)");
   add_http_server_flags(cmd, s, b.max_queue, "--port");
-  cmd->add_option("--model-name", b.model_name, "model id clients use (default: file name)");
+  add_engine_flags(cmd, b, a->kv_cache_mb);
   add_grpc_port_flag(cmd, a->grpc_port,
                      "also serve the Serving gRPC service on this port; 0: any free port "
                      "(default: off)");
-  // Left out (0), the pool takes one thread per CPU this process may run on.
-  cmd->add_option("-t,--threads", b.threads,
-                  "kernel threads, engine thread included (default: one per allowed CPU)")
-      ->check(CLI::Range(1, 1024));
-  cmd->add_option("--ctx", b.n_ctx, "context per sequence; 0: the model's, at most 4096")
-      ->check(CLI::Range(0, 1 << 24));
-  cmd->add_option("--kv-cache-mb", a->kv_cache_mb, "KV cache pool in MiB; 0: sized automatically")
-      ->check(CLI::Range(int64_t(0), int64_t(1) << 24));
-  cmd->add_option("--max-batch-tokens", b.max_batch_tokens, "tokens per engine step")
-      ->check(CLI::Range(1, 1 << 20))
-      ->capture_default_str();
-  cmd->add_option("--max-seqs", b.max_seqs, "sequences running at once")
-      ->check(CLI::Range(1, 1 << 16))
-      ->capture_default_str();
   cmd->callback([a, &result] { result.status = serve(*a); });
 }
 

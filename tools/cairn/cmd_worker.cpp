@@ -22,6 +22,7 @@
 #include "cluster/worker_agent.h"
 #include "commands.h"
 #include "engine/demo_model.h"
+#include "server_flags.h"
 #include "serving/local_backend.h"
 
 namespace cairn::cli {
@@ -84,16 +85,9 @@ Status run_worker(WorkerArgs a) {
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
-  std::string path = a.model;
-  if (path.empty()) {
-    auto dir = engine::default_cache_dir();
-    if (!dir.is_ok()) return dir.status();
-    auto demo = engine::ensure_demo_model(*dir);
-    if (!demo.is_ok()) return demo.status();
-    path = *demo;
-    spdlog::info("no -m given: serving the built-in demo model {} (random weights: gibberish)",
-                 path);
-  }
+  auto resolved = engine::model_or_demo(a.model);
+  if (!resolved.is_ok()) return resolved.status();
+  const std::string path = *resolved;
   a.backend.model_path = path;
   a.backend.kv_pool_bytes = a.kv_cache_mb * (int64_t(1) << 20);
   auto local = serving::LocalBackend::create(a.backend);
@@ -201,22 +195,9 @@ void register_worker(CLI::App& app, CommandResult& result) {
   cmd->add_option("--max-message-mb", a->max_message_mb, "largest gRPC message in MiB")
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();
-  cmd->add_option("--model-name", b.model_name, "model id clients use (default: file name)");
+  add_engine_flags(cmd, b, a->kv_cache_mb);
   cmd->add_option("--max-queue", b.max_queue, "requests waiting to run (refused beyond)")
       ->check(CLI::Range(1, 1 << 20))
-      ->capture_default_str();
-  cmd->add_option("-t,--threads", b.threads,
-                  "kernel threads, engine thread included (default: one per allowed CPU)")
-      ->check(CLI::Range(1, 1024));
-  cmd->add_option("--ctx", b.n_ctx, "context per sequence; 0: the model's, at most 4096")
-      ->check(CLI::Range(0, 1 << 24));
-  cmd->add_option("--kv-cache-mb", a->kv_cache_mb, "KV cache pool in MiB; 0: sized automatically")
-      ->check(CLI::Range(int64_t(0), int64_t(1) << 24));
-  cmd->add_option("--max-batch-tokens", b.max_batch_tokens, "tokens per engine step")
-      ->check(CLI::Range(1, 1 << 20))
-      ->capture_default_str();
-  cmd->add_option("--max-seqs", b.max_seqs, "sequences running at once")
-      ->check(CLI::Range(1, 1 << 16))
       ->capture_default_str();
   cmd->callback([a, &result] { result.status = run_worker(*a); });
 }

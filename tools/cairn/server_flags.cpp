@@ -36,4 +36,22 @@ void add_grpc_port_flag(CLI::App* cmd, int& grpc_port, const std::string& help) 
   cmd->add_option("--grpc-port", grpc_port, help)->check(CLI::Range(-1, 65535));
 }
 
+void add_engine_flags(CLI::App* cmd, serving::LocalBackendOptions& b, int64_t& kv_cache_mb) {
+  cmd->add_option("--model-name", b.model_name, "model id clients use (default: file name)");
+  // Left out (0), the pool takes one thread per CPU this process may run on.
+  cmd->add_option("-t,--threads", b.threads,
+                  "kernel threads, engine thread included (default: one per allowed CPU)")
+      ->check(CLI::Range(1, 1024));
+  cmd->add_option("--ctx", b.n_ctx, "context per sequence; 0: the model's, at most 4096")
+      ->check(CLI::Range(0, 1 << 24));
+  cmd->add_option("--kv-cache-mb", kv_cache_mb, "KV cache pool in MiB; 0: sized automatically")
+      ->check(CLI::Range(int64_t(0), int64_t(1) << 24));
+  cmd->add_option("--max-batch-tokens", b.max_batch_tokens, "tokens per engine step")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  cmd->add_option("--max-seqs", b.max_seqs, "sequences running at once")
+      ->check(CLI::Range(1, 1 << 16))
+      ->capture_default_str();
+}
+
 }  // namespace cairn::cli

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "api/http_server.h"
+#include "serving/local_backend.h"
 
 namespace cairn::cli {
 
@@ -17,6 +18,11 @@ namespace cairn::cli {
 // the controller).
 void add_http_server_flags(CLI::App* cmd, api::ServerOptions& server, int32_t& max_queue,
                            const std::string& port_flag);
+
+// Adds the flags of a model served in this process (`cairn serve`, `cairn
+// worker`): --model-name, --threads, --ctx, --kv-cache-mb, --max-batch-tokens,
+// --max-seqs. `kv_cache_mb` is turned into backend.kv_pool_bytes by the caller.
+void add_engine_flags(CLI::App* cmd, serving::LocalBackendOptions& backend, int64_t& kv_cache_mb);
 
 // Adds `--grpc-port`: -1 (the default) leaves the gRPC server off; 0 picks any free port.
 void add_grpc_port_flag(CLI::App* cmd, int& grpc_port, const std::string& help);
