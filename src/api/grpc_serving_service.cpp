@@ -9,6 +9,7 @@
 
 #include <deque>
 #include <mutex>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
@@ -403,6 +404,11 @@ class StreamCall final : public CallBase {
     v1::PredictReply reply;
     reply.set_instance_index(static_cast<uint32_t>(i));
     set_string(*reply.add_instances(), "text", ev.text);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (streamed_.size() <= i) streamed_.resize(i + 1, false);
+      streamed_[i] = true;
+    }
     push(i, std::move(reply), false);
   }
   void on_finish(size_t i, const serving::FinishEvent& ev) override {
@@ -417,6 +423,13 @@ class StreamCall final : public CallBase {
     auto* e = reply.add_error_msg();
     e->set_error_code(err.code);
     e->set_error_msg(err.message);
+    {
+      // An instance that fails after it streamed text (its worker died) also
+      // ends the call with that error's status (UNAVAILABLE for a lost
+      // worker), so a client that reads only the status still sees it.
+      std::lock_guard<std::mutex> lock(mu_);
+      if (i < streamed_.size() && streamed_[i] && !failure_) failure_ = err;
+    }
     push(i, std::move(reply), true);
   }
 
@@ -425,6 +438,7 @@ class StreamCall final : public CallBase {
     const v1::PredictReply* next = nullptr;
     bool finish_ok = false;
     bool finish_cancel = false;
+    std::optional<CallError> failure;
     {
       std::lock_guard<std::mutex> lock(mu_);
       queue_.pop_front();
@@ -438,10 +452,13 @@ class StreamCall final : public CallBase {
       } else {
         writing_ = false;
         finish_ok = finish_if_all_done();
+        failure = failure_;
       }
     }
     if (next) {
       reactor_->StartWrite(next);
+    } else if (finish_ok && failure) {
+      reactor_->Finish(grpc::Status(grpc_code_of(failure->code), failure->message));
     } else if (finish_ok) {
       reactor_->Finish(grpc::Status::OK);
     } else if (finish_cancel) {
@@ -497,6 +514,8 @@ class StreamCall final : public CallBase {
   }
 
   grpc::ServerWriteReactor<v1::PredictReply>* reactor_;
+  std::vector<bool> streamed_;          // per instance: text was sent
+  std::optional<CallError> failure_;    // the first failure after streamed text
   std::deque<v1::PredictReply> queue_;  // front: the write in flight
   bool writing_ = false;
   bool cancel_pending_ = false;

@@ -100,6 +100,20 @@ class FakeBackend : public serving::Backend {
     for (auto& [id, sink] : held) answer(*sink);
   }
 
+  // Sends one token to every held request, then fails it as a worker lost
+  // mid-generation does.
+  void fail_all_after_a_token() {
+    std::map<serving::RequestId, std::shared_ptr<serving::EventSink>> held;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      held.swap(held_);
+    }
+    for (auto& [id, sink] : held) {
+      sink->on_token(serving::TokenEvent{1, "Hello", -0.5f, {}});
+      sink->on_error(serving::Error{serving::ErrorKind::Unavailable, "worker lost", ""});
+    }
+  }
+
   size_t submitted() const {
     std::lock_guard<std::mutex> lock(mu_);
     return submitted_.size();

@@ -362,6 +362,34 @@ TEST_F(GrpcServingFake, StreamWholeRequestErrorIsTheStatus) {
   EXPECT_NE(st.error_message().find("nope"), std::string::npos);
 }
 
+// After text was streamed, a failure is in the instance's last reply and is
+// also the call's status: a client reading only the status sees UNAVAILABLE.
+TEST_F(GrpcServingFake, StreamFailingAfterTextEndsUnavailable) {
+  backend_.set_mode(FakeBackend::Mode::Hold);
+  grpc::ClientContext ctx;
+  deadline(ctx);
+  auto reader =
+      server_.stub().PredictStream(&ctx, request("fake", "generate", {{{"prompt", str("a")}}}));
+  ASSERT_TRUE(backend_.wait_held(1));
+  backend_.fail_all_after_a_token();
+  v1::PredictReply r;
+  std::string text;
+  int errors = 0;
+  while (reader->Read(&r)) {
+    if (r.error_msg_size() > 0) {
+      EXPECT_EQ(r.error_msg(0).error_code(), 503);
+      ++errors;
+    } else if (r.instances_size() == 1) {
+      text += out_str(r.instances(0), "text");
+    }
+  }
+  auto st = reader->Finish();
+  EXPECT_EQ(text, "Hello");
+  EXPECT_EQ(errors, 1);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_NE(st.error_message().find("worker lost"), std::string::npos);
+}
+
 TEST_F(GrpcServingFake, ClientCancelCancelsTheBackendRequests) {
   backend_.set_mode(FakeBackend::Mode::Hold);
   {
