@@ -35,7 +35,7 @@ echo "fuzz.sh: fuzzing the GGUF reader for ${seconds}s"
   "$work/corpus"
 
 # The template engine and the HTTP request parser get a shorter run each.
-extra=${FUZZ_EXTRA_SECONDS:-20}
+extra=${FUZZ_EXTRA_SECONDS:-10}
 for target in chat_template_fuzz request_parser_fuzz; do
   mkdir -p "$work/$target"
   dict=()

@@ -2,13 +2,13 @@
 // server. For each concurrency level it runs C streaming clients back to back
 // and prints requests/s, aggregate output tokens/s, TTFT and inter-token
 // latency percentiles (a table, or JSON with --json). The client itself lives
-// in api/bench_client.h; this file is only the command line.
+// in loadgen/bench_client.h; this file is only the command line.
 #include <spdlog/spdlog.h>
 
 #include <cstdio>
 #include <memory>
 
-#include "api/bench_client.h"
+#include "loadgen/bench_client.h"
 #include "commands.h"
 
 namespace cairn::cli {
@@ -27,15 +27,15 @@ struct BenchArgs {
   bool json = false;
 };
 
-void log_level(const api::bench::LevelResult& l) {
+void log_level(const loadgen::LevelResult& l) {
   spdlog::info("concurrency {}: {} requests, {} errors, {:.2f} output tok/s in {:.1f} s",
                l.concurrency, l.requests, l.errors, l.output_tok_per_s, l.wall_s);
 }
 
 Status bench(const BenchArgs& a) {
-  auto url = api::bench::parse_url(a.url);
+  auto url = loadgen::parse_url(a.url);
   if (!url.is_ok()) return url.status();
-  api::bench::BenchOptions o;
+  loadgen::BenchOptions o;
   o.url = *url;
   o.model = a.model;
   o.concurrency = a.concurrency;
@@ -45,10 +45,10 @@ Status bench(const BenchArgs& a) {
   o.request_timeout_s = a.timeout_s;
   o.seed = a.seed;
   spdlog::info("bench {}: prompt {} tokens, max_tokens {}", a.url, a.prompt_tokens, a.max_tokens);
-  auto levels = api::bench::run(o, &log_level);
+  auto levels = loadgen::run(o, &log_level);
   if (!levels.is_ok()) return levels.status();
-  std::string text = a.json ? api::bench::to_json(*levels).dump(2) + "\n"
-                            : api::bench::format_table(*levels);
+  std::string text = a.json ? loadgen::to_json(*levels).dump(2) + "\n"
+                            : loadgen::format_table(*levels);
   std::fputs(text.c_str(), stdout);
   std::fflush(stdout);
   return Status::ok();

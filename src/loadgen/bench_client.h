@@ -1,4 +1,4 @@
-// api/bench_client.h — the load generator behind `cairn bench`.
+// loadgen/bench_client.h — the load generator behind `cairn bench`.
 // Owns the client side of a serving benchmark: parsing the target URL,
 // splitting a Server-Sent-Events byte stream into `data:` payloads, running C
 // concurrent streaming /v1/completions clients on one io_context (no thread
@@ -15,7 +15,7 @@
 
 #include "core/status.h"
 
-namespace cairn::api::bench {
+namespace cairn::loadgen {
 
 struct Url {
   std::string host;
@@ -107,4 +107,4 @@ nlohmann::json request_body(const BenchOptions& o, uint64_t index);
 Result<std::vector<LevelResult>> run(const BenchOptions& o,
                                      void (*progress)(const LevelResult&) = nullptr);
 
-}  // namespace cairn::api::bench
+}  // namespace cairn::loadgen

@@ -1,4 +1,4 @@
-#include "api/bench_client.h"
+#include "loadgen/bench_client.h"
 
 // g++ 12 misreads Boost 1.74's recycling coroutine-frame allocator (its
 // operator new/delete pair is matched, through thread_info_base) and warns at
@@ -23,7 +23,7 @@
 #include <optional>
 #include <random>
 
-namespace cairn::api::bench {
+namespace cairn::loadgen {
 
 namespace asio = boost::asio;
 namespace beast = boost::beast;
@@ -422,4 +422,4 @@ Result<std::vector<LevelResult>> run(const BenchOptions& o,
   }
 }
 
-}  // namespace cairn::api::bench
+}  // namespace cairn::loadgen

@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "api/bench_client.h"
+#include "loadgen/bench_client.h"
 
-namespace cairn::api::bench {
+namespace cairn::loadgen {
 namespace {
 
 std::vector<std::string> feed_all(const std::vector<std::string>& pieces) {
@@ -200,4 +200,4 @@ TEST(BenchRun, EndToEndAgainstCairnServe) {
 }
 
 }  // namespace
-}  // namespace cairn::api::bench
+}  // namespace cairn::loadgen
