@@ -102,6 +102,15 @@ function startWorker(controller, extra = []) {
   return { proc, err, exited };
 }
 
+// Waits for the worker's two start-up lines; returns its address and the
+// registration line.
+async function listeningAndRegistered(w) {
+  const listening = await w.err.wait((l) => l.startsWith('cairn: worker listening on '), 'listening line');
+  const address = listening.slice('cairn: worker listening on '.length).trim();
+  const registered = await w.err.wait((l) => l.startsWith('cairn: registered with '), 'registered line');
+  return { address, registered };
+}
+
 function generate(address, maxTokens) {
   const proc = track(spawn(python, [harness, pyDir, 'generate', address, 'Once upon a time', String(maxTokens)],
     { stdio: ['ignore', 'pipe', 'pipe'] }));
@@ -142,10 +151,8 @@ describe('cairn worker process', { skip: skip ?? false }, () => {
     const c = await startController();
     const w = startWorker(c.address);  // no -m: the built-in demo model
     try {
-      const listening = await w.err.wait((l) => l.startsWith('cairn: worker listening on '), 'listening line');
-      const address = listening.slice('cairn: worker listening on '.length).trim();
+      const { address, registered: reg } = await listeningAndRegistered(w);
       assert.match(address, /^127\.0\.0\.1:\d+$/);
-      const reg = await w.err.wait((l) => l.startsWith('cairn: registered with '), 'registered line');
       assert.match(reg, new RegExp(`^cairn: registered with ${c.address} as fake-1$`));
       const r0 = c.events('register')[0];
       assert.equal(r0.address, address, 'the worker advertises its bound address');
@@ -176,9 +183,7 @@ describe('cairn worker process', { skip: skip ?? false }, () => {
     const c = await startController();
     const w = startWorker(c.address, ['-m', modelPath, '--drain-seconds', '120']);
     try {
-      const listening = await w.err.wait((l) => l.startsWith('cairn: worker listening on '), 'listening line');
-      const address = listening.slice('cairn: worker listening on '.length).trim();
-      await w.err.wait((l) => l.startsWith('cairn: registered with '), 'registered line');
+      const { address } = await listeningAndRegistered(w);
 
       const maxTokens = 1500;
       const running = generate(address, maxTokens);
@@ -212,9 +217,7 @@ describe('cairn worker process', { skip: skip ?? false }, () => {
     const c = await startController();
     const w = startWorker(c.address, ['-m', modelPath, '--drain-seconds', '120']);
     try {
-      const listening = await w.err.wait((l) => l.startsWith('cairn: worker listening on '), 'listening line');
-      const address = listening.slice('cairn: worker listening on '.length).trim();
-      await w.err.wait((l) => l.startsWith('cairn: registered with '), 'registered line');
+      const { address } = await listeningAndRegistered(w);
       const running = generate(address, 1900);
       await running.out.wait((l) => json(l)?.token !== undefined, 'the first token', 60000);
       w.proc.kill('SIGTERM');
