@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <random>
+#include <regex>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -38,6 +39,22 @@ double number_after(const std::string& out, const std::string& label, int index 
     return v;
   }
   return -1;
+}
+
+// Every number on the first line that starts with `label`, after the label.
+std::vector<double> numbers_on(const std::string& out, const std::string& label) {
+  std::istringstream in(out);
+  std::vector<double> v;
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind(label, 0) != 0) continue;
+    const std::string rest = line.substr(label.size());
+    const std::regex number(R"([0-9]+(\.[0-9]+)?)");
+    for (auto it = std::sregex_iterator(rest.begin(), rest.end(), number);
+         it != std::sregex_iterator(); ++it)
+      v.push_back(std::stod(it->str()));
+    break;
+  }
+  return v;
 }
 
 class BenchModel : public ::testing::Test {
@@ -96,6 +113,22 @@ TEST_F(BenchModel, PrintsEveryRowWithPositiveNumbers) {
                           "bytes / decoded token (B=1)", "read bandwidth", "decode efficiency"}) {
     EXPECT_GT(number_after(out, row), 0) << row << "\n" << out;
   }
+  // Each batch-1 run comes with the probe taken just before it; the reported
+  // efficiency is the fastest run's against its own probe.
+  const double mb_per_token = number_after(out, "bytes / decoded token (B=1)");
+  double best_tps = 0, best_eff = -1;
+  for (const char* run : {"  run 1:", "  run 2:"}) {
+    SCOPED_TRACE(run);
+    const std::vector<double> v = numbers_on(out, run);  // tok/s, probe, reads, efficiency
+    ASSERT_EQ(v.size(), 4u) << out;
+    EXPECT_GT(v[0], 0);
+    EXPECT_GT(v[1], 0);
+    EXPECT_NEAR(v[2], v[0] * mb_per_token / 1e3, 0.006 + v[2] * 1e-3);
+    EXPECT_NEAR(v[3], 100 * v[2] / v[1], 0.06 + v[3] * 2e-3);
+    if (v[0] > best_tps) best_tps = v[0], best_eff = v[3];
+  }
+  EXPECT_TRUE(numbers_on(out, "  run 3:").empty()) << "one line per run";
+  EXPECT_NEAR(number_after(out, "decode efficiency"), best_eff, 0.051) << out;
   // The parts add up to the total (printed in MB with four decimals).
   EXPECT_NEAR(
       number_after(out, "weight bytes / token") + number_after(out, "kv bytes / token (B=1)"),
