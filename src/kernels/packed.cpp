@@ -74,7 +74,8 @@ void pack_rows(const WeightMatrix& w, PackedMatrix& p) {
         std::memcpy(dst + 2 * r, &blk->d, 2);
         const auto* qs = reinterpret_cast<const uint8_t*>(blk->qs);
         for (int k = 0; k < kChunks; ++k) {
-          for (int i = 0; i < 4; ++i) dst[32 + 64 * k + 4 * r + i] = (uint8_t)(qs[4 * k + i] ^ kXor);
+          for (int i = 0; i < 4; ++i)
+            dst[32 + 64 * k + 4 * r + i] = (uint8_t)(qs[4 * k + i] ^ kXor);
         }
       }
     }
@@ -107,8 +108,8 @@ CAIRN_VNNI void quantize_act(int32_t offset, const float* x, int64_t cols, uint8
   for (int64_t b = 0; b < nb; ++b) {
     const __m512 v0 = _mm512_loadu_ps(x + 32 * b);
     const __m512 v1 = _mm512_loadu_ps(x + 32 * b + 16);
-    const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_andnot_ps(sign, v0),
-                                                          _mm512_andnot_ps(sign, v1)));
+    const float amax =
+        _mm512_reduce_max_ps(_mm512_max_ps(_mm512_andnot_ps(sign, v0), _mm512_andnot_ps(sign, v1)));
     const uint16_t dh = f32_to_f16(amax / 127.0f);
     const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
     const __m512i i0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, _mm512_set1_ps(id)));  // ties to even
@@ -122,6 +123,60 @@ CAIRN_VNNI void quantize_act(int32_t offset, const float* x, int64_t cols, uint8
 }
 
 // ---- kernels ------------------------------------------------------------------
+
+// acc += dpbusd(w, the 4 activation bytes at p broadcast to every lane), with
+// the broadcast folded into the instruction's memory operand ({1to16}): one
+// instruction where the intrinsics give a broadcast load plus the dot.
+CAIRN_VNNI inline __m512i dpbusd_bcast(__m512i acc, __m512i w, const uint8_t* p) {
+  asm("vpdpbusd %2%{1to16%}, %1, %0"
+      : "+v"(acc)
+      : "v"(w), "m"(*reinterpret_cast<const int32_t*>(p)));
+  return acc;
+}
+
+// One token against one 16-row group (decode), tile()'s arithmetic in fewer
+// instructions per block, so more of the weight stream is in flight: the
+// activation broadcasts are folded into the dots, and Q4_0's high nibbles are
+// masked in place (16x their value) with their sum shifted back once per
+// block, exact as every term is a multiple of 16. Measured against tile<1>
+// (bench_matmul, 151 MB Q4_0 from DRAM, one thread): 26 GB/s vs 19-21;
+// TinyLlama-shaped decode: Q4_0 +3%, Q8_0 +6% (alternating runs).
+template <bool kQ4>
+CAIRN_VNNI void tile_one(const uint8_t* gw, int64_t nb, int64_t cols, const uint8_t* act,
+                         float* out, int n_rows) {
+  constexpr size_t kBlock = kQ4 ? kQ4Block : kQ8Block;
+  __m512 acc = _mm512_setzero_ps();
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  const __m512i mf0 = _mm512_set1_epi8((char)0xF0);
+  const float* d_act = reinterpret_cast<const float*>(act + cols);
+  const int32_t* bias_act = reinterpret_cast<const int32_t*>(act + cols + 4 * nb);
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = gw + (size_t)b * kBlock;
+    const uint8_t* qs = act + 32 * b;
+    __m512i s_lo = _mm512_set1_epi32(bias_act[b]), s_hi = _mm512_setzero_si512();
+    if constexpr (kQ4) {
+#pragma GCC unroll 4
+      for (int k = 0; k < 4; ++k) {
+        const __m512i q = _mm512_loadu_si512(blk + 32 + 64 * k);
+        s_lo = dpbusd_bcast(s_lo, _mm512_and_si512(q, m4), qs + 4 * k);
+        s_hi = dpbusd_bcast(s_hi, _mm512_and_si512(q, mf0), qs + 16 + 4 * k);
+      }
+      s_lo = _mm512_add_epi32(s_lo, _mm512_srai_epi32(s_hi, 4));
+    } else {
+#pragma GCC unroll 8
+      for (int k = 0; k < 8; k += 2) {
+        s_lo = dpbusd_bcast(s_lo, _mm512_loadu_si512(blk + 32 + 64 * k), qs + 4 * k);
+        s_hi = dpbusd_bcast(s_hi, _mm512_loadu_si512(blk + 32 + 64 * (k + 1)), qs + 4 * k + 4);
+      }
+      s_lo = _mm512_add_epi32(s_lo, s_hi);
+    }
+    const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
+    const __m512 dd = _mm512_mul_ps(dw, _mm512_set1_ps(d_act[b]));
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s_lo), dd, acc);
+  }
+  const __mmask16 mask = n_rows >= kGroup ? (__mmask16)0xFFFF : (__mmask16)((1u << n_rows) - 1);
+  _mm512_mask_storeu_ps(out, mask, acc);
+}
 // Every loop over tokens and chunks is unrolled so the arrays below live in
 // registers (the Release build is -O2, which would keep them in memory).
 
@@ -135,7 +190,7 @@ CAIRN_VNNI void tile(const uint8_t* gw, int64_t nb, int64_t cols, const uint8_t*
                      float* out, int64_t out_stride, int n_rows) {
   constexpr size_t kBlock = kQ4 ? kQ4Block : kQ8Block;
   __m512 acc[NT];
-  #pragma GCC unroll 8
+#pragma GCC unroll 8
   for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
   const __m512i m4 = _mm512_set1_epi8(0x0F);
   for (int64_t b = 0; b < nb; ++b) {
@@ -144,25 +199,25 @@ CAIRN_VNNI void tile(const uint8_t* gw, int64_t nb, int64_t cols, const uint8_t*
     // w[k] holds elements 4k..4k+3 of every row.
     __m512i w[8];
     if constexpr (kQ4) {
-      #pragma GCC unroll 8
+#pragma GCC unroll 8
       for (int k = 0; k < 4; ++k) {
         const __m512i q = _mm512_loadu_si512(blk + 32 + 64 * k);
         w[k] = _mm512_and_si512(q, m4);
         w[k + 4] = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
       }
     } else {
-      #pragma GCC unroll 8
+#pragma GCC unroll 8
       for (int k = 0; k < 8; ++k) w[k] = _mm512_loadu_si512(blk + 32 + 64 * k);
     }
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int t = 0; t < NT; ++t) {
       const uint8_t* at = act + t * stride;
       const uint8_t* qs = at + 32 * b;
       const float d = reinterpret_cast<const float*>(at + cols)[b];
       const int32_t bias = reinterpret_cast<const int32_t*>(at + cols + 4 * nb)[b];
-      // Two dependency chains of 4 (a single token has no other parallelism).
+      // Two dependency chains of 4 per token.
       __m512i s_lo = _mm512_set1_epi32(bias), s_hi = _mm512_setzero_si512();
-      #pragma GCC unroll 8
+#pragma GCC unroll 8
       for (int k = 0; k < 4; ++k) {
         int32_t a_lo, a_hi;
         std::memcpy(&a_lo, qs + 4 * k, 4);
@@ -176,7 +231,7 @@ CAIRN_VNNI void tile(const uint8_t* gw, int64_t nb, int64_t cols, const uint8_t*
     }
   }
   const __mmask16 mask = n_rows >= kGroup ? (__mmask16)0xFFFF : (__mmask16)((1u << n_rows) - 1);
-  #pragma GCC unroll 8
+#pragma GCC unroll 8
   for (int t = 0; t < NT; ++t) _mm512_mask_storeu_ps(out + t * out_stride, mask, acc[t]);
 }
 
@@ -188,21 +243,21 @@ CAIRN_VNNI void tile2(const uint8_t* gw0, const uint8_t* gw1, int64_t nb, int64_
                       const uint8_t* act, size_t stride, float* out, int64_t out_stride) {
   constexpr size_t kBlock = kQ4 ? kQ4Block : kQ8Block;
   __m512 acc[2][NT];
-  #pragma GCC unroll 8
+#pragma GCC unroll 8
   for (int t = 0; t < NT; ++t) acc[0][t] = acc[1][t] = _mm512_setzero_ps();
   const __m512i m4 = _mm512_set1_epi8(0x0F);
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* blk[2] = {gw0 + (size_t)b * kBlock, gw1 + (size_t)b * kBlock};
     __m512i s[2][NT];
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int t = 0; t < NT; ++t) {
       const int32_t bias = reinterpret_cast<const int32_t*>(act + t * stride + cols + 4 * nb)[b];
       s[0][t] = s[1][t] = _mm512_set1_epi32(bias);
     }
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int k = 0; k < (kQ4 ? 4 : 8); ++k) {
       __m512i w[2][2];  // [group][low/high nibbles, or the one chunk]
-      #pragma GCC unroll 2
+#pragma GCC unroll 2
       for (int g = 0; g < 2; ++g) {
         const __m512i q = _mm512_loadu_si512(blk[g] + 32 + 64 * k);
         if constexpr (kQ4) {
@@ -212,7 +267,7 @@ CAIRN_VNNI void tile2(const uint8_t* gw0, const uint8_t* gw1, int64_t nb, int64_
           w[g][0] = q;
         }
       }
-      #pragma GCC unroll 8
+#pragma GCC unroll 8
       for (int t = 0; t < NT; ++t) {
         const uint8_t* qs = act + t * stride + 32 * b;
         int32_t a0;
@@ -229,39 +284,50 @@ CAIRN_VNNI void tile2(const uint8_t* gw0, const uint8_t* gw1, int64_t nb, int64_
         }
       }
     }
-    const __m512 dw0 = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[0])));
-    const __m512 dw1 = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[1])));
-    #pragma GCC unroll 8
+    const __m512 dw0 =
+        _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[0])));
+    const __m512 dw1 =
+        _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[1])));
+#pragma GCC unroll 8
     for (int t = 0; t < NT; ++t) {
       const __m512 d = _mm512_set1_ps(reinterpret_cast<const float*>(act + t * stride + cols)[b]);
       acc[0][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[0][t]), _mm512_mul_ps(dw0, d), acc[0][t]);
       acc[1][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[1][t]), _mm512_mul_ps(dw1, d), acc[1][t]);
     }
   }
-  #pragma GCC unroll 8
+#pragma GCC unroll 8
   for (int t = 0; t < NT; ++t) {
     _mm512_storeu_ps(out + t * out_stride, acc[0][t]);
     _mm512_storeu_ps(out + t * out_stride + kGroup, acc[1][t]);
   }
 }
 
-using TileFn = void (*)(const uint8_t*, int64_t, int64_t, const uint8_t*, size_t, float*, int64_t, int);
+using TileFn = void (*)(const uint8_t*, int64_t, int64_t, const uint8_t*, size_t, float*, int64_t,
+                        int);
 
+// tile<kQ4, 2..kTile>; a single token takes tile_one.
 template <bool kQ4, int... Ns>
 constexpr std::array<TileFn, sizeof...(Ns)> tiles(std::integer_sequence<int, Ns...>) {
-  return {tile<kQ4, Ns + 1>...};
+  return {tile<kQ4, Ns + 2>...};
 }
-constexpr auto kQ4Tiles = tiles<true>(std::make_integer_sequence<int, kTile>{});
-constexpr auto kQ8Tiles = tiles<false>(std::make_integer_sequence<int, kTile>{});
+constexpr auto kQ4Tiles = tiles<true>(std::make_integer_sequence<int, kTile - 1>{});
+constexpr auto kQ8Tiles = tiles<false>(std::make_integer_sequence<int, kTile - 1>{});
 
 // Tokens [t0, t1) of one group, in tiles of up to kTile tokens.
 void run_group(const PackedMatrix& pm, int64_t g, const uint8_t* act, size_t stride, int64_t t0,
                int64_t t1, float* out) {
-  const auto& fns = pm.layout == PackedMatrix::Layout::Q4_0x16 ? kQ4Tiles : kQ8Tiles;
+  const auto& fns = pm.layout == PackedMatrix::Layout::Q4_0x16 ? kQ4Tiles : kQ8Tiles;  // 2.. tokens
   const int n_rows = (int)std::min<int64_t>(kGroup, pm.rows - g * kGroup);
+  const bool q4 = pm.layout == PackedMatrix::Layout::Q4_0x16;
   for (int64_t t = t0; t < t1; t += kTile) {
     const int nt = (int)std::min<int64_t>(kTile, t1 - t);
-    fns[(size_t)nt - 1](pm.group(g), pm.n_blocks, pm.cols, act + (size_t)t * stride, stride,
+    if (nt == 1) {
+      (q4 ? tile_one<true> : tile_one<false>)(pm.group(g), pm.n_blocks, pm.cols,
+                                              act + (size_t)t * stride,
+                                              out + t * pm.rows + g * kGroup, n_rows);
+      continue;
+    }
+    fns[(size_t)nt - 2](pm.group(g), pm.n_blocks, pm.cols, act + (size_t)t * stride, stride,
                         out + t * pm.rows + g * kGroup, pm.rows, n_rows);
   }
 }
@@ -347,8 +413,8 @@ void packed_matmul_many(std::span<const PackedJob> jobs, const float* x, int64_t
             const auto fn = pm.layout == PackedMatrix::Layout::Q4_0x16 ? tile2<true, kTile2>
                                                                        : tile2<false, kTile2>;
             for (int64_t t = t0; t < tiles_end; t += kTile2)
-              fn(pm.group(lg), pm.group(lg + 1), pm.n_blocks, pm.cols, act + (size_t)t * stride, stride,
-                 j.out + t * pm.rows + lg * kGroup, pm.rows);
+              fn(pm.group(lg), pm.group(lg + 1), pm.n_blocks, pm.cols, act + (size_t)t * stride,
+                 stride, j.out + t * pm.rows + lg * kGroup, pm.rows);
             run_group(pm, lg, act, stride, tiles_end, t1, j.out);
             run_group(pm, lg + 1, act, stride, tiles_end, t1, j.out);
             g += 2;
