@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <utility>
@@ -332,6 +333,59 @@ void run_group(const PackedMatrix& pm, int64_t g, const uint8_t* act, size_t str
   }
 }
 
+// [0, n) split as the pool's static split (one contiguous range per share),
+// each range walked front to back in chunks of kStealChunk; a share that
+// finishes its own range takes chunks from the back of the others'. Reading
+// stays sequential in every range (what the hardware prefetcher wants, which
+// a shared queue of chunks would break), and no share waits for a slower one.
+constexpr int64_t kStealChunk = 4;
+
+struct alignas(64) StealRange {
+  int64_t begin = 0, end = 0;
+  std::atomic<uint64_t> front_back{0};  // next chunk from the front (high 32 bits), end (low)
+};
+
+// The next chunk of r from its front (own) or its back (stolen); -1 when none is left.
+int64_t claim_chunk(StealRange& r, bool from_back) {
+  uint64_t v = r.front_back.load(std::memory_order_relaxed);
+  for (;;) {
+    const uint64_t front = v >> 32, back = v & 0xFFFFFFFFu;
+    if (front >= back) return -1;
+    const uint64_t next = from_back ? (front << 32) | (back - 1) : ((front + 1) << 32) | back;
+    if (r.front_back.compare_exchange_weak(v, next, std::memory_order_relaxed))
+      return (int64_t)(from_back ? back - 1 : front);
+  }
+}
+
+template <typename Fn>
+void run_balanced(ThreadPool& pool, int64_t n, const Fn& fn) {
+  const int shares = pool.size();
+  thread_local std::unique_ptr<StealRange[]> ranges;
+  thread_local int capacity = 0;
+  if (capacity < shares) {
+    ranges = std::make_unique<StealRange[]>((size_t)shares);
+    capacity = shares;
+  }
+  const int64_t q = n / shares, rem = n % shares;
+  for (int t = 0; t < shares; ++t) {
+    StealRange& r = ranges[(size_t)t];
+    r.begin = t * q + std::min<int64_t>(t, rem);
+    r.end = r.begin + q + (t < rem ? 1 : 0);
+    const uint64_t chunks = (uint64_t)((r.end - r.begin + kStealChunk - 1) / kStealChunk);
+    r.front_back.store(chunks, std::memory_order_relaxed);  // front 0, back = chunks
+  }
+  StealRange* all = ranges.get();
+  pool.run([&](int share, int n_shares) {
+    for (int k = 0; k < n_shares; ++k) {
+      StealRange& r = all[(share + k) % n_shares];
+      for (int64_t c; (c = claim_chunk(r, k != 0)) >= 0;) {
+        const int64_t b = r.begin + c * kStealChunk;
+        fn(b, std::min(r.end, b + kStealChunk));
+      }
+    }
+  });
+}
+
 }  // namespace
 
 std::shared_ptr<const PackedMatrix> pack_matrix(const WeightMatrix& w) {
@@ -391,41 +445,51 @@ void packed_matmul_many(std::span<const PackedJob> jobs, const float* x, int64_t
     for (int64_t t = b; t < e; ++t)
       quantize_act(weight_offset(first.layout), x + t * first.cols, first.cols, act + t * stride);
   });
+  int64_t total = 0;
+  for (const PackedJob& j : jobs) total += j.matrix->n_groups;
+  // Groups [g0, g1) of the jobs (one index over all of them), tokens [t0, t1).
+  const auto run_groups = [&](int64_t g0, int64_t g1, int64_t t0, int64_t t1) {
+    int64_t base = 0;
+    for (const PackedJob& j : jobs) {
+      const int64_t n = j.matrix->n_groups;
+      const int64_t end = std::min(g1, base + n);
+      for (int64_t g = std::max(g0, base); g < end;) {
+        const PackedMatrix& pm = *j.matrix;
+        const int64_t lg = g - base;
+        // Two whole groups and a full tile of tokens: the two-group kernel.
+        if (g + 1 < end && (lg + 2) * kGroup <= pm.rows && t1 - t0 >= kTile2) {
+          const int64_t tiles_end = t0 + (t1 - t0) / kTile2 * kTile2;
+          const auto fn = pm.layout == PackedMatrix::Layout::Q4_0x16 ? tile2<true, kTile2>
+                                                                     : tile2<false, kTile2>;
+          for (int64_t t = t0; t < tiles_end; t += kTile2)
+            fn(pm.group(lg), pm.group(lg + 1), pm.n_blocks, pm.cols, act + (size_t)t * stride,
+               stride, j.out + t * pm.rows + lg * kGroup, pm.rows);
+          run_group(pm, lg, act, stride, tiles_end, t1, j.out);
+          run_group(pm, lg + 1, act, stride, tiles_end, t1, j.out);
+          g += 2;
+          continue;
+        }
+        run_group(pm, lg, act, stride, t0, t1, j.out);
+        ++g;
+      }
+      base += n;
+    }
+  };
+  // Decode and small batches: one pass over the weights, nothing to keep in
+  // cache, so a share that finishes early helps the others. Measured over 8
+  // alternating TinyLlama Q4_0 decode runs: +3.5% tok/s on average (the
+  // caller's share, e.g., often runs slower than a pinned worker's).
+  if (n_tokens <= kTokenChunk && pool.size() > 1) {
+    run_balanced(pool, total, [&](int64_t g0, int64_t g1) { run_groups(g0, g1, 0, n_tokens); });
+    return;
+  }
   // The jobs' groups as one range, so one pass of the pool covers them all.
   // Each thread keeps its rows for the whole batch (its weights stay in its
   // caches across token chunks); a chunk's activations stay in L2 while the
   // thread's groups pass over them.
-  int64_t total = 0;
-  for (const PackedJob& j : jobs) total += j.matrix->n_groups;
   pool.parallel_for(total, [&](int64_t g0, int64_t g1) {
-    for (int64_t t0 = 0; t0 < n_tokens; t0 += kTokenChunk) {
-      const int64_t t1 = std::min(n_tokens, t0 + kTokenChunk);
-      int64_t base = 0;
-      for (const PackedJob& j : jobs) {
-        const int64_t n = j.matrix->n_groups;
-        const int64_t end = std::min(g1, base + n);
-        for (int64_t g = std::max(g0, base); g < end;) {
-          const PackedMatrix& pm = *j.matrix;
-          const int64_t lg = g - base;
-          // Two whole groups and a full tile of tokens: the two-group kernel.
-          if (g + 1 < end && (lg + 2) * kGroup <= pm.rows && t1 - t0 >= kTile2) {
-            const int64_t tiles_end = t0 + (t1 - t0) / kTile2 * kTile2;
-            const auto fn = pm.layout == PackedMatrix::Layout::Q4_0x16 ? tile2<true, kTile2>
-                                                                       : tile2<false, kTile2>;
-            for (int64_t t = t0; t < tiles_end; t += kTile2)
-              fn(pm.group(lg), pm.group(lg + 1), pm.n_blocks, pm.cols, act + (size_t)t * stride,
-                 stride, j.out + t * pm.rows + lg * kGroup, pm.rows);
-            run_group(pm, lg, act, stride, tiles_end, t1, j.out);
-            run_group(pm, lg + 1, act, stride, tiles_end, t1, j.out);
-            g += 2;
-            continue;
-          }
-          run_group(pm, lg, act, stride, t0, t1, j.out);
-          ++g;
-        }
-        base += n;
-      }
-    }
+    for (int64_t t0 = 0; t0 < n_tokens; t0 += kTokenChunk)
+      run_groups(g0, g1, t0, std::min(n_tokens, t0 + kTokenChunk));
   });
 }
 

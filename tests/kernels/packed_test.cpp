@@ -1,4 +1,6 @@
 // The packed VNNI kernels must give the scalar functions' bits exactly.
+#include "kernels/packed.h"
+
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -8,7 +10,6 @@
 #include "core/cpu_features.h"
 #include "core/quant.h"
 #include "kernels/kernels.h"
-#include "kernels/packed.h"
 
 namespace cairn::kernels {
 namespace {
@@ -33,12 +34,14 @@ void check_bit_identical(const Case& c, ThreadPool& pool) {
   const size_t ab = *row_bytes(act_ops->type, c.cols);
   const auto wf = random_vec((size_t)(c.rows * c.cols), 7 + (uint32_t)c.rows, 1.0f);
   std::vector<uint8_t> wq(rb * (size_t)c.rows);
-  for (int64_t r = 0; r < c.rows; ++r) ops->from_float(wf.data() + r * c.cols, wq.data() + r * rb, c.cols);
+  for (int64_t r = 0; r < c.rows; ++r)
+    ops->from_float(wf.data() + r * c.cols, wq.data() + r * rb, c.cols);
   // Activations of mixed magnitudes, with an all-zero token (scale 0) and exact ties.
   auto x = random_vec((size_t)(c.tokens * c.cols), 99 + (uint32_t)c.tokens, 3.0f);
   if (c.tokens > 1) std::fill(x.begin() + c.cols, x.begin() + 2 * c.cols, 0.0f);
   if (c.tokens > 2) {
-    for (int64_t i = 0; i < c.cols; ++i) x[(size_t)(2 * c.cols + i)] = (float)((i % 255) - 127) * 0.5f;
+    for (int64_t i = 0; i < c.cols; ++i)
+      x[(size_t)(2 * c.cols + i)] = (float)((i % 255) - 127) * 0.5f;
   }
 
   WeightMatrix w{c.type, wq.data(), c.rows, c.cols, rb, nullptr};
@@ -76,15 +79,23 @@ TEST_P(PackedKernels, BitIdenticalToScalarOnRaggedShapes) {
   ThreadPool pool(2);
   for (int64_t rows : {1, 15, 16, 17, 40}) {
     for (int64_t cols : {32, 96, 512}) {
-      for (int64_t tokens : {1, 2, 3, 5, 8, 9, 13}) check_bit_identical({GetParam(), rows, cols, tokens}, pool);
+      for (int64_t tokens : {1, 2, 3, 5, 8, 9, 13})
+        check_bit_identical({GetParam(), rows, cols, tokens}, pool);
     }
   }
   // More tokens than one activation chunk, and a model-sized width.
   check_bit_identical({GetParam(), 33, 2048, 70}, pool);
   check_bit_identical({GetParam(), 300, 256, 130}, pool);
+  // Decode-sized batches on enough groups (75) that shares finish at
+  // different times and take chunks from each other's ranges; 3 threads so
+  // one range can be robbed from both sides' neighbours.
+  ThreadPool three(3);
+  for (int64_t tokens : {1, 4, 64})
+    for (int rep = 0; rep < 3; ++rep) check_bit_identical({GetParam(), 1200, 256, tokens}, three);
 }
 
-INSTANTIATE_TEST_SUITE_P(Types, PackedKernels, ::testing::Values(TensorType::Q4_0, TensorType::Q8_0),
+INSTANTIATE_TEST_SUITE_P(Types, PackedKernels,
+                         ::testing::Values(TensorType::Q4_0, TensorType::Q8_0),
                          [](const auto& info) { return std::string(type_info(info.param).name); });
 
 // Fused jobs (one activation pass) give each matrix's own matmul bits, packed
@@ -127,7 +138,8 @@ TEST(MatmulMany, SameBitsAsSeparateMatmuls) {
     }
     matmul_many(jobs, x.data(), tokens, pool);
     for (size_t i = 0; i < n; ++i)
-      EXPECT_EQ(0, std::memcmp(fused[i].data(), single[i].data(), fused[i].size() * 4)) << "job " << i;
+      EXPECT_EQ(0, std::memcmp(fused[i].data(), single[i].data(), fused[i].size() * 4))
+          << "job " << i;
   }
 }
 
