@@ -44,8 +44,8 @@ Result<kernels::WeightMatrix> find_matrix(const gguf::File& f, const std::string
                          dims_str(want));
   const TypeOps* ops = type_ops(t->type);
   if (!ops || !ops->vec_dot || !ops->to_float || !kernels::matmul_supported(t->type))
-    return Status::error("tensor '" + name + "' has type " +
-                         std::string(type_info(t->type).name) + ", which cairn cannot compute with");
+    return Status::error("tensor '" + name + "' has type " + std::string(type_info(t->type).name) +
+                         ", which cairn cannot compute with");
   auto stride = row_bytes(t->type, cols);
   if (!stride)
     return Status::error("tensor '" + name + "': row of " + std::to_string(cols) +
@@ -71,9 +71,8 @@ Result<std::vector<float>> find_vector(const gguf::File& f, const std::string& n
   const TypeOps* ops = type_ops(t->type);
   auto bytes = row_bytes(t->type, n);
   if (!ops || !ops->to_float || !bytes)
-    return Status::error("tensor '" + name + "' has type " +
-                         std::string(type_info(t->type).name) + ", which cairn cannot read as " +
-                         std::to_string(n) + " floats");
+    return Status::error("tensor '" + name + "' has type " + std::string(type_info(t->type).name) +
+                         ", which cairn cannot read as " + std::to_string(n) + " floats");
   if (!t->data || *bytes > t->n_bytes)
     return Status::error("tensor '" + name + "' data is smaller than its shape");
   std::vector<float> out((size_t)n);
@@ -81,17 +80,16 @@ Result<std::vector<float>> find_vector(const gguf::File& f, const std::string& n
   return out;
 }
 
-Result<DecoderWeights> load_decoder_weights(const gguf::File& f, const HParams& hp,
-                                            bool qkv_bias) {
+Result<DecoderWeights> load_decoder_weights(const gguf::File& f, const HParams& hp, bool qkv_bias) {
   DecoderWeights w;
   const int64_t nq = hp.n_head * hp.head_dim;
   const int64_t nkv = hp.kv_row_elems();
 
-#define CAIRN_LOAD(lhs, expr)                  \
-  do {                                         \
-    auto cairn_r_ = (expr);                    \
-    if (!cairn_r_) return cairn_r_.status();   \
-    lhs = std::move(*cairn_r_);                \
+#define CAIRN_LOAD(lhs, expr)                \
+  do {                                       \
+    auto cairn_r_ = (expr);                  \
+    if (!cairn_r_) return cairn_r_.status(); \
+    lhs = std::move(*cairn_r_);              \
   } while (0)
 
   CAIRN_LOAD(w.tok_embd, find_matrix(f, "token_embd.weight", hp.n_embd, hp.n_vocab));
@@ -155,10 +153,11 @@ Status validate_batch(const HParams& hp, const Batch& b, const KvView& kv) {
   for (size_t i = 0; i < n; ++i) {
     const std::string at = "batch entry " + std::to_string(i) + ": ";
     if (b.tokens[i] < 0 || b.tokens[i] >= hp.n_vocab)
-      return Status::error(at + "token " + std::to_string(b.tokens[i]) + " is outside the vocabulary of " +
-                           std::to_string(hp.n_vocab));
+      return Status::error(at + "token " + std::to_string(b.tokens[i]) +
+                           " is outside the vocabulary of " + std::to_string(hp.n_vocab));
     const int64_t cap = kv.capacity(b.seqs[i]);
-    if (cap <= 0) return Status::error(at + "sequence " + std::to_string(b.seqs[i]) + " has no KV space");
+    if (cap <= 0)
+      return Status::error(at + "sequence " + std::to_string(b.seqs[i]) + " has no KV space");
     if (b.positions[i] < 0 || b.positions[i] >= cap)
       return Status::error(at + "position " + std::to_string(b.positions[i]) + " of sequence " +
                            std::to_string(b.seqs[i]) + " is outside its KV capacity " +
@@ -178,10 +177,35 @@ void embed(const kernels::WeightMatrix& tok_embd, const Batch& batch, float* x) 
     kernels::get_row(tok_embd, batch.tokens[t], x + t * (size_t)tok_embd.cols);
 }
 
+namespace {
+
+// fn(begin, end) over token rows: spread over the pool for a prefill-sized
+// batch (the other core would otherwise idle through each such step; measured
+// ~6% of a 512-token prefill), on this thread for a few tokens, where waking
+// the pool costs more than the rows.
+template <typename Fn>
+void for_token_rows(ThreadPool& pool, int64_t n_tokens, const Fn& fn) {
+  if (n_tokens >= 8) {
+    pool.parallel_for(n_tokens, fn);
+  } else {
+    fn(0, n_tokens);
+  }
+}
+
+}  // namespace
+
 void rms_norm_rows(const float* x, const std::vector<float>& weight, int64_t n_tokens, int64_t n,
-                   float eps, float* out) {
-  for (int64_t t = 0; t < n_tokens; ++t)
-    kernels::rms_norm(x + t * n, weight.data(), n, eps, out + t * n);
+                   float eps, float* out, ThreadPool& pool) {
+  for_token_rows(pool, n_tokens, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t)
+      kernels::rms_norm(x + t * n, weight.data(), n, eps, out + t * n);
+  });
+}
+
+void add_rows(float* x, const float* y, int64_t n_tokens, int64_t n, ThreadPool& pool) {
+  for_token_rows(pool, n_tokens, [&](int64_t begin, int64_t end) {
+    kernels::add(x + begin * n, y + begin * n, (end - begin) * n);
+  });
 }
 
 void attention(const HParams& hp, const AttentionWeights& w, int layer, const Batch& batch,
@@ -204,14 +228,10 @@ void attention(const HParams& hp, const AttentionWeights& w, int layer, const Ba
   const auto rope_tokens = [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t)
       kernels::rope_qk(ws.q.data() + t * nq, hp.n_head, ws.k.data() + t * nkv, hp.n_head_kv, hd,
-                       hp.n_rot, batch.positions[(size_t)t], hp.rope_freq_base,
-                       hp.rope_freq_scale, hp.rope_style);
+                       hp.n_rot, batch.positions[(size_t)t], hp.rope_freq_base, hp.rope_freq_scale,
+                       hp.rope_style);
   };
-  if (T >= 8) {
-    pool.parallel_for(T, rope_tokens);
-  } else {
-    rope_tokens(0, T);
-  }
+  for_token_rows(pool, T, rope_tokens);
   for (int64_t t = 0; t < T; ++t)
     kv.write(layer, batch.seqs[(size_t)t], batch.positions[(size_t)t], ws.k.data() + t * nkv,
              ws.v.data() + t * nkv);
@@ -231,10 +251,12 @@ void ffn_swiglu(const HParams& hp, const FfnWeights& w, int64_t T, Workspace& ws
   const kernels::MatmulJob gate_up[] = {{&w.gate, ws.gate.data()}, {&w.up, ws.up.data()}};
   kernels::matmul_many(gate_up, ws.xn.data(), T, pool);
   // silu_mul is elementwise, so gate may be overwritten in place.
-  for (int64_t t = 0; t < T; ++t) {
-    float* g = ws.gate.data() + t * hp.n_ff;
-    kernels::silu_mul(g, ws.up.data() + t * hp.n_ff, hp.n_ff, g);
-  }
+  for_token_rows(pool, T, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      float* g = ws.gate.data() + t * hp.n_ff;
+      kernels::silu_mul(g, ws.up.data() + t * hp.n_ff, hp.n_ff, g);
+    }
+  });
   project(w.down, ws.gate.data(), T, ws.tmp.data(), pool);
 }
 
@@ -260,8 +282,7 @@ void output_logits(const HParams& hp, const DecoderWeights& w, const Batch& batc
   if (R == 0) return;
   ws.out_rows.resize((size_t)(R * hp.n_embd));
   for (int64_t r = 0; r < R; ++r)
-    kernels::rms_norm(ws.x.data() + r * hp.n_embd,
-                      w.output_norm.data(), hp.n_embd, hp.norm_eps,
+    kernels::rms_norm(ws.x.data() + r * hp.n_embd, w.output_norm.data(), hp.n_embd, hp.norm_eps,
                       ws.out_rows.data() + r * hp.n_embd);
   project(w.output, ws.out_rows.data(), R, out.data.data(), pool);
 }

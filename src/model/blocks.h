@@ -57,12 +57,12 @@ Result<DecoderWeights> load_decoder_weights(const gguf::File& f, const HParams& 
 
 // Per-forward scratch, grown to the largest batch seen and then reused.
 struct Workspace {
-  std::vector<float> x;      // residual stream   [T, n_embd]
-  std::vector<float> xn;     // normed input      [T, n_embd]
-  std::vector<float> q;      // [T, n_head * head_dim]
-  std::vector<float> k, v;   // [T, n_head_kv * head_dim]
-  std::vector<float> attn;   // attention output before wo [T, n_head * head_dim]
-  std::vector<float> tmp;    // block output      [T, n_embd]
+  std::vector<float> x;         // residual stream   [T, n_embd]
+  std::vector<float> xn;        // normed input      [T, n_embd]
+  std::vector<float> q;         // [T, n_head * head_dim]
+  std::vector<float> k, v;      // [T, n_head_kv * head_dim]
+  std::vector<float> attn;      // attention output before wo [T, n_head * head_dim]
+  std::vector<float> tmp;       // block output      [T, n_embd]
   std::vector<float> gate, up;  // [T, n_ff]
   std::vector<float> out_rows;  // normed rows that want logits [R, n_embd]
 
@@ -77,7 +77,10 @@ void embed(const kernels::WeightMatrix& tok_embd, const Batch& batch, float* x);
 
 // out[t] = rms_norm(x[t]) * weight for each of n_tokens rows of n.
 void rms_norm_rows(const float* x, const std::vector<float>& weight, int64_t n_tokens, int64_t n,
-                   float eps, float* out);
+                   float eps, float* out, ThreadPool& pool);
+
+// x[i] += y[i] over n_tokens rows of n (the residual connection).
+void add_rows(float* x, const float* y, int64_t n_tokens, int64_t n, ThreadPool& pool);
 
 // Self-attention of layer `layer` for every token of the batch: projections
 // (+ bias), RoPE, K/V written to `kv`, causal attention per sequence over the

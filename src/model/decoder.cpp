@@ -23,13 +23,13 @@ class DecoderModel final : public Model {
     embed(w_.tok_embd, batch, ws_.x.data());
     for (int il = 0; il < (int)hp.n_layer; ++il) {
       const LayerWeights& l = w_.layers[(size_t)il];
-      rms_norm_rows(ws_.x.data(), l.attn_norm, T, hp.n_embd, hp.norm_eps, ws_.xn.data());
+      rms_norm_rows(ws_.x.data(), l.attn_norm, T, hp.n_embd, hp.norm_eps, ws_.xn.data(), pool_);
       attention(hp, l.attn, il, batch, kv, ws_, pool_);
-      kernels::add(ws_.x.data(), ws_.tmp.data(), T * hp.n_embd);
+      add_rows(ws_.x.data(), ws_.tmp.data(), T, hp.n_embd, pool_);
       const int64_t n = il + 1 == (int)hp.n_layer ? keep_output_rows(batch, ws_, hp.n_embd) : T;
-      rms_norm_rows(ws_.x.data(), l.ffn_norm, n, hp.n_embd, hp.norm_eps, ws_.xn.data());
+      rms_norm_rows(ws_.x.data(), l.ffn_norm, n, hp.n_embd, hp.norm_eps, ws_.xn.data(), pool_);
       ffn_swiglu(hp, l.ffn, n, ws_, pool_);
-      kernels::add(ws_.x.data(), ws_.tmp.data(), n * hp.n_embd);
+      add_rows(ws_.x.data(), ws_.tmp.data(), n, hp.n_embd, pool_);
     }
     output_logits(hp, w_, batch, ws_, pool_, out);
     return Status::ok();
@@ -60,8 +60,8 @@ Result<std::unique_ptr<Model>> load_decoder(std::shared_ptr<const gguf::File> fi
     if (m.packed && !keep_mapped) file->drop_pages(m.data, m.row_stride * (size_t)m.rows);
   };
   for (LayerWeights& l : w->layers) {
-    for (kernels::WeightMatrix* m : {&l.attn.wq, &l.attn.wk, &l.attn.wv, &l.attn.wo, &l.ffn.gate,
-                                     &l.ffn.up, &l.ffn.down})
+    for (kernels::WeightMatrix* m :
+         {&l.attn.wq, &l.attn.wk, &l.attn.wv, &l.attn.wo, &l.ffn.gate, &l.ffn.up, &l.ffn.down})
       prepare(*m, false);
   }
   prepare(w->output, hp.tied_output);
