@@ -314,6 +314,16 @@ constexpr std::array<TileFn, sizeof...(Ns)> tiles(std::integer_sequence<int, Ns.
 constexpr auto kQ4Tiles = tiles<true>(std::make_integer_sequence<int, kTile - 1>{});
 constexpr auto kQ8Tiles = tiles<false>(std::make_integer_sequence<int, kTile - 1>{});
 
+// tile2<kQ4, 2..kTile2 - 1>: the tokens a chunk leaves after its tiles of kTile2.
+using TileFn2 = void (*)(const uint8_t*, const uint8_t*, int64_t, int64_t, const uint8_t*, size_t,
+                         float*, int64_t);
+template <bool kQ4, int... Ns>
+constexpr std::array<TileFn2, sizeof...(Ns)> tails2(std::integer_sequence<int, Ns...>) {
+  return {tile2<kQ4, Ns + 2>...};
+}
+constexpr auto kQ4Tails2 = tails2<true>(std::make_integer_sequence<int, kTile2 - 2>{});
+constexpr auto kQ8Tails2 = tails2<false>(std::make_integer_sequence<int, kTile2 - 2>{});
+
 // Tokens [t0, t1) of one group, in tiles of up to kTile tokens.
 void run_group(const PackedMatrix& pm, int64_t g, const uint8_t* act, size_t stride, int64_t t0,
                int64_t t1, float* out) {
@@ -464,8 +474,18 @@ void packed_matmul_many(std::span<const PackedJob> jobs, const float* x, int64_t
           for (int64_t t = t0; t < tiles_end; t += kTile2)
             fn(pm.group(lg), pm.group(lg + 1), pm.n_blocks, pm.cols, act + (size_t)t * stride,
                stride, j.out + t * pm.rows + lg * kGroup, pm.rows);
-          run_group(pm, lg, act, stride, tiles_end, t1, j.out);
-          run_group(pm, lg + 1, act, stride, tiles_end, t1, j.out);
+          // The last 2..4 tokens: still both groups at once.
+          const int64_t rest = t1 - tiles_end;
+          if (rest >= 2) {
+            const bool q4 = pm.layout == PackedMatrix::Layout::Q4_0x16;
+            const TileFn2 tail = q4 ? kQ4Tails2[(size_t)rest - 2] : kQ8Tails2[(size_t)rest - 2];
+            tail(pm.group(lg), pm.group(lg + 1), pm.n_blocks, pm.cols,
+                 act + (size_t)tiles_end * stride, stride,
+                 j.out + tiles_end * pm.rows + lg * kGroup, pm.rows);
+          } else {
+            run_group(pm, lg, act, stride, tiles_end, t1, j.out);
+            run_group(pm, lg + 1, act, stride, tiles_end, t1, j.out);
+          }
           g += 2;
           continue;
         }
