@@ -2,6 +2,7 @@
 // and multiply-accumulates per second, on the kernels the active ISA selects.
 #include <benchmark/benchmark.h>
 
+#include <memory>
 #include <random>
 #include <vector>
 
@@ -35,9 +36,76 @@ void BM_Matmul(benchmark::State& state, TensorType type, int64_t rows, int64_t c
     kernels::matmul(w, x.data(), tokens, out.data(), pool);
     benchmark::DoNotOptimize(out.data());
   }
-  state.counters["weight_GB/s"] = benchmark::Counter((double)data.size(), benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["GMAC/s"] = benchmark::Counter((double)(rows * cols * tokens) / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["weight_GB/s"] =
+      benchmark::Counter((double)data.size(), benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GMAC/s"] = benchmark::Counter((double)(rows * cols * tokens) / 1e9,
+                                                benchmark::Counter::kIsIterationInvariantRate);
   state.SetLabel(w.packed ? "packed" : "type-table");
+}
+
+// Random weights of `rows` x `cols` in `type`, packed for the active ISA.
+struct RandomMatrix {
+  std::vector<uint8_t> data;
+  kernels::WeightMatrix w;
+  RandomMatrix(TensorType type, int64_t rows, int64_t cols, std::mt19937& rng) {
+    const TypeOps* ops = type_ops(type);
+    const size_t rb = *row_bytes(type, cols);
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    std::vector<float> row((size_t)cols);
+    data.resize(rb * (size_t)rows);
+    for (int64_t r = 0; r < rows; ++r) {
+      for (float& f : row) f = dist(rng);
+      ops->from_float(row.data(), data.data() + r * rb, cols);
+    }
+    w = kernels::WeightMatrix{type, data.data(), rows, cols, rb, nullptr};
+    kernels::prepare_weight(w);
+    if (w.packed) std::vector<uint8_t>().swap(data);  // only the packed copy is read
+  }
+};
+
+// One decoded token's matmuls of a TinyLlama-1.1B-shaped model (22 layers:
+// Q/K/V together, O, gate/up together, down; then the output head), single
+// token, 2 threads: the weight stream as the model issues it, 89 calls with a
+// pool hand-off each, against which the one-matrix rows above show the cost
+// of splitting the stream. Nothing else of a forward pass runs in between.
+void BM_DecodeMatmulSequence(benchmark::State& state, TensorType type) {
+  constexpr int64_t kDim = 2048, kKv = 256, kFf = 5632, kVocab = 32000, kLayers = 22;
+  std::mt19937 rng(3);
+  struct Layer {
+    std::unique_ptr<RandomMatrix> q, k, v, o, gate, up, down;
+  };
+  std::vector<Layer> layers((size_t)kLayers);
+  size_t bytes = 0;
+  const auto make = [&](int64_t rows, int64_t cols) {
+    auto m = std::make_unique<RandomMatrix>(type, rows, cols, rng);
+    bytes += *row_bytes(type, cols) * (size_t)rows;
+    return m;
+  };
+  for (Layer& l : layers) {
+    l.q = make(kDim, kDim), l.k = make(kKv, kDim), l.v = make(kKv, kDim), l.o = make(kDim, kDim);
+    l.gate = make(kFf, kDim), l.up = make(kFf, kDim), l.down = make(kDim, kFf);
+  }
+  auto head = make(kVocab, kDim);
+  std::vector<float> x((size_t)kFf, 0.5f), a((size_t)kDim), b((size_t)kKv), c((size_t)kKv),
+      g((size_t)kFf), u((size_t)kFf), logits((size_t)kVocab);
+  ThreadPool pool(2);
+  for (auto _ : state) {
+    for (Layer& l : layers) {
+      const kernels::MatmulJob qkv[] = {
+          {&l.q->w, a.data()}, {&l.k->w, b.data()}, {&l.v->w, c.data()}};
+      kernels::matmul_many(qkv, x.data(), 1, pool);
+      kernels::matmul(l.o->w, a.data(), 1, x.data(), pool);
+      const kernels::MatmulJob gu[] = {{&l.gate->w, g.data()}, {&l.up->w, u.data()}};
+      kernels::matmul_many(gu, x.data(), 1, pool);
+      kernels::matmul(l.down->w, g.data(), 1, x.data(), pool);
+      for (float& f : x) f = 0.5f;  // keep the activations finite
+    }
+    kernels::matmul(head->w, x.data(), 1, logits.data(), pool);
+    benchmark::DoNotOptimize(logits.data());
+  }
+  state.counters["weight_GB/s"] =
+      benchmark::Counter((double)bytes, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["tok/s"] = benchmark::Counter(1.0, benchmark::Counter::kIsIterationInvariantRate);
 }
 
 void Args(benchmark::internal::Benchmark* b) {
@@ -49,8 +117,16 @@ void Args(benchmark::internal::Benchmark* b) {
 BENCHMARK_CAPTURE(BM_Matmul, q4_0_5632x2048, TensorType::Q4_0, 5632, 2048)->Apply(Args);
 BENCHMARK_CAPTURE(BM_Matmul, q8_0_5632x2048, TensorType::Q8_0, 5632, 2048)->Apply(Args);
 // Bigger than any cache: decode speed against DRAM.
-BENCHMARK_CAPTURE(BM_Matmul, q4_0_65536x4096, TensorType::Q4_0, 65536, 4096)->Args({1, 1})->Args({1, 2})->UseRealTime();
-BENCHMARK_CAPTURE(BM_Matmul, q8_0_32768x4096, TensorType::Q8_0, 32768, 4096)->Args({1, 1})->Args({1, 2})->UseRealTime();
+BENCHMARK_CAPTURE(BM_Matmul, q4_0_65536x4096, TensorType::Q4_0, 65536, 4096)
+    ->Args({1, 1})
+    ->Args({1, 2})
+    ->UseRealTime();
+BENCHMARK_CAPTURE(BM_Matmul, q8_0_32768x4096, TensorType::Q8_0, 32768, 4096)
+    ->Args({1, 1})
+    ->Args({1, 2})
+    ->UseRealTime();
+BENCHMARK_CAPTURE(BM_DecodeMatmulSequence, q4_0_tinyllama, TensorType::Q4_0)->UseRealTime();
+BENCHMARK_CAPTURE(BM_DecodeMatmulSequence, q8_0_tinyllama, TensorType::Q8_0)->UseRealTime();
 BENCHMARK_CAPTURE(BM_Matmul, q4_k_5632x2048, TensorType::Q4_K, 5632, 2048)->Apply(Args);
 BENCHMARK_CAPTURE(BM_Matmul, f16_2048x2048, TensorType::F16, 2048, 2048)->Apply(Args);
 
