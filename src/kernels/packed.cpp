@@ -163,7 +163,7 @@ CAIRN_VNNI void tile_one(const uint8_t* gw, int64_t nb, int64_t cols, const uint
         s_hi = dpbusd_bcast(s_hi, _mm512_and_si512(q, mf0), qs + 16 + 4 * k);
       }
       s_lo = _mm512_add_epi32(s_lo, _mm512_srai_epi32(s_hi, 4));
-    } else {
+    } else {  // Q8_0: two chains again, over the even and the odd chunks
 #pragma GCC unroll 8
       for (int k = 0; k < 8; k += 2) {
         s_lo = dpbusd_bcast(s_lo, _mm512_loadu_si512(blk + 32 + 64 * k), qs + 4 * k);
@@ -178,6 +178,7 @@ CAIRN_VNNI void tile_one(const uint8_t* gw, int64_t nb, int64_t cols, const uint
   const __mmask16 mask = n_rows >= kGroup ? (__mmask16)0xFFFF : (__mmask16)((1u << n_rows) - 1);
   _mm512_mask_storeu_ps(out, mask, acc);
 }
+
 // Every loop over tokens and chunks is unrolled so the arrays below live in
 // registers (the Release build is -O2, which would keep them in memory).
 
