@@ -6,7 +6,9 @@
 #include <random>
 #include <vector>
 
+#include "core/cpu_features.h"
 #include "core/quant.h"
+#include "core/simd.h"
 #include "kernels/kernels.h"
 
 namespace {
@@ -107,6 +109,35 @@ void BM_DecodeMatmulSequence(benchmark::State& state, TensorType type) {
       benchmark::Counter((double)bytes, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["tok/s"] = benchmark::Counter(1.0, benchmark::Counter::kIsIterationInvariantRate);
 }
+
+#if defined(__x86_64__)
+// The ceiling of the int8 kernels: one core issuing independent 512-bit
+// vpdpbusd from registers only (12 accumulators, nothing loaded).
+CAIRN_SIMD_FN("avx512f,avx512bw,avx512vnni")
+void BM_VnniPeak(benchmark::State& state) {
+  if (!isa_enabled(Isa::Avx512Vnni)) {
+    state.SkipWithError("no AVX-512 VNNI here");
+    return;
+  }
+  __m512i acc[12];
+  for (int i = 0; i < 12; ++i) acc[i] = _mm512_set1_epi32(i);
+  __m512i w = _mm512_set1_epi8(3), x = _mm512_set1_epi8(5);
+  constexpr int64_t kRounds = 1 << 20;
+  for (auto _ : state) {
+    for (int64_t n = 0; n < kRounds; ++n) {
+#pragma GCC unroll 12
+      for (int i = 0; i < 12; ++i) acc[i] = _mm512_dpbusd_epi32(acc[i], w, x);
+      asm volatile("" : "+v"(w), "+v"(x));  // keeps the loop from being folded away
+    }
+  }
+  int32_t sum = 0;
+  for (const __m512i& a : acc) sum += _mm512_reduce_add_epi32(a);
+  benchmark::DoNotOptimize(sum);
+  state.counters["G_vpdpbusd/s"] =
+      benchmark::Counter(12.0 * kRounds / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_VnniPeak)->UseRealTime();
+#endif
 
 void Args(benchmark::internal::Benchmark* b) {
   for (int threads : {1, 2})
