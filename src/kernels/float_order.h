@@ -24,6 +24,10 @@ float tiny_f16(const uint16_t* w, const float* x, int64_t k);  // x stays float
 float vec_f32(const float* w, const float* x, int64_t n);
 float vec_f16(const uint16_t* w, const uint16_t* x, int64_t n);  // x rounded to F16
 
+// ggml_vec_dot_f32's leftovers [i, n) added to `sum` as the reference's
+// compiler vectorized that loop (see float_order.cpp); one form for all paths.
+float vec_f32_tail(const float* w, const float* x, int64_t i, int64_t n, float sum);
+
 // Whether the AVX2 forms are in use (CPU support and not CAIRN_SCALAR=1).
 bool simd_enabled();
 

@@ -11,6 +11,7 @@
 
 #include "core/half.h"
 #include "core/simd.h"
+#include "kernels/float_order.h"
 #include "kernels/kernels.h"
 
 namespace cairn::model::attn_simd {

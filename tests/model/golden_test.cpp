@@ -9,10 +9,9 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "gguf/gguf.h"
 #include "model/contiguous_kv.h"
@@ -110,8 +109,8 @@ Token argmax(std::span<const float> row) {
 
 std::vector<Token> ids(const json& a) { return a.get<std::vector<Token>>(); }
 
-#define REQUIRE_GOLDEN(models)                                                           \
-  if ((models).empty())                                                                  \
+#define REQUIRE_GOLDEN(models) \
+  if ((models).empty())        \
     GTEST_SKIP() << "skipped: ../shared/golden and ../shared/models are not available";
 
 TEST(GoldenParity, PromptTokenization) {
@@ -190,12 +189,18 @@ TEST(GoldenParity, GreedyContinuation) {
 // AVX-512 build of the reference (whose int8 kernels sum each block exactly and
 // fold it in with one fma per row: Q4_0, Q8_0 and the K-quants all take that
 // order, measured in core/quant_legacy.cpp and core/quant_k.cpp). Every model
-// but stories260K now agrees to the 5 printed decimals at (nearly) every step.
-// stories260K agrees for runs of steps; a run ends where one value lies on an
-// F16 rounding boundary and rounds the other way here (an order not yet found,
-// from the first step of two 17-token prompts); from then on that sequence
-// differs by the model's rounding sensitivity (~1e-3 for F32/F16 models with
-// F16 K/V; ~0.05-0.3 for random-weight quantized ones). The issue's own criteria (every top-5 logprob
+// but stories260K agrees to the 5 printed decimals at (nearly) every step.
+// stories260K: cairn is bit-identical to the reference's own code run here
+// (llama.cpp b4753 built from node-llama-cpp@3.6.0's source bundle, skylakex /
+// icelake / native builds, GCC 11 and 12, any thread count: every intermediate
+// tensor of a prompt and 20 decoded tokens equal, log-probs within 2.7e-6),
+// yet that reference run misses the golden file exactly as cairn does (99.1%
+// within 1e-3, worst 3.6e-3, from the same steps). The golden file came from a
+// host that differs in a way not found (its F16 numbers need the AMX build's
+// F16 kernel, which this CPU cannot run; flags, context sizes, batch sizes and
+// slot counts were ruled out), so 1e-3 everywhere is out of reach for
+// stories260K, whose 8-wide heads turn an ulp into ~1e-3 through the F16 K/V.
+// The issue's own criteria (every top-5 logprob
 // within 1e-3 for F32/F16, within 0.05 for quantized) are met by
 // kMeetsCriteria and asserted for them; the table says which others miss.
 // Beyond the required argmax agreement the assertions are: the median deviation
@@ -237,8 +242,9 @@ TEST(GoldenParity, TeacherForcedLogprobs) {
     Loaded l = load(g);
     if (!l.model) continue;
     const double tol = g.exact ? 1e-3 : 0.05;
-    // Measured (AVX2 and CAIRN_SCALAR=1): >= 98.3% for F32/F16, >= 69.3% quantized.
-    const double within_share = g.exact ? 0.97 : 0.65;
+    // Measured (AVX-512, AVX2 and CAIRN_SCALAR=1): >= 99.1% for F32/F16 (stories260K),
+    // 100% for the quantized models.
+    const double within_share = g.exact ? 0.98 : 0.95;
     int steps = 0, agree = 0, case_index = -1;
     std::vector<double> devs;
     std::string worst;
