@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """Compares the top-5 log-probabilities of two golden-format files (same model,
-same prompts): share within 1e-3, median and worst deviation.
+same prompts): share within 1e-3, median and worst deviation, over the
+log-probs of tokens both files list at a step (where the two continuations
+part, later steps compare different contexts).
 Usage: compare_golden.py A.json B.json"""
 import json
 import sys

@@ -17,6 +17,9 @@ for case in golden['cases']:
     answer = json.load(urllib.request.urlopen(http))
     if answer['content'] != case['text']:
         print(f'note: greedy text differs from the golden file for {case["prompt"]!r}')
+    # The server's own continuation, so teacher forcing replays what it saw.
+    case['text'] = answer['content']
+    case['tokens'] = [step['id'] for step in answer['completion_probabilities']]
     case['steps'] = [{'top': [[t['id'], t['token'], t['logprob']] for t in step['top_logprobs']]}
                      for step in answer['completion_probabilities']]
 json.dump(golden, open(out, 'w'))

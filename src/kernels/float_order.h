@@ -1,5 +1,7 @@
 // kernels/float_order.h — float dot products in the summation orders of the
-// reference's CPU kernels on an AVX-512 machine (llama.cpp build 4748).
+// reference's CPU kernels as the golden files' build has them (llama.cpp build
+// 4748 compiled with -march=native on a Sapphire Rapids host: AVX-512, AMX;
+// scripts/reference-oracle rebuilds it).
 // Owns only the order of float operations; the golden tests compare
 // log-probabilities to 1e-3, and a value on an F16 rounding boundary of the K/V
 // cache turns any order difference into a visible one. Each function has a

@@ -133,8 +133,8 @@ void softmax_scalar(float* x, int64_t n) {
 // silu as ggml_vec_silu_f32 with AVX-512: x / (1 + exp(-x)) with the
 // vectorised exp in blocks of 16 from the row start, and with libm's expf
 // (ggml_silu_f32) on the last n % 16; then the product with `up` as a separate
-// rounding (ggml_mul). Checked against the reference's own build on this
-// machine (llama.cpp b4753, intermediate tensors dumped): bit-identical rows,
+// rounding (ggml_mul). Checked against the reference's own build
+// (scripts/reference-oracle, intermediate tensors dumped): bit-identical rows,
 // where the vectorised exp on the tail differed by an ulp in 15 of 860 values
 // of stories260K's first FFN.
 void silu_mul_tail(const float* gate, const float* up, int64_t from, int64_t n, float* out) {
