@@ -67,7 +67,7 @@ struct RandomMatrix {
 
 // One decoded token's matmuls of a TinyLlama-1.1B-shaped model (22 layers:
 // Q/K/V together, O, gate/up together, down; then the output head), single
-// token, 2 threads: the weight stream as the model issues it, 89 calls with a
+// token, 1 or 2 threads: the weight stream as the model issues it, 89 calls with a
 // pool hand-off each, against which the one-matrix rows above show the cost
 // of splitting the stream. Nothing else of a forward pass runs in between.
 void BM_DecodeMatmulSequence(benchmark::State& state, TensorType type) {
@@ -90,7 +90,7 @@ void BM_DecodeMatmulSequence(benchmark::State& state, TensorType type) {
   auto head = make(kVocab, kDim);
   std::vector<float> x((size_t)kFf, 0.5f), a((size_t)kDim), b((size_t)kKv), c((size_t)kKv),
       g((size_t)kFf), u((size_t)kFf), logits((size_t)kVocab);
-  ThreadPool pool(2);
+  ThreadPool pool((int)state.range(0));
   for (auto _ : state) {
     for (Layer& l : layers) {
       const kernels::MatmulJob qkv[] = {
@@ -156,8 +156,11 @@ BENCHMARK_CAPTURE(BM_Matmul, q8_0_32768x4096, TensorType::Q8_0, 32768, 4096)
     ->Args({1, 1})
     ->Args({1, 2})
     ->UseRealTime();
-BENCHMARK_CAPTURE(BM_DecodeMatmulSequence, q4_0_tinyllama, TensorType::Q4_0)->UseRealTime();
-BENCHMARK_CAPTURE(BM_DecodeMatmulSequence, q8_0_tinyllama, TensorType::Q8_0)->UseRealTime();
+BENCHMARK_CAPTURE(BM_DecodeMatmulSequence, q4_0_tinyllama, TensorType::Q4_0)
+    ->Arg(1)
+    ->Arg(2)
+    ->UseRealTime();
+BENCHMARK_CAPTURE(BM_DecodeMatmulSequence, q8_0_tinyllama, TensorType::Q8_0)->Arg(2)->UseRealTime();
 BENCHMARK_CAPTURE(BM_Matmul, q4_k_5632x2048, TensorType::Q4_K, 5632, 2048)->Apply(Args);
 BENCHMARK_CAPTURE(BM_Matmul, f16_2048x2048, TensorType::F16, 2048, 2048)->Apply(Args);
 
