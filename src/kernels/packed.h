@@ -32,13 +32,11 @@ struct PackedMatrix {
   int64_t rows = 0, cols = 0;
   int64_t n_groups = 0, n_blocks = 0;  // 16-row groups; 32-element blocks per row
   size_t block_bytes = 0;              // one block of one group
-  struct Free {
-    void operator()(uint8_t* p) const;
-  };
-  std::unique_ptr<uint8_t[], Free> data;  // 64-byte aligned
+  std::shared_ptr<uint8_t> storage;    // owns `data`; several small matrices may share it
+  uint8_t* data = nullptr;             // 64-byte aligned
 
   const uint8_t* group(int64_t g) const {
-    return data.get() + (size_t)g * (size_t)n_blocks * block_bytes;
+    return data + (size_t)g * (size_t)n_blocks * block_bytes;
   }
 };
 
