@@ -100,14 +100,15 @@ std::array<TypeOps, 8> build_active() {
     float (*vec_dot)(int64_t, const void*, const void*);
   };
   const Swap swaps[] = {
-      {TensorType::F32, avx2::f32_dot},         {TensorType::F16, avx2::f16_dot},
-      {TensorType::Q8_0, avx2::q8_0_dot_q8_0},  {TensorType::Q4_0, avx2::q4_0_dot_q8_0},
-      {TensorType::Q4_K, avx2::q4_k_dot_q8_k},  {TensorType::Q6_K, avx2::q6_k_dot_q8_k},
+      {TensorType::F32, avx2::f32_dot},        {TensorType::F16, avx2::f16_dot},
+      {TensorType::Q8_0, avx2::q8_0_dot_q8_0}, {TensorType::Q4_0, avx2::q4_0_dot_q8_0},
+      {TensorType::Q4_K, avx2::q4_k_dot_q8_k}, {TensorType::Q6_K, avx2::q6_k_dot_q8_k},
   };
   for (TypeOps& ops : table) {
     for (const Swap& s : swaps) {
       if (ops.type == s.type) ops.vec_dot = s.vec_dot;
     }
+    if (ops.type == TensorType::F16) ops.from_float = avx2::f16_from_float;
   }
   // K-quants on AVX-512 VNNI (core/quant_k_avx512.h): the same bits, wider
   // steps, and a many-rows entry. Below VNNI they keep the AVX2 kernels.

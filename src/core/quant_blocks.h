@@ -111,6 +111,8 @@ namespace avx2 {
 bool supported();
 float f32_dot(int64_t n, const void* w, const void* act);
 float f16_dot(int64_t n, const void* w, const void* act);  // F16 weights, F32 activations
+// F32 -> F16 with F16C: the bits of the scalar f32_to_f16 (NaN lanes included).
+void f16_from_float(const float* src, void* dst, int64_t n);
 float q8_0_dot_q8_0(int64_t n, const void* w, const void* act);
 float q4_0_dot_q8_0(int64_t n, const void* w, const void* act);
 float q4_k_dot_q8_k(int64_t n, const void* w, const void* act);

@@ -22,7 +22,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "core/half.h"
+#include "core/quant.h"
 
 namespace cairn::kv {
 namespace {
@@ -40,6 +40,7 @@ class Paged final : public PagedKvCache {
         hash_(cfg.hash_for_testing ? cfg.hash_for_testing : &hash_block),
         block_bytes_((size_t)block_bytes),
         row_bytes_((size_t)shape.row_elems * 2),
+        f16_from_float_(type_ops(TensorType::F16)->from_float),
         pool_(std::move(pool)),
         blocks_((size_t)n_blocks),
         block_ids_((size_t)n_blocks * (size_t)bt_) {
@@ -64,10 +65,8 @@ class Paged final : public PagedKvCache {
     }
     uint16_t* dk = const_cast<uint16_t*>(static_cast<const uint16_t*>(row(*s, layer, pos, 0)));
     uint16_t* dv = const_cast<uint16_t*>(static_cast<const uint16_t*>(row(*s, layer, pos, 1)));
-    for (int32_t i = 0; i < shape_.row_elems; ++i) {
-      dk[i] = f32_to_f16(k[i]);
-      dv[i] = f32_to_f16(v[i]);
-    }
+    f16_from_float_(k, dk, shape_.row_elems);
+    f16_from_float_(v, dv, shape_.row_elems);
   }
   const void* key(int layer, SeqId seq, int32_t pos) const override {
     return row(*find(seq), layer, pos, 0);
@@ -357,6 +356,8 @@ class Paged final : public PagedKvCache {
   const BlockHashFn hash_;
   const size_t block_bytes_;
   const size_t row_bytes_;
+  // The type table's F16 quantizer: the scalar bits, vectorised where the CPU allows.
+  void (*const f16_from_float_)(const float*, void*, int64_t);
   std::unique_ptr<uint8_t[]> pool_;
 
   std::vector<Block> blocks_;

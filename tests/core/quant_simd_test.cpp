@@ -1,16 +1,14 @@
 // The SIMD dot products against the scalar reference they replace.
 #include <gtest/gtest.h>
 
-#include "core/cpu_features.h"
-
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <random>
 #include <vector>
 
-#include "core/half.h"
 #include "core/cpu_features.h"
+#include "core/half.h"
 #include "core/quant.h"
 #include "core/quant_blocks.h"
 
@@ -111,18 +109,56 @@ TEST_F(SimdDot, QuantizedAreBitIdenticalToScalar) {
 }
 
 TEST_F(SimdDot, FloatTypesAgreeToRounding) {
-  for (int64_t n : {int64_t{1}, int64_t{7}, int64_t{8}, int64_t{33}, int64_t{1000}, int64_t{4096}}) {
+  for (int64_t n :
+       {int64_t{1}, int64_t{7}, int64_t{8}, int64_t{33}, int64_t{1000}, int64_t{4096}}) {
     const auto x = random_vec(size_t(n), uint32_t(n)), y = random_vec(size_t(n), uint32_t(n + 1));
     double mag = 0;
     for (int64_t i = 0; i < n; ++i) mag += std::fabs(double(x[i]) * y[i]);
-    EXPECT_NEAR(quant::avx2::f32_dot(n, x.data(), y.data()), scalar_type_ops(TensorType::F32)->vec_dot(n, x.data(), y.data()),
-                1e-6 * mag)
+    EXPECT_NEAR(quant::avx2::f32_dot(n, x.data(), y.data()),
+                scalar_type_ops(TensorType::F32)->vec_dot(n, x.data(), y.data()), 1e-6 * mag)
         << n;
     std::vector<uint16_t> hx(static_cast<size_t>(n));
     for (int64_t i = 0; i < n; ++i) hx[size_t(i)] = f32_to_f16(x[size_t(i)]);
     EXPECT_NEAR(quant::avx2::f16_dot(n, hx.data(), y.data()),
                 scalar_type_ops(TensorType::F16)->vec_dot(n, hx.data(), y.data()), 1e-6 * mag)
         << n;
+  }
+}
+
+// The F16C row conversion (every K/V write) gives f32_to_f16's bits for any
+// float: random bit patterns, so NaNs, infinities, subnormals and the rounding
+// boundaries all occur, at lengths with and without a tail.
+TEST_F(SimdDot, F16ConversionIsBitIdenticalToScalar) {
+  std::mt19937 rng(11);
+  const float edges[] = {65504.0f,
+                         65519.99f,
+                         65520.0f,
+                         6.1035156e-05f,
+                         5.9604645e-08f,
+                         2.9802322e-08f,
+                         2.9802326e-08f,
+                         -0.0f,
+                         INFINITY,
+                         -INFINITY,
+                         NAN};
+  for (int64_t n : {1, 7, 8, 9, 31, 256, 1000}) {
+    std::vector<float> x((size_t)n);
+    for (float& f : x) {
+      const uint32_t bits = rng();
+      std::memcpy(&f, &bits, 4);
+      if (rng() % 4 == 0) f = edges[rng() % std::size(edges)];
+      if (rng() % 4 == 0) f = std::ldexp((float)(rng() % 2048), -(int)(rng() % 40));
+    }
+    std::vector<uint16_t> simd((size_t)n), scalar((size_t)n);
+    quant::avx2::f16_from_float(x.data(), simd.data(), n);
+    for (int64_t i = 0; i < n; ++i) scalar[(size_t)i] = f32_to_f16(x[(size_t)i]);
+    for (int64_t i = 0; i < n; ++i) {
+      ASSERT_EQ(simd[(size_t)i], scalar[(size_t)i])
+          << "n " << n << " element " << i << " = " << x[(size_t)i];
+    }
+  }
+  if (isa_enabled(Isa::Avx2)) {
+    EXPECT_EQ(type_ops(TensorType::F16)->from_float, &quant::avx2::f16_from_float);
   }
 }
 
