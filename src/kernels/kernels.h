@@ -44,7 +44,8 @@ struct MatmulJob {
   const WeightMatrix* w;
   float* out;
 };
-void matmul_many(std::span<const MatmulJob> jobs, const float* x, int64_t n_tokens, ThreadPool& pool);
+void matmul_many(std::span<const MatmulJob> jobs, const float* x, int64_t n_tokens,
+                 ThreadPool& pool);
 
 // Whether matmul can multiply weights of type t (loaders check this up front).
 bool matmul_supported(TensorType t);
@@ -65,6 +66,14 @@ void rope(float* x, int64_t n_heads, int64_t head_dim, int64_t n_rot, int32_t po
 // computed once; the same bits as two rope() calls. q or k may be null.
 void rope_qk(float* q, int64_t n_head_q, float* k, int64_t n_head_k, int64_t head_dim,
              int64_t n_rot, int32_t pos, float base, float freq_scale, RopeStyle style);
+// The same in two steps, so a forward computes a position's angles once for
+// all its layers: rope_pairs() cos and sin values (0: nothing rotates), then
+// the rotation with them; rope_qk's bits.
+int64_t rope_pairs(int64_t head_dim, int64_t n_rot);
+void rope_angles(int64_t head_dim, int64_t n_rot, int32_t pos, float base, float freq_scale,
+                 float* cos, float* sin);
+void rope_qk_angles(float* q, int64_t n_head_q, float* k, int64_t n_head_k, int64_t head_dim,
+                    int64_t n_rot, const float* cos, const float* sin, RopeStyle style);
 
 // In-place softmax over n values (max-subtracted, numerically stable), in the
 // reference's order: exp_ggml in groups of 16, group sums added in double.

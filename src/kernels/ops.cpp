@@ -32,10 +32,10 @@ void rms_norm_scalar(const float* x, const float* weight, int64_t n, float eps, 
 
 namespace {
 
-// Rotates pair i of every head by (c[i], s[i]).
-void rotate(float* x, int64_t n_heads, int64_t head_dim, int64_t n_rot, const float* c,
-            const float* s, RopeStyle style) {
-  for (int64_t i = 0; i < n_rot / 2; ++i) {
+// Rotates pair i >= from of every head by (c[i], s[i]).
+void rotate_pairs(float* x, int64_t n_heads, int64_t head_dim, int64_t n_rot, const float* c,
+                  const float* s, RopeStyle style, int64_t from = 0) {
+  for (int64_t i = from; i < n_rot / 2; ++i) {
     const int64_t a = style == RopeStyle::Norm ? 2 * i : i;
     const int64_t b = style == RopeStyle::Norm ? 2 * i + 1 : i + n_rot / 2;
     for (int64_t h = 0; h < n_heads; ++h) {
@@ -50,26 +50,29 @@ void rotate(float* x, int64_t n_heads, int64_t head_dim, int64_t n_rot, const fl
   }
 }
 
-// cos and sin of each pair's angle; false when there is nothing to rotate.
-bool rope_angles(int64_t& n_rot, int64_t head_dim, int32_t pos, float base, float freq_scale,
-                 float* c, float* s) {
-  n_rot = std::min(n_rot, head_dim);
-  if (n_rot < 2) return false;
-  // ggml steps theta by repeated multiplication (not pow per pair); do the same
-  // so angles at long positions agree to the last bit or so.
-  const float theta_scale = std::pow(base, -2.0f / static_cast<float>(n_rot));
-  float theta = static_cast<float>(pos);
-  for (int64_t i = 0; i < n_rot / 2; ++i, theta *= theta_scale) {
-    c[i] = std::cos(freq_scale * theta);
-    s[i] = std::sin(freq_scale * theta);
-  }
-  return true;
-}
-
 // Angles for up to this many rotated dimensions live on the stack.
 constexpr int64_t kMaxStackRot = 512;
 
 }  // namespace
+
+int64_t rope_pairs(int64_t head_dim, int64_t n_rot) {
+  const int64_t r = std::min(n_rot, head_dim);
+  return r < 2 ? 0 : r / 2;
+}
+
+void rope_angles(int64_t head_dim, int64_t n_rot, int32_t pos, float base, float freq_scale,
+                 float* c, float* s) {
+  const int64_t pairs = rope_pairs(head_dim, n_rot);
+  if (pairs == 0) return;
+  // ggml steps theta by repeated multiplication (not pow per pair); do the same
+  // so angles at long positions agree to the last bit or so.
+  const float theta_scale = std::pow(base, -2.0f / static_cast<float>(2 * pairs));
+  float theta = static_cast<float>(pos);
+  for (int64_t i = 0; i < pairs; ++i, theta *= theta_scale) {
+    c[i] = std::cos(freq_scale * theta);
+    s[i] = std::sin(freq_scale * theta);
+  }
+}
 
 void rope(float* x, int64_t n_heads, int64_t head_dim, int64_t n_rot, int32_t pos, float base,
           float freq_scale, RopeStyle style) {
@@ -78,17 +81,17 @@ void rope(float* x, int64_t n_heads, int64_t head_dim, int64_t n_rot, int32_t po
 
 void rope_qk(float* q, int64_t n_head_q, float* k, int64_t n_head_k, int64_t head_dim,
              int64_t n_rot, int32_t pos, float base, float freq_scale, RopeStyle style) {
+  const int64_t pairs = rope_pairs(head_dim, n_rot);
+  if (pairs == 0) return;
   float cs_stack[kMaxStackRot];
   std::vector<float> cs_heap;
   float* cs = cs_stack;
-  if (std::min(n_rot, head_dim) > kMaxStackRot) {
-    cs_heap.resize((size_t)std::min(n_rot, head_dim));
+  if (2 * pairs > kMaxStackRot) {
+    cs_heap.resize((size_t)(2 * pairs));
     cs = cs_heap.data();
   }
-  const int64_t half = std::max<int64_t>(std::min(n_rot, head_dim) / 2, 1);
-  if (!rope_angles(n_rot, head_dim, pos, base, freq_scale, cs, cs + half)) return;
-  if (q) rotate(q, n_head_q, head_dim, n_rot, cs, cs + half, style);
-  if (k) rotate(k, n_head_k, head_dim, n_rot, cs, cs + half, style);
+  rope_angles(head_dim, n_rot, pos, base, freq_scale, cs, cs + pairs);
+  rope_qk_angles(q, n_head_q, k, n_head_k, head_dim, n_rot, cs, cs + pairs, style);
 }
 
 float exp_ggml(float x) {
@@ -360,6 +363,83 @@ CAIRN_AVX2 void rms_norm_avx2(const float* x, const float* weight, int64_t n, fl
   for (; i < n; ++i) out[i] = weight ? (x[i] * scale) * weight[i] : x[i] * scale;
 }
 
+// rotate() on 16 (8) lanes, the same two roundings per element: the product
+// that is subtracted (added) is rounded, then one fma. Pairs are adjacent
+// (Norm: the partner is the neighbouring lane, c/s duplicated per pair) or
+// half a rotation apart (Neox: partners in two vectors). Pairs past the last
+// whole vector go through the scalar loop.
+CAIRN_AVX512 void rotate_avx512(float* x, int64_t n_heads, int64_t head_dim, int64_t n_rot,
+                                const float* c, const float* s, RopeStyle style) {
+  const int64_t pairs = n_rot / 2;
+  if (style == RopeStyle::Norm) {
+    const int64_t n16 = (2 * pairs) & ~int64_t{15};
+    const __m512i dup = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
+    for (int64_t j = 0; j < n16; j += 16) {
+      const __m512 cd =
+          _mm512_permutexvar_ps(dup, _mm512_castps256_ps512(_mm256_loadu_ps(c + j / 2)));
+      const __m512 sd =
+          _mm512_permutexvar_ps(dup, _mm512_castps256_ps512(_mm256_loadu_ps(s + j / 2)));
+      for (int64_t h = 0; h < n_heads; ++h) {
+        float* v = x + h * head_dim + j;
+        const __m512 a = _mm512_loadu_ps(v);
+        const __m512 b = _mm512_permute_ps(a, 0xB1);  // each lane's partner
+        const __m512 first = _mm512_fmsub_ps(a, cd, _mm512_mul_ps(b, sd));
+        const __m512 second = _mm512_fmadd_ps(b, sd, _mm512_mul_ps(a, cd));
+        _mm512_storeu_ps(v, _mm512_mask_blend_ps(0xAAAA, first, second));
+      }
+    }
+    if (n16 / 2 < pairs) rotate_pairs(x, n_heads, head_dim, n_rot, c, s, style, n16 / 2);
+    return;
+  }
+  const int64_t n16 = pairs & ~int64_t{15};
+  for (int64_t i = 0; i < n16; i += 16) {
+    const __m512 cv = _mm512_loadu_ps(c + i), sv = _mm512_loadu_ps(s + i);
+    for (int64_t h = 0; h < n_heads; ++h) {
+      float* v = x + h * head_dim;
+      const __m512 a = _mm512_loadu_ps(v + i), b = _mm512_loadu_ps(v + i + pairs);
+      _mm512_storeu_ps(v + i, _mm512_fmsub_ps(a, cv, _mm512_mul_ps(b, sv)));
+      _mm512_storeu_ps(v + i + pairs, _mm512_fmadd_ps(a, sv, _mm512_mul_ps(b, cv)));
+    }
+  }
+  if (n16 < pairs) rotate_pairs(x, n_heads, head_dim, n_rot, c, s, style, n16);
+}
+
+CAIRN_AVX2 void rotate_avx2(float* x, int64_t n_heads, int64_t head_dim, int64_t n_rot,
+                            const float* c, const float* s, RopeStyle style) {
+  const int64_t pairs = n_rot / 2;
+  if (style == RopeStyle::Norm) {
+    const int64_t n8 = (2 * pairs) & ~int64_t{7};
+    const __m256i dup = _mm256_set_epi32(3, 3, 2, 2, 1, 1, 0, 0);
+    for (int64_t j = 0; j < n8; j += 8) {
+      const __m256 cd =
+          _mm256_permutevar8x32_ps(_mm256_castps128_ps256(_mm_loadu_ps(c + j / 2)), dup);
+      const __m256 sd =
+          _mm256_permutevar8x32_ps(_mm256_castps128_ps256(_mm_loadu_ps(s + j / 2)), dup);
+      for (int64_t h = 0; h < n_heads; ++h) {
+        float* v = x + h * head_dim + j;
+        const __m256 a = _mm256_loadu_ps(v);
+        const __m256 b = _mm256_permute_ps(a, 0xB1);
+        const __m256 first = _mm256_fmsub_ps(a, cd, _mm256_mul_ps(b, sd));
+        const __m256 second = _mm256_fmadd_ps(b, sd, _mm256_mul_ps(a, cd));
+        _mm256_storeu_ps(v, _mm256_blend_ps(first, second, 0xAA));
+      }
+    }
+    if (n8 / 2 < pairs) rotate_pairs(x, n_heads, head_dim, n_rot, c, s, style, n8 / 2);
+    return;
+  }
+  const int64_t n8 = pairs & ~int64_t{7};
+  for (int64_t i = 0; i < n8; i += 8) {
+    const __m256 cv = _mm256_loadu_ps(c + i), sv = _mm256_loadu_ps(s + i);
+    for (int64_t h = 0; h < n_heads; ++h) {
+      float* v = x + h * head_dim;
+      const __m256 a = _mm256_loadu_ps(v + i), b = _mm256_loadu_ps(v + i + pairs);
+      _mm256_storeu_ps(v + i, _mm256_fmsub_ps(a, cv, _mm256_mul_ps(b, sv)));
+      _mm256_storeu_ps(v + i + pairs, _mm256_fmadd_ps(a, sv, _mm256_mul_ps(b, cv)));
+    }
+  }
+  if (n8 < pairs) rotate_pairs(x, n_heads, head_dim, n_rot, c, s, style, n8);
+}
+
 ops::Path best_path() {
   static const ops::Path p = isa_enabled(Isa::Avx512) ? ops::Path::Avx512
                              : isa_enabled(Isa::Avx2) ? ops::Path::Avx2
@@ -418,7 +498,27 @@ void silu_mul(Path p, const float* gate, const float* up, int64_t n, float* out)
   }
 }
 
+void rope_rotate(Path p, float* x, int64_t n_heads, int64_t head_dim, int64_t n_rot, const float* c,
+                 const float* s, RopeStyle style) {
+  switch (usable(p)) {
+    case Path::Avx512:
+      return rotate_avx512(x, n_heads, head_dim, n_rot, c, s, style);
+    case Path::Avx2:
+      return rotate_avx2(x, n_heads, head_dim, n_rot, c, s, style);
+    case Path::Scalar:
+      return rotate_pairs(x, n_heads, head_dim, n_rot, c, s, style);
+  }
+}
+
 }  // namespace ops
+
+void rope_qk_angles(float* q, int64_t n_head_q, float* k, int64_t n_head_k, int64_t head_dim,
+                    int64_t n_rot, const float* c, const float* s, RopeStyle style) {
+  const int64_t pairs = rope_pairs(head_dim, n_rot);
+  if (pairs == 0) return;
+  if (q) ops::rope_rotate(best_path(), q, n_head_q, head_dim, 2 * pairs, c, s, style);
+  if (k) ops::rope_rotate(best_path(), k, n_head_k, head_dim, 2 * pairs, c, s, style);
+}
 
 void rms_norm(const float* x, const float* weight, int64_t n, float eps, float* out) {
   ops::rms_norm(best_path(), x, weight, n, eps, out);

@@ -26,7 +26,9 @@ class KvView {
   // Positions [0, capacity) of `seq` may be written; 0 for an unknown sequence.
   // forward() checks every token against it before touching anything.
   virtual int64_t capacity(SeqId seq) const = 0;
-  // k and v are float rows; the view converts them to dtype().
+  // k and v are float rows; the view converts them to dtype(). Writes of
+  // different (layer, seq, pos) may run concurrently (forward spreads a
+  // prompt's rows over its threads), so write() changes nothing but that row.
   virtual void write(int layer, SeqId seq, int32_t pos, const float* k, const float* v) = 0;
   virtual const void* key(int layer, SeqId seq, int32_t pos) const = 0;
   virtual const void* value(int layer, SeqId seq, int32_t pos) const = 0;

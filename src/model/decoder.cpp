@@ -21,6 +21,7 @@ class DecoderModel final : public Model {
     const int64_t T = (int64_t)batch.size();
     ws_.reserve(hp, T);
     embed(w_.tok_embd, batch, ws_.x.data());
+    rope_tables(hp, batch, ws_, pool_);
     for (int il = 0; il < (int)hp.n_layer; ++il) {
       const LayerWeights& l = w_.layers[(size_t)il];
       rms_norm_rows(ws_.x.data(), l.attn_norm, T, hp.n_embd, hp.norm_eps, ws_.xn.data(), pool_);

@@ -42,12 +42,13 @@ TEST(RmsNorm, EpsilonKeepsZeroFinite) {
 }
 
 // Rotation by the direct formula: theta_i = pos * freq_scale * base^(-2i/n_rot).
-void rope_reference(std::vector<float>& x, int64_t n_heads, int64_t head_dim, int64_t n_rot, int pos,
-                    float base, float freq_scale, RopeStyle style) {
+void rope_reference(std::vector<float>& x, int64_t n_heads, int64_t head_dim, int64_t n_rot,
+                    int pos, float base, float freq_scale, RopeStyle style) {
   for (int64_t h = 0; h < n_heads; ++h) {
     float* v = x.data() + h * head_dim;
     for (int64_t i = 0; i < n_rot / 2; ++i) {
-      const double theta = pos * double(freq_scale) * std::pow(double(base), -2.0 * double(i) / double(n_rot));
+      const double theta =
+          pos * double(freq_scale) * std::pow(double(base), -2.0 * double(i) / double(n_rot));
       const int64_t a = style == RopeStyle::Norm ? 2 * i : i;
       const int64_t b = style == RopeStyle::Norm ? 2 * i + 1 : i + n_rot / 2;
       const double x0 = v[a], x1 = v[b];
@@ -111,7 +112,8 @@ TEST(SiluMul, MatchesDefinition) {
   const auto g = random_vec(50, 4, 3.0f), u = random_vec(50, 5);
   std::vector<float> out(50);
   silu_mul(g.data(), u.data(), 50, out.data());
-  for (int i = 0; i < 50; ++i) EXPECT_NEAR(out[i], g[i] / (1 + std::exp(-double(g[i]))) * u[i], 1e-5);
+  for (int i = 0; i < 50; ++i)
+    EXPECT_NEAR(out[i], g[i] / (1 + std::exp(-double(g[i]))) * u[i], 1e-5);
 }
 
 TEST(Add, AddsInPlace) {
@@ -167,7 +169,8 @@ std::vector<int64_t> ragged_sizes() {
 std::vector<float> edgy_vec(size_t n, uint32_t seed, float scale) {
   auto v = random_vec(n, seed, scale);
   std::mt19937 rng(seed);
-  const float edges[] = {0.0f, -0.0f, -87.0f, -103.0f, -104.5f, -130.0f, -150.0f, 88.0f, 89.0f, -1e30f};
+  const float edges[] = {0.0f,    -0.0f,   -87.0f, -103.0f, -104.5f,
+                         -130.0f, -150.0f, 88.0f,  89.0f,   -1e30f};
   for (size_t i = 0; i < n; i += 7) v[i] = edges[rng() % 10];
   return v;
 }
@@ -179,7 +182,7 @@ TEST(OpsPaths, SoftmaxBitIdentical) {
     for (float scale : {1.0f, 30.0f}) {
       auto x = edgy_vec((size_t)n, (uint32_t)(n * 3 + scale), scale);
       for (int64_t i = n - n / 4; i < n; ++i) x[(size_t)i] = -INFINITY;  // padding as attention has
-      if (n >= 2) x[0] = 5.0f;  // keep a finite max
+      if (n >= 2) x[0] = 5.0f;                                           // keep a finite max
       auto ref = x;
       ops::softmax(ops::Path::Scalar, ref.data(), n);
       for (ops::Path p : paths) {
@@ -226,6 +229,47 @@ TEST(OpsPaths, RmsNormBitIdentical) {
         ops::rms_norm(p, x.data(), weight, n, 1e-5f, got.data());
         const int64_t d = first_diff(ref, got);
         ASSERT_EQ(d, -1) << "path " << int(p) << " n " << n << " at " << d;
+      }
+    }
+  }
+}
+
+// Both pair layouts, rotations of whole vectors and of ragged tails (n_rot
+// not a multiple of 16 or 8; partial rotary with dims past n_rot untouched).
+TEST(OpsPaths, RopeRotateBitIdentical) {
+  const auto paths = simd_paths();
+  if (paths.empty()) GTEST_SKIP() << "no SIMD path on this CPU (or CAIRN_ISA cap)";
+  const struct {
+    int64_t head_dim, n_rot;
+  } shapes[] = {{64, 64}, {128, 128}, {80, 80}, {96, 40}, {64, 6}, {32, 2}, {48, 34}, {256, 200}};
+  for (const auto& sh : shapes) {
+    for (RopeStyle style : {RopeStyle::Norm, RopeStyle::Neox}) {
+      for (int32_t pos : {0, 1, 37, 4000}) {
+        const int64_t heads = 5, pairs = rope_pairs(sh.head_dim, sh.n_rot);
+        std::vector<float> cs((size_t)(2 * pairs));
+        rope_angles(sh.head_dim, sh.n_rot, pos, 10000.0f, 1.0f, cs.data(), cs.data() + pairs);
+        const auto x = random_vec((size_t)(heads * sh.head_dim), (uint32_t)(pos + sh.n_rot), 2.0f);
+        auto ref = x;
+        ops::rope_rotate(ops::Path::Scalar, ref.data(), heads, sh.head_dim, 2 * pairs, cs.data(),
+                         cs.data() + pairs, style);
+        for (ops::Path p : paths) {
+          auto got = x;
+          ops::rope_rotate(p, got.data(), heads, sh.head_dim, 2 * pairs, cs.data(),
+                           cs.data() + pairs, style);
+          const int64_t d = first_diff(ref, got);
+          ASSERT_EQ(d, -1) << "path " << int(p) << " head_dim " << sh.head_dim << " n_rot "
+                           << sh.n_rot << " style " << int(style) << " pos " << pos << " at " << d;
+        }
+        // And the one-call form gives the same bits as the two-step form.
+        auto one = x;
+        rope(one.data(), heads, sh.head_dim, sh.n_rot, pos, 10000.0f, 1.0f, style);
+        auto two = x;
+        rope_qk_angles(two.data(), heads, nullptr, 0, sh.head_dim, sh.n_rot, cs.data(),
+                       cs.data() + pairs, style);
+        ASSERT_EQ(first_diff(one, two), -1);
+        if (pos > 0) {
+          ASSERT_NE(first_diff(one, x), -1);  // something rotated
+        }
       }
     }
   }
