@@ -126,14 +126,30 @@ void pack_rows(const WeightMatrix& w, PackedMatrix& p) {
 //
 // Each token's row is quantized to Q8_0 exactly as quant::q8_0_from_float_act
 // does (scale 127/amax, ties to even; the stored f16 scale is what the dot
-// uses), laid out as qs[K], then d[nb] (float), then bias[nb]: the exact
-// correction for the weights' offset, -8 (Q4_0 codes are stored 0..15) or
-// -128 (Q8_0 codes are stored +128, unsigned for vpdpbusd) times the block's
-// sum of activation codes.
+// uses), laid out as one 40-byte record per block: qs[32], d (float), bias:
+// the exact correction for the weights' offset, -8 (Q4_0 codes are stored
+// 0..15) or -128 (Q8_0 codes are stored +128, unsigned for vpdpbusd) times
+// the block's sum of activation codes. One record per block means one pointer
+// per token in the kernels: with separate qs/d/bias arrays a 5-token tile
+// needed 15, and the compiler kept them in vector registers and moved them
+// back per use (~60 extra instructions per block; a 5632x2048 Q4_0 matmul of
+// 128 tokens on one thread: 288-298 vs 274-286 GMAC/s, alternating runs).
+constexpr size_t kActRec = 40;
 
 size_t act_stride(int64_t cols) {
-  const size_t bytes = (size_t)cols + 8 * (size_t)(cols / 32);
+  const size_t bytes = kActRec * (size_t)(cols / 32);
   return (bytes + 63) & ~size_t{63};
+}
+
+inline float act_d(const uint8_t* rec) {
+  float d;
+  std::memcpy(&d, rec + 32, 4);
+  return d;
+}
+inline int32_t act_bias(const uint8_t* rec) {
+  int32_t b;
+  std::memcpy(&b, rec + 36, 4);
+  return b;
 }
 
 int32_t weight_offset(PackedMatrix::Layout layout) {
@@ -142,8 +158,6 @@ int32_t weight_offset(PackedMatrix::Layout layout) {
 
 CAIRN_VNNI void quantize_act(int32_t offset, const float* x, int64_t cols, uint8_t* dst) {
   const int64_t nb = cols / 32;
-  float* d_out = reinterpret_cast<float*>(dst + cols);
-  int32_t* bias_out = reinterpret_cast<int32_t*>(dst + cols + 4 * nb);
   const __m512 sign = _mm512_set1_ps(-0.0f);
   for (int64_t b = 0; b < nb; ++b) {
     const __m512 v0 = _mm512_loadu_ps(x + 32 * b);
@@ -154,11 +168,13 @@ CAIRN_VNNI void quantize_act(int32_t offset, const float* x, int64_t cols, uint8
     const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
     const __m512i i0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, _mm512_set1_ps(id)));  // ties to even
     const __m512i i1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, _mm512_set1_ps(id)));
-    int8_t* qs = reinterpret_cast<int8_t*>(dst) + 32 * b;
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(qs), _mm512_cvtsepi32_epi8(i0));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(qs + 16), _mm512_cvtsepi32_epi8(i1));
-    d_out[b] = f16_to_f32(dh);
-    bias_out[b] = -offset * _mm512_reduce_add_epi32(_mm512_add_epi32(i0, i1));
+    uint8_t* rec = dst + kActRec * (size_t)b;
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(rec), _mm512_cvtsepi32_epi8(i0));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(rec + 16), _mm512_cvtsepi32_epi8(i1));
+    const float d = f16_to_f32(dh);
+    const int32_t bias = -offset * _mm512_reduce_add_epi32(_mm512_add_epi32(i0, i1));
+    std::memcpy(rec + 32, &d, 4);
+    std::memcpy(rec + 36, &bias, 4);
   }
 }
 
@@ -182,18 +198,16 @@ CAIRN_VNNI inline __m512i dpbusd_bcast(__m512i acc, __m512i w, const uint8_t* p)
 // (bench_matmul, 151 MB Q4_0 from DRAM, one thread): 26 GB/s vs 19-21;
 // TinyLlama-shaped decode: Q4_0 +3%, Q8_0 +6% (alternating runs).
 template <bool kQ4>
-CAIRN_VNNI void tile_one(const uint8_t* gw, int64_t nb, int64_t cols, const uint8_t* act,
-                         float* out, int n_rows) {
+CAIRN_VNNI void tile_one(const uint8_t* gw, int64_t nb, const uint8_t* act, float* out,
+                         int n_rows) {
   constexpr size_t kBlock = kQ4 ? kQ4Block : kQ8Block;
   __m512 acc = _mm512_setzero_ps();
   const __m512i m4 = _mm512_set1_epi8(0x0F);
   const __m512i mf0 = _mm512_set1_epi8((char)0xF0);
-  const float* d_act = reinterpret_cast<const float*>(act + cols);
-  const int32_t* bias_act = reinterpret_cast<const int32_t*>(act + cols + 4 * nb);
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* blk = gw + (size_t)b * kBlock;
-    const uint8_t* qs = act + 32 * b;
-    __m512i s_lo = _mm512_set1_epi32(bias_act[b]), s_hi = _mm512_setzero_si512();
+    const uint8_t* qs = act + kActRec * (size_t)b;
+    __m512i s_lo = _mm512_set1_epi32(act_bias(qs)), s_hi = _mm512_setzero_si512();
     if constexpr (kQ4) {
 #pragma GCC unroll 4
       for (int k = 0; k < 4; ++k) {
@@ -211,7 +225,7 @@ CAIRN_VNNI void tile_one(const uint8_t* gw, int64_t nb, int64_t cols, const uint
       s_lo = _mm512_add_epi32(s_lo, s_hi);
     }
     const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
-    const __m512 dd = _mm512_mul_ps(dw, _mm512_set1_ps(d_act[b]));
+    const __m512 dd = _mm512_mul_ps(dw, _mm512_set1_ps(act_d(qs)));
     acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s_lo), dd, acc);
   }
   const __mmask16 mask = n_rows >= kGroup ? (__mmask16)0xFFFF : (__mmask16)((1u << n_rows) - 1);
@@ -227,8 +241,8 @@ CAIRN_VNNI void tile_one(const uint8_t* gw, int64_t nb, int64_t cols, const uint
 // vpdpbusd with a broadcast of the matching 4 activation codes, started from
 // the offset correction, give each row's exact block sum.
 template <bool kQ4, int NT>
-CAIRN_VNNI void tile(const uint8_t* gw, int64_t nb, int64_t cols, const uint8_t* act, size_t stride,
-                     float* out, int64_t out_stride, int n_rows) {
+CAIRN_VNNI void tile(const uint8_t* gw, int64_t nb, const uint8_t* act, size_t stride, float* out,
+                     int64_t out_stride, int n_rows) {
   constexpr size_t kBlock = kQ4 ? kQ4Block : kQ8Block;
   __m512 acc[NT];
 #pragma GCC unroll 8
@@ -252,10 +266,9 @@ CAIRN_VNNI void tile(const uint8_t* gw, int64_t nb, int64_t cols, const uint8_t*
     }
 #pragma GCC unroll 8
     for (int t = 0; t < NT; ++t) {
-      const uint8_t* at = act + t * stride;
-      const uint8_t* qs = at + 32 * b;
-      const float d = reinterpret_cast<const float*>(at + cols)[b];
-      const int32_t bias = reinterpret_cast<const int32_t*>(at + cols + 4 * nb)[b];
+      const uint8_t* qs = act + t * stride + kActRec * (size_t)b;
+      const float d = act_d(qs);
+      const int32_t bias = act_bias(qs);
       // Two dependency chains of 4 per token.
       __m512i s_lo = _mm512_set1_epi32(bias), s_hi = _mm512_setzero_si512();
 #pragma GCC unroll 8
@@ -280,8 +293,8 @@ CAIRN_VNNI void tile(const uint8_t* gw, int64_t nb, int64_t cols, const uint8_t*
 // vpdpbusd, so a prompt's batches issue fewer instructions per product. Same
 // per-row operations, in the same order, as tile().
 template <bool kQ4, int NT>
-CAIRN_VNNI void tile2(const uint8_t* gw0, const uint8_t* gw1, int64_t nb, int64_t cols,
-                      const uint8_t* act, size_t stride, float* out, int64_t out_stride) {
+CAIRN_VNNI void tile2(const uint8_t* gw0, const uint8_t* gw1, int64_t nb, const uint8_t* act,
+                      size_t stride, float* out, int64_t out_stride) {
   constexpr size_t kBlock = kQ4 ? kQ4Block : kQ8Block;
   __m512 acc[2][NT];
 #pragma GCC unroll 8
@@ -292,7 +305,7 @@ CAIRN_VNNI void tile2(const uint8_t* gw0, const uint8_t* gw1, int64_t nb, int64_
     __m512i s[2][NT];
 #pragma GCC unroll 8
     for (int t = 0; t < NT; ++t) {
-      const int32_t bias = reinterpret_cast<const int32_t*>(act + t * stride + cols + 4 * nb)[b];
+      const int32_t bias = act_bias(act + t * stride + kActRec * (size_t)b);
       s[0][t] = s[1][t] = _mm512_set1_epi32(bias);
     }
 #pragma GCC unroll 8
@@ -310,7 +323,7 @@ CAIRN_VNNI void tile2(const uint8_t* gw0, const uint8_t* gw1, int64_t nb, int64_
       }
 #pragma GCC unroll 8
       for (int t = 0; t < NT; ++t) {
-        const uint8_t* qs = act + t * stride + 32 * b;
+        const uint8_t* qs = act + t * stride + kActRec * (size_t)b;
         int32_t a0;
         std::memcpy(&a0, qs + 4 * k, 4);
         const __m512i va0 = _mm512_set1_epi32(a0);
@@ -331,7 +344,7 @@ CAIRN_VNNI void tile2(const uint8_t* gw0, const uint8_t* gw1, int64_t nb, int64_
         _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[1])));
 #pragma GCC unroll 8
     for (int t = 0; t < NT; ++t) {
-      const __m512 d = _mm512_set1_ps(reinterpret_cast<const float*>(act + t * stride + cols)[b]);
+      const __m512 d = _mm512_set1_ps(act_d(act + t * stride + kActRec * (size_t)b));
       acc[0][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[0][t]), _mm512_mul_ps(dw0, d), acc[0][t]);
       acc[1][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[1][t]), _mm512_mul_ps(dw1, d), acc[1][t]);
     }
@@ -343,8 +356,7 @@ CAIRN_VNNI void tile2(const uint8_t* gw0, const uint8_t* gw1, int64_t nb, int64_
   }
 }
 
-using TileFn = void (*)(const uint8_t*, int64_t, int64_t, const uint8_t*, size_t, float*, int64_t,
-                        int);
+using TileFn = void (*)(const uint8_t*, int64_t, const uint8_t*, size_t, float*, int64_t, int);
 
 // tile<kQ4, 2..kTile>; a single token takes tile_one.
 template <bool kQ4, int... Ns>
@@ -355,8 +367,8 @@ constexpr auto kQ4Tiles = tiles<true>(std::make_integer_sequence<int, kTile - 1>
 constexpr auto kQ8Tiles = tiles<false>(std::make_integer_sequence<int, kTile - 1>{});
 
 // tile2<kQ4, 2..kTile2 - 1>: the tokens a chunk leaves after its tiles of kTile2.
-using TileFn2 = void (*)(const uint8_t*, const uint8_t*, int64_t, int64_t, const uint8_t*, size_t,
-                         float*, int64_t);
+using TileFn2 = void (*)(const uint8_t*, const uint8_t*, int64_t, const uint8_t*, size_t, float*,
+                         int64_t);
 template <bool kQ4, int... Ns>
 constexpr std::array<TileFn2, sizeof...(Ns)> tails2(std::integer_sequence<int, Ns...>) {
   return {tile2<kQ4, Ns + 2>...};
@@ -373,12 +385,11 @@ void run_group(const PackedMatrix& pm, int64_t g, const uint8_t* act, size_t str
   for (int64_t t = t0; t < t1; t += kTile) {
     const int nt = (int)std::min<int64_t>(kTile, t1 - t);
     if (nt == 1) {
-      (q4 ? tile_one<true> : tile_one<false>)(pm.group(g), pm.n_blocks, pm.cols,
-                                              act + (size_t)t * stride,
+      (q4 ? tile_one<true> : tile_one<false>)(pm.group(g), pm.n_blocks, act + (size_t)t * stride,
                                               out + t * pm.rows + g * kGroup, n_rows);
       continue;
     }
-    fns[(size_t)nt - 2](pm.group(g), pm.n_blocks, pm.cols, act + (size_t)t * stride, stride,
+    fns[(size_t)nt - 2](pm.group(g), pm.n_blocks, act + (size_t)t * stride, stride,
                         out + t * pm.rows + g * kGroup, pm.rows, n_rows);
   }
 }
@@ -512,16 +523,15 @@ void packed_matmul_many(std::span<const PackedJob> jobs, const float* x, int64_t
           const auto fn = pm.layout == PackedMatrix::Layout::Q4_0x16 ? tile2<true, kTile2>
                                                                      : tile2<false, kTile2>;
           for (int64_t t = t0; t < tiles_end; t += kTile2)
-            fn(pm.group(lg), pm.group(lg + 1), pm.n_blocks, pm.cols, act + (size_t)t * stride,
-               stride, j.out + t * pm.rows + lg * kGroup, pm.rows);
+            fn(pm.group(lg), pm.group(lg + 1), pm.n_blocks, act + (size_t)t * stride, stride,
+               j.out + t * pm.rows + lg * kGroup, pm.rows);
           // The last 2..4 tokens: still both groups at once.
           const int64_t rest = t1 - tiles_end;
           if (rest >= 2) {
             const bool q4 = pm.layout == PackedMatrix::Layout::Q4_0x16;
             const TileFn2 tail = q4 ? kQ4Tails2[(size_t)rest - 2] : kQ8Tails2[(size_t)rest - 2];
-            tail(pm.group(lg), pm.group(lg + 1), pm.n_blocks, pm.cols,
-                 act + (size_t)tiles_end * stride, stride,
-                 j.out + tiles_end * pm.rows + lg * kGroup, pm.rows);
+            tail(pm.group(lg), pm.group(lg + 1), pm.n_blocks, act + (size_t)tiles_end * stride,
+                 stride, j.out + tiles_end * pm.rows + lg * kGroup, pm.rows);
           } else {
             run_group(pm, lg, act, stride, tiles_end, t1, j.out);
             run_group(pm, lg + 1, act, stride, tiles_end, t1, j.out);
