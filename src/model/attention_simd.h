@@ -26,7 +26,6 @@ struct Scratch {
   std::vector<float> qf;      // [nh][head_dim] queries as the products see them
   std::vector<float> kf;      // [head_dim] one K row in float
   std::vector<float> scores;  // [nh][n_pad] scores, then softmax weights
-  std::vector<double> tail;   // V.w positions summed in double (single-token order)
 };
 
 void attend_group_avx512(const GroupJob& job, Scratch& s);
