@@ -147,6 +147,9 @@ void Args(benchmark::internal::Benchmark* b) {
 
 BENCHMARK_CAPTURE(BM_Matmul, q4_0_5632x2048, TensorType::Q4_0, 5632, 2048)->Apply(Args);
 BENCHMARK_CAPTURE(BM_Matmul, q8_0_5632x2048, TensorType::Q8_0, 5632, 2048)->Apply(Args);
+// The FFN down shape: rows wider than one chunk of the packed layout.
+BENCHMARK_CAPTURE(BM_Matmul, q4_0_2048x5632, TensorType::Q4_0, 2048, 5632)->Apply(Args);
+BENCHMARK_CAPTURE(BM_Matmul, q8_0_2048x5632, TensorType::Q8_0, 2048, 5632)->Apply(Args);
 // Bigger than the L3 (151 MB / 137 MB): decode speed against DRAM. Measured on
 // this host, part of such a matrix is still served from L3 across repeats (a
 // 604 MB one streamed 26 vs 34-38 GB/s on one thread), so compare the decode

@@ -97,6 +97,14 @@ constexpr size_t kQ8Block = 32 + 8 * 64;  // scales + 8 chunks of 16 rows x 4 by
 constexpr int kTile = 8;                  // tokens per tile (accumulator registers)
 constexpr int kTile2 = 5;                 // tokens per two-group tile
 constexpr int64_t kTokenChunk = 64;       // tokens whose activations stay in L2 per pass
+// Rows of more than kSliceAbove blocks are stored in slices of kSliceBlocks
+// (see PackedMatrix). Measured on 22 TinyLlama FFN-down matrices (5632
+// columns), one token, 2 threads, layouts alternated in one process: 64-block
+// slices +8..11% over whole rows, 32-block slices +2..8% over 64 (Q4_0 and
+// Q8_0). Rows of 2048 columns stay whole: sliced, their prompt matmuls lost
+// ~7% (128 tokens, one thread) for no decode gain with Q4_0.
+constexpr int64_t kSliceBlocks = 32;
+constexpr int64_t kSliceAbove = 64;
 
 // ---- packing (plain C++: runs once at load) ---------------------------------
 
@@ -106,7 +114,8 @@ void pack_rows(const WeightMatrix& w, PackedMatrix& p) {
   const auto* src = static_cast<const uint8_t*>(w.data);
   for (int64_t g = 0; g < p.n_groups; ++g) {
     for (int64_t b = 0; b < p.n_blocks; ++b) {
-      uint8_t* dst = p.data + ((size_t)(g * p.n_blocks + b)) * p.block_bytes;
+      uint8_t* dst = const_cast<uint8_t*>(p.slice(g, b / p.slice_blocks)) +
+                     (size_t)(b % p.slice_blocks) * p.block_bytes;
       for (int r = 0; r < kGroup; ++r) {
         const int64_t row = g * kGroup + r;
         if (row >= w.rows) break;  // padding rows stay zero (scale 0)
@@ -197,14 +206,13 @@ CAIRN_VNNI inline __m512i dpbusd_bcast(__m512i acc, __m512i w, const uint8_t* p)
 // block, exact as every term is a multiple of 16. Measured against tile<1>
 // (bench_matmul, 151 MB Q4_0 from DRAM, one thread): 26 GB/s vs 19-21;
 // TinyLlama-shaped decode: Q4_0 +3%, Q8_0 +6% (alternating runs).
+// Blocks [0, n) at gw against activation records act[0, n), continuing acc.
 template <bool kQ4>
-CAIRN_VNNI void tile_one(const uint8_t* gw, int64_t nb, const uint8_t* act, float* out,
-                         int n_rows) {
+CAIRN_VNNI __m512 tile_one_blocks(const uint8_t* gw, int64_t n, const uint8_t* act, __m512 acc) {
   constexpr size_t kBlock = kQ4 ? kQ4Block : kQ8Block;
-  __m512 acc = _mm512_setzero_ps();
   const __m512i m4 = _mm512_set1_epi8(0x0F);
   const __m512i mf0 = _mm512_set1_epi8((char)0xF0);
-  for (int64_t b = 0; b < nb; ++b) {
+  for (int64_t b = 0; b < n; ++b) {
     const uint8_t* blk = gw + (size_t)b * kBlock;
     const uint8_t* qs = act + kActRec * (size_t)b;
     __m512i s_lo = _mm512_set1_epi32(act_bias(qs)), s_hi = _mm512_setzero_si512();
@@ -228,27 +236,55 @@ CAIRN_VNNI void tile_one(const uint8_t* gw, int64_t nb, const uint8_t* act, floa
     const __m512 dd = _mm512_mul_ps(dw, _mm512_set1_ps(act_d(qs)));
     acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s_lo), dd, acc);
   }
-  const __mmask16 mask = n_rows >= kGroup ? (__mmask16)0xFFFF : (__mmask16)((1u << n_rows) - 1);
-  _mm512_mask_storeu_ps(out, mask, acc);
+  return acc;
+}
+
+__mmask16 row_mask(const PackedMatrix& pm, int64_t g) {
+  const int64_t n_rows = std::min<int64_t>(kGroup, pm.rows - g * kGroup);
+  return n_rows >= kGroup ? (__mmask16)0xFFFF : (__mmask16)((1u << n_rows) - 1);
+}
+
+// Groups [g0, g1) of one run against one token, slice by slice, so the
+// weights are read front to back and each slice's activations serve every
+// group of the run from L1 (see PackedMatrix). Each row still sums its blocks
+// in order, one chain per group.
+template <bool kQ4>
+CAIRN_VNNI void tile_one_run(const PackedMatrix& pm, int64_t g0, int64_t g1, const uint8_t* act,
+                             float* out) {
+  __m512 acc[PackedMatrix::kRunGroups];
+  for (__m512& a : acc) a = _mm512_setzero_ps();
+  for (int64_t c = 0, nc = pm.n_slices(); c < nc; ++c) {
+    const uint8_t* a = act + kActRec * (size_t)(c * pm.slice_blocks);
+    for (int64_t g = g0; g < g1; ++g)
+      acc[g - g0] = tile_one_blocks<kQ4>(pm.slice(g, c), pm.slice_len(c), a, acc[g - g0]);
+  }
+  for (int64_t g = g0; g < g1; ++g)
+    _mm512_mask_storeu_ps(out + g * kGroup, row_mask(pm, g), acc[g - g0]);
 }
 
 // Every loop over tokens and chunks is unrolled so the arrays below live in
 // registers (the Release build is -O2, which would keep them in memory).
 
-// NT tokens against one 16-row group: out[t * out_stride + r] for r < n_rows.
+// The multi-token tiles run a slice's blocks in their own (not inlined)
+// function, accumulators passed in memory: inlined into the loop over slices,
+// the extra loop variables pushed the compiler into moving pointers through
+// vector registers (~40 more instructions per block, -20% on prompt matmuls).
+
+// NT tokens against one 16-row group, blocks [0, n) at gw with the activation
+// records act[0, n): acc_io[t] += each token's dot products.
 // Per block: the weights' 32 codes of 16 rows as 8 vectors of 4-byte runs
 // (Q4_0: low and high nibbles of 4 loads; Q8_0: 8 loads); per token, 8
 // vpdpbusd with a broadcast of the matching 4 activation codes, started from
 // the offset correction, give each row's exact block sum.
 template <bool kQ4, int NT>
-CAIRN_VNNI void tile(const uint8_t* gw, int64_t nb, const uint8_t* act, size_t stride, float* out,
-                     int64_t out_stride, int n_rows) {
+[[gnu::noinline]] CAIRN_VNNI void tile_blocks(const uint8_t* gw, int64_t n, const uint8_t* act,
+                                              size_t stride, __m512* acc_io) {
   constexpr size_t kBlock = kQ4 ? kQ4Block : kQ8Block;
   __m512 acc[NT];
 #pragma GCC unroll 8
-  for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
+  for (int t = 0; t < NT; ++t) acc[t] = acc_io[t];
   const __m512i m4 = _mm512_set1_epi8(0x0F);
-  for (int64_t b = 0; b < nb; ++b) {
+  for (int64_t b = 0; b < n; ++b) {
     const uint8_t* blk = gw + (size_t)b * kBlock;
     const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
     // w[k] holds elements 4k..4k+3 of every row.
@@ -284,23 +320,38 @@ CAIRN_VNNI void tile(const uint8_t* gw, int64_t nb, const uint8_t* act, size_t s
       acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), dd, acc[t]);
     }
   }
-  const __mmask16 mask = n_rows >= kGroup ? (__mmask16)0xFFFF : (__mmask16)((1u << n_rows) - 1);
 #pragma GCC unroll 8
+  for (int t = 0; t < NT; ++t) acc_io[t] = acc[t];
+}
+
+// NT tokens against group g: out[t * out_stride + r] for its rows.
+template <bool kQ4, int NT>
+CAIRN_VNNI void tile(const PackedMatrix& pm, int64_t g, const uint8_t* act, size_t stride,
+                     float* out, int64_t out_stride) {
+  __m512 acc[NT];
+  for (__m512& a : acc) a = _mm512_setzero_ps();
+  for (int64_t c = 0, nc = pm.n_slices(); c < nc; ++c)
+    tile_blocks<kQ4, NT>(pm.slice(g, c), pm.slice_len(c),
+                         act + kActRec * (size_t)(c * pm.slice_blocks), stride, acc);
+  const __mmask16 mask = row_mask(pm, g);
   for (int t = 0; t < NT; ++t) _mm512_mask_storeu_ps(out + t * out_stride, mask, acc[t]);
 }
 
 // Two groups (32 rows) against NT tokens: each activation broadcast feeds two
 // vpdpbusd, so a prompt's batches issue fewer instructions per product. Same
-// per-row operations, in the same order, as tile().
+// per-row operations, in the same order, as tile_blocks(). acc_io: [2][NT].
 template <bool kQ4, int NT>
-CAIRN_VNNI void tile2(const uint8_t* gw0, const uint8_t* gw1, int64_t nb, const uint8_t* act,
-                      size_t stride, float* out, int64_t out_stride) {
+[[gnu::noinline]] CAIRN_VNNI void tile2_blocks(const uint8_t* gw0, const uint8_t* gw1, int64_t n,
+                                               const uint8_t* act, size_t stride, __m512* acc_io) {
   constexpr size_t kBlock = kQ4 ? kQ4Block : kQ8Block;
   __m512 acc[2][NT];
 #pragma GCC unroll 8
-  for (int t = 0; t < NT; ++t) acc[0][t] = acc[1][t] = _mm512_setzero_ps();
+  for (int t = 0; t < NT; ++t) {
+    acc[0][t] = acc_io[t];
+    acc[1][t] = acc_io[NT + t];
+  }
   const __m512i m4 = _mm512_set1_epi8(0x0F);
-  for (int64_t b = 0; b < nb; ++b) {
+  for (int64_t b = 0; b < n; ++b) {
     const uint8_t* blk[2] = {gw0 + (size_t)b * kBlock, gw1 + (size_t)b * kBlock};
     __m512i s[2][NT];
 #pragma GCC unroll 8
@@ -351,14 +402,29 @@ CAIRN_VNNI void tile2(const uint8_t* gw0, const uint8_t* gw1, int64_t nb, const 
   }
 #pragma GCC unroll 8
   for (int t = 0; t < NT; ++t) {
-    _mm512_storeu_ps(out + t * out_stride, acc[0][t]);
-    _mm512_storeu_ps(out + t * out_stride + kGroup, acc[1][t]);
+    acc_io[t] = acc[0][t];
+    acc_io[NT + t] = acc[1][t];
   }
 }
 
-using TileFn = void (*)(const uint8_t*, int64_t, const uint8_t*, size_t, float*, int64_t, int);
+// Groups g and g + 1 against NT tokens: out[t * out_stride + r] for their 32 rows.
+template <bool kQ4, int NT>
+CAIRN_VNNI void tile2(const PackedMatrix& pm, int64_t g, const uint8_t* act, size_t stride,
+                      float* out, int64_t out_stride) {
+  __m512 acc[2 * NT];
+  for (__m512& a : acc) a = _mm512_setzero_ps();
+  for (int64_t c = 0, nc = pm.n_slices(); c < nc; ++c)
+    tile2_blocks<kQ4, NT>(pm.slice(g, c), pm.slice(g + 1, c), pm.slice_len(c),
+                          act + kActRec * (size_t)(c * pm.slice_blocks), stride, acc);
+  for (int t = 0; t < NT; ++t) {
+    _mm512_storeu_ps(out + t * out_stride, acc[t]);
+    _mm512_storeu_ps(out + t * out_stride + kGroup, acc[NT + t]);
+  }
+}
 
-// tile<kQ4, 2..kTile>; a single token takes tile_one.
+using TileFn = void (*)(const PackedMatrix&, int64_t, const uint8_t*, size_t, float*, int64_t);
+
+// tile<kQ4, 2..kTile>; a single token takes tile_one_run.
 template <bool kQ4, int... Ns>
 constexpr std::array<TileFn, sizeof...(Ns)> tiles(std::integer_sequence<int, Ns...>) {
   return {tile<kQ4, Ns + 2>...};
@@ -367,8 +433,7 @@ constexpr auto kQ4Tiles = tiles<true>(std::make_integer_sequence<int, kTile - 1>
 constexpr auto kQ8Tiles = tiles<false>(std::make_integer_sequence<int, kTile - 1>{});
 
 // tile2<kQ4, 2..kTile2 - 1>: the tokens a chunk leaves after its tiles of kTile2.
-using TileFn2 = void (*)(const uint8_t*, const uint8_t*, int64_t, const uint8_t*, size_t, float*,
-                         int64_t);
+using TileFn2 = void (*)(const PackedMatrix&, int64_t, const uint8_t*, size_t, float*, int64_t);
 template <bool kQ4, int... Ns>
 constexpr std::array<TileFn2, sizeof...(Ns)> tails2(std::integer_sequence<int, Ns...>) {
   return {tile2<kQ4, Ns + 2>...};
@@ -380,17 +445,16 @@ constexpr auto kQ8Tails2 = tails2<false>(std::make_integer_sequence<int, kTile2 
 void run_group(const PackedMatrix& pm, int64_t g, const uint8_t* act, size_t stride, int64_t t0,
                int64_t t1, float* out) {
   const auto& fns = pm.layout == PackedMatrix::Layout::Q4_0x16 ? kQ4Tiles : kQ8Tiles;  // 2.. tokens
-  const int n_rows = (int)std::min<int64_t>(kGroup, pm.rows - g * kGroup);
   const bool q4 = pm.layout == PackedMatrix::Layout::Q4_0x16;
   for (int64_t t = t0; t < t1; t += kTile) {
     const int nt = (int)std::min<int64_t>(kTile, t1 - t);
     if (nt == 1) {
-      (q4 ? tile_one<true> : tile_one<false>)(pm.group(g), pm.n_blocks, act + (size_t)t * stride,
-                                              out + t * pm.rows + g * kGroup, n_rows);
+      (q4 ? tile_one_run<true> : tile_one_run<false>)(pm, g, g + 1, act + (size_t)t * stride,
+                                                      out + t * pm.rows);
       continue;
     }
-    fns[(size_t)nt - 2](pm.group(g), pm.n_blocks, act + (size_t)t * stride, stride,
-                        out + t * pm.rows + g * kGroup, pm.rows, n_rows);
+    fns[(size_t)nt - 2](pm, g, act + (size_t)t * stride, stride, out + t * pm.rows + g * kGroup,
+                        pm.rows);
   }
 }
 
@@ -469,14 +533,18 @@ std::shared_ptr<const PackedMatrix> pack_matrix(const WeightMatrix& w) {
   p->cols = w.cols;
   p->n_groups = (w.rows + kGroup - 1) / kGroup;
   p->n_blocks = w.cols / 32;
+  p->slice_blocks = p->n_blocks > kSliceAbove ? kSliceBlocks : p->n_blocks;
   p->block_bytes = block_bytes;
   const size_t bytes = (size_t)p->n_groups * (size_t)p->n_blocks * block_bytes;
   std::tie(p->storage, p->data) = alloc_packed(bytes);
   if (!p->data) return nullptr;  // out of memory: the type table's kernels still work
-  // Only a short last group has bytes the packers leave unwritten.
+  // Only a short last group has bytes the packers leave unwritten; its blocks
+  // lie among those of its run.
   if (w.rows % kGroup != 0) {
-    const size_t last = (size_t)(p->n_groups - 1) * (size_t)p->n_blocks * block_bytes;
-    std::memset(p->data + last, 0, bytes - last);
+    const int64_t last_run =
+        (p->n_groups - 1) / PackedMatrix::kRunGroups * PackedMatrix::kRunGroups;
+    const size_t from = (size_t)last_run * (size_t)p->n_blocks * block_bytes;
+    std::memset(p->data + from, 0, bytes - from);
   }
   if (layout == PackedMatrix::Layout::Q4_0x16)
     pack_rows<BlockQ4_0, 4, 0x00>(w, *p);
@@ -514,6 +582,20 @@ void packed_matmul_many(std::span<const PackedJob> jobs, const float* x, int64_t
     for (const PackedJob& j : jobs) {
       const int64_t n = j.matrix->n_groups;
       const int64_t end = std::min(g1, base + n);
+      if (t1 - t0 == 1) {  // one token: whole runs in step, so the reads stay in order
+        const PackedMatrix& pm = *j.matrix;
+        const bool q4 = pm.layout == PackedMatrix::Layout::Q4_0x16;
+        for (int64_t lg = std::max(g0, base) - base; lg < end - base;) {
+          const int64_t run_end =
+              std::min(end - base, lg - lg % PackedMatrix::kRunGroups + PackedMatrix::kRunGroups);
+          (q4 ? tile_one_run<true> : tile_one_run<false>)(pm, lg, run_end,
+                                                          act + (size_t)t0 * stride,
+                                                          j.out + t0 * pm.rows);
+          lg = run_end;
+        }
+        base += n;
+        continue;
+      }
       for (int64_t g = std::max(g0, base); g < end;) {
         const PackedMatrix& pm = *j.matrix;
         const int64_t lg = g - base;
@@ -523,15 +605,15 @@ void packed_matmul_many(std::span<const PackedJob> jobs, const float* x, int64_t
           const auto fn = pm.layout == PackedMatrix::Layout::Q4_0x16 ? tile2<true, kTile2>
                                                                      : tile2<false, kTile2>;
           for (int64_t t = t0; t < tiles_end; t += kTile2)
-            fn(pm.group(lg), pm.group(lg + 1), pm.n_blocks, act + (size_t)t * stride, stride,
-               j.out + t * pm.rows + lg * kGroup, pm.rows);
+            fn(pm, lg, act + (size_t)t * stride, stride, j.out + t * pm.rows + lg * kGroup,
+               pm.rows);
           // The last 2..4 tokens: still both groups at once.
           const int64_t rest = t1 - tiles_end;
           if (rest >= 2) {
             const bool q4 = pm.layout == PackedMatrix::Layout::Q4_0x16;
             const TileFn2 tail = q4 ? kQ4Tails2[(size_t)rest - 2] : kQ8Tails2[(size_t)rest - 2];
-            tail(pm.group(lg), pm.group(lg + 1), pm.n_blocks, act + (size_t)tiles_end * stride,
-                 stride, j.out + tiles_end * pm.rows + lg * kGroup, pm.rows);
+            tail(pm, lg, act + (size_t)tiles_end * stride, stride,
+                 j.out + tiles_end * pm.rows + lg * kGroup, pm.rows);
           } else {
             run_group(pm, lg, act, stride, tiles_end, t1, j.out);
             run_group(pm, lg + 1, act, stride, tiles_end, t1, j.out);

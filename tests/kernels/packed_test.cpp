@@ -92,6 +92,18 @@ TEST_P(PackedKernels, BitIdenticalToScalarOnRaggedShapes) {
   ThreadPool three(3);
   for (int64_t tokens : {1, 4, 64})
     for (int rep = 0; rep < 3; ++rep) check_bit_identical({GetParam(), 1200, 256, tokens}, three);
+  // Rows wider than one chunk (64 blocks): stored chunk by chunk in runs of
+  // four groups, with a short last chunk and a short last run (7 groups: a
+  // run of 4 and one of 3; 17 rows: 2 groups, the second padded), threads
+  // whose ranges split a run, and every tile width.
+  for (int64_t cols : {2080, 4128, 5632}) {
+    for (int64_t rows : {17, 100}) {
+      for (int64_t tokens : {1, 2, 5, 9, 70}) {
+        check_bit_identical({GetParam(), rows, cols, tokens}, pool);
+        check_bit_identical({GetParam(), rows, cols, tokens}, three);
+      }
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, PackedKernels,
