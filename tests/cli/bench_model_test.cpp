@@ -1,5 +1,5 @@
 // `cairn bench-model` end to end on a tiny model the test makes itself, and the
-// bandwidth probe it relies on.
+// bandwidth and int8 peak probes it relies on.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -13,9 +13,10 @@
 #include <string>
 #include <vector>
 
+#include "cli/cli_process.h"
 #include "core/cpu_features.h"
 #include "kernels/bandwidth_probe.h"
-#include "cli/cli_process.h"
+#include "kernels/compute_probe.h"
 #include "test_util.h"
 
 namespace {
@@ -128,6 +129,26 @@ TEST_F(BenchModel, PrintsEveryRowWithPositiveNumbers) {
     if (v[0] > best_tps) best_tps = v[0], best_eff = v[3];
   }
   EXPECT_TRUE(numbers_on(out, "  run 3:").empty()) << "one line per run";
+  // Each prefill run comes with an int8 peak probe taken just before it (or a
+  // line saying why there is none), and its matmuls' rate against that peak.
+  const double mmac_per_token = number_after(out, "matmul work / token");
+  EXPECT_GT(mmac_per_token, 0) << out;
+  const bool vnni = cairn::isa_enabled(cairn::Isa::Avx512Vnni);
+  EXPECT_EQ(out.find("  no probe: ") == std::string::npos, vnni) << out;
+  for (const char* run : {"  prefill run 1:", "  prefill run 2:"}) {
+    SCOPED_TRACE(run);
+    const std::vector<double> v = numbers_on(out, run);  // tok/s, peak, matmuls, % of peak
+    ASSERT_EQ(v.size(), 4u) << out;
+    EXPECT_GT(v[0], 0);
+    EXPECT_NEAR(v[2], v[0] * mmac_per_token / 1e3, 0.06 + v[2] * 2e-3);
+    if (vnni) {
+      EXPECT_GT(v[1], 0);
+      EXPECT_NEAR(v[3], 100 * v[2] / v[1], 0.06 + v[3] * 2e-3);
+    } else {
+      EXPECT_EQ(v[1], 0);
+    }
+  }
+  EXPECT_TRUE(numbers_on(out, "  prefill run 3:").empty()) << "one line per run";
   EXPECT_NEAR(number_after(out, "decode efficiency"), best_eff, 0.051) << out;
   // The parts add up to the total (printed in MB with four decimals).
   EXPECT_NEAR(
@@ -220,6 +241,22 @@ TEST(BandwidthProbe, MeasuresAndChecksItsArguments) {
   auto small = cairn::kernels::measure_read_bandwidth(o);
   ASSERT_FALSE(small.is_ok());
   EXPECT_NE(small.status().message().find("page"), std::string::npos);
+}
+
+TEST(Int8PeakProbe, MeasuresWhereVnniIsActiveAndSaysWhyNotElsewhere) {
+  auto r = cairn::kernels::measure_int8_peak(2, 2, 0.01);
+  if (!cairn::isa_enabled(cairn::Isa::Avx512Vnni)) {
+    ASSERT_FALSE(r.is_ok());
+    EXPECT_NE(r.status().message().find("VNNI"), std::string::npos) << r.status().message();
+    return;
+  }
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  EXPECT_GT(r->best_gmacs, 0);
+  EXPECT_EQ(r->threads, 2);
+  EXPECT_EQ(r->passes, 2);
+  EXPECT_FALSE(cairn::kernels::measure_int8_peak(0).is_ok());
+  EXPECT_FALSE(cairn::kernels::measure_int8_peak(1, 0).is_ok());
+  EXPECT_FALSE(cairn::kernels::measure_int8_peak(1, 1, 0.0).is_ok());
 }
 
 }  // namespace

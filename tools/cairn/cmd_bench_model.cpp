@@ -26,6 +26,7 @@
 #include "core/thread_pool.h"
 #include "gguf/gguf.h"
 #include "kernels/bandwidth_probe.h"
+#include "kernels/compute_probe.h"
 #include "kv/kv_cache.h"
 #include "model/model.h"
 
@@ -182,7 +183,8 @@ int32_t argmax(std::span<const float> row) {
 // token, so it only counts when it doubles as the (tied) output matrix.
 struct WeightBytes {
   uint64_t read_per_forward = 0;
-  std::string main_type;  // the type holding the most bytes, for the header
+  uint64_t macs_per_token = 0;  // multiply-adds of the weight matrices for one token
+  std::string main_type;        // the type holding the most bytes, for the header
 };
 
 WeightBytes weight_bytes(const gguf::File& file) {
@@ -192,6 +194,7 @@ WeightBytes weight_bytes(const gguf::File& file) {
   for (const gguf::TensorInfo& t : file.tensors()) {
     if (t.name == "token_embd.weight" && !tied) continue;
     w.read_per_forward += t.n_bytes;
+    if (t.dims.size() == 2) w.macs_per_token += (uint64_t)t.dims[0] * (uint64_t)t.dims[1];
     const std::string name(type_info(t.type).name);
     auto it =
         std::find_if(by_type.begin(), by_type.end(), [&](auto& e) { return e.second == name; });
@@ -209,16 +212,13 @@ class Bench {
   Bench(model::Model& m, kv::PagedKvCache& kv, const BenchArgs& a)
       : m_(m), kv_(kv), a_(a), rng_(20241129) {}
 
-  // One forward of a prompt's tokens, untimed: faults the mapped weights in so
-  // the first timed run does not pay for reading the file.
+  // One untimed prompt: faults the mapped weights in and grows the forward's
+  // scratch to a prompt's size, so the first timed run pays for neither
+  // (measured: with a one-token warm-up the first 512-token prefill ran at
+  // 332 tok/s, the next ones at 373-378).
   Status warm_up() {
-    const SeqId s = next_seq_++;
-    if (!kv_.reserve(s, 1)) return Status::error("K/V pool too small for the warm-up token");
-    model::Batch b;
-    b.add(random_token(), 0, s, true);
-    Status st = m_.forward(b, kv_, logits_);
-    kv_.release(s);
-    return st;
+    Result<Span> r = prefill_once();
+    return r.is_ok() ? Status::ok() : r.status().with_context("warm-up");
   }
 
   Result<Span> prefill_once() {
@@ -358,6 +358,13 @@ struct DecodeRun {
   double probe_gbps = 0;
 };
 
+// The cores' speed moves too (their neighbours share them): each prefill run
+// is paired with an int8 peak probe taken just before it.
+struct PrefillRun {
+  double tps = 0;
+  double peak_gmacs = 0;  // 0: no probe on this CPU
+};
+
 Status run(const BenchArgs& a) {
   CAIRN_RETURN_IF_ERROR(validate(a));
   auto batches = parse_batch_list(a.batch);
@@ -431,7 +438,24 @@ Status run(const BenchArgs& a) {
   };
   std::vector<Row> rows;
   const std::string p_label = "prefill p=" + std::to_string(a.prompt);
-  auto pre = repeat(p_label, a.reps, threads, a.prompt, [&] { return bench.prefill_once(); });
+  std::vector<PrefillRun> pre_runs;
+  double last_peak = 0;
+  std::string peak_note;  // why there is no int8 probe, if there is none
+  const auto peak_before = [&]() -> Status {
+    auto p = kernels::measure_int8_peak(threads);
+    last_peak = p.is_ok() ? p->best_gmacs : 0;
+    if (!p.is_ok()) peak_note = p.status().message();
+    return Status::ok();
+  };
+  auto pre = repeat(
+      p_label, a.reps, threads, a.prompt,
+      [&]() -> Result<Span> {
+        Result<Span> span = bench.prefill_once();
+        if (span.is_ok() && span->wall_s > 0)
+          pre_runs.push_back({(double)a.prompt / span->wall_s, last_peak});
+        return span;
+      },
+      peak_before);
   if (!pre.is_ok()) return pre.status();
   rows.push_back({p_label, *pre});
 
@@ -508,6 +532,22 @@ Status run(const BenchArgs& a) {
       "%.2f)\n",
       "read bandwidth", bw->best_gbps, bw->threads, bw->bytes >> 20, isa_name(bw->isa), bw->passes,
       bw->best_cpu_share * 100, bw->mean_gbps);
+  std::printf(
+      "\nprefill runs, each right after an int8 peak probe (%d threads, vpdpbusd from "
+      "registers):\n",
+      threads);
+  if (!peak_note.empty()) std::printf("  no probe: %s\n", peak_note.c_str());
+  const double macs = (double)wb.macs_per_token;
+  for (size_t i = 0; i < pre_runs.size(); ++i) {
+    const PrefillRun& r = pre_runs[i];
+    const double gmacs = r.tps * macs / 1e9;
+    std::printf(
+        "  prefill run %zu: %8.2f tok/s  peak %8.1f GMAC/s  matmuls %7.1f GMAC/s  %5.1f %% of "
+        "peak\n",
+        i + 1, r.tps, r.peak_gmacs, gmacs, r.peak_gmacs > 0 ? 100.0 * gmacs / r.peak_gmacs : 0.0);
+  }
+  std::printf("%-30s %12.4f MMAC  (weight matrices; attention's products not counted)\n",
+              "matmul work / token", macs / 1e6);
   std::printf("\ndecode B=1 runs, each right after a probe (%zu MiB, best of %d passes):\n",
               bw->bytes >> 20, bw->passes);
   for (size_t i = 0; i < runs1.size(); ++i)
