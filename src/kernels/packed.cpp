@@ -199,14 +199,15 @@ CAIRN_VNNI inline __m512i dpbusd_bcast(__m512i acc, __m512i w, const uint8_t* p)
   return acc;
 }
 
-// One token against one 16-row group (decode), tile()'s arithmetic in fewer
-// instructions per block, so more of the weight stream is in flight: the
-// activation broadcasts are folded into the dots, and Q4_0's high nibbles are
-// masked in place (16x their value) with their sum shifted back once per
-// block, exact as every term is a multiple of 16. Measured against tile<1>
-// (bench_matmul, 151 MB Q4_0 from DRAM, one thread): 26 GB/s vs 19-21;
-// TinyLlama-shaped decode: Q4_0 +3%, Q8_0 +6% (alternating runs).
-// Blocks [0, n) at gw against activation records act[0, n), continuing acc.
+// One token against blocks [0, n) of one 16-row group at gw, with the
+// activation records act[0, n), continuing acc (decode). tile_blocks()'s
+// arithmetic in fewer instructions per block, so more of the weight stream is
+// in flight: the activation broadcasts are folded into the dots, and Q4_0's
+// high nibbles are masked in place (16x their value) with their sum shifted
+// back once per block, exact as every term is a multiple of 16. Measured
+// against the one-token tile (bench_matmul, 151 MB Q4_0 from DRAM, one
+// thread): 26 GB/s vs 19-21; TinyLlama-shaped decode: Q4_0 +3%, Q8_0 +6%
+// (alternating runs).
 template <bool kQ4>
 CAIRN_VNNI __m512 tile_one_blocks(const uint8_t* gw, int64_t n, const uint8_t* act, __m512 acc) {
   constexpr size_t kBlock = kQ4 ? kQ4Block : kQ8Block;
