@@ -89,6 +89,8 @@ BENCHMARK(Decode_Avx2)
     ->Args({2048, 2})
     ->Unit(benchmark::kMicrosecond);
 BENCHMARK(Decode_Avx512)
+    ->Args({80, 1})  // bench-model's mean decode context
+    ->Args({80, 2})
     ->Args({512, 1})
     ->Args({512, 2})
     ->Args({2048, 2})
