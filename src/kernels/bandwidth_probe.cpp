@@ -1,9 +1,9 @@
-// The read-bandwidth probe. Threads live for the whole measurement and meet at
-// a barrier before and after each pass, so a pass times only the reads, never
-// thread start-up. Each thread first writes its own share: on a multi-node
-// machine first touch puts the pages near the thread that later reads them,
-// and a never-written anonymous page would all map to the one zero page (a
-// cache-resident read, not a memory one).
+// The read-bandwidth probe. A pass's threads meet at a barrier before and
+// after the reads, so it times only the reads, never thread start-up. Each
+// thread first writes its own share: on a multi-node machine first touch puts
+// the pages near the thread that later reads them, and a never-written
+// anonymous page would all map to the one zero page (a cache-resident read,
+// not a memory one).
 #include "kernels/bandwidth_probe.h"
 
 #include <sys/mman.h>
@@ -100,14 +100,40 @@ uint64_t sum_words(const uint64_t* words, size_t n, Isa isa) {
   }
 }
 
-Result<BandwidthResult> measure_read_bandwidth(const BandwidthOptions& o) {
+struct ReadProbe::Impl {
+  Mapping m;
+  size_t share_words = 0;
+  int threads = 0;
+  Isa isa = Isa::Scalar;
+  uint64_t checksum = 0;
+
+  uint64_t* share(int t) const {
+    return static_cast<uint64_t*>(m.p) + static_cast<size_t>(t) * share_words;
+  }
+
+  // body(t) on `threads` threads (this one as thread 0, thread t always
+  // reading share t); returns once all are done.
+  template <typename Body>
+  void on_all_threads(const Body& body) {
+    std::vector<std::thread> workers;
+    workers.reserve(static_cast<size_t>(threads - 1));
+    for (int t = 1; t < threads; ++t) workers.emplace_back(body, t);
+    body(0);
+    for (auto& w : workers) w.join();
+  }
+};
+
+ReadProbe::ReadProbe(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+ReadProbe::~ReadProbe() = default;
+
+Result<std::unique_ptr<ReadProbe>> ReadProbe::create(const BandwidthOptions& o) {
   if (o.threads < 1) return Status::error("bandwidth probe: threads must be >= 1");
-  if (o.passes < 1) return Status::error("bandwidth probe: passes must be >= 1");
   const size_t share = o.bytes / static_cast<size_t>(o.threads) / kPage * kPage;
   if (share == 0)
     return Status::error("bandwidth probe: buffer of " + std::to_string(o.bytes) +
                          " bytes is under one page per thread");
-  Mapping m;
+  auto impl = std::make_unique<Impl>();
+  Mapping& m = impl->m;
   m.n = share * static_cast<size_t>(o.threads);
   m.p = mmap(nullptr, m.n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (m.p == MAP_FAILED)
@@ -115,54 +141,69 @@ Result<BandwidthResult> measure_read_bandwidth(const BandwidthOptions& o) {
   // Huge pages spare the TLB misses that would otherwise cap a streaming read
   // below what the memory delivers; a hint only, the probe works without it.
   madvise(m.p, m.n, MADV_HUGEPAGE);
+  impl->share_words = share / sizeof(uint64_t);
+  impl->threads = o.threads;
+  impl->isa = load_isa(active_isa());
+  const Impl& im = *impl;
+  impl->on_all_threads([&](int t) {
+    uint64_t* mine = im.share(t);
+    for (size_t i = 0; i < im.share_words; ++i)
+      mine[i] = static_cast<size_t>(t) * im.share_words + i;
+  });
+  return std::unique_ptr<ReadProbe>(new ReadProbe(std::move(impl)));
+}
 
-  auto* words = static_cast<uint64_t*>(m.p);
-  const size_t share_words = share / sizeof(uint64_t);
-  const Isa isa = load_isa(active_isa());
-  std::vector<uint64_t> sums(static_cast<size_t>(o.threads), 0);
-  std::vector<double> seconds(static_cast<size_t>(o.passes), 0);
-  std::vector<double> cpu_seconds(static_cast<size_t>(o.passes), 0);
-  std::barrier sync(o.threads);
-
-  auto body = [&](int t) {
-    uint64_t* mine = words + static_cast<size_t>(t) * share_words;
-    for (size_t i = 0; i < share_words; ++i) mine[i] = (static_cast<size_t>(t) * share_words + i);
-    for (int pass = 0; pass < o.passes; ++pass) {
-      sync.arrive_and_wait();
-      const auto t0 = std::chrono::steady_clock::now();
-      const double cpu0 = t == 0 ? process_cpu_seconds() : 0;
-      sums[static_cast<size_t>(t)] = sum_words(mine, share_words, isa);
-      sync.arrive_and_wait();
-      if (t == 0) {
-        seconds[static_cast<size_t>(pass)] =
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        cpu_seconds[static_cast<size_t>(pass)] = process_cpu_seconds() - cpu0;
-      }
+ReadProbe::Pass ReadProbe::pass() {
+  Impl& im = *impl_;
+  std::vector<uint64_t> sums(static_cast<size_t>(im.threads), 0);
+  std::barrier sync(im.threads);
+  double seconds = 0, cpu = 0;
+  im.on_all_threads([&](int t) {
+    sync.arrive_and_wait();
+    const auto t0 = std::chrono::steady_clock::now();
+    const double cpu0 = t == 0 ? process_cpu_seconds() : 0;
+    sums[static_cast<size_t>(t)] = sum_words(im.share(t), im.share_words, im.isa);
+    sync.arrive_and_wait();
+    if (t == 0) {
+      seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      cpu = process_cpu_seconds() - cpu0;
     }
-  };
-  std::vector<std::thread> workers;
-  workers.reserve(static_cast<size_t>(o.threads - 1));
-  for (int t = 1; t < o.threads; ++t) workers.emplace_back(body, t);
-  body(0);
-  for (auto& w : workers) w.join();
+  });
+  im.checksum = 0;
+  for (uint64_t s : sums) im.checksum += s;
+  Pass p;
+  if (seconds > 0) {
+    p.gbps = static_cast<double>(im.m.n) / seconds / 1e9;
+    p.cpu_share = cpu / (seconds * im.threads);
+  }
+  return p;
+}
 
+size_t ReadProbe::bytes() const { return impl_->m.n; }
+int ReadProbe::threads() const { return impl_->threads; }
+Isa ReadProbe::isa() const { return impl_->isa; }
+uint64_t ReadProbe::checksum() const { return impl_->checksum; }
+
+Result<BandwidthResult> measure_read_bandwidth(const BandwidthOptions& o) {
+  if (o.passes < 1) return Status::error("bandwidth probe: passes must be >= 1");
+  auto probe = ReadProbe::create(o);
+  if (!probe.is_ok()) return probe.status();
   BandwidthResult r;
-  r.bytes = m.n;
+  r.bytes = (*probe)->bytes();
   r.threads = o.threads;
   r.passes = o.passes;
-  r.isa = isa;
-  for (uint64_t s : sums) r.checksum += s;
+  r.isa = (*probe)->isa();
   double total = 0;
-  for (size_t p = 0; p < seconds.size(); ++p) {
-    const double s = seconds[p];
-    const double gbps = s > 0 ? static_cast<double>(m.n) / s / 1e9 : 0;
-    if (gbps > r.best_gbps) {
-      r.best_gbps = gbps;
-      r.best_cpu_share = cpu_seconds[p] / (s * o.threads);
+  for (int i = 0; i < o.passes; ++i) {
+    const ReadProbe::Pass p = (*probe)->pass();
+    if (p.gbps > r.best_gbps) {
+      r.best_gbps = p.gbps;
+      r.best_cpu_share = p.cpu_share;
     }
-    total += gbps;
+    total += p.gbps;
   }
   r.mean_gbps = total / o.passes;
+  r.checksum = (*probe)->checksum();
   return r;
 }
 

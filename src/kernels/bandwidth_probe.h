@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 
 #include "core/cpu_features.h"
 #include "core/status.h"
@@ -37,6 +38,34 @@ struct BandwidthResult {
 // Errors (one line) on a non-positive thread or pass count, a buffer smaller
 // than one page per thread, or a failed allocation.
 Result<BandwidthResult> measure_read_bandwidth(const BandwidthOptions& options);
+
+// The same probe kept between passes (buffer mapped and faulted in once), for
+// passes interleaved with other work: on a host whose bandwidth moves within
+// seconds, a kernel's rate is only comparable with passes taken around it.
+class ReadProbe {
+ public:
+  // options.passes is ignored; the other errors are measure_read_bandwidth's.
+  static Result<std::unique_ptr<ReadProbe>> create(const BandwidthOptions& options);
+  ~ReadProbe();
+  ReadProbe(const ReadProbe&) = delete;
+  ReadProbe& operator=(const ReadProbe&) = delete;
+
+  struct Pass {
+    double gbps = 0;       // bytes() / wall time of the reads, 1e9 bytes per second
+    double cpu_share = 0;  // CPU time of this process / (wall time x threads)
+  };
+  // One pass: each thread reads its share once (threads start before the clock).
+  Pass pass();
+  size_t bytes() const;
+  int threads() const;
+  Isa isa() const;
+  uint64_t checksum() const;  // the last pass's sum of every word
+
+ private:
+  struct Impl;
+  explicit ReadProbe(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
 
 // Wrapping sum of n 64-bit words with the loads of `isa` (capped by
 // active_isa()); every level gives the same value. Exposed for tests.

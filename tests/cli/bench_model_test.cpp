@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <random>
@@ -95,7 +96,7 @@ bool BenchModel::made_ok_ = false;
 
 TEST_F(BenchModel, PrintsEveryRowWithPositiveNumbers) {
   Proc r = run_cairn(args({"-p", "40", "-n", "6", "--batch", "1,3", "--reps", "2", "--threads", "2",
-                           "--ubatch", "16", "--decode-ctx", "5"}));
+                           "--ubatch", "16", "--decode-ctx", "5", "--paired-segment", "4"}));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const std::string& out = r.out;
   for (const char* row : {"prefill p=40", "decode B=1 n=6", "decode B=3 n=6"}) {
@@ -150,6 +151,32 @@ TEST_F(BenchModel, PrintsEveryRowWithPositiveNumbers) {
   }
   EXPECT_TRUE(numbers_on(out, "  prefill run 3:").empty()) << "one line per run";
   EXPECT_NEAR(number_after(out, "decode efficiency"), best_eff, 0.051) << out;
+  // Paired: each run of 6 tokens in segments of 4 and 2, a probe pass between
+  // segments; a segment's efficiency is its reads over the mean of its two
+  // passes, and the summary is their median.
+  std::vector<double> effs;
+  for (int i = 1; i <= 4; ++i) {
+    const std::string seg = "  segment  " + std::to_string(i) + ":";
+    SCOPED_TRACE(seg);
+    const std::vector<double> v = numbers_on(out, seg);  // tok/s, before, after, reads, eff
+    ASSERT_EQ(v.size(), 5u) << out;
+    for (double x : v) EXPECT_GT(x, 0);
+    // Reads within 1% of tok/s x the run's mean bytes per token (a segment's
+    // own K/V context differs a little from the run's mean).
+    EXPECT_NEAR(v[3], v[0] * mb_per_token / 1e3, 0.01 * v[3] + 0.006);
+    EXPECT_NEAR(v[4], 100 * v[3] / ((v[1] + v[2]) / 2), 0.06 + v[4] * 2e-3);
+    effs.push_back(v[4]);
+  }
+  EXPECT_TRUE(numbers_on(out, "  segment  5:").empty()) << "2 runs x 2 segments";
+  // Consecutive segments of a run share the pass between them.
+  EXPECT_EQ(numbers_on(out, "  segment  1:")[2], numbers_on(out, "  segment  2:")[1]);
+  std::sort(effs.begin(), effs.end());
+  const std::vector<double> paired = numbers_on(out, "decode efficiency, paired");
+  ASSERT_EQ(paired.size(), 4u) << out;  // median, count, min, max
+  EXPECT_NEAR(paired[0], (effs[1] + effs[2]) / 2, 0.051);
+  EXPECT_EQ(paired[1], 4);
+  EXPECT_NEAR(paired[2], effs.front(), 0.051);
+  EXPECT_NEAR(paired[3], effs.back(), 0.051);
   // The parts add up to the total (printed in MB with four decimals).
   EXPECT_NEAR(
       number_after(out, "weight bytes / token") + number_after(out, "kv bytes / token (B=1)"),
@@ -161,7 +188,8 @@ TEST_F(BenchModel, PrintsEveryRowWithPositiveNumbers) {
   EXPECT_NE(out.find("cpu          "), std::string::npos) << out;
   // The table carries the command that reproduces it, defaults spelled out.
   EXPECT_NE(out.find("command      cairn bench-model -m " + *model_ +
-                     " -p 40 -n 6 --batch 1,3 --threads 2 --reps 2 --ubatch 16 --decode-ctx 5"),
+                     " -p 40 -n 6 --batch 1,3 --threads 2 --reps 2 --ubatch 16 --decode-ctx 5"
+                     " --paired-segment 4"),
             std::string::npos)
       << out;
 }
@@ -181,6 +209,7 @@ TEST_F(BenchModel, BadOptionsAreOneErrorLine) {
   expect_one_error_line(run_cairn(args({"--threads", "0"})), "--threads");
   expect_one_error_line(run_cairn(args({"--threads", "x2"})), "--threads");
   expect_one_error_line(run_cairn(args({"--ubatch", "-1"})), "--ubatch");
+  expect_one_error_line(run_cairn(args({"--paired-segment", "0"})), "--paired-segment");
   expect_one_error_line(run_cairn(args({"--batch", ""})), "--batch");
   expect_one_error_line(run_cairn(args({"--batch", "1,,4"})), "--batch");
   expect_one_error_line(run_cairn(args({"--batch", "1,x"})), "'x'");
@@ -239,6 +268,31 @@ TEST(BandwidthProbe, MeasuresAndChecksItsArguments) {
   o.passes = 1;
   o.bytes = 100;
   auto small = cairn::kernels::measure_read_bandwidth(o);
+  ASSERT_FALSE(small.is_ok());
+  EXPECT_NE(small.status().message().find("page"), std::string::npos);
+}
+
+TEST(BandwidthProbe, KeptProbeReadsEveryWordOnEachPass) {
+  cairn::kernels::BandwidthOptions o;
+  o.bytes = size_t{8} << 20;
+  o.threads = 2;
+  auto probe = cairn::kernels::ReadProbe::create(o);
+  ASSERT_TRUE(probe.is_ok()) << probe.status().message();
+  cairn::kernels::ReadProbe& p = **probe;
+  EXPECT_EQ(p.bytes(), o.bytes);
+  EXPECT_EQ(p.threads(), 2);
+  const uint64_t n = o.bytes / 8;
+  for (int i = 0; i < 3; ++i) {
+    const cairn::kernels::ReadProbe::Pass pass = p.pass();
+    EXPECT_GT(pass.gbps, 0);
+    EXPECT_GT(pass.cpu_share, 0);
+    EXPECT_EQ(p.checksum(), n * (n - 1) / 2) << "pass " << i;
+  }
+  o.threads = 0;
+  EXPECT_FALSE(cairn::kernels::ReadProbe::create(o).is_ok());
+  o.threads = 3;
+  o.bytes = 3 * 4096 - 1;
+  auto small = cairn::kernels::ReadProbe::create(o);
   ASSERT_FALSE(small.is_ok());
   EXPECT_NE(small.status().message().find("page"), std::string::npos);
 }

@@ -5,8 +5,9 @@
 // every step depends on the last. The K/V lives in the paged cache the server
 // uses, with the prefix cache off so no repetition is served from memory.
 // Decode is memory-bound, so the table also states the bytes one decoded token
-// reads and the machine's own read bandwidth, whose ratio is the efficiency;
-// each batch-1 decode run is paired with a probe taken just before it.
+// reads and the machine's own read bandwidth, whose ratio is the efficiency:
+// each batch-1 decode run against a probe taken just before it, and batch-1
+// decode segments against the probe passes run between them.
 #include <spdlog/spdlog.h>
 #include <sys/resource.h>
 
@@ -16,6 +17,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
@@ -49,6 +51,7 @@ struct BenchArgs {
   int decode_ctx = 16;
   int probe_mib = 1024;
   int probe_passes = 10;
+  int paired_segment = 16;
 };
 
 // Wall time and the CPU time all of this process's threads got meanwhile: on
@@ -138,6 +141,7 @@ Status validate(const BenchArgs& a) {
       {"--decode-ctx", a.decode_ctx, 1 << 20},
       {"--probe-mib", a.probe_mib, 1 << 20},
       {"--probe-passes", a.probe_passes, 1000},
+      {"--paired-segment", a.paired_segment, 1 << 20},
       {"--threads", a.threads, 1024},
   };
   for (const Check& c : checks) {
@@ -171,7 +175,8 @@ std::string command_line(const BenchArgs& a) {
   return "cairn bench-model -m " + a.model + " -p " + std::to_string(a.prompt) + " -n " +
          std::to_string(a.n_decode) + " --batch " + a.batch + " --threads " +
          std::to_string(a.threads) + " --reps " + std::to_string(a.reps) + " --ubatch " +
-         std::to_string(a.ubatch) + " --decode-ctx " + std::to_string(a.decode_ctx);
+         std::to_string(a.ubatch) + " --decode-ctx " + std::to_string(a.decode_ctx) +
+         " --paired-segment " + std::to_string(a.paired_segment);
 }
 
 int32_t argmax(std::span<const float> row) {
@@ -244,8 +249,12 @@ class Bench {
   }
 
   // B sequences: their short prompts go through untimed (as one ragged batch
-  // in ubatch chunks), then n timed steps of one token per sequence.
-  Result<Span> decode_once(int n_seqs) {
+  // in ubatch chunks), then n timed steps of one token per sequence. With
+  // segment > 0, between(first step, steps, their span) runs after every
+  // `segment` steps (and after the last, shorter run of them), its own time
+  // left out of the result.
+  Result<Span> decode_once(int n_seqs, int segment = 0,
+                           const std::function<void(int, int, const Span&)>& between = {}) {
     const int d = a_.decode_ctx;
     std::vector<SeqId> seqs((size_t)n_seqs);
     std::vector<std::vector<Token>> prompts((size_t)n_seqs);
@@ -264,7 +273,9 @@ class Bench {
       release(seqs);
       return st;
     }
-    const Stopwatch watch;
+    Span total;
+    int first = 0;  // of the current segment
+    auto watch = std::make_unique<Stopwatch>();
     for (int step = 0; step < a_.n_decode && st.is_ok(); ++step) {
       batch_.clear();
       for (int b = 0; b < n_seqs; ++b) batch_.add(next[(size_t)b], d + step, seqs[(size_t)b], true);
@@ -274,11 +285,19 @@ class Bench {
         kv_.commit(seqs[(size_t)b], std::span<const Token>(&next[(size_t)b], 1));
       for (size_t r = 0; r < logits_.rows(); ++r)
         next[(size_t)logits_.batch_index[r]] = argmax(logits_.row(r));
+      if (segment > 0 && ((step + 1) % segment == 0 || step + 1 == a_.n_decode)) {
+        const Span part = watch->elapsed();
+        total.wall_s += part.wall_s;
+        total.cpu_s += part.cpu_s;
+        if (between) between(first, step + 1 - first, part);
+        first = step + 1;
+        watch = std::make_unique<Stopwatch>();
+      }
     }
-    const Span sec = watch.elapsed();
+    if (segment <= 0) total = watch->elapsed();
     release(seqs);
     if (!st.is_ok()) return st;
-    return sec;
+    return total;
   }
 
  private:
@@ -356,6 +375,16 @@ Result<Timing> repeat(const std::string& label, int reps, int threads, int64_t t
 struct DecodeRun {
   double tps = 0;
   double probe_gbps = 0;
+};
+
+struct PairedSegment {
+  double tps = 0;
+  double bytes_per_token = 0;
+  double gbps_before = 0, gbps_after = 0;  // the probe passes around it
+  double efficiency() const {
+    const double bw = (gbps_before + gbps_after) / 2;
+    return bw > 0 ? tps * bytes_per_token / (bw * 1e9) : 0.0;
+  }
 };
 
 // The cores' speed moves too (their neighbours share them): each prefill run
@@ -487,11 +516,36 @@ Status run(const BenchArgs& a) {
 
   // Step i of a batch-1 run (i = 0..n-1) attends over decode_ctx + i + 1
   // positions, each a K row and a V row in every layer.
-  const double avg_ctx = a.decode_ctx + (a.n_decode + 1) / 2.0;
   const double kv_row_bytes = 2.0 * (double)hp.kv_row_elems();  // F16
-  const double kv_bytes = (double)hp.n_layer * 2.0 * kv_row_bytes * avg_ctx;
   const double w_bytes = (double)wb.read_per_forward;
-  const double per_token = w_bytes + kv_bytes;
+  // Bytes per token of steps [first, first + n): weights plus their mean K/V.
+  const auto bytes_per_token = [&](double first, double n) {
+    const double ctx = a.decode_ctx + first + (n + 1) / 2.0;
+    return w_bytes + (double)hp.n_layer * 2.0 * kv_row_bytes * ctx;
+  };
+  const double avg_ctx = a.decode_ctx + (a.n_decode + 1) / 2.0;
+  const double per_token = bytes_per_token(0, a.n_decode);
+  const double kv_bytes = per_token - w_bytes;
+
+  // Paired: batch-1 decode runs cut into segments with one probe pass between
+  // them (and one before the first), each segment's read rate compared with
+  // the mean of the two passes around it. The runs above compare a whole run
+  // with the best of 10 passes taken before it; on a host whose bandwidth
+  // swings within seconds that pairs a run's average with the probe's luckiest
+  // moment, while a segment and its passes share the same few hundred ms.
+  std::vector<PairedSegment> paired;
+  auto probe = kernels::ReadProbe::create(bo);
+  if (!probe.is_ok()) return probe.status();
+  for (int r = 0; r < a.reps; ++r) {
+    double before = (*probe)->pass().gbps;
+    auto span = bench.decode_once(1, a.paired_segment, [&](int first, int n, const Span& part) {
+      const double after = (*probe)->pass().gbps;
+      if (part.wall_s > 0)
+        paired.push_back({n / part.wall_s, bytes_per_token(first, n), before, after});
+      before = after;
+    });
+    if (!span.is_ok()) return span.status().with_context("paired decode");
+  }
   const auto efficiency_of = [&](const DecodeRun& r) {
     return r.probe_gbps > 0 ? r.tps * per_token / (r.probe_gbps * 1e9) : 0.0;
   };
@@ -556,6 +610,29 @@ Status run(const BenchArgs& a) {
                 efficiency_of(runs1[i]) * 100.0);
   std::printf("%-30s %12.1f %%   (fastest decode B=1 run: tok/s x bytes/token / its probe)\n",
               "decode efficiency", efficiency_of(best1) * 100.0);
+  std::printf(
+      "\ndecode B=1 paired with the probe (%d runs in segments of %d tokens, one %zu MiB pass "
+      "between segments):\n",
+      a.reps, a.paired_segment, (*probe)->bytes() >> 20);
+  std::vector<double> effs;
+  for (size_t i = 0; i < paired.size(); ++i) {
+    const PairedSegment& p = paired[i];
+    effs.push_back(p.efficiency());
+    std::printf(
+        "  segment %2zu: %8.2f tok/s  passes %6.2f / %6.2f GB/s  reads %7.2f GB/s  efficiency "
+        "%5.1f %%\n",
+        i + 1, p.tps, p.gbps_before, p.gbps_after, p.tps * p.bytes_per_token / 1e9,
+        p.efficiency() * 100.0);
+  }
+  if (!effs.empty()) {
+    std::sort(effs.begin(), effs.end());
+    const size_t n = effs.size();
+    const double median = n % 2 ? effs[n / 2] : (effs[n / 2 - 1] + effs[n / 2]) / 2;
+    std::printf(
+        "%-30s %12.1f %%   (median of %zu segments, min %.1f, max %.1f: tok/s x bytes/token / "
+        "mean of the passes around it)\n",
+        "decode efficiency, paired", median * 100.0, n, effs.front() * 100.0, effs.back() * 100.0);
+  }
   std::fflush(stdout);
   return Status::ok();
 }
@@ -583,6 +660,9 @@ void register_bench_model(CLI::App& app, CommandResult& result) {
   cmd->add_option("--probe-mib", a->probe_mib, "bandwidth probe buffer in MiB")
       ->capture_default_str();
   cmd->add_option("--probe-passes", a->probe_passes, "bandwidth probe passes")
+      ->capture_default_str();
+  cmd->add_option("--paired-segment", a->paired_segment,
+                  "decode tokens between two probe passes in the paired efficiency")
       ->capture_default_str();
   // Left out, --threads means every core; typed as 0 it is an error like any
   // other non-positive count.
