@@ -2,13 +2,16 @@
 // and multiply-accumulates per second, on the kernels the active ISA selects.
 #include <benchmark/benchmark.h>
 
+#include <chrono>
 #include <memory>
 #include <random>
+#include <span>
 #include <vector>
 
 #include "core/cpu_features.h"
 #include "core/quant.h"
 #include "core/simd.h"
+#include "kernels/bandwidth_probe.h"
 #include "kernels/kernels.h"
 
 namespace {
@@ -67,31 +70,36 @@ struct RandomMatrix {
 
 // One decoded token's matmuls of a TinyLlama-1.1B-shaped model (22 layers:
 // Q/K/V together, O, gate/up together, down; then the output head), single
-// token, 1 or 2 threads: the weight stream as the model issues it, 89 calls with a
-// pool hand-off each, against which the one-matrix rows above show the cost
-// of splitting the stream. Nothing else of a forward pass runs in between.
-void BM_DecodeMatmulSequence(benchmark::State& state, TensorType type) {
-  constexpr int64_t kDim = 2048, kKv = 256, kFf = 5632, kVocab = 32000, kLayers = 22;
-  std::mt19937 rng(3);
+// token: the weight stream as the model issues it, 89 calls with a pool
+// hand-off each. Nothing else of a forward pass runs in between.
+struct DecodeMatmuls {
+  static constexpr int64_t kDim = 2048, kKv = 256, kFf = 5632, kVocab = 32000, kLayers = 22;
   struct Layer {
     std::unique_ptr<RandomMatrix> q, k, v, o, gate, up, down;
   };
-  std::vector<Layer> layers((size_t)kLayers);
-  size_t bytes = 0;
-  const auto make = [&](int64_t rows, int64_t cols) {
-    auto m = std::make_unique<RandomMatrix>(type, rows, cols, rng);
-    bytes += *row_bytes(type, cols) * (size_t)rows;
-    return m;
-  };
-  for (Layer& l : layers) {
-    l.q = make(kDim, kDim), l.k = make(kKv, kDim), l.v = make(kKv, kDim), l.o = make(kDim, kDim);
-    l.gate = make(kFf, kDim), l.up = make(kFf, kDim), l.down = make(kDim, kFf);
+  std::vector<Layer> layers;
+  std::unique_ptr<RandomMatrix> head;
+  std::vector<float> x, a, b, c, g, u, logits;
+  size_t bytes = 0;  // what the calls stream (packed copies where there are)
+
+  explicit DecodeMatmuls(TensorType type) : layers((size_t)kLayers) {
+    std::mt19937 rng(3);
+    const auto make = [&](int64_t rows, int64_t cols) {
+      auto m = std::make_unique<RandomMatrix>(type, rows, cols, rng);
+      bytes += kernels::weight_stream(m->w).size();
+      return m;
+    };
+    for (Layer& l : layers) {
+      l.q = make(kDim, kDim), l.k = make(kKv, kDim), l.v = make(kKv, kDim), l.o = make(kDim, kDim);
+      l.gate = make(kFf, kDim), l.up = make(kFf, kDim), l.down = make(kDim, kFf);
+    }
+    head = make(kVocab, kDim);
+    x.assign((size_t)kFf, 0.5f), a.resize((size_t)kDim), b.resize((size_t)kKv);
+    c.resize((size_t)kKv), g.resize((size_t)kFf), u.resize((size_t)kFf);
+    logits.resize((size_t)kVocab);
   }
-  auto head = make(kVocab, kDim);
-  std::vector<float> x((size_t)kFf, 0.5f), a((size_t)kDim), b((size_t)kKv), c((size_t)kKv),
-      g((size_t)kFf), u((size_t)kFf), logits((size_t)kVocab);
-  ThreadPool pool((int)state.range(0));
-  for (auto _ : state) {
+
+  void token(ThreadPool& pool) {
     for (Layer& l : layers) {
       const kernels::MatmulJob qkv[] = {
           {&l.q->w, a.data()}, {&l.k->w, b.data()}, {&l.v->w, c.data()}};
@@ -103,11 +111,70 @@ void BM_DecodeMatmulSequence(benchmark::State& state, TensorType type) {
       for (float& f : x) f = 0.5f;  // keep the activations finite
     }
     kernels::matmul(head->w, x.data(), 1, logits.data(), pool);
-    benchmark::DoNotOptimize(logits.data());
+  }
+
+  // The same bytes read by plain 64-byte loads, each thread summing its half
+  // of every matrix in the calls' order, with no hand-off between matrices:
+  // what the memory gives a stream of exactly these bytes.
+  uint64_t loads(ThreadPool& pool) {
+    std::vector<const kernels::WeightMatrix*> order;
+    for (Layer& l : layers)
+      for (auto* m : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down}) order.push_back(&(*m)->w);
+    order.push_back(&head->w);
+    std::vector<uint64_t> sums((size_t)pool.size(), 0);
+    pool.run([&](int share, int shares) {
+      for (const kernels::WeightMatrix* w : order) {
+        const std::span<const uint8_t> s = kernels::weight_stream(*w);
+        const size_t words = s.size() / 8;
+        const size_t b0 = words * share / shares, b1 = words * (share + 1) / shares;
+        sums[(size_t)share] += kernels::sum_words(reinterpret_cast<const uint64_t*>(s.data()) + b0,
+                                                  b1 - b0, active_isa());
+      }
+    });
+    uint64_t total = 0;
+    for (uint64_t v : sums) total += v;
+    return total;
+  }
+};
+
+// 1 or 2 threads; against it the one-matrix rows above show the cost of
+// splitting the stream into calls.
+void BM_DecodeMatmulSequence(benchmark::State& state, TensorType type) {
+  DecodeMatmuls d(type);
+  ThreadPool pool((int)state.range(0));
+  for (auto _ : state) {
+    d.token(pool);
+    benchmark::DoNotOptimize(d.logits.data());
   }
   state.counters["weight_GB/s"] =
-      benchmark::Counter((double)bytes, benchmark::Counter::kIsIterationInvariantRate);
+      benchmark::Counter((double)d.bytes, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["tok/s"] = benchmark::Counter(1.0, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+// The decode sequence against plain loads over the same bytes, alternated
+// token by token so both see the same host (whose bandwidth moves by a factor
+// of two within minutes): kernel_GB/s / loads_GB/s is the share of the
+// memory's streaming rate the kernels reach, with their pool hand-offs.
+void BM_DecodeMatmulsVsLoads(benchmark::State& state, TensorType type) {
+  DecodeMatmuls d(type);
+  ThreadPool pool((int)state.range(0));
+  double kernel_s = 0, loads_s = 0;
+  uint64_t sink = 0;
+  for (auto _ : state) {
+    const auto t0 = std::chrono::steady_clock::now();
+    d.token(pool);
+    const auto t1 = std::chrono::steady_clock::now();
+    sink += d.loads(pool);
+    const auto t2 = std::chrono::steady_clock::now();
+    kernel_s += std::chrono::duration<double>(t1 - t0).count();
+    loads_s += std::chrono::duration<double>(t2 - t1).count();
+    benchmark::DoNotOptimize(d.logits.data());
+  }
+  benchmark::DoNotOptimize(sink);
+  const double n = (double)state.iterations();
+  state.counters["kernel_GB/s"] = (double)d.bytes * n / kernel_s / 1e9;
+  state.counters["loads_GB/s"] = (double)d.bytes * n / loads_s / 1e9;
+  state.counters["kernel/loads"] = loads_s / kernel_s;
 }
 
 #if defined(__x86_64__)
@@ -167,6 +234,14 @@ BENCHMARK_CAPTURE(BM_DecodeMatmulSequence, q4_0_tinyllama, TensorType::Q4_0)
     ->Arg(2)
     ->UseRealTime();
 BENCHMARK_CAPTURE(BM_DecodeMatmulSequence, q8_0_tinyllama, TensorType::Q8_0)->Arg(2)->UseRealTime();
+BENCHMARK_CAPTURE(BM_DecodeMatmulsVsLoads, q4_0_tinyllama, TensorType::Q4_0)
+    ->Arg(2)
+    ->MinTime(5.0)
+    ->UseRealTime();
+BENCHMARK_CAPTURE(BM_DecodeMatmulsVsLoads, q8_0_tinyllama, TensorType::Q8_0)
+    ->Arg(2)
+    ->MinTime(5.0)
+    ->UseRealTime();
 BENCHMARK_CAPTURE(BM_Matmul, q4_k_5632x2048, TensorType::Q4_K, 5632, 2048)->Apply(Args);
 BENCHMARK_CAPTURE(BM_Matmul, f16_2048x2048, TensorType::F16, 2048, 2048)->Apply(Args);
 

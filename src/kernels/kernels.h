@@ -47,6 +47,11 @@ struct MatmulJob {
 void matmul_many(std::span<const MatmulJob> jobs, const float* x, int64_t n_tokens,
                  ThreadPool& pool);
 
+// The bytes a matmul over w reads, in memory order: its packed copy when it
+// has one, else its stored rows (benchmarks compare kernels with plain loads
+// over exactly these bytes).
+std::span<const uint8_t> weight_stream(const WeightMatrix& w);
+
 // Whether matmul can multiply weights of type t (loaders check this up front).
 bool matmul_supported(TensorType t);
 

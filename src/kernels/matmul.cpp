@@ -46,7 +46,8 @@ void matmul_float(const WeightMatrix& w, const float* x, int64_t n_tokens, float
         const float* xt = x + t * k;
         float v;
         if (!f16)
-          v = tiny ? order::tiny_f32((const float*)wrow, xt, k) : order::vec_f32((const float*)wrow, xt, k);
+          v = tiny ? order::tiny_f32((const float*)wrow, xt, k)
+                   : order::vec_f32((const float*)wrow, xt, k);
         else
           v = tiny ? order::tiny_f16((const uint16_t*)wrow, xt, k)
                    : order::vec_f16((const uint16_t*)wrow, xh_data + t * k, k);
@@ -74,7 +75,8 @@ void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* out,
   if (!ops || !ops->vec_dot || !act_ops || !act_bytes) {
     // A caller bug (the loader checks types with matmul_supported): make it loud
     // in the logits rather than crash the process.
-    for (int64_t i = 0; i < n_tokens * w.rows; ++i) out[i] = std::numeric_limits<float>::quiet_NaN();
+    for (int64_t i = 0; i < n_tokens * w.rows; ++i)
+      out[i] = std::numeric_limits<float>::quiet_NaN();
     return;
   }
 
@@ -119,7 +121,8 @@ void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* out,
   });
 }
 
-void matmul_many(std::span<const MatmulJob> jobs, const float* x, int64_t n_tokens, ThreadPool& pool) {
+void matmul_many(std::span<const MatmulJob> jobs, const float* x, int64_t n_tokens,
+                 ThreadPool& pool) {
   if (jobs.empty() || n_tokens <= 0) return;
   PackedJob packed[8];
   bool fused = jobs.size() <= std::size(packed) && jobs[0].w->packed != nullptr;
@@ -133,14 +136,22 @@ void matmul_many(std::span<const MatmulJob> jobs, const float* x, int64_t n_toke
   packed_matmul_many({packed, jobs.size()}, x, n_tokens, pool);
 }
 
+std::span<const uint8_t> weight_stream(const WeightMatrix& w) {
+  if (w.packed) {
+    const PackedMatrix& p = *w.packed;
+    return {p.data, (size_t)p.n_groups * (size_t)p.n_blocks * p.block_bytes};
+  }
+  return {static_cast<const uint8_t*>(w.data), w.row_stride * (size_t)w.rows};
+}
+
 void get_row(const WeightMatrix& w, int64_t row, float* dst) {
   const TypeOps* ops = type_ops(w.type);
   if (!ops || row < 0 || row >= w.rows) {
     for (int64_t i = 0; i < w.cols; ++i) dst[i] = std::numeric_limits<float>::quiet_NaN();
     return;
   }
-  ops->to_float(static_cast<const unsigned char*>(w.data) + static_cast<size_t>(row) * w.row_stride, dst,
-                w.cols);
+  ops->to_float(static_cast<const unsigned char*>(w.data) + static_cast<size_t>(row) * w.row_stride,
+                dst, w.cols);
 }
 
 }  // namespace cairn::kernels
