@@ -164,5 +164,24 @@ TEST(PackedMatrixTest, OnlyForTypesWithAPackedKernel) {
   EXPECT_EQ(pack_matrix(q4) != nullptr, vnni);
 }
 
+TEST(WeightStream, IsThePackedCopyWhereThereIsOneElseTheStoredRows) {
+  std::vector<uint8_t> data(4096);
+  WeightMatrix f32{TensorType::F32, data.data(), 2, 128, 512, nullptr};
+  prepare_weight(f32);
+  EXPECT_EQ(weight_stream(f32).data(), data.data());
+  EXPECT_EQ(weight_stream(f32).size(), 1024u);
+  // 20 rows of Q4_0: two 16-row groups, the second padded with zero rows.
+  WeightMatrix q4{TensorType::Q4_0, data.data(), 20, 64, 36, nullptr};
+  prepare_weight(q4);
+  const std::span<const uint8_t> s = weight_stream(q4);
+  if (!q4.packed) {
+    EXPECT_EQ(s.data(), data.data());
+    EXPECT_EQ(s.size(), 20u * 36u);
+    return;
+  }
+  EXPECT_EQ(s.data(), q4.packed->data);
+  EXPECT_EQ(s.size(), 32u * 36u);  // 18 bytes per row and block, as stored
+}
+
 }  // namespace
 }  // namespace cairn::kernels
