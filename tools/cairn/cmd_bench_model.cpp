@@ -275,7 +275,7 @@ class Bench {
     }
     Span total;
     int first = 0;  // of the current segment
-    auto watch = std::make_unique<Stopwatch>();
+    Stopwatch watch;
     for (int step = 0; step < a_.n_decode && st.is_ok(); ++step) {
       batch_.clear();
       for (int b = 0; b < n_seqs; ++b) batch_.add(next[(size_t)b], d + step, seqs[(size_t)b], true);
@@ -286,15 +286,15 @@ class Bench {
       for (size_t r = 0; r < logits_.rows(); ++r)
         next[(size_t)logits_.batch_index[r]] = argmax(logits_.row(r));
       if (segment > 0 && ((step + 1) % segment == 0 || step + 1 == a_.n_decode)) {
-        const Span part = watch->elapsed();
+        const Span part = watch.elapsed();
         total.wall_s += part.wall_s;
         total.cpu_s += part.cpu_s;
         if (between) between(first, step + 1 - first, part);
         first = step + 1;
-        watch = std::make_unique<Stopwatch>();
+        watch = Stopwatch();  // restarts after between()
       }
     }
-    if (segment <= 0) total = watch->elapsed();
+    if (segment <= 0) total = watch.elapsed();
     release(seqs);
     if (!st.is_ok()) return st;
     return total;
