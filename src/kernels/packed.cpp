@@ -106,6 +106,21 @@ constexpr int64_t kTokenChunk = 64;       // tokens whose activations stay in L2
 constexpr int64_t kSliceBlocks = 32;
 constexpr int64_t kSliceAbove = 64;
 
+// Where block b of a slice of `len` blocks at s keeps its 16 scales and its
+// chunks (see PackedMatrix): blocks go in pairs, both blocks' scales in the
+// pair's first cache line, then each block's chunks; an odd slice's last block
+// stands alone, scales then chunks.
+struct BlockAt {
+  const uint8_t* scales;
+  const uint8_t* chunks;
+};
+inline BlockAt block_at(const uint8_t* s, int64_t b, int64_t len, size_t block_bytes) {
+  const uint8_t* pair = s + (size_t)(b & ~int64_t{1}) * block_bytes;
+  if ((b | 1) >= len) return {pair, pair + 32};
+  const size_t second = (size_t)(b & 1);
+  return {pair + 32 * second, pair + 64 + second * (block_bytes - 32)};
+}
+
 // ---- packing (plain C++: runs once at load) ---------------------------------
 
 // Row r's 4-byte run k of block b goes to bytes 4r..4r+3 of chunk k.
@@ -114,17 +129,18 @@ void pack_rows(const WeightMatrix& w, PackedMatrix& p) {
   const auto* src = static_cast<const uint8_t*>(w.data);
   for (int64_t g = 0; g < p.n_groups; ++g) {
     for (int64_t b = 0; b < p.n_blocks; ++b) {
-      uint8_t* dst = const_cast<uint8_t*>(p.slice(g, b / p.slice_blocks)) +
-                     (size_t)(b % p.slice_blocks) * p.block_bytes;
+      const int64_t c = b / p.slice_blocks;
+      const BlockAt at = block_at(p.slice(g, c), b % p.slice_blocks, p.slice_len(c), p.block_bytes);
+      auto* scales = const_cast<uint8_t*>(at.scales);
+      auto* chunks = const_cast<uint8_t*>(at.chunks);
       for (int r = 0; r < kGroup; ++r) {
         const int64_t row = g * kGroup + r;
         if (row >= w.rows) break;  // padding rows stay zero (scale 0)
         const auto* blk = reinterpret_cast<const Block*>(src + (size_t)row * w.row_stride) + b;
-        std::memcpy(dst + 2 * r, &blk->d, 2);
+        std::memcpy(scales + 2 * r, &blk->d, 2);
         const auto* qs = reinterpret_cast<const uint8_t*>(blk->qs);
         for (int k = 0; k < kChunks; ++k) {
-          for (int i = 0; i < 4; ++i)
-            dst[32 + 64 * k + 4 * r + i] = (uint8_t)(qs[4 * k + i] ^ kXor);
+          for (int i = 0; i < 4; ++i) chunks[64 * k + 4 * r + i] = (uint8_t)(qs[4 * k + i] ^ kXor);
         }
       }
     }
@@ -213,14 +229,12 @@ CAIRN_VNNI __m512 tile_one_blocks(const uint8_t* gw, int64_t n, const uint8_t* a
   constexpr size_t kBlock = kQ4 ? kQ4Block : kQ8Block;
   const __m512i m4 = _mm512_set1_epi8(0x0F);
   const __m512i mf0 = _mm512_set1_epi8((char)0xF0);
-  for (int64_t b = 0; b < n; ++b) {
-    const uint8_t* blk = gw + (size_t)b * kBlock;
-    const uint8_t* qs = act + kActRec * (size_t)b;
+  const auto block = [&](const uint8_t* scales, const uint8_t* chunks, const uint8_t* qs) {
     __m512i s_lo = _mm512_set1_epi32(act_bias(qs)), s_hi = _mm512_setzero_si512();
     if constexpr (kQ4) {
 #pragma GCC unroll 4
       for (int k = 0; k < 4; ++k) {
-        const __m512i q = _mm512_loadu_si512(blk + 32 + 64 * k);
+        const __m512i q = _mm512_loadu_si512(chunks + 64 * k);
         s_lo = dpbusd_bcast(s_lo, _mm512_and_si512(q, m4), qs + 4 * k);
         s_hi = dpbusd_bcast(s_hi, _mm512_and_si512(q, mf0), qs + 16 + 4 * k);
       }
@@ -228,14 +242,24 @@ CAIRN_VNNI __m512 tile_one_blocks(const uint8_t* gw, int64_t n, const uint8_t* a
     } else {  // Q8_0: two chains again, over the even and the odd chunks
 #pragma GCC unroll 8
       for (int k = 0; k < 8; k += 2) {
-        s_lo = dpbusd_bcast(s_lo, _mm512_loadu_si512(blk + 32 + 64 * k), qs + 4 * k);
-        s_hi = dpbusd_bcast(s_hi, _mm512_loadu_si512(blk + 32 + 64 * (k + 1)), qs + 4 * k + 4);
+        s_lo = dpbusd_bcast(s_lo, _mm512_loadu_si512(chunks + 64 * k), qs + 4 * k);
+        s_hi = dpbusd_bcast(s_hi, _mm512_loadu_si512(chunks + 64 * (k + 1)), qs + 4 * k + 4);
       }
       s_lo = _mm512_add_epi32(s_lo, s_hi);
     }
-    const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
+    const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales)));
     const __m512 dd = _mm512_mul_ps(dw, _mm512_set1_ps(act_d(qs)));
     acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s_lo), dd, acc);
+  };
+  int64_t b = 0;
+  for (; b + 2 <= n; b += 2) {  // whole pairs (see block_at)
+    const uint8_t* pair = gw + (size_t)b * kBlock;
+    block(pair, pair + 64, act + kActRec * (size_t)b);
+    block(pair + 32, pair + 32 + kBlock, act + kActRec * (size_t)(b + 1));
+  }
+  if (b < n) {
+    const uint8_t* lone = gw + (size_t)b * kBlock;
+    block(lone, lone + 32, act + kActRec * (size_t)b);
   }
   return acc;
 }
@@ -286,20 +310,21 @@ template <bool kQ4, int NT>
   for (int t = 0; t < NT; ++t) acc[t] = acc_io[t];
   const __m512i m4 = _mm512_set1_epi8(0x0F);
   for (int64_t b = 0; b < n; ++b) {
-    const uint8_t* blk = gw + (size_t)b * kBlock;
-    const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
+    const BlockAt at = block_at(gw, b, n, kBlock);
+    const __m512 dw =
+        _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(at.scales)));
     // w[k] holds elements 4k..4k+3 of every row.
     __m512i w[8];
     if constexpr (kQ4) {
 #pragma GCC unroll 8
       for (int k = 0; k < 4; ++k) {
-        const __m512i q = _mm512_loadu_si512(blk + 32 + 64 * k);
+        const __m512i q = _mm512_loadu_si512(at.chunks + 64 * k);
         w[k] = _mm512_and_si512(q, m4);
         w[k + 4] = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
       }
     } else {
 #pragma GCC unroll 8
-      for (int k = 0; k < 8; ++k) w[k] = _mm512_loadu_si512(blk + 32 + 64 * k);
+      for (int k = 0; k < 8; ++k) w[k] = _mm512_loadu_si512(at.chunks + 64 * k);
     }
 #pragma GCC unroll 8
     for (int t = 0; t < NT; ++t) {
@@ -353,7 +378,7 @@ template <bool kQ4, int NT>
   }
   const __m512i m4 = _mm512_set1_epi8(0x0F);
   for (int64_t b = 0; b < n; ++b) {
-    const uint8_t* blk[2] = {gw0 + (size_t)b * kBlock, gw1 + (size_t)b * kBlock};
+    const BlockAt blk[2] = {block_at(gw0, b, n, kBlock), block_at(gw1, b, n, kBlock)};
     __m512i s[2][NT];
 #pragma GCC unroll 8
     for (int t = 0; t < NT; ++t) {
@@ -365,7 +390,7 @@ template <bool kQ4, int NT>
       __m512i w[2][2];  // [group][low/high nibbles, or the one chunk]
 #pragma GCC unroll 2
       for (int g = 0; g < 2; ++g) {
-        const __m512i q = _mm512_loadu_si512(blk[g] + 32 + 64 * k);
+        const __m512i q = _mm512_loadu_si512(blk[g].chunks + 64 * k);
         if constexpr (kQ4) {
           w[g][0] = _mm512_and_si512(q, m4);
           w[g][1] = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
@@ -391,9 +416,9 @@ template <bool kQ4, int NT>
       }
     }
     const __m512 dw0 =
-        _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[0])));
+        _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[0].scales)));
     const __m512 dw1 =
-        _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[1])));
+        _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[1].scales)));
 #pragma GCC unroll 8
     for (int t = 0; t < NT; ++t) {
       const __m512 d = _mm512_set1_ps(act_d(act + t * stride + kActRec * (size_t)b));
