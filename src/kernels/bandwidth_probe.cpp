@@ -100,16 +100,19 @@ uint64_t sum_words(const uint64_t* words, size_t n, Isa isa) {
   }
 }
 
+// What one thread reads in a pass: whole words, in order.
+struct Piece {
+  const uint64_t* words;
+  size_t n;
+};
+
 struct ReadProbe::Impl {
-  Mapping m;
-  size_t share_words = 0;
+  Mapping m;  // the probe's own buffer; unused (unmapped) over borrowed memory
+  std::vector<std::vector<Piece>> shares;  // [thread]
+  size_t bytes = 0;                        // read per pass, all threads together
   int threads = 0;
   Isa isa = Isa::Scalar;
   uint64_t checksum = 0;
-
-  uint64_t* share(int t) const {
-    return static_cast<uint64_t*>(m.p) + static_cast<size_t>(t) * share_words;
-  }
 
   // body(t) on `threads` threads (this one as thread 0, thread t always
   // reading share t); returns once all are done.
@@ -141,15 +144,58 @@ Result<std::unique_ptr<ReadProbe>> ReadProbe::create(const BandwidthOptions& o) 
   // Huge pages spare the TLB misses that would otherwise cap a streaming read
   // below what the memory delivers; a hint only, the probe works without it.
   madvise(m.p, m.n, MADV_HUGEPAGE);
-  impl->share_words = share / sizeof(uint64_t);
+  const size_t share_words = share / sizeof(uint64_t);
+  for (int t = 0; t < o.threads; ++t)
+    impl->shares.push_back(
+        {{static_cast<uint64_t*>(m.p) + static_cast<size_t>(t) * share_words, share_words}});
+  impl->bytes = m.n;
   impl->threads = o.threads;
   impl->isa = load_isa(active_isa());
-  const Impl& im = *impl;
   impl->on_all_threads([&](int t) {
-    uint64_t* mine = im.share(t);
-    for (size_t i = 0; i < im.share_words; ++i)
-      mine[i] = static_cast<size_t>(t) * im.share_words + i;
+    auto* mine = const_cast<uint64_t*>(impl->shares[static_cast<size_t>(t)][0].words);
+    for (size_t i = 0; i < share_words; ++i) mine[i] = static_cast<size_t>(t) * share_words + i;
   });
+  return std::unique_ptr<ReadProbe>(new ReadProbe(std::move(impl)));
+}
+
+Result<std::unique_ptr<ReadProbe>> ReadProbe::over(
+    std::span<const std::span<const uint8_t>> streams, int threads) {
+  if (threads < 1) return Status::error("bandwidth probe: threads must be >= 1");
+  std::vector<Piece> all;
+  size_t total = 0;  // words
+  for (const std::span<const uint8_t>& s : streams) {
+    const auto begin = reinterpret_cast<uintptr_t>(s.data());
+    const uintptr_t first = (begin + 7) & ~uintptr_t{7};
+    if (s.empty() || first >= begin + s.size()) continue;
+    const size_t n = (begin + s.size() - first) / sizeof(uint64_t);
+    if (n == 0) continue;
+    all.push_back({reinterpret_cast<const uint64_t*>(first), n});
+    total += n;
+  }
+  const size_t per_thread = total / static_cast<size_t>(threads);
+  if (per_thread * sizeof(uint64_t) < kPage)
+    return Status::error("bandwidth probe: " + std::to_string(total * sizeof(uint64_t)) +
+                         " bytes of streams are under one page per thread");
+  auto impl = std::make_unique<Impl>();
+  impl->shares.resize(static_cast<size_t>(threads));
+  // Thread t reads words [t * total / threads, (t + 1) * total / threads) of
+  // the streams laid end to end.
+  size_t piece = 0, offset = 0;  // where the next share starts
+  for (int t = 0; t < threads; ++t) {
+    size_t want = total * static_cast<size_t>(t + 1) / static_cast<size_t>(threads) -
+                  total * static_cast<size_t>(t) / static_cast<size_t>(threads);
+    while (want > 0) {
+      const Piece& p = all[piece];
+      const size_t take = std::min(want, p.n - offset);
+      impl->shares[static_cast<size_t>(t)].push_back({p.words + offset, take});
+      want -= take;
+      offset += take;
+      if (offset == p.n) ++piece, offset = 0;
+    }
+  }
+  impl->bytes = total * sizeof(uint64_t);
+  impl->threads = threads;
+  impl->isa = load_isa(active_isa());
   return std::unique_ptr<ReadProbe>(new ReadProbe(std::move(impl)));
 }
 
@@ -162,7 +208,9 @@ ReadProbe::Pass ReadProbe::pass() {
     sync.arrive_and_wait();
     const auto t0 = std::chrono::steady_clock::now();
     const double cpu0 = t == 0 ? process_cpu_seconds() : 0;
-    sums[static_cast<size_t>(t)] = sum_words(im.share(t), im.share_words, im.isa);
+    uint64_t sum = 0;
+    for (const Piece& p : im.shares[static_cast<size_t>(t)]) sum += sum_words(p.words, p.n, im.isa);
+    sums[static_cast<size_t>(t)] = sum;
     sync.arrive_and_wait();
     if (t == 0) {
       seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -173,13 +221,13 @@ ReadProbe::Pass ReadProbe::pass() {
   for (uint64_t s : sums) im.checksum += s;
   Pass p;
   if (seconds > 0) {
-    p.gbps = static_cast<double>(im.m.n) / seconds / 1e9;
+    p.gbps = static_cast<double>(im.bytes) / seconds / 1e9;
     p.cpu_share = cpu / (seconds * im.threads);
   }
   return p;
 }
 
-size_t ReadProbe::bytes() const { return impl_->m.n; }
+size_t ReadProbe::bytes() const { return impl_->bytes; }
 int ReadProbe::threads() const { return impl_->threads; }
 Isa ReadProbe::isa() const { return impl_->isa; }
 uint64_t ReadProbe::checksum() const { return impl_->checksum; }

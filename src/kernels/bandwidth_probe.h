@@ -1,7 +1,8 @@
 // kernels/bandwidth_probe.h — how fast this machine reads memory.
-// Owns a read-bandwidth probe: a buffer far bigger than the caches, split into
-// one contiguous share per thread, each thread summing its share with the
-// widest loads active_isa() allows; the best of several passes is the number a
+// Owns a read-bandwidth probe: a buffer far bigger than the caches (or memory
+// the caller names, such as a model's weights), split into one contiguous
+// share per thread, each thread summing its share with the widest loads
+// active_isa() allows; the best of several passes is the number a
 // memory-bound kernel (decode) can hope to reach. Used by `cairn bench-model`
 // to turn tok/s into an efficiency. Never touches model weights and never runs
 // unless asked: it allocates (and faults in) the whole buffer on each call.
@@ -10,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 
 #include "core/cpu_features.h"
 #include "core/status.h"
@@ -46,6 +48,13 @@ class ReadProbe {
  public:
   // options.passes is ignored; the other errors are measure_read_bandwidth's.
   static Result<std::unique_ptr<ReadProbe>> create(const BandwidthOptions& options);
+  // A probe over memory the caller owns and keeps alive (a model's weights):
+  // the streams' bytes in order, split into one contiguous share per thread.
+  // Each stream is read from its first 8-byte boundary in whole words, so up
+  // to 14 bytes of each go unread; bytes() counts only what is read. Errors
+  // (one line) on a non-positive thread count or under one page per thread.
+  static Result<std::unique_ptr<ReadProbe>> over(std::span<const std::span<const uint8_t>> streams,
+                                                 int threads);
   ~ReadProbe();
   ReadProbe(const ReadProbe&) = delete;
   ReadProbe& operator=(const ReadProbe&) = delete;

@@ -36,6 +36,17 @@ class DecoderModel final : public Model {
     return Status::ok();
   }
 
+  std::vector<std::span<const uint8_t>> weight_streams() const override {
+    std::vector<std::span<const uint8_t>> s;
+    for (const LayerWeights& l : w_.layers) {
+      for (const kernels::WeightMatrix* m :
+           {&l.attn.wq, &l.attn.wk, &l.attn.wv, &l.attn.wo, &l.ffn.gate, &l.ffn.up, &l.ffn.down})
+        s.push_back(kernels::weight_stream(*m));
+    }
+    s.push_back(kernels::weight_stream(w_.output));
+    return s;
+  }
+
  private:
   std::shared_ptr<const gguf::File> file_;  // the weights point into its mapping
   DecoderWeights w_;

@@ -21,25 +21,24 @@
 
 namespace cairn {
 
-
 namespace model {
 
 struct HParams {
-  std::string arch;            // general.architecture, e.g. "llama", "qwen2"
-  int64_t n_vocab = 0;         // rows of token_embd.weight
-  int64_t n_embd = 0;          // <arch>.embedding_length
-  int64_t n_layer = 0;         // <arch>.block_count
-  int64_t n_head = 0;          // <arch>.attention.head_count
-  int64_t n_head_kv = 0;       // <arch>.attention.head_count_kv (default n_head)
-  int64_t n_ff = 0;            // <arch>.feed_forward_length
-  int64_t n_ctx_train = 0;     // <arch>.context_length
-  int64_t head_dim = 0;        // n_embd / n_head
-  int64_t n_rot = 0;           // <arch>.rope.dimension_count (default head_dim)
+  std::string arch;         // general.architecture, e.g. "llama", "qwen2"
+  int64_t n_vocab = 0;      // rows of token_embd.weight
+  int64_t n_embd = 0;       // <arch>.embedding_length
+  int64_t n_layer = 0;      // <arch>.block_count
+  int64_t n_head = 0;       // <arch>.attention.head_count
+  int64_t n_head_kv = 0;    // <arch>.attention.head_count_kv (default n_head)
+  int64_t n_ff = 0;         // <arch>.feed_forward_length
+  int64_t n_ctx_train = 0;  // <arch>.context_length
+  int64_t head_dim = 0;     // n_embd / n_head
+  int64_t n_rot = 0;        // <arch>.rope.dimension_count (default head_dim)
   float rope_freq_base = 10000.0f;
   float rope_freq_scale = 1.0f;  // 1 / <arch>.rope.scaling.factor for linear scaling
   float norm_eps = 1e-5f;        // <arch>.attention.layer_norm_rms_epsilon
   kernels::RopeStyle rope_style = kernels::RopeStyle::Norm;
-  bool tied_output = false;      // output.weight absent: token_embd.weight is used
+  bool tied_output = false;  // output.weight absent: token_embd.weight is used
 
   int64_t kv_row_elems() const { return n_head_kv * head_dim; }  // one K (or V) row per token
 };
@@ -48,7 +47,7 @@ struct HParams {
 // Owns its vectors so a scheduler can clear() and refill one Batch every step.
 struct Batch {
   std::vector<Token> tokens;
-  std::vector<int32_t> positions;   // position of each token in its sequence
+  std::vector<int32_t> positions;  // position of each token in its sequence
   std::vector<SeqId> seqs;
   std::vector<uint8_t> wants_logits;  // 0/1 (not vector<bool>: spans must work)
 
@@ -58,7 +57,12 @@ struct Batch {
     seqs.push_back(seq);
     wants_logits.push_back(logits ? 1 : 0);
   }
-  void clear() { tokens.clear(); positions.clear(); seqs.clear(); wants_logits.clear(); }
+  void clear() {
+    tokens.clear();
+    positions.clear();
+    seqs.clear();
+    wants_logits.clear();
+  }
   size_t size() const { return tokens.size(); }
 };
 
@@ -100,6 +104,13 @@ class Model {
   // token whose wants_logits is set. Errors (bad token id, position beyond the
   // view's capacity, malformed batch) are reported before any K/V is written.
   virtual Status forward(const Batch& batch, KvView& kv, Logits& out) = 0;
+
+  // The bytes one token's forward reads from its weight matrices (packed
+  // copies where they exist), in the forward's order; the embedding table,
+  // read one row per token, is left out. For probes that must read the same
+  // memory as decode: on a host whose pages differ in speed, a fresh buffer
+  // is not the model's memory.
+  virtual std::vector<std::span<const uint8_t>> weight_streams() const = 0;
 
  protected:
   explicit Model(HParams hp) : hparams_(std::move(hp)) {}

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <random>
 #include <regex>
+#include <span>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -111,10 +112,19 @@ TEST_F(BenchModel, PrintsEveryRowWithPositiveNumbers) {
   EXPECT_EQ(number_after(out, "decode B=3 n=6", 0), 18);
   EXPECT_EQ(out.find("decode B=1 n=6", out.find("decode B=1 n=6") + 1), std::string::npos)
       << "batch 1 measured once";
-  for (const char* row : {"weight bytes / token", "kv bytes / token (B=1)",
-                          "bytes / decoded token (B=1)", "read bandwidth", "decode efficiency"}) {
+  for (const char* row :
+       {"weight bytes / token", "kv bytes / token (B=1)", "bytes / decoded token (B=1)",
+        "read bandwidth, weights", "read bandwidth, machine", "decode efficiency"}) {
     EXPECT_GT(number_after(out, row), 0) << row << "\n" << out;
   }
+  // The efficiency's probe reads the model's own weights: the bytes a token
+  // reads from them, less at most 14 unaligned bytes per matrix.
+  const size_t over = out.find("over the model's ");
+  ASSERT_NE(over, std::string::npos) << out;
+  const double probed_mb = std::stod(out.substr(over + 17));
+  const double weight_mb = number_after(out, "weight bytes / token");
+  EXPECT_LE(probed_mb, weight_mb + 0.05) << out;
+  EXPECT_GE(probed_mb, weight_mb * 0.99 - 0.05) << out;
   // Each batch-1 run comes with the probe taken just before it; the reported
   // efficiency is the fastest run's against its own probe.
   const double mb_per_token = number_after(out, "bytes / decoded token (B=1)");
@@ -293,6 +303,42 @@ TEST(BandwidthProbe, KeptProbeReadsEveryWordOnEachPass) {
   o.threads = 3;
   o.bytes = 3 * 4096 - 1;
   auto small = cairn::kernels::ReadProbe::create(o);
+  ASSERT_FALSE(small.is_ok());
+  EXPECT_NE(small.status().message().find("page"), std::string::npos);
+}
+
+// Over borrowed memory: every whole word of every stream, from its first
+// 8-byte boundary, split across threads without losing or repeating one.
+TEST(BandwidthProbe, ProbeOverStreamsReadsEachWholeWordOnce) {
+  std::vector<uint64_t> a(3000), b(1000), c(5);
+  for (size_t i = 0; i < a.size(); ++i) a[i] = i + 1;
+  for (size_t i = 0; i < b.size(); ++i) b[i] = 100000 + i;
+  for (size_t i = 0; i < c.size(); ++i) c[i] = 7;
+  const auto bytes = [](const std::vector<uint64_t>& v) {
+    return std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(v.data()), v.size() * 8);
+  };
+  // b starts 3 bytes in (its first word is skipped) and c ends 4 bytes short
+  // (its last word is skipped); the empty stream adds nothing.
+  const std::span<const uint8_t> bs = bytes(b).subspan(3);
+  const std::span<const uint8_t> cs = bytes(c).first(c.size() * 8 - 4);
+  const std::vector<std::span<const uint8_t>> streams{bytes(a), bs, {}, cs};
+  uint64_t want = 0;
+  for (uint64_t v : a) want += v;
+  for (size_t i = 1; i < b.size(); ++i) want += b[i];
+  want += 7 * (c.size() - 1);
+  for (int threads : {1, 2, 3}) {
+    SCOPED_TRACE(threads);
+    auto probe = cairn::kernels::ReadProbe::over(streams, threads);
+    ASSERT_TRUE(probe.is_ok()) << probe.status().message();
+    EXPECT_EQ((*probe)->bytes(), (a.size() + b.size() - 1 + c.size() - 1) * 8);
+    EXPECT_EQ((*probe)->threads(), threads);
+    for (int i = 0; i < 2; ++i) {
+      EXPECT_GT((*probe)->pass().gbps, 0);
+      EXPECT_EQ((*probe)->checksum(), want) << "pass " << i;
+    }
+  }
+  EXPECT_FALSE(cairn::kernels::ReadProbe::over(streams, 0).is_ok());
+  auto small = cairn::kernels::ReadProbe::over(streams, 8);  // under a page per thread
   ASSERT_FALSE(small.is_ok());
   EXPECT_NE(small.status().message().find("page"), std::string::npos);
 }
