@@ -31,9 +31,10 @@ namespace cairn::kernels {
 // Blocks go in pairs: both blocks' scales (2 x 32 B, one cache line), then
 // the first block's chunks, then the second's; a slice with an odd number of
 // blocks ends in a lone block (scales, then chunks). A pair is 9 cache lines
-// (Q4_0) or 17 (Q8_0), so every 64-byte chunk load starts on a line; with
-// blocks one after another (288 and 544 B), every other block's chunks each
-// straddled two lines. Measured on the 89 decode matmuls of a TinyLlama-shaped
+// (Q4_0) or 17 (Q8_0), so while every slice has an even number of blocks (any
+// width that is a multiple of 64 columns) each 64-byte chunk load starts on a
+// line; with blocks one after another (288 and 544 B), every other block's
+// chunks each straddled two lines. Measured on the 89 decode matmuls of a TinyLlama-shaped
 // model, two layouts in one process, alternate tokens, against plain loads of
 // the same bytes: Q8_0 +13..20 %, Q4_0 unchanged (AMD EPYC, AVX-512).
 //
