@@ -108,9 +108,8 @@ class Model {
   // The bytes one token's forward reads from its weight matrices (packed
   // copies where they exist), in the forward's order; the embedding table,
   // read one row per token, is left out (a tied output head, read whole, is
-  // in). For probes that must read the same
-  // memory as decode: on a host whose pages differ in speed, a fresh buffer
-  // is not the model's memory.
+  // in). For probes that must read the same memory as decode: on a host whose
+  // pages differ in speed, a fresh buffer is not the model's memory.
   virtual std::vector<std::span<const uint8_t>> weight_streams() const = 0;
 
  protected:
