@@ -36,7 +36,7 @@ namespace cairn::kernels {
 // line; with blocks one after another (288 and 544 B), every other block's
 // chunks each straddled two lines. Measured on the 89 decode matmuls of a TinyLlama-shaped
 // model, two layouts in one process, alternate tokens, against plain loads of
-// the same bytes: Q8_0 +13..20 %, Q4_0 unchanged (AMD EPYC, AVX-512).
+// the same bytes: Q8_0 +11..20 %, Q4_0 unchanged (AMD EPYC, AVX-512).
 //
 // Groups go in runs of kRunGroups; a run stores its groups' blocks slice by
 // slice: blocks [0, KS) of each group of the run, then blocks [KS, 2 KS) of
