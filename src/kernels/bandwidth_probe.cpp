@@ -232,27 +232,31 @@ int ReadProbe::threads() const { return impl_->threads; }
 Isa ReadProbe::isa() const { return impl_->isa; }
 uint64_t ReadProbe::checksum() const { return impl_->checksum; }
 
-Result<BandwidthResult> measure_read_bandwidth(const BandwidthOptions& o) {
-  if (o.passes < 1) return Status::error("bandwidth probe: passes must be >= 1");
-  auto probe = ReadProbe::create(o);
-  if (!probe.is_ok()) return probe.status();
+BandwidthResult ReadProbe::best_of(int passes) {
   BandwidthResult r;
-  r.bytes = (*probe)->bytes();
-  r.threads = o.threads;
-  r.passes = o.passes;
-  r.isa = (*probe)->isa();
+  r.bytes = bytes();
+  r.threads = threads();
+  r.passes = passes;
+  r.isa = isa();
   double total = 0;
-  for (int i = 0; i < o.passes; ++i) {
-    const ReadProbe::Pass p = (*probe)->pass();
+  for (int i = 0; i < passes; ++i) {
+    const Pass p = pass();
     if (p.gbps > r.best_gbps) {
       r.best_gbps = p.gbps;
       r.best_cpu_share = p.cpu_share;
     }
     total += p.gbps;
   }
-  r.mean_gbps = total / o.passes;
-  r.checksum = (*probe)->checksum();
+  r.mean_gbps = passes > 0 ? total / passes : 0;
+  r.checksum = checksum();
   return r;
+}
+
+Result<BandwidthResult> measure_read_bandwidth(const BandwidthOptions& o) {
+  if (o.passes < 1) return Status::error("bandwidth probe: passes must be >= 1");
+  auto probe = ReadProbe::create(o);
+  if (!probe.is_ok()) return probe.status();
+  return (*probe)->best_of(o.passes);
 }
 
 }  // namespace cairn::kernels

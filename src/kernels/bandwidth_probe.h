@@ -65,6 +65,8 @@ class ReadProbe {
   };
   // One pass: each thread reads its share once (threads start before the clock).
   Pass pass();
+  // `passes` (>= 1) passes summarized as measure_read_bandwidth does.
+  BandwidthResult best_of(int passes);
   size_t bytes() const;
   int threads() const;
   Isa isa() const;

@@ -471,19 +471,7 @@ Status run(const BenchArgs& a) {
   auto weights_probe = kernels::ReadProbe::over(m.weight_streams(), threads);
   if (!weights_probe.is_ok()) return weights_probe.status().with_context("weights probe");
   kernels::ReadProbe& wprobe = **weights_probe;
-  struct ProbeBest {
-    double best_gbps = 0, mean_gbps = 0, best_cpu_share = 0;
-  };
-  const auto probe_weights = [&]() {
-    ProbeBest r;
-    for (int i = 0; i < a.probe_passes; ++i) {
-      const kernels::ReadProbe::Pass p = wprobe.pass();
-      if (p.gbps > r.best_gbps) r.best_gbps = p.gbps, r.best_cpu_share = p.cpu_share;
-      r.mean_gbps += p.gbps / a.probe_passes;
-    }
-    return r;
-  };
-  const ProbeBest wbw = probe_weights();
+  const kernels::BandwidthResult wbw = wprobe.best_of(a.probe_passes);
 
   struct Row {
     std::string label;
@@ -518,7 +506,7 @@ Status run(const BenchArgs& a) {
   std::vector<DecodeRun> runs1;  // batch 1: each run with the probe just before it
   double last_probe = 0;
   const auto probe_before = [&]() -> Status {
-    last_probe = probe_weights().best_gbps;
+    last_probe = wprobe.best_of(a.probe_passes).best_gbps;
     return Status::ok();
   };
   for (int b : order) {
@@ -604,8 +592,8 @@ Status run(const BenchArgs& a) {
   std::printf(
       "%-30s %12.2f GB/s (probe: %d threads, %s loads over the model's %.1f MB of weights, best "
       "of %d, cpu %.0f%%; mean %.2f)\n",
-      "read bandwidth, weights", wbw.best_gbps, threads, isa_name(wprobe.isa()),
-      (double)wprobe.bytes() / 1e6, a.probe_passes, wbw.best_cpu_share * 100, wbw.mean_gbps);
+      "read bandwidth, weights", wbw.best_gbps, wbw.threads, isa_name(wbw.isa),
+      (double)wbw.bytes / 1e6, wbw.passes, wbw.best_cpu_share * 100, wbw.mean_gbps);
   std::printf(
       "%-30s %12.2f GB/s (probe: %d threads, %zu MiB fresh buffer, %s loads, best of %d, cpu "
       "%.0f%%; mean %.2f; before the model was loaded)\n",
