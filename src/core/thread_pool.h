@@ -10,6 +10,7 @@
 // thread: the first one thrown reaches the caller.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 
@@ -58,6 +59,15 @@ class ThreadPool {
   // own. So fn may keep per-share scratch indexed by share, but must never
   // wait for another share (no barrier inside a job).
   void run(const std::function<void(int, int)>& fn);
+
+  // From inside a job: asks the worker running this share to pull
+  // [p, p + bytes) into its caches once the share is done, while it waits for
+  // the next job. It stops as soon as a job is published, so the caller never
+  // waits for it. Ignored on the calling thread (it goes back to the caller's
+  // own work) and outside a job. For kernels that know what a thread reads
+  // next: a decode step's next weight matrix, whose first lines would
+  // otherwise arrive one memory latency at a time while the stream ramps up.
+  static void warm_after_share(const void* p, size_t bytes);
 
   // Not re-entrant: a call made from inside a job, or while another thread's
   // job is running on this pool, does all its work on the calling thread

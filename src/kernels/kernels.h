@@ -40,12 +40,15 @@ void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* out,
 // Several weights applied to the same activations (e.g. Q, K and V; gate and
 // up): out of job i as matmul(*jobs[i].w, x, ...). Where the kernels allow,
 // the activations are converted once and one pass of the pool does them all.
+// `next` optionally names the weights of the call that will follow (a decode
+// step's next projection): threads that finish their share early start
+// pulling in the part of it they will read. Results never depend on it.
 struct MatmulJob {
   const WeightMatrix* w;
   float* out;
 };
 void matmul_many(std::span<const MatmulJob> jobs, const float* x, int64_t n_tokens,
-                 ThreadPool& pool);
+                 ThreadPool& pool, std::span<const WeightMatrix* const> next = {});
 
 // The bytes a matmul over w reads, in memory order: its packed copy when it
 // has one, else its stored rows (benchmarks compare kernels with plain loads

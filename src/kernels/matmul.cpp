@@ -122,7 +122,7 @@ void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* out,
 }
 
 void matmul_many(std::span<const MatmulJob> jobs, const float* x, int64_t n_tokens,
-                 ThreadPool& pool) {
+                 ThreadPool& pool, std::span<const WeightMatrix* const> next) {
   if (jobs.empty() || n_tokens <= 0) return;
   PackedJob packed[8];
   bool fused = jobs.size() <= std::size(packed) && jobs[0].w->packed != nullptr;
@@ -133,7 +133,14 @@ void matmul_many(std::span<const MatmulJob> jobs, const float* x, int64_t n_toke
     return;
   }
   for (size_t i = 0; i < jobs.size(); ++i) packed[i] = {jobs[i].w->packed.get(), jobs[i].out};
-  packed_matmul_many({packed, jobs.size()}, x, n_tokens, pool);
+  // The next call's packed copies, when it has them all (else nothing to warm).
+  const PackedMatrix* next_packed[8];
+  size_t n_next = next.size() <= std::size(next_packed) ? next.size() : 0;
+  for (size_t i = 0; i < n_next; ++i) {
+    next_packed[i] = next[i]->packed.get();
+    if (!next_packed[i]) n_next = 0;
+  }
+  packed_matmul_many({packed, jobs.size()}, x, n_tokens, pool, {next_packed, n_next});
 }
 
 std::span<const uint8_t> weight_stream(const WeightMatrix& w) {

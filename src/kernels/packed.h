@@ -85,7 +85,9 @@ struct PackedJob {
   float* out;
 };
 bool packed_compatible(const PackedMatrix& a, const PackedMatrix& b);
+// `next`: the matrices of the call that will follow (may be empty); workers
+// that finish early pull in the start of their share of it.
 void packed_matmul_many(std::span<const PackedJob> jobs, const float* x, int64_t n_tokens,
-                        ThreadPool& pool);
+                        ThreadPool& pool, std::span<const PackedMatrix* const> next);
 
 }  // namespace cairn::kernels

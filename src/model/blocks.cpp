@@ -20,10 +20,11 @@ std::string dims_str(const std::vector<int64_t>& d) {
   return s + "]";
 }
 
-// Every weight projection of the forward pass goes through here.
+// Every single-matrix projection of the forward pass goes through here.
 void project(const kernels::WeightMatrix& w, const float* x, int64_t n_tokens, float* out,
-             ThreadPool& pool) {
-  kernels::matmul(w, x, n_tokens, out, pool);
+             ThreadPool& pool, NextWeights next) {
+  const kernels::MatmulJob job{&w, out};
+  kernels::matmul_many({&job, 1}, x, n_tokens, pool, next);
 }
 
 void add_bias(float* rows, const std::vector<float>& bias, int64_t n_tokens) {
@@ -223,7 +224,7 @@ void rope_tables(const HParams& hp, const Batch& batch, Workspace& ws, ThreadPoo
 }
 
 void attention(const HParams& hp, const AttentionWeights& w, int layer, const Batch& batch,
-               KvView& kv, Workspace& ws, ThreadPool& pool) {
+               KvView& kv, Workspace& ws, ThreadPool& pool, NextWeights next) {
   const int64_t T = (int64_t)batch.size();
   const int64_t hd = hp.head_dim;
   const int64_t nq = hp.n_head * hd;
@@ -231,7 +232,8 @@ void attention(const HParams& hp, const AttentionWeights& w, int layer, const Ba
 
   const kernels::MatmulJob qkv[] = {
       {&w.wq, ws.q.data()}, {&w.wk, ws.k.data()}, {&w.wv, ws.v.data()}};
-  kernels::matmul_many(qkv, ws.xn.data(), T, pool);
+  const kernels::WeightMatrix* const wo[] = {&w.wo};
+  kernels::matmul_many(qkv, ws.xn.data(), T, pool, wo);
   add_bias(ws.q.data(), w.bq, T);
   add_bias(ws.k.data(), w.bk, T);
   add_bias(ws.v.data(), w.bv, T);
@@ -260,13 +262,14 @@ void attention(const HParams& hp, const AttentionWeights& w, int layer, const Ba
   shape.scale = 1.0f / std::sqrt((float)hd);
   attend(kv, layer, batch.seqs, batch.positions, ws.q.data(), shape, ws.attn.data(), pool);
 
-  project(w.wo, ws.attn.data(), T, ws.tmp.data(), pool);
+  project(w.wo, ws.attn.data(), T, ws.tmp.data(), pool, next);
 }
 
-void ffn_swiglu(const HParams& hp, const FfnWeights& w, int64_t T, Workspace& ws,
-                ThreadPool& pool) {
+void ffn_swiglu(const HParams& hp, const FfnWeights& w, int64_t T, Workspace& ws, ThreadPool& pool,
+                NextWeights next) {
   const kernels::MatmulJob gate_up[] = {{&w.gate, ws.gate.data()}, {&w.up, ws.up.data()}};
-  kernels::matmul_many(gate_up, ws.xn.data(), T, pool);
+  const kernels::WeightMatrix* const down[] = {&w.down};
+  kernels::matmul_many(gate_up, ws.xn.data(), T, pool, down);
   // silu_mul is elementwise, so gate may be overwritten in place.
   for_token_rows(pool, T, [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
@@ -274,7 +277,7 @@ void ffn_swiglu(const HParams& hp, const FfnWeights& w, int64_t T, Workspace& ws
       kernels::silu_mul(g, ws.up.data() + t * hp.n_ff, hp.n_ff, g);
     }
   });
-  project(w.down, ws.gate.data(), T, ws.tmp.data(), pool);
+  project(w.down, ws.gate.data(), T, ws.tmp.data(), pool, next);
 }
 
 int64_t keep_output_rows(const Batch& batch, Workspace& ws, int64_t n_embd) {
@@ -289,7 +292,7 @@ int64_t keep_output_rows(const Batch& batch, Workspace& ws, int64_t n_embd) {
 }
 
 void output_logits(const HParams& hp, const DecoderWeights& w, const Batch& batch, Workspace& ws,
-                   ThreadPool& pool, Logits& out) {
+                   ThreadPool& pool, Logits& out, NextWeights next) {
   out.n_vocab = hp.n_vocab;
   out.batch_index.clear();
   for (size_t t = 0; t < batch.size(); ++t)
@@ -301,7 +304,7 @@ void output_logits(const HParams& hp, const DecoderWeights& w, const Batch& batc
   for (int64_t r = 0; r < R; ++r)
     kernels::rms_norm(ws.x.data() + r * hp.n_embd, w.output_norm.data(), hp.n_embd, hp.norm_eps,
                       ws.out_rows.data() + r * hp.n_embd);
-  project(w.output, ws.out_rows.data(), R, out.data.data(), pool);
+  project(w.output, ws.out_rows.data(), R, out.data.data(), pool, next);
 }
 
 }  // namespace cairn::model

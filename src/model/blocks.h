@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -88,15 +89,20 @@ void add_rows(float* x, const float* y, int64_t n_tokens, int64_t n, ThreadPool&
 // layer).
 void rope_tables(const HParams& hp, const Batch& batch, Workspace& ws, ThreadPool& pool);
 
+// The weights of the projection that follows a block's last one (see
+// kernels::matmul_many's `next`): only a hint for the memory, never for results.
+using NextWeights = std::span<const kernels::WeightMatrix* const>;
+
 // Self-attention of layer `layer` for every token of the batch: projections
 // (+ bias), RoPE (angles from rope_tables), K/V written to `kv`, causal attention per sequence over
-// the view, output projection into ws.tmp.
+// the view, output projection into ws.tmp. `next`: what follows the output projection.
 void attention(const HParams& hp, const AttentionWeights& w, int layer, const Batch& batch,
-               KvView& kv, Workspace& ws, ThreadPool& pool);
+               KvView& kv, Workspace& ws, ThreadPool& pool, NextWeights next);
 
-// SwiGLU FFN of ws.xn into ws.tmp: down(silu(gate(x)) * up(x)).
+// SwiGLU FFN of ws.xn into ws.tmp: down(silu(gate(x)) * up(x)). `next`: what
+// follows the down projection.
 void ffn_swiglu(const HParams& hp, const FfnWeights& w, int64_t n_tokens, Workspace& ws,
-                ThreadPool& pool);
+                ThreadPool& pool, NextWeights next);
 
 // Before the last layer's FFN: moves the residual rows of the tokens that want
 // logits to the front of ws.x, in batch order, and returns their count. The
@@ -106,7 +112,8 @@ int64_t keep_output_rows(const Batch& batch, Workspace& ws, int64_t n_embd);
 
 // Final norm of the (compacted, see keep_output_rows) rows that want logits and
 // the output projection into `out`.
+// `next`: what the next forward starts with.
 void output_logits(const HParams& hp, const DecoderWeights& w, const Batch& batch, Workspace& ws,
-                   ThreadPool& pool, Logits& out);
+                   ThreadPool& pool, Logits& out, NextWeights next);
 
 }  // namespace cairn::model

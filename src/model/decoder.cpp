@@ -2,6 +2,7 @@
 // attention with RoPE and GQA, SwiGLU FFN, residual adds, output head (tied to
 // the embedding when output.weight is absent). Architectures differ only in
 // the facts DecoderOptions carries, so each stays a few lines.
+#include <array>
 #include <memory>
 
 #include "model/arch.h"
@@ -22,17 +23,27 @@ class DecoderModel final : public Model {
     ws_.reserve(hp, T);
     embed(w_.tok_embd, batch, ws_.x.data());
     rope_tables(hp, batch, ws_, pool_);
+    // Each block names the weights the next projection reads (a memory hint).
+    const auto qkv = [](const LayerWeights& l) {
+      return std::array<const kernels::WeightMatrix*, 3>{&l.attn.wq, &l.attn.wk, &l.attn.wv};
+    };
+    const std::array<const kernels::WeightMatrix*, 1> output = {&w_.output};
     for (int il = 0; il < (int)hp.n_layer; ++il) {
       const LayerWeights& l = w_.layers[(size_t)il];
       rms_norm_rows(ws_.x.data(), l.attn_norm, T, hp.n_embd, hp.norm_eps, ws_.xn.data(), pool_);
-      attention(hp, l.attn, il, batch, kv, ws_, pool_);
+      const std::array<const kernels::WeightMatrix*, 2> gate_up = {&l.ffn.gate, &l.ffn.up};
+      attention(hp, l.attn, il, batch, kv, ws_, pool_, gate_up);
       add_rows(ws_.x.data(), ws_.tmp.data(), T, hp.n_embd, pool_);
       const int64_t n = il + 1 == (int)hp.n_layer ? keep_output_rows(batch, ws_, hp.n_embd) : T;
       rms_norm_rows(ws_.x.data(), l.ffn_norm, n, hp.n_embd, hp.norm_eps, ws_.xn.data(), pool_);
-      ffn_swiglu(hp, l.ffn, n, ws_, pool_);
+      if (il + 1 < (int)hp.n_layer) {
+        ffn_swiglu(hp, l.ffn, n, ws_, pool_, qkv(w_.layers[(size_t)il + 1]));
+      } else {
+        ffn_swiglu(hp, l.ffn, n, ws_, pool_, output);
+      }
       add_rows(ws_.x.data(), ws_.tmp.data(), n, hp.n_embd, pool_);
     }
-    output_logits(hp, w_, batch, ws_, pool_, out);
+    output_logits(hp, w_, batch, ws_, pool_, out, qkv(w_.layers[0]));
     return Status::ok();
   }
 

@@ -237,6 +237,48 @@ TEST(ThreadPool, CallerWaitsOutALongWorkerShare) {
   }
 }
 
+// A warm-up request far larger than any cache (a terabyte of addresses:
+// prefetches never fault) must end when the next job arrives: the worker then
+// still runs its own share, the caller (whose request is ignored) never
+// stalls, and the pool is destroyed at once.
+TEST(ThreadPool, WarmAfterShareStopsAtTheNextJob) {
+  static const char buffer[4096] = {};
+  constexpr size_t kHuge = size_t{1} << 40;
+  ThreadPool pool(2);
+  int worker_ran_share1 = 0;
+  for (int rep = 0; rep < 20; ++rep) {
+    std::thread::id share1;
+    std::atomic<int> done{0};
+    pool.run([&](int t, int) {
+      ThreadPool::warm_after_share(buffer, kHuge);
+      if (t == 1) share1 = std::this_thread::get_id();
+      // Gives a free worker ample time to claim share 1 before the caller would.
+      if (t == 0) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      ++done;
+    });
+    ASSERT_EQ(done.load(), 2);
+    // From the second job on, the worker has a huge request behind it.
+    if (rep > 0 && share1 != std::this_thread::get_id()) ++worker_ran_share1;
+  }
+  // A worker stuck warming (seconds for a terabyte) would leave every share 1
+  // to the caller.
+  EXPECT_GT(worker_ran_share1, 0);
+  pool.run([](int t, int) {
+    if (t == 1) ThreadPool::warm_after_share(buffer, kHuge);
+  });
+  // Leaving scope joins the worker while it warms: stop is a new generation.
+}
+
+// Outside a job, and on threads that are not workers, a request does nothing.
+TEST(ThreadPool, WarmAfterShareOutsideAJobIsIgnored) {
+  static const char buffer[4096] = {};
+  ThreadPool::warm_after_share(buffer, size_t{1} << 40);
+  ThreadPool pool(2);
+  std::atomic<int> done{0};
+  pool.run([&](int, int) { ++done; });
+  EXPECT_EQ(done.load(), 2);
+}
+
 TEST(ThreadPool, DestructionWhileIdleSpinningOrSleeping) {
   for (int rep = 0; rep < 200; ++rep) {
     ThreadPool fresh(3);  // destroyed before its workers may even have started

@@ -5,6 +5,7 @@
 
 #include <cstring>
 #include <random>
+#include <span>
 #include <vector>
 
 #include "core/cpu_features.h"
@@ -152,6 +153,27 @@ TEST(MatmulMany, SameBitsAsSeparateMatmuls) {
     for (size_t i = 0; i < n; ++i)
       EXPECT_EQ(0, std::memcmp(fused[i].data(), single[i].data(), fused[i].size() * 4))
           << "job " << i;
+  }
+  // Naming the next call's weights (a memory hint) changes no bits, for one
+  // token (the warming path) and many, whatever `next` holds: a short
+  // matrix (fewer groups than shares), mixed types, nothing.
+  const WeightMatrix* const next_all[] = {&mats[1].w, &mats[2].w, &mats[0].w};
+  const WeightMatrix* const next_short[] = {&mats[1].w};
+  for (const std::span<const WeightMatrix* const> next :
+       {std::span<const WeightMatrix* const>(next_all),
+        std::span<const WeightMatrix* const>(next_short), std::span<const WeightMatrix* const>()}) {
+    for (int64_t t : {int64_t{1}, tokens}) {
+      std::vector<float> a((size_t)(t * rows[0])), b((size_t)(t * rows[1]));
+      std::vector<float> ref_a(a.size()), ref_b(b.size());
+      matmul(mats[0].w, x.data(), t, ref_a.data(), pool);
+      matmul(mats[1].w, x.data(), t, ref_b.data(), pool);
+      const MatmulJob jobs[] = {{&mats[0].w, a.data()}, {&mats[1].w, b.data()}};
+      for (int rep = 0; rep < 3; ++rep) {  // later calls run while workers still warm
+        matmul_many(jobs, x.data(), t, pool, next);
+        EXPECT_EQ(0, std::memcmp(a.data(), ref_a.data(), a.size() * 4)) << t << " tokens";
+        EXPECT_EQ(0, std::memcmp(b.data(), ref_b.data(), b.size() * 4)) << t << " tokens";
+      }
+    }
   }
 }
 
