@@ -20,6 +20,9 @@ struct GroupJob {
   float scale = 1.0f;
   bool batch = false;  // the batch has >= 2 tokens (tinyBLAS orders)
   bool f16 = true;     // K/V elements are F16 (else F32)
+  // > 0: while scoring positions p.., request the K/V rows of positions this
+  // far ahead (rows out of cache, e.g. a decode step's); 0: none.
+  int64_t prefetch_ahead = 0;
 };
 
 struct Scratch {
