@@ -516,7 +516,7 @@ inline int64_t share_begin(int64_t n, int shares, int t) {
 // Bytes a worker pulls in, after its share of one call, from where its share
 // of the next call will begin (ThreadPool::warm_after_share): otherwise the
 // worker idles through the caller's quantization and serial ops. Measured on
-// TinyLlama decode, with and without alternated token by token in one process
+// TinyLlama decode, with and without it alternated token by token in one process
 // (cairn run, 128 tokens each): Q4_0 +0.1..1.6 % tok/s (4 runs, mean +1.0 %),
 // Q8_0 +0.2..0.4 %.
 constexpr size_t kWarmBytes = size_t{256} << 10;
