@@ -42,6 +42,13 @@ CpuFeatures detect() {
   CpuFeatures f;
 #ifdef CAIRN_X86
   unsigned a = 0, b = 0, c = 0, d = 0;
+  if (__get_cpuid(0, &a, &b, &c, &d)) {
+    char vendor[12];  // EBX, EDX, ECX spell the vendor's name
+    std::memcpy(vendor, &b, 4);
+    std::memcpy(vendor + 4, &d, 4);
+    std::memcpy(vendor + 8, &c, 4);
+    f.intel = std::memcmp(vendor, "GenuineIntel", 12) == 0;
+  }
   if (!__get_cpuid(1, &a, &b, &c, &d)) return f;
   const bool osxsave = (c >> 27) & 1;
   f.fma = (c >> 12) & 1;
@@ -49,9 +56,9 @@ CpuFeatures detect() {
   const bool avx = (c >> 28) & 1;
   if (osxsave) {
     const uint64_t xcr0 = read_xcr0();
-    f.os_ymm = (xcr0 & 0x6) == 0x6;                 // SSE + AVX state
-    f.os_zmm = f.os_ymm && (xcr0 & 0xE0) == 0xE0;   // opmask + ZMM_Hi256 + Hi16_ZMM
-    f.os_amx = (xcr0 & 0x60000) == 0x60000;         // XTILECFG + XTILEDATA
+    f.os_ymm = (xcr0 & 0x6) == 0x6;                // SSE + AVX state
+    f.os_zmm = f.os_ymm && (xcr0 & 0xE0) == 0xE0;  // opmask + ZMM_Hi256 + Hi16_ZMM
+    f.os_amx = (xcr0 & 0x60000) == 0x60000;        // XTILECFG + XTILEDATA
   }
   if (__get_cpuid_max(0, nullptr) >= 7) {
     __cpuid_count(7, 0, a, b, c, d);

@@ -27,6 +27,9 @@ struct CpuFeatures {
   bool avx512_vnni = false, avx512_bf16 = false;
   bool amx_tile = false, amx_int8 = false, amx_bf16 = false;
   bool os_ymm = false, os_zmm = false, os_amx = false;  // XCR0 state enabled by the OS
+  // CPUID vendor "GenuineIntel": some memory-streaming choices (software
+  // prefetch in the packed decode kernels) win on Intel and lose on AMD.
+  bool intel = false;
 };
 
 // Detected once, on first use.

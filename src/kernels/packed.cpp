@@ -205,6 +205,27 @@ CAIRN_VNNI void quantize_act(int32_t offset, const float* x, int64_t cols, uint8
 
 // ---- kernels ------------------------------------------------------------------
 
+// How far ahead of its loads the one-token kernel asks for weights
+// (prefetcht1 for every line, bytes ahead; 0: no software prefetch).
+// CAIRN_PREFETCH=<bytes> overrides; the default is per vendor, measured with
+// bench_matmul's DecodeMatmulsVsLoads (TinyLlama decode matmuls vs plain loads
+// of the same bytes, 2 threads, kernel/loads):
+// - Intel Xeon (Emerald Rapids, 2 vCPU): none 0.73-0.75; every line 1-2 KiB
+//   ahead (t0) 0.82-0.88, 3-6 KiB (t1) 0.90-0.92, 8-16 KiB 0.88-0.89; one
+//   line per pair 0.76-0.78. Its L2 streamer stops at each 4 KiB page and the
+//   Q4_0 loop issues its loads too slowly to keep enough lines in flight.
+// - AMD EPYC (Zen 5): the hardware prefetchers already keep up; software
+//   prefetch cost 13-18 % there.
+size_t stream_ahead_bytes() {
+  if (const char* e = std::getenv("CAIRN_PREFETCH")) {
+    char* end = nullptr;
+    const unsigned long v = std::strtoul(e, &end, 10);
+    if (end != e && *end == '\0' && v <= (size_t{1} << 20)) return v & ~size_t{63};
+  }
+  return cpu_features().intel ? 4096 : 0;
+}
+const size_t stream_ahead = stream_ahead_bytes();
+
 // acc += dpbusd(w, the 4 activation bytes at p broadcast to every lane), with
 // the broadcast folded into the instruction's memory operand ({1to16}): one
 // instruction where the intrinsics give a broadcast load plus the dot.
@@ -254,6 +275,11 @@ CAIRN_VNNI __m512 tile_one_blocks(const uint8_t* gw, int64_t n, const uint8_t* a
   int64_t b = 0;
   for (; b + 2 <= n; b += 2) {  // whole pairs (see block_at)
     const uint8_t* pair = gw + (size_t)b * kBlock;
+    if (stream_ahead != 0) {  // may point past the weights: a prefetch never faults
+      const uintptr_t ahead = reinterpret_cast<uintptr_t>(pair) + stream_ahead;
+      for (size_t line = 0; line < 2 * kBlock; line += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(ahead + line), _MM_HINT_T1);
+    }
     block(pair, pair + 64, act + kActRec * (size_t)b);
     block(pair + 32, pair + 32 + kBlock, act + kActRec * (size_t)(b + 1));
   }
