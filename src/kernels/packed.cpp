@@ -245,8 +245,11 @@ CAIRN_VNNI inline __m512i dpbusd_bcast(__m512i acc, __m512i w, const uint8_t* p)
 // against the one-token tile (bench_matmul, 151 MB Q4_0 from DRAM, one
 // thread): 26 GB/s vs 19-21; TinyLlama-shaped decode: Q4_0 +3%, Q8_0 +6%
 // (alternating runs).
+// ahead: how far ahead to prefetch the weights (stream_ahead when they come
+// from memory, 0 when they were just read).
 template <bool kQ4>
-CAIRN_VNNI __m512 tile_one_blocks(const uint8_t* gw, int64_t n, const uint8_t* act, __m512 acc) {
+CAIRN_VNNI __m512 tile_one_blocks(const uint8_t* gw, int64_t n, const uint8_t* act, __m512 acc,
+                                  size_t ahead) {
   constexpr size_t kBlock = kQ4 ? kQ4Block : kQ8Block;
   const __m512i m4 = _mm512_set1_epi8(0x0F);
   const __m512i mf0 = _mm512_set1_epi8((char)0xF0);
@@ -275,10 +278,10 @@ CAIRN_VNNI __m512 tile_one_blocks(const uint8_t* gw, int64_t n, const uint8_t* a
   int64_t b = 0;
   for (; b + 2 <= n; b += 2) {  // whole pairs (see block_at)
     const uint8_t* pair = gw + (size_t)b * kBlock;
-    if (stream_ahead != 0) {  // may point past the weights: a prefetch never faults
-      const uintptr_t ahead = reinterpret_cast<uintptr_t>(pair) + stream_ahead;
+    if (ahead != 0) {  // may point past the weights: a prefetch never faults
+      const uintptr_t next = reinterpret_cast<uintptr_t>(pair) + ahead;
       for (size_t line = 0; line < 2 * kBlock; line += 64)
-        _mm_prefetch(reinterpret_cast<const char*>(ahead + line), _MM_HINT_T1);
+        _mm_prefetch(reinterpret_cast<const char*>(next + line), _MM_HINT_T1);
     }
     block(pair, pair + 64, act + kActRec * (size_t)b);
     block(pair + 32, pair + 32 + kBlock, act + kActRec * (size_t)(b + 1));
@@ -301,13 +304,13 @@ __mmask16 row_mask(const PackedMatrix& pm, int64_t g) {
 // in order, one chain per group.
 template <bool kQ4>
 CAIRN_VNNI void tile_one_run(const PackedMatrix& pm, int64_t g0, int64_t g1, const uint8_t* act,
-                             float* out) {
+                             float* out, size_t ahead) {
   __m512 acc[PackedMatrix::kRunGroups];
   for (__m512& a : acc) a = _mm512_setzero_ps();
   for (int64_t c = 0, nc = pm.n_slices(); c < nc; ++c) {
     const uint8_t* a = act + kActRec * (size_t)(c * pm.slice_blocks);
     for (int64_t g = g0; g < g1; ++g)
-      acc[g - g0] = tile_one_blocks<kQ4>(pm.slice(g, c), pm.slice_len(c), a, acc[g - g0]);
+      acc[g - g0] = tile_one_blocks<kQ4>(pm.slice(g, c), pm.slice_len(c), a, acc[g - g0], ahead);
   }
   for (int64_t g = g0; g < g1; ++g)
     _mm512_mask_storeu_ps(out + g * kGroup, row_mask(pm, g), acc[g - g0]);
@@ -558,8 +561,9 @@ void run_group(const PackedMatrix& pm, int64_t g, const uint8_t* act, size_t str
   for (int64_t t = t0; t < t1; t += kTile) {
     const int nt = (int)std::min<int64_t>(kTile, t1 - t);
     if (nt == 1) {
+      // A batch's last token: its tiles have just read these weights.
       (q4 ? tile_one_run<true> : tile_one_run<false>)(pm, g, g + 1, act + (size_t)t * stride,
-                                                      out + t * pm.rows);
+                                                      out + t * pm.rows, 0);
       continue;
     }
     fns[(size_t)nt - 2](pm, g, act + (size_t)t * stride, stride, out + t * pm.rows + g * kGroup,
@@ -745,7 +749,7 @@ void packed_matmul_many(std::span<const PackedJob> jobs, const float* x, int64_t
               std::min(end - base, lg - lg % PackedMatrix::kRunGroups + PackedMatrix::kRunGroups);
           (q4 ? tile_one_run<true> : tile_one_run<false>)(pm, lg, run_end,
                                                           act + (size_t)t0 * stride,
-                                                          j.out + t0 * pm.rows);
+                                                          j.out + t0 * pm.rows, stream_ahead);
           lg = run_end;
         }
         base += n;
