@@ -71,7 +71,8 @@ struct RandomMatrix {
 // One decoded token's matmuls of a TinyLlama-1.1B-shaped model (22 layers:
 // Q/K/V together, O, gate/up together, down; then the output head), single
 // token: the weight stream as the model issues it, 89 calls with a pool
-// hand-off each. Nothing else of a forward pass runs in between.
+// hand-off each. Nothing else of a forward pass runs in between. `tokens`
+// rows at once: a batched decode step (every sequence's one token).
 struct DecodeMatmuls {
   static constexpr int64_t kDim = 2048, kKv = 256, kFf = 5632, kVocab = 32000, kLayers = 22;
   struct Layer {
@@ -81,8 +82,10 @@ struct DecodeMatmuls {
   std::unique_ptr<RandomMatrix> head;
   std::vector<float> x, a, b, c, g, u, logits;
   size_t bytes = 0;  // what the calls stream (packed copies where there are)
+  int64_t tokens = 1;
 
-  explicit DecodeMatmuls(TensorType type) : layers((size_t)kLayers) {
+  explicit DecodeMatmuls(TensorType type, int64_t n_tokens = 1)
+      : layers((size_t)kLayers), tokens(n_tokens) {
     std::mt19937 rng(3);
     const auto make = [&](int64_t rows, int64_t cols) {
       auto m = std::make_unique<RandomMatrix>(type, rows, cols, rng);
@@ -94,23 +97,24 @@ struct DecodeMatmuls {
       l.gate = make(kFf, kDim), l.up = make(kFf, kDim), l.down = make(kDim, kFf);
     }
     head = make(kVocab, kDim);
-    x.assign((size_t)kFf, 0.5f), a.resize((size_t)kDim), b.resize((size_t)kKv);
-    c.resize((size_t)kKv), g.resize((size_t)kFf), u.resize((size_t)kFf);
-    logits.resize((size_t)kVocab);
+    const size_t n = (size_t)tokens;
+    x.assign(n * kFf, 0.5f), a.resize(n * kDim), b.resize(n * kKv);
+    c.resize(n * kKv), g.resize(n * kFf), u.resize(n * kFf);
+    logits.resize(n * kVocab);
   }
 
   void token(ThreadPool& pool) {
     for (Layer& l : layers) {
       const kernels::MatmulJob qkv[] = {
           {&l.q->w, a.data()}, {&l.k->w, b.data()}, {&l.v->w, c.data()}};
-      kernels::matmul_many(qkv, x.data(), 1, pool);
-      kernels::matmul(l.o->w, a.data(), 1, x.data(), pool);
+      kernels::matmul_many(qkv, x.data(), tokens, pool);
+      kernels::matmul(l.o->w, a.data(), tokens, x.data(), pool);
       const kernels::MatmulJob gu[] = {{&l.gate->w, g.data()}, {&l.up->w, u.data()}};
-      kernels::matmul_many(gu, x.data(), 1, pool);
-      kernels::matmul(l.down->w, g.data(), 1, x.data(), pool);
+      kernels::matmul_many(gu, x.data(), tokens, pool);
+      kernels::matmul(l.down->w, g.data(), tokens, x.data(), pool);
       for (float& f : x) f = 0.5f;  // keep the activations finite
     }
-    kernels::matmul(head->w, x.data(), 1, logits.data(), pool);
+    kernels::matmul(head->w, x.data(), tokens, logits.data(), pool);
   }
 
   // The same bytes read by plain 64-byte loads, each thread summing its half
@@ -149,6 +153,27 @@ void BM_DecodeMatmulSequence(benchmark::State& state, TensorType type) {
   state.counters["weight_GB/s"] =
       benchmark::Counter((double)d.bytes, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["tok/s"] = benchmark::Counter(1.0, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+// A batched decode step's matmuls (range(0) tokens, range(1) threads): the
+// weights come from DRAM once per step and serve every token, so this sits
+// between the memory limit (one token) and the arithmetic one (a prompt).
+void BM_BatchedDecodeSequence(benchmark::State& state, TensorType type) {
+  DecodeMatmuls d(type, state.range(0));
+  ThreadPool pool((int)state.range(1));
+  int64_t macs = 0;
+  for (auto _ : state) {
+    d.token(pool);
+    benchmark::DoNotOptimize(d.logits.data());
+  }
+  for (const auto& l : d.layers)
+    for (auto* m : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down})
+      macs += (*m)->w.rows * (*m)->w.cols;
+  macs += d.head->w.rows * d.head->w.cols;
+  state.counters["tok/s"] =
+      benchmark::Counter((double)d.tokens, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GMAC/s"] = benchmark::Counter((double)macs * (double)d.tokens / 1e9,
+                                                benchmark::Counter::kIsIterationInvariantRate);
 }
 
 // The decode sequence against plain loads over the same bytes, alternated
@@ -234,6 +259,12 @@ BENCHMARK_CAPTURE(BM_DecodeMatmulSequence, q4_0_tinyllama, TensorType::Q4_0)
     ->Arg(2)
     ->UseRealTime();
 BENCHMARK_CAPTURE(BM_DecodeMatmulSequence, q8_0_tinyllama, TensorType::Q8_0)->Arg(2)->UseRealTime();
+void BatchArgs(benchmark::internal::Benchmark* b) {
+  for (int tokens : {4, 8, 16}) b->Args({tokens, 2});
+  b->UseRealTime();
+}
+BENCHMARK_CAPTURE(BM_BatchedDecodeSequence, q4_0_tinyllama, TensorType::Q4_0)->Apply(BatchArgs);
+BENCHMARK_CAPTURE(BM_BatchedDecodeSequence, q8_0_tinyllama, TensorType::Q8_0)->Apply(BatchArgs);
 BENCHMARK_CAPTURE(BM_DecodeMatmulsVsLoads, q4_0_tinyllama, TensorType::Q4_0)
     ->Arg(2)
     ->MinTime(5.0)

@@ -392,22 +392,32 @@ CAIRN_VNNI void tile(const PackedMatrix& pm, int64_t g, const uint8_t* act, size
   for (int t = 0; t < NT; ++t) _mm512_mask_storeu_ps(out + t * out_stride, mask, acc[t]);
 }
 
-// Two groups (32 rows) against NT tokens: each activation broadcast feeds two
-// vpdpbusd, so a prompt's batches issue fewer instructions per product. Same
-// per-row operations, in the same order, as tile_blocks(). acc_io: [2][NT].
-template <bool kQ4, int NT>
+// Two groups (32 rows) of Q8_0x16 codes against NT tokens: each activation
+// broadcast feeds two vpdpbusd, so batches issue fewer instructions per
+// product. Same per-row operations, in the same order, as tile_blocks() (the
+// integer block sums are exact, whatever their order). acc_io: [2][NT].
+// ahead (optional): two byte streams to request into L2 while the tile
+// computes, ahead->lines cache lines of each per block (see tile2_ranges).
+struct StreamAhead {
+  const uint8_t* p[2];
+  int64_t lines;
+};
+template <int NT>
 [[gnu::noinline]] CAIRN_VNNI void tile2_blocks(const uint8_t* gw0, const uint8_t* gw1, int64_t n,
-                                               const uint8_t* act, size_t stride, __m512* acc_io) {
-  constexpr size_t kBlock = kQ4 ? kQ4Block : kQ8Block;
+                                               const uint8_t* act, size_t stride, __m512* acc_io,
+                                               const StreamAhead* ahead) {
   __m512 acc[2][NT];
 #pragma GCC unroll 8
   for (int t = 0; t < NT; ++t) {
     acc[0][t] = acc_io[t];
     acc[1][t] = acc_io[NT + t];
   }
-  const __m512i m4 = _mm512_set1_epi8(0x0F);
   for (int64_t b = 0; b < n; ++b) {
-    const BlockAt blk[2] = {block_at(gw0, b, n, kBlock), block_at(gw1, b, n, kBlock)};
+    if (ahead)
+      for (int64_t l = b * ahead->lines, e = l + ahead->lines; l < e; ++l)
+        for (const uint8_t* p : ahead->p)
+          _mm_prefetch(reinterpret_cast<const char*>(p + 64 * l), _MM_HINT_T1);
+    const BlockAt blk[2] = {block_at(gw0, b, n, kQ8Block), block_at(gw1, b, n, kQ8Block)};
     __m512i s[2][NT];
 #pragma GCC unroll 8
     for (int t = 0; t < NT; ++t) {
@@ -415,33 +425,16 @@ template <bool kQ4, int NT>
       s[0][t] = s[1][t] = _mm512_set1_epi32(bias);
     }
 #pragma GCC unroll 8
-    for (int k = 0; k < (kQ4 ? 4 : 8); ++k) {
-      __m512i w[2][2];  // [group][low/high nibbles, or the one chunk]
-#pragma GCC unroll 2
-      for (int g = 0; g < 2; ++g) {
-        const __m512i q = _mm512_loadu_si512(blk[g].chunks + 64 * k);
-        if constexpr (kQ4) {
-          w[g][0] = _mm512_and_si512(q, m4);
-          w[g][1] = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
-        } else {
-          w[g][0] = q;
-        }
-      }
+    for (int k = 0; k < 8; ++k) {
+      const __m512i w0 = _mm512_loadu_si512(blk[0].chunks + 64 * k);
+      const __m512i w1 = _mm512_loadu_si512(blk[1].chunks + 64 * k);
 #pragma GCC unroll 8
       for (int t = 0; t < NT; ++t) {
-        const uint8_t* qs = act + t * stride + kActRec * (size_t)b;
         int32_t a0;
-        std::memcpy(&a0, qs + 4 * k, 4);
+        std::memcpy(&a0, act + t * stride + kActRec * (size_t)b + 4 * k, 4);
         const __m512i va0 = _mm512_set1_epi32(a0);
-        s[0][t] = _mm512_dpbusd_epi32(s[0][t], w[0][0], va0);
-        s[1][t] = _mm512_dpbusd_epi32(s[1][t], w[1][0], va0);
-        if constexpr (kQ4) {
-          int32_t a1;
-          std::memcpy(&a1, qs + 16 + 4 * k, 4);
-          const __m512i va1 = _mm512_set1_epi32(a1);
-          s[0][t] = _mm512_dpbusd_epi32(s[0][t], w[0][1], va1);
-          s[1][t] = _mm512_dpbusd_epi32(s[1][t], w[1][1], va1);
-        }
+        s[0][t] = _mm512_dpbusd_epi32(s[0][t], w0, va0);
+        s[1][t] = _mm512_dpbusd_epi32(s[1][t], w1, va0);
       }
     }
     const __m512 dw0 =
@@ -462,38 +455,52 @@ template <bool kQ4, int NT>
   }
 }
 
-// Groups g and g + 1 against NT tokens: out[t * out_stride + r] for their 32 rows.
-template <bool kQ4, int NT>
-CAIRN_VNNI void tile2(const PackedMatrix& pm, int64_t g, const uint8_t* act, size_t stride,
-                      float* out, int64_t out_stride) {
-  __m512 acc[2 * NT];
-  for (__m512& a : acc) a = _mm512_setzero_ps();
-  for (int64_t c = 0, nc = pm.n_slices(); c < nc; ++c)
-    tile2_blocks<kQ4, NT>(pm.slice(g, c), pm.slice(g + 1, c), pm.slice_len(c),
-                          act + kActRec * (size_t)(c * pm.slice_blocks), stride, acc);
-  for (int t = 0; t < NT; ++t) {
-    _mm512_storeu_ps(out + t * out_stride, acc[t]);
-    _mm512_storeu_ps(out + t * out_stride + kGroup, acc[NT + t]);
+// Groups g and g + 1 against n_tokens tokens (of one token chunk), in tiles of
+// kTile2 tokens and one of what is left, range by range: each range of
+// kUnpackBlocks blocks of both groups serves every tile from L1 while the next
+// range is requested from memory, spread over the tiles' blocks. Without that
+// the memory idled while the tiles computed and the tiles while the next range
+// came in: bench_matmul BatchedDecodeSequence (TinyLlama decode matmuls, 2
+// threads, alternating runs, Intel Xeon), 16 tokens: Q4_0 278-286 vs 201-215
+// tok/s, Q8_0 280-283 vs 154-158; 8 tokens: Q4_0 227 vs 150, Q8_0 159 vs 77.
+// Q4_0 codes are split once per range into bytes, laid out as Q8_0x16 blocks
+// (chunk k + 4 holds chunk k's high nibbles, as Q8_0's chunk k + 4 holds
+// elements 16 + 4k..), and every tile runs the Q8_0 arithmetic over that
+// copy; splitting in every tile costs 3 instructions per chunk per tile (128
+// tokens, one thread: 5632x2048 198-200 vs 189-195 GMAC/s). The activations'
+// bias was made for Q4_0's offset, which the split codes keep, and each row
+// still sums its blocks in order, so the bits do not change.
+constexpr int64_t kUnpackBlocks = 16;  // even: every range starts a pair (see block_at)
+constexpr int64_t kMaxTiles2 = (kTokenChunk + kTile2 - 1) / kTile2;
+// tile2_blocks<nt> for nt in 1..kTile2.
+CAIRN_VNNI void tile2_blocks_n(int64_t nt, const uint8_t* gw0, const uint8_t* gw1, int64_t n,
+                               const uint8_t* act, size_t stride, __m512* acc,
+                               const StreamAhead* ahead) {
+  switch (nt) {
+    case 1:
+      return tile2_blocks<1>(gw0, gw1, n, act, stride, acc, ahead);
+    case 2:
+      return tile2_blocks<2>(gw0, gw1, n, act, stride, acc, ahead);
+    case 3:
+      return tile2_blocks<3>(gw0, gw1, n, act, stride, acc, ahead);
+    case 4:
+      return tile2_blocks<4>(gw0, gw1, n, act, stride, acc, ahead);
+    default:
+      return tile2_blocks<kTile2>(gw0, gw1, n, act, stride, acc, ahead);
   }
 }
+static_assert(kTile2 == 5, "tile2_blocks_n names every tile size");
 
-// A Q4_0 prompt's full tiles (n_tiles x kTile2 tokens of one token chunk)
-// against groups g and g + 1. Splitting nibbles costs 3 instructions per chunk
-// and tile2_blocks<true> pays them in every tile; here each range of
-// kUnpackBlocks blocks of both groups is split once into bytes, laid out as
-// Q8_0x16 blocks (chunk k + 4 holds chunk k's high nibbles, as Q8_0's chunk
-// k + 4 holds elements 16 + 4k..), and every tile runs the Q8_0 arithmetic
-// over that copy while it stays in L1. The activations' bias was made for
-// Q4_0's offset, which the unpacked codes keep, and each row still sums its
-// blocks in order, so the bits do not change. From 3 tiles on (a copy costs
-// about what splitting in 2 tiles does). Measured with bench_matmul (Q4_0,
-// 128 tokens, one thread, alternating, Intel Xeon): 5632x2048 198-200 vs
-// 189-195 GMAC/s, 2048x5632 166-194 vs 143-183.
-constexpr int64_t kUnpackBlocks = 16;  // even: every range starts a pair (see block_at)
-constexpr int64_t kMaxTiles2 = kTokenChunk / kTile2;
-CAIRN_VNNI void tile2_q4_unpacked(const PackedMatrix& pm, int64_t g, const uint8_t* act,
-                                  size_t stride, int64_t n_tiles, float* out, int64_t out_stride) {
-  alignas(64) static thread_local uint8_t bytes[2][kUnpackBlocks * kQ8Block];
+template <bool kQ4>
+CAIRN_VNNI void tile2_ranges(const PackedMatrix& pm, int64_t g, const uint8_t* act, size_t stride,
+                             int64_t n_tokens, float* out, int64_t out_stride) {
+  constexpr size_t kBlock = kQ4 ? kQ4Block : kQ8Block;
+  alignas(64) static thread_local uint8_t unpacked[2][kUnpackBlocks * kQ8Block];
+  // Tiles of kTile2 tokens, the last one holding what is left (1..kTile2).
+  const int64_t n_tiles = (n_tokens + kTile2 - 1) / kTile2;
+  const auto tile_tokens = [&](int64_t i) {
+    return std::min<int64_t>(kTile2, n_tokens - i * kTile2);
+  };
   __m512 acc[kMaxTiles2][2 * kTile2];
   for (int64_t i = 0; i < n_tiles; ++i)
     for (__m512& a : acc[i]) a = _mm512_setzero_ps();
@@ -504,32 +511,58 @@ CAIRN_VNNI void tile2_q4_unpacked(const PackedMatrix& pm, int64_t g, const uint8
     const uint8_t* a = act + kActRec * (size_t)(c * pm.slice_blocks);
     for (int64_t b0 = 0; b0 < len; b0 += kUnpackBlocks) {
       const int64_t n = std::min(kUnpackBlocks, len - b0);
-      for (int gi = 0; gi < 2; ++gi) {
-        const uint8_t* src = w[gi] + (size_t)b0 * kQ4Block;
-        for (int64_t b = 0; b < n; ++b) {
-          const BlockAt from = block_at(src, b, n, kQ4Block);
-          const BlockAt to = block_at(bytes[gi], b, n, kQ8Block);
-          std::memcpy(const_cast<uint8_t*>(to.scales), from.scales, 32);
-          uint8_t* chunks = const_cast<uint8_t*>(to.chunks);
-          for (int k = 0; k < 4; ++k) {
-            const __m512i q = _mm512_loadu_si512(from.chunks + 64 * k);
-            _mm512_storeu_si512(chunks + 64 * k, _mm512_and_si512(q, m4));
-            _mm512_storeu_si512(chunks + 64 * (k + 4),
-                                _mm512_and_si512(_mm512_srli_epi16(q, 4), m4));
+      // The range after this one (in this slice, the next slice, or the next
+      // pair of groups), fetched while the tiles below compute.
+      const uint8_t* next[2] = {nullptr, nullptr};
+      int64_t next_n = 0;
+      if (b0 + n < len) {
+        next_n = std::min(kUnpackBlocks, len - b0 - n);
+        for (int gi = 0; gi < 2; ++gi) next[gi] = w[gi] + (size_t)(b0 + n) * kBlock;
+      } else if (c + 1 < nc) {
+        next_n = std::min(kUnpackBlocks, pm.slice_len(c + 1));
+        for (int gi = 0; gi < 2; ++gi) next[gi] = pm.slice(g + gi, c + 1);
+      } else if (g + 3 < pm.n_groups) {
+        next_n = std::min(kUnpackBlocks, pm.slice_len(0));
+        for (int gi = 0; gi < 2; ++gi) next[gi] = pm.slice(g + 2 + gi, 0);
+      }
+      // Both groups' blocks of the range as Q8_0x16 codes: Q8_0's in place,
+      // Q4_0's split into the thread's copy.
+      const uint8_t* codes[2] = {w[0] + (size_t)b0 * kBlock, w[1] + (size_t)b0 * kBlock};
+      if constexpr (kQ4) {
+        for (int gi = 0; gi < 2; ++gi) {
+          for (int64_t b = 0; b < n; ++b) {
+            const BlockAt from = block_at(codes[gi], b, n, kQ4Block);
+            const BlockAt to = block_at(unpacked[gi], b, n, kQ8Block);
+            std::memcpy(const_cast<uint8_t*>(to.scales), from.scales, 32);
+            uint8_t* chunks = const_cast<uint8_t*>(to.chunks);
+            for (int k = 0; k < 4; ++k) {
+              const __m512i q = _mm512_loadu_si512(from.chunks + 64 * k);
+              _mm512_storeu_si512(chunks + 64 * k, _mm512_and_si512(q, m4));
+              _mm512_storeu_si512(chunks + 64 * (k + 4),
+                                  _mm512_and_si512(_mm512_srli_epi16(q, 4), m4));
+            }
           }
+          codes[gi] = unpacked[gi];
         }
       }
-      for (int64_t i = 0; i < n_tiles; ++i)
-        tile2_blocks<false, kTile2>(bytes[0], bytes[1], n,
-                                    a + (size_t)i * kTile2 * stride + kActRec * (size_t)b0, stride,
-                                    acc[i]);
+      // Lines of each stream per block of every tile, the tiles taking turns.
+      const int64_t lines = ((int64_t)kBlock * next_n + 63) / 64;
+      const int64_t per_block = (lines + n_tiles * n - 1) / (n_tiles * n);
+      for (int64_t i = 0; i < n_tiles; ++i) {
+        const size_t skip = (size_t)(64 * per_block * n * i);
+        const StreamAhead ahead{{next[0] + skip, next[1] + skip}, per_block};
+        tile2_blocks_n(tile_tokens(i), codes[0], codes[1], n,
+                       a + (size_t)i * kTile2 * stride + kActRec * (size_t)b0, stride, acc[i],
+                       next[0] ? &ahead : nullptr);
+      }
     }
   }
   for (int64_t i = 0; i < n_tiles; ++i) {
     float* o = out + i * kTile2 * out_stride;
-    for (int t = 0; t < kTile2; ++t) {
+    const int64_t nt = tile_tokens(i);
+    for (int64_t t = 0; t < nt; ++t) {
       _mm512_storeu_ps(o + t * out_stride, acc[i][t]);
-      _mm512_storeu_ps(o + t * out_stride + kGroup, acc[i][kTile2 + t]);
+      _mm512_storeu_ps(o + t * out_stride + kGroup, acc[i][nt + t]);
     }
   }
 }
@@ -543,15 +576,6 @@ constexpr std::array<TileFn, sizeof...(Ns)> tiles(std::integer_sequence<int, Ns.
 }
 constexpr auto kQ4Tiles = tiles<true>(std::make_integer_sequence<int, kTile - 1>{});
 constexpr auto kQ8Tiles = tiles<false>(std::make_integer_sequence<int, kTile - 1>{});
-
-// tile2<kQ4, 2..kTile2 - 1>: the tokens a chunk leaves after its tiles of kTile2.
-using TileFn2 = void (*)(const PackedMatrix&, int64_t, const uint8_t*, size_t, float*, int64_t);
-template <bool kQ4, int... Ns>
-constexpr std::array<TileFn2, sizeof...(Ns)> tails2(std::integer_sequence<int, Ns...>) {
-  return {tile2<kQ4, Ns + 2>...};
-}
-constexpr auto kQ4Tails2 = tails2<true>(std::make_integer_sequence<int, kTile2 - 2>{});
-constexpr auto kQ8Tails2 = tails2<false>(std::make_integer_sequence<int, kTile2 - 2>{});
 
 // Tokens [t0, t1) of one group, in tiles of up to kTile tokens.
 void run_group(const PackedMatrix& pm, int64_t g, const uint8_t* act, size_t stride, int64_t t0,
@@ -758,29 +782,12 @@ void packed_matmul_many(std::span<const PackedJob> jobs, const float* x, int64_t
       for (int64_t g = std::max(g0, base); g < end;) {
         const PackedMatrix& pm = *j.matrix;
         const int64_t lg = g - base;
-        // Two whole groups and a full tile of tokens: the two-group kernel.
-        if (g + 1 < end && (lg + 2) * kGroup <= pm.rows && t1 - t0 >= kTile2) {
-          const int64_t tiles_end = t0 + (t1 - t0) / kTile2 * kTile2;
-          const auto fn = pm.layout == PackedMatrix::Layout::Q4_0x16 ? tile2<true, kTile2>
-                                                                     : tile2<false, kTile2>;
-          if (pm.layout == PackedMatrix::Layout::Q4_0x16 && tiles_end - t0 >= 3 * kTile2)
-            tile2_q4_unpacked(pm, lg, act + (size_t)t0 * stride, stride, (tiles_end - t0) / kTile2,
-                              j.out + t0 * pm.rows + lg * kGroup, pm.rows);
-          else
-            for (int64_t t = t0; t < tiles_end; t += kTile2)
-              fn(pm, lg, act + (size_t)t * stride, stride, j.out + t * pm.rows + lg * kGroup,
-                 pm.rows);
-          // The last 2..4 tokens: still both groups at once.
-          const int64_t rest = t1 - tiles_end;
-          if (rest >= 2) {
-            const bool q4 = pm.layout == PackedMatrix::Layout::Q4_0x16;
-            const TileFn2 tail = q4 ? kQ4Tails2[(size_t)rest - 2] : kQ8Tails2[(size_t)rest - 2];
-            tail(pm, lg, act + (size_t)tiles_end * stride, stride,
-                 j.out + tiles_end * pm.rows + lg * kGroup, pm.rows);
-          } else {
-            run_group(pm, lg, act, stride, tiles_end, t1, j.out);
-            run_group(pm, lg + 1, act, stride, tiles_end, t1, j.out);
-          }
+        // Two whole groups and 2+ tokens: the two-group tiles.
+        if (g + 1 < end && (lg + 2) * kGroup <= pm.rows && t1 - t0 >= 2) {
+          const bool q4 = pm.layout == PackedMatrix::Layout::Q4_0x16;
+          (q4 ? tile2_ranges<true>
+              : tile2_ranges<false>)(pm, lg, act + (size_t)t0 * stride, stride, t1 - t0,
+                                     j.out + t0 * pm.rows + lg * kGroup, pm.rows);
           g += 2;
           continue;
         }

@@ -87,11 +87,13 @@ TEST_P(PackedKernels, BitIdenticalToScalarOnRaggedShapes) {
   // More tokens than one activation chunk, and a model-sized width.
   check_bit_identical({GetParam(), 33, 2048, 70}, pool);
   check_bit_identical({GetParam(), 300, 256, 130}, pool);
-  // Prompts of 15+ tokens split Q4_0 nibbles once per range of blocks (see
-  // tile2_q4_unpacked): ranges ending in a pair, a lone block (96 and 1056
-  // columns: 3 and 33 blocks), and a last range shorter than the others.
+  // Two-group tiles run range by range (see tile2_ranges), Q4_0 split once
+  // per range: ranges ending in a pair, a lone block (96 and 1056 columns: 3
+  // and 33 blocks), a last range shorter than the others, every size of the
+  // last tile, and pairs of groups after the first (100 rows).
   for (int64_t cols : {96, 1056, 1536})
-    for (int64_t tokens : {15, 20, 64}) check_bit_identical({GetParam(), 40, cols, tokens}, pool);
+    for (int64_t tokens : {2, 4, 6, 15, 16, 17, 18, 19, 20, 64})
+      for (int64_t rows : {40, 100}) check_bit_identical({GetParam(), rows, cols, tokens}, pool);
   // Decode-sized batches on enough groups (75) that shares finish at
   // different times and take chunks from each other's ranges; 3 threads so
   // one range can be robbed from both sides' neighbours.
