@@ -545,15 +545,17 @@ CAIRN_VNNI void tile2_ranges(const PackedMatrix& pm, int64_t g, const uint8_t* a
           codes[gi] = unpacked[gi];
         }
       }
-      // Lines of each stream per block of every tile, the tiles taking turns.
+      // Lines of each stream per block of every tile, the tiles taking turns
+      // (the first tiles of a prompt's chunk cover the range).
       const int64_t lines = ((int64_t)kBlock * next_n + 63) / 64;
       const int64_t per_block = (lines + n_tiles * n - 1) / (n_tiles * n);
       for (int64_t i = 0; i < n_tiles; ++i) {
         const size_t skip = (size_t)(64 * per_block * n * i);
         const StreamAhead ahead{{next[0] + skip, next[1] + skip}, per_block};
+        const bool fetch = next[0] && (int64_t)skip < 64 * lines;
         tile2_blocks_n(tile_tokens(i), codes[0], codes[1], n,
                        a + (size_t)i * kTile2 * stride + kActRec * (size_t)b0, stride, acc[i],
-                       next[0] ? &ahead : nullptr);
+                       fetch ? &ahead : nullptr);
       }
     }
   }
