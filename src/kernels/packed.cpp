@@ -13,10 +13,12 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -569,6 +571,314 @@ CAIRN_VNNI void tile2_ranges(const PackedMatrix& pm, int64_t g, const uint8_t* a
   }
 }
 
+// ---- AMX tiles ------------------------------------------------------------------
+//
+// Where the CPU has AMX-INT8 (and Linux granted its tile state), 16 tokens at
+// a time take tile dot products instead of vpdpbusd: per block of a pair of
+// groups, one tdpbssd per group gives the 16 x 16 block sums (tokens x rows)
+// that the VNNI tile needs 128 vpdpbusd for, and the vector units only do the
+// per-block float work (convert, scale product, fma), the same operations in
+// the same order as tile2_blocks. So the bits match the VNNI path and the
+// scalar functions; the integer sums are exact either way.
+//
+// Operands: A = 16 tokens' 32 activation codes (signed, the records' first 32
+// bytes, one row per token); B = one group's block as 8 rows of 64 bytes, row
+// k holding elements 4k..4k+3 of each of the 16 rows, which is the packed
+// chunk layout itself. tdpbssd wants both signed: each range's codes are
+// copied once as signed bytes (Q8_0's stored codes - 128, Q4_0's nibbles - 8),
+// so no offset correction is needed, and the copy serves every tile of the
+// token chunk from L1.
+//
+// The tile operations come from a policy: AmxHardware issues the instructions;
+// AmxEmulated does the same arithmetic in plain C++ (CAIRN_AMX=emulate), so the
+// kernel's layout and indexing are tested on any host with AVX-512 VNNI. On a
+// host with AMX, the hardware path is checked once against the VNNI tiles
+// before it is used (amx_mode): a mismatch logs and falls back.
+struct alignas(64) TileConfig {
+  uint8_t palette = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+static_assert(sizeof(TileConfig) == 64, "ldtilecfg reads 64 bytes");
+
+constexpr int kAmxTokens = 16;  // rows of the activation and sum tiles
+// Tiles: 0, 1 the two groups' sums (16 tokens x 16 rows of int32); 2 the
+// activations (16 tokens x 32 codes); 3, 4 the two groups' codes (8 x 64).
+const TileConfig& amx_config() {
+  static const TileConfig c = [] {
+    TileConfig t;
+    for (int i : {0, 1}) t.rows[i] = kAmxTokens, t.colsb[i] = 64;
+    t.rows[2] = kAmxTokens, t.colsb[2] = 32;
+    for (int i : {3, 4}) t.rows[i] = 8, t.colsb[i] = 64;
+    return t;
+  }();
+  return c;
+}
+
+// The instructions (inline assembly: the compiler's AMX intrinsics declare no
+// memory operands, so stores to a tile's source could move past its load).
+struct AmxHardware {
+  static void begin(const TileConfig& c) { asm volatile("ldtilecfg %0" ::"m"(c)); }
+  static void end() { asm volatile("tilerelease" ::); }
+  template <int T>
+  static void zero() {
+    asm volatile("tilezero %%tmm%c0" ::"i"(T));
+  }
+  template <int T>
+  static void load(const void* p, size_t stride) {
+    asm volatile("tileloadd (%0,%1,1), %%tmm%c2" ::"r"(p), "r"(stride), "i"(T) : "memory");
+  }
+  template <int C, int A, int B>  // C += A . B, signed bytes
+  static void dot() {
+    asm volatile("tdpbssd %%tmm%c2, %%tmm%c1, %%tmm%c0" ::"i"(C), "i"(A), "i"(B));
+  }
+  template <int T>
+  static void store(void* p, size_t stride) {
+    asm volatile("tilestored %%tmm%c2, (%0,%1,1)" ::"r"(p), "r"(stride), "i"(T) : "memory");
+  }
+};
+
+// The same operations on a thread's array of tiles, as the instruction set
+// reference defines them (rows and bytes per row from the configuration; the
+// bytes of a row beyond its width read as zero).
+struct AmxEmulated {
+  struct State {
+    TileConfig cfg;
+    alignas(64) uint8_t tile[8][16 * 64];
+  };
+  static State& state() {
+    static thread_local State s;
+    return s;
+  }
+  static void begin(const TileConfig& c) {
+    state().cfg = c;
+    std::memset(state().tile, 0, sizeof(state().tile));
+  }
+  static void end() {}
+  template <int T>
+  static void zero() {
+    std::memset(state().tile[T], 0, sizeof(state().tile[T]));
+  }
+  template <int T>
+  static void load(const void* p, size_t stride) {
+    State& s = state();
+    zero<T>();
+    for (int r = 0; r < s.cfg.rows[T]; ++r)
+      std::memcpy(s.tile[T] + 64 * r, static_cast<const uint8_t*>(p) + r * stride, s.cfg.colsb[T]);
+  }
+  template <int C, int A, int B>
+  static void dot() {
+    State& s = state();
+    const int m_rows = s.cfg.rows[C], n_cols = s.cfg.colsb[C] / 4, k_groups = s.cfg.colsb[A] / 4;
+    for (int m = 0; m < m_rows; ++m) {
+      for (int n = 0; n < n_cols; ++n) {
+        int32_t sum;
+        std::memcpy(&sum, s.tile[C] + 64 * m + 4 * n, 4);
+        for (int k = 0; k < k_groups; ++k)
+          for (int i = 0; i < 4; ++i)
+            sum += (int32_t)(int8_t)s.tile[A][64 * m + 4 * k + i] *
+                   (int32_t)(int8_t)s.tile[B][64 * k + 4 * n + i];
+        std::memcpy(s.tile[C] + 64 * m + 4 * n, &sum, 4);
+      }
+    }
+  }
+  template <int T>
+  static void store(void* p, size_t stride) {
+    const State& s = state();
+    for (int r = 0; r < s.cfg.rows[T]; ++r)
+      std::memcpy(static_cast<uint8_t*>(p) + r * stride, s.tile[T] + 64 * r, s.cfg.colsb[T]);
+  }
+};
+
+// Groups g and g + 1 against n_tokens tokens (a multiple of kAmxTokens, at
+// most kTokenChunk), range by range as tile2_ranges walks them (and
+// requesting the next range the same way), 16 tokens per tile.
+template <class Tiles, bool kQ4>
+CAIRN_VNNI void amx_ranges(const PackedMatrix& pm, int64_t g, const uint8_t* act, size_t stride,
+                           int64_t n_tokens, float* out, int64_t out_stride) {
+  constexpr size_t kBlock = kQ4 ? kQ4Block : kQ8Block;
+  struct alignas(64) SignedRange {
+    int8_t codes[kUnpackBlocks][8 * 64];
+    uint16_t scales[kUnpackBlocks][kGroup];
+  };
+  static thread_local SignedRange copy[2];
+  alignas(64) static thread_local int32_t sums[2][kAmxTokens * kGroup];
+  constexpr int64_t kMaxTiles = kTokenChunk / kAmxTokens;
+  const int64_t n_tiles = n_tokens / kAmxTokens;
+  __m512 acc[kMaxTiles][2][kAmxTokens];
+  for (int64_t i = 0; i < n_tiles; ++i)
+    for (auto& group : acc[i])
+      for (__m512& a : group) a = _mm512_setzero_ps();
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  const __m512i eight = _mm512_set1_epi8(8);
+  const __m512i high = _mm512_set1_epi8((char)0x80);
+  Tiles::begin(amx_config());
+  for (int64_t c = 0, nc = pm.n_slices(); c < nc; ++c) {
+    const int64_t len = pm.slice_len(c);
+    const uint8_t* w[2] = {pm.slice(g, c), pm.slice(g + 1, c)};
+    const uint8_t* a = act + kActRec * (size_t)(c * pm.slice_blocks);
+    for (int64_t b0 = 0; b0 < len; b0 += kUnpackBlocks) {
+      const int64_t n = std::min(kUnpackBlocks, len - b0);
+      const uint8_t* next[2] = {nullptr, nullptr};  // as in tile2_ranges
+      int64_t next_n = 0;
+      if (b0 + n < len) {
+        next_n = std::min(kUnpackBlocks, len - b0 - n);
+        for (int gi = 0; gi < 2; ++gi) next[gi] = w[gi] + (size_t)(b0 + n) * kBlock;
+      } else if (c + 1 < nc) {
+        next_n = std::min(kUnpackBlocks, pm.slice_len(c + 1));
+        for (int gi = 0; gi < 2; ++gi) next[gi] = pm.slice(g + gi, c + 1);
+      } else if (g + 3 < pm.n_groups) {
+        next_n = std::min(kUnpackBlocks, pm.slice_len(0));
+        for (int gi = 0; gi < 2; ++gi) next[gi] = pm.slice(g + 2 + gi, 0);
+      }
+      for (int gi = 0; gi < 2; ++gi) {
+        const uint8_t* range = w[gi] + (size_t)b0 * kBlock;
+        for (int64_t b = 0; b < n; ++b) {
+          const BlockAt from = block_at(range, b, n, kBlock);
+          std::memcpy(copy[gi].scales[b], from.scales, 32);
+          int8_t* to = copy[gi].codes[b];
+          if constexpr (kQ4) {
+            for (int k = 0; k < 4; ++k) {
+              const __m512i q = _mm512_loadu_si512(from.chunks + 64 * k);
+              _mm512_store_si512(to + 64 * k, _mm512_sub_epi8(_mm512_and_si512(q, m4), eight));
+              _mm512_store_si512(
+                  to + 64 * (k + 4),
+                  _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi16(q, 4), m4), eight));
+            }
+          } else {
+            for (int k = 0; k < 8; ++k)
+              _mm512_store_si512(to + 64 * k,
+                                 _mm512_xor_si512(_mm512_loadu_si512(from.chunks + 64 * k), high));
+          }
+        }
+      }
+      // The next range's lines, a few per block of each tile.
+      const int64_t lines = ((int64_t)kBlock * next_n + 63) / 64;
+      const int64_t per_block = (lines + n_tiles * n - 1) / (n_tiles * n);
+      for (int64_t i = 0; i < n_tiles; ++i) {
+        const uint8_t* at = a + (size_t)i * kAmxTokens * stride + kActRec * (size_t)b0;
+        for (int64_t b = 0; b < n; ++b, at += kActRec) {
+          if (next[0]) {
+            const int64_t l0 = (i * n + b) * per_block, l1 = std::min(lines, l0 + per_block);
+            for (int64_t l = l0; l < l1; ++l)
+              for (const uint8_t* p : next)
+                _mm_prefetch(reinterpret_cast<const char*>(p + 64 * l), _MM_HINT_T1);
+          }
+          Tiles::template zero<0>();
+          Tiles::template zero<1>();
+          Tiles::template load<2>(at, stride);
+          Tiles::template load<3>(copy[0].codes[b], 64);
+          Tiles::template load<4>(copy[1].codes[b], 64);
+          Tiles::template dot<0, 2, 3>();
+          Tiles::template dot<1, 2, 4>();
+          Tiles::template store<0>(sums[0], 64);
+          Tiles::template store<1>(sums[1], 64);
+          const __m512 dw0 = _mm512_cvtph_ps(_mm256_load_si256((const __m256i*)copy[0].scales[b]));
+          const __m512 dw1 = _mm512_cvtph_ps(_mm256_load_si256((const __m256i*)copy[1].scales[b]));
+#pragma GCC unroll 16
+          for (int t = 0; t < kAmxTokens; ++t) {
+            const __m512 d = _mm512_set1_ps(act_d(at + t * stride));
+            const __m512i s0 = _mm512_load_si512(sums[0] + kGroup * t);
+            const __m512i s1 = _mm512_load_si512(sums[1] + kGroup * t);
+            acc[i][0][t] =
+                _mm512_fmadd_ps(_mm512_cvtepi32_ps(s0), _mm512_mul_ps(dw0, d), acc[i][0][t]);
+            acc[i][1][t] =
+                _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1), _mm512_mul_ps(dw1, d), acc[i][1][t]);
+          }
+        }
+      }
+    }
+  }
+  Tiles::end();
+  for (int64_t i = 0; i < n_tiles; ++i) {
+    for (int t = 0; t < kAmxTokens; ++t) {
+      float* o = out + (i * kAmxTokens + t) * out_stride;
+      _mm512_storeu_ps(o, acc[i][0][t]);
+      _mm512_storeu_ps(o + kGroup, acc[i][1][t]);
+    }
+  }
+}
+
+using PairFn = void (*)(const PackedMatrix&, int64_t, const uint8_t*, size_t, int64_t, float*,
+                        int64_t);
+
+enum class AmxMode { kOff, kHardware, kEmulated };
+
+// The tile kernel against the VNNI tiles on random weights and activations
+// (both layouts, two ranges, a lone last block): true when every bit agrees.
+// Run before the hardware path is used, and before the emulated one (so the
+// emulated test passes run this check too).
+template <class Tiles>
+bool amx_agrees_with_vnni() {
+  constexpr int64_t kRows = 32, kCols = 1056, kTokens = 2 * kAmxTokens;
+  std::vector<float> wf((size_t)(kRows * kCols)), x((size_t)(kTokens * kCols));
+  uint32_t seed = 12345;
+  const auto next = [&] {
+    seed = seed * 1664525u + 1013904223u;
+    return (float)((int32_t)(seed >> 8) - (1 << 23)) / (float)(1 << 23);
+  };
+  for (float& v : wf) v = next();
+  for (float& v : x) v = 3.0f * next();
+  for (TensorType type : {TensorType::Q4_0, TensorType::Q8_0}) {
+    const TypeOps* ops = scalar_type_ops(type);
+    const size_t rb = *row_bytes(type, kCols);
+    std::vector<uint8_t> wq(rb * kRows);
+    for (int64_t r = 0; r < kRows; ++r)
+      ops->from_float(wf.data() + r * kCols, wq.data() + r * rb, kCols);
+    const auto pm = pack_matrix(WeightMatrix{type, wq.data(), kRows, kCols, rb, nullptr});
+    if (!pm) return false;
+    const size_t stride = act_stride(kCols);
+    std::vector<uint8_t> act(stride * kTokens);
+    for (int64_t t = 0; t < kTokens; ++t)
+      quantize_act(weight_offset(pm->layout), x.data() + t * kCols, kCols, act.data() + t * stride);
+    std::vector<float> want((size_t)(kTokens * kRows)), got(want.size());
+    const bool q4 = type == TensorType::Q4_0;
+    (q4 ? tile2_ranges<true> : tile2_ranges<false>)(*pm, 0, act.data(), stride, kTokens,
+                                                    want.data(), kRows);
+    (q4 ? amx_ranges<Tiles, true> : amx_ranges<Tiles, false>)(*pm, 0, act.data(), stride, kTokens,
+                                                              got.data(), kRows);
+    if (std::memcmp(want.data(), got.data(), want.size() * sizeof(float)) != 0) return false;
+  }
+  return true;
+}
+
+// CAIRN_AMX=off turns the tiles off, =emulate runs them emulated (tests);
+// otherwise they run where the ISA level (CAIRN_ISA caps it) includes AMX.
+AmxMode resolve_amx_mode() {
+  const char* env = std::getenv("CAIRN_AMX");
+  const std::string want = env ? env : "";
+  if (want == "off" || !isa_enabled(Isa::Avx512Vnni)) return AmxMode::kOff;
+  const bool emulate = want == "emulate";
+  if (!emulate && !isa_enabled(Isa::Amx)) return AmxMode::kOff;
+  if (!(emulate ? amx_agrees_with_vnni<AmxEmulated>() : amx_agrees_with_vnni<AmxHardware>())) {
+    std::fprintf(stderr,
+                 "cairn: AMX tile results differ from the AVX-512 VNNI kernels; using VNNI\n");
+    return AmxMode::kOff;
+  }
+  return emulate ? AmxMode::kEmulated : AmxMode::kHardware;
+}
+
+AmxMode amx_mode() {
+  static const AmxMode mode = resolve_amx_mode();
+  return mode;
+}
+
+// The AMX pair kernel of the active mode for this layout, or null.
+PairFn amx_pair_fn(PackedMatrix::Layout layout) {
+  const bool q4 = layout == PackedMatrix::Layout::Q4_0x16;
+  switch (amx_mode()) {
+    case AmxMode::kHardware:
+      return q4 ? amx_ranges<AmxHardware, true> : amx_ranges<AmxHardware, false>;
+    case AmxMode::kEmulated:
+      return q4 ? amx_ranges<AmxEmulated, true> : amx_ranges<AmxEmulated, false>;
+    case AmxMode::kOff:
+      break;
+  }
+  return nullptr;
+}
+
 using TileFn = void (*)(const PackedMatrix&, int64_t, const uint8_t*, size_t, float*, int64_t);
 
 // tile<kQ4, 2..kTile>; a single token takes tile_one_run.
@@ -785,11 +1095,23 @@ void packed_matmul_many(std::span<const PackedJob> jobs, const float* x, int64_t
         const PackedMatrix& pm = *j.matrix;
         const int64_t lg = g - base;
         // Two whole groups and 2+ tokens: the two-group tiles.
+        // Whole tiles of 16 tokens take AMX where it runs.
         if (g + 1 < end && (lg + 2) * kGroup <= pm.rows && t1 - t0 >= 2) {
-          const bool q4 = pm.layout == PackedMatrix::Layout::Q4_0x16;
-          (q4 ? tile2_ranges<true>
-              : tile2_ranges<false>)(pm, lg, act + (size_t)t0 * stride, stride, t1 - t0,
-                                     j.out + t0 * pm.rows + lg * kGroup, pm.rows);
+          int64_t t = t0;
+          if (t1 - t0 >= kAmxTokens) {
+            if (const PairFn amx = amx_pair_fn(pm.layout)) {
+              const int64_t n = (t1 - t0) / kAmxTokens * kAmxTokens;
+              amx(pm, lg, act + (size_t)t * stride, stride, n, j.out + t * pm.rows + lg * kGroup,
+                  pm.rows);
+              t += n;
+            }
+          }
+          if (t < t1) {
+            const bool q4 = pm.layout == PackedMatrix::Layout::Q4_0x16;
+            (q4 ? tile2_ranges<true>
+                : tile2_ranges<false>)(pm, lg, act + (size_t)t * stride, stride, t1 - t,
+                                       j.out + t * pm.rows + lg * kGroup, pm.rows);
+          }
           g += 2;
           continue;
         }
@@ -817,6 +1139,19 @@ void packed_matmul_many(std::span<const PackedJob> jobs, const float* x, int64_t
     for (int64_t t0 = 0; t0 < n_tokens; t0 += kTokenChunk)
       run_groups(g0, g1, t0, std::min(n_tokens, t0 + kTokenChunk));
   });
+}
+
+const char* packed_tile_path() {
+  if (!isa_enabled(Isa::Avx512Vnni)) return "none";
+  switch (amx_mode()) {
+    case AmxMode::kHardware:
+      return "amx";
+    case AmxMode::kEmulated:
+      return "amx-emulated";
+    case AmxMode::kOff:
+      break;
+  }
+  return "avx512vnni";
 }
 
 void packed_matmul(const PackedMatrix& pm, const float* x, int64_t n_tokens, float* out,

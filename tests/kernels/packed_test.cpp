@@ -3,9 +3,11 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "core/cpu_features.h"
@@ -191,6 +193,25 @@ TEST(PackedMatrixTest, OnlyForTypesWithAPackedKernel) {
   WeightMatrix q4{TensorType::Q4_0, data.data(), 2, 64, 36, nullptr};
   const bool vnni = isa_enabled(Isa::Avx512Vnni);
   EXPECT_EQ(pack_matrix(q4) != nullptr, vnni);
+}
+
+// ctest runs the packed tests and the model suite once more with
+// CAIRN_AMX=emulate: the AMX kernel with its tile operations in plain C++.
+// This says that run really takes it (or that nothing here can).
+TEST(PackedTilePath, FollowsCairnAmxAndTheIsaLevel) {
+  const std::string path = packed_tile_path();
+  const char* env = std::getenv("CAIRN_AMX");
+  const std::string want = env ? env : "";
+  if (!isa_enabled(Isa::Avx512Vnni)) {
+    EXPECT_EQ(path, "none");
+  } else if (want == "emulate") {
+    EXPECT_EQ(path, "amx-emulated");
+  } else if (want == "off" || !isa_enabled(Isa::Amx)) {
+    EXPECT_EQ(path, "avx512vnni");
+  } else {
+    // AMX present: used unless its self-check disagreed with the VNNI tiles.
+    EXPECT_TRUE(path == "amx" || path == "avx512vnni") << path;
+  }
 }
 
 TEST(WeightStream, IsThePackedCopyWhereThereIsOneElseTheStoredRows) {

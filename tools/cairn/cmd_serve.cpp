@@ -12,7 +12,9 @@
 #include "api/http_server.h"
 #include "api/loading_backend.h"
 #include "commands.h"
+#include "core/cpu_features.h"
 #include "engine/demo_model.h"
+#include "kernels/kernels.h"
 #include "server_flags.h"
 #include "serving/local_backend.h"
 
@@ -73,8 +75,9 @@ Status serve(ServeArgs a) {
     (*server)->wait();
     return local.status();
   }
-  spdlog::info("serving model '{}' (context {} tokens, KV pool {} MiB)", (*local)->model_id(),
-               (*local)->n_ctx(), (*local)->kv_pool_bytes() >> 20);
+  spdlog::info("serving model '{}' (context {} tokens, KV pool {} MiB; kernels {}, batch tiles {})",
+               (*local)->model_id(), (*local)->n_ctx(), (*local)->kv_pool_bytes() >> 20,
+               isa_name(active_isa()), kernels::packed_tile_path());
   backend.set(std::move(local.value()));
   std::fprintf(stderr, "cairn: ready\n");
   std::fflush(stderr);
