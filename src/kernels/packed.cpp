@@ -397,7 +397,8 @@ CAIRN_VNNI void tile(const PackedMatrix& pm, int64_t g, const uint8_t* act, size
 // Two groups (32 rows) of Q8_0x16 codes against NT tokens: each activation
 // broadcast feeds two vpdpbusd, so batches issue fewer instructions per
 // product. Same per-row operations, in the same order, as tile_blocks() (the
-// integer block sums are exact, whatever their order). acc_io: [2][NT].
+// integer block sums are exact, whatever their order). acc_io: [2][NT],
+// read unless fresh (then the sums start at zero).
 // ahead (optional): two byte streams to request into L2 while the tile
 // computes, ahead->lines cache lines of each per block (see tile2_ranges).
 struct StreamAhead {
@@ -407,12 +408,12 @@ struct StreamAhead {
 template <int NT>
 [[gnu::noinline]] CAIRN_VNNI void tile2_blocks(const uint8_t* gw0, const uint8_t* gw1, int64_t n,
                                                const uint8_t* act, size_t stride, __m512* acc_io,
-                                               const StreamAhead* ahead) {
+                                               const StreamAhead* ahead, bool fresh) {
   __m512 acc[2][NT];
 #pragma GCC unroll 8
   for (int t = 0; t < NT; ++t) {
-    acc[0][t] = acc_io[t];
-    acc[1][t] = acc_io[NT + t];
+    acc[0][t] = fresh ? _mm512_setzero_ps() : acc_io[t];
+    acc[1][t] = fresh ? _mm512_setzero_ps() : acc_io[NT + t];
   }
   for (int64_t b = 0; b < n; ++b) {
     if (ahead)
@@ -477,18 +478,18 @@ constexpr int64_t kMaxTiles2 = (kTokenChunk + kTile2 - 1) / kTile2;
 // tile2_blocks<nt> for nt in 1..kTile2.
 CAIRN_VNNI void tile2_blocks_n(int64_t nt, const uint8_t* gw0, const uint8_t* gw1, int64_t n,
                                const uint8_t* act, size_t stride, __m512* acc,
-                               const StreamAhead* ahead) {
+                               const StreamAhead* ahead, bool fresh) {
   switch (nt) {
     case 1:
-      return tile2_blocks<1>(gw0, gw1, n, act, stride, acc, ahead);
+      return tile2_blocks<1>(gw0, gw1, n, act, stride, acc, ahead, fresh);
     case 2:
-      return tile2_blocks<2>(gw0, gw1, n, act, stride, acc, ahead);
+      return tile2_blocks<2>(gw0, gw1, n, act, stride, acc, ahead, fresh);
     case 3:
-      return tile2_blocks<3>(gw0, gw1, n, act, stride, acc, ahead);
+      return tile2_blocks<3>(gw0, gw1, n, act, stride, acc, ahead, fresh);
     case 4:
-      return tile2_blocks<4>(gw0, gw1, n, act, stride, acc, ahead);
+      return tile2_blocks<4>(gw0, gw1, n, act, stride, acc, ahead, fresh);
     default:
-      return tile2_blocks<kTile2>(gw0, gw1, n, act, stride, acc, ahead);
+      return tile2_blocks<kTile2>(gw0, gw1, n, act, stride, acc, ahead, fresh);
   }
 }
 static_assert(kTile2 == 5, "tile2_blocks_n names every tile size");
@@ -503,9 +504,7 @@ CAIRN_VNNI void tile2_ranges(const PackedMatrix& pm, int64_t g, const uint8_t* a
   const auto tile_tokens = [&](int64_t i) {
     return std::min<int64_t>(kTile2, n_tokens - i * kTile2);
   };
-  __m512 acc[kMaxTiles2][2 * kTile2];
-  for (int64_t i = 0; i < n_tiles; ++i)
-    for (__m512& a : acc[i]) a = _mm512_setzero_ps();
+  __m512 acc[kMaxTiles2][2 * kTile2];  // each tile's first range starts them at zero
   const __m512i m4 = _mm512_set1_epi8(0x0F);
   for (int64_t c = 0, nc = pm.n_slices(); c < nc; ++c) {
     const int64_t len = pm.slice_len(c);
@@ -557,7 +556,7 @@ CAIRN_VNNI void tile2_ranges(const PackedMatrix& pm, int64_t g, const uint8_t* a
         const bool fetch = next[0] && (int64_t)skip < 64 * lines;
         tile2_blocks_n(tile_tokens(i), codes[0], codes[1], n,
                        a + (size_t)i * kTile2 * stride + kActRec * (size_t)b0, stride, acc[i],
-                       fetch ? &ahead : nullptr);
+                       fetch ? &ahead : nullptr, c == 0 && b0 == 0);
       }
     }
   }
@@ -707,10 +706,7 @@ CAIRN_VNNI void amx_ranges(const PackedMatrix& pm, int64_t g, const uint8_t* act
   alignas(64) static thread_local int32_t sums[2][kAmxTokens * kGroup];
   constexpr int64_t kMaxTiles = kTokenChunk / kAmxTokens;
   const int64_t n_tiles = n_tokens / kAmxTokens;
-  __m512 acc[kMaxTiles][2][kAmxTokens];
-  for (int64_t i = 0; i < n_tiles; ++i)
-    for (auto& group : acc[i])
-      for (__m512& a : group) a = _mm512_setzero_ps();
+  __m512 acc[kMaxTiles][2][kAmxTokens];  // started at zero by the first block
   const __m512i m4 = _mm512_set1_epi8(0x0F);
   const __m512i eight = _mm512_set1_epi8(8);
   const __m512i high = _mm512_set1_epi8((char)0x80);
@@ -775,6 +771,7 @@ CAIRN_VNNI void amx_ranges(const PackedMatrix& pm, int64_t g, const uint8_t* act
           Tiles::template dot<1, 2, 4>();
           Tiles::template store<0>(sums[0], 64);
           Tiles::template store<1>(sums[1], 64);
+          const bool first = c == 0 && b0 == 0 && b == 0;
           const __m512 dw0 = _mm512_cvtph_ps(_mm256_load_si256((const __m256i*)copy[0].scales[b]));
           const __m512 dw1 = _mm512_cvtph_ps(_mm256_load_si256((const __m256i*)copy[1].scales[b]));
 #pragma GCC unroll 16
@@ -782,10 +779,11 @@ CAIRN_VNNI void amx_ranges(const PackedMatrix& pm, int64_t g, const uint8_t* act
             const __m512 d = _mm512_set1_ps(act_d(at + t * stride));
             const __m512i s0 = _mm512_load_si512(sums[0] + kGroup * t);
             const __m512i s1 = _mm512_load_si512(sums[1] + kGroup * t);
-            acc[i][0][t] =
-                _mm512_fmadd_ps(_mm512_cvtepi32_ps(s0), _mm512_mul_ps(dw0, d), acc[i][0][t]);
-            acc[i][1][t] =
-                _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1), _mm512_mul_ps(dw1, d), acc[i][1][t]);
+            const __m512 zero = _mm512_setzero_ps();
+            acc[i][0][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s0), _mm512_mul_ps(dw0, d),
+                                           first ? zero : acc[i][0][t]);
+            acc[i][1][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1), _mm512_mul_ps(dw1, d),
+                                           first ? zero : acc[i][1][t]);
           }
         }
       }
@@ -1062,7 +1060,10 @@ void packed_matmul_many(std::span<const PackedJob> jobs, const float* x, int64_t
   const PackedMatrix& first = *jobs[0].matrix;
   const size_t stride = act_stride(first.cols);
   thread_local std::vector<uint8_t> scratch;
-  scratch.resize(stride * (size_t)n_tokens + 64);
+  // Grown only: a prompt's layers alternate 2048- and 5632-column inputs, and
+  // growing back after a shrink zero-filled megabytes every time (memset was
+  // ~2 % of a 512-token TinyLlama prefill).
+  scratch.resize(std::max(scratch.size(), stride * (size_t)n_tokens + 64));
   uint8_t* act = scratch.data();
   act += (64 - reinterpret_cast<uintptr_t>(act) % 64) % 64;
   pool.parallel_for(n_tokens, [&](int64_t b, int64_t e) {
