@@ -29,12 +29,21 @@ struct ByLogitDesc {
 };
 
 // max + log(sum(exp(l - max))) in double; -inf when every logit is -inf.
-double log_sum_exp(std::span<const float> logits) {
+// exps (optional) receives each exp(l - max) and max_out the max.
+double log_sum_exp(std::span<const float> logits, std::vector<double>* exps = nullptr,
+                   float* max_out = nullptr) {
   float mx = kNegInf;
   for (float l : logits) mx = std::max(mx, l);
+  if (max_out) *max_out = mx;
   if (mx == kNegInf) return -std::numeric_limits<double>::infinity();
   double sum = 0;
-  for (float l : logits) sum += std::exp(static_cast<double>(l) - mx);
+  if (exps) {
+    exps->resize(logits.size());
+    for (size_t i = 0; i < logits.size(); ++i)
+      sum += (*exps)[i] = std::exp(static_cast<double>(logits[i]) - mx);
+  } else {
+    for (float l : logits) sum += std::exp(static_cast<double>(l) - mx);
+  }
   return mx + std::log(sum);
 }
 
@@ -115,13 +124,13 @@ void Sampler::accept(std::span<const Token> tokens) {
   for (Token t : tokens) accept(t);
 }
 
-void Sampler::apply_bias_and_penalties(std::span<float> logits) const {
+bool Sampler::apply_bias_and_penalties(std::span<float> logits) const {
   for (const auto& [tok, bias] : params_.logit_bias)
     if (tok >= 0 && static_cast<size_t>(tok) < logits.size()) logits[tok] += bias;
 
   const bool penalise = params_.repetition_penalty != 1.0f || params_.presence_penalty != 0.0f ||
                         params_.frequency_penalty != 0.0f;
-  if (!penalise || history_.empty()) return;
+  if (!penalise || history_.empty()) return !params_.logit_bias.empty();
   std::unordered_map<Token, int32_t> counts;
   for (Token t : history_)
     if (t >= 0 && static_cast<size_t>(t) < logits.size()) ++counts[t];
@@ -135,6 +144,7 @@ void Sampler::apply_bias_and_penalties(std::span<float> logits) const {
       l /= params_.repetition_penalty;
     l -= static_cast<float>(count) * params_.frequency_penalty + params_.presence_penalty;
   }
+  return true;
 }
 
 Result<SampleResult> Sampler::sample(std::span<const float> logits) {
@@ -144,11 +154,12 @@ Result<SampleResult> Sampler::sample(std::span<const float> logits) {
   for (float l : logits)
     if (std::isnan(l) || l == std::numeric_limits<float>::infinity())
       return Status::error("sampler: the model produced a NaN or +inf logit");
-  const double lse = log_sum_exp(logits);
+  float raw_max;
+  const double lse = log_sum_exp(logits, &exps_, &raw_max);
   if (std::isinf(lse)) return Status::error("sampler: every logit is -inf");
 
   work_.assign(logits.begin(), logits.end());
-  apply_bias_and_penalties(work_);
+  const bool changed = apply_bias_and_penalties(work_);
   const std::span<const float> w(work_);
 
   Token chosen = -1;
@@ -197,15 +208,25 @@ Result<SampleResult> Sampler::sample(std::span<const float> logits) {
     float mx = kNegInf;
     for (int32_t c : candidates_) mx = std::max(mx, w[c]);
     const double inv_t = 1.0 / params_.temperature;
+    // Unbiased, unpenalised logits at temperature 1 with the raw maximum
+    // still in: each weight is the log-softmax pass's own term, so it is
+    // reused (a 32000-token vocabulary: one pass of exp instead of three,
+    // on the engine thread while the kernel pool waits).
+    const bool reuse = !changed && inv_t == 1.0 && mx == raw_max;
+    weights_.resize(candidates_.size());
     double total = 0;
-    for (int32_t c : candidates_) total += std::exp((w[c] - mx) * inv_t);
+    for (size_t i = 0; i < candidates_.size(); ++i) {
+      const int32_t c = candidates_[i];
+      weights_[i] = reuse ? exps_[(size_t)c] : std::exp((static_cast<double>(w[c]) - mx) * inv_t);
+      total += weights_[i];
+    }
     const double target = uniform() * total;
     double cum = 0;
     chosen = candidates_.back();
-    for (int32_t c : candidates_) {
-      cum += std::exp((w[c] - mx) * inv_t);
+    for (size_t i = 0; i < candidates_.size(); ++i) {
+      cum += weights_[i];
       if (target < cum) {
-        chosen = c;
+        chosen = candidates_[i];
         break;
       }
     }

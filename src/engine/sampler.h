@@ -80,7 +80,8 @@ class Sampler {
 
   // Applies bias and penalties to `logits` in place, exactly as sample() does
   // before filtering. Exposed so tests can check the arithmetic.
-  void apply_bias_and_penalties(std::span<float> logits) const;
+  // Returns false when nothing applied (no bias, no active penalty).
+  bool apply_bias_and_penalties(std::span<float> logits) const;
 
  private:
   Sampler(SamplingParams params, int32_t vocab_size, uint64_t seed);
@@ -97,6 +98,8 @@ class Sampler {
   // Scratch reused across calls so sampling allocates nothing steady-state.
   std::vector<float> work_;
   std::vector<int32_t> candidates_;
+  std::vector<double> exps_;     // exp(l - max) of the raw logits (their log-softmax)
+  std::vector<double> weights_;  // the draw's weight of each candidate
 };
 
 // log_softmax of `logits` at `token` and the top `n` entries (descending,
