@@ -6,6 +6,8 @@
 #include <string>
 #include <unordered_map>
 
+#include "kernels/kernels.h"
+
 namespace cairn::engine {
 
 namespace {
@@ -28,23 +30,11 @@ struct ByLogitDesc {
   }
 };
 
-// max + log(sum(exp(l - max))) in double; -inf when every logit is -inf.
-// exps (optional) receives each exp(l - max) and max_out the max.
-double log_sum_exp(std::span<const float> logits, std::vector<double>* exps = nullptr,
-                   float* max_out = nullptr) {
-  float mx = kNegInf;
-  for (float l : logits) mx = std::max(mx, l);
-  if (max_out) *max_out = mx;
-  if (mx == kNegInf) return -std::numeric_limits<double>::infinity();
-  double sum = 0;
-  if (exps) {
-    exps->resize(logits.size());
-    for (size_t i = 0; i < logits.size(); ++i)
-      sum += (*exps)[i] = std::exp(static_cast<double>(logits[i]) - mx);
-  } else {
-    for (float l : logits) sum += std::exp(static_cast<double>(l) - mx);
-  }
-  return mx + std::log(sum);
+// max + log(sum(exp(l - max))), the sum in double, with each exp(l - max) in
+// exps (kernels::log_sum_exp: vectorised exps); -inf when every logit is -inf.
+double log_sum_exp(std::span<const float> logits, std::vector<float>& exps) {
+  exps.resize(logits.size());
+  return kernels::log_sum_exp(logits.data(), static_cast<int64_t>(logits.size()), exps.data());
 }
 
 void top_logprobs(std::span<const float> logits, double lse, int32_t n, SampleResult& out) {
@@ -87,7 +77,8 @@ Status SamplingParams::validate(int32_t vocab_size) const {
 }
 
 void raw_logprobs(std::span<const float> logits, Token token, int32_t n, SampleResult& out) {
-  double lse = log_sum_exp(logits);
+  std::vector<float> exps;
+  const double lse = log_sum_exp(logits, exps);
   out.token = token;
   out.logprob = (token >= 0 && static_cast<size_t>(token) < logits.size())
                     ? static_cast<float>(logits[token] - lse)
@@ -151,11 +142,29 @@ Result<SampleResult> Sampler::sample(std::span<const float> logits) {
   if (logits.size() != static_cast<size_t>(vocab_size_))
     return Status::error("sampler: got " + std::to_string(logits.size()) +
                          " logits for a vocabulary of " + std::to_string(vocab_size_));
-  for (float l : logits)
-    if (std::isnan(l) || l == std::numeric_limits<float>::infinity())
-      return Status::error("sampler: the model produced a NaN or +inf logit");
-  float raw_max;
-  const double lse = log_sum_exp(logits, &exps_, &raw_max);
+  // Eight independent lanes: one running max over 32000 logits was a
+  // latency-bound chain (~45 us per token).
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  const auto is_bad = [](float l) { return std::isnan(l) || l == kInf; };
+  const size_t n = logits.size();
+  float m0 = kNegInf, m1 = kNegInf, m2 = kNegInf, m3 = kNegInf;
+  bool bad = false;
+  size_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    const float a = logits[i], b = logits[i + 1], c = logits[i + 2], d = logits[i + 3];
+    bad |= is_bad(a) | is_bad(b) | is_bad(c) | is_bad(d);
+    m0 = a > m0 ? a : m0;
+    m1 = b > m1 ? b : m1;
+    m2 = c > m2 ? c : m2;
+    m3 = d > m3 ? d : m3;
+  }
+  for (; i < n; ++i) {
+    bad |= is_bad(logits[i]);
+    m0 = logits[i] > m0 ? logits[i] : m0;
+  }
+  if (bad) return Status::error("sampler: the model produced a NaN or +inf logit");
+  const float raw_max = std::max(std::max(m0, m1), std::max(m2, m3));
+  const double lse = log_sum_exp(logits, exps_);
   if (std::isinf(lse)) return Status::error("sampler: every logit is -inf");
 
   work_.assign(logits.begin(), logits.end());
@@ -205,21 +214,38 @@ Result<SampleResult> Sampler::sample(std::span<const float> logits) {
       std::erase_if(candidates_, [&](int32_t c) { return w[c] < threshold && w[c] != mx; });
     }
     if (candidates_.empty()) return Status::error("sampler: no candidate token left to sample");
-    float mx = kNegInf;
-    for (int32_t c : candidates_) mx = std::max(mx, w[c]);
-    const double inv_t = 1.0 / params_.temperature;
-    // Unbiased, unpenalised logits at temperature 1 with the raw maximum
-    // still in: each weight is the log-softmax pass's own term, so it is
-    // reused (a 32000-token vocabulary: one pass of exp instead of three,
-    // on the engine thread while the kernel pool waits).
-    const bool reuse = !changed && inv_t == 1.0 && mx == raw_max;
-    weights_.resize(candidates_.size());
-    double total = 0;
-    for (size_t i = 0; i < candidates_.size(); ++i) {
-      const int32_t c = candidates_[i];
-      weights_[i] = reuse ? exps_[(size_t)c] : std::exp((static_cast<double>(w[c]) - mx) * inv_t);
-      total += weights_[i];
+    // Every filter keeps the largest logit, so unchanged logits keep the raw max.
+    float mx = raw_max;
+    if (changed) {
+      mx = kNegInf;
+      for (int32_t c : candidates_) mx = std::max(mx, w[c]);
     }
+    const double inv_t = 1.0 / params_.temperature;
+    // Unbiased, unpenalised logits at temperature 1: each weight is the
+    // log-softmax pass's own term, so it is reused (a 32000-token
+    // vocabulary: one pass of exp instead of three, on the engine thread
+    // while the kernel pool waits).
+    const bool reuse = !changed && inv_t == 1.0;
+    weights_.resize(candidates_.size());
+    if (reuse) {
+      for (size_t i = 0; i < candidates_.size(); ++i) weights_[i] = exps_[(size_t)candidates_[i]];
+    } else {  // exp((w - mx) / T): (w - mx) / T has its max at 0, so the kernel subtracts nothing
+      const float inv_tf = static_cast<float>(inv_t);
+      for (size_t i = 0; i < candidates_.size(); ++i)
+        weights_[i] = (w[candidates_[i]] - mx) * inv_tf;
+      kernels::log_sum_exp(weights_.data(), static_cast<int64_t>(weights_.size()), weights_.data());
+    }
+    double p0 = 0, p1 = 0, p2 = 0, p3 = 0;  // independent chains, as for the max
+    const size_t nw = weights_.size();
+    size_t k = 0;
+    for (; k + 4 <= nw; k += 4) {
+      p0 += weights_[k];
+      p1 += weights_[k + 1];
+      p2 += weights_[k + 2];
+      p3 += weights_[k + 3];
+    }
+    for (; k < nw; ++k) p0 += weights_[k];
+    const double total = (p0 + p1) + (p2 + p3);
     const double target = uniform() * total;
     double cum = 0;
     chosen = candidates_.back();

@@ -98,8 +98,8 @@ class Sampler {
   // Scratch reused across calls so sampling allocates nothing steady-state.
   std::vector<float> work_;
   std::vector<int32_t> candidates_;
-  std::vector<double> exps_;     // exp(l - max) of the raw logits (their log-softmax)
-  std::vector<double> weights_;  // the draw's weight of each candidate
+  std::vector<float> exps_;     // exp(l - max) of the raw logits (their log-softmax)
+  std::vector<float> weights_;  // the draw's weight of each candidate
 };
 
 // log_softmax of `logits` at `token` and the top `n` entries (descending,

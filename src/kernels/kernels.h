@@ -93,6 +93,11 @@ void rope_qk_angles(float* q, int64_t n_head_q, float* k, int64_t n_head_k, int6
 // reference's order: exp_ggml in groups of 16, group sums added in double.
 void softmax(float* x, int64_t n);
 
+// out[i] = exp(x[i] - max(x)) with softmax's exps (out may be x); returns the
+// log-sum-exp, max + log(sum of out) with the sum in double. With no finite
+// value it returns -inf and out is all 0. NaNs are the caller's to reject.
+double log_sum_exp(const float* x, int64_t n, float* out);
+
 // out[i] = silu(gate[i]) * up[i] for one row of n (with exp_ggml).
 void silu_mul(const float* gate, const float* up, int64_t n, float* out);
 

@@ -115,20 +115,30 @@ float exp_ggml(float x) {
 // with expf (attention pads its rows to 32, so it has none).
 namespace {
 
-void softmax_scalar(float* x, int64_t n) {
-  if (n <= 0) return;
+float max_scalar(const float* x, int64_t n) {
   float max = -INFINITY;
   for (int64_t i = 0; i < n; ++i) max = std::max(max, x[i]);
+  return max;
+}
+
+// out[i] = exp(x[i] - max) (out may be x); returns their sum, grouped as above.
+double exps_scalar(const float* x, int64_t n, float max, float* out) {
   double sum = 0.0;
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
-    for (int64_t l = 0; l < 16; ++l) x[i + l] = exp_ggml(x[i + l] - max);
-    sum += static_cast<double>(order::reduce16(x + i));
+    for (int64_t l = 0; l < 16; ++l) out[i + l] = exp_ggml(x[i + l] - max);
+    sum += static_cast<double>(order::reduce16(out + i));
   }
   for (; i < n; ++i) {
-    x[i] = std::exp(x[i] - max);
-    sum += x[i];
+    out[i] = std::exp(x[i] - max);
+    sum += out[i];
   }
+  return sum;
+}
+
+void softmax_scalar(float* x, int64_t n) {
+  if (n <= 0) return;
+  const double sum = exps_scalar(x, n, max_scalar(x, n), x);
   const float inv = static_cast<float>(1.0 / sum);
   for (int64_t k = 0; k < n; ++k) x[k] *= inv;
 }
@@ -204,21 +214,25 @@ CAIRN_AVX512 float max_avx512(const float* x, int64_t n) {
   return max;
 }
 
-CAIRN_AVX512 void softmax_avx512(float* x, int64_t n) {
-  if (n <= 0) return;
-  const float max = max_avx512(x, n);
+CAIRN_AVX512 double exps_avx512(const float* x, int64_t n, float max, float* out) {
   const __m512 vmax = _mm512_set1_ps(max);
   double sum = 0.0;
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
     const __m512 e = exp16(_mm512_sub_ps(_mm512_loadu_ps(x + i), vmax));
-    _mm512_storeu_ps(x + i, e);
+    _mm512_storeu_ps(out + i, e);
     sum += static_cast<double>(hsum16(e));
   }
   for (; i < n; ++i) {
-    x[i] = std::exp(x[i] - max);
-    sum += x[i];
+    out[i] = std::exp(x[i] - max);
+    sum += out[i];
   }
+  return sum;
+}
+
+CAIRN_AVX512 void softmax_avx512(float* x, int64_t n) {
+  if (n <= 0) return;
+  const double sum = exps_avx512(x, n, max_avx512(x, n), x);
   const __m512 inv = _mm512_set1_ps(static_cast<float>(1.0 / sum));
   int64_t k = 0;
   for (; k + 16 <= n; k += 16) _mm512_storeu_ps(x + k, _mm512_mul_ps(_mm512_loadu_ps(x + k), inv));
@@ -310,23 +324,27 @@ CAIRN_AVX2 float max_avx2(const float* x, int64_t n) {
   return max;
 }
 
-CAIRN_AVX2 void softmax_avx2(float* x, int64_t n) {
-  if (n <= 0) return;
-  const float max = max_avx2(x, n);
+CAIRN_AVX2 double exps_avx2(const float* x, int64_t n, float max, float* out) {
   const __m256 vmax = _mm256_set1_ps(max);
   double sum = 0.0;
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
     const __m256 lo = exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), vmax));
     const __m256 hi = exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i + 8), vmax));
-    _mm256_storeu_ps(x + i, lo);
-    _mm256_storeu_ps(x + i + 8, hi);
+    _mm256_storeu_ps(out + i, lo);
+    _mm256_storeu_ps(out + i + 8, hi);
     sum += static_cast<double>(hsum16(lo, hi));
   }
   for (; i < n; ++i) {
-    x[i] = std::exp(x[i] - max);
-    sum += x[i];
+    out[i] = std::exp(x[i] - max);
+    sum += out[i];
   }
+  return sum;
+}
+
+CAIRN_AVX2 void softmax_avx2(float* x, int64_t n) {
+  if (n <= 0) return;
+  const double sum = exps_avx2(x, n, max_avx2(x, n), x);
   const float inv = static_cast<float>(1.0 / sum);
   const __m256 vinv = _mm256_set1_ps(inv);
   int64_t k = 0;
@@ -459,6 +477,21 @@ void softmax(Path p, float* x, int64_t n) {
   }
 }
 
+double log_sum_exp(Path p, const float* x, int64_t n, float* out) {
+  const Path q = usable(p);
+  const float max = q == Path::Avx512 ? max_avx512(x, n)
+                    : q == Path::Avx2 ? max_avx2(x, n)
+                                      : max_scalar(x, n);
+  if (n <= 0 || max == -INFINITY) {
+    std::fill(out, out + std::max<int64_t>(n, 0), 0.0f);
+    return -INFINITY;
+  }
+  const double sum = q == Path::Avx512 ? exps_avx512(x, n, max, out)
+                     : q == Path::Avx2 ? exps_avx2(x, n, max, out)
+                                       : exps_scalar(x, n, max, out);
+  return static_cast<double>(max) + std::log(sum);
+}
+
 void silu_mul(Path p, const float* gate, const float* up, int64_t n, float* out) {
   switch (usable(p)) {
     case Path::Avx512:
@@ -497,6 +530,10 @@ void rms_norm(const float* x, const float* weight, int64_t n, float eps, float* 
 }
 
 void softmax(float* x, int64_t n) { ops::softmax(best_path(), x, n); }
+
+double log_sum_exp(const float* x, int64_t n, float* out) {
+  return ops::log_sum_exp(best_path(), x, n, out);
+}
 
 void silu_mul(const float* gate, const float* up, int64_t n, float* out) {
   ops::silu_mul(best_path(), gate, up, n, out);

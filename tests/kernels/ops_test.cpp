@@ -195,6 +195,32 @@ TEST(OpsPaths, SoftmaxBitIdentical) {
   }
 }
 
+// The sampler's log-softmax: the same exps on every path, and the value of
+// log(sum(exp(x))) within float rounding of the exps.
+TEST(OpsPaths, LogSumExpBitIdenticalAndCorrect) {
+  for (int64_t n : ragged_sizes()) {
+    auto x = edgy_vec((size_t)n, (uint32_t)(n * 7 + 1), 8.0f);
+    if (n >= 3) x[1] = -INFINITY;
+    std::vector<float> ref((size_t)n);
+    const double want_lse = ops::log_sum_exp(ops::Path::Scalar, x.data(), n, ref.data());
+    float mx = -INFINITY;
+    for (float v : x) mx = std::max(mx, v);
+    double sum = 0;
+    for (float v : x) sum += std::exp((double)v - mx);
+    EXPECT_NEAR(want_lse, mx + std::log(sum), 1e-5 * std::max(1.0, std::abs(want_lse))) << n;
+    for (ops::Path p : simd_paths()) {
+      std::vector<float> got((size_t)n);
+      const double lse = ops::log_sum_exp(p, x.data(), n, got.data());
+      EXPECT_EQ(lse, want_lse) << "path " << int(p) << " n " << n;
+      ASSERT_EQ(first_diff(ref, got), -1) << "path " << int(p) << " n " << n;
+    }
+  }
+  // No finite value: -inf, and every exp 0.
+  std::vector<float> inf(20, -INFINITY), out(20, 5.0f);
+  EXPECT_EQ(log_sum_exp(inf.data(), 20, out.data()), -INFINITY);
+  for (float v : out) EXPECT_EQ(v, 0.0f);
+}
+
 TEST(OpsPaths, SiluMulBitIdentical) {
   const auto paths = simd_paths();
   if (paths.empty()) GTEST_SKIP() << "no SIMD path on this CPU (or CAIRN_ISA cap)";
