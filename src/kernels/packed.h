@@ -48,7 +48,7 @@ namespace cairn::kernels {
 // one slice: then the layout is simply group after group.
 struct PackedMatrix {
   static constexpr int64_t kRunGroups = 4;
-  enum class Layout { Q4_0x16, Q8_0x16 };
+  enum class Layout { Q4_0x16, Q8_0x16, Q4_Kx16 };
   Layout layout = Layout::Q4_0x16;
   int64_t rows = 0, cols = 0;
   int64_t n_groups = 0, n_blocks = 0;  // 16-row groups; 32-element blocks per row
@@ -68,6 +68,14 @@ struct PackedMatrix {
     return data + (size_t)blocks * block_bytes;
   }
 };
+
+// Q4_Kx16 (packed_k.cpp): one 256-element super-block of a group in
+// kQ4KBlockBytes: 16 d, 16 dmin (f16), the 8 sub-block scales of each row
+// (u8, [sub-block][row]), their mins in pairs ([pair][row][2] u8), then the
+// codes as 4 runs of 8 chunks of 16 rows x 4 bytes (chunk c of run j holds
+// bytes 32j + 4c.. of each row's qs: low nibbles sub-block 2j, high 2j + 1).
+// Super-blocks go one after another, groups one after another (one slice).
+constexpr size_t kQ4KBlockBytes = 320 + 4 * 8 * 64;
 
 // A packed copy of `w` when a packed kernel exists for its type at the active
 // ISA level, else nullptr (matmul then uses the type table's vec_dot).
@@ -89,5 +97,11 @@ bool packed_compatible(const PackedMatrix& a, const PackedMatrix& b);
 // that finish early pull in the start of their share of it.
 void packed_matmul_many(std::span<const PackedJob> jobs, const float* x, int64_t n_tokens,
                         ThreadPool& pool, std::span<const PackedMatrix* const> next);
+
+// The Q4_Kx16 packer and matmul (packed_k.cpp); packed_matmul_many sends
+// Q4_Kx16 jobs there.
+void pack_q4_k_rows(const WeightMatrix& w, PackedMatrix& p);
+void packed_k_matmul_many(std::span<const PackedJob> jobs, const float* x, int64_t n_tokens,
+                          ThreadPool& pool);
 
 }  // namespace cairn::kernels

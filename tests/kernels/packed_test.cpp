@@ -116,6 +116,24 @@ TEST_P(PackedKernels, BitIdenticalToScalarOnRaggedShapes) {
   }
 }
 
+// Q4_K (packed_k.cpp): super-blocks of 256, tiles of up to 4 tokens, token
+// chunks of 64; a short last group, several threads, TinyLlama's widths.
+TEST(PackedQ4K, BitIdenticalToScalar) {
+  if (!isa_enabled(Isa::Avx512Vnni))
+    GTEST_SKIP() << "packed kernels need AVX-512 VNNI (absent here, or capped by CAIRN_ISA)";
+  ThreadPool pool(2), three(3);
+  for (int64_t rows : {1, 16, 17, 40}) {
+    for (int64_t cols : {256, 768}) {
+      for (int64_t tokens : {1, 2, 3, 4, 5, 7, 9})
+        check_bit_identical({TensorType::Q4_K, rows, cols, tokens}, pool);
+    }
+  }
+  for (int64_t tokens : {1, 4, 64, 70, 133}) {
+    check_bit_identical({TensorType::Q4_K, 100, 2048, tokens}, pool);
+    check_bit_identical({TensorType::Q4_K, 33, 5632, tokens}, three);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Types, PackedKernels,
                          ::testing::Values(TensorType::Q4_0, TensorType::Q8_0),
                          [](const auto& info) { return std::string(type_info(info.param).name); });
