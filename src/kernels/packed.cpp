@@ -228,6 +228,12 @@ size_t stream_ahead_bytes() {
 }
 const size_t stream_ahead = stream_ahead_bytes();
 
+}  // namespace
+
+size_t packed_stream_ahead() { return stream_ahead; }
+
+namespace {
+
 // acc += dpbusd(w, the 4 activation bytes at p broadcast to every lane), with
 // the broadcast folded into the instruction's memory operand ({1to16}): one
 // instruction where the intrinsics give a broadcast load plus the dot.

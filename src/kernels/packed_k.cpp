@@ -148,6 +148,65 @@ template <int NT>
   }
 }
 
+// One token against groups [g0, g1) (decode): no split copy, the codes go
+// from memory straight into the dots. High nibbles are masked in place (16x
+// their value) and their sum shifted back, exact as every term is a multiple
+// of 16 (as the Q4_0 one-token kernel does); weights are requested `ahead`
+// bytes before their loads.
+CAIRN_VNNI void k_one(const PackedMatrix& pm, int64_t g0, int64_t g1, const uint8_t* act,
+                      float* out, size_t ahead) {
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  const __m512i mf0 = _mm512_set1_epi8((char)0xF0);
+  for (int64_t g = g0; g < g1; ++g) {
+    __m512 acc = _mm512_setzero_ps();
+    const uint8_t* blk = pm.slice(g, 0);
+    const uint8_t* a = act;
+    for (int64_t b = 0; b < pm.n_blocks; ++b, blk += pm.block_bytes, a += kKRec) {
+      if (ahead != 0)  // may point past the weights: a prefetch never faults
+        for (size_t line = 0; line < kQ4KBlockBytes; line += 64)
+          _mm_prefetch(reinterpret_cast<const char*>(blk + ahead + line), _MM_HINT_T1);
+      __m512i sum_q = _mm512_setzero_si512();
+#pragma GCC unroll 4
+      for (int j = 0; j < 4; ++j) {
+        __m512i lo = _mm512_setzero_si512(), hi = _mm512_setzero_si512();
+#pragma GCC unroll 8
+        for (int c = 0; c < 8; ++c) {
+          const __m512i q = _mm512_loadu_si512(blk + kOffCodes + 64 * (8 * j + c));
+          lo = dpbusd_bcast(lo, _mm512_and_si512(q, m4), a + kRecQs + 64 * j + 4 * c);
+          hi = dpbusd_bcast(hi, _mm512_and_si512(q, mf0), a + kRecQs + 64 * j + 32 + 4 * c);
+        }
+        const __m512i sc_lo = _mm512_cvtepu8_epi32(
+            _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + kOffScales + 16 * (2 * j))));
+        const __m512i sc_hi = _mm512_cvtepu8_epi32(
+            _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + kOffScales + 16 * (2 * j + 1))));
+        sum_q = _mm512_add_epi32(sum_q, _mm512_mullo_epi32(lo, sc_lo));
+        sum_q = _mm512_add_epi32(sum_q, _mm512_mullo_epi32(_mm512_srai_epi32(hi, 4), sc_hi));
+      }
+      __m512i sum_mins = _mm512_setzero_si512();
+#pragma GCC unroll 4
+      for (int i = 0; i < 4; ++i) {
+        const __m512i m = _mm512_cvtepu8_epi16(
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kOffMins + 32 * i)));
+        int32_t pair;
+        std::memcpy(&pair, a + kRecSums + 4 * i, 4);
+        sum_mins = _mm512_dpwssd_epi32(sum_mins, m, _mm512_set1_epi32(pair));
+      }
+      float yd;
+      std::memcpy(&yd, a + kRecD, 4);
+      const __m512 d =
+          _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kOffD)));
+      const __m512 dmin =
+          _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kOffDmin)));
+      acc = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_set1_ps(yd), d), _mm512_cvtepi32_ps(sum_q), acc);
+      acc = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_set1_ps(-yd), dmin), _mm512_cvtepi32_ps(sum_mins),
+                            acc);
+    }
+    const int64_t n_rows = std::min<int64_t>(kGroup, pm.rows - g * kGroup);
+    const __mmask16 mask = n_rows >= kGroup ? (__mmask16)0xFFFF : (__mmask16)((1u << n_rows) - 1);
+    _mm512_mask_storeu_ps(out + g * kGroup, mask, acc);
+  }
+}
+
 constexpr int kKTile = 4;  // tokens per tile (registers: 5 per token)
 constexpr int64_t kKTokenChunk = 64;
 
@@ -228,6 +287,16 @@ void packed_k_matmul_many(std::span<const PackedJob> jobs, const float* x, int64
   // The jobs' groups as one range; each thread keeps its groups for every
   // chunk of tokens (their weights stay in its caches across chunks).
   pool.parallel_for(total, [&](int64_t g0, int64_t g1) {
+    if (n_tokens == 1) {
+      int64_t base = 0;
+      for (const PackedJob& j : jobs) {
+        const PackedMatrix& pm = *j.matrix;
+        const int64_t b = std::max(g0, base), e = std::min(g1, base + pm.n_groups);
+        if (b < e) k_one(pm, b - base, e - base, act, j.out, packed_stream_ahead());
+        base += pm.n_groups;
+      }
+      return;
+    }
     for (int64_t t0 = 0; t0 < n_tokens; t0 += kKTokenChunk) {
       const int64_t nt = std::min(kKTokenChunk, n_tokens - t0);
       int64_t base = 0;
