@@ -1026,6 +1026,9 @@ std::shared_ptr<const PackedMatrix> pack_matrix(const WeightMatrix& w) {
   } else if (w.type == TensorType::Q4_K && w.cols % 256 == 0) {
     layout = PackedMatrix::Layout::Q4_Kx16;
     block_bytes = kQ4KBlockBytes;
+  } else if (w.type == TensorType::Q6_K && w.cols % 256 == 0) {
+    layout = PackedMatrix::Layout::Q6_Kx16;
+    block_bytes = kQ6KBlockBytes;
   } else {
     return nullptr;
   }
@@ -1034,7 +1037,8 @@ std::shared_ptr<const PackedMatrix> pack_matrix(const WeightMatrix& w) {
   p->rows = w.rows;
   p->cols = w.cols;
   p->n_groups = (w.rows + kGroup - 1) / kGroup;
-  const bool k_quant = layout == PackedMatrix::Layout::Q4_Kx16;
+  const bool k_quant =
+      layout == PackedMatrix::Layout::Q4_Kx16 || layout == PackedMatrix::Layout::Q6_Kx16;
   p->n_blocks = w.cols / (k_quant ? 256 : 32);
   p->slice_blocks = p->n_blocks > kSliceAbove && !k_quant ? kSliceBlocks : p->n_blocks;
   p->block_bytes = block_bytes;
@@ -1049,8 +1053,10 @@ std::shared_ptr<const PackedMatrix> pack_matrix(const WeightMatrix& w) {
     const size_t from = (size_t)last_run * (size_t)p->n_blocks * block_bytes;
     std::memset(p->data + from, 0, bytes - from);
   }
-  if (k_quant)
+  if (layout == PackedMatrix::Layout::Q4_Kx16)
     pack_q4_k_rows(w, *p);
+  else if (layout == PackedMatrix::Layout::Q6_Kx16)
+    pack_q6_k_rows(w, *p);
   else if (layout == PackedMatrix::Layout::Q4_0x16)
     pack_rows<BlockQ4_0, 4, 0x00>(w, *p);
   else
@@ -1070,7 +1076,8 @@ void packed_matmul_many(std::span<const PackedJob> jobs, const float* x, int64_t
                         ThreadPool& pool, std::span<const PackedMatrix* const> next) {
   if (n_tokens <= 0 || jobs.empty()) return;
   const PackedMatrix& first = *jobs[0].matrix;
-  if (first.layout == PackedMatrix::Layout::Q4_Kx16)
+  if (first.layout == PackedMatrix::Layout::Q4_Kx16 ||
+      first.layout == PackedMatrix::Layout::Q6_Kx16)
     return packed_k_matmul_many(jobs, x, n_tokens, pool);
   const size_t stride = act_stride(first.cols);
   thread_local std::vector<uint8_t> scratch;

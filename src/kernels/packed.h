@@ -48,7 +48,7 @@ namespace cairn::kernels {
 // one slice: then the layout is simply group after group.
 struct PackedMatrix {
   static constexpr int64_t kRunGroups = 4;
-  enum class Layout { Q4_0x16, Q8_0x16, Q4_Kx16 };
+  enum class Layout { Q4_0x16, Q8_0x16, Q4_Kx16, Q6_Kx16 };
   Layout layout = Layout::Q4_0x16;
   int64_t rows = 0, cols = 0;
   int64_t n_groups = 0, n_blocks = 0;  // 16-row groups; 32-element blocks per row
@@ -76,6 +76,9 @@ struct PackedMatrix {
 // bytes 32j + 4c.. of each row's qs: low nibbles sub-block 2j, high 2j + 1).
 // Super-blocks go one after another, groups one after another (one slice).
 constexpr size_t kQ4KBlockBytes = 320 + 4 * 8 * 64;
+// Q6_Kx16 likewise: 16 d, the 16 sub-block scales of each row, then the codes'
+// low 4 bits and their top 2 bits in 16-row chunks (packed_k.cpp has the map).
+constexpr size_t kQ6KBlockBytes = 32 + 256 + 32 * 64 + 16 * 64;
 
 // A packed copy of `w` when a packed kernel exists for its type at the active
 // ISA level, else nullptr (matmul then uses the type table's vec_dot).
@@ -102,9 +105,10 @@ void packed_matmul_many(std::span<const PackedJob> jobs, const float* x, int64_t
 // from memory (bytes; 0: no software prefetch). See packed.cpp.
 size_t packed_stream_ahead();
 
-// The Q4_Kx16 packer and matmul (packed_k.cpp); packed_matmul_many sends
-// Q4_Kx16 jobs there.
+// The K-quant packers and matmul (packed_k.cpp); packed_matmul_many sends
+// Q4_Kx16 and Q6_Kx16 jobs there.
 void pack_q4_k_rows(const WeightMatrix& w, PackedMatrix& p);
+void pack_q6_k_rows(const WeightMatrix& w, PackedMatrix& p);
 void packed_k_matmul_many(std::span<const PackedJob> jobs, const float* x, int64_t n_tokens,
                           ThreadPool& pool);
 

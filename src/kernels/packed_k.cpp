@@ -1,5 +1,5 @@
-// Packed Q4_K weights (layout: packed.h, Q4_Kx16) and their AVX-512 VNNI
-// matmul: batches of tokens and single tokens alike.
+// Packed Q4_K and Q6_K weights (layouts: packed.h, Q4_Kx16 and Q6_Kx16) and
+// their AVX-512 VNNI matmuls: batches of tokens and single tokens alike.
 //
 // Why: the type table's Q4_K dot product does one row against one token per
 // call, rebuilding the activation block and unpacking the row's scales every
@@ -41,15 +41,25 @@ constexpr size_t kOffMins = 192;   // [4 pairs][16 rows][2] u8: mins of sub-bloc
 constexpr size_t kOffCodes = 320;  // [4 runs j][8 chunks][16 rows][4 bytes]: qs[32j + 4c ..]
 static_assert(kOffCodes + 4 * 8 * 64 == kQ4KBlockBytes, "packed.h names the block size");
 
+// One Q6_K super-block of one group (kQ6KBlockBytes): 16 f16 d; the 16
+// sub-block scales of each row in pairs ([pair][row][2] int8: one load gives
+// both the int32 scales and vpdpwssd's pairs); the low 4 bits of the codes as
+// 32 chunks (chunk c: elements 4c.. in the low nibbles, 128 + 4c.. in the
+// high ones); their top 2 bits as 16 chunks (chunk c: elements 4c.., 64 + 4c..,
+// 128 + 4c.., 192 + 4c.. in bit pairs 0-1, 2-3, 4-5, 6-7).
+constexpr size_t kQ6OffD = 0, kQ6OffScales = 32, kQ6OffLow = 288, kQ6OffHigh = 288 + 32 * 64;
+static_assert(kQ6OffHigh + 16 * 64 == kQ6KBlockBytes, "packed.h names the block size");
+
 // Activations: each token's row quantized to Q8_K exactly as the type table
 // does (quant::q8_k_from_float), one record per super-block: the 256 codes,
-// d, and the eight sub-block sums of codes as int16 (pairs feed vpdpwssd).
+// d, and sums of codes as int16 (pairs of them feed vpdpwssd): Q4_K, the
+// eight 32-element sub-blocks' sums; Q6_K, Q8_K's own sixteen bsums.
 constexpr size_t kRecQs = 0, kRecD = 256, kRecSums = 260;
-constexpr size_t kKRec = 288;  // 276 used, rounded to keep the codes 32-byte aligned
+constexpr size_t kKRec = 320;  // 292 used at most, rounded to keep the codes 64-byte aligned
 
 size_t k_act_stride(int64_t cols) { return kKRec * (size_t)(cols / kQK); }
 
-void quantize_k_act(const float* x, int64_t cols, uint8_t* dst) {
+void quantize_k_act(bool q6, const float* x, int64_t cols, uint8_t* dst) {
   const int64_t nb = cols / kQK;
   BlockQ8_K blk[1];
   for (int64_t b = 0; b < nb; ++b) {
@@ -57,6 +67,10 @@ void quantize_k_act(const float* x, int64_t cols, uint8_t* dst) {
     uint8_t* rec = dst + kKRec * (size_t)b;
     std::memcpy(rec + kRecQs, blk[0].qs, kQK);
     std::memcpy(rec + kRecD, &blk[0].d, 4);
+    if (q6) {
+      std::memcpy(rec + kRecSums, blk[0].bsums, sizeof(blk[0].bsums));
+      continue;
+    }
     int16_t sums[8];
     for (int s = 0; s < 8; ++s)
       sums[s] = (int16_t)(blk[0].bsums[2 * s] + blk[0].bsums[2 * s + 1]);  // |.| <= 32 * 128
@@ -207,36 +221,193 @@ CAIRN_VNNI void k_one(const PackedMatrix& pm, int64_t g0, int64_t g1, const uint
   }
 }
 
+// ---- Q6_K ---------------------------------------------------------------------
+//
+// sum_q = sum over the 16 sub-blocks (16 elements) of scale * ((code - 32) .
+// activations) = sum of scale * (code . activations) - 32 * sum of scale *
+// bsum: vpdpbusd over the unsigned 6-bit codes, vpmulld by the scales, and the
+// offset through Q8_K's bsums with vpdpwssd. The same exact integer as
+// q6_k_dot_q8_k's, then its one fma.
+
+// Four code vectors (element groups 4c, 64 + 4c, 128 + 4c, 192 + 4c) from
+// high-bits chunk c and low chunks c and 16 + c.
+struct Q6Codes {
+  __m512i g[4];
+};
+CAIRN_VNNI inline Q6Codes q6_codes(const uint8_t* blk, int c) {
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  const __m512i m30 = _mm512_set1_epi8(0x30);
+  const __m512i h = _mm512_loadu_si512(blk + kQ6OffHigh + 64 * c);
+  const __m512i l0 = _mm512_loadu_si512(blk + kQ6OffLow + 64 * c);
+  const __m512i l1 = _mm512_loadu_si512(blk + kQ6OffLow + 64 * (16 + c));
+  Q6Codes q;
+  q.g[0] =
+      _mm512_or_si512(_mm512_and_si512(l0, m4), _mm512_and_si512(_mm512_slli_epi16(h, 4), m30));
+  q.g[1] =
+      _mm512_or_si512(_mm512_and_si512(l1, m4), _mm512_and_si512(_mm512_slli_epi16(h, 2), m30));
+  q.g[2] =
+      _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l0, 4), m4), _mm512_and_si512(h, m30));
+  q.g[3] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l1, 4), m4),
+                           _mm512_and_si512(_mm512_srli_epi16(h, 2), m30));
+  return q;
+}
+
+// The codes as bytes, chunk e / 4 for elements e.. (64 chunks), for every
+// tile of a token chunk.
+CAIRN_VNNI void split_q6(const uint8_t* blk, uint8_t* codes) {
+  for (int c = 0; c < 16; ++c) {
+    const Q6Codes q = q6_codes(blk, c);
+    for (int k = 0; k < 4; ++k) _mm512_store_si512(codes + 64 * (16 * k + c), q.g[k]);
+  }
+}
+
+// Scales of sub-blocks 2i and 2i + 1 as int32 lanes, and the pairs as loaded.
+struct Q6Scales {
+  __m512i pairs, even, odd;
+};
+CAIRN_VNNI inline Q6Scales q6_scales(const uint8_t* blk, int i) {
+  Q6Scales sc;
+  sc.pairs = _mm512_cvtepi8_epi16(
+      _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kQ6OffScales + 32 * i)));
+  sc.even = _mm512_srai_epi32(_mm512_slli_epi32(sc.pairs, 16), 16);
+  sc.odd = _mm512_srai_epi32(sc.pairs, 16);
+  return sc;
+}
+
+// sum_q - 32 * (scale . bsum), converted, into one fma as q6_k_dot_q8_k.
+CAIRN_VNNI inline __m512 q6_accumulate(const uint8_t* blk, const uint8_t* a, __m512i sum_q,
+                                       __m512i offset, __m512 acc) {
+  float yd;
+  std::memcpy(&yd, a + kRecD, 4);
+  const __m512 d =
+      _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kQ6OffD)));
+  sum_q = _mm512_sub_epi32(sum_q, _mm512_slli_epi32(offset, 5));
+  return _mm512_fmadd_ps(_mm512_mul_ps(_mm512_set1_ps(yd), d), _mm512_cvtepi32_ps(sum_q), acc);
+}
+
+template <int NT>
+[[gnu::noinline]] CAIRN_VNNI void k6_tile(const uint8_t* blk, const uint8_t* codes,
+                                          const uint8_t* act, size_t stride, __m512* acc_io) {
+  __m512i sum_q[NT], offset[NT];
+#pragma GCC unroll 8
+  for (int t = 0; t < NT; ++t) sum_q[t] = offset[t] = _mm512_setzero_si512();
+  for (int i = 0; i < 8; ++i) {  // sub-blocks 2i (chunks 8i..8i+3) and 2i + 1
+    const Q6Scales sc = q6_scales(blk, i);
+    __m512i even[NT], odd[NT];
+#pragma GCC unroll 8
+    for (int t = 0; t < NT; ++t) even[t] = odd[t] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; ++c) {
+      const __m512i w0 = _mm512_load_si512(codes + 64 * (8 * i + c));
+      const __m512i w1 = _mm512_load_si512(codes + 64 * (8 * i + 4 + c));
+#pragma GCC unroll 8
+      for (int t = 0; t < NT; ++t) {
+        const uint8_t* a = act + t * stride + kRecQs + 32 * i + 4 * c;
+        even[t] = dpbusd_bcast(even[t], w0, a);
+        odd[t] = dpbusd_bcast(odd[t], w1, a + 16);
+      }
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < NT; ++t) {
+      sum_q[t] = _mm512_add_epi32(sum_q[t], _mm512_mullo_epi32(even[t], sc.even));
+      sum_q[t] = _mm512_add_epi32(sum_q[t], _mm512_mullo_epi32(odd[t], sc.odd));
+      int32_t pair;
+      std::memcpy(&pair, act + t * stride + kRecSums + 4 * i, 4);
+      offset[t] = _mm512_dpwssd_epi32(offset[t], sc.pairs, _mm512_set1_epi32(pair));
+    }
+  }
+#pragma GCC unroll 8
+  for (int t = 0; t < NT; ++t)
+    acc_io[t] = q6_accumulate(blk, act + t * stride, sum_q[t], offset[t], acc_io[t]);
+}
+
+// One token against groups [g0, g1) (decode), codes built in registers.
+CAIRN_VNNI void k6_one(const PackedMatrix& pm, int64_t g0, int64_t g1, const uint8_t* act,
+                       float* out, size_t ahead) {
+  for (int64_t g = g0; g < g1; ++g) {
+    __m512 acc = _mm512_setzero_ps();
+    const uint8_t* blk = pm.slice(g, 0);
+    const uint8_t* a = act;
+    for (int64_t b = 0; b < pm.n_blocks; ++b, blk += pm.block_bytes, a += kKRec) {
+      if (ahead != 0)  // may point past the weights: a prefetch never faults
+        for (size_t line = 0; line < kQ6KBlockBytes; line += 64)
+          _mm_prefetch(reinterpret_cast<const char*>(blk + ahead + line), _MM_HINT_T1);
+      // Sub-block s = 4k + q gets element groups 64k + 16q + 4c' for c' < 4:
+      // high-bits chunks 4q..4q+3 serve sub-blocks q, 4 + q, 8 + q, 12 + q.
+      __m512i dots[16];
+#pragma GCC unroll 4
+      for (int q = 0; q < 4; ++q) {
+        __m512i d4[4] = {_mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512(),
+                         _mm512_setzero_si512()};
+#pragma GCC unroll 4
+        for (int cc = 0; cc < 4; ++cc) {
+          const int c = 4 * q + cc;
+          const Q6Codes codes = q6_codes(blk, c);
+#pragma GCC unroll 4
+          for (int k = 0; k < 4; ++k)
+            d4[k] = dpbusd_bcast(d4[k], codes.g[k], a + kRecQs + 64 * k + 4 * c);
+        }
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; ++k) dots[4 * k + q] = d4[k];
+      }
+      __m512i sum_q = _mm512_setzero_si512(), offset = _mm512_setzero_si512();
+#pragma GCC unroll 8
+      for (int i = 0; i < 8; ++i) {
+        const Q6Scales sc = q6_scales(blk, i);
+        sum_q = _mm512_add_epi32(sum_q, _mm512_mullo_epi32(dots[2 * i], sc.even));
+        sum_q = _mm512_add_epi32(sum_q, _mm512_mullo_epi32(dots[2 * i + 1], sc.odd));
+        int32_t pair;
+        std::memcpy(&pair, a + kRecSums + 4 * i, 4);
+        offset = _mm512_dpwssd_epi32(offset, sc.pairs, _mm512_set1_epi32(pair));
+      }
+      acc = q6_accumulate(blk, a, sum_q, offset, acc);
+    }
+    const int64_t n_rows = std::min<int64_t>(kGroup, pm.rows - g * kGroup);
+    const __mmask16 mask = n_rows >= kGroup ? (__mmask16)0xFFFF : (__mmask16)((1u << n_rows) - 1);
+    _mm512_mask_storeu_ps(out + g * kGroup, mask, acc);
+  }
+}
+
 constexpr int kKTile = 4;  // tokens per tile (registers: 5 per token)
 constexpr int64_t kKTokenChunk = 64;
 
+// The tile kernel for nt (1..kKTile) tokens.
+template <bool kQ6>
 CAIRN_VNNI void k_tile_n(int nt, const uint8_t* blk, const uint8_t* codes, const uint8_t* act,
                          size_t stride, __m512* acc) {
   switch (nt) {
     case 1:
-      return k_tile<1>(blk, codes, act, stride, acc);
+      return kQ6 ? k6_tile<1>(blk, codes, act, stride, acc)
+                 : k_tile<1>(blk, codes, act, stride, acc);
     case 2:
-      return k_tile<2>(blk, codes, act, stride, acc);
+      return kQ6 ? k6_tile<2>(blk, codes, act, stride, acc)
+                 : k_tile<2>(blk, codes, act, stride, acc);
     case 3:
-      return k_tile<3>(blk, codes, act, stride, acc);
+      return kQ6 ? k6_tile<3>(blk, codes, act, stride, acc)
+                 : k_tile<3>(blk, codes, act, stride, acc);
     default:
-      return k_tile<kKTile>(blk, codes, act, stride, acc);
+      return kQ6 ? k6_tile<kKTile>(blk, codes, act, stride, acc)
+                 : k_tile<kKTile>(blk, codes, act, stride, acc);
   }
 }
 static_assert(kKTile == 4, "k_tile_n names every tile size");
 
 // Group g against tokens [0, n_tokens) (at most kKTokenChunk): out[t * out_stride + r].
+template <bool kQ6>
 CAIRN_VNNI void k_group(const PackedMatrix& pm, int64_t g, const uint8_t* act, size_t stride,
                         int64_t n_tokens, float* out, int64_t out_stride) {
-  alignas(64) static thread_local uint8_t codes[8 * 8 * 64];
+  alignas(64) static thread_local uint8_t codes[64 * 64];
   __m512 acc[kKTokenChunk];
   for (int64_t t = 0; t < n_tokens; ++t) acc[t] = _mm512_setzero_ps();
   const uint8_t* blk = pm.slice(g, 0);
   for (int64_t b = 0; b < pm.n_blocks; ++b, blk += pm.block_bytes) {
-    split_codes(blk, codes);
+    if constexpr (kQ6)
+      split_q6(blk, codes);
+    else
+      split_codes(blk, codes);
     for (int64_t t = 0; t < n_tokens; t += kKTile) {
       const int nt = (int)std::min<int64_t>(kKTile, n_tokens - t);
-      k_tile_n(nt, blk, codes, act + (size_t)t * stride + kKRec * (size_t)b, stride, acc + t);
+      k_tile_n<kQ6>(nt, blk, codes, act + (size_t)t * stride + kKRec * (size_t)b, stride, acc + t);
     }
   }
   const int64_t n_rows = std::min<int64_t>(kGroup, pm.rows - g * kGroup);
@@ -271,6 +442,42 @@ void pack_q4_k_rows(const WeightMatrix& w, PackedMatrix& p) {
   }
 }
 
+void pack_q6_k_rows(const WeightMatrix& w, PackedMatrix& p) {
+  const auto* src = static_cast<const uint8_t*>(w.data);
+  for (int64_t g = 0; g < p.n_groups; ++g) {
+    for (int64_t b = 0; b < p.n_blocks; ++b) {
+      uint8_t* blk = p.data + ((size_t)g * (size_t)p.n_blocks + (size_t)b) * p.block_bytes;
+      for (int r = 0; r < kGroup; ++r) {
+        const int64_t row = g * kGroup + r;
+        if (row >= w.rows) break;  // padding rows stay zero (d 0)
+        const auto* x =
+            reinterpret_cast<const quant::BlockQ6_K*>(src + (size_t)row * w.row_stride) + b;
+        std::memcpy(blk + kQ6OffD + 2 * r, &x->d, 2);
+        for (int sb = 0; sb < 16; ++sb)
+          blk[kQ6OffScales + 32 * (sb / 2) + 2 * r + sb % 2] = (uint8_t)x->scales[sb];
+        uint8_t code[kQK];  // element e: 128h + 32k + l as q6_k_dot_q8_k reads it
+        for (int e = 0; e < kQK; ++e) {
+          const int h = e / 128, k = (e % 128) / 32, l = e % 32;
+          const uint8_t* ql = x->ql + 64 * h;
+          const uint8_t* qh = x->qh + 32 * h;
+          const int low = ((k & 1 ? ql[l + 32] : ql[l]) >> (k & 2 ? 4 : 0)) & 0xF;
+          code[e] = (uint8_t)(low | (((qh[l] >> (2 * k)) & 3) << 4));
+        }
+        for (int c = 0; c < 32; ++c)
+          for (int i = 0; i < 4; ++i)
+            blk[kQ6OffLow + 64 * c + 4 * r + i] =
+                (uint8_t)((code[4 * c + i] & 0xF) | ((code[128 + 4 * c + i] & 0xF) << 4));
+        for (int c = 0; c < 16; ++c)
+          for (int i = 0; i < 4; ++i) {
+            uint8_t hb = 0;
+            for (int k = 0; k < 4; ++k) hb |= (uint8_t)((code[64 * k + 4 * c + i] >> 4) << (2 * k));
+            blk[kQ6OffHigh + 64 * c + 4 * r + i] = hb;
+          }
+      }
+    }
+  }
+}
+
 void packed_k_matmul_many(std::span<const PackedJob> jobs, const float* x, int64_t n_tokens,
                           ThreadPool& pool) {
   const int64_t cols = jobs[0].matrix->cols;
@@ -279,8 +486,9 @@ void packed_k_matmul_many(std::span<const PackedJob> jobs, const float* x, int64
   scratch.resize(std::max(scratch.size(), stride * (size_t)n_tokens + 64));
   uint8_t* act = scratch.data();
   act += (64 - reinterpret_cast<uintptr_t>(act) % 64) % 64;
+  const bool q6 = jobs[0].matrix->layout == PackedMatrix::Layout::Q6_Kx16;
   pool.parallel_for(n_tokens, [&](int64_t b, int64_t e) {
-    for (int64_t t = b; t < e; ++t) quantize_k_act(x + t * cols, cols, act + t * stride);
+    for (int64_t t = b; t < e; ++t) quantize_k_act(q6, x + t * cols, cols, act + t * stride);
   });
   int64_t total = 0;
   for (const PackedJob& j : jobs) total += j.matrix->n_groups;
@@ -292,7 +500,7 @@ void packed_k_matmul_many(std::span<const PackedJob> jobs, const float* x, int64
       for (const PackedJob& j : jobs) {
         const PackedMatrix& pm = *j.matrix;
         const int64_t b = std::max(g0, base), e = std::min(g1, base + pm.n_groups);
-        if (b < e) k_one(pm, b - base, e - base, act, j.out, packed_stream_ahead());
+        if (b < e) (q6 ? k6_one : k_one)(pm, b - base, e - base, act, j.out, packed_stream_ahead());
         base += pm.n_groups;
       }
       return;
@@ -303,8 +511,9 @@ void packed_k_matmul_many(std::span<const PackedJob> jobs, const float* x, int64
       for (const PackedJob& j : jobs) {
         const PackedMatrix& pm = *j.matrix;
         for (int64_t g = std::max(g0, base); g < std::min(g1, base + pm.n_groups); ++g)
-          k_group(pm, g - base, act + (size_t)t0 * stride, stride, nt,
-                  j.out + t0 * pm.rows + (g - base) * kGroup, pm.rows);
+          (q6 ? k_group<true> : k_group<false>)(pm, g - base, act + (size_t)t0 * stride, stride, nt,
+                                                j.out + t0 * pm.rows + (g - base) * kGroup,
+                                                pm.rows);
         base += pm.n_groups;
       }
     }

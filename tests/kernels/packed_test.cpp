@@ -116,23 +116,33 @@ TEST_P(PackedKernels, BitIdenticalToScalarOnRaggedShapes) {
   }
 }
 
-// Q4_K (packed_k.cpp): super-blocks of 256, tiles of up to 4 tokens, token
-// chunks of 64; a short last group, several threads, TinyLlama's widths.
-TEST(PackedQ4K, BitIdenticalToScalar) {
-  if (!isa_enabled(Isa::Avx512Vnni))
-    GTEST_SKIP() << "packed kernels need AVX-512 VNNI (absent here, or capped by CAIRN_ISA)";
+// Q4_K and Q6_K (packed_k.cpp): super-blocks of 256, tiles of up to 4
+// tokens, token chunks of 64; a short last group, several threads, TinyLlama's widths.
+class PackedKQuants : public ::testing::TestWithParam<TensorType> {
+ protected:
+  void SetUp() override {
+    if (!isa_enabled(Isa::Avx512Vnni))
+      GTEST_SKIP() << "packed kernels need AVX-512 VNNI (absent here, or capped by CAIRN_ISA)";
+  }
+};
+
+TEST_P(PackedKQuants, BitIdenticalToScalar) {
   ThreadPool pool(2), three(3);
   for (int64_t rows : {1, 16, 17, 40}) {
     for (int64_t cols : {256, 768}) {
       for (int64_t tokens : {1, 2, 3, 4, 5, 7, 9})
-        check_bit_identical({TensorType::Q4_K, rows, cols, tokens}, pool);
+        check_bit_identical({GetParam(), rows, cols, tokens}, pool);
     }
   }
   for (int64_t tokens : {1, 4, 64, 70, 133}) {
-    check_bit_identical({TensorType::Q4_K, 100, 2048, tokens}, pool);
-    check_bit_identical({TensorType::Q4_K, 33, 5632, tokens}, three);
+    check_bit_identical({GetParam(), 100, 2048, tokens}, pool);
+    check_bit_identical({GetParam(), 33, 5632, tokens}, three);
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Types, PackedKQuants,
+                         ::testing::Values(TensorType::Q4_K, TensorType::Q6_K),
+                         [](const auto& info) { return std::string(type_info(info.param).name); });
 
 INSTANTIATE_TEST_SUITE_P(Types, PackedKernels,
                          ::testing::Values(TensorType::Q4_0, TensorType::Q8_0),
