@@ -401,6 +401,11 @@ CAIRN_VNNI void k_group(const PackedMatrix& pm, int64_t g, const uint8_t* act, s
   for (int64_t t = 0; t < n_tokens; ++t) acc[t] = _mm512_setzero_ps();
   const uint8_t* blk = pm.slice(g, 0);
   for (int64_t b = 0; b < pm.n_blocks; ++b, blk += pm.block_bytes) {
+    // The next super-block (of this group or the next), requested while the
+    // tiles compute: without it the memory idles meanwhile, and the split
+    // then waits for it.
+    for (size_t line = 0; line < pm.block_bytes; line += 64)
+      _mm_prefetch(reinterpret_cast<const char*>(blk + pm.block_bytes + line), _MM_HINT_T1);
     if constexpr (kQ6)
       split_q6(blk, codes);
     else
