@@ -1,12 +1,12 @@
 // Packed Q4_K and Q6_K weights (layouts: packed.h, Q4_Kx16 and Q6_Kx16) and
 // their AVX-512 VNNI matmuls: batches of tokens and single tokens alike.
 //
-// Why: the type table's Q4_K dot product does one row against one token per
-// call, rebuilding the activation block and unpacking the row's scales every
-// time; a TinyLlama-shaped Q4_K model prefilled at 38 tok/s and decoded at 20
-// (Q4_0: ~300 and ~45) on the 2-core Intel host.
+// Why: the type table's K-quant dot products do one row against one token
+// per call, rebuilding the activation block and unpacking the row's scales
+// every time; TinyLlama-shaped models prefilled at 38 (Q4_K) and 37 (Q6_K)
+// tok/s and decoded at 20 and 15 (Q4_0: ~300 and ~45) on the 2-core Intel host.
 //
-// Why the bits match the scalar q4_k_dot_q8_k: per super-block (256 elements)
+// Why the bits match the scalar q4_k_dot_q8_k (Q6_K: see below): per super-block (256 elements)
 // each row takes the same two exact integers -- sum_q = sum over the eight
 // sub-blocks of scale * (codes . activations), and sum_mins = sum of min *
 // (sub-block sum of activation codes) -- and folds them into its float sum
@@ -14,9 +14,10 @@
 // the integers are formed differently (vpdpbusd over 4-byte runs of 16 rows,
 // vpmulld by the scales, vpdpwssd for the mins), and integer sums are exact.
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
+#include <vector>
 
-#include "core/cpu_features.h"
 #include "core/quant.h"
 #include "core/quant_blocks.h"
 #include "core/simd.h"
