@@ -500,6 +500,28 @@ CAIRN_VNNI void tile2_blocks_n(int64_t nt, const uint8_t* gw0, const uint8_t* gw
 }
 static_assert(kTile2 == 5, "tile2_blocks_n names every tile size");
 
+// The range after the one ending at block `end` of slice c of groups g and
+// g + 1: the rest of this slice, the next slice, or the next pair of groups
+// (null at the end of the matrix); kUnpackBlocks blocks at most.
+struct NextRange {
+  const uint8_t* p[2] = {nullptr, nullptr};
+  int64_t n = 0;
+};
+NextRange next_range(const PackedMatrix& pm, int64_t g, int64_t c, int64_t end, size_t block) {
+  NextRange r;
+  if (end < pm.slice_len(c)) {
+    r.n = std::min(kUnpackBlocks, pm.slice_len(c) - end);
+    for (int gi = 0; gi < 2; ++gi) r.p[gi] = pm.slice(g + gi, c) + (size_t)end * block;
+  } else if (c + 1 < pm.n_slices()) {
+    r.n = std::min(kUnpackBlocks, pm.slice_len(c + 1));
+    for (int gi = 0; gi < 2; ++gi) r.p[gi] = pm.slice(g + gi, c + 1);
+  } else if (g + 3 < pm.n_groups) {
+    r.n = std::min(kUnpackBlocks, pm.slice_len(0));
+    for (int gi = 0; gi < 2; ++gi) r.p[gi] = pm.slice(g + 2 + gi, 0);
+  }
+  return r;
+}
+
 template <bool kQ4>
 CAIRN_VNNI void tile2_ranges(const PackedMatrix& pm, int64_t g, const uint8_t* act, size_t stride,
                              int64_t n_tokens, float* out, int64_t out_stride) {
@@ -520,18 +542,7 @@ CAIRN_VNNI void tile2_ranges(const PackedMatrix& pm, int64_t g, const uint8_t* a
       const int64_t n = std::min(kUnpackBlocks, len - b0);
       // The range after this one (in this slice, the next slice, or the next
       // pair of groups), fetched while the tiles below compute.
-      const uint8_t* next[2] = {nullptr, nullptr};
-      int64_t next_n = 0;
-      if (b0 + n < len) {
-        next_n = std::min(kUnpackBlocks, len - b0 - n);
-        for (int gi = 0; gi < 2; ++gi) next[gi] = w[gi] + (size_t)(b0 + n) * kBlock;
-      } else if (c + 1 < nc) {
-        next_n = std::min(kUnpackBlocks, pm.slice_len(c + 1));
-        for (int gi = 0; gi < 2; ++gi) next[gi] = pm.slice(g + gi, c + 1);
-      } else if (g + 3 < pm.n_groups) {
-        next_n = std::min(kUnpackBlocks, pm.slice_len(0));
-        for (int gi = 0; gi < 2; ++gi) next[gi] = pm.slice(g + 2 + gi, 0);
-      }
+      const NextRange next = next_range(pm, g, c, b0 + n, kBlock);
       // Both groups' blocks of the range as Q8_0x16 codes: Q8_0's in place,
       // Q4_0's split into the thread's copy.
       const uint8_t* codes[2] = {w[0] + (size_t)b0 * kBlock, w[1] + (size_t)b0 * kBlock};
@@ -554,12 +565,12 @@ CAIRN_VNNI void tile2_ranges(const PackedMatrix& pm, int64_t g, const uint8_t* a
       }
       // Lines of each stream per block of every tile, the tiles taking turns
       // (the first tiles of a prompt's chunk cover the range).
-      const int64_t lines = ((int64_t)kBlock * next_n + 63) / 64;
+      const int64_t lines = ((int64_t)kBlock * next.n + 63) / 64;
       const int64_t per_block = (lines + n_tiles * n - 1) / (n_tiles * n);
       for (int64_t i = 0; i < n_tiles; ++i) {
         const size_t skip = (size_t)(64 * per_block * n * i);
-        const StreamAhead ahead{{next[0] + skip, next[1] + skip}, per_block};
-        const bool fetch = next[0] && (int64_t)skip < 64 * lines;
+        const StreamAhead ahead{{next.p[0] + skip, next.p[1] + skip}, per_block};
+        const bool fetch = next.p[0] && (int64_t)skip < 64 * lines;
         tile2_blocks_n(tile_tokens(i), codes[0], codes[1], n,
                        a + (size_t)i * kTile2 * stride + kActRec * (size_t)b0, stride, acc[i],
                        fetch ? &ahead : nullptr, c == 0 && b0 == 0);
@@ -723,18 +734,7 @@ CAIRN_VNNI void amx_ranges(const PackedMatrix& pm, int64_t g, const uint8_t* act
     const uint8_t* a = act + kActRec * (size_t)(c * pm.slice_blocks);
     for (int64_t b0 = 0; b0 < len; b0 += kUnpackBlocks) {
       const int64_t n = std::min(kUnpackBlocks, len - b0);
-      const uint8_t* next[2] = {nullptr, nullptr};  // as in tile2_ranges
-      int64_t next_n = 0;
-      if (b0 + n < len) {
-        next_n = std::min(kUnpackBlocks, len - b0 - n);
-        for (int gi = 0; gi < 2; ++gi) next[gi] = w[gi] + (size_t)(b0 + n) * kBlock;
-      } else if (c + 1 < nc) {
-        next_n = std::min(kUnpackBlocks, pm.slice_len(c + 1));
-        for (int gi = 0; gi < 2; ++gi) next[gi] = pm.slice(g + gi, c + 1);
-      } else if (g + 3 < pm.n_groups) {
-        next_n = std::min(kUnpackBlocks, pm.slice_len(0));
-        for (int gi = 0; gi < 2; ++gi) next[gi] = pm.slice(g + 2 + gi, 0);
-      }
+      const NextRange next = next_range(pm, g, c, b0 + n, kBlock);
       for (int gi = 0; gi < 2; ++gi) {
         const uint8_t* range = w[gi] + (size_t)b0 * kBlock;
         for (int64_t b = 0; b < n; ++b) {
@@ -757,15 +757,15 @@ CAIRN_VNNI void amx_ranges(const PackedMatrix& pm, int64_t g, const uint8_t* act
         }
       }
       // The next range's lines, a few per block of each tile.
-      const int64_t lines = ((int64_t)kBlock * next_n + 63) / 64;
+      const int64_t lines = ((int64_t)kBlock * next.n + 63) / 64;
       const int64_t per_block = (lines + n_tiles * n - 1) / (n_tiles * n);
       for (int64_t i = 0; i < n_tiles; ++i) {
         const uint8_t* at = a + (size_t)i * kAmxTokens * stride + kActRec * (size_t)b0;
         for (int64_t b = 0; b < n; ++b, at += kActRec) {
-          if (next[0]) {
+          if (next.p[0]) {
             const int64_t l0 = (i * n + b) * per_block, l1 = std::min(lines, l0 + per_block);
             for (int64_t l = l0; l < l1; ++l)
-              for (const uint8_t* p : next)
+              for (const uint8_t* p : next.p)
                 _mm_prefetch(reinterpret_cast<const char*>(p + 64 * l), _MM_HINT_T1);
           }
           Tiles::template zero<0>();

@@ -103,6 +103,28 @@ CAIRN_VNNI inline __m512i dpbusd_bcast(__m512i acc, __m512i w, const uint8_t* p)
   return acc;
 }
 
+// For NT tokens, the dots of split chunks base + kStep * k (into even[t]) and
+// base + kStep * k + kOddAt (into odd[t]), k < 4: two chains per token. Chunk
+// j holds elements 4j.. of each row, so its activations are codes 4j...
+template <int NT, int kStep, int kOddAt>
+CAIRN_VNNI inline void chunk_dots(const uint8_t* codes, int base, const uint8_t* act, size_t stride,
+                                  __m512i* even, __m512i* odd) {
+#pragma GCC unroll 8
+  for (int t = 0; t < NT; ++t) even[t] = odd[t] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+  for (int k = 0; k < 4; ++k) {
+    const int e = base + kStep * k, o = e + kOddAt;
+    const __m512i w0 = _mm512_load_si512(codes + 64 * e);
+    const __m512i w1 = _mm512_load_si512(codes + 64 * o);
+#pragma GCC unroll 8
+    for (int t = 0; t < NT; ++t) {
+      const uint8_t* a = act + t * stride + kRecQs;
+      even[t] = dpbusd_bcast(even[t], w0, a + 4 * e);
+      odd[t] = dpbusd_bcast(odd[t], w1, a + 4 * o);
+    }
+  }
+}
+
 // NT tokens against one super-block of a group (its header at blk, its codes
 // split at codes): acc[t] += each row's two fma, as q4_k_dot_q8_k.
 template <int NT>
@@ -115,19 +137,7 @@ template <int NT>
     const __m512i sc = _mm512_cvtepu8_epi32(
         _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + kOffScales + 16 * s)));
     __m512i even[NT], odd[NT];  // two chains per token
-#pragma GCC unroll 8
-    for (int t = 0; t < NT; ++t) even[t] = odd[t] = _mm512_setzero_si512();
-#pragma GCC unroll 8
-    for (int c = 0; c < 8; c += 2) {
-      const __m512i w0 = _mm512_load_si512(codes + 64 * (8 * s + c));
-      const __m512i w1 = _mm512_load_si512(codes + 64 * (8 * s + c + 1));
-#pragma GCC unroll 8
-      for (int t = 0; t < NT; ++t) {
-        const uint8_t* a = act + t * stride + kRecQs + 32 * s + 4 * c;
-        even[t] = dpbusd_bcast(even[t], w0, a);
-        odd[t] = dpbusd_bcast(odd[t], w1, a + 4);
-      }
-    }
+    chunk_dots<NT, 2, 1>(codes, 8 * s, act, stride, even, odd);
 #pragma GCC unroll 8
     for (int t = 0; t < NT; ++t)
       sum_q[t] =
@@ -163,63 +173,48 @@ template <int NT>
   }
 }
 
-// One token against groups [g0, g1) (decode): no split copy, the codes go
-// from memory straight into the dots. High nibbles are masked in place (16x
-// their value) and their sum shifted back, exact as every term is a multiple
-// of 16 (as the Q4_0 one-token kernel does); weights are requested `ahead`
-// bytes before their loads.
-CAIRN_VNNI void k_one(const PackedMatrix& pm, int64_t g0, int64_t g1, const uint8_t* act,
-                      float* out, size_t ahead) {
+// One token against one super-block of a group (decode): no split copy, the
+// codes go from memory straight into the dots. High nibbles are masked in
+// place (16x their value) and their sum shifted back, exact as every term is
+// a multiple of 16 (as the Q4_0 one-token kernel does).
+CAIRN_VNNI inline __m512 k_one_block(const uint8_t* blk, const uint8_t* a, __m512 acc) {
   const __m512i m4 = _mm512_set1_epi8(0x0F);
   const __m512i mf0 = _mm512_set1_epi8((char)0xF0);
-  for (int64_t g = g0; g < g1; ++g) {
-    __m512 acc = _mm512_setzero_ps();
-    const uint8_t* blk = pm.slice(g, 0);
-    const uint8_t* a = act;
-    for (int64_t b = 0; b < pm.n_blocks; ++b, blk += pm.block_bytes, a += kKRec) {
-      if (ahead != 0)  // may point past the weights: a prefetch never faults
-        for (size_t line = 0; line < kQ4KBlockBytes; line += 64)
-          _mm_prefetch(reinterpret_cast<const char*>(blk + ahead + line), _MM_HINT_T1);
-      __m512i sum_q = _mm512_setzero_si512();
+  __m512i sum_q = _mm512_setzero_si512();
 #pragma GCC unroll 4
-      for (int j = 0; j < 4; ++j) {
-        __m512i lo = _mm512_setzero_si512(), hi = _mm512_setzero_si512();
+  for (int j = 0; j < 4; ++j) {
+    __m512i lo = _mm512_setzero_si512(), hi = _mm512_setzero_si512();
 #pragma GCC unroll 8
-        for (int c = 0; c < 8; ++c) {
-          const __m512i q = _mm512_loadu_si512(blk + kOffCodes + 64 * (8 * j + c));
-          lo = dpbusd_bcast(lo, _mm512_and_si512(q, m4), a + kRecQs + 64 * j + 4 * c);
-          hi = dpbusd_bcast(hi, _mm512_and_si512(q, mf0), a + kRecQs + 64 * j + 32 + 4 * c);
-        }
-        const __m512i sc_lo = _mm512_cvtepu8_epi32(
-            _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + kOffScales + 16 * (2 * j))));
-        const __m512i sc_hi = _mm512_cvtepu8_epi32(
-            _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + kOffScales + 16 * (2 * j + 1))));
-        sum_q = _mm512_add_epi32(sum_q, _mm512_mullo_epi32(lo, sc_lo));
-        sum_q = _mm512_add_epi32(sum_q, _mm512_mullo_epi32(_mm512_srai_epi32(hi, 4), sc_hi));
-      }
-      __m512i sum_mins = _mm512_setzero_si512();
-#pragma GCC unroll 4
-      for (int i = 0; i < 4; ++i) {
-        const __m512i m = _mm512_cvtepu8_epi16(
-            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kOffMins + 32 * i)));
-        int32_t pair;
-        std::memcpy(&pair, a + kRecSums + 4 * i, 4);
-        sum_mins = _mm512_dpwssd_epi32(sum_mins, m, _mm512_set1_epi32(pair));
-      }
-      float yd;
-      std::memcpy(&yd, a + kRecD, 4);
-      const __m512 d =
-          _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kOffD)));
-      const __m512 dmin =
-          _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kOffDmin)));
-      acc = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_set1_ps(yd), d), _mm512_cvtepi32_ps(sum_q), acc);
-      acc = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_set1_ps(-yd), dmin), _mm512_cvtepi32_ps(sum_mins),
-                            acc);
+    for (int c = 0; c < 8; ++c) {
+      const __m512i q = _mm512_loadu_si512(blk + kOffCodes + 64 * (8 * j + c));
+      lo = dpbusd_bcast(lo, _mm512_and_si512(q, m4), a + kRecQs + 64 * j + 4 * c);
+      hi = dpbusd_bcast(hi, _mm512_and_si512(q, mf0), a + kRecQs + 64 * j + 32 + 4 * c);
     }
-    const int64_t n_rows = std::min<int64_t>(kGroup, pm.rows - g * kGroup);
-    const __mmask16 mask = n_rows >= kGroup ? (__mmask16)0xFFFF : (__mmask16)((1u << n_rows) - 1);
-    _mm512_mask_storeu_ps(out + g * kGroup, mask, acc);
+    const __m512i sc_lo = _mm512_cvtepu8_epi32(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + kOffScales + 16 * (2 * j))));
+    const __m512i sc_hi = _mm512_cvtepu8_epi32(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + kOffScales + 16 * (2 * j + 1))));
+    sum_q = _mm512_add_epi32(sum_q, _mm512_mullo_epi32(lo, sc_lo));
+    sum_q = _mm512_add_epi32(sum_q, _mm512_mullo_epi32(_mm512_srai_epi32(hi, 4), sc_hi));
   }
+  __m512i sum_mins = _mm512_setzero_si512();
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i) {
+    const __m512i m = _mm512_cvtepu8_epi16(
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kOffMins + 32 * i)));
+    int32_t pair;
+    std::memcpy(&pair, a + kRecSums + 4 * i, 4);
+    sum_mins = _mm512_dpwssd_epi32(sum_mins, m, _mm512_set1_epi32(pair));
+  }
+  float yd;
+  std::memcpy(&yd, a + kRecD, 4);
+  const __m512 d =
+      _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kOffD)));
+  const __m512 dmin =
+      _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kOffDmin)));
+  acc = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_set1_ps(yd), d), _mm512_cvtepi32_ps(sum_q), acc);
+  return _mm512_fmadd_ps(_mm512_mul_ps(_mm512_set1_ps(-yd), dmin), _mm512_cvtepi32_ps(sum_mins),
+                         acc);
 }
 
 // ---- Q6_K ---------------------------------------------------------------------
@@ -295,19 +290,7 @@ template <int NT>
   for (int i = 0; i < 8; ++i) {  // sub-blocks 2i (chunks 8i..8i+3) and 2i + 1
     const Q6Scales sc = q6_scales(blk, i);
     __m512i even[NT], odd[NT];
-#pragma GCC unroll 8
-    for (int t = 0; t < NT; ++t) even[t] = odd[t] = _mm512_setzero_si512();
-#pragma GCC unroll 4
-    for (int c = 0; c < 4; ++c) {
-      const __m512i w0 = _mm512_load_si512(codes + 64 * (8 * i + c));
-      const __m512i w1 = _mm512_load_si512(codes + 64 * (8 * i + 4 + c));
-#pragma GCC unroll 8
-      for (int t = 0; t < NT; ++t) {
-        const uint8_t* a = act + t * stride + kRecQs + 32 * i + 4 * c;
-        even[t] = dpbusd_bcast(even[t], w0, a);
-        odd[t] = dpbusd_bcast(odd[t], w1, a + 16);
-      }
-    }
+    chunk_dots<NT, 1, 4>(codes, 8 * i, act, stride, even, odd);
 #pragma GCC unroll 8
     for (int t = 0; t < NT; ++t) {
       sum_q[t] = _mm512_add_epi32(sum_q[t], _mm512_mullo_epi32(even[t], sc.even));
@@ -322,50 +305,64 @@ template <int NT>
     acc_io[t] = q6_accumulate(blk, act + t * stride, sum_q[t], offset[t], acc_io[t]);
 }
 
-// One token against groups [g0, g1) (decode), codes built in registers.
-CAIRN_VNNI void k6_one(const PackedMatrix& pm, int64_t g0, int64_t g1, const uint8_t* act,
-                       float* out, size_t ahead) {
+// One token against one super-block of a group (decode), codes built in registers.
+CAIRN_VNNI inline __m512 k6_one_block(const uint8_t* blk, const uint8_t* a, __m512 acc) {
+  // Sub-block s = 4k + q gets element groups 64k + 16q + 4c' for c' < 4:
+  // high-bits chunks 4q..4q+3 serve sub-blocks q, 4 + q, 8 + q, 12 + q.
+  __m512i dots[16];
+#pragma GCC unroll 4
+  for (int q = 0; q < 4; ++q) {
+    __m512i d4[4] = {_mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512(),
+                     _mm512_setzero_si512()};
+#pragma GCC unroll 4
+    for (int cc = 0; cc < 4; ++cc) {
+      const int c = 4 * q + cc;
+      const Q6Codes codes = q6_codes(blk, c);
+#pragma GCC unroll 4
+      for (int k = 0; k < 4; ++k)
+        d4[k] = dpbusd_bcast(d4[k], codes.g[k], a + kRecQs + 64 * k + 4 * c);
+    }
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; ++k) dots[4 * k + q] = d4[k];
+  }
+  __m512i sum_q = _mm512_setzero_si512(), offset = _mm512_setzero_si512();
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; ++i) {
+    const Q6Scales sc = q6_scales(blk, i);
+    sum_q = _mm512_add_epi32(sum_q, _mm512_mullo_epi32(dots[2 * i], sc.even));
+    sum_q = _mm512_add_epi32(sum_q, _mm512_mullo_epi32(dots[2 * i + 1], sc.odd));
+    int32_t pair;
+    std::memcpy(&pair, a + kRecSums + 4 * i, 4);
+    offset = _mm512_dpwssd_epi32(offset, sc.pairs, _mm512_set1_epi32(pair));
+  }
+  return q6_accumulate(blk, a, sum_q, offset, acc);
+}
+
+// ---- drivers --------------------------------------------------------------------
+
+// Group g's 16 outputs (fewer in a short last group).
+CAIRN_VNNI inline void store_rows(const PackedMatrix& pm, int64_t g, float* out, __m512 acc) {
+  const int64_t n_rows = std::min<int64_t>(kGroup, pm.rows - g * kGroup);
+  const __mmask16 mask = n_rows >= kGroup ? (__mmask16)0xFFFF : (__mmask16)((1u << n_rows) - 1);
+  _mm512_mask_storeu_ps(out, mask, acc);
+}
+
+// One token against groups [g0, g1), super-block by super-block, weights
+// requested `ahead` bytes before their loads (decode streams them from memory).
+template <bool kQ6>
+CAIRN_VNNI void k_one(const PackedMatrix& pm, int64_t g0, int64_t g1, const uint8_t* act,
+                      float* out, size_t ahead) {
   for (int64_t g = g0; g < g1; ++g) {
     __m512 acc = _mm512_setzero_ps();
     const uint8_t* blk = pm.slice(g, 0);
     const uint8_t* a = act;
     for (int64_t b = 0; b < pm.n_blocks; ++b, blk += pm.block_bytes, a += kKRec) {
       if (ahead != 0)  // may point past the weights: a prefetch never faults
-        for (size_t line = 0; line < kQ6KBlockBytes; line += 64)
+        for (size_t line = 0; line < pm.block_bytes; line += 64)
           _mm_prefetch(reinterpret_cast<const char*>(blk + ahead + line), _MM_HINT_T1);
-      // Sub-block s = 4k + q gets element groups 64k + 16q + 4c' for c' < 4:
-      // high-bits chunks 4q..4q+3 serve sub-blocks q, 4 + q, 8 + q, 12 + q.
-      __m512i dots[16];
-#pragma GCC unroll 4
-      for (int q = 0; q < 4; ++q) {
-        __m512i d4[4] = {_mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512(),
-                         _mm512_setzero_si512()};
-#pragma GCC unroll 4
-        for (int cc = 0; cc < 4; ++cc) {
-          const int c = 4 * q + cc;
-          const Q6Codes codes = q6_codes(blk, c);
-#pragma GCC unroll 4
-          for (int k = 0; k < 4; ++k)
-            d4[k] = dpbusd_bcast(d4[k], codes.g[k], a + kRecQs + 64 * k + 4 * c);
-        }
-#pragma GCC unroll 4
-        for (int k = 0; k < 4; ++k) dots[4 * k + q] = d4[k];
-      }
-      __m512i sum_q = _mm512_setzero_si512(), offset = _mm512_setzero_si512();
-#pragma GCC unroll 8
-      for (int i = 0; i < 8; ++i) {
-        const Q6Scales sc = q6_scales(blk, i);
-        sum_q = _mm512_add_epi32(sum_q, _mm512_mullo_epi32(dots[2 * i], sc.even));
-        sum_q = _mm512_add_epi32(sum_q, _mm512_mullo_epi32(dots[2 * i + 1], sc.odd));
-        int32_t pair;
-        std::memcpy(&pair, a + kRecSums + 4 * i, 4);
-        offset = _mm512_dpwssd_epi32(offset, sc.pairs, _mm512_set1_epi32(pair));
-      }
-      acc = q6_accumulate(blk, a, sum_q, offset, acc);
+      acc = kQ6 ? k6_one_block(blk, a, acc) : k_one_block(blk, a, acc);
     }
-    const int64_t n_rows = std::min<int64_t>(kGroup, pm.rows - g * kGroup);
-    const __mmask16 mask = n_rows >= kGroup ? (__mmask16)0xFFFF : (__mmask16)((1u << n_rows) - 1);
-    _mm512_mask_storeu_ps(out + g * kGroup, mask, acc);
+    store_rows(pm, g, out + g * kGroup, acc);
   }
 }
 
@@ -416,72 +413,71 @@ CAIRN_VNNI void k_group(const PackedMatrix& pm, int64_t g, const uint8_t* act, s
       k_tile_n<kQ6>(nt, blk, codes, act + (size_t)t * stride + kKRec * (size_t)b, stride, acc + t);
     }
   }
-  const int64_t n_rows = std::min<int64_t>(kGroup, pm.rows - g * kGroup);
-  const __mmask16 mask = n_rows >= kGroup ? (__mmask16)0xFFFF : (__mmask16)((1u << n_rows) - 1);
-  for (int64_t t = 0; t < n_tokens; ++t) _mm512_mask_storeu_ps(out + t * out_stride, mask, acc[t]);
+  for (int64_t t = 0; t < n_tokens; ++t) store_rows(pm, g, out + t * out_stride, acc[t]);
+}
+
+}  // namespace
+
+namespace {
+
+// Each row's super-blocks in their 16-row group's packed blocks: row(blk, r,
+// block) writes row r of one (padding rows are left zero: scales 0).
+template <typename Block, typename Row>
+void pack_k_rows(const WeightMatrix& w, PackedMatrix& p, const Row& row_into) {
+  const auto* src = static_cast<const uint8_t*>(w.data);
+  for (int64_t g = 0; g < p.n_groups; ++g) {
+    for (int64_t b = 0; b < p.n_blocks; ++b) {
+      uint8_t* blk = p.data + ((size_t)g * (size_t)p.n_blocks + (size_t)b) * p.block_bytes;
+      for (int r = 0; r < kGroup && g * kGroup + r < w.rows; ++r)
+        row_into(blk, r,
+                 reinterpret_cast<const Block*>(src + (size_t)(g * kGroup + r) * w.row_stride)[b]);
+    }
+  }
 }
 
 }  // namespace
 
 void pack_q4_k_rows(const WeightMatrix& w, PackedMatrix& p) {
-  const auto* src = static_cast<const uint8_t*>(w.data);
-  for (int64_t g = 0; g < p.n_groups; ++g) {
-    for (int64_t b = 0; b < p.n_blocks; ++b) {
-      uint8_t* blk = p.data + ((size_t)g * (size_t)p.n_blocks + (size_t)b) * p.block_bytes;
-      for (int r = 0; r < kGroup; ++r) {
-        const int64_t row = g * kGroup + r;
-        if (row >= w.rows) break;  // padding rows stay zero (d and dmin 0)
-        const auto* x = reinterpret_cast<const BlockQ4_K*>(src + (size_t)row * w.row_stride) + b;
-        std::memcpy(blk + kOffD + 2 * r, &x->d, 2);
-        std::memcpy(blk + kOffDmin + 2 * r, &x->dmin, 2);
-        for (int s = 0; s < 8; ++s) {
-          uint8_t sc, m;
-          quant::q4k_scale_min(s, x->scales, &sc, &m);
-          blk[kOffScales + 16 * s + r] = sc;
-          blk[kOffMins + 32 * (s / 2) + 2 * r + s % 2] = m;
-        }
-        for (int j = 0; j < 4; ++j)
-          for (int c = 0; c < 8; ++c)
-            std::memcpy(blk + kOffCodes + 64 * (8 * j + c) + 4 * r, x->qs + 32 * j + 4 * c, 4);
-      }
+  pack_k_rows<BlockQ4_K>(w, p, [](uint8_t* blk, int r, const BlockQ4_K& x) {
+    std::memcpy(blk + kOffD + 2 * r, &x.d, 2);
+    std::memcpy(blk + kOffDmin + 2 * r, &x.dmin, 2);
+    for (int s = 0; s < 8; ++s) {
+      uint8_t sc, m;
+      quant::q4k_scale_min(s, x.scales, &sc, &m);
+      blk[kOffScales + 16 * s + r] = sc;
+      blk[kOffMins + 32 * (s / 2) + 2 * r + s % 2] = m;
     }
-  }
+    for (int j = 0; j < 4; ++j)
+      for (int c = 0; c < 8; ++c)
+        std::memcpy(blk + kOffCodes + 64 * (8 * j + c) + 4 * r, x.qs + 32 * j + 4 * c, 4);
+  });
 }
 
 void pack_q6_k_rows(const WeightMatrix& w, PackedMatrix& p) {
-  const auto* src = static_cast<const uint8_t*>(w.data);
-  for (int64_t g = 0; g < p.n_groups; ++g) {
-    for (int64_t b = 0; b < p.n_blocks; ++b) {
-      uint8_t* blk = p.data + ((size_t)g * (size_t)p.n_blocks + (size_t)b) * p.block_bytes;
-      for (int r = 0; r < kGroup; ++r) {
-        const int64_t row = g * kGroup + r;
-        if (row >= w.rows) break;  // padding rows stay zero (d 0)
-        const auto* x =
-            reinterpret_cast<const quant::BlockQ6_K*>(src + (size_t)row * w.row_stride) + b;
-        std::memcpy(blk + kQ6OffD + 2 * r, &x->d, 2);
-        for (int sb = 0; sb < 16; ++sb)
-          blk[kQ6OffScales + 32 * (sb / 2) + 2 * r + sb % 2] = (uint8_t)x->scales[sb];
-        uint8_t code[kQK];  // element e: 128h + 32k + l as q6_k_dot_q8_k reads it
-        for (int e = 0; e < kQK; ++e) {
-          const int h = e / 128, k = (e % 128) / 32, l = e % 32;
-          const uint8_t* ql = x->ql + 64 * h;
-          const uint8_t* qh = x->qh + 32 * h;
-          const int low = ((k & 1 ? ql[l + 32] : ql[l]) >> (k & 2 ? 4 : 0)) & 0xF;
-          code[e] = (uint8_t)(low | (((qh[l] >> (2 * k)) & 3) << 4));
-        }
-        for (int c = 0; c < 32; ++c)
-          for (int i = 0; i < 4; ++i)
-            blk[kQ6OffLow + 64 * c + 4 * r + i] =
-                (uint8_t)((code[4 * c + i] & 0xF) | ((code[128 + 4 * c + i] & 0xF) << 4));
-        for (int c = 0; c < 16; ++c)
-          for (int i = 0; i < 4; ++i) {
-            uint8_t hb = 0;
-            for (int k = 0; k < 4; ++k) hb |= (uint8_t)((code[64 * k + 4 * c + i] >> 4) << (2 * k));
-            blk[kQ6OffHigh + 64 * c + 4 * r + i] = hb;
-          }
-      }
+  pack_k_rows<quant::BlockQ6_K>(w, p, [](uint8_t* blk, int r, const quant::BlockQ6_K& xb) {
+    const quant::BlockQ6_K* x = &xb;  // one row's super-block
+    std::memcpy(blk + kQ6OffD + 2 * r, &x->d, 2);
+    for (int sb = 0; sb < 16; ++sb)
+      blk[kQ6OffScales + 32 * (sb / 2) + 2 * r + sb % 2] = (uint8_t)x->scales[sb];
+    uint8_t code[kQK];  // element e: 128h + 32k + l as q6_k_dot_q8_k reads it
+    for (int e = 0; e < kQK; ++e) {
+      const int h = e / 128, k = (e % 128) / 32, l = e % 32;
+      const uint8_t* ql = x->ql + 64 * h;
+      const uint8_t* qh = x->qh + 32 * h;
+      const int low = ((k & 1 ? ql[l + 32] : ql[l]) >> (k & 2 ? 4 : 0)) & 0xF;
+      code[e] = (uint8_t)(low | (((qh[l] >> (2 * k)) & 3) << 4));
     }
-  }
+    for (int c = 0; c < 32; ++c)
+      for (int i = 0; i < 4; ++i)
+        blk[kQ6OffLow + 64 * c + 4 * r + i] =
+            (uint8_t)((code[4 * c + i] & 0xF) | ((code[128 + 4 * c + i] & 0xF) << 4));
+    for (int c = 0; c < 16; ++c)
+      for (int i = 0; i < 4; ++i) {
+        uint8_t hb = 0;
+        for (int k = 0; k < 4; ++k) hb |= (uint8_t)((code[64 * k + 4 * c + i] >> 4) << (2 * k));
+        blk[kQ6OffHigh + 64 * c + 4 * r + i] = hb;
+      }
+  });
 }
 
 void packed_k_matmul_many(std::span<const PackedJob> jobs, const float* x, int64_t n_tokens,
@@ -506,7 +502,9 @@ void packed_k_matmul_many(std::span<const PackedJob> jobs, const float* x, int64
       for (const PackedJob& j : jobs) {
         const PackedMatrix& pm = *j.matrix;
         const int64_t b = std::max(g0, base), e = std::min(g1, base + pm.n_groups);
-        if (b < e) (q6 ? k6_one : k_one)(pm, b - base, e - base, act, j.out, packed_stream_ahead());
+        if (b < e)
+          (q6 ? k_one<true> : k_one<false>)(pm, b - base, e - base, act, j.out,
+                                            packed_stream_ahead());
         base += pm.n_groups;
       }
       return;
