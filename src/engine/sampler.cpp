@@ -142,7 +142,7 @@ Result<SampleResult> Sampler::sample(std::span<const float> logits) {
   if (logits.size() != static_cast<size_t>(vocab_size_))
     return Status::error("sampler: got " + std::to_string(logits.size()) +
                          " logits for a vocabulary of " + std::to_string(vocab_size_));
-  // Eight independent lanes: one running max over 32000 logits was a
+  // Four independent chains: one running max over 32000 logits was a
   // latency-bound chain (~45 us per token).
   constexpr float kInf = std::numeric_limits<float>::infinity();
   const auto is_bad = [](float l) { return std::isnan(l) || l == kInf; };
@@ -247,15 +247,20 @@ Result<SampleResult> Sampler::sample(std::span<const float> logits) {
     for (; k < nw; ++k) p0 += weights_[k];
     const double total = (p0 + p1) + (p2 + p3);
     const double target = uniform() * total;
+    // The running sum adds in another order than the total: should it end a
+    // rounding short of the target, the last token with any weight is drawn
+    // (never one whose weight is 0).
     double cum = 0;
-    chosen = candidates_.back();
+    size_t last = 0;
     for (size_t i = 0; i < candidates_.size(); ++i) {
       cum += weights_[i];
+      if (weights_[i] > 0) last = i;
       if (target < cum) {
         chosen = candidates_[i];
         break;
       }
     }
+    if (chosen < 0) chosen = candidates_[last];
   }
   if (chosen < 0) return Status::error("sampler: every logit is -inf after bias and penalties");
 
