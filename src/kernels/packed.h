@@ -1,5 +1,6 @@
-// kernels/packed.h — internal to src/kernels: weights repacked at load for the
-// integer-dot (AVX-512 VNNI) kernels, and the matmul over them.
+// kernels/packed.h — internal to src/kernels: Q4_0, Q8_0, Q4_K and Q6_K weights
+// repacked at load for the integer-dot (AVX-512 VNNI, AMX for batches of
+// Q4_0/Q8_0) kernels, and the matmul over them.
 // Owns the packed layouts and their kernels. Every packed kernel gives the same
 // bits as the type table's scalar vec_dot for the same weights and activations
 // (the golden tests depend on the reference's float order, which the scalar
@@ -51,7 +52,7 @@ struct PackedMatrix {
   enum class Layout { Q4_0x16, Q8_0x16, Q4_Kx16, Q6_Kx16 };
   Layout layout = Layout::Q4_0x16;
   int64_t rows = 0, cols = 0;
-  int64_t n_groups = 0, n_blocks = 0;  // 16-row groups; 32-element blocks per row
+  int64_t n_groups = 0, n_blocks = 0;  // 16-row groups; blocks per row (32 elements; K: 256)
   int64_t slice_blocks = 0;            // KS: blocks per slice (n_blocks when one slice)
   size_t block_bytes = 0;              // one block of one group
   std::shared_ptr<uint8_t> storage;    // owns `data`; several small matrices may share it
