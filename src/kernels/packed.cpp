@@ -923,15 +923,30 @@ struct alignas(64) StealRange {
   std::atomic<uint64_t> front_back{0};  // next chunk from the front (high 32 bits), end (low)
 };
 
-// The next chunk of r from its front (own) or its back (stolen); -1 when none is left.
-int64_t claim_chunk(StealRange& r, bool from_back) {
+// An owner claims a quarter of what is left of its range (at least one
+// chunk), not one chunk at a time: every claim is a locked compare-exchange,
+// which waits for the loads in flight before it, so per-chunk claims cut the
+// weight stream ~5000 times per TinyLlama token (perf: ~2 % of decode samples
+// on the CAS). Stealing still takes one chunk from the back, so the tail
+// stays balanced. Measured on AMD EPYC (Zen 5), 2 threads, Q4_0 TinyLlama
+// decode, 6 alternating bench-model runs: strict efficiency +1.3 points on
+// average, paired +0.9, better in every pair.
+constexpr uint64_t kGuideDiv = 4;
+
+// Chunks [first, first + count) of r, claimed from its front (own) or its
+// back (stolen); count 0 when none is left.
+struct Claim {
+  int64_t first = 0, count = 0;
+};
+Claim claim_chunks(StealRange& r, bool from_back) {
   uint64_t v = r.front_back.load(std::memory_order_relaxed);
   for (;;) {
     const uint64_t front = v >> 32, back = v & 0xFFFFFFFFu;
-    if (front >= back) return -1;
-    const uint64_t next = from_back ? (front << 32) | (back - 1) : ((front + 1) << 32) | back;
+    if (front >= back) return {};
+    const uint64_t take = from_back ? 1 : std::max<uint64_t>(1, (back - front) / kGuideDiv);
+    const uint64_t next = from_back ? (front << 32) | (back - take) : ((front + take) << 32) | back;
     if (r.front_back.compare_exchange_weak(v, next, std::memory_order_relaxed))
-      return (int64_t)(from_back ? back - 1 : front);
+      return {(int64_t)(from_back ? back - take : front), (int64_t)take};
   }
 }
 
@@ -975,9 +990,9 @@ void run_balanced(ThreadPool& pool, int64_t n, const Fn& fn, const WarmRange* wa
   pool.run([&](int share, int n_shares) {
     for (int k = 0; k < n_shares; ++k) {
       StealRange& r = all[(share + k) % n_shares];
-      for (int64_t c; (c = claim_chunk(r, k != 0)) >= 0;) {
-        const int64_t b = r.begin + c * kStealChunk;
-        fn(b, std::min(r.end, b + kStealChunk));
+      for (Claim c; (c = claim_chunks(r, k != 0)).count > 0;) {
+        const int64_t b = r.begin + c.first * kStealChunk;
+        fn(b, std::min(r.end, b + c.count * kStealChunk));
       }
     }
     if (warm) ThreadPool::warm_after_share(warm[share].p, warm[share].bytes);
