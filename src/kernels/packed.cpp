@@ -926,7 +926,7 @@ struct alignas(64) StealRange {
 // An owner claims a quarter of what is left of its range (at least one
 // chunk), not one chunk at a time: every claim is a locked compare-exchange,
 // which waits for the loads in flight before it, so per-chunk claims cut the
-// weight stream ~5000 times per TinyLlama token (perf: ~2 % of decode samples
+// weight stream ~6600 times per TinyLlama token (perf: ~2 % of decode samples
 // on the CAS). Stealing still takes one chunk from the back, so the tail
 // stays balanced. Measured on AMD EPYC (Zen 5), 2 threads, Q4_0 TinyLlama
 // decode, 6 alternating bench-model runs: strict efficiency +1.3 points on
