@@ -912,10 +912,11 @@ void run_group(const PackedMatrix& pm, int64_t g, const uint8_t* act, size_t str
 }
 
 // [0, n) split as the pool's static split (one contiguous range per share),
-// each range walked front to back in chunks of kStealChunk; a share that
-// finishes its own range takes chunks from the back of the others'. Reading
-// stays sequential in every range (what the hardware prefetcher wants, which
-// a shared queue of chunks would break), and no share waits for a slower one.
+// each range walked front to back in whole chunks of kStealChunk (claims
+// below); a share that finishes its own range takes chunks from the back of
+// the others'. Reading stays sequential in every range (what the hardware
+// prefetcher wants, which a shared queue of chunks would break), and no share
+// waits for a slower one.
 constexpr int64_t kStealChunk = 4;
 
 struct alignas(64) StealRange {
