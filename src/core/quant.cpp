@@ -8,6 +8,7 @@
 
 #include "core/cpu_features.h"
 #include "core/half.h"
+#include "core/quant_bf16.h"
 #include "core/quant_blocks.h"
 #include "core/quant_k_avx512.h"
 
@@ -109,6 +110,13 @@ std::array<TypeOps, 8> build_active() {
       if (ops.type == s.type) ops.vec_dot = s.vec_dot;
     }
     if (ops.type == TensorType::F16) ops.from_float = avx2::f16_from_float;
+    // BF16 has no scalar-exact SIMD form to keep (the reference sums in
+    // double); these sum in float, the AVX-512 BF16 one two products a step.
+    if (ops.type == TensorType::BF16) {
+      const bool dp = bf16_enabled();
+      ops.vec_dot = dp ? avx512bf16::bf16_dot : avx2::bf16_dot;
+      ops.vec_dot_rows = dp ? avx512bf16::bf16_dot_rows : avx2::bf16_dot_rows;
+    }
   }
   // K-quants on AVX-512 VNNI (core/quant_k_avx512.h): the same bits, wider
   // steps, and a many-rows entry. Below VNNI they keep the AVX2 kernels.

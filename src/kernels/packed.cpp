@@ -1045,6 +1045,9 @@ std::shared_ptr<const PackedMatrix> pack_matrix(const WeightMatrix& w) {
   } else if (w.type == TensorType::Q6_K && w.cols % 256 == 0) {
     layout = PackedMatrix::Layout::Q6_Kx16;
     block_bytes = kQ6KBlockBytes;
+  } else if (w.type == TensorType::BF16 && bf16_enabled()) {
+    layout = PackedMatrix::Layout::BF16x16;
+    block_bytes = kBF16BlockBytes;
   } else {
     return nullptr;
   }
@@ -1056,7 +1059,10 @@ std::shared_ptr<const PackedMatrix> pack_matrix(const WeightMatrix& w) {
   const bool k_quant =
       layout == PackedMatrix::Layout::Q4_Kx16 || layout == PackedMatrix::Layout::Q6_Kx16;
   p->n_blocks = w.cols / (k_quant ? 256 : 32);
-  p->slice_blocks = p->n_blocks > kSliceAbove && !k_quant ? kSliceBlocks : p->n_blocks;
+  // Only the Q4_0/Q8_0 kernels walk slices.
+  const bool sliced =
+      layout == PackedMatrix::Layout::Q4_0x16 || layout == PackedMatrix::Layout::Q8_0x16;
+  p->slice_blocks = p->n_blocks > kSliceAbove && sliced ? kSliceBlocks : p->n_blocks;
   p->block_bytes = block_bytes;
   const size_t bytes = (size_t)p->n_groups * (size_t)p->n_blocks * block_bytes;
   std::tie(p->storage, p->data) = alloc_packed(bytes);
@@ -1069,7 +1075,9 @@ std::shared_ptr<const PackedMatrix> pack_matrix(const WeightMatrix& w) {
     const size_t from = (size_t)last_run * (size_t)p->n_blocks * block_bytes;
     std::memset(p->data + from, 0, bytes - from);
   }
-  if (layout == PackedMatrix::Layout::Q4_Kx16)
+  if (layout == PackedMatrix::Layout::BF16x16)
+    pack_bf16_rows(w, *p);
+  else if (layout == PackedMatrix::Layout::Q4_Kx16)
     pack_q4_k_rows(w, *p);
   else if (layout == PackedMatrix::Layout::Q6_Kx16)
     pack_q6_k_rows(w, *p);
@@ -1095,6 +1103,8 @@ void packed_matmul_many(std::span<const PackedJob> jobs, const float* x, int64_t
   if (first.layout == PackedMatrix::Layout::Q4_Kx16 ||
       first.layout == PackedMatrix::Layout::Q6_Kx16)
     return packed_k_matmul_many(jobs, x, n_tokens, pool);
+  if (first.layout == PackedMatrix::Layout::BF16x16)
+    return packed_bf16_matmul_many(jobs, x, n_tokens, pool);
   const size_t stride = act_stride(first.cols);
   thread_local std::vector<uint8_t> scratch;
   // Grown only: a prompt's layers alternate 2048- and 5632-column inputs, and

@@ -10,6 +10,7 @@
 #include "core/cpu_features.h"
 #include "core/half.h"
 #include "core/quant.h"
+#include "core/quant_bf16.h"
 #include "core/quant_blocks.h"
 
 namespace cairn {
@@ -122,6 +123,48 @@ TEST_F(SimdDot, FloatTypesAgreeToRounding) {
     EXPECT_NEAR(quant::avx2::f16_dot(n, hx.data(), y.data()),
                 scalar_type_ops(TensorType::F16)->vec_dot(n, hx.data(), y.data()), 1e-6 * mag)
         << n;
+  }
+}
+
+// BF16 x BF16: both SIMD forms sum exact products in float, the scalar
+// reference in double; lengths with and without a ragged tail. Many rows give
+// each row's single-row bits.
+TEST_F(SimdDot, Bf16AgreesToRoundingAndRowsMatchTheSingleDot) {
+  using RowsFn = void (*)(int64_t, const void*, size_t, int64_t, const void*, float*);
+  struct Form {
+    const char* name;
+    DotFn dot;
+    RowsFn rows;
+  };
+  std::vector<Form> forms = {{"avx2", quant::avx2::bf16_dot, quant::avx2::bf16_dot_rows}};
+  if (bf16_enabled())
+    forms.push_back({"avx512bf16", quant::avx512bf16::bf16_dot, quant::avx512bf16::bf16_dot_rows});
+  const DotFn scalar = scalar_type_ops(TensorType::BF16)->vec_dot;
+  for (int64_t n : {1, 7, 16, 33, 64, 95, 1000, 4096}) {
+    const int64_t n_rows = 7;  // a pass of four rows, then three alone
+    const auto wf = random_vec(size_t(n * n_rows), uint32_t(n)), af = random_vec(size_t(n), 5);
+    std::vector<uint16_t> w(wf.size()), a(af.size());
+    for (size_t i = 0; i < wf.size(); ++i) w[i] = f32_to_bf16(wf[i]);
+    for (size_t i = 0; i < af.size(); ++i) a[i] = f32_to_bf16(af[i]);
+    for (const Form& f : forms) {
+      std::vector<float> rows((size_t)n_rows);
+      f.rows(n, w.data(), size_t(n) * 2, n_rows, a.data(), rows.data());
+      for (int64_t r = 0; r < n_rows; ++r) {
+        const uint16_t* row = w.data() + r * n;
+        double mag = 0;
+        for (int64_t i = 0; i < n; ++i)
+          mag += std::fabs(double(bf16_to_f32(row[i])) * bf16_to_f32(a[size_t(i)]));
+        const float one = f.dot(n, row, a.data());
+        EXPECT_NEAR(one, scalar(n, row, a.data()), 1e-6 * mag) << f.name << " n " << n;
+        EXPECT_EQ(rows[size_t(r)], one) << f.name << " n " << n << " row " << r;
+      }
+    }
+  }
+  if (isa_enabled(Isa::Avx2)) {
+    EXPECT_EQ(type_ops(TensorType::BF16)->vec_dot,
+              bf16_enabled() ? &quant::avx512bf16::bf16_dot : &quant::avx2::bf16_dot);
+  } else {
+    EXPECT_EQ(type_ops(TensorType::BF16)->vec_dot, scalar);
   }
 }
 

@@ -65,7 +65,7 @@ void register_make_model(CLI::App& app, CommandResult& result) {
   cmd->add_option("--vocab-from", a->vocab_from,
                   "GGUF whose tokenizer.* metadata is copied (default: demo vocabulary)");
   cmd->add_option("--type", a->type,
-                  "f32, f16, q8_0, q4_0, q4_k or q6_k (norms and biases stay f32)")
+                  "f32, f16, bf16, q8_0, q4_0, q4_k or q6_k (norms and biases stay f32)")
       ->capture_default_str();
   cmd->add_option("--seed", s.seed, "weight seed")->capture_default_str();
   cmd->add_option("--name", s.name, "general.name");

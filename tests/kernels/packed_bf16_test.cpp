@@ -1,0 +1,136 @@
+// The packed BF16 kernels (AVX-512 BF16) against the scalar BF16 dot product:
+// equal up to float summation rounding, and the same bits for a token alone
+// or anywhere in a batch.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "core/cpu_features.h"
+#include "core/half.h"
+#include "core/quant.h"
+#include "kernels/kernels.h"
+#include "kernels/packed.h"
+
+namespace cairn::kernels {
+namespace {
+
+std::vector<float> random_vec(size_t n, uint32_t seed, float scale) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& f : v) f = dist(rng);
+  return v;
+}
+
+struct Bf16Matrix {
+  std::vector<uint16_t> data;
+  WeightMatrix w;
+  Bf16Matrix(int64_t rows, int64_t cols, uint32_t seed) {
+    const auto f = random_vec((size_t)(rows * cols), seed, 1.0f);
+    data.resize(f.size());
+    for (size_t i = 0; i < f.size(); ++i) data[i] = f32_to_bf16(f[i]);
+    w = {TensorType::BF16, data.data(), rows, cols, (size_t)cols * 2, nullptr};
+    prepare_weight(w);
+  }
+};
+
+class PackedBf16 : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!isa_enabled(Isa::Avx512Vnni) || !bf16_enabled())
+      GTEST_SKIP() << "packed BF16 needs AVX-512 BF16 (absent here, or capped by CAIRN_ISA)";
+  }
+};
+
+// Every output within float summation rounding of the scalar reference (which
+// sums exact products in double), on short groups, widths of one and many
+// blocks, and token counts that leave ragged tiles and token chunks.
+TEST_F(PackedBf16, AgreesWithTheScalarDotToSummationRounding) {
+  const TypeOps* ops = scalar_type_ops(TensorType::BF16);
+  ThreadPool pool(2), three(3);
+  struct Shape {
+    int64_t rows, cols, tokens;
+  };
+  std::vector<Shape> shapes;
+  for (int64_t rows : {1, 15, 16, 17, 40})
+    for (int64_t cols : {32, 96, 2048})
+      for (int64_t tokens : {1, 2, 5, 6, 7, 13}) shapes.push_back({rows, cols, tokens});
+  shapes.push_back({100, 2048, 64});
+  shapes.push_back({33, 5632, 70});
+  for (const Shape& s : shapes) {
+    Bf16Matrix m(s.rows, s.cols, 7 + (uint32_t)s.rows);
+    ASSERT_NE(m.w.packed, nullptr);
+    auto x = random_vec((size_t)(s.tokens * s.cols), 99 + (uint32_t)s.tokens, 3.0f);
+    if (s.tokens > 1) std::fill(x.begin() + s.cols, x.begin() + 2 * s.cols, 0.0f);
+    std::vector<float> got((size_t)(s.tokens * s.rows));
+    matmul(m.w, x.data(), s.tokens, got.data(), s.rows % 2 ? three : pool);
+    std::vector<uint16_t> act((size_t)s.cols);
+    for (int64_t t = 0; t < s.tokens; ++t) {
+      ops->from_float(x.data() + t * s.cols, act.data(), s.cols);
+      for (int64_t r = 0; r < s.rows; ++r) {
+        const uint16_t* row = m.data.data() + r * s.cols;
+        double mag = 0;
+        for (int64_t i = 0; i < s.cols; ++i)
+          mag += std::fabs((double)bf16_to_f32(row[i]) * bf16_to_f32(act[(size_t)i]));
+        const float want = ops->vec_dot(s.cols, row, act.data());
+        // A float sum of n terms: within ~n * 2^-24 of their magnitude at worst.
+        ASSERT_NEAR(got[(size_t)(t * s.rows + r)], want, 1e-6 * mag + 1e-30)
+            << "rows " << s.rows << " cols " << s.cols << " tokens " << s.tokens << ": token " << t
+            << " row " << r;
+      }
+    }
+  }
+}
+
+TEST_F(PackedBf16, TokensGiveTheSameBitsAloneOrInABatch) {
+  const int64_t rows = 37, cols = 640, tokens = 71;
+  Bf16Matrix m(rows, cols, 3);
+  const auto x = random_vec((size_t)(tokens * cols), 4, 1.0f);
+  ThreadPool pool(2);
+  std::vector<float> batch((size_t)(tokens * rows)), single((size_t)rows);
+  matmul(m.w, x.data(), tokens, batch.data(), pool);
+  for (int64_t t = 0; t < tokens; ++t) {
+    matmul(m.w, x.data() + t * cols, 1, single.data(), pool);
+    ASSERT_EQ(0, std::memcmp(single.data(), batch.data() + t * rows, rows * 4)) << "token " << t;
+  }
+}
+
+// The activations are rounded to BF16 exactly as the scalar from_float does:
+// with one weight of 1 in each row, the output is that activation's bf16 value
+// (ties to even both ways, carries into the exponent, negative values).
+TEST_F(PackedBf16, RoundsActivationsAsTheScalarConversion) {
+  const int64_t rows = 32, cols = 64;
+  std::vector<uint16_t> data((size_t)(rows * cols), 0);
+  for (int64_t r = 0; r < rows; ++r) data[(size_t)(r * cols + r)] = f32_to_bf16(1.0f);
+  WeightMatrix w{TensorType::BF16, data.data(), rows, cols, (size_t)cols * 2, nullptr};
+  prepare_weight(w);
+  ASSERT_NE(w.packed, nullptr);
+  std::vector<float> x((size_t)cols);
+  const uint32_t patterns[] = {0x3f808000u, 0x3f818000u, 0x3f80ffffu, 0x3f807fffu,
+                               0xbf808000u, 0x3fffffffu, 0xc0490fdbu, 0x42f6e979u};
+  for (int64_t i = 0; i < cols; ++i) {
+    // The bf16 part varies with i, so ties meet odd and even last bits.
+    const uint32_t bits = patterns[(size_t)i % std::size(patterns)] + ((uint32_t)(i / 8) << 16);
+    std::memcpy(&x[(size_t)i], &bits, 4);
+  }
+  ThreadPool pool(1);
+  std::vector<float> out((size_t)rows);
+  matmul(w, x.data(), 1, out.data(), pool);
+  for (int64_t r = 0; r < rows; ++r) {
+    EXPECT_EQ(out[(size_t)r], bf16_to_f32(f32_to_bf16(x[(size_t)r]))) << r;
+  }
+}
+
+TEST(PackedBf16Choice, PackedOnlyWhereTheCpuHasBf16) {
+  std::vector<uint16_t> data(64 * 4);
+  WeightMatrix w{TensorType::BF16, data.data(), 4, 64, 128, nullptr};
+  EXPECT_EQ(pack_matrix(w) != nullptr, isa_enabled(Isa::Avx512Vnni) && bf16_enabled());
+  WeightMatrix ragged{TensorType::BF16, data.data(), 4, 48, 96, nullptr};  // not whole blocks
+  EXPECT_EQ(pack_matrix(ragged), nullptr);
+}
+
+}  // namespace
+}  // namespace cairn::kernels
