@@ -276,6 +276,10 @@ BENCHMARK_CAPTURE(BM_DecodeMatmulsVsLoads, q8_0_tinyllama, TensorType::Q8_0)
 BENCHMARK_CAPTURE(BM_Matmul, q4_k_5632x2048, TensorType::Q4_K, 5632, 2048)->Apply(Args);
 BENCHMARK_CAPTURE(BM_Matmul, f16_2048x2048, TensorType::F16, 2048, 2048)->Apply(Args);
 BENCHMARK_CAPTURE(BM_Matmul, bf16_5632x2048, TensorType::BF16, 5632, 2048)->Apply(Args);
+BENCHMARK_CAPTURE(BM_Matmul, f16_32768x4096, TensorType::F16, 32768, 4096)
+    ->Args({1, 1})
+    ->Args({1, 2})
+    ->UseRealTime();
 BENCHMARK_CAPTURE(BM_Matmul, bf16_32768x4096, TensorType::BF16, 32768, 4096)
     ->Args({1, 1})
     ->Args({1, 2})

@@ -1048,6 +1048,9 @@ std::shared_ptr<const PackedMatrix> pack_matrix(const WeightMatrix& w) {
   } else if (w.type == TensorType::BF16 && bf16_enabled()) {
     layout = PackedMatrix::Layout::BF16x16;
     block_bytes = kBF16BlockBytes;
+  } else if (w.type == TensorType::F16) {
+    layout = PackedMatrix::Layout::F16x16;
+    block_bytes = kF16BlockBytes;
   } else {
     return nullptr;
   }
@@ -1058,7 +1061,7 @@ std::shared_ptr<const PackedMatrix> pack_matrix(const WeightMatrix& w) {
   p->n_groups = (w.rows + kGroup - 1) / kGroup;
   const bool k_quant =
       layout == PackedMatrix::Layout::Q4_Kx16 || layout == PackedMatrix::Layout::Q6_Kx16;
-  p->n_blocks = w.cols / (k_quant ? 256 : 32);
+  p->n_blocks = w.cols / (k_quant ? 256 : layout == PackedMatrix::Layout::F16x16 ? 16 : 32);
   // Only the Q4_0/Q8_0 kernels walk slices.
   const bool sliced =
       layout == PackedMatrix::Layout::Q4_0x16 || layout == PackedMatrix::Layout::Q8_0x16;
@@ -1077,6 +1080,8 @@ std::shared_ptr<const PackedMatrix> pack_matrix(const WeightMatrix& w) {
   }
   if (layout == PackedMatrix::Layout::BF16x16)
     pack_bf16_rows(w, *p);
+  else if (layout == PackedMatrix::Layout::F16x16)
+    pack_f16_rows(w, *p);
   else if (layout == PackedMatrix::Layout::Q4_Kx16)
     pack_q4_k_rows(w, *p);
   else if (layout == PackedMatrix::Layout::Q6_Kx16)
@@ -1103,8 +1108,8 @@ void packed_matmul_many(std::span<const PackedJob> jobs, const float* x, int64_t
   if (first.layout == PackedMatrix::Layout::Q4_Kx16 ||
       first.layout == PackedMatrix::Layout::Q6_Kx16)
     return packed_k_matmul_many(jobs, x, n_tokens, pool);
-  if (first.layout == PackedMatrix::Layout::BF16x16)
-    return packed_bf16_matmul_many(jobs, x, n_tokens, pool);
+  if (first.layout == PackedMatrix::Layout::BF16x16 || first.layout == PackedMatrix::Layout::F16x16)
+    return packed_float_matmul_many(jobs, x, n_tokens, pool);
   const size_t stride = act_stride(first.cols);
   thread_local std::vector<uint8_t> scratch;
   // Grown only: a prompt's layers alternate 2048- and 5632-column inputs, and

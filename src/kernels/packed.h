@@ -49,7 +49,7 @@ namespace cairn::kernels {
 // one slice: then the layout is simply group after group.
 struct PackedMatrix {
   static constexpr int64_t kRunGroups = 4;
-  enum class Layout { Q4_0x16, Q8_0x16, Q4_Kx16, Q6_Kx16, BF16x16 };
+  enum class Layout { Q4_0x16, Q8_0x16, Q4_Kx16, Q6_Kx16, BF16x16, F16x16 };
   Layout layout = Layout::Q4_0x16;
   int64_t rows = 0, cols = 0;
   int64_t n_groups = 0, n_blocks = 0;  // 16-row groups; blocks per row (32 elements; K: 256)
@@ -81,12 +81,18 @@ constexpr size_t kQ4KBlockBytes = 320 + 4 * 8 * 64;
 // low 4 bits and their top 2 bits in 16-row chunks (packed_k.cpp has the map).
 constexpr size_t kQ6KBlockBytes = 32 + 256 + 32 * 64 + 16 * 64;
 
-// BF16x16 (packed_bf16.cpp, AVX-512 BF16): a block is 32 columns of a group
+// BF16x16 (packed_float.cpp, AVX-512 BF16): a block is 32 columns of a group
 // as 16 chunks of 64 bytes; chunk c holds, for row r at bytes 4r..4r+3, the
-// row's elements 2c and 2c + 1 of the block (one vdpbf16ps operand). One
-// slice; groups one after another. Unlike the integer layouts, its kernels sum
-// in float where the scalar BF16 dot sums in double: not bit-identical to it.
+// row's elements 2c and 2c + 1 of the block (one vdpbf16ps operand). Unlike
+// the other layouts, its kernels sum in float where the scalar BF16 dot sums
+// in double: not bit-identical to it.
 constexpr size_t kBF16BlockBytes = 16 * 64;
+// F16x16 (packed_float.cpp, AVX-512 F16C): a block is 16 columns of a group,
+// row r's 16 halves at bytes 32r..32r+31; for rows of a multiple of 16
+// columns, where the type table takes the 16-lane tinyBLAS order, whose bits
+// these kernels give.
+constexpr size_t kF16BlockBytes = 16 * 32;
+// Both: one slice; groups one after another.
 
 // A packed copy of `w` when a packed kernel exists for its type at the active
 // ISA level, else nullptr (matmul then uses the type table's vec_dot).
@@ -120,9 +126,11 @@ void pack_q6_k_rows(const WeightMatrix& w, PackedMatrix& p);
 void packed_k_matmul_many(std::span<const PackedJob> jobs, const float* x, int64_t n_tokens,
                           ThreadPool& pool);
 
-// The BF16 packer and matmul (packed_bf16.cpp); BF16x16 jobs go there.
+// The 16-bit float packers and matmul (packed_float.cpp); BF16x16 and F16x16
+// jobs go there.
 void pack_bf16_rows(const WeightMatrix& w, PackedMatrix& p);
-void packed_bf16_matmul_many(std::span<const PackedJob> jobs, const float* x, int64_t n_tokens,
-                             ThreadPool& pool);
+void pack_f16_rows(const WeightMatrix& w, PackedMatrix& p);
+void packed_float_matmul_many(std::span<const PackedJob> jobs, const float* x, int64_t n_tokens,
+                              ThreadPool& pool);
 
 }  // namespace cairn::kernels

@@ -1,6 +1,7 @@
-// The packed BF16 kernels (AVX-512 BF16) against the scalar BF16 dot product:
-// equal up to float summation rounding, and the same bits for a token alone
-// or anywhere in a batch.
+// The packed 16-bit float kernels. BF16 (AVX-512 BF16) against the scalar
+// BF16 dot product: equal up to float summation rounding, and the same bits
+// for a token alone or anywhere in a batch. F16: the bits of the reference's
+// tinyBLAS order, which the type table gives.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -11,6 +12,7 @@
 #include "core/cpu_features.h"
 #include "core/half.h"
 #include "core/quant.h"
+#include "kernels/float_order.h"
 #include "kernels/kernels.h"
 #include "kernels/packed.h"
 
@@ -121,6 +123,45 @@ TEST_F(PackedBf16, RoundsActivationsAsTheScalarConversion) {
   matmul(w, x.data(), 1, out.data(), pool);
   for (int64_t r = 0; r < rows; ++r) {
     EXPECT_EQ(out[(size_t)r], bf16_to_f32(f32_to_bf16(x[(size_t)r]))) << r;
+  }
+}
+
+// Every output of the packed F16 matmul is order::scalar::tiny_f16's bits, for
+// one token (16-row tiles) and many (4-row tiles, ragged token tiles), on
+// short groups and one- to many-block rows.
+TEST(PackedF16, GivesTheTinyBlasOrderBits) {
+  if (!isa_enabled(Isa::Avx512Vnni))
+    GTEST_SKIP() << "packed F16 needs AVX-512 (absent here, or capped by CAIRN_ISA)";
+  ThreadPool pool(2), three(3);
+  struct Shape {
+    int64_t rows, cols, tokens;
+  };
+  std::vector<Shape> shapes;
+  for (int64_t rows : {1, 3, 15, 16, 17, 40})
+    for (int64_t cols : {32, 96, 2048})
+      for (int64_t tokens : {1, 2, 5, 6, 7, 13}) shapes.push_back({rows, cols, tokens});
+  shapes.push_back({100, 2048, 64});
+  shapes.push_back({33, 5632, 70});
+  for (const Shape& s : shapes) {
+    const auto f = random_vec((size_t)(s.rows * s.cols), 5 + (uint32_t)s.rows, 1.0f);
+    std::vector<uint16_t> data(f.size());
+    for (size_t i = 0; i < f.size(); ++i) data[i] = f32_to_f16(f[i]);
+    WeightMatrix w{TensorType::F16, data.data(), s.rows, s.cols, (size_t)s.cols * 2, nullptr};
+    prepare_weight(w);
+    ASSERT_NE(w.packed, nullptr);
+    const auto x = random_vec((size_t)(s.tokens * s.cols), 77 + (uint32_t)s.tokens, 3.0f);
+    std::vector<float> got((size_t)(s.tokens * s.rows));
+    matmul(w, x.data(), s.tokens, got.data(), s.rows % 2 ? three : pool);
+    for (int64_t t = 0; t < s.tokens; ++t) {
+      for (int64_t r = 0; r < s.rows; ++r) {
+        const float want =
+            order::scalar::tiny_f16(data.data() + r * s.cols, x.data() + t * s.cols, s.cols);
+        const float have = got[(size_t)(t * s.rows + r)];
+        ASSERT_EQ(0, std::memcmp(&want, &have, 4))
+            << "rows " << s.rows << " cols " << s.cols << " tokens " << s.tokens << ": token " << t
+            << " row " << r << " want " << want << " got " << have;
+      }
+    }
   }
 }
 

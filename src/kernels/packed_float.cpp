@@ -1,0 +1,217 @@
+// Packed 16-bit float weights and their AVX-512 matmuls (layouts: packed.h).
+// Either way a decode pass reads the matrix front to back as one stream (from
+// huge pages) instead of one 4 KiB-paged stream per row, and every (row,
+// token) sum takes the same steps whatever the tile size or the thread split,
+// so a token gives the same bits alone or in a batch.
+//
+// BF16: each 64-byte chunk holds two adjacent columns of 16 rows, so one
+// vdpbf16ps with a broadcast activation pair adds two exact products into each
+// row's lane: no horizontal sums. Four chains by chunk index mod 4, then
+// (c0 + c1) + (c2 + c3). The scalar reference sums in double, so against it
+// only summation rounding differs.
+//
+// F16: each row's 16 columns of a block are one 32-byte run, widened and
+// multiplied with float activations into a 16-lane accumulator per (row,
+// token), then reduced as _mm512_reduce_add_ps does: exactly the reference's
+// tinyBLAS order (order::tiny_f16), so the bits are the type table's.
+#include <cstring>
+#include <vector>
+
+#include "core/half.h"
+#include "core/simd.h"
+#include "kernels/packed.h"
+
+#define CAIRN_BF16 CAIRN_SIMD_FN("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,fma")
+#define CAIRN_F16 CAIRN_SIMD_FN("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c")
+
+namespace cairn::kernels {
+
+namespace {
+
+constexpr int kGroup = 16;
+constexpr int kChunks = 16;          // BF16: column pairs per block of 32 columns
+constexpr int kChains = 4;           // BF16: accumulators per (row, token)
+constexpr int kMaxTile = 6;          // tokens per tile: 24 accumulators
+constexpr int kF16TileRows = 4;      // F16 rows per tile of 2+ tokens
+constexpr int kF16MaxTile = 4;       // F16 tokens per tile: 4 x 4 accumulators, 4 weight rows
+constexpr int64_t kTokenChunk = 64;  // tokens whose activations stay in L2 per pass
+static_assert(kChunks * 64 == kBF16BlockBytes, "packed.h names the block size");
+static_assert(kGroup * 32 == kF16BlockBytes, "packed.h names the block size");
+
+// f32_to_bf16 for 16 floats at once, bit for bit (ties to even, NaN quieted).
+CAIRN_BF16 inline __m256i round_bf16(__m512i x) {
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(1));
+  const __m512i rounded =
+      _mm512_srli_epi32(_mm512_add_epi32(x, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), lsb)), 16);
+  const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(x, _mm512_set1_epi32(0x7fffffff)),
+                                                _mm512_set1_epi32(0x7f800000));
+  const __m512i quiet = _mm512_or_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(0x40));
+  return _mm512_cvtepi32_epi16(_mm512_mask_mov_epi32(rounded, nan, quiet));
+}
+
+CAIRN_BF16 void activations_to_bf16(const float* x, int64_t n, uint16_t* dst) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), round_bf16(_mm512_loadu_si512(x + i)));
+  for (; i < n; ++i) dst[i] = f32_to_bf16(x[i]);
+}
+
+inline const uint8_t* group_data(const PackedMatrix& pm, int64_t g) {
+  return pm.data + (size_t)g * (size_t)pm.n_blocks * pm.block_bytes;
+}
+
+// Rows of group g (16, or fewer in a short last group) for NT tokens:
+// out[t * out_stride + r] for the group's rows r.
+template <int NT>
+CAIRN_BF16 void bf16_tile(const PackedMatrix& pm, int64_t g, const void* activations,
+                          size_t act_stride, float* out, int64_t out_stride) {
+  const auto* act = static_cast<const uint16_t*>(activations);
+  __m512 acc[kChains][NT];
+#pragma GCC unroll 16
+  for (int s = 0; s < kChains; ++s)
+#pragma GCC unroll 16
+    for (int t = 0; t < NT; ++t) acc[s][t] = _mm512_setzero_ps();
+  const uint8_t* w = group_data(pm, g);
+  const int64_t n_pairs = pm.n_blocks * kChunks;  // column pairs
+  for (int64_t c = 0; c < n_pairs; c += kChains, w += 64 * kChains) {
+#pragma GCC unroll 16
+    for (int s = 0; s < kChains; ++s) {
+      const __m512bh wv = (__m512bh)_mm512_load_si512(w + 64 * s);
+#pragma GCC unroll 16
+      for (int t = 0; t < NT; ++t) {
+        uint32_t pair;
+        std::memcpy(&pair, act + (size_t)t * act_stride + 2 * (c + s), 4);
+        acc[s][t] = _mm512_dpbf16_ps(acc[s][t], wv, (__m512bh)_mm512_set1_epi32((int)pair));
+      }
+    }
+  }
+  const int64_t rows = std::min<int64_t>(kGroup, pm.rows - g * kGroup);
+  const __mmask16 m = (__mmask16)((1u << rows) - 1);
+#pragma GCC unroll 16
+  for (int t = 0; t < NT; ++t) {
+    const __m512 sum =
+        _mm512_add_ps(_mm512_add_ps(acc[0][t], acc[1][t]), _mm512_add_ps(acc[2][t], acc[3][t]));
+    _mm512_mask_storeu_ps(out + t * out_stride + g * kGroup, m, sum);
+  }
+}
+
+// Rows [r0, r0 + R) of F16 group g for NT tokens of float activations
+// (act_stride floats apart), stored as bf16_tile does.
+template <int R, int NT>
+CAIRN_F16 void f16_rows(const PackedMatrix& pm, int64_t g, int r0, const float* act,
+                        size_t act_stride, float* out, int64_t out_stride) {
+  __m512 acc[R][NT];
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 16
+    for (int t = 0; t < NT; ++t) acc[r][t] = _mm512_setzero_ps();
+  const uint8_t* w = group_data(pm, g) + 32 * r0;
+  for (int64_t b = 0; b < pm.n_blocks; ++b, w += kF16BlockBytes) {
+    __m512 wv[R];
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r)
+      wv[r] = _mm512_cvtph_ps(_mm256_load_si256((const __m256i*)(w + 32 * r)));
+#pragma GCC unroll 16
+    for (int t = 0; t < NT; ++t) {
+      const __m512 x = _mm512_loadu_ps(act + (size_t)t * act_stride + 16 * b);
+#pragma GCC unroll 16
+      for (int r = 0; r < R; ++r) acc[r][t] = _mm512_fmadd_ps(wv[r], x, acc[r][t]);
+    }
+  }
+  // Constant indices only (rows is checked inside the unrolled loop): indexing
+  // acc at run time would keep all of it in memory instead of registers.
+  const int64_t rows = std::min<int64_t>(R, pm.rows - g * kGroup - r0);
+#pragma GCC unroll 16
+  for (int t = 0; t < NT; ++t)
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r)
+      if (r < rows) out[t * out_stride + g * kGroup + r0 + r] = _mm512_reduce_add_ps(acc[r][t]);
+}
+
+// One token: all 16 rows at once (16 chains). More: four rows at a time.
+template <int NT>
+CAIRN_F16 void f16_tile(const PackedMatrix& pm, int64_t g, const void* act, size_t act_stride,
+                        float* out, int64_t out_stride) {
+  const auto* x = static_cast<const float*>(act);
+  if constexpr (NT == 1) {
+    f16_rows<kGroup, 1>(pm, g, 0, x, act_stride, out, out_stride);
+  } else {
+    for (int r0 = 0; r0 < kGroup && g * kGroup + r0 < pm.rows; r0 += kF16TileRows)
+      f16_rows<kF16TileRows, NT>(pm, g, r0, x, act_stride, out, out_stride);
+  }
+}
+
+using TileFn = void (*)(const PackedMatrix&, int64_t, const void*, size_t, float*, int64_t);
+constexpr TileFn kBf16Tiles[kMaxTile] = {bf16_tile<1>, bf16_tile<2>, bf16_tile<3>,
+                                         bf16_tile<4>, bf16_tile<5>, bf16_tile<6>};
+constexpr TileFn kF16Tiles[kF16MaxTile] = {f16_tile<1>, f16_tile<2>, f16_tile<3>, f16_tile<4>};
+
+}  // namespace
+
+void pack_bf16_rows(const WeightMatrix& w, PackedMatrix& p) {
+  const auto* src = static_cast<const uint8_t*>(w.data);
+  for (int64_t g = 0; g < p.n_groups; ++g) {
+    uint8_t* dst = p.data + (size_t)g * (size_t)p.n_blocks * kBF16BlockBytes;
+    for (int r = 0; r < kGroup && g * kGroup + r < w.rows; ++r) {  // padding rows stay zero
+      const uint8_t* row = src + (size_t)(g * kGroup + r) * w.row_stride;
+      for (int64_t pair = 0; pair < p.n_blocks * kChunks; ++pair)
+        std::memcpy(dst + 64 * pair + 4 * r, row + 4 * pair, 4);
+    }
+  }
+}
+
+void pack_f16_rows(const WeightMatrix& w, PackedMatrix& p) {
+  const auto* src = static_cast<const uint8_t*>(w.data);
+  for (int64_t g = 0; g < p.n_groups; ++g) {
+    uint8_t* dst = p.data + (size_t)g * (size_t)p.n_blocks * kF16BlockBytes;
+    for (int r = 0; r < kGroup && g * kGroup + r < w.rows; ++r) {  // padding rows stay zero
+      const uint8_t* row = src + (size_t)(g * kGroup + r) * w.row_stride;
+      for (int64_t b = 0; b < p.n_blocks; ++b)
+        std::memcpy(dst + kF16BlockBytes * b + 32 * r, row + 32 * b, 32);
+    }
+  }
+}
+
+void packed_float_matmul_many(std::span<const PackedJob> jobs, const float* x, int64_t n_tokens,
+                              ThreadPool& pool) {
+  const int64_t cols = jobs[0].matrix->cols;
+  const bool bf16 = jobs[0].matrix->layout == PackedMatrix::Layout::BF16x16;
+  // F16 meets the float activations as they are; BF16 rounds them first.
+  const void* act = x;
+  size_t elem = sizeof(float);
+  if (bf16) {
+    thread_local std::vector<uint16_t> rounded;
+    rounded.resize(std::max(rounded.size(), (size_t)(cols * n_tokens)));
+    uint16_t* a = rounded.data();
+    pool.parallel_for(n_tokens, [&](int64_t b, int64_t e) {
+      for (int64_t t = b; t < e; ++t) activations_to_bf16(x + t * cols, cols, a + t * cols);
+    });
+    act = a;
+    elem = sizeof(uint16_t);
+  }
+  const TileFn* tiles = bf16 ? kBf16Tiles : kF16Tiles;
+  const int max_tile = bf16 ? kMaxTile : kF16MaxTile;
+  int64_t total = 0;
+  for (const PackedJob& j : jobs) total += j.matrix->n_groups;
+  // The jobs' groups as one range; each thread keeps its groups for every
+  // chunk of tokens (their weights stay in its caches across chunks).
+  pool.parallel_for(total, [&](int64_t g0, int64_t g1) {
+    for (int64_t t0 = 0; t0 < n_tokens; t0 += kTokenChunk) {
+      const int64_t t1 = std::min(n_tokens, t0 + kTokenChunk);
+      int64_t base = 0;
+      for (const PackedJob& j : jobs) {
+        const PackedMatrix& pm = *j.matrix;
+        for (int64_t g = std::max(g0, base); g < std::min(g1, base + pm.n_groups); ++g) {
+          for (int64_t t = t0; t < t1; t += max_tile) {
+            const int nt = (int)std::min<int64_t>(max_tile, t1 - t);
+            tiles[nt - 1](pm, g - base, static_cast<const char*>(act) + (size_t)(t * cols) * elem,
+                          (size_t)cols, j.out + t * pm.rows, pm.rows);
+          }
+        }
+        base += pm.n_groups;
+      }
+    }
+  });
+}
+
+}  // namespace cairn::kernels
