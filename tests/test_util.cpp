@@ -1,8 +1,10 @@
 #include "test_util.h"
 
+#include <unistd.h>
+
 #include <atomic>
 #include <cstdlib>
-#include <unistd.h>
+#include <random>
 
 namespace cairn::test {
 
@@ -19,12 +21,20 @@ std::optional<std::filesystem::path> shared_dir() {
 
 std::filesystem::path temp_dir(const std::string& name) {
   static std::atomic<int> counter{0};
-  std::filesystem::path p = std::filesystem::path(CAIRN_BINARY_DIR) / "test-tmp" /
-                            (name + "-" + std::to_string(getpid()) + "-" +
-                             std::to_string(counter++));
+  std::filesystem::path p =
+      std::filesystem::path(CAIRN_BINARY_DIR) / "test-tmp" /
+      (name + "-" + std::to_string(getpid()) + "-" + std::to_string(counter++));
   std::filesystem::remove_all(p);
   std::filesystem::create_directories(p);
   return p;
+}
+
+std::vector<float> random_normal(size_t n, uint32_t seed, float scale) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& f : v) f = dist(rng);
+  return v;
 }
 
 }  // namespace cairn::test

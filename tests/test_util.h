@@ -1,9 +1,11 @@
 // tests/test_util.h — helpers shared by every test binary.
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace cairn::test {
 
@@ -14,12 +16,16 @@ std::optional<std::filesystem::path> shared_dir();
 // A fresh, empty directory under the build tree, unique per call.
 std::filesystem::path temp_dir(const std::string& name);
 
+// n draws of a normal distribution (mean 0, deviation `scale`), the same for
+// the same seed.
+std::vector<float> random_normal(size_t n, uint32_t seed, float scale = 1.0f);
+
 }  // namespace cairn::test
 
 // Skips the current test, saying which shared file was missing.
-#define CAIRN_REQUIRE_SHARED(relpath)                                                      \
-  do {                                                                                     \
-    auto cairn_shared_ = ::cairn::test::shared_dir();                                      \
-    if (!cairn_shared_ || !std::filesystem::exists(*cairn_shared_ / (relpath)))            \
-      GTEST_SKIP() << "skipped: ../shared/" << (relpath) << " is not available";           \
+#define CAIRN_REQUIRE_SHARED(relpath)                                            \
+  do {                                                                           \
+    auto cairn_shared_ = ::cairn::test::shared_dir();                            \
+    if (!cairn_shared_ || !std::filesystem::exists(*cairn_shared_ / (relpath)))  \
+      GTEST_SKIP() << "skipped: ../shared/" << (relpath) << " is not available"; \
   } while (0)

@@ -148,29 +148,28 @@ constexpr TileFn kF16Tiles[kF16MaxTile] = {f16_tile<1>, f16_tile<2>, f16_tile<3>
 
 }  // namespace
 
-void pack_bf16_rows(const WeightMatrix& w, PackedMatrix& p) {
+namespace {
+
+// Both layouts interleave the rows of a group in runs of `run` bytes: run i of
+// row r goes to byte 16 * run * i + run * r of the group.
+void pack_runs(const WeightMatrix& w, PackedMatrix& p, size_t run) {
   const auto* src = static_cast<const uint8_t*>(w.data);
+  const size_t runs = (size_t)p.n_blocks * p.block_bytes / (kGroup * run);
   for (int64_t g = 0; g < p.n_groups; ++g) {
-    uint8_t* dst = p.data + (size_t)g * (size_t)p.n_blocks * kBF16BlockBytes;
+    uint8_t* dst = p.data + (size_t)g * (size_t)p.n_blocks * p.block_bytes;
     for (int r = 0; r < kGroup && g * kGroup + r < w.rows; ++r) {  // padding rows stay zero
       const uint8_t* row = src + (size_t)(g * kGroup + r) * w.row_stride;
-      for (int64_t pair = 0; pair < p.n_blocks * kChunks; ++pair)
-        std::memcpy(dst + 64 * pair + 4 * r, row + 4 * pair, 4);
+      for (size_t i = 0; i < runs; ++i)
+        std::memcpy(dst + kGroup * run * i + run * r, row + run * i, run);
     }
   }
 }
 
-void pack_f16_rows(const WeightMatrix& w, PackedMatrix& p) {
-  const auto* src = static_cast<const uint8_t*>(w.data);
-  for (int64_t g = 0; g < p.n_groups; ++g) {
-    uint8_t* dst = p.data + (size_t)g * (size_t)p.n_blocks * kF16BlockBytes;
-    for (int r = 0; r < kGroup && g * kGroup + r < w.rows; ++r) {  // padding rows stay zero
-      const uint8_t* row = src + (size_t)(g * kGroup + r) * w.row_stride;
-      for (int64_t b = 0; b < p.n_blocks; ++b)
-        std::memcpy(dst + kF16BlockBytes * b + 32 * r, row + 32 * b, 32);
-    }
-  }
-}
+}  // namespace
+
+void pack_bf16_rows(const WeightMatrix& w, PackedMatrix& p) { pack_runs(w, p, 4); }
+
+void pack_f16_rows(const WeightMatrix& w, PackedMatrix& p) { pack_runs(w, p, 32); }
 
 void packed_float_matmul_many(std::span<const PackedJob> jobs, const float* x, int64_t n_tokens,
                               ThreadPool& pool) {

@@ -15,23 +15,18 @@
 #include "kernels/float_order.h"
 #include "kernels/kernels.h"
 #include "kernels/packed.h"
+#include "test_util.h"
 
 namespace cairn::kernels {
 namespace {
 
-std::vector<float> random_vec(size_t n, uint32_t seed, float scale) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, scale);
-  std::vector<float> v(n);
-  for (float& f : v) f = dist(rng);
-  return v;
-}
+using test::random_normal;
 
 struct Bf16Matrix {
   std::vector<uint16_t> data;
   WeightMatrix w;
   Bf16Matrix(int64_t rows, int64_t cols, uint32_t seed) {
-    const auto f = random_vec((size_t)(rows * cols), seed, 1.0f);
+    const auto f = random_normal((size_t)(rows * cols), seed, 1.0f);
     data.resize(f.size());
     for (size_t i = 0; i < f.size(); ++i) data[i] = f32_to_bf16(f[i]);
     w = {TensorType::BF16, data.data(), rows, cols, (size_t)cols * 2, nullptr};
@@ -65,7 +60,7 @@ TEST_F(PackedBf16, AgreesWithTheScalarDotToSummationRounding) {
   for (const Shape& s : shapes) {
     Bf16Matrix m(s.rows, s.cols, 7 + (uint32_t)s.rows);
     ASSERT_NE(m.w.packed, nullptr);
-    auto x = random_vec((size_t)(s.tokens * s.cols), 99 + (uint32_t)s.tokens, 3.0f);
+    auto x = random_normal((size_t)(s.tokens * s.cols), 99 + (uint32_t)s.tokens, 3.0f);
     if (s.tokens > 1) std::fill(x.begin() + s.cols, x.begin() + 2 * s.cols, 0.0f);
     std::vector<float> got((size_t)(s.tokens * s.rows));
     matmul(m.w, x.data(), s.tokens, got.data(), s.rows % 2 ? three : pool);
@@ -90,7 +85,7 @@ TEST_F(PackedBf16, AgreesWithTheScalarDotToSummationRounding) {
 TEST_F(PackedBf16, TokensGiveTheSameBitsAloneOrInABatch) {
   const int64_t rows = 37, cols = 640, tokens = 71;
   Bf16Matrix m(rows, cols, 3);
-  const auto x = random_vec((size_t)(tokens * cols), 4, 1.0f);
+  const auto x = random_normal((size_t)(tokens * cols), 4, 1.0f);
   ThreadPool pool(2);
   std::vector<float> batch((size_t)(tokens * rows)), single((size_t)rows);
   matmul(m.w, x.data(), tokens, batch.data(), pool);
@@ -143,13 +138,13 @@ TEST(PackedF16, GivesTheTinyBlasOrderBits) {
   shapes.push_back({100, 2048, 64});
   shapes.push_back({33, 5632, 70});
   for (const Shape& s : shapes) {
-    const auto f = random_vec((size_t)(s.rows * s.cols), 5 + (uint32_t)s.rows, 1.0f);
+    const auto f = random_normal((size_t)(s.rows * s.cols), 5 + (uint32_t)s.rows, 1.0f);
     std::vector<uint16_t> data(f.size());
     for (size_t i = 0; i < f.size(); ++i) data[i] = f32_to_f16(f[i]);
     WeightMatrix w{TensorType::F16, data.data(), s.rows, s.cols, (size_t)s.cols * 2, nullptr};
     prepare_weight(w);
     ASSERT_NE(w.packed, nullptr);
-    const auto x = random_vec((size_t)(s.tokens * s.cols), 77 + (uint32_t)s.tokens, 3.0f);
+    const auto x = random_normal((size_t)(s.tokens * s.cols), 77 + (uint32_t)s.tokens, 3.0f);
     std::vector<float> got((size_t)(s.tokens * s.rows));
     matmul(w, x.data(), s.tokens, got.data(), s.rows % 2 ? three : pool);
     for (int64_t t = 0; t < s.tokens; ++t) {

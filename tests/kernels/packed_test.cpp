@@ -13,6 +13,8 @@
 #include "core/cpu_features.h"
 #include "core/quant.h"
 #include "kernels/kernels.h"
+#include "test_util.h"
+#include "test_util.h"
 
 namespace cairn::kernels {
 namespace {
@@ -22,25 +24,19 @@ struct Case {
   int64_t rows, cols, tokens;
 };
 
-std::vector<float> random_vec(size_t n, uint32_t seed, float scale) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, scale);
-  std::vector<float> v(n);
-  for (float& f : v) f = dist(rng);
-  return v;
-}
+using test::random_normal;
 
 void check_bit_identical(const Case& c, ThreadPool& pool) {
   const TypeOps* ops = scalar_type_ops(c.type);
   const TypeOps* act_ops = scalar_type_ops(ops->vec_dot_type);
   const size_t rb = *row_bytes(c.type, c.cols);
   const size_t ab = *row_bytes(act_ops->type, c.cols);
-  const auto wf = random_vec((size_t)(c.rows * c.cols), 7 + (uint32_t)c.rows, 1.0f);
+  const auto wf = random_normal((size_t)(c.rows * c.cols), 7 + (uint32_t)c.rows, 1.0f);
   std::vector<uint8_t> wq(rb * (size_t)c.rows);
   for (int64_t r = 0; r < c.rows; ++r)
     ops->from_float(wf.data() + r * c.cols, wq.data() + r * rb, c.cols);
   // Activations of mixed magnitudes, with an all-zero token (scale 0) and exact ties.
-  auto x = random_vec((size_t)(c.tokens * c.cols), 99 + (uint32_t)c.tokens, 3.0f);
+  auto x = random_normal((size_t)(c.tokens * c.cols), 99 + (uint32_t)c.tokens, 3.0f);
   if (c.tokens > 1) std::fill(x.begin() + c.cols, x.begin() + 2 * c.cols, 0.0f);
   if (c.tokens > 2) {
     for (int64_t i = 0; i < c.cols; ++i)
