@@ -14,7 +14,6 @@
 #include "core/quant.h"
 #include "kernels/kernels.h"
 #include "test_util.h"
-#include "test_util.h"
 
 namespace cairn::kernels {
 namespace {
