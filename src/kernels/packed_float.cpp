@@ -60,38 +60,51 @@ inline const uint8_t* group_data(const PackedMatrix& pm, int64_t g) {
   return pm.data + (size_t)g * (size_t)pm.n_blocks * pm.block_bytes;
 }
 
-// Rows of group g (16, or fewer in a short last group) for NT tokens:
-// out[t * out_stride + r] for the group's rows r.
-template <int NT>
+// Rows of groups g..g+NG-1 (16 each, or fewer in a short last group) for NT
+// tokens: out[t * out_stride + r] for the groups' rows r. Two groups share
+// each broadcast activation pair, which halves the broadcasts per vdpbf16ps
+// in batches (the loads, not the arithmetic, bound these tiles).
+template <int NG, int NT>
 CAIRN_BF16 void bf16_tile(const PackedMatrix& pm, int64_t g, const void* activations,
                           size_t act_stride, float* out, int64_t out_stride) {
   const auto* act = static_cast<const uint16_t*>(activations);
-  __m512 acc[kChains][NT];
+  __m512 acc[NG][kChains][NT];
 #pragma GCC unroll 16
-  for (int s = 0; s < kChains; ++s)
+  for (int k = 0; k < NG; ++k)
 #pragma GCC unroll 16
-    for (int t = 0; t < NT; ++t) acc[s][t] = _mm512_setzero_ps();
+    for (int s = 0; s < kChains; ++s)
+#pragma GCC unroll 16
+      for (int t = 0; t < NT; ++t) acc[k][s][t] = _mm512_setzero_ps();
   const uint8_t* w = group_data(pm, g);
+  const size_t group_bytes = (size_t)pm.n_blocks * kBF16BlockBytes;
   const int64_t n_pairs = pm.n_blocks * kChunks;  // column pairs
   for (int64_t c = 0; c < n_pairs; c += kChains, w += 64 * kChains) {
 #pragma GCC unroll 16
     for (int s = 0; s < kChains; ++s) {
-      const __m512bh wv = (__m512bh)_mm512_load_si512(w + 64 * s);
+      __m512bh wv[NG];
+#pragma GCC unroll 16
+      for (int k = 0; k < NG; ++k)
+        wv[k] = (__m512bh)_mm512_load_si512(w + k * group_bytes + 64 * s);
 #pragma GCC unroll 16
       for (int t = 0; t < NT; ++t) {
         uint32_t pair;
         std::memcpy(&pair, act + (size_t)t * act_stride + 2 * (c + s), 4);
-        acc[s][t] = _mm512_dpbf16_ps(acc[s][t], wv, (__m512bh)_mm512_set1_epi32((int)pair));
+        const __m512bh a = (__m512bh)_mm512_set1_epi32((int)pair);
+#pragma GCC unroll 16
+        for (int k = 0; k < NG; ++k) acc[k][s][t] = _mm512_dpbf16_ps(acc[k][s][t], wv[k], a);
       }
     }
   }
-  const int64_t rows = std::min<int64_t>(kGroup, pm.rows - g * kGroup);
-  const __mmask16 m = (__mmask16)((1u << rows) - 1);
 #pragma GCC unroll 16
-  for (int t = 0; t < NT; ++t) {
-    const __m512 sum =
-        _mm512_add_ps(_mm512_add_ps(acc[0][t], acc[1][t]), _mm512_add_ps(acc[2][t], acc[3][t]));
-    _mm512_mask_storeu_ps(out + t * out_stride + g * kGroup, m, sum);
+  for (int k = 0; k < NG; ++k) {
+    const int64_t rows = std::min<int64_t>(kGroup, pm.rows - (g + k) * kGroup);
+    const __mmask16 m = (__mmask16)((1u << rows) - 1);
+#pragma GCC unroll 16
+    for (int t = 0; t < NT; ++t) {
+      const __m512 sum = _mm512_add_ps(_mm512_add_ps(acc[k][0][t], acc[k][1][t]),
+                                       _mm512_add_ps(acc[k][2][t], acc[k][3][t]));
+      _mm512_mask_storeu_ps(out + t * out_stride + (g + k) * kGroup, m, sum);
+    }
   }
 }
 
@@ -142,8 +155,12 @@ CAIRN_F16 void f16_tile(const PackedMatrix& pm, int64_t g, const void* act, size
 }
 
 using TileFn = void (*)(const PackedMatrix&, int64_t, const void*, size_t, float*, int64_t);
-constexpr TileFn kBf16Tiles[kMaxTile] = {bf16_tile<1>, bf16_tile<2>, bf16_tile<3>,
-                                         bf16_tile<4>, bf16_tile<5>, bf16_tile<6>};
+constexpr TileFn kBf16Tiles[kMaxTile] = {bf16_tile<1, 1>, bf16_tile<1, 2>, bf16_tile<1, 3>,
+                                         bf16_tile<1, 4>, bf16_tile<1, 5>, bf16_tile<1, 6>};
+// Two groups at once, for batches: 2 x 4 chains x 3 tokens = 24 accumulators.
+constexpr int kBf16PairTile = 3;
+constexpr TileFn kBf16PairTiles[kBf16PairTile] = {bf16_tile<2, 1>, bf16_tile<2, 2>,
+                                                  bf16_tile<2, 3>};
 constexpr TileFn kF16Tiles[kF16MaxTile] = {f16_tile<1>, f16_tile<2>, f16_tile<3>, f16_tile<4>};
 
 }  // namespace
@@ -200,12 +217,18 @@ void packed_float_matmul_many(std::span<const PackedJob> jobs, const float* x, i
       int64_t base = 0;
       for (const PackedJob& j : jobs) {
         const PackedMatrix& pm = *j.matrix;
-        for (int64_t g = std::max(g0, base); g < std::min(g1, base + pm.n_groups); ++g) {
-          for (int64_t t = t0; t < t1; t += max_tile) {
-            const int nt = (int)std::min<int64_t>(max_tile, t1 - t);
-            tiles[nt - 1](pm, g - base, static_cast<const char*>(act) + (size_t)(t * cols) * elem,
-                          (size_t)cols, j.out + t * pm.rows, pm.rows);
+        const int64_t end = std::min(g1, base + pm.n_groups);
+        for (int64_t g = std::max(g0, base); g < end;) {
+          // BF16 batches take two groups per tile where two are left.
+          const bool pair = bf16 && t1 - t0 >= 2 && g + 1 < end;
+          const TileFn* fns = pair ? kBf16PairTiles : tiles;
+          const int most = pair ? kBf16PairTile : max_tile;
+          for (int64_t t = t0; t < t1; t += most) {
+            const int nt = (int)std::min<int64_t>(most, t1 - t);
+            fns[nt - 1](pm, g - base, static_cast<const char*>(act) + (size_t)(t * cols) * elem,
+                        (size_t)cols, j.out + t * pm.rows, pm.rows);
           }
+          g += pair ? 2 : 1;
         }
         base += pm.n_groups;
       }
