@@ -120,6 +120,14 @@ CAIRN_F16 void f16_rows(const PackedMatrix& pm, int64_t g, int r0, const float* 
     for (int t = 0; t < NT; ++t) acc[r][t] = _mm512_setzero_ps();
   const uint8_t* w = group_data(pm, g) + 32 * r0;
   for (int64_t b = 0; b < pm.n_blocks; ++b, w += kF16BlockBytes) {
+    if constexpr (NT == 1) {  // 16 rows: widen each as it is used (no registers to hold them)
+      const __m512 x = _mm512_loadu_ps(act + 16 * b);
+#pragma GCC unroll 16
+      for (int r = 0; r < R; ++r)
+        acc[r][0] = _mm512_fmadd_ps(
+            _mm512_cvtph_ps(_mm256_load_si256((const __m256i*)(w + 32 * r))), x, acc[r][0]);
+      continue;
+    }
     __m512 wv[R];
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r)
