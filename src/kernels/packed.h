@@ -88,7 +88,9 @@ constexpr size_t kQ6KBlockBytes = 32 + 256 + 32 * 64 + 16 * 64;
 // in double: not bit-identical to it.
 constexpr size_t kBF16BlockBytes = 16 * 64;
 // F16x16 (packed_float.cpp, AVX-512 F16C): a block is 16 columns of a group,
-// row r's 16 halves at bytes 32r..32r+31; for rows of a multiple of 16
+// each row's 16 halves one 32-byte run; a group is stored as four quarters of
+// 4 rows, each quarter's blocks one after another (128 bytes each: its rows'
+// runs in order), so a 4-row tile streams. For rows of a multiple of 32
 // columns, where the type table takes the 16-lane tinyBLAS order, whose bits
 // these kernels give.
 constexpr size_t kF16BlockBytes = 16 * 32;

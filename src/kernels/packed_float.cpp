@@ -13,7 +13,8 @@
 // F16: each row's 16 columns of a block are one 32-byte run, widened and
 // multiplied with float activations into a 16-lane accumulator per (row,
 // token), then reduced as _mm512_reduce_add_ps does: exactly the reference's
-// tinyBLAS order (order::tiny_f16), so the bits are the type table's.
+// tinyBLAS order (order::tiny_f16), so the bits are the type table's. Tiles
+// are a quarter group (4 rows) by up to 4 tokens.
 #include <cstring>
 #include <vector>
 
@@ -32,7 +33,7 @@ constexpr int kGroup = 16;
 constexpr int kChunks = 16;          // BF16: column pairs per block of 32 columns
 constexpr int kChains = 4;           // BF16: accumulators per (row, token)
 constexpr int kMaxTile = 6;          // tokens per tile: 24 accumulators
-constexpr int kF16TileRows = 4;      // F16 rows per tile of 2+ tokens
+constexpr int kF16QuarterRows = 4;   // F16 rows per tile
 constexpr int kF16MaxTile = 4;       // F16 tokens per tile: 4 x 4 accumulators, 4 weight rows
 constexpr int64_t kTokenChunk = 64;  // tokens whose activations stay in L2 per pass
 static_assert(kChunks * 64 == kBF16BlockBytes, "packed.h names the block size");
@@ -108,26 +109,20 @@ CAIRN_BF16 void bf16_tile(const PackedMatrix& pm, int64_t g, const void* activat
   }
 }
 
-// Rows [r0, r0 + R) of F16 group g for NT tokens of float activations
-// (act_stride floats apart), stored as bf16_tile does.
-template <int R, int NT>
-CAIRN_F16 void f16_rows(const PackedMatrix& pm, int64_t g, int r0, const float* act,
-                        size_t act_stride, float* out, int64_t out_stride) {
+// The four rows of quarter q of F16 group g for NT tokens of float
+// activations (act_stride floats apart), stored as bf16_tile does. A quarter
+// is contiguous (packed.h), so every tile streams its weights in order.
+template <int NT>
+CAIRN_F16 void f16_quarter(const PackedMatrix& pm, int64_t g, int q, const float* act,
+                           size_t act_stride, float* out, int64_t out_stride) {
+  constexpr int R = kF16QuarterRows;
   __m512 acc[R][NT];
 #pragma GCC unroll 16
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 16
     for (int t = 0; t < NT; ++t) acc[r][t] = _mm512_setzero_ps();
-  const uint8_t* w = group_data(pm, g) + 32 * r0;
-  for (int64_t b = 0; b < pm.n_blocks; ++b, w += kF16BlockBytes) {
-    if constexpr (NT == 1) {  // 16 rows: widen each as it is used (no registers to hold them)
-      const __m512 x = _mm512_loadu_ps(act + 16 * b);
-#pragma GCC unroll 16
-      for (int r = 0; r < R; ++r)
-        acc[r][0] = _mm512_fmadd_ps(
-            _mm512_cvtph_ps(_mm256_load_si256((const __m256i*)(w + 32 * r))), x, acc[r][0]);
-      continue;
-    }
+  const uint8_t* w = group_data(pm, g) + (size_t)q * (size_t)pm.n_blocks * (32 * R);
+  for (int64_t b = 0; b < pm.n_blocks; ++b, w += 32 * R) {
     __m512 wv[R];
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r)
@@ -141,25 +136,20 @@ CAIRN_F16 void f16_rows(const PackedMatrix& pm, int64_t g, int r0, const float* 
   }
   // Constant indices only (rows is checked inside the unrolled loop): indexing
   // acc at run time would keep all of it in memory instead of registers.
-  const int64_t rows = std::min<int64_t>(R, pm.rows - g * kGroup - r0);
+  const int64_t r0 = g * kGroup + q * R;
+  const int64_t rows = std::min<int64_t>(R, pm.rows - r0);
 #pragma GCC unroll 16
   for (int t = 0; t < NT; ++t)
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r)
-      if (r < rows) out[t * out_stride + g * kGroup + r0 + r] = _mm512_reduce_add_ps(acc[r][t]);
+      if (r < rows) out[t * out_stride + r0 + r] = _mm512_reduce_add_ps(acc[r][t]);
 }
 
-// One token: all 16 rows at once (16 chains). More: four rows at a time.
 template <int NT>
 CAIRN_F16 void f16_tile(const PackedMatrix& pm, int64_t g, const void* act, size_t act_stride,
                         float* out, int64_t out_stride) {
-  const auto* x = static_cast<const float*>(act);
-  if constexpr (NT == 1) {
-    f16_rows<kGroup, 1>(pm, g, 0, x, act_stride, out, out_stride);
-  } else {
-    for (int r0 = 0; r0 < kGroup && g * kGroup + r0 < pm.rows; r0 += kF16TileRows)
-      f16_rows<kF16TileRows, NT>(pm, g, r0, x, act_stride, out, out_stride);
-  }
+  for (int q = 0; q < kGroup / kF16QuarterRows && g * kGroup + q * kF16QuarterRows < pm.rows; ++q)
+    f16_quarter<NT>(pm, g, q, static_cast<const float*>(act), act_stride, out, out_stride);
 }
 
 using TileFn = void (*)(const PackedMatrix&, int64_t, const void*, size_t, float*, int64_t);
@@ -175,26 +165,27 @@ constexpr TileFn kF16Tiles[kF16MaxTile] = {f16_tile<1>, f16_tile<2>, f16_tile<3>
 
 namespace {
 
-// Both layouts interleave the rows of a group in runs of `run` bytes: run i of
-// row r goes to byte 16 * run * i + run * r of the group.
-void pack_runs(const WeightMatrix& w, PackedMatrix& p, size_t run) {
+// Both layouts cut each row into runs of `run` bytes and interleave those of
+// `rows` rows at a time: run i of row r goes to byte
+// (r / rows) * runs * rows * run + (i * rows + r % rows) * run of its group.
+void pack_runs(const WeightMatrix& w, PackedMatrix& p, size_t run, int rows) {
   const auto* src = static_cast<const uint8_t*>(w.data);
   const size_t runs = (size_t)p.n_blocks * p.block_bytes / (kGroup * run);
   for (int64_t g = 0; g < p.n_groups; ++g) {
     uint8_t* dst = p.data + (size_t)g * (size_t)p.n_blocks * p.block_bytes;
     for (int r = 0; r < kGroup && g * kGroup + r < w.rows; ++r) {  // padding rows stay zero
       const uint8_t* row = src + (size_t)(g * kGroup + r) * w.row_stride;
-      for (size_t i = 0; i < runs; ++i)
-        std::memcpy(dst + kGroup * run * i + run * r, row + run * i, run);
+      uint8_t* sub = dst + (size_t)(r / rows) * runs * rows * run + (size_t)(r % rows) * run;
+      for (size_t i = 0; i < runs; ++i) std::memcpy(sub + i * rows * run, row + run * i, run);
     }
   }
 }
 
 }  // namespace
 
-void pack_bf16_rows(const WeightMatrix& w, PackedMatrix& p) { pack_runs(w, p, 4); }
+void pack_bf16_rows(const WeightMatrix& w, PackedMatrix& p) { pack_runs(w, p, 4, kGroup); }
 
-void pack_f16_rows(const WeightMatrix& w, PackedMatrix& p) { pack_runs(w, p, 32); }
+void pack_f16_rows(const WeightMatrix& w, PackedMatrix& p) { pack_runs(w, p, 32, kF16QuarterRows); }
 
 void packed_float_matmul_many(std::span<const PackedJob> jobs, const float* x, int64_t n_tokens,
                               ThreadPool& pool) {
