@@ -32,7 +32,7 @@ namespace {
 constexpr int kGroup = 16;
 constexpr int kChunks = 16;          // BF16: column pairs per block of 32 columns
 constexpr int kChains = 4;           // BF16: accumulators per (row, token)
-constexpr int kMaxTile = 6;          // tokens per tile: 24 accumulators
+constexpr int kMaxTile = 6;          // BF16 tokens per one-group tile: 24 accumulators
 constexpr int kF16QuarterRows = 4;   // F16 rows per tile
 constexpr int kF16MaxTile = 4;       // F16 tokens per tile: 4 x 4 accumulators, 4 weight rows
 constexpr int64_t kTokenChunk = 64;  // tokens whose activations stay in L2 per pass
