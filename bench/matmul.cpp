@@ -259,6 +259,8 @@ BENCHMARK_CAPTURE(BM_DecodeMatmulSequence, q4_0_tinyllama, TensorType::Q4_0)
     ->Arg(2)
     ->UseRealTime();
 BENCHMARK_CAPTURE(BM_DecodeMatmulSequence, q8_0_tinyllama, TensorType::Q8_0)->Arg(2)->UseRealTime();
+BENCHMARK_CAPTURE(BM_DecodeMatmulSequence, bf16_tinyllama, TensorType::BF16)->Arg(2)->UseRealTime();
+BENCHMARK_CAPTURE(BM_DecodeMatmulSequence, f16_tinyllama, TensorType::F16)->Arg(2)->UseRealTime();
 void BatchArgs(benchmark::internal::Benchmark* b) {
   for (int tokens : {4, 8, 16}) b->Args({tokens, 2});
   b->UseRealTime();

@@ -1109,7 +1109,7 @@ void packed_matmul_many(std::span<const PackedJob> jobs, const float* x, int64_t
       first.layout == PackedMatrix::Layout::Q6_Kx16)
     return packed_k_matmul_many(jobs, x, n_tokens, pool);
   if (first.layout == PackedMatrix::Layout::BF16x16 || first.layout == PackedMatrix::Layout::F16x16)
-    return packed_float_matmul_many(jobs, x, n_tokens, pool);
+    return packed_float_matmul_many(jobs, x, n_tokens, pool, next);
   const size_t stride = act_stride(first.cols);
   thread_local std::vector<uint8_t> scratch;
   // Grown only: a prompt's layers alternate 2048- and 5632-column inputs, and
@@ -1192,6 +1192,12 @@ void packed_matmul_many(std::span<const PackedJob> jobs, const float* x, int64_t
     for (int64_t t0 = 0; t0 < n_tokens; t0 += kTokenChunk)
       run_groups(g0, g1, t0, std::min(n_tokens, t0 + kTokenChunk));
   });
+}
+
+void run_groups_balanced(ThreadPool& pool, int64_t n,
+                         const std::function<void(int64_t, int64_t)>& fn,
+                         std::span<const PackedMatrix* const> next) {
+  run_balanced(pool, n, fn, warm_ranges(next, pool.size()));
 }
 
 const char* packed_tile_path() {

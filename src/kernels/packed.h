@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 
@@ -133,6 +134,14 @@ void packed_k_matmul_many(std::span<const PackedJob> jobs, const float* x, int64
 void pack_bf16_rows(const WeightMatrix& w, PackedMatrix& p);
 void pack_f16_rows(const WeightMatrix& w, PackedMatrix& p);
 void packed_float_matmul_many(std::span<const PackedJob> jobs, const float* x, int64_t n_tokens,
-                              ThreadPool& pool);
+                              ThreadPool& pool, std::span<const PackedMatrix* const> next);
+
+// fn(g0, g1) over disjoint ranges covering [0, n) as packed_matmul_many splits
+// a decode step's groups: each share walks its own range front to back, then
+// takes chunks from the back of the others' (no share waits for a slow one);
+// afterwards each worker warms the start of its share of `next`.
+void run_groups_balanced(ThreadPool& pool, int64_t n,
+                         const std::function<void(int64_t, int64_t)>& fn,
+                         std::span<const PackedMatrix* const> next);
 
 }  // namespace cairn::kernels

@@ -188,7 +188,7 @@ void pack_bf16_rows(const WeightMatrix& w, PackedMatrix& p) { pack_runs(w, p, 4,
 void pack_f16_rows(const WeightMatrix& w, PackedMatrix& p) { pack_runs(w, p, 32, kF16QuarterRows); }
 
 void packed_float_matmul_many(std::span<const PackedJob> jobs, const float* x, int64_t n_tokens,
-                              ThreadPool& pool) {
+                              ThreadPool& pool, std::span<const PackedMatrix* const> next) {
   const int64_t cols = jobs[0].matrix->cols;
   const bool bf16 = jobs[0].matrix->layout == PackedMatrix::Layout::BF16x16;
   // F16 meets the float activations as they are; BF16 rounds them first.
@@ -208,30 +208,42 @@ void packed_float_matmul_many(std::span<const PackedJob> jobs, const float* x, i
   const int max_tile = bf16 ? kMaxTile : kF16MaxTile;
   int64_t total = 0;
   for (const PackedJob& j : jobs) total += j.matrix->n_groups;
+  // Groups [g0, g1) of the jobs (one index over all of them), tokens [t0, t1).
+  const auto run_groups = [&](int64_t g0, int64_t g1, int64_t t0, int64_t t1) {
+    int64_t base = 0;
+    for (const PackedJob& j : jobs) {
+      const PackedMatrix& pm = *j.matrix;
+      const int64_t end = std::min(g1, base + pm.n_groups);
+      for (int64_t g = std::max(g0, base); g < end;) {
+        // BF16 batches take two groups per tile where two are left.
+        const bool pair = bf16 && t1 - t0 >= 2 && g + 1 < end;
+        const TileFn* fns = pair ? kBf16PairTiles : tiles;
+        const int most = pair ? kBf16PairTile : max_tile;
+        for (int64_t t = t0; t < t1; t += most) {
+          const int nt = (int)std::min<int64_t>(most, t1 - t);
+          fns[nt - 1](pm, g - base, static_cast<const char*>(act) + (size_t)(t * cols) * elem,
+                      (size_t)cols, j.out + t * pm.rows, pm.rows);
+        }
+        g += pair ? 2 : 1;
+      }
+      base += pm.n_groups;
+    }
+  };
+  // One token: one pass over the weights, nothing to keep in cache, so a
+  // share that finishes early takes groups from a slower one, and workers warm
+  // the next call's weights, as the integer kernels' decode does. (On this
+  // busy AMD host, alternating runs with the static split could not tell the
+  // two apart: run-to-run noise ±20 %.)
+  if (n_tokens == 1 && pool.size() > 1) {
+    run_groups_balanced(
+        pool, total, [&](int64_t g0, int64_t g1) { run_groups(g0, g1, 0, 1); }, next);
+    return;
+  }
   // The jobs' groups as one range; each thread keeps its groups for every
   // chunk of tokens (their weights stay in its caches across chunks).
   pool.parallel_for(total, [&](int64_t g0, int64_t g1) {
-    for (int64_t t0 = 0; t0 < n_tokens; t0 += kTokenChunk) {
-      const int64_t t1 = std::min(n_tokens, t0 + kTokenChunk);
-      int64_t base = 0;
-      for (const PackedJob& j : jobs) {
-        const PackedMatrix& pm = *j.matrix;
-        const int64_t end = std::min(g1, base + pm.n_groups);
-        for (int64_t g = std::max(g0, base); g < end;) {
-          // BF16 batches take two groups per tile where two are left.
-          const bool pair = bf16 && t1 - t0 >= 2 && g + 1 < end;
-          const TileFn* fns = pair ? kBf16PairTiles : tiles;
-          const int most = pair ? kBf16PairTile : max_tile;
-          for (int64_t t = t0; t < t1; t += most) {
-            const int nt = (int)std::min<int64_t>(most, t1 - t);
-            fns[nt - 1](pm, g - base, static_cast<const char*>(act) + (size_t)(t * cols) * elem,
-                        (size_t)cols, j.out + t * pm.rows, pm.rows);
-          }
-          g += pair ? 2 : 1;
-        }
-        base += pm.n_groups;
-      }
-    }
+    for (int64_t t0 = 0; t0 < n_tokens; t0 += kTokenChunk)
+      run_groups(g0, g1, t0, std::min(n_tokens, t0 + kTokenChunk));
   });
 }
 
