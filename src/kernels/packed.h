@@ -1,10 +1,12 @@
 // kernels/packed.h — internal to src/kernels: Q4_0, Q8_0, Q4_K and Q6_K weights
 // repacked at load for the integer-dot (AVX-512 VNNI, AMX for batches of
-// Q4_0/Q8_0) kernels, and the matmul over them.
-// Owns the packed layouts and their kernels. Every packed kernel gives the same
-// bits as the type table's scalar vec_dot for the same weights and activations
+// Q4_0/Q8_0) kernels, F16 and BF16 for AVX-512 float tiles, and the matmul over
+// them. Owns the packed layouts and their kernels. The integer kernels give the
+// bits of the type table's scalar vec_dot for the same weights and activations
 // (the golden tests depend on the reference's float order, which the scalar
 // functions document); only integer partial sums are computed differently.
+// F16 gives the bits of matmul's unpacked F16 path (order::tiny_f16); BF16
+// alone sums differently from its scalar dot (float against double).
 // Never used when the active ISA lacks the instructions (pack_matrix says no).
 #pragma once
 
