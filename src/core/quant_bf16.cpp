@@ -24,13 +24,14 @@ inline const uint16_t* row_at(const void* w, size_t stride, int64_t r) {
   return reinterpret_cast<const uint16_t*>(static_cast<const char*>(w) + (size_t)r * stride);
 }
 
-template <typename Kernel>
+// The same row kernel for kRowsPerPass rows at a time, then for each row left.
+using RowsFn = void (*)(int64_t n, const void* w, size_t stride, int64_t first, const void* act,
+                        float* out);
 void rows_in_passes(int64_t n, const void* w, size_t w_stride, int64_t n_rows, const void* act,
-                    float* out, const Kernel& kernel) {
+                    float* out, RowsFn pass, RowsFn one) {
   int64_t r = 0;
-  for (; r + kRowsPerPass <= n_rows; r += kRowsPerPass)
-    kernel.template operator()<kRowsPerPass>(n, w, w_stride, r, act, out + r);
-  for (; r < n_rows; ++r) kernel.template operator()<1>(n, w, w_stride, r, act, out + r);
+  for (; r + kRowsPerPass <= n_rows; r += kRowsPerPass) pass(n, w, w_stride, r, act, out + r);
+  for (; r < n_rows; ++r) one(n, w, w_stride, r, act, out + r);
 }
 
 // ---- AVX2 + FMA ------------------------------------------------------------
@@ -76,14 +77,6 @@ CAIRN_BF16_AVX2 void avx2_rows(int64_t n, const void* w, size_t stride, int64_t 
   }
 }
 
-struct Avx2Kernel {
-  template <int R>
-  void operator()(int64_t n, const void* w, size_t stride, int64_t first, const void* act,
-                  float* out) const {
-    avx2_rows<R>(n, w, stride, first, act, out);
-  }
-};
-
 // ---- AVX-512 BF16 ----------------------------------------------------------
 
 CAIRN_BF16_512 inline __m512bh load_bh(const uint16_t* p) {
@@ -125,14 +118,6 @@ CAIRN_BF16_512 void avx512_rows(int64_t n, const void* w, size_t stride, int64_t
   for (int r = 0; r < R; ++r) out[r] = _mm512_reduce_add_ps(_mm512_add_ps(acc[r][0], acc[r][1]));
 }
 
-struct Avx512Kernel {
-  template <int R>
-  void operator()(int64_t n, const void* w, size_t stride, int64_t first, const void* act,
-                  float* out) const {
-    avx512_rows<R>(n, w, stride, first, act, out);
-  }
-};
-
 }  // namespace
 
 namespace avx2 {
@@ -143,7 +128,7 @@ float bf16_dot(int64_t n, const void* w, const void* act) {
 }
 void bf16_dot_rows(int64_t n, const void* w, size_t w_stride, int64_t n_rows, const void* act,
                    float* out) {
-  rows_in_passes(n, w, w_stride, n_rows, act, out, Avx2Kernel{});
+  rows_in_passes(n, w, w_stride, n_rows, act, out, avx2_rows<kRowsPerPass>, avx2_rows<1>);
 }
 }  // namespace avx2
 
@@ -155,7 +140,7 @@ float bf16_dot(int64_t n, const void* w, const void* act) {
 }
 void bf16_dot_rows(int64_t n, const void* w, size_t w_stride, int64_t n_rows, const void* act,
                    float* out) {
-  rows_in_passes(n, w, w_stride, n_rows, act, out, Avx512Kernel{});
+  rows_in_passes(n, w, w_stride, n_rows, act, out, avx512_rows<kRowsPerPass>, avx512_rows<1>);
 }
 }  // namespace avx512bf16
 

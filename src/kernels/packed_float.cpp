@@ -161,10 +161,6 @@ constexpr TileFn kBf16PairTiles[kBf16PairTile] = {bf16_tile<2, 1>, bf16_tile<2, 
                                                   bf16_tile<2, 3>};
 constexpr TileFn kF16Tiles[kF16MaxTile] = {f16_tile<1>, f16_tile<2>, f16_tile<3>, f16_tile<4>};
 
-}  // namespace
-
-namespace {
-
 // Both layouts cut each row into runs of `run` bytes and interleave those of
 // `rows` rows at a time: run i of row r goes to byte
 // (r / rows) * runs * rows * run + (i * rows + r % rows) * run of its group.
