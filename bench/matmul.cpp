@@ -275,7 +275,17 @@ BENCHMARK_CAPTURE(BM_DecodeMatmulsVsLoads, q8_0_tinyllama, TensorType::Q8_0)
     ->Arg(2)
     ->MinTime(5.0)
     ->UseRealTime();
+// K-quant weights take minutes to quantize for the whole sequence.
+BENCHMARK_CAPTURE(BM_DecodeMatmulsVsLoads, q4_k_tinyllama, TensorType::Q4_K)
+    ->Arg(2)
+    ->MinTime(5.0)
+    ->UseRealTime();
+BENCHMARK_CAPTURE(BM_DecodeMatmulsVsLoads, q6_k_tinyllama, TensorType::Q6_K)
+    ->Arg(2)
+    ->MinTime(5.0)
+    ->UseRealTime();
 BENCHMARK_CAPTURE(BM_Matmul, q4_k_5632x2048, TensorType::Q4_K, 5632, 2048)->Apply(Args);
+BENCHMARK_CAPTURE(BM_Matmul, q6_k_5632x2048, TensorType::Q6_K, 5632, 2048)->Apply(Args);
 BENCHMARK_CAPTURE(BM_Matmul, f16_2048x2048, TensorType::F16, 2048, 2048)->Apply(Args);
 BENCHMARK_CAPTURE(BM_Matmul, bf16_5632x2048, TensorType::BF16, 5632, 2048)->Apply(Args);
 BENCHMARK_CAPTURE(BM_Matmul, f16_32768x4096, TensorType::F16, 32768, 4096)

@@ -1107,7 +1107,7 @@ void packed_matmul_many(std::span<const PackedJob> jobs, const float* x, int64_t
   const PackedMatrix& first = *jobs[0].matrix;
   if (first.layout == PackedMatrix::Layout::Q4_Kx16 ||
       first.layout == PackedMatrix::Layout::Q6_Kx16)
-    return packed_k_matmul_many(jobs, x, n_tokens, pool);
+    return packed_k_matmul_many(jobs, x, n_tokens, pool, next);
   if (first.layout == PackedMatrix::Layout::BF16x16 || first.layout == PackedMatrix::Layout::F16x16)
     return packed_float_matmul_many(jobs, x, n_tokens, pool, next);
   const size_t stride = act_stride(first.cols);

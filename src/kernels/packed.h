@@ -129,7 +129,7 @@ size_t packed_stream_ahead();
 void pack_q4_k_rows(const WeightMatrix& w, PackedMatrix& p);
 void pack_q6_k_rows(const WeightMatrix& w, PackedMatrix& p);
 void packed_k_matmul_many(std::span<const PackedJob> jobs, const float* x, int64_t n_tokens,
-                          ThreadPool& pool);
+                          ThreadPool& pool, std::span<const PackedMatrix* const> next);
 
 // The 16-bit float packers and matmul (packed_float.cpp); BF16x16 and F16x16
 // jobs go there.
