@@ -18,6 +18,7 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -218,19 +219,30 @@ CAIRN_VNNI void quantize_act(int32_t offset, const float* x, int64_t cols, uint8
 //   Q4_0 loop issues its loads too slowly to keep enough lines in flight.
 // - AMD EPYC (Zen 5): the hardware prefetchers already keep up; software
 //   prefetch cost 13-18 % there.
-size_t stream_ahead_bytes() {
+// The K-quant kernels spend more instructions per line of weights (Q6_K ~8,
+// Q4_K ~5, against Q8_0's ~3), so fewer of their loads are in flight even
+// where the Q4_0/Q8_0 ones keep up: on the AMD host (`cairn bench-model -p 32
+// -n 64 --batch 1`, alternating) 4 KiB ahead took Q4_K decode from 66-68 to
+// 85-91 tok/s and Q6_K from 36-38 to 51-57 (8 KiB the same, 2 KiB less).
+// They prefetch 4 KiB ahead on every host.
+std::optional<size_t> prefetch_from_env() {
   if (const char* e = std::getenv("CAIRN_PREFETCH")) {
     char* end = nullptr;
     const unsigned long v = std::strtoul(e, &end, 10);
     if (end != e && *end == '\0' && v <= (size_t{1} << 20)) return v & ~size_t{63};
   }
-  return cpu_features().intel ? 4096 : 0;
+  return std::nullopt;
 }
-const size_t stream_ahead = stream_ahead_bytes();
+const size_t stream_ahead = prefetch_from_env().value_or(cpu_features().intel ? 4096 : 0);
+const size_t k_stream_ahead = prefetch_from_env().value_or(4096);
 
 }  // namespace
 
-size_t packed_stream_ahead() { return stream_ahead; }
+size_t packed_stream_ahead(PackedMatrix::Layout layout) {
+  const bool k_quant =
+      layout == PackedMatrix::Layout::Q4_Kx16 || layout == PackedMatrix::Layout::Q6_Kx16;
+  return k_quant ? k_stream_ahead : stream_ahead;
+}
 
 namespace {
 

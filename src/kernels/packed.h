@@ -120,9 +120,9 @@ bool packed_compatible(const PackedMatrix& a, const PackedMatrix& b);
 void packed_matmul_many(std::span<const PackedJob> jobs, const float* x, int64_t n_tokens,
                         ThreadPool& pool, std::span<const PackedMatrix* const> next);
 
-// How far ahead of its loads a one-token kernel requests weights streamed
-// from memory (bytes; 0: no software prefetch). See packed.cpp.
-size_t packed_stream_ahead();
+// How far ahead of its loads a one-token kernel over `layout` requests
+// weights streamed from memory (bytes; 0: no software prefetch). See packed.cpp.
+size_t packed_stream_ahead(PackedMatrix::Layout layout);
 
 // The K-quant packers and matmul (packed_k.cpp); packed_matmul_many sends
 // Q4_Kx16 and Q6_Kx16 jobs there.

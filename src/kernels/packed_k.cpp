@@ -557,7 +557,7 @@ void packed_k_matmul_many(std::span<const PackedJob> jobs, const float* x, int64
         const int64_t b = std::max(g0, base), e = std::min(g1, base + pm.n_groups);
         if (b < e)
           (q6 ? k_one<true> : k_one<false>)(pm, b - base, e - base, act, j.out,
-                                            packed_stream_ahead());
+                                            packed_stream_ahead(pm.layout));
         base += pm.n_groups;
       }
     };
