@@ -233,7 +233,7 @@ BENCHMARK(BM_VnniPeak)->UseRealTime();
 
 void Args(benchmark::internal::Benchmark* b) {
   for (int threads : {1, 2})
-    for (int tokens : {1, 16, 128}) b->Args({tokens, threads});
+    for (int tokens : {1, 4, 16, 128}) b->Args({tokens, threads});
   b->UseRealTime();
 }
 

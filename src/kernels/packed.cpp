@@ -224,7 +224,8 @@ CAIRN_VNNI void quantize_act(int32_t offset, const float* x, int64_t cols, uint8
 // where the Q4_0/Q8_0 ones keep up: on the AMD host (`cairn bench-model -p 32
 // -n 64 --batch 1`, alternating) 4 KiB ahead took Q4_K decode from 66-68 to
 // 85-91 tok/s and Q6_K from 36-38 to 51-57 (8 KiB the same, 2 KiB less).
-// They prefetch 4 KiB ahead on every host.
+// They prefetch 4 KiB ahead on every host (dense_stream_ahead), as do the
+// Q4_0/Q8_0 kernels for 4 to 8 tokens (tile_few_run).
 std::optional<size_t> prefetch_from_env() {
   if (const char* e = std::getenv("CAIRN_PREFETCH")) {
     char* end = nullptr;
@@ -234,14 +235,14 @@ std::optional<size_t> prefetch_from_env() {
   return std::nullopt;
 }
 const size_t stream_ahead = prefetch_from_env().value_or(cpu_features().intel ? 4096 : 0);
-const size_t k_stream_ahead = prefetch_from_env().value_or(4096);
+const size_t dense_stream_ahead = prefetch_from_env().value_or(4096);
 
 }  // namespace
 
 size_t packed_stream_ahead(PackedMatrix::Layout layout) {
   const bool k_quant =
       layout == PackedMatrix::Layout::Q4_Kx16 || layout == PackedMatrix::Layout::Q6_Kx16;
-  return k_quant ? k_stream_ahead : stream_ahead;
+  return k_quant ? dense_stream_ahead : stream_ahead;
 }
 
 namespace {
@@ -335,6 +336,126 @@ CAIRN_VNNI void tile_one_run(const PackedMatrix& pm, int64_t g0, int64_t g1, con
   for (int64_t g = g0; g < g1; ++g)
     _mm512_mask_storeu_ps(out + g * kGroup, row_mask(pm, g), acc[g - g0]);
 }
+
+// NT (2..kFewTokens) tokens against blocks [0, n) of one group at gw, as
+// tile_one_blocks() does for one: each chunk of weights is loaded and masked
+// once and feeds every token's dots straight from memory, with no split copy.
+// For the few sequences of a lightly loaded server: the two-group tiles split
+// each range of Q4_0 codes into a copy first, which at 2 tokens cost about as
+// much as the dots (bench_matmul, 5632x2048 Q4_0, one thread: 2 tokens took
+// 244-319 us, one token 95), and batch-2 decode ran no faster than batch 1.
+template <bool kQ4, int NT>
+[[gnu::noinline]] CAIRN_VNNI void tile_few_blocks(const uint8_t* gw, int64_t n, const uint8_t* act,
+                                                  size_t stride, __m512* acc_io, size_t ahead) {
+  constexpr size_t kBlock = kQ4 ? kQ4Block : kQ8Block;
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  const __m512i mf0 = _mm512_set1_epi8((char)0xF0);
+  __m512 acc[NT];
+#pragma GCC unroll 8
+  for (int t = 0; t < NT; ++t) acc[t] = acc_io[t];
+  // Inlined by force: called three times, GCC made it a function taking the
+  // sums through memory.
+  const auto block = [&](const uint8_t* scales, const uint8_t* chunks, int64_t b)
+      __attribute__((always_inline)) {
+    const uint8_t* qs = act + kActRec * (size_t)b;  // token t's record: qs + t * stride
+    __m512i s_lo[NT], s_hi[NT];
+#pragma GCC unroll 8
+    for (int t = 0; t < NT; ++t) {
+      s_lo[t] = _mm512_set1_epi32(act_bias(qs + t * stride));
+      s_hi[t] = _mm512_setzero_si512();
+    }
+    if constexpr (kQ4) {  // high nibbles masked in place, as tile_one_blocks()
+#pragma GCC unroll 4
+      for (int k = 0; k < 4; ++k) {
+        const __m512i q = _mm512_loadu_si512(chunks + 64 * k);
+        const __m512i lo = _mm512_and_si512(q, m4), hi = _mm512_and_si512(q, mf0);
+#pragma GCC unroll 8
+        for (int t = 0; t < NT; ++t) {
+          s_lo[t] = dpbusd_bcast(s_lo[t], lo, qs + t * stride + 4 * k);
+          s_hi[t] = dpbusd_bcast(s_hi[t], hi, qs + t * stride + 16 + 4 * k);
+        }
+      }
+#pragma GCC unroll 8
+      for (int t = 0; t < NT; ++t)
+        s_lo[t] = _mm512_add_epi32(s_lo[t], _mm512_srai_epi32(s_hi[t], 4));
+    } else {
+#pragma GCC unroll 8
+      for (int k = 0; k < 8; k += 2) {
+        const __m512i w0 = _mm512_loadu_si512(chunks + 64 * k);
+        const __m512i w1 = _mm512_loadu_si512(chunks + 64 * (k + 1));
+#pragma GCC unroll 8
+        for (int t = 0; t < NT; ++t) {
+          s_lo[t] = dpbusd_bcast(s_lo[t], w0, qs + t * stride + 4 * k);
+          s_hi[t] = dpbusd_bcast(s_hi[t], w1, qs + t * stride + 4 * k + 4);
+        }
+      }
+#pragma GCC unroll 8
+      for (int t = 0; t < NT; ++t) s_lo[t] = _mm512_add_epi32(s_lo[t], s_hi[t]);
+    }
+    const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales)));
+#pragma GCC unroll 8
+    for (int t = 0; t < NT; ++t) {
+      const __m512 dd = _mm512_mul_ps(dw, _mm512_set1_ps(act_d(qs + t * stride)));
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s_lo[t]), dd, acc[t]);
+    }
+  };
+  int64_t b = 0;
+  for (; b + 2 <= n; b += 2) {  // whole pairs (see block_at)
+    const uint8_t* pair = gw + (size_t)b * kBlock;
+    if (ahead != 0) {  // may point past the weights: a prefetch never faults
+      const uintptr_t next = reinterpret_cast<uintptr_t>(pair) + ahead;
+      for (size_t line = 0; line < 2 * kBlock; line += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(next + line), _MM_HINT_T1);
+    }
+    block(pair, pair + 64, b);
+    block(pair + 32, pair + 32 + kBlock, b + 1);
+  }
+  if (b < n) {
+    const uint8_t* lone = gw + (size_t)b * kBlock;
+    block(lone, lone + 32, b);
+  }
+#pragma GCC unroll 8
+  for (int t = 0; t < NT; ++t) acc_io[t] = acc[t];
+}
+
+// Groups [g0, g1) of one run against NT tokens, slice by slice as
+// tile_one_run() walks them: out[t * out_stride + r].
+template <bool kQ4, int NT>
+CAIRN_VNNI void tile_few_run(const PackedMatrix& pm, int64_t g0, int64_t g1, const uint8_t* act,
+                             size_t stride, float* out, int64_t out_stride, size_t ahead) {
+  __m512 acc[PackedMatrix::kRunGroups][NT];
+  for (auto& group : acc)
+    for (__m512& a : group) a = _mm512_setzero_ps();
+  for (int64_t c = 0, nc = pm.n_slices(); c < nc; ++c) {
+    const uint8_t* a = act + kActRec * (size_t)(c * pm.slice_blocks);
+    for (int64_t g = g0; g < g1; ++g)
+      tile_few_blocks<kQ4, NT>(pm.slice(g, c), pm.slice_len(c), a, stride, acc[g - g0], ahead);
+  }
+  for (int64_t g = g0; g < g1; ++g)
+    for (int t = 0; t < NT; ++t)
+      _mm512_mask_storeu_ps(out + t * out_stride + g * kGroup, row_mask(pm, g), acc[g - g0][t]);
+}
+
+using FewRunFn = void (*)(const PackedMatrix&, int64_t, int64_t, const uint8_t*, size_t, float*,
+                          int64_t, size_t);
+// Batches of 2..kFewTokens tokens take these kernels (8: 2 x 8 sums, 8
+// accumulators and the weights fill the 32 vector registers). TinyLlama Q4_0
+// decode, `bench-model -p 32 -n 32`, two rounds against the two-group tiles
+// (AMD EPYC Zen 5, 2 threads, aggregate tok/s): batch 2 88-101 -> 152-165,
+// 3 140-149 -> 189-203, 4 173-181 -> 218-239, 6 218-229 -> 273-308,
+// 8 245-280 -> 332-351; Q8_0 batch 2 70 -> 97, 4 119 -> 153, 8 236 -> 261.
+constexpr int kFewTokens = 8;
+// From 4 tokens on, the kernels issue enough instructions per line of weights
+// that the hardware prefetchers no longer keep up (as with the K-quants):
+// they request weights dense_stream_ahead ahead on every host. At 2 and 3
+// tokens that measured no better (batch 3: 167-190 with it, 189-203 without).
+constexpr int kFewPrefetchFrom = 4;
+// [kQ4][nt - 2]
+constexpr FewRunFn kFewRuns[2][kFewTokens - 1] = {
+    {tile_few_run<false, 2>, tile_few_run<false, 3>, tile_few_run<false, 4>, tile_few_run<false, 5>,
+     tile_few_run<false, 6>, tile_few_run<false, 7>, tile_few_run<false, 8>},
+    {tile_few_run<true, 2>, tile_few_run<true, 3>, tile_few_run<true, 4>, tile_few_run<true, 5>,
+     tile_few_run<true, 6>, tile_few_run<true, 7>, tile_few_run<true, 8>}};
 
 // Every loop over tokens and chunks is unrolled so the arrays below live in
 // registers (the Release build is -O2, which would keep them in memory).
@@ -1142,15 +1263,20 @@ void packed_matmul_many(std::span<const PackedJob> jobs, const float* x, int64_t
     for (const PackedJob& j : jobs) {
       const int64_t n = j.matrix->n_groups;
       const int64_t end = std::min(g1, base + n);
-      if (t1 - t0 == 1) {  // one token: whole runs in step, so the reads stay in order
+      if (t1 - t0 <= kFewTokens) {  // whole runs in step, so the reads stay in order
         const PackedMatrix& pm = *j.matrix;
         const bool q4 = pm.layout == PackedMatrix::Layout::Q4_0x16;
+        const int64_t nt = t1 - t0;
         for (int64_t lg = std::max(g0, base) - base; lg < end - base;) {
           const int64_t run_end =
               std::min(end - base, lg - lg % PackedMatrix::kRunGroups + PackedMatrix::kRunGroups);
-          (q4 ? tile_one_run<true> : tile_one_run<false>)(pm, lg, run_end,
-                                                          act + (size_t)t0 * stride,
-                                                          j.out + t0 * pm.rows, stream_ahead);
+          const uint8_t* a = act + (size_t)t0 * stride;
+          float* o = j.out + t0 * pm.rows;
+          if (nt == 1)
+            (q4 ? tile_one_run<true> : tile_one_run<false>)(pm, lg, run_end, a, o, stream_ahead);
+          else
+            kFewRuns[q4][nt - 2](pm, lg, run_end, a, stride, o, pm.rows,
+                                 nt >= kFewPrefetchFrom ? dense_stream_ahead : stream_ahead);
           lg = run_end;
         }
         base += n;

@@ -77,7 +77,7 @@ TEST_P(PackedKernels, BitIdenticalToScalarOnRaggedShapes) {
   ThreadPool pool(2);
   for (int64_t rows : {1, 15, 16, 17, 40}) {
     for (int64_t cols : {32, 96, 512}) {
-      for (int64_t tokens : {1, 2, 3, 5, 8, 9, 13})
+      for (int64_t tokens : {1, 2, 3, 4, 5, 6, 7, 8, 9, 13})
         check_bit_identical({GetParam(), rows, cols, tokens}, pool);
     }
   }
@@ -103,7 +103,7 @@ TEST_P(PackedKernels, BitIdenticalToScalarOnRaggedShapes) {
   // whose ranges split a run, and every tile width.
   for (int64_t cols : {2080, 4128, 5632}) {
     for (int64_t rows : {17, 100}) {
-      for (int64_t tokens : {1, 2, 5, 9, 70}) {
+      for (int64_t tokens : {1, 2, 5, 8, 9, 70}) {
         check_bit_identical({GetParam(), rows, cols, tokens}, pool);
         check_bit_identical({GetParam(), rows, cols, tokens}, three);
       }
