@@ -257,6 +257,31 @@ CAIRN_VNNI inline __m512i dpbusd_bcast(__m512i acc, __m512i w, const uint8_t* p)
   return acc;
 }
 
+// block(scales, chunks, b) for blocks [0, n) of one group's slice at gw, in
+// the order stored (pairs, then a lone last block: see block_at), requesting
+// weights `ahead` bytes before their loads (0: none; a prefetch past the end
+// never faults).
+template <size_t kBlock, typename Block>
+CAIRN_VNNI inline __attribute__((always_inline)) void for_each_block(const uint8_t* gw, int64_t n,
+                                                                     size_t ahead,
+                                                                     const Block& block) {
+  int64_t b = 0;
+  for (; b + 2 <= n; b += 2) {
+    const uint8_t* pair = gw + (size_t)b * kBlock;
+    if (ahead != 0) {
+      const uintptr_t next = reinterpret_cast<uintptr_t>(pair) + ahead;
+      for (size_t line = 0; line < 2 * kBlock; line += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(next + line), _MM_HINT_T1);
+    }
+    block(pair, pair + 64, b);
+    block(pair + 32, pair + 32 + kBlock, b + 1);
+  }
+  if (b < n) {
+    const uint8_t* lone = gw + (size_t)b * kBlock;
+    block(lone, lone + 32, b);
+  }
+}
+
 // One token against blocks [0, n) of one 16-row group at gw, with the
 // activation records act[0, n), continuing acc (decode). tile_blocks()'s
 // arithmetic in fewer instructions per block, so more of the weight stream is
@@ -274,7 +299,9 @@ CAIRN_VNNI __m512 tile_one_blocks(const uint8_t* gw, int64_t n, const uint8_t* a
   constexpr size_t kBlock = kQ4 ? kQ4Block : kQ8Block;
   const __m512i m4 = _mm512_set1_epi8(0x0F);
   const __m512i mf0 = _mm512_set1_epi8((char)0xF0);
-  const auto block = [&](const uint8_t* scales, const uint8_t* chunks, const uint8_t* qs) {
+  const auto block = [&](const uint8_t* scales, const uint8_t* chunks, int64_t b)
+      __attribute__((always_inline)) {
+    const uint8_t* qs = act + kActRec * (size_t)b;
     __m512i s_lo = _mm512_set1_epi32(act_bias(qs)), s_hi = _mm512_setzero_si512();
     if constexpr (kQ4) {
 #pragma GCC unroll 4
@@ -296,21 +323,7 @@ CAIRN_VNNI __m512 tile_one_blocks(const uint8_t* gw, int64_t n, const uint8_t* a
     const __m512 dd = _mm512_mul_ps(dw, _mm512_set1_ps(act_d(qs)));
     acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s_lo), dd, acc);
   };
-  int64_t b = 0;
-  for (; b + 2 <= n; b += 2) {  // whole pairs (see block_at)
-    const uint8_t* pair = gw + (size_t)b * kBlock;
-    if (ahead != 0) {  // may point past the weights: a prefetch never faults
-      const uintptr_t next = reinterpret_cast<uintptr_t>(pair) + ahead;
-      for (size_t line = 0; line < 2 * kBlock; line += 64)
-        _mm_prefetch(reinterpret_cast<const char*>(next + line), _MM_HINT_T1);
-    }
-    block(pair, pair + 64, act + kActRec * (size_t)b);
-    block(pair + 32, pair + 32 + kBlock, act + kActRec * (size_t)(b + 1));
-  }
-  if (b < n) {
-    const uint8_t* lone = gw + (size_t)b * kBlock;
-    block(lone, lone + 32, act + kActRec * (size_t)b);
-  }
+  for_each_block<kBlock>(gw, n, ahead, block);
   return acc;
 }
 
@@ -354,7 +367,7 @@ template <bool kQ4, int NT>
 #pragma GCC unroll 8
   for (int t = 0; t < NT; ++t) acc[t] = acc_io[t];
   // Inlined by force: called three times, GCC made it a function taking the
-  // sums through memory.
+  // sums through memory (so is tile_one_blocks' block).
   const auto block = [&](const uint8_t* scales, const uint8_t* chunks, int64_t b)
       __attribute__((always_inline)) {
     const uint8_t* qs = act + kActRec * (size_t)b;  // token t's record: qs + t * stride
@@ -399,21 +412,7 @@ template <bool kQ4, int NT>
       acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s_lo[t]), dd, acc[t]);
     }
   };
-  int64_t b = 0;
-  for (; b + 2 <= n; b += 2) {  // whole pairs (see block_at)
-    const uint8_t* pair = gw + (size_t)b * kBlock;
-    if (ahead != 0) {  // may point past the weights: a prefetch never faults
-      const uintptr_t next = reinterpret_cast<uintptr_t>(pair) + ahead;
-      for (size_t line = 0; line < 2 * kBlock; line += 64)
-        _mm_prefetch(reinterpret_cast<const char*>(next + line), _MM_HINT_T1);
-    }
-    block(pair, pair + 64, b);
-    block(pair + 32, pair + 32 + kBlock, b + 1);
-  }
-  if (b < n) {
-    const uint8_t* lone = gw + (size_t)b * kBlock;
-    block(lone, lone + 32, b);
-  }
+  for_each_block<kBlock>(gw, n, ahead, block);
 #pragma GCC unroll 8
   for (int t = 0; t < NT; ++t) acc_io[t] = acc[t];
 }
