@@ -125,7 +125,7 @@ TEST_P(PackedKQuants, BitIdenticalToScalar) {
   ThreadPool pool(2), three(3);
   for (int64_t rows : {1, 16, 17, 40}) {
     for (int64_t cols : {256, 768}) {
-      for (int64_t tokens : {1, 2, 3, 4, 5, 7, 9})
+      for (int64_t tokens : {1, 2, 3, 4, 5, 6, 7, 8, 9, 13, 16, 17})
         check_bit_identical({GetParam(), rows, cols, tokens}, pool);
     }
   }
