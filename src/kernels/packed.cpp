@@ -417,44 +417,57 @@ template <bool kQ4, int NT>
   for (int t = 0; t < NT; ++t) acc_io[t] = acc[t];
 }
 
-// Groups [g0, g1) of one run against NT tokens, slice by slice as
-// tile_one_run() walks them: out[t * out_stride + r].
-template <bool kQ4, int NT>
-CAIRN_VNNI void tile_few_run(const PackedMatrix& pm, int64_t g0, int64_t g1, const uint8_t* act,
-                             size_t stride, float* out, int64_t out_stride, size_t ahead) {
-  __m512 acc[PackedMatrix::kRunGroups][NT];
-  for (auto& group : acc)
-    for (__m512& a : group) a = _mm512_setzero_ps();
-  for (int64_t c = 0, nc = pm.n_slices(); c < nc; ++c) {
-    const uint8_t* a = act + kActRec * (size_t)(c * pm.slice_blocks);
-    for (int64_t g = g0; g < g1; ++g)
-      tile_few_blocks<kQ4, NT>(pm.slice(g, c), pm.slice_len(c), a, stride, acc[g - g0], ahead);
-  }
-  for (int64_t g = g0; g < g1; ++g)
-    for (int t = 0; t < NT; ++t)
-      _mm512_mask_storeu_ps(out + t * out_stride + g * kGroup, row_mask(pm, g), acc[g - g0][t]);
-}
+// tile_few_blocks for 1..kFewTile tokens: 2 x 8 sums, 8 accumulators and the
+// weights fill the 32 vector registers.
+constexpr int kFewTile = 8;
+using FewBlocksFn = void (*)(const uint8_t*, int64_t, const uint8_t*, size_t, __m512*, size_t);
+constexpr FewBlocksFn kFewBlocks[2][kFewTile] = {
+    {tile_few_blocks<false, 1>, tile_few_blocks<false, 2>, tile_few_blocks<false, 3>,
+     tile_few_blocks<false, 4>, tile_few_blocks<false, 5>, tile_few_blocks<false, 6>,
+     tile_few_blocks<false, 7>, tile_few_blocks<false, 8>},
+    {tile_few_blocks<true, 1>, tile_few_blocks<true, 2>, tile_few_blocks<true, 3>,
+     tile_few_blocks<true, 4>, tile_few_blocks<true, 5>, tile_few_blocks<true, 6>,
+     tile_few_blocks<true, 7>, tile_few_blocks<true, 8>}};
+static_assert(kFewTile == 8, "kFewBlocks names every tile size");
 
-using FewRunFn = void (*)(const PackedMatrix&, int64_t, int64_t, const uint8_t*, size_t, float*,
-                          int64_t, size_t);
-// Batches of 2..kFewTokens tokens take these kernels (8: 2 x 8 sums, 8
-// accumulators and the weights fill the 32 vector registers). TinyLlama Q4_0
-// decode, `bench-model -p 32 -n 32`, two rounds against the two-group tiles
-// (AMD EPYC Zen 5, 2 threads, aggregate tok/s): batch 2 88-101 -> 152-165,
-// 3 140-149 -> 189-203, 4 173-181 -> 218-239, 6 218-229 -> 273-308,
-// 8 245-280 -> 332-351; Q8_0 batch 2 70 -> 97, 4 119 -> 153, 8 236 -> 261.
-constexpr int kFewTokens = 8;
+// Batches of 2..kFewTokens tokens take tile_few_run. TinyLlama Q4_0 decode,
+// `bench-model -p 32 -n 32`, two rounds against the two-group tiles (AMD
+// EPYC Zen 5, 2 threads, aggregate tok/s): batch 2 88-101 -> 152-165, 3
+// 140-149 -> 189-203, 4 173-181 -> 218-239, 6 218-229 -> 273-308, 8 245-280
+// -> 332-351; Q8_0 batch 2 70 -> 97, 4 119 -> 153, 8 236 -> 261. In tiles of
+// 8 beyond that, against the same: Q4_0 batch 12 267-275 -> 322-324, 16
+// 290-302 -> 332-350, 24 344-349 -> 369; Q8_0 12 248-256 -> 275-281, 16
+// 287-293 -> 320-327. At 32 tokens the two paths tie, at 64 the two-group
+// tiles win (412 against 374-384).
+constexpr int kFewTokens = 24;
 // From 4 tokens on, the kernels issue enough instructions per line of weights
 // that the hardware prefetchers no longer keep up (as with the K-quants):
 // they request weights dense_stream_ahead ahead on every host. At 2 and 3
 // tokens that measured no better (batch 3: 167-190 with it, 189-203 without).
 constexpr int kFewPrefetchFrom = 4;
-// [kQ4][nt - 2]
-constexpr FewRunFn kFewRuns[2][kFewTokens - 1] = {
-    {tile_few_run<false, 2>, tile_few_run<false, 3>, tile_few_run<false, 4>, tile_few_run<false, 5>,
-     tile_few_run<false, 6>, tile_few_run<false, 7>, tile_few_run<false, 8>},
-    {tile_few_run<true, 2>, tile_few_run<true, 3>, tile_few_run<true, 4>, tile_few_run<true, 5>,
-     tile_few_run<true, 6>, tile_few_run<true, 7>, tile_few_run<true, 8>}};
+
+// Groups [g0, g1) of one run against tokens [0, n) (n <= kFewTokens), slice
+// by slice as tile_one_run() walks them, each group's slice serving every tile
+// of up to kFewTile tokens while in L1 (only the first tile requests weights
+// ahead): out[t * out_stride + r].
+CAIRN_VNNI void tile_few_run(bool q4, const PackedMatrix& pm, int64_t g0, int64_t g1,
+                             const uint8_t* act, size_t stride, int64_t n, float* out,
+                             int64_t out_stride, size_t ahead) {
+  __m512 acc[PackedMatrix::kRunGroups][kFewTokens];
+  for (int64_t g = g0; g < g1; ++g)
+    for (int64_t t = 0; t < n; ++t) acc[g - g0][t] = _mm512_setzero_ps();
+  for (int64_t c = 0, nc = pm.n_slices(); c < nc; ++c) {
+    const uint8_t* a = act + kActRec * (size_t)(c * pm.slice_blocks);
+    for (int64_t g = g0; g < g1; ++g)
+      for (int64_t t = 0; t < n; t += kFewTile)
+        kFewBlocks[q4][std::min<int64_t>(kFewTile, n - t) - 1](pm.slice(g, c), pm.slice_len(c),
+                                                               a + (size_t)t * stride, stride,
+                                                               acc[g - g0] + t, t == 0 ? ahead : 0);
+  }
+  for (int64_t g = g0; g < g1; ++g)
+    for (int64_t t = 0; t < n; ++t)
+      _mm512_mask_storeu_ps(out + t * out_stride + g * kGroup, row_mask(pm, g), acc[g - g0][t]);
+}
 
 // Every loop over tokens and chunks is unrolled so the arrays below live in
 // registers (the Release build is -O2, which would keep them in memory).
@@ -1262,7 +1275,10 @@ void packed_matmul_many(std::span<const PackedJob> jobs, const float* x, int64_t
     for (const PackedJob& j : jobs) {
       const int64_t n = j.matrix->n_groups;
       const int64_t end = std::min(g1, base + n);
-      if (t1 - t0 <= kFewTokens) {  // whole runs in step, so the reads stay in order
+      // Where AMX runs, batches of a whole tile of tokens stay with it
+      // (unmeasured: no host so far had AMX).
+      const int64_t few_max = amx_pair_fn(j.matrix->layout) ? kAmxTokens - 1 : kFewTokens;
+      if (t1 - t0 <= few_max) {  // whole runs in step, so the reads stay in order
         const PackedMatrix& pm = *j.matrix;
         const bool q4 = pm.layout == PackedMatrix::Layout::Q4_0x16;
         const int64_t nt = t1 - t0;
@@ -1274,8 +1290,8 @@ void packed_matmul_many(std::span<const PackedJob> jobs, const float* x, int64_t
           if (nt == 1)
             (q4 ? tile_one_run<true> : tile_one_run<false>)(pm, lg, run_end, a, o, stream_ahead);
           else
-            kFewRuns[q4][nt - 2](pm, lg, run_end, a, stride, o, pm.rows,
-                                 nt >= kFewPrefetchFrom ? dense_stream_ahead : stream_ahead);
+            tile_few_run(q4, pm, lg, run_end, a, stride, nt, o, pm.rows,
+                         nt >= kFewPrefetchFrom ? dense_stream_ahead : stream_ahead);
           lg = run_end;
         }
         base += n;

@@ -84,12 +84,14 @@ TEST_P(PackedKernels, BitIdenticalToScalarOnRaggedShapes) {
   // More tokens than one activation chunk, and a model-sized width.
   check_bit_identical({GetParam(), 33, 2048, 70}, pool);
   check_bit_identical({GetParam(), 300, 256, 130}, pool);
-  // Two-group tiles run range by range (see tile2_ranges), Q4_0 split once
-  // per range: ranges ending in a pair, a lone block (96 and 1056 columns: 3
-  // and 33 blocks), a last range shorter than the others, every size of the
-  // last tile, and pairs of groups after the first (100 rows).
+  // Up to 24 tokens take the few-token kernels (tiles of up to 8 per slice:
+  // 15, 16, 17, 24); more, the two-group tiles, range by range (see
+  // tile2_ranges), Q4_0 split once per range: ranges ending in a pair, a lone
+  // block (96 and 1056 columns: 3 and 33 blocks), a last range shorter than
+  // the others, every size of the last tile (25..30), and pairs of groups
+  // after the first (100 rows).
   for (int64_t cols : {96, 1056, 1536})
-    for (int64_t tokens : {2, 4, 6, 15, 16, 17, 18, 19, 20, 64})
+    for (int64_t tokens : {2, 4, 6, 15, 16, 17, 24, 25, 26, 27, 28, 29, 30, 64})
       for (int64_t rows : {40, 100}) check_bit_identical({GetParam(), rows, cols, tokens}, pool);
   // Decode-sized batches on enough groups (75) that shares finish at
   // different times and take chunks from each other's ranges; 3 threads so
