@@ -225,7 +225,7 @@ CAIRN_VNNI void quantize_act(int32_t offset, const float* x, int64_t cols, uint8
 // -n 64 --batch 1`, alternating) 4 KiB ahead took Q4_K decode from 66-68 to
 // 85-91 tok/s and Q6_K from 36-38 to 51-57 (8 KiB the same, 2 KiB less).
 // They prefetch 4 KiB ahead on every host (dense_stream_ahead), as do the
-// Q4_0/Q8_0 kernels for 4 to 8 tokens (tile_few_run).
+// Q4_0/Q8_0 kernels for 4 to kFewTokens tokens (tile_few_run).
 std::optional<size_t> prefetch_from_env() {
   if (const char* e = std::getenv("CAIRN_PREFETCH")) {
     char* end = nullptr;
@@ -350,7 +350,7 @@ CAIRN_VNNI void tile_one_run(const PackedMatrix& pm, int64_t g0, int64_t g1, con
     _mm512_mask_storeu_ps(out + g * kGroup, row_mask(pm, g), acc[g - g0]);
 }
 
-// NT (2..kFewTokens) tokens against blocks [0, n) of one group at gw, as
+// NT (1..kFewTile) tokens against blocks [0, n) of one group at gw, as
 // tile_one_blocks() does for one: each chunk of weights is loaded and masked
 // once and feeds every token's dots straight from memory, with no split copy.
 // For the few sequences of a lightly loaded server: the two-group tiles split

@@ -167,24 +167,12 @@ CAIRN_VNNI inline void chunk_dots(const uint8_t* codes, int base, const uint8_t*
   }
 }
 
-// NT tokens against one super-block of a group (its header at blk, its codes
-// split at codes): acc[t] += each row's two fma, as q4_k_dot_q8_k.
+// The end of a Q4_K super-block for NT tokens (records act + t * stride),
+// given each token's sum_q: the mins' sum through the activation sums, then
+// acc[t] += each row's two fma, as q4_k_dot_q8_k.
 template <int NT>
-[[gnu::noinline]] CAIRN_VNNI void k_tile(const uint8_t* blk, const uint8_t* codes,
-                                         const uint8_t* act, size_t stride, __m512* acc_io) {
-  __m512i sum_q[NT];
-#pragma GCC unroll 8
-  for (int t = 0; t < NT; ++t) sum_q[t] = _mm512_setzero_si512();
-  for (int s = 0; s < 8; ++s) {
-    const __m512i sc = _mm512_cvtepu8_epi32(
-        _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + kOffScales + 16 * s)));
-    __m512i even[NT], odd[NT];  // two chains per token
-    chunk_dots<NT, 2, 1>(codes, 8 * s, act, stride, even, odd);
-#pragma GCC unroll 8
-    for (int t = 0; t < NT; ++t)
-      sum_q[t] =
-          _mm512_add_epi32(sum_q[t], _mm512_mullo_epi32(_mm512_add_epi32(even[t], odd[t]), sc));
-  }
+CAIRN_VNNI inline void q4k_finish(const uint8_t* blk, const uint8_t* act, size_t stride,
+                                  const __m512i* sum_q, __m512* acc) {
   __m512i sum_mins[NT];
 #pragma GCC unroll 8
   for (int t = 0; t < NT; ++t) sum_mins[t] = _mm512_setzero_si512();
@@ -207,12 +195,32 @@ template <int NT>
   for (int t = 0; t < NT; ++t) {
     float yd;
     std::memcpy(&yd, act + t * stride + kRecD, 4);
-    __m512 a = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_set1_ps(yd), d), _mm512_cvtepi32_ps(sum_q[t]),
-                               acc_io[t]);
-    a = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_set1_ps(-yd), dmin), _mm512_cvtepi32_ps(sum_mins[t]),
-                        a);
-    acc_io[t] = a;
+    const __m512 a =
+        _mm512_fmadd_ps(_mm512_mul_ps(_mm512_set1_ps(yd), d), _mm512_cvtepi32_ps(sum_q[t]), acc[t]);
+    acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_set1_ps(-yd), dmin),
+                             _mm512_cvtepi32_ps(sum_mins[t]), a);
   }
+}
+
+// NT tokens against one super-block of a group (its header at blk, its codes
+// split at codes): acc[t] += each row's two fma, as q4_k_dot_q8_k.
+template <int NT>
+[[gnu::noinline]] CAIRN_VNNI void k_tile(const uint8_t* blk, const uint8_t* codes,
+                                         const uint8_t* act, size_t stride, __m512* acc_io) {
+  __m512i sum_q[NT];
+#pragma GCC unroll 8
+  for (int t = 0; t < NT; ++t) sum_q[t] = _mm512_setzero_si512();
+  for (int s = 0; s < 8; ++s) {
+    const __m512i sc = _mm512_cvtepu8_epi32(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + kOffScales + 16 * s)));
+    __m512i even[NT], odd[NT];  // two chains per token
+    chunk_dots<NT, 2, 1>(codes, 8 * s, act, stride, even, odd);
+#pragma GCC unroll 8
+    for (int t = 0; t < NT; ++t)
+      sum_q[t] =
+          _mm512_add_epi32(sum_q[t], _mm512_mullo_epi32(_mm512_add_epi32(even[t], odd[t]), sc));
+  }
+  q4k_finish<NT>(blk, act, stride, sum_q, acc_io);
 }
 
 // One token against one super-block of a group (decode): no split copy, the
@@ -299,33 +307,7 @@ CAIRN_VNNI inline void k_few_block(const uint8_t* blk, const uint8_t* act, size_
       sum_q[t] = _mm512_add_epi32(sum_q[t], _mm512_mullo_epi32(_mm512_srai_epi32(hi[t], 4), sc_hi));
     }
   }
-  __m512i sum_mins[NT];
-#pragma GCC unroll 8
-  for (int t = 0; t < NT; ++t) sum_mins[t] = _mm512_setzero_si512();
-#pragma GCC unroll 4
-  for (int i = 0; i < 4; ++i) {
-    const __m512i m = _mm512_cvtepu8_epi16(
-        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kOffMins + 32 * i)));
-#pragma GCC unroll 8
-    for (int t = 0; t < NT; ++t) {
-      int32_t pair;
-      std::memcpy(&pair, act + t * stride + kRecSums + 4 * i, 4);
-      sum_mins[t] = _mm512_dpwssd_epi32(sum_mins[t], m, _mm512_set1_epi32(pair));
-    }
-  }
-  const __m512 d =
-      _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kOffD)));
-  const __m512 dmin =
-      _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kOffDmin)));
-#pragma GCC unroll 8
-  for (int t = 0; t < NT; ++t) {
-    float yd;
-    std::memcpy(&yd, act + t * stride + kRecD, 4);
-    const __m512 a =
-        _mm512_fmadd_ps(_mm512_mul_ps(_mm512_set1_ps(yd), d), _mm512_cvtepi32_ps(sum_q[t]), acc[t]);
-    acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_set1_ps(-yd), dmin),
-                             _mm512_cvtepi32_ps(sum_mins[t]), a);
-  }
+  q4k_finish<NT>(blk, act, stride, sum_q, acc);
 }
 
 // ---- Q6_K ---------------------------------------------------------------------
@@ -449,6 +431,81 @@ CAIRN_VNNI inline __m512 k6_one_block(const uint8_t* blk, const uint8_t* a, __m5
   return q6_accumulate(blk, a, sum_q, offset, acc);
 }
 
+// Element group k (0..3: elements 64k + 4c..) of Q6_K chunk c, as q6_codes()
+// builds all four: one group at a time keeps fewer vectors live.
+template <int K>
+CAIRN_VNNI inline __m512i q6_group(const uint8_t* blk, int c) {
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  const __m512i m30 = _mm512_set1_epi8(0x30);
+  const __m512i h = _mm512_loadu_si512(blk + kQ6OffHigh + 64 * c);
+  const __m512i l = _mm512_loadu_si512(blk + kQ6OffLow + 64 * (K % 2 ? 16 + c : c));
+  const __m512i low =
+      K < 2 ? _mm512_and_si512(l, m4) : _mm512_and_si512(_mm512_srli_epi16(l, 4), m4);
+  const __m512i top = K == 0   ? _mm512_slli_epi16(h, 4)
+                      : K == 1 ? _mm512_slli_epi16(h, 2)
+                      : K == 2 ? h
+                               : _mm512_srli_epi16(h, 2);
+  return _mm512_or_si512(low, _mm512_and_si512(top, m30));
+}
+
+// Sub-blocks 4K + q (q = 0..3) of one Q6_K super-block for NT tokens:
+// sum_q[t] += scale * (codes . activations), as k6_one_block() forms them.
+template <int K, int NT>
+CAIRN_VNNI inline void k6_few_groups(const uint8_t* blk, const uint8_t* act, size_t stride,
+                                     __m512i* sum_q) {
+#pragma GCC unroll 1
+  for (int q = 0; q < 4; ++q) {
+    __m512i d[NT];
+#pragma GCC unroll 8
+    for (int t = 0; t < NT; ++t) d[t] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+    for (int cc = 0; cc < 4; ++cc) {
+      const int c = 4 * q + cc;
+      const __m512i g = q6_group<K>(blk, c);
+#pragma GCC unroll 8
+      for (int t = 0; t < NT; ++t)
+        d[t] = dpbusd_bcast(d[t], g, act + t * stride + kRecQs + 64 * K + 4 * c);
+    }
+    const int sb = 4 * K + q;  // scales of sub-blocks 2i, 2i + 1 are pair i
+    const __m512i pairs = _mm512_cvtepi8_epi16(
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kQ6OffScales + 32 * (sb / 2))));
+    const __m512i sc =
+        sb % 2 ? _mm512_srai_epi32(pairs, 16) : _mm512_srai_epi32(_mm512_slli_epi32(pairs, 16), 16);
+#pragma GCC unroll 8
+    for (int t = 0; t < NT; ++t)
+      sum_q[t] = _mm512_add_epi32(sum_q[t], _mm512_mullo_epi32(d[t], sc));
+  }
+}
+
+// NT tokens against one Q6_K super-block of a group (k_few_block's Q6_K
+// counterpart): codes built once per chunk and element group for every
+// token, the offset through the bsums as k6_one_block() does, its one fma.
+template <int NT>
+CAIRN_VNNI inline void k6_few_block(const uint8_t* blk, const uint8_t* act, size_t stride,
+                                    __m512* acc) {
+  __m512i sum_q[NT], offset[NT];
+#pragma GCC unroll 8
+  for (int t = 0; t < NT; ++t) sum_q[t] = offset[t] = _mm512_setzero_si512();
+  k6_few_groups<0, NT>(blk, act, stride, sum_q);
+  k6_few_groups<1, NT>(blk, act, stride, sum_q);
+  k6_few_groups<2, NT>(blk, act, stride, sum_q);
+  k6_few_groups<3, NT>(blk, act, stride, sum_q);
+#pragma GCC unroll 1
+  for (int i = 0; i < 8; ++i) {
+    const __m512i pairs = _mm512_cvtepi8_epi16(
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kQ6OffScales + 32 * i)));
+#pragma GCC unroll 8
+    for (int t = 0; t < NT; ++t) {
+      int32_t pair;
+      std::memcpy(&pair, act + t * stride + kRecSums + 4 * i, 4);
+      offset[t] = _mm512_dpwssd_epi32(offset[t], pairs, _mm512_set1_epi32(pair));
+    }
+  }
+#pragma GCC unroll 8
+  for (int t = 0; t < NT; ++t)
+    acc[t] = q6_accumulate(blk, act + t * stride, sum_q[t], offset[t], acc[t]);
+}
+
 // ---- drivers --------------------------------------------------------------------
 
 // Group g's 16 outputs (fewer in a short last group).
@@ -477,27 +534,32 @@ CAIRN_VNNI void k_one(const PackedMatrix& pm, int64_t g0, int64_t g1, const uint
   }
 }
 
-// k_few_block for 1..kKFewTile tokens. Tiles of 8: 3 x 8 sums, the weights
-// and masks nearly fill the 32 vector registers.
+// k_few_block (Q4_K) and k6_few_block (Q6_K) for 1..kKFewTile tokens. Tiles
+// of 8: 3 x 8 sums, the weights and masks nearly fill the 32 vector registers.
 constexpr int kKFewTile = 8;
 using KFewBlockFn = void (*)(const uint8_t*, const uint8_t*, size_t, __m512*);
-constexpr KFewBlockFn kKFewBlocks[kKFewTile] = {k_few_block<1>, k_few_block<2>, k_few_block<3>,
-                                                k_few_block<4>, k_few_block<5>, k_few_block<6>,
-                                                k_few_block<7>, k_few_block<8>};
+constexpr KFewBlockFn kKFewBlocks[2][kKFewTile] = {
+    {k_few_block<1>, k_few_block<2>, k_few_block<3>, k_few_block<4>, k_few_block<5>, k_few_block<6>,
+     k_few_block<7>, k_few_block<8>},
+    {k6_few_block<1>, k6_few_block<2>, k6_few_block<3>, k6_few_block<4>, k6_few_block<5>,
+     k6_few_block<6>, k6_few_block<7>, k6_few_block<8>}};
 static_assert(kKFewTile == 8, "kKFewBlocks names every tile size");
 
-// Q4_K batches of 2..kKFewTokens tokens take k_few. TinyLlama Q4_K decode
+// Batches of 2..kKFewTokens tokens take k_few. TinyLlama-shaped decode
 // (`bench-model -p 32 -n 32`, AMD EPYC Zen 5, 2 threads, two rounds against
-// the split-and-tile path, aggregate tok/s): batch 2 97-104 -> 111-153,
-// 4 150-183 -> 212-259, 8 199-210 -> 316-318, 16 262-277 -> 351-353.
+// the split-and-tile path, aggregate tok/s): Q4_K batch 2 97-104 -> 111-153,
+// 4 150-183 -> 212-259, 8 199-210 -> 316-318, 16 262-277 -> 351-353; Q6_K
+// batch 2 57-61 -> 119-129, 4 98-103 -> 195-198, 8 167-172 -> 273-283,
+// 16 215-227 -> 267-291.
 constexpr int kKFewTokens = 16;
 
-// Tokens [0, n) (n <= kKFewTokens) against groups [g0, g1) of Q4_K weights:
+// Tokens [0, n) (n <= kKFewTokens) against groups [g0, g1) of Q4_K or Q6_K weights:
 // out[t * out_stride + r]. Each super-block serves every tile of up to
 // kKFewTile tokens while in L1; weights requested `ahead` bytes before
 // their loads.
 CAIRN_VNNI void k_few(const PackedMatrix& pm, int64_t g0, int64_t g1, const uint8_t* act,
                       size_t stride, int64_t n, float* out, int64_t out_stride, size_t ahead) {
+  const bool q6 = pm.layout == PackedMatrix::Layout::Q6_Kx16;
   for (int64_t g = g0; g < g1; ++g) {
     __m512 acc[kKFewTokens];
     for (int64_t t = 0; t < n; ++t) acc[t] = _mm512_setzero_ps();
@@ -508,8 +570,8 @@ CAIRN_VNNI void k_few(const PackedMatrix& pm, int64_t g0, int64_t g1, const uint
         for (size_t line = 0; line < pm.block_bytes; line += 64)
           _mm_prefetch(reinterpret_cast<const char*>(blk + ahead + line), _MM_HINT_T1);
       for (int64_t t = 0; t < n; t += kKFewTile)
-        kKFewBlocks[std::min<int64_t>(kKFewTile, n - t) - 1](blk, a + (size_t)t * stride, stride,
-                                                             acc + t);
+        kKFewBlocks[q6][std::min<int64_t>(kKFewTile, n - t) - 1](blk, a + (size_t)t * stride,
+                                                                 stride, acc + t);
     }
     for (int64_t t = 0; t < n; ++t) store_rows(pm, g, out + t * out_stride + g * kGroup, acc[t]);
   }
@@ -674,9 +736,9 @@ void packed_k_matmul_many(std::span<const PackedJob> jobs, const float* x, int64
       one(0, total);
     return;
   }
-  // Q4_K batches of up to kKFewTokens (decode of several sequences): k_few,
-  // the groups split as for one token.
-  if (!q6 && n_tokens <= kKFewTokens) {
+  // Batches of up to kKFewTokens (decode of several sequences): k_few, the
+  // groups split as for one token.
+  if (n_tokens <= kKFewTokens) {
     const auto few = [&](int64_t g0, int64_t g1) {
       int64_t base = 0;
       for (const PackedJob& j : jobs) {
