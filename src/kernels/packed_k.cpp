@@ -714,46 +714,29 @@ void packed_k_matmul_many(std::span<const PackedJob> jobs, const float* x, int64
   });
   int64_t total = 0;
   for (const PackedJob& j : jobs) total += j.matrix->n_groups;
-  // One token: one pass over the weights, so a share that finishes early
+  // One token, or a batch of up to kKFewTokens (decode of several
+  // sequences): one pass over the weights, so a share that finishes early
   // takes groups from a slower one, and workers warm the next call's weights
   // (as the Q4_0 decode does). With the static split the worker idled ~10 %
   // of a TinyLlama Q4_K token while the caller, which also quantizes, ran on.
-  if (n_tokens == 1) {
-    const auto one = [&](int64_t g0, int64_t g1) {
-      int64_t base = 0;
-      for (const PackedJob& j : jobs) {
-        const PackedMatrix& pm = *j.matrix;
-        const int64_t b = std::max(g0, base), e = std::min(g1, base + pm.n_groups);
-        if (b < e)
-          (q6 ? k_one<true> : k_one<false>)(pm, b - base, e - base, act, j.out,
-                                            packed_stream_ahead(pm.layout));
-        base += pm.n_groups;
-      }
-    };
-    if (pool.size() > 1)
-      run_groups_balanced(pool, total, one, next);
-    else
-      one(0, total);
-    return;
-  }
-  // Batches of up to kKFewTokens (decode of several sequences): k_few, the
-  // groups split as for one token.
   if (n_tokens <= kKFewTokens) {
-    const auto few = [&](int64_t g0, int64_t g1) {
+    const auto groups = [&](int64_t g0, int64_t g1) {
       int64_t base = 0;
       for (const PackedJob& j : jobs) {
         const PackedMatrix& pm = *j.matrix;
-        const int64_t b = std::max(g0, base), e = std::min(g1, base + pm.n_groups);
-        if (b < e)
-          k_few(pm, b - base, e - base, act, stride, n_tokens, j.out, pm.rows,
-                packed_stream_ahead(pm.layout));
+        const int64_t b = std::max(g0, base) - base, e = std::min(g1, base + pm.n_groups) - base;
+        const size_t ahead = packed_stream_ahead(pm.layout);
+        if (b < e && n_tokens == 1)
+          (q6 ? k_one<true> : k_one<false>)(pm, b, e, act, j.out, ahead);
+        else if (b < e)
+          k_few(pm, b, e, act, stride, n_tokens, j.out, pm.rows, ahead);
         base += pm.n_groups;
       }
     };
     if (pool.size() > 1)
-      run_groups_balanced(pool, total, few, next);
+      run_groups_balanced(pool, total, groups, next);
     else
-      few(0, total);
+      groups(0, total);
     return;
   }
   // The jobs' groups as one range; each thread keeps its groups for every
