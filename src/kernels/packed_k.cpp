@@ -121,22 +121,6 @@ CAIRN_VNNI void quantize_k_act(bool q6, const float* x, int64_t cols, uint8_t* d
   }
 }
 
-// The super-block's 32-element sub-blocks as bytes, [8][8 chunks][64]: chunk
-// c of sub-block s holds elements 4c..4c+3 of each row (Q4_K keeps sub-block
-// 2j in the low nibbles of qs[32j..32j+31] and 2j + 1 in the high ones).
-// Split once per super-block for every tile of a token chunk.
-CAIRN_VNNI void split_codes(const uint8_t* blk, uint8_t* codes) {
-  const __m512i m4 = _mm512_set1_epi8(0x0F);
-  for (int j = 0; j < 4; ++j) {
-    for (int c = 0; c < 8; ++c) {
-      const __m512i q = _mm512_loadu_si512(blk + kOffCodes + 64 * (8 * j + c));
-      _mm512_store_si512(codes + 64 * (8 * (2 * j) + c), _mm512_and_si512(q, m4));
-      _mm512_store_si512(codes + 64 * (8 * (2 * j + 1) + c),
-                         _mm512_and_si512(_mm512_srli_epi16(q, 4), m4));
-    }
-  }
-}
-
 // acc += dpbusd(w, the 4 activation bytes at p broadcast to every lane).
 CAIRN_VNNI inline __m512i dpbusd_bcast(__m512i acc, __m512i w, const uint8_t* p) {
   asm("vpdpbusd %2%{1to16%}, %1, %0"
@@ -145,17 +129,17 @@ CAIRN_VNNI inline __m512i dpbusd_bcast(__m512i acc, __m512i w, const uint8_t* p)
   return acc;
 }
 
-// For NT tokens, the dots of split chunks base + kStep * k (into even[t]) and
-// base + kStep * k + kOddAt (into odd[t]), k < 4: two chains per token. Chunk
-// j holds elements 4j.. of each row, so its activations are codes 4j...
-template <int NT, int kStep, int kOddAt>
+// For NT tokens, the dots of split Q6_K chunks base + k (into even[t]) and
+// base + 4 + k (into odd[t]), k < 4: two sub-blocks, two chains per token.
+// Chunk j holds elements 4j.. of each row, so its activations are codes 4j...
+template <int NT>
 CAIRN_VNNI inline void chunk_dots(const uint8_t* codes, int base, const uint8_t* act, size_t stride,
                                   __m512i* even, __m512i* odd) {
 #pragma GCC unroll 8
   for (int t = 0; t < NT; ++t) even[t] = odd[t] = _mm512_setzero_si512();
 #pragma GCC unroll 4
   for (int k = 0; k < 4; ++k) {
-    const int e = base + kStep * k, o = e + kOddAt;
+    const int e = base + k, o = e + 4;
     const __m512i w0 = _mm512_load_si512(codes + 64 * e);
     const __m512i w1 = _mm512_load_si512(codes + 64 * o);
 #pragma GCC unroll 8
@@ -200,27 +184,6 @@ CAIRN_VNNI inline void q4k_finish(const uint8_t* blk, const uint8_t* act, size_t
     acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_set1_ps(-yd), dmin),
                              _mm512_cvtepi32_ps(sum_mins[t]), a);
   }
-}
-
-// NT tokens against one super-block of a group (its header at blk, its codes
-// split at codes): acc[t] += each row's two fma, as q4_k_dot_q8_k.
-template <int NT>
-[[gnu::noinline]] CAIRN_VNNI void k_tile(const uint8_t* blk, const uint8_t* codes,
-                                         const uint8_t* act, size_t stride, __m512* acc_io) {
-  __m512i sum_q[NT];
-#pragma GCC unroll 8
-  for (int t = 0; t < NT; ++t) sum_q[t] = _mm512_setzero_si512();
-  for (int s = 0; s < 8; ++s) {
-    const __m512i sc = _mm512_cvtepu8_epi32(
-        _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + kOffScales + 16 * s)));
-    __m512i even[NT], odd[NT];  // two chains per token
-    chunk_dots<NT, 2, 1>(codes, 8 * s, act, stride, even, odd);
-#pragma GCC unroll 8
-    for (int t = 0; t < NT; ++t)
-      sum_q[t] =
-          _mm512_add_epi32(sum_q[t], _mm512_mullo_epi32(_mm512_add_epi32(even[t], odd[t]), sc));
-  }
-  q4k_finish<NT>(blk, act, stride, sum_q, acc_io);
 }
 
 // One token against one super-block of a group (decode): no split copy, the
@@ -269,8 +232,8 @@ CAIRN_VNNI inline __m512 k_one_block(const uint8_t* blk, const uint8_t* a, __m51
 
 // NT tokens against one Q4_K super-block of a group, as k_one_block() does
 // for one: each chunk of codes is loaded and masked once and feeds every
-// token's dots (the multi-token tiles split the codes into a copy first,
-// which at a few tokens costs about as much as the dots).
+// token's dots (splitting the codes into a copy first, as Q6_K's prompt tiles
+// do, cost about as much as the dots at a few tokens).
 template <int NT>
 CAIRN_VNNI inline void k_few_block(const uint8_t* blk, const uint8_t* act, size_t stride,
                                    __m512* acc) {
@@ -383,7 +346,7 @@ template <int NT>
   for (int i = 0; i < 8; ++i) {  // sub-blocks 2i (chunks 8i..8i+3) and 2i + 1
     const Q6Scales sc = q6_scales(blk, i);
     __m512i even[NT], odd[NT];
-    chunk_dots<NT, 1, 4>(codes, 8 * i, act, stride, even, odd);
+    chunk_dots<NT>(codes, 8 * i, act, stride, even, odd);
 #pragma GCC unroll 8
     for (int t = 0; t < NT; ++t) {
       sum_q[t] = _mm512_add_epi32(sum_q[t], _mm512_mullo_epi32(even[t], sc.even));
@@ -553,15 +516,19 @@ static_assert(kKFewTile == 8, "kKFewBlocks names every tile size");
 // 16 215-227 -> 267-291.
 constexpr int kKFewTokens = 16;
 
-// Tokens [0, n) (n <= kKFewTokens) against groups [g0, g1) of Q4_K or Q6_K weights:
-// out[t * out_stride + r]. Each super-block serves every tile of up to
-// kKFewTile tokens while in L1; weights requested `ahead` bytes before
+// Longer batches (prompts) go by chunks of this many tokens: each thread
+// keeps its groups for every chunk, their weights stay in its caches.
+constexpr int64_t kKTokenChunk = 64;
+
+// Tokens [0, n) (n <= kKTokenChunk) against groups [g0, g1) of Q4_K or Q6_K
+// weights: out[t * out_stride + r]. Each super-block serves every tile of up
+// to kKFewTile tokens while in L1; weights requested `ahead` bytes before
 // their loads.
 CAIRN_VNNI void k_few(const PackedMatrix& pm, int64_t g0, int64_t g1, const uint8_t* act,
                       size_t stride, int64_t n, float* out, int64_t out_stride, size_t ahead) {
   const bool q6 = pm.layout == PackedMatrix::Layout::Q6_Kx16;
   for (int64_t g = g0; g < g1; ++g) {
-    __m512 acc[kKFewTokens];
+    __m512 acc[kKTokenChunk];
     for (int64_t t = 0; t < n; ++t) acc[t] = _mm512_setzero_ps();
     const uint8_t* blk = pm.slice(g, 0);
     const uint8_t* a = act;
@@ -577,43 +544,37 @@ CAIRN_VNNI void k_few(const PackedMatrix& pm, int64_t g0, int64_t g1, const uint
   }
 }
 
-// Tokens per tile (registers: 5 per token). 6 against 4, alternating
-// (TinyLlama shape, Intel): Q4_K prefill 253-259 vs 233-255 tok/s, batch-16
-// decode 2463-2543 vs 2514-2925 ms per 32 steps; Q6_K about +2 %.
+// Q6_K prompt tiles: tokens per tile (registers: 5 per token). 6 against 4,
+// alternating (TinyLlama shape, Intel): Q6_K prefill about +2 %.
 constexpr int kKTile = 6;
-constexpr int64_t kKTokenChunk = 64;
 
-// The tile kernel for nt (1..kKTile) tokens.
-template <bool kQ6>
-CAIRN_VNNI void k_tile_n(int nt, const uint8_t* blk, const uint8_t* codes, const uint8_t* act,
-                         size_t stride, __m512* acc) {
+// The Q6_K tile kernel for nt (1..kKTile) tokens.
+CAIRN_VNNI void k6_tile_n(int nt, const uint8_t* blk, const uint8_t* codes, const uint8_t* act,
+                          size_t stride, __m512* acc) {
   switch (nt) {
     case 1:
-      return kQ6 ? k6_tile<1>(blk, codes, act, stride, acc)
-                 : k_tile<1>(blk, codes, act, stride, acc);
+      return k6_tile<1>(blk, codes, act, stride, acc);
     case 2:
-      return kQ6 ? k6_tile<2>(blk, codes, act, stride, acc)
-                 : k_tile<2>(blk, codes, act, stride, acc);
+      return k6_tile<2>(blk, codes, act, stride, acc);
     case 3:
-      return kQ6 ? k6_tile<3>(blk, codes, act, stride, acc)
-                 : k_tile<3>(blk, codes, act, stride, acc);
+      return k6_tile<3>(blk, codes, act, stride, acc);
     case 4:
-      return kQ6 ? k6_tile<4>(blk, codes, act, stride, acc)
-                 : k_tile<4>(blk, codes, act, stride, acc);
+      return k6_tile<4>(blk, codes, act, stride, acc);
     case 5:
-      return kQ6 ? k6_tile<5>(blk, codes, act, stride, acc)
-                 : k_tile<5>(blk, codes, act, stride, acc);
+      return k6_tile<5>(blk, codes, act, stride, acc);
     default:
-      return kQ6 ? k6_tile<kKTile>(blk, codes, act, stride, acc)
-                 : k_tile<kKTile>(blk, codes, act, stride, acc);
+      return k6_tile<kKTile>(blk, codes, act, stride, acc);
   }
 }
-static_assert(kKTile == 6, "k_tile_n names every tile size");
+static_assert(kKTile == 6, "k6_tile_n names every tile size");
 
-// Group g against tokens [0, n_tokens) (at most kKTokenChunk): out[t * out_stride + r].
-template <bool kQ6>
-CAIRN_VNNI void k_group(const PackedMatrix& pm, int64_t g, const uint8_t* act, size_t stride,
-                        int64_t n_tokens, float* out, int64_t out_stride) {
+// Q6_K group g against tokens [0, n_tokens) (at most kKTokenChunk):
+// out[t * out_stride + r]. The codes of each super-block are split once into
+// a copy for every tile: k6_few_block rebuilds them per tile of 8 tokens,
+// which over a 64-token chunk is slower (bench_matmul q6_k 5632x2048, 128
+// tokens, one thread: 196-203 against 221-257 GMAC/s).
+CAIRN_VNNI void k6_group(const PackedMatrix& pm, int64_t g, const uint8_t* act, size_t stride,
+                         int64_t n_tokens, float* out, int64_t out_stride) {
   alignas(64) static thread_local uint8_t codes[64 * 64];
   __m512 acc[kKTokenChunk];
   for (int64_t t = 0; t < n_tokens; ++t) acc[t] = _mm512_setzero_ps();
@@ -624,16 +585,26 @@ CAIRN_VNNI void k_group(const PackedMatrix& pm, int64_t g, const uint8_t* act, s
     // then waits for it.
     for (size_t line = 0; line < pm.block_bytes; line += 64)
       _mm_prefetch(reinterpret_cast<const char*>(blk + pm.block_bytes + line), _MM_HINT_T1);
-    if constexpr (kQ6)
-      split_q6(blk, codes);
-    else
-      split_codes(blk, codes);
+    split_q6(blk, codes);
     for (int64_t t = 0; t < n_tokens; t += kKTile) {
       const int nt = (int)std::min<int64_t>(kKTile, n_tokens - t);
-      k_tile_n<kQ6>(nt, blk, codes, act + (size_t)t * stride + kKRec * (size_t)b, stride, acc + t);
+      k6_tile_n(nt, blk, codes, act + (size_t)t * stride + kKRec * (size_t)b, stride, acc + t);
     }
   }
   for (int64_t t = 0; t < n_tokens; ++t) store_rows(pm, g, out + t * out_stride, acc[t]);
+}
+
+// fn(job, first group, end group) for each job's share of the jobs' groups
+// [g0, g1), taken as one range.
+template <typename Fn>
+void for_each_job_share(std::span<const PackedJob> jobs, int64_t g0, int64_t g1, const Fn& fn) {
+  int64_t base = 0;
+  for (const PackedJob& j : jobs) {
+    const int64_t b = std::max(g0, base) - base;
+    const int64_t e = std::min(g1, base + j.matrix->n_groups) - base;
+    if (b < e) fn(j, b, e);
+    base += j.matrix->n_groups;
+  }
 }
 
 }  // namespace
@@ -721,17 +692,14 @@ void packed_k_matmul_many(std::span<const PackedJob> jobs, const float* x, int64
   // of a TinyLlama Q4_K token while the caller, which also quantizes, ran on.
   if (n_tokens <= kKFewTokens) {
     const auto groups = [&](int64_t g0, int64_t g1) {
-      int64_t base = 0;
-      for (const PackedJob& j : jobs) {
+      for_each_job_share(jobs, g0, g1, [&](const PackedJob& j, int64_t b, int64_t e) {
         const PackedMatrix& pm = *j.matrix;
-        const int64_t b = std::max(g0, base) - base, e = std::min(g1, base + pm.n_groups) - base;
         const size_t ahead = packed_stream_ahead(pm.layout);
-        if (b < e && n_tokens == 1)
+        if (n_tokens == 1)
           (q6 ? k_one<true> : k_one<false>)(pm, b, e, act, j.out, ahead);
-        else if (b < e)
+        else
           k_few(pm, b, e, act, stride, n_tokens, j.out, pm.rows, ahead);
-        base += pm.n_groups;
-      }
+      });
     };
     if (pool.size() > 1)
       run_groups_balanced(pool, total, groups, next);
@@ -739,20 +707,23 @@ void packed_k_matmul_many(std::span<const PackedJob> jobs, const float* x, int64
       groups(0, total);
     return;
   }
-  // The jobs' groups as one range; each thread keeps its groups for every
-  // chunk of tokens (their weights stay in its caches across chunks).
+  // Prompts: Q4_K through k_few too, each super-block's codes masked per tile
+  // of 8 straight from memory (`bench-model -p 512`, TinyLlama shape, AMD EPYC
+  // Zen 5, alternating against the split-and-tile path: 6 rounds, 5 faster,
+  // 390-397 -> 421-424 tok/s in the quietest; bench_matmul q4_k 5632x2048, 128
+  // tokens, 2 threads: 455-514 -> 503-537 GMAC/s). Q6_K through k6_group.
   pool.parallel_for(total, [&](int64_t g0, int64_t g1) {
     for (int64_t t0 = 0; t0 < n_tokens; t0 += kKTokenChunk) {
       const int64_t nt = std::min(kKTokenChunk, n_tokens - t0);
-      int64_t base = 0;
-      for (const PackedJob& j : jobs) {
+      const uint8_t* chunk = act + (size_t)t0 * stride;
+      for_each_job_share(jobs, g0, g1, [&](const PackedJob& j, int64_t b, int64_t e) {
         const PackedMatrix& pm = *j.matrix;
-        for (int64_t g = std::max(g0, base); g < std::min(g1, base + pm.n_groups); ++g)
-          (q6 ? k_group<true> : k_group<false>)(pm, g - base, act + (size_t)t0 * stride, stride, nt,
-                                                j.out + t0 * pm.rows + (g - base) * kGroup,
-                                                pm.rows);
-        base += pm.n_groups;
-      }
+        float* out = j.out + t0 * pm.rows;
+        if (!q6)  // ahead: the next super-block, as k6_group requests it
+          return k_few(pm, b, e, chunk, stride, nt, out, pm.rows, pm.block_bytes);
+        for (int64_t g = b; g < e; ++g)
+          k6_group(pm, g, chunk, stride, nt, out + g * kGroup, pm.rows);
+      });
     }
   });
 }

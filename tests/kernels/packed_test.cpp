@@ -113,8 +113,8 @@ TEST_P(PackedKernels, BitIdenticalToScalarOnRaggedShapes) {
   }
 }
 
-// Q4_K and Q6_K (packed_k.cpp): super-blocks of 256, tiles of up to 6
-// tokens, token chunks of 64; a short last group, several threads, TinyLlama's widths.
+// Q4_K and Q6_K (packed_k.cpp): super-blocks of 256, tiles of up to 8
+// tokens (Q6_K prompts: 6), token chunks of 64; a short last group, several threads, TinyLlama's widths.
 class PackedKQuants : public ::testing::TestWithParam<TensorType> {
  protected:
   void SetUp() override {
@@ -127,7 +127,7 @@ TEST_P(PackedKQuants, BitIdenticalToScalar) {
   ThreadPool pool(2), three(3);
   for (int64_t rows : {1, 16, 17, 40}) {
     for (int64_t cols : {256, 768}) {
-      for (int64_t tokens : {1, 2, 3, 4, 5, 6, 7, 8, 9, 13, 16, 17})
+      for (int64_t tokens : {1, 2, 3, 4, 5, 6, 7, 8, 9, 13, 16, 17, 30})
         check_bit_identical({GetParam(), rows, cols, tokens}, pool);
     }
   }
