@@ -184,6 +184,81 @@ void attend_scalar(const KvView& kv, int layer, std::span<const SeqId> seqs,
 // the same on average (+0.3..+3.2 %, 5 runs), 128 ahead +0.3 and +1.4 %.
 constexpr int64_t kPrefetchAhead = 32;
 
+// Prompts: a sequence with at least this many tokens in a batch has its K rows
+// converted to float and transposed once per layer, for every token's
+// scores_kt (attention_simd.inc) to read.
+constexpr int64_t kKtMinTokens = 4;
+
+// The transposed K of the batch's prompt sequences: for slot i, KV head g,
+// [head_dim][stride[i]] floats at offset[i] + g * head_dim * stride[i].
+struct TransposedK {
+  std::vector<float> data;
+  std::vector<int64_t> offset, stride;
+  std::vector<int64_t> slot_of_token;  // -1: read the K rows themselves
+};
+
+using TransposeFn = void (*)(const uint8_t* const*, int, int64_t, bool, float*, int64_t);
+
+void transpose_k(const KvView& kv, int layer, std::span<const SeqId> seqs,
+                 std::span<const int32_t> positions, int64_t n_kv, int64_t hd,
+                 TransposeFn transpose, ThreadPool& pool, TransposedK& out) {
+  const int64_t T = (int64_t)seqs.size();
+  out.slot_of_token.assign((size_t)T, -1);
+  out.offset.clear();
+  out.stride.clear();
+  std::vector<int64_t> order((size_t)T);
+  for (int64_t t = 0; t < T; ++t) order[(size_t)t] = t;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int64_t a, int64_t b) { return seqs[(size_t)a] < seqs[(size_t)b]; });
+  std::vector<SeqId> slot_seq;
+  std::vector<int64_t> slot_pos;  // positions per slot: the largest n_pos of its tokens
+  int64_t total = 0;
+  for (size_t i = 0; i < order.size();) {
+    size_t e = i;
+    int64_t n_pos = 0;
+    while (e < order.size() && seqs[(size_t)order[e]] == seqs[(size_t)order[i]])
+      n_pos = std::max<int64_t>(n_pos, (int64_t)positions[(size_t)order[e++]] + 1);
+    if ((int64_t)(e - i) >= kKtMinTokens) {
+      for (size_t k = i; k < e; ++k) out.slot_of_token[(size_t)order[k]] = (int64_t)slot_seq.size();
+      slot_seq.push_back(seqs[(size_t)order[i]]);
+      slot_pos.push_back(n_pos);
+      out.offset.push_back(total);
+      out.stride.push_back((n_pos + 15) & ~int64_t{15});
+      total += n_kv * hd * out.stride.back();
+    }
+    i = e;
+  }
+  if (slot_seq.empty()) return;
+  out.data.resize((size_t)total);
+  const bool f16 = kv.dtype() == TensorType::F16;
+  const size_t elem = f16 ? 2 : 4;
+  const size_t row_bytes = (size_t)(n_kv * hd) * elem;
+  pool.parallel_for((int64_t)slot_seq.size() * n_kv, [&](int64_t begin, int64_t end) {
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t slot = item / n_kv, g = item % n_kv;
+      const int64_t n_pos = slot_pos[(size_t)slot], stride = out.stride[(size_t)slot];
+      float* dst = out.data.data() + out.offset[(size_t)slot] + g * hd * stride;
+      const uint8_t* rows[16];
+      int n = 0;
+      int32_t first = 0;  // the position of rows[0]
+      for (int32_t p = 0; p < n_pos;) {
+        const KvView::Rows r = kv.rows(layer, slot_seq[(size_t)slot], p, (int32_t)(n_pos - p));
+        for (int32_t k = 0; k < r.n; ++k) {
+          rows[n++] = (const uint8_t*)r.k + k * row_bytes + (size_t)(g * hd) * elem;
+          if (n == 16 || p + k + 1 == n_pos) {
+            transpose(rows, n, hd, f16, dst + first, stride);
+            first += n;
+            n = 0;
+          }
+        }
+        p += r.n;
+      }
+      for (int64_t d = 0; d < hd; ++d)  // the last block's columns past n_pos
+        std::fill(dst + d * stride + n_pos, dst + (d + 1) * stride, 0.0f);
+    }
+  });
+}
+
 struct GroupScratch {
   std::vector<const uint8_t*> krow, vrow;
   attn_simd::Scratch kernel;
@@ -216,6 +291,16 @@ void attend(const KvView& kv, int layer, std::span<const SeqId> seqs,
   const int64_t n_sub = (group + sub - 1) / sub;
   const auto kernel =
       path == AttnPath::Avx512 ? &attn_simd::attend_group_avx512 : &attn_simd::attend_group_avx2;
+  // The caller's (a local reference: a thread_local named inside the workers'
+  // lambda would be each worker's own, empty one).
+  thread_local TransposedK kt_storage;
+  TransposedK& kt = kt_storage;
+  const bool use_kt = T >= kKtMinTokens && (hd == 64 || hd == 128);
+  if (use_kt)
+    transpose_k(kv, layer, seqs, positions, n_kv, hd,
+                path == AttnPath::Avx512 ? &attn_simd::transpose_rows_avx512
+                                         : &attn_simd::transpose_rows_avx2,
+                pool, kt);
 
   pool.parallel_for(
       items(sub),
@@ -269,6 +354,10 @@ void attend(const KvView& kv, int layer, std::span<const SeqId> seqs,
           job.batch = T >= 2;
           job.f16 = f16;
           job.prefetch_ahead = T < 32 ? kPrefetchAhead : 0;
+          if (const int64_t slot = use_kt ? kt.slot_of_token[(size_t)t] : -1; slot >= 0) {
+            job.kt_stride = kt.stride[(size_t)slot];
+            job.kt = kt.data.data() + kt.offset[(size_t)slot] + g * hd * job.kt_stride;
+          }
           kernel(job, s.kernel);
         }
       },

@@ -23,15 +23,27 @@ struct GroupJob {
   // > 0: while scoring positions p.., request the K/V rows of positions this
   // far ahead (rows out of cache, e.g. a decode step's); 0: none.
   int64_t prefetch_ahead = 0;
+  // Batches (head_dim 64 or 128): this KV head's K as floats, transposed,
+  // [head_dim][kt_stride] (position p at column p, kt_stride >= n_pos rounded
+  // up to 16), or null to read krow.
+  const float* kt = nullptr;
+  int64_t kt_stride = 0;
 };
 
 struct Scratch {
   std::vector<float> qf;      // [nh][head_dim] queries as the products see them
-  std::vector<float> kf;      // [head_dim] one K row in float
+  std::vector<float> kf;      // K rows in float (scores_kt: partial sums)
   std::vector<float> scores;  // [nh][n_pad] scores, then softmax weights
 };
 
 void attend_group_avx512(const GroupJob& job, Scratch& s);
 void attend_group_avx2(const GroupJob& job, Scratch& s);
+
+// K rows rows[0..np) (np <= 16, head_dim <= 128 elements, F16 or float) as
+// columns 0..np of dst, [head_dim][stride] floats: GroupJob::kt's layout.
+void transpose_rows_avx512(const uint8_t* const* rows, int np, int64_t head_dim, bool f16,
+                           float* dst, int64_t stride);
+void transpose_rows_avx2(const uint8_t* const* rows, int np, int64_t head_dim, bool f16, float* dst,
+                         int64_t stride);
 
 }  // namespace cairn::model::attn_simd

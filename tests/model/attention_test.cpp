@@ -122,6 +122,16 @@ void check_paths(const KvView& kv, const HParams& hp, const std::vector<int32_t>
     // Batches: tinyBLAS orders; tokens of both sequences, some at this n_pos.
     queries.push_back({{1, 0}, {n - 1, std::max(0, n / 2 - 1)}});
     queries.push_back({{0, 1, 0}, {std::max(0, n - 2), n - 1, n - 1}});
+    // A prompt chunk (its sequence's K transposed once: scores_kt) beside a
+    // decode token of the other sequence.
+    Query chunk;
+    for (int32_t p = std::max(0, n - 6); p < n; ++p) {
+      chunk.seqs.push_back(0);
+      chunk.positions.push_back(p);
+    }
+    chunk.seqs.push_back(1);
+    chunk.positions.push_back(n - 1);
+    queries.push_back(chunk);
     for (const Query& qr : queries) {
       const auto q = random_vec(rng, nq * qr.seqs.size(), 2.0f);
       const auto ref = run(kv, hp, qr, q, AttnPath::Scalar, pool);
