@@ -188,6 +188,10 @@ constexpr int64_t kPrefetchAhead = 32;
 // converted to float and transposed once per layer, for every token's
 // scores_kt (attention_simd.inc) to read.
 constexpr int64_t kKtMinTokens = 4;
+// At most this many floats of transposed K per call (64 MiB; the buffer is
+// kept for the next call): a sequence that would pass it (a long context of
+// a wide model) reads its K rows as decode does.
+constexpr int64_t kKtMaxFloats = int64_t{16} << 20;
 
 // The transposed K of the batch's prompt sequences: for slot i, KV head g,
 // [head_dim][stride[i]] floats at offset[i] + g * head_dim * stride[i].
@@ -218,13 +222,14 @@ void transpose_k(const KvView& kv, int layer, std::span<const SeqId> seqs,
     int64_t n_pos = 0;
     while (e < order.size() && seqs[(size_t)order[e]] == seqs[(size_t)order[i]])
       n_pos = std::max<int64_t>(n_pos, (int64_t)positions[(size_t)order[e++]] + 1);
-    if ((int64_t)(e - i) >= kKtMinTokens) {
+    const int64_t floats = n_kv * hd * ((n_pos + 15) & ~int64_t{15});
+    if ((int64_t)(e - i) >= kKtMinTokens && total + floats <= kKtMaxFloats) {
       for (size_t k = i; k < e; ++k) out.slot_of_token[(size_t)order[k]] = (int64_t)slot_seq.size();
       slot_seq.push_back(seqs[(size_t)order[i]]);
       slot_pos.push_back(n_pos);
       out.offset.push_back(total);
       out.stride.push_back((n_pos + 15) & ~int64_t{15});
-      total += n_kv * hd * out.stride.back();
+      total += floats;
     }
     i = e;
   }
