@@ -1,6 +1,7 @@
 // Attention of one layer, TinyLlama-1.1B shape (32 query heads, 4 KV heads,
-// head_dim 64, F16 cache), per path: a decode token at context N, and a batch
-// of 32 tokens ending at N (the tinyBLAS orders). Multiply the decode time by
+// head_dim 64, F16 cache), per path: a decode token at context N, a batch
+// of 32 or 512 tokens of one prompt ending at N (the tinyBLAS orders; K
+// transposed once per call), and a decode step of 16 sequences each at N. Multiply the decode time by
 // 22 layers for the attention cost per decoded token. Arguments: context,
 // threads (with 1 thread, CPU time is the work itself even on a busy machine).
 //   bench_attention [--benchmark_filter=Decode]   (CAIRN_ISA caps the paths)
@@ -27,28 +28,33 @@ struct Setup {
   std::vector<float> q, out;
   ThreadPool pool;
 
-  Setup(int64_t n_ctx, int threads) : pool(threads) {
+  int n_seqs;
+  Setup(int64_t n_ctx, int threads, int seqs) : pool(threads), n_seqs(seqs) {
     hp.n_layer = 1;
     hp.n_head = 32;
     hp.n_head_kv = 4;
     hp.head_dim = 64;
     hp.n_embd = 2048;
-    auto made = ContiguousKvCache::create(hp, 1, n_ctx);
+    auto made = ContiguousKvCache::create(hp, n_seqs, n_ctx);
     kv.reset(made->release());
     std::mt19937 rng(1);
     std::uniform_real_distribution<float> u(-1.0f, 1.0f);
     std::vector<float> k((size_t)hp.kv_row_elems()), v(k.size());
-    for (int32_t p = 0; p < n_ctx; ++p) {
-      for (size_t i = 0; i < k.size(); ++i) k[i] = u(rng), v[i] = u(rng);
-      kv->write(0, 0, p, k.data(), v.data());
+    for (SeqId seq = 0; seq < n_seqs; ++seq) {
+      for (int32_t p = 0; p < n_ctx; ++p) {
+        for (size_t i = 0; i < k.size(); ++i) k[i] = u(rng), v[i] = u(rng);
+        kv->write(0, seq, p, k.data(), v.data());
+      }
     }
-    q.resize((size_t)(64 * hp.n_head * hp.head_dim));
+    q.resize((size_t)(512 * hp.n_head * hp.head_dim));
     for (float& x : q) x = u(rng);
     out.resize(q.size());
   }
 };
 
-void run(benchmark::State& st, AttnPath path, int64_t n_tokens) {
+// n_tokens of one sequence ending at the context, or (distinct) the last
+// position of n_tokens sequences.
+void run(benchmark::State& st, AttnPath path, int64_t n_tokens, bool distinct = false) {
   const int64_t n_ctx = st.range(0);
   if (!attention_path_supported(path, 64)) {
     st.SkipWithError("path not available on this CPU / CAIRN_ISA");
@@ -56,11 +62,15 @@ void run(benchmark::State& st, AttnPath path, int64_t n_tokens) {
   }
   const int threads = (int)st.range(1);
   static std::unique_ptr<Setup> s;
-  if (!s || s->kv->n_ctx() != n_ctx || s->pool.size() != threads)
-    s = std::make_unique<Setup>(n_ctx, threads);
+  const int n_seqs = distinct ? (int)n_tokens : 1;
+  if (!s || s->kv->n_ctx() != n_ctx || s->pool.size() != threads || s->n_seqs != n_seqs)
+    s = std::make_unique<Setup>(n_ctx, threads, n_seqs);
   std::vector<SeqId> seqs((size_t)n_tokens, 0);
   std::vector<int32_t> pos((size_t)n_tokens);
-  for (int64_t t = 0; t < n_tokens; ++t) pos[(size_t)t] = (int32_t)(n_ctx - n_tokens + t);
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    seqs[(size_t)t] = distinct ? (SeqId)t : 0;
+    pos[(size_t)t] = (int32_t)(distinct ? n_ctx - 1 : n_ctx - n_tokens + t);
+  }
   const AttnShape sh{32, 4, 64, 0.125f};
   for (auto _ : st) {
     attend(*s->kv, 0, seqs, pos, s->q.data(), sh, s->out.data(), s->pool, path);
@@ -75,6 +85,8 @@ void Decode_Avx512(benchmark::State& st) { run(st, AttnPath::Avx512, 1); }
 void Batch32_Scalar(benchmark::State& st) { run(st, AttnPath::Scalar, 32); }
 void Batch32_Avx2(benchmark::State& st) { run(st, AttnPath::Avx2, 32); }
 void Batch32_Avx512(benchmark::State& st) { run(st, AttnPath::Avx512, 32); }
+void Prompt512_Avx512(benchmark::State& st) { run(st, AttnPath::Avx512, 512); }
+void DecodeBatch16_Avx512(benchmark::State& st) { run(st, AttnPath::Avx512, 16, true); }
 
 }  // namespace
 
@@ -98,5 +110,7 @@ BENCHMARK(Decode_Avx512)
 BENCHMARK(Batch32_Scalar)->Args({512, 1})->Args({512, 2})->Unit(benchmark::kMicrosecond);
 BENCHMARK(Batch32_Avx2)->Args({512, 1})->Args({512, 2})->Unit(benchmark::kMicrosecond);
 BENCHMARK(Batch32_Avx512)->Args({512, 1})->Args({512, 2})->Unit(benchmark::kMicrosecond);
+BENCHMARK(Prompt512_Avx512)->Args({2048, 2})->Unit(benchmark::kMillisecond);
+BENCHMARK(DecodeBatch16_Avx512)->Args({1024, 2})->Unit(benchmark::kMicrosecond);
 
 BENCHMARK_MAIN();

@@ -289,7 +289,10 @@ void attend(const KvView& kv, int layer, std::span<const SeqId> seqs,
   const size_t row_bytes = (size_t)(n_kv * hd) * elem;
   // A work item is (token, KV head, run of its query heads): each reads its K/V
   // rows once for all its heads. Groups are split only as far as needed to
-  // give every thread work (single-token decode with few KV heads).
+  // give every thread work (single-token decode with few KV heads). Items go
+  // KV head by KV head, so the threads work through one head's K/V (and
+  // transposed K) together while it is in their caches (bench_attention
+  // Prompt512, alternating: 61.8-63.5 against 63.8-65.8 ms token by token).
   int64_t sub = group;
   const auto items = [&](int64_t s) { return T * n_kv * ((group + s - 1) / s); };
   while (sub > 1 && items(sub) < 2 * pool.size()) sub = (sub + 1) / 2;
@@ -313,8 +316,8 @@ void attend(const KvView& kv, int layer, std::span<const SeqId> seqs,
         thread_local GroupScratch s;
         int64_t gathered = -1;  // (t, g) whose rows s holds
         for (int64_t i = begin; i < end; ++i) {
-          const int64_t t = i / (n_kv * n_sub);
-          const int64_t g = (i / n_sub) % n_kv;
+          const int64_t t = (i / n_sub) % T;
+          const int64_t g = i / (n_sub * T);
           const int64_t h0 = g * group + (i % n_sub) * sub;
           const int64_t n_pos = (int64_t)positions[(size_t)t] + 1;
           if (gathered != i / n_sub) {
