@@ -194,14 +194,15 @@ constexpr int64_t kKtMinTokens = 4;
 constexpr int64_t kKtMaxFloats = int64_t{16} << 20;
 
 // The transposed K of the batch's prompt sequences: for slot i, KV head g,
-// [head_dim][stride[i]] floats at offset[i] + g * head_dim * stride[i].
+// stride[i] / 16 blocks of 16 positions (GroupJob::kt) at offset[i] + g *
+// head_dim * stride[i].
 struct TransposedK {
   std::vector<float> data;
   std::vector<int64_t> offset, stride;
   std::vector<int64_t> slot_of_token;  // -1: read the K rows themselves
 };
 
-using TransposeFn = void (*)(const uint8_t* const*, int, int64_t, bool, float*, int64_t);
+using TransposeFn = void (*)(const uint8_t* const*, int, int64_t, bool, float*);
 
 void transpose_k(const KvView& kv, int layer, std::span<const SeqId> seqs,
                  std::span<const int32_t> positions, int64_t n_kv, int64_t hd,
@@ -251,15 +252,13 @@ void transpose_k(const KvView& kv, int layer, std::span<const SeqId> seqs,
         for (int32_t k = 0; k < r.n; ++k) {
           rows[n++] = (const uint8_t*)r.k + k * row_bytes + (size_t)(g * hd) * elem;
           if (n == 16 || p + k + 1 == n_pos) {
-            transpose(rows, n, hd, f16, dst + first, stride);
+            transpose(rows, n, hd, f16, dst + first * hd);
             first += n;
             n = 0;
           }
         }
         p += r.n;
       }
-      for (int64_t d = 0; d < hd; ++d)  // the last block's columns past n_pos
-        std::fill(dst + d * stride + n_pos, dst + (d + 1) * stride, 0.0f);
     }
   });
 }
@@ -363,8 +362,7 @@ void attend(const KvView& kv, int layer, std::span<const SeqId> seqs,
           job.f16 = f16;
           job.prefetch_ahead = T < 32 ? kPrefetchAhead : 0;
           if (const int64_t slot = use_kt ? kt.slot_of_token[(size_t)t] : -1; slot >= 0) {
-            job.kt_stride = kt.stride[(size_t)slot];
-            job.kt = kt.data.data() + kt.offset[(size_t)slot] + g * hd * job.kt_stride;
+            job.kt = kt.data.data() + kt.offset[(size_t)slot] + g * hd * kt.stride[(size_t)slot];
           }
           kernel(job, s.kernel);
         }

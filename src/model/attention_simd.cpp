@@ -157,13 +157,11 @@ CAIRN_SIMD_TARGET inline void st_finish(float* out, V red, const double* tail) {
 
 void attend_group_avx512(const GroupJob& job, Scratch& s) { avx512::attend_group(job, s); }
 void attend_group_avx2(const GroupJob& job, Scratch& s) { avx2::attend_group(job, s); }
-void transpose_rows_avx512(const uint8_t* const* rows, int np, int64_t hd, bool f16, float* dst,
-                           int64_t stride) {
-  avx512::transpose_rows(rows, np, hd, f16, dst, stride);
+void transpose_rows_avx512(const uint8_t* const* rows, int np, int64_t hd, bool f16, float* dst) {
+  avx512::transpose_rows(rows, np, hd, f16, dst);
 }
-void transpose_rows_avx2(const uint8_t* const* rows, int np, int64_t hd, bool f16, float* dst,
-                         int64_t stride) {
-  avx2::transpose_rows(rows, np, hd, f16, dst, stride);
+void transpose_rows_avx2(const uint8_t* const* rows, int np, int64_t hd, bool f16, float* dst) {
+  avx2::transpose_rows(rows, np, hd, f16, dst);
 }
 
 }  // namespace cairn::model::attn_simd

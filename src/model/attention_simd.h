@@ -23,11 +23,11 @@ struct GroupJob {
   // > 0: while scoring positions p.., request the K/V rows of positions this
   // far ahead (rows out of cache, e.g. a decode step's); 0: none.
   int64_t prefetch_ahead = 0;
-  // Batches (head_dim 64 or 128): this KV head's K as floats, transposed,
-  // [head_dim][kt_stride] (position p at column p, kt_stride >= n_pos rounded
-  // up to 16), or null to read krow.
+  // Batches (head_dim 64 or 128): this KV head's K as floats, transposed by
+  // blocks of 16 positions: block b holds [head_dim][16] (dim d of position
+  // 16b + i at d * 16 + i), one contiguous run per block, covering n_pos; or
+  // null to read krow.
   const float* kt = nullptr;
-  int64_t kt_stride = 0;
 };
 
 struct Scratch {
@@ -40,10 +40,11 @@ void attend_group_avx512(const GroupJob& job, Scratch& s);
 void attend_group_avx2(const GroupJob& job, Scratch& s);
 
 // K rows rows[0..np) (np <= 16, head_dim <= 128 elements, F16 or float) as
-// columns 0..np of dst, [head_dim][stride] floats: GroupJob::kt's layout.
+// one block of GroupJob::kt at dst (16 * head_dim floats; columns from np on
+// zero).
 void transpose_rows_avx512(const uint8_t* const* rows, int np, int64_t head_dim, bool f16,
-                           float* dst, int64_t stride);
-void transpose_rows_avx2(const uint8_t* const* rows, int np, int64_t head_dim, bool f16, float* dst,
-                         int64_t stride);
+                           float* dst);
+void transpose_rows_avx2(const uint8_t* const* rows, int np, int64_t head_dim, bool f16,
+                         float* dst);
 
 }  // namespace cairn::model::attn_simd
