@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "core/cpu_features.h"
@@ -184,32 +185,38 @@ void attend_scalar(const KvView& kv, int layer, std::span<const SeqId> seqs,
 // the same on average (+0.3..+3.2 %, 5 runs), 128 ahead +0.3 and +1.4 %.
 constexpr int64_t kPrefetchAhead = 32;
 
-// Prompts: a sequence with at least this many tokens in a batch has its K rows
-// converted to float and transposed once per layer, for every token's
-// scores_kt (attention_simd.inc) to read.
-constexpr int64_t kKtMinTokens = 4;
-// At most this many floats of transposed K per call (64 MiB; the buffer is
-// kept for the next call): a sequence that would pass it (a long context of
-// a wide model) reads its K rows as decode does.
-constexpr int64_t kKtMaxFloats = int64_t{16} << 20;
+// Prompts: a sequence with at least this many tokens in a batch has its K
+// rows converted to float and transposed, and its V rows copied out in
+// order, once per layer, for every token's kernels to read (scores_kt and
+// the V.w chains, attention_simd.inc).
+constexpr int64_t kPromptMinTokens = 4;
+// At most this many bytes of them per call (the buffers are kept for the next
+// call): a sequence that would pass it (a long context of a wide model) reads
+// the cache's rows as decode does.
+constexpr int64_t kPromptMaxBytes = int64_t{96} << 20;
 
-// The transposed K of the batch's prompt sequences: for slot i, KV head g,
-// stride[i] / 16 blocks of 16 positions (GroupJob::kt) at offset[i] + g *
-// head_dim * stride[i].
-struct TransposedK {
-  std::vector<float> data;
-  std::vector<int64_t> offset, stride;
-  std::vector<int64_t> slot_of_token;  // -1: read the K rows themselves
+// The batch's prompt sequences: for slot i and KV head g, K transposed in
+// stride[i] / 16 blocks of 16 positions (GroupJob::kt) at kt_offset[i] + g *
+// head_dim * stride[i] floats, and V rows (GroupJob::vc) at v_offset[i] + g *
+// head_dim * stride[i] elements of the cache's type.
+struct PromptKv {
+  std::vector<float> kt;
+  std::vector<uint8_t> v;
+  std::vector<int64_t> kt_offset, v_offset, stride;
+  std::vector<int64_t> slot_of_token;  // -1: read the cache's rows
 };
 
 using TransposeFn = void (*)(const uint8_t* const*, int, int64_t, bool, float*);
 
-void transpose_k(const KvView& kv, int layer, std::span<const SeqId> seqs,
-                 std::span<const int32_t> positions, int64_t n_kv, int64_t hd,
-                 TransposeFn transpose, ThreadPool& pool, TransposedK& out) {
+void gather_prompts(const KvView& kv, int layer, std::span<const SeqId> seqs,
+                    std::span<const int32_t> positions, int64_t n_kv, int64_t hd,
+                    TransposeFn transpose, ThreadPool& pool, PromptKv& out) {
   const int64_t T = (int64_t)seqs.size();
+  const bool f16 = kv.dtype() == TensorType::F16;
+  const size_t elem = f16 ? 2 : 4;
   out.slot_of_token.assign((size_t)T, -1);
-  out.offset.clear();
+  out.kt_offset.clear();
+  out.v_offset.clear();
   out.stride.clear();
   std::vector<int64_t> order((size_t)T);
   for (int64_t t = 0; t < T; ++t) order[(size_t)t] = t;
@@ -217,42 +224,48 @@ void transpose_k(const KvView& kv, int layer, std::span<const SeqId> seqs,
                    [&](int64_t a, int64_t b) { return seqs[(size_t)a] < seqs[(size_t)b]; });
   std::vector<SeqId> slot_seq;
   std::vector<int64_t> slot_pos;  // positions per slot: the largest n_pos of its tokens
-  int64_t total = 0;
+  int64_t kt_total = 0, v_total = 0;
   for (size_t i = 0; i < order.size();) {
     size_t e = i;
     int64_t n_pos = 0;
     while (e < order.size() && seqs[(size_t)order[e]] == seqs[(size_t)order[i]])
       n_pos = std::max<int64_t>(n_pos, (int64_t)positions[(size_t)order[e++]] + 1);
-    const int64_t floats = n_kv * hd * ((n_pos + 15) & ~int64_t{15});
-    if ((int64_t)(e - i) >= kKtMinTokens && total + floats <= kKtMaxFloats) {
+    const int64_t elems = n_kv * hd * ((n_pos + 15) & ~int64_t{15});
+    const int64_t bytes = 4 * (kt_total + elems) + (v_total + elems * (int64_t)elem);
+    if ((int64_t)(e - i) >= kPromptMinTokens && bytes <= kPromptMaxBytes) {
       for (size_t k = i; k < e; ++k) out.slot_of_token[(size_t)order[k]] = (int64_t)slot_seq.size();
       slot_seq.push_back(seqs[(size_t)order[i]]);
       slot_pos.push_back(n_pos);
-      out.offset.push_back(total);
+      out.kt_offset.push_back(kt_total);
+      out.v_offset.push_back(v_total);
       out.stride.push_back((n_pos + 15) & ~int64_t{15});
-      total += floats;
+      kt_total += elems;
+      v_total += elems * (int64_t)elem;
     }
     i = e;
   }
   if (slot_seq.empty()) return;
-  out.data.resize((size_t)total);
-  const bool f16 = kv.dtype() == TensorType::F16;
-  const size_t elem = f16 ? 2 : 4;
+  out.kt.resize((size_t)kt_total);
+  out.v.resize((size_t)v_total);
   const size_t row_bytes = (size_t)(n_kv * hd) * elem;
+  const size_t head_bytes = (size_t)hd * elem;
   pool.parallel_for((int64_t)slot_seq.size() * n_kv, [&](int64_t begin, int64_t end) {
     for (int64_t item = begin; item < end; ++item) {
       const int64_t slot = item / n_kv, g = item % n_kv;
       const int64_t n_pos = slot_pos[(size_t)slot], stride = out.stride[(size_t)slot];
-      float* dst = out.data.data() + out.offset[(size_t)slot] + g * hd * stride;
+      float* kt = out.kt.data() + out.kt_offset[(size_t)slot] + g * hd * stride;
+      uint8_t* v = out.v.data() + out.v_offset[(size_t)slot] + (size_t)(g * stride) * head_bytes;
       const uint8_t* rows[16];
       int n = 0;
       int32_t first = 0;  // the position of rows[0]
       for (int32_t p = 0; p < n_pos;) {
         const KvView::Rows r = kv.rows(layer, slot_seq[(size_t)slot], p, (int32_t)(n_pos - p));
         for (int32_t k = 0; k < r.n; ++k) {
-          rows[n++] = (const uint8_t*)r.k + k * row_bytes + (size_t)(g * hd) * elem;
+          const size_t at = k * row_bytes + (size_t)(g * hd) * elem;
+          rows[n++] = (const uint8_t*)r.k + at;
+          std::memcpy(v + (size_t)(p + k) * head_bytes, (const uint8_t*)r.v + at, head_bytes);
           if (n == 16 || p + k + 1 == n_pos) {
-            transpose(rows, n, hd, f16, dst + first * hd);
+            transpose(rows, n, hd, f16, kt + first * hd);
             first += n;
             n = 0;
           }
@@ -300,14 +313,14 @@ void attend(const KvView& kv, int layer, std::span<const SeqId> seqs,
       path == AttnPath::Avx512 ? &attn_simd::attend_group_avx512 : &attn_simd::attend_group_avx2;
   // The caller's (a local reference: a thread_local named inside the workers'
   // lambda would be each worker's own, empty one).
-  thread_local TransposedK kt_storage;
-  TransposedK& kt = kt_storage;
-  const bool use_kt = T >= kKtMinTokens && (hd == 64 || hd == 128);
-  if (use_kt)
-    transpose_k(kv, layer, seqs, positions, n_kv, hd,
-                path == AttnPath::Avx512 ? &attn_simd::transpose_rows_avx512
-                                         : &attn_simd::transpose_rows_avx2,
-                pool, kt);
+  thread_local PromptKv prompt_storage;
+  PromptKv& prompt = prompt_storage;
+  const bool use_prompt = T >= kPromptMinTokens && (hd == 64 || hd == 128);
+  if (use_prompt)
+    gather_prompts(kv, layer, seqs, positions, n_kv, hd,
+                   path == AttnPath::Avx512 ? &attn_simd::transpose_rows_avx512
+                                            : &attn_simd::transpose_rows_avx2,
+                   pool, prompt);
 
   pool.parallel_for(
       items(sub),
@@ -361,8 +374,11 @@ void attend(const KvView& kv, int layer, std::span<const SeqId> seqs,
           job.batch = T >= 2;
           job.f16 = f16;
           job.prefetch_ahead = T < 32 ? kPrefetchAhead : 0;
-          if (const int64_t slot = use_kt ? kt.slot_of_token[(size_t)t] : -1; slot >= 0) {
-            job.kt = kt.data.data() + kt.offset[(size_t)slot] + g * hd * kt.stride[(size_t)slot];
+          if (const int64_t slot = use_prompt ? prompt.slot_of_token[(size_t)t] : -1; slot >= 0) {
+            const int64_t stride = prompt.stride[(size_t)slot];
+            job.kt = prompt.kt.data() + prompt.kt_offset[(size_t)slot] + g * hd * stride;
+            job.vc =
+                prompt.v.data() + prompt.v_offset[(size_t)slot] + (size_t)(g * hd * stride) * elem;
           }
           kernel(job, s.kernel);
         }

@@ -28,6 +28,9 @@ struct GroupJob {
   // 16b + i at d * 16 + i), one contiguous run per block, covering n_pos; or
   // null to read krow.
   const float* kt = nullptr;
+  // Batches: this KV head's V rows of positions [0, n_pos) one after another
+  // (head_dim elements each, F16 or float as f16 says), or null to read vrow.
+  const uint8_t* vc = nullptr;
 };
 
 struct Scratch {
