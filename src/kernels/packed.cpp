@@ -556,7 +556,7 @@ struct StreamAhead {
   const uint8_t* p[2];
   int64_t lines;
 };
-template <int NT, bool kEmb = false>
+template <int NT>
 [[gnu::noinline]] CAIRN_VNNI void tile2_blocks(const uint8_t* gw0, const uint8_t* gw1, int64_t n,
                                                const uint8_t* act, size_t stride, __m512* acc_io,
                                                const StreamAhead* ahead, bool fresh) {
@@ -584,17 +584,11 @@ template <int NT, bool kEmb = false>
       const __m512i w1 = _mm512_loadu_si512(blk[1].chunks + 64 * k);
 #pragma GCC unroll 8
       for (int t = 0; t < NT; ++t) {
-        if constexpr (kEmb) {
-          const uint8_t* ap = act + t * stride + kActRec * (size_t)b + 4 * k;
-          s[0][t] = dpbusd_bcast(s[0][t], w0, ap);
-          s[1][t] = dpbusd_bcast(s[1][t], w1, ap);
-        } else {
         int32_t a0;
         std::memcpy(&a0, act + t * stride + kActRec * (size_t)b + 4 * k, 4);
         const __m512i va0 = _mm512_set1_epi32(a0);
         s[0][t] = _mm512_dpbusd_epi32(s[0][t], w0, va0);
         s[1][t] = _mm512_dpbusd_epi32(s[1][t], w1, va0);
-        }
       }
     }
     const __m512 dw0 =
@@ -646,8 +640,6 @@ CAIRN_VNNI void tile2_blocks_n(int64_t nt, const uint8_t* gw0, const uint8_t* gw
     case 4:
       return tile2_blocks<4>(gw0, gw1, n, act, stride, acc, ahead, fresh);
     default:
-      static const bool xemb = getenv("XEMB") != nullptr;
-      if (xemb) return tile2_blocks<kTile2, true>(gw0, gw1, n, act, stride, acc, ahead, fresh);
       return tile2_blocks<kTile2>(gw0, gw1, n, act, stride, acc, ahead, fresh);
   }
 }
