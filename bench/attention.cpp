@@ -110,7 +110,7 @@ BENCHMARK(Decode_Avx512)
 BENCHMARK(Batch32_Scalar)->Args({512, 1})->Args({512, 2})->Unit(benchmark::kMicrosecond);
 BENCHMARK(Batch32_Avx2)->Args({512, 1})->Args({512, 2})->Unit(benchmark::kMicrosecond);
 BENCHMARK(Batch32_Avx512)->Args({512, 1})->Args({512, 2})->Unit(benchmark::kMicrosecond);
-BENCHMARK(Prompt512_Avx512)->Args({2048, 2})->Unit(benchmark::kMillisecond);
+BENCHMARK(Prompt512_Avx512)->Args({512, 2})->Args({2048, 2})->Unit(benchmark::kMillisecond);
 BENCHMARK(DecodeBatch16_Avx512)->Args({1024, 2})->Unit(benchmark::kMicrosecond);
 
 BENCHMARK_MAIN();
