@@ -196,9 +196,9 @@ constexpr int64_t kPromptMinTokens = 4;
 constexpr int64_t kPromptMaxBytes = int64_t{96} << 20;
 
 // The batch's prompt sequences: for slot i and KV head g, K transposed in
-// stride[i] / 16 blocks of 16 positions (GroupJob::kt) at kt_offset[i] + g *
-// head_dim * stride[i] floats, and V rows (GroupJob::vc) at v_offset[i] + g *
-// head_dim * stride[i] elements of the cache's type.
+// stride[i] / 16 blocks of 16 positions (GroupJob::kt) from float kt_offset[i]
+// + g * head_dim * stride[i], and V rows (GroupJob::vc) from byte v_offset[i]
+// + g * head_dim * stride[i] elements of the cache's type.
 struct PromptKv {
   std::vector<float> kt;
   std::vector<uint8_t> v;
