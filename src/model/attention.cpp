@@ -9,7 +9,9 @@
 // grows, and multiplies by 1 / sum after V.w: both change the roundings, and
 // the golden tests see that. So each (token, head) keeps one score row of
 // n_pos floats in per-thread scratch (never a T x n_pos matrix) and makes two
-// passes over it; the K and V rows are still read once per KV-head group.
+// passes over it; the K and V rows are still read once per KV-head group. A
+// prompt's K and V are gathered once per layer for all its tokens
+// (gather_prompts: K transposed, V in order), the rows of the cache otherwise.
 #include "model/attention.h"
 
 #include <algorithm>
