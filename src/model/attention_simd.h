@@ -35,7 +35,8 @@ struct GroupJob {
 
 struct Scratch {
   std::vector<float> qf;      // [nh][head_dim] queries as the products see them
-  std::vector<float> kf;      // K rows in float (scores_kt: partial sums)
+  std::vector<float> kf;      // [16][head_dim] a block of K rows in float
+  std::vector<float> tsum;    // scores_kt: [nh + 1][8][16] each head's half-reduced lanes
   std::vector<float> scores;  // [nh][n_pad] scores, then softmax weights
 };
 
