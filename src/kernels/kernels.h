@@ -31,10 +31,10 @@ struct WeightMatrix {
 // load; the original data stays valid and is still used by get_row).
 void prepare_weight(WeightMatrix& w);
 
-// Which kernels multiply Q4_0/Q8_0 weights by batches of 16+ tokens: "amx"
-// (tile instructions), "amx-emulated" (CAIRN_AMX=emulate: the same kernel,
-// its tile operations in plain C++, for tests), "avx512vnni", or "none" (the
-// type table's kernels). CAIRN_AMX=off, or a CAIRN_ISA cap, turns AMX off.
+// Which kernels multiply Q4_0/Q8_0/Q4_K/Q6_K weights by batches of 16+
+// tokens: "amx" (tile instructions), "amx-emulated" (CAIRN_AMX=emulate: the
+// same kernels, their tile operations in plain C++, for tests), "avx512vnni",
+// or "none" (the type table's kernels). CAIRN_AMX=off, or a CAIRN_ISA cap, turns AMX off.
 const char* packed_tile_path();
 
 // out[t * w.rows + r] = dot(row r of w, x[t * w.cols ...]) for every token t.

@@ -29,6 +29,7 @@
 #include "core/quant.h"
 #include "core/quant_blocks.h"
 #include "core/simd.h"
+#include "kernels/amx_tiles.h"
 
 #define CAIRN_VNNI CAIRN_SIMD_FN("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c")
 
@@ -748,110 +749,8 @@ CAIRN_VNNI void tile2_ranges(const PackedMatrix& pm, int64_t g, const uint8_t* a
 // chunk layout itself. tdpbssd wants both signed: each range's codes are
 // copied once as signed bytes (Q8_0's stored codes - 128, Q4_0's nibbles - 8),
 // so no offset correction is needed, and the copy serves every tile of the
-// token chunk from L1.
-//
-// The tile operations come from a policy: AmxHardware issues the instructions;
-// AmxEmulated does the same arithmetic in plain C++ (CAIRN_AMX=emulate), so the
-// kernel's layout and indexing are tested on any host with AVX-512 VNNI. On a
-// host with AMX, the hardware path is checked once against the VNNI tiles
-// before it is used (amx_mode): a mismatch logs and falls back.
-struct alignas(64) TileConfig {
-  uint8_t palette = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
-static_assert(sizeof(TileConfig) == 64, "ldtilecfg reads 64 bytes");
-
-constexpr int kAmxTokens = 16;  // rows of the activation and sum tiles
-// Tiles: 0, 1 the two groups' sums (16 tokens x 16 rows of int32); 2 the
-// activations (16 tokens x 32 codes); 3, 4 the two groups' codes (8 x 64).
-const TileConfig& amx_config() {
-  static const TileConfig c = [] {
-    TileConfig t;
-    for (int i : {0, 1}) t.rows[i] = kAmxTokens, t.colsb[i] = 64;
-    t.rows[2] = kAmxTokens, t.colsb[2] = 32;
-    for (int i : {3, 4}) t.rows[i] = 8, t.colsb[i] = 64;
-    return t;
-  }();
-  return c;
-}
-
-// The instructions (inline assembly: the compiler's AMX intrinsics declare no
-// memory operands, so stores to a tile's source could move past its load).
-struct AmxHardware {
-  static void begin(const TileConfig& c) { asm volatile("ldtilecfg %0" ::"m"(c)); }
-  static void end() { asm volatile("tilerelease" ::); }
-  template <int T>
-  static void zero() {
-    asm volatile("tilezero %%tmm%c0" ::"i"(T));
-  }
-  template <int T>
-  static void load(const void* p, size_t stride) {
-    asm volatile("tileloadd (%0,%1,1), %%tmm%c2" ::"r"(p), "r"(stride), "i"(T) : "memory");
-  }
-  template <int C, int A, int B>  // C += A . B, signed bytes
-  static void dot() {
-    asm volatile("tdpbssd %%tmm%c2, %%tmm%c1, %%tmm%c0" ::"i"(C), "i"(A), "i"(B));
-  }
-  template <int T>
-  static void store(void* p, size_t stride) {
-    asm volatile("tilestored %%tmm%c2, (%0,%1,1)" ::"r"(p), "r"(stride), "i"(T) : "memory");
-  }
-};
-
-// The same operations on a thread's array of tiles, as the instruction set
-// reference defines them (rows and bytes per row from the configuration; the
-// bytes of a row beyond its width read as zero).
-struct AmxEmulated {
-  struct State {
-    TileConfig cfg;
-    alignas(64) uint8_t tile[8][16 * 64];
-  };
-  static State& state() {
-    static thread_local State s;
-    return s;
-  }
-  static void begin(const TileConfig& c) {
-    state().cfg = c;
-    std::memset(state().tile, 0, sizeof(state().tile));
-  }
-  static void end() {}
-  template <int T>
-  static void zero() {
-    std::memset(state().tile[T], 0, sizeof(state().tile[T]));
-  }
-  template <int T>
-  static void load(const void* p, size_t stride) {
-    State& s = state();
-    zero<T>();
-    for (int r = 0; r < s.cfg.rows[T]; ++r)
-      std::memcpy(s.tile[T] + 64 * r, static_cast<const uint8_t*>(p) + r * stride, s.cfg.colsb[T]);
-  }
-  template <int C, int A, int B>
-  static void dot() {
-    State& s = state();
-    const int m_rows = s.cfg.rows[C], n_cols = s.cfg.colsb[C] / 4, k_groups = s.cfg.colsb[A] / 4;
-    for (int m = 0; m < m_rows; ++m) {
-      for (int n = 0; n < n_cols; ++n) {
-        int32_t sum;
-        std::memcpy(&sum, s.tile[C] + 64 * m + 4 * n, 4);
-        for (int k = 0; k < k_groups; ++k)
-          for (int i = 0; i < 4; ++i)
-            sum += (int32_t)(int8_t)s.tile[A][64 * m + 4 * k + i] *
-                   (int32_t)(int8_t)s.tile[B][64 * k + 4 * n + i];
-        std::memcpy(s.tile[C] + 64 * m + 4 * n, &sum, 4);
-      }
-    }
-  }
-  template <int T>
-  static void store(void* p, size_t stride) {
-    const State& s = state();
-    for (int r = 0; r < s.cfg.rows[T]; ++r)
-      std::memcpy(static_cast<uint8_t*>(p) + r * stride, s.tile[T] + 64 * r, s.cfg.colsb[T]);
-  }
-};
+// token chunk from L1. The tile configuration and the hardware and emulated
+// tile operations: amx_tiles.h.
 
 // Groups g and g + 1 against n_tokens tokens (a multiple of kAmxTokens, at
 // most kTokenChunk), range by range as tile2_ranges walks them (and
@@ -953,8 +852,6 @@ CAIRN_VNNI void amx_ranges(const PackedMatrix& pm, int64_t g, const uint8_t* act
 using PairFn = void (*)(const PackedMatrix&, int64_t, const uint8_t*, size_t, int64_t, float*,
                         int64_t);
 
-enum class AmxMode { kOff, kHardware, kEmulated };
-
 // The tile kernel against the VNNI tiles on random weights and activations
 // (both layouts, two ranges, a lone last block): true when every bit agrees.
 // Run before the hardware path is used, and before the emulated one (so the
@@ -993,24 +890,20 @@ bool amx_agrees_with_vnni() {
   return true;
 }
 
-// CAIRN_AMX=off turns the tiles off, =emulate runs them emulated (tests);
-// otherwise they run where the ISA level (CAIRN_ISA caps it) includes AMX.
+// amx_mode's answer (amx_tiles.h); the ISA level is capped by CAIRN_ISA.
 AmxMode resolve_amx_mode() {
   const char* env = std::getenv("CAIRN_AMX");
   const std::string want = env ? env : "";
   if (want == "off" || !isa_enabled(Isa::Avx512Vnni)) return AmxMode::kOff;
   const bool emulate = want == "emulate";
   if (!emulate && !isa_enabled(Isa::Amx)) return AmxMode::kOff;
-  if (!(emulate ? amx_agrees_with_vnni<AmxEmulated>() : amx_agrees_with_vnni<AmxHardware>())) {
+  const AmxMode mode = emulate ? AmxMode::kEmulated : AmxMode::kHardware;
+  if (!(emulate ? amx_agrees_with_vnni<AmxEmulated>() : amx_agrees_with_vnni<AmxHardware>()) ||
+      !amx_k_agrees_with_vnni(mode)) {
     std::fprintf(stderr,
                  "cairn: AMX tile results differ from the AVX-512 VNNI kernels; using VNNI\n");
     return AmxMode::kOff;
   }
-  return emulate ? AmxMode::kEmulated : AmxMode::kHardware;
-}
-
-AmxMode amx_mode() {
-  static const AmxMode mode = resolve_amx_mode();
   return mode;
 }
 
@@ -1172,6 +1065,11 @@ const WarmRange* warm_ranges(std::span<const PackedMatrix* const> next, int shar
 }
 
 }  // namespace
+
+AmxMode amx_mode() {
+  static const AmxMode mode = resolve_amx_mode();
+  return mode;
+}
 
 std::shared_ptr<const PackedMatrix> pack_matrix(const WeightMatrix& w) {
   if (!isa_enabled(Isa::Avx512Vnni) || !w.data || w.rows <= 0 || w.cols <= 0 || w.cols % 32 != 0)

@@ -22,6 +22,7 @@
 #include "core/quant.h"
 #include "core/quant_blocks.h"
 #include "core/simd.h"
+#include "kernels/amx_tiles.h"
 #include "kernels/packed.h"
 
 #define CAIRN_VNNI CAIRN_SIMD_FN("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c")
@@ -594,6 +595,150 @@ CAIRN_VNNI void k6_group(const PackedMatrix& pm, int64_t g, const uint8_t* act, 
   for (int64_t t = 0; t < n_tokens; ++t) store_rows(pm, g, out + t * out_stride, acc[t]);
 }
 
+// ---- AMX tiles --------------------------------------------------------------
+//
+// Where AMX runs (amx_tiles.h), prompts take one tdpbssd per sub-block, group
+// and 16 tokens: the 16 x 16 exact sums (codes . activations) of a sub-block
+// that the VNNI tiles form with 8 (Q4_K) or 4 (Q6_K) vpdpbusd per token and
+// group. The vector units keep the rest, the same integer and float
+// operations as the VNNI kernels (scale products with vpmulld, the mins' or
+// offset's sums with vpdpwssd, q4k_finish / q6_accumulate), so the bits do
+// not change. Unmeasured: no host so far had AMX.
+//
+// Operands: A = 16 tokens' activation codes of one sub-block (32 or 16 bytes
+// of each record); B = the sub-block's codes of one group, row k holding
+// elements 4k..4k+3 of each of the 16 rows (tdpbssd reads them as signed
+// bytes: the codes are 0..15 or 0..63, the same values). Each super-block's
+// codes are split once into that form (Q4_K: nibbles masked; Q6_K: split_q6)
+// for every tile of the token chunk.
+
+// Q4_K super-block codes as B tiles: sub-block s at codes + 512 s, row c the
+// low (even s) or high (odd s) nibbles of chunk c of run s / 2.
+CAIRN_VNNI void split_q4k(const uint8_t* blk, uint8_t* codes) {
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  for (int j = 0; j < 4; ++j) {
+    for (int c = 0; c < 8; ++c) {
+      const __m512i q = _mm512_loadu_si512(blk + kOffCodes + 64 * (8 * j + c));
+      _mm512_store_si512(codes + 512 * (2 * j) + 64 * c, _mm512_and_si512(q, m4));
+      _mm512_store_si512(codes + 512 * (2 * j + 1) + 64 * c,
+                         _mm512_and_si512(_mm512_srli_epi16(q, 4), m4));
+    }
+  }
+}
+
+// Groups g .. g + ng - 1 (ng: 1 or 2) of Q4_K or Q6_K weights against
+// n_tokens tokens (a multiple of kAmxTokens, at most kKTokenChunk):
+// out[t * out_stride + r].
+template <class Tiles, bool kQ6>
+CAIRN_VNNI void amx_k_groups(const PackedMatrix& pm, int64_t g, int ng, const uint8_t* act,
+                             size_t stride, int64_t n_tokens, float* out, int64_t out_stride) {
+  constexpr int kSubs = kQ6 ? 16 : 8;            // sub-blocks per super-block
+  constexpr int kSubElems = kQ6 ? 16 : 32;       // their elements: A's bytes per token
+  constexpr int kSubBytes = kSubElems / 4 * 64;  // a B tile: a row of 64 bytes per 4 elements
+  alignas(64) static thread_local uint8_t codes[2][kSubs * kSubBytes];
+  alignas(64) static thread_local int32_t sums[2][kAmxTokens * kGroup];
+  constexpr int64_t kMaxTiles = kKTokenChunk / kAmxTokens;
+  const int64_t n_tiles = n_tokens / kAmxTokens;
+  __m512 acc[kMaxTiles][2][kAmxTokens];
+  for (int64_t i = 0; i < n_tiles; ++i)
+    for (int gi = 0; gi < ng; ++gi)
+      for (__m512& a : acc[i][gi]) a = _mm512_setzero_ps();
+  Tiles::begin(amx_config());
+  for (int64_t b = 0; b < pm.n_blocks; ++b) {
+    const uint8_t* blk[2];
+    for (int gi = 0; gi < ng; ++gi) {
+      blk[gi] = pm.slice(g + gi, 0) + (size_t)b * pm.block_bytes;
+      // The next super-block, requested while the tiles compute (as k6_group).
+      for (size_t line = 0; line < pm.block_bytes; line += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(blk[gi] + pm.block_bytes + line), _MM_HINT_T1);
+      kQ6 ? split_q6(blk[gi], codes[gi]) : split_q4k(blk[gi], codes[gi]);
+    }
+    for (int64_t i = 0; i < n_tiles; ++i) {
+      const uint8_t* at = act + (size_t)(i * kAmxTokens) * stride + kKRec * (size_t)b;
+      __m512i sum_q[2][kAmxTokens];
+      for (int gi = 0; gi < ng; ++gi)
+        for (__m512i& s : sum_q[gi]) s = _mm512_setzero_si512();
+      for (int s = 0; s < kSubs; ++s) {
+        Tiles::template zero<0>();
+        if (kQ6) {
+          Tiles::template load<5>(at + kRecQs + kSubElems * s, stride);
+          Tiles::template load<6>(codes[0] + kSubBytes * s, 64);
+          Tiles::template dot<0, 5, 6>();
+        } else {
+          Tiles::template load<2>(at + kRecQs + kSubElems * s, stride);
+          Tiles::template load<3>(codes[0] + kSubBytes * s, 64);
+          Tiles::template dot<0, 2, 3>();
+        }
+        Tiles::template store<0>(sums[0], 64);
+        if (ng > 1) {
+          Tiles::template zero<1>();
+          if (kQ6) {
+            Tiles::template load<7>(codes[1] + kSubBytes * s, 64);
+            Tiles::template dot<1, 5, 7>();
+          } else {
+            Tiles::template load<4>(codes[1] + kSubBytes * s, 64);
+            Tiles::template dot<1, 2, 4>();
+          }
+          Tiles::template store<1>(sums[1], 64);
+        }
+        for (int gi = 0; gi < ng; ++gi) {
+          __m512i sc;
+          if constexpr (kQ6) {
+            const Q6Scales pair = q6_scales(blk[gi], s / 2);
+            sc = s % 2 ? pair.odd : pair.even;
+          } else {
+            sc = _mm512_cvtepu8_epi32(
+                _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk[gi] + kOffScales + 16 * s)));
+          }
+#pragma GCC unroll 16
+          for (int t = 0; t < kAmxTokens; ++t)
+            sum_q[gi][t] = _mm512_add_epi32(
+                sum_q[gi][t], _mm512_mullo_epi32(_mm512_load_si512(sums[gi] + kGroup * t), sc));
+        }
+      }
+      for (int gi = 0; gi < ng; ++gi) {
+        if constexpr (kQ6) {
+          for (int t = 0; t < kAmxTokens; ++t) {
+            const uint8_t* a = at + (size_t)t * stride;
+            __m512i offset = _mm512_setzero_si512();
+            for (int p = 0; p < 8; ++p) {
+              int32_t pair;
+              std::memcpy(&pair, a + kRecSums + 4 * p, 4);
+              offset =
+                  _mm512_dpwssd_epi32(offset, q6_scales(blk[gi], p).pairs, _mm512_set1_epi32(pair));
+            }
+            acc[i][gi][t] = q6_accumulate(blk[gi], a, sum_q[gi][t], offset, acc[i][gi][t]);
+          }
+        } else {
+          q4k_finish<kAmxTokens>(blk[gi], at, stride, sum_q[gi], acc[i][gi]);
+        }
+      }
+    }
+  }
+  Tiles::end();
+  for (int64_t i = 0; i < n_tiles; ++i)
+    for (int gi = 0; gi < ng; ++gi)
+      for (int t = 0; t < kAmxTokens; ++t)
+        store_rows(pm, g + gi, out + (i * kAmxTokens + t) * out_stride + (g + gi) * kGroup,
+                   acc[i][gi][t]);
+}
+
+using AmxKFn = void (*)(const PackedMatrix&, int64_t, int, const uint8_t*, size_t, int64_t, float*,
+                        int64_t);
+
+// The tile kernel of the given mode for Q4_K or Q6_K, or null (off).
+AmxKFn amx_k_fn(AmxMode mode, bool q6) {
+  switch (mode) {
+    case AmxMode::kHardware:
+      return q6 ? amx_k_groups<AmxHardware, true> : amx_k_groups<AmxHardware, false>;
+    case AmxMode::kEmulated:
+      return q6 ? amx_k_groups<AmxEmulated, true> : amx_k_groups<AmxEmulated, false>;
+    case AmxMode::kOff:
+      break;
+  }
+  return nullptr;
+}
+
 // fn(job, first group, end group) for each job's share of the jobs' groups
 // [g0, g1), taken as one range.
 template <typename Fn>
@@ -671,6 +816,46 @@ void pack_q6_k_rows(const WeightMatrix& w, PackedMatrix& p) {
   });
 }
 
+bool amx_k_agrees_with_vnni(AmxMode mode) {
+  // Three groups (a pair and a lone one, the last one short), two
+  // super-blocks, two tiles of tokens.
+  constexpr int64_t kRows = 44, kCols = 2 * kQK, kTokens = 2 * kAmxTokens;
+  std::vector<float> wf((size_t)(kRows * kCols)), x((size_t)(kTokens * kCols));
+  uint32_t seed = 54321;
+  const auto next = [&] {
+    seed = seed * 1664525u + 1013904223u;
+    return (float)((int32_t)(seed >> 8) - (1 << 23)) / (float)(1 << 23);
+  };
+  for (float& v : wf) v = next();
+  for (float& v : x) v = 3.0f * next();
+  for (TensorType type : {TensorType::Q4_K, TensorType::Q6_K}) {
+    const bool q6 = type == TensorType::Q6_K;
+    const AmxKFn amx = amx_k_fn(mode, q6);
+    const TypeOps* ops = scalar_type_ops(type);
+    const size_t rb = *row_bytes(type, kCols);
+    std::vector<uint8_t> wq(rb * kRows);
+    for (int64_t r = 0; r < kRows; ++r)
+      ops->from_float(wf.data() + r * kCols, wq.data() + r * rb, kCols);
+    const auto pm = pack_matrix(WeightMatrix{type, wq.data(), kRows, kCols, rb, nullptr});
+    if (!pm || !amx) return false;
+    const size_t stride = k_act_stride(kCols);
+    std::vector<uint8_t> act(stride * kTokens);
+    for (int64_t t = 0; t < kTokens; ++t)
+      quantize_k_act(q6, x.data() + t * kCols, kCols, act.data() + t * stride);
+    std::vector<float> want((size_t)(kTokens * kRows)), got(want.size());
+    for (int64_t g = 0; g < pm->n_groups; ++g) {
+      if (q6)
+        k6_group(*pm, g, act.data(), stride, kTokens, want.data() + g * kGroup, kRows);
+      else
+        k_few(*pm, g, g + 1, act.data(), stride, kTokens, want.data(), kRows, 0);
+    }
+    amx(*pm, 0, 2, act.data(), stride, kTokens, got.data(), kRows);
+    amx(*pm, 2, 1, act.data(), stride, kTokens, got.data(), kRows);
+    if (std::memcmp(want.data(), got.data(), want.size() * sizeof(float)) != 0) return false;
+  }
+  return true;
+}
+
 void packed_k_matmul_many(std::span<const PackedJob> jobs, const float* x, int64_t n_tokens,
                           ThreadPool& pool, std::span<const PackedMatrix* const> next) {
   const int64_t cols = jobs[0].matrix->cols;
@@ -690,7 +875,9 @@ void packed_k_matmul_many(std::span<const PackedJob> jobs, const float* x, int64
   // takes groups from a slower one, and workers warm the next call's weights
   // (as the Q4_0 decode does). With the static split the worker idled ~10 %
   // of a TinyLlama Q4_K token while the caller, which also quantizes, ran on.
-  if (n_tokens <= kKFewTokens) {
+  // Where AMX runs, batches of a whole tile of tokens go to it.
+  const AmxKFn amx = amx_k_fn(amx_mode(), q6);
+  if (n_tokens <= kKFewTokens && !(amx && n_tokens >= kAmxTokens)) {
     const auto groups = [&](int64_t g0, int64_t g1) {
       for_each_job_share(jobs, g0, g1, [&](const PackedJob& j, int64_t b, int64_t e) {
         const PackedMatrix& pm = *j.matrix;
@@ -712,13 +899,22 @@ void packed_k_matmul_many(std::span<const PackedJob> jobs, const float* x, int64
   // Zen 5, alternating against the split-and-tile path: 6 rounds, 5 faster,
   // 390-397 -> 421-424 tok/s in the quietest; bench_matmul q4_k 5632x2048, 128
   // tokens, 2 threads: 455-514 -> 503-537 GMAC/s). Q6_K through k6_group.
+  // With AMX, whole tiles of 16 tokens through amx_k_groups, two groups at a
+  // time (each tile of activations serves both).
   pool.parallel_for(total, [&](int64_t g0, int64_t g1) {
     for (int64_t t0 = 0; t0 < n_tokens; t0 += kKTokenChunk) {
-      const int64_t nt = std::min(kKTokenChunk, n_tokens - t0);
-      const uint8_t* chunk = act + (size_t)t0 * stride;
+      const int64_t n_chunk = std::min(kKTokenChunk, n_tokens - t0);
+      const int64_t n_amx = amx ? n_chunk / kAmxTokens * kAmxTokens : 0;
       for_each_job_share(jobs, g0, g1, [&](const PackedJob& j, int64_t b, int64_t e) {
         const PackedMatrix& pm = *j.matrix;
-        float* out = j.out + t0 * pm.rows;
+        if (n_amx > 0)
+          for (int64_t g = b; g < e; g += 2)
+            amx(pm, g, (int)std::min<int64_t>(2, e - g), act + (size_t)t0 * stride, stride, n_amx,
+                j.out + t0 * pm.rows, pm.rows);
+        const int64_t t = t0 + n_amx, nt = n_chunk - n_amx;
+        if (nt == 0) return;
+        const uint8_t* chunk = act + (size_t)t * stride;
+        float* out = j.out + t * pm.rows;
         if (!q6)  // ahead: the next super-block, as k6_group requests it
           return k_few(pm, b, e, chunk, stride, nt, out, pm.rows, pm.block_bytes);
         for (int64_t g = b; g < e; ++g)
