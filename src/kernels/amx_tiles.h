@@ -9,6 +9,7 @@
 // before it is used (amx_mode): a mismatch logs and falls back.
 #pragma once
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -63,6 +64,10 @@ struct AmxHardware {
   static void dot() {
     asm volatile("tdpbssd %%tmm%c2, %%tmm%c1, %%tmm%c0" ::"i"(C), "i"(A), "i"(B));
   }
+  template <int C, int A, int B>  // C += A . B, BF16 pairs into float
+  static void dot_bf16() {
+    asm volatile("tdpbf16ps %%tmm%c2, %%tmm%c1, %%tmm%c0" ::"i"(C), "i"(A), "i"(B));
+  }
   template <int T>
   static void store(void* p, size_t stride) {
     asm volatile("tilestored %%tmm%c2, (%0,%1,1)" ::"r"(p), "r"(stride), "i"(T) : "memory");
@@ -112,6 +117,36 @@ struct AmxEmulated {
         std::memcpy(s.tile[C] + 64 * m + 4 * n, &sum, 4);
       }
     }
+  }
+  // Per output, pair by pair: the even elements' product added first, then
+  // the odd ones' (products of BF16 values are exact in float; each add
+  // rounds to nearest even); denormal inputs and results flushed to zero.
+  template <int C, int A, int B>
+  static void dot_bf16() {
+    State& s = state();
+    const int m_rows = s.cfg.rows[C], n_cols = s.cfg.colsb[C] / 4, k_pairs = s.cfg.colsb[A] / 4;
+    const auto bf16 = [](const uint8_t* p) {
+      uint16_t h;
+      std::memcpy(&h, p, 2);
+      const uint32_t bits = (uint32_t)h << 16;
+      float f;
+      std::memcpy(&f, &bits, 4);
+      return flush(f);
+    };
+    for (int m = 0; m < m_rows; ++m) {
+      for (int n = 0; n < n_cols; ++n) {
+        float sum;
+        std::memcpy(&sum, s.tile[C] + 64 * m + 4 * n, 4);
+        for (int k = 0; k < k_pairs; ++k)
+          for (int i = 0; i < 2; ++i)
+            sum = flush(sum + bf16(s.tile[A] + 64 * m + 4 * k + 2 * i) *
+                                  bf16(s.tile[B] + 64 * k + 4 * n + 2 * i));
+        std::memcpy(s.tile[C] + 64 * m + 4 * n, &sum, 4);
+      }
+    }
+  }
+  static float flush(float x) {
+    return std::fabs(x) < 1.17549435e-38f ? std::copysign(0.0f, x) : x;
   }
   template <int T>
   static void store(void* p, size_t stride) {

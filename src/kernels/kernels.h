@@ -36,6 +36,9 @@ void prepare_weight(WeightMatrix& w);
 // same kernels, their tile operations in plain C++, for tests), "avx512vnni",
 // or "none" (the type table's kernels). CAIRN_AMX=off, or a CAIRN_ISA cap, turns AMX off.
 const char* packed_tile_path();
+// The same for BF16 weights: "amx" (AMX-BF16 tiles), "amx-emulated",
+// "avx512bf16", or "none".
+const char* packed_bf16_tile_path();
 
 // out[t * w.rows + r] = dot(row r of w, x[t * w.cols ...]) for every token t.
 // Activations are converted per row to the type's vec_dot_type first (integer

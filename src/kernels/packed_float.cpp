@@ -10,16 +10,21 @@
 // (c0 + c1) + (c2 + c3). The scalar reference sums in double, so against it
 // only summation rounding differs.
 //
+// AMX-BF16 (where it runs): the same chains in tile accumulators, see below.
+//
 // F16: each row's 16 columns of a block are one 32-byte run, widened and
 // multiplied with float activations into a 16-lane accumulator per (row,
 // token), then reduced as _mm512_reduce_add_ps does: exactly the reference's
 // tinyBLAS order (order::tiny_f16), so the bits are the type table's. Tiles
 // are a quarter group (4 rows) by up to 4 tokens.
+#include <cstdio>
 #include <cstring>
 #include <vector>
 
+#include "core/cpu_features.h"
 #include "core/half.h"
 #include "core/simd.h"
+#include "kernels/amx_tiles.h"
 #include "kernels/packed.h"
 
 #define CAIRN_BF16 CAIRN_SIMD_FN("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,fma")
@@ -161,6 +166,166 @@ constexpr TileFn kBf16PairTiles[kBf16PairTile] = {bf16_tile<2, 1>, bf16_tile<2, 
                                                   bf16_tile<2, 3>};
 constexpr TileFn kF16Tiles[kF16MaxTile] = {f16_tile<1>, f16_tile<2>, f16_tile<3>, f16_tile<4>};
 
+// ---- AMX-BF16 tiles -----------------------------------------------------------
+//
+// Where AMX-BF16 runs (amx_tiles.h), batches take tdpbf16ps, 16 tokens x 16
+// rows x 8 columns per instruction, in the same float steps as the vdpbf16ps
+// tiles, so a token keeps its bits alone or in a batch: one tile accumulator
+// per chain (chain s: column pairs s, s + 4, s + 8, ... in order, as
+// bf16_tile's acc[s]), B = four chunks of the packed group (pairs s + 4i of a
+// block: one strided tile load) and A = the tokens' activations of the same
+// pairs (a copy laid out by chain). vdpbf16ps adds a pair's odd product
+// first, tdpbf16ps the even one: both copies swap each pair's halves, so the
+// adds come in the vdpbf16ps order. Unmeasured: no host so far had AMX.
+
+// Tiles 0..3: the chains' sums (16 tokens x 16 rows of float); 4: 16
+// tokens' 4 pairs of one chain and block; 5: the group's 4 chunks of them.
+const TileConfig& amx_bf16_config() {
+  static const TileConfig c = [] {
+    TileConfig t;
+    for (int i = 0; i < kChains; ++i) t.rows[i] = kAmxTokens, t.colsb[i] = 64;
+    t.rows[4] = kAmxTokens, t.colsb[4] = 16;
+    t.rows[5] = kChunks / kChains, t.colsb[5] = 64;
+    return t;
+  }();
+  return c;
+}
+
+// One token's BF16 activations (cols, a multiple of 32) by chain: block b's
+// pairs s + 4i (i = 0..3) at pairs 16b + 4s + i, each pair's halves swapped.
+CAIRN_BF16 void amx_bf16_activations(const uint16_t* act, int64_t cols, uint16_t* dst) {
+  const __m512i by_chain = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
+  for (int64_t c = 0; c < cols; c += 32) {
+    const __m512i x = _mm512_loadu_si512(act + c);
+    _mm512_storeu_si512(dst + c, _mm512_rol_epi32(_mm512_permutexvar_epi32(by_chain, x), 16));
+  }
+}
+
+// Group g against n_tokens tokens (a multiple of kAmxTokens) of activations
+// laid out by amx_bf16_activations (act_stride elements apart):
+// out[t * out_stride + r], as bf16_tile stores them.
+template <class Tiles>
+CAIRN_BF16 void amx_bf16_group(const PackedMatrix& pm, int64_t g, const uint16_t* act,
+                               size_t act_stride, int64_t n_tokens, float* out,
+                               int64_t out_stride) {
+  // The group's chunks with each pair's halves swapped, for every tile.
+  struct alignas(64) Chunk {
+    uint8_t bytes[64];
+  };
+  thread_local std::vector<Chunk> swapped;
+  const int64_t n_chunks = pm.n_blocks * kChunks;
+  swapped.resize((size_t)n_chunks);
+  const uint8_t* w = group_data(pm, g);
+  for (int64_t c = 0; c < n_chunks; ++c)
+    _mm512_store_si512(swapped[(size_t)c].bytes,
+                       _mm512_rol_epi32(_mm512_load_si512(w + 64 * c), 16));
+  const uint8_t* wc = swapped.data()->bytes;
+  const size_t a_bytes = act_stride * 2;
+  alignas(64) float sums[kChains][kAmxTokens * kGroup];
+  const int64_t rows = std::min<int64_t>(kGroup, pm.rows - g * kGroup);
+  const __mmask16 m = (__mmask16)((1u << rows) - 1);
+  Tiles::begin(amx_bf16_config());
+  for (int64_t t0 = 0; t0 < n_tokens; t0 += kAmxTokens) {
+    const uint8_t* a = reinterpret_cast<const uint8_t*>(act + (size_t)t0 * act_stride);
+    Tiles::template zero<0>();
+    Tiles::template zero<1>();
+    Tiles::template zero<2>();
+    Tiles::template zero<3>();
+    for (int64_t b = 0; b < pm.n_blocks; ++b) {
+      const uint8_t* ab = a + 64 * b;     // 16 pairs of 4 bytes per block
+      const uint8_t* wb = wc + 1024 * b;  // 16 chunks of 64 bytes per block
+      Tiles::template load<4>(ab, a_bytes);
+      Tiles::template load<5>(wb, 256);
+      Tiles::template dot_bf16<0, 4, 5>();
+      Tiles::template load<4>(ab + 16, a_bytes);
+      Tiles::template load<5>(wb + 64, 256);
+      Tiles::template dot_bf16<1, 4, 5>();
+      Tiles::template load<4>(ab + 32, a_bytes);
+      Tiles::template load<5>(wb + 128, 256);
+      Tiles::template dot_bf16<2, 4, 5>();
+      Tiles::template load<4>(ab + 48, a_bytes);
+      Tiles::template load<5>(wb + 192, 256);
+      Tiles::template dot_bf16<3, 4, 5>();
+    }
+    Tiles::template store<0>(sums[0], 64);
+    Tiles::template store<1>(sums[1], 64);
+    Tiles::template store<2>(sums[2], 64);
+    Tiles::template store<3>(sums[3], 64);
+    for (int t = 0; t < kAmxTokens; ++t) {
+      const __m512 sum = _mm512_add_ps(
+          _mm512_add_ps(_mm512_load_ps(sums[0] + kGroup * t), _mm512_load_ps(sums[1] + kGroup * t)),
+          _mm512_add_ps(_mm512_load_ps(sums[2] + kGroup * t),
+                        _mm512_load_ps(sums[3] + kGroup * t)));
+      _mm512_mask_storeu_ps(out + (t0 + t) * out_stride + g * kGroup, m, sum);
+    }
+  }
+  Tiles::end();
+}
+
+using AmxBf16Fn = void (*)(const PackedMatrix&, int64_t, const uint16_t*, size_t, int64_t, float*,
+                           int64_t);
+
+AmxBf16Fn amx_bf16_fn(AmxMode mode) {
+  switch (mode) {
+    case AmxMode::kHardware:
+      return amx_bf16_group<AmxHardware>;
+    case AmxMode::kEmulated:
+      return amx_bf16_group<AmxEmulated>;
+    case AmxMode::kOff:
+      break;
+  }
+  return nullptr;
+}
+
+// The tile kernel against bf16_tile on random weights and activations (three
+// groups, the last one short; three blocks; two tiles of tokens): true when
+// every bit agrees.
+bool amx_bf16_agrees_with_vnni(AmxMode mode) {
+  constexpr int64_t kRows = 40, kCols = 96, kTokens = 2 * kAmxTokens;
+  uint32_t seed = 24680;
+  const auto next = [&] {
+    seed = seed * 1664525u + 1013904223u;
+    return (float)((int32_t)(seed >> 8) - (1 << 23)) / (float)(1 << 23);
+  };
+  std::vector<uint16_t> wq((size_t)(kRows * kCols)), act((size_t)(kTokens * kCols)),
+      by_chain(act.size());
+  for (uint16_t& v : wq) v = f32_to_bf16(next());
+  for (uint16_t& v : act) v = f32_to_bf16(3.0f * next());
+  const auto pm =
+      pack_matrix(WeightMatrix{TensorType::BF16, wq.data(), kRows, kCols, kCols * 2, nullptr});
+  const AmxBf16Fn amx = amx_bf16_fn(mode);
+  if (!pm || !amx) return false;
+  for (int64_t t = 0; t < kTokens; ++t)
+    amx_bf16_activations(act.data() + t * kCols, kCols, by_chain.data() + t * kCols);
+  std::vector<float> want((size_t)(kTokens * kRows)), got(want.size());
+  for (int64_t g = 0; g < pm->n_groups; ++g) {
+    for (int64_t t = 0; t < kTokens; ++t)
+      bf16_tile<1, 1>(*pm, g, act.data() + t * kCols, kCols, want.data() + t * kRows, kRows);
+    amx(*pm, g, by_chain.data(), kCols, kTokens, got.data(), kRows);
+  }
+  return std::memcmp(want.data(), got.data(), want.size() * sizeof(float)) == 0;
+}
+
+// AMX-BF16 where the int8 tiles run (amx_mode), the CPU has the BF16 tiles
+// (or they are emulated) and the kernel agrees with the vdpbf16ps tiles.
+AmxMode resolve_amx_bf16_mode() {
+  const AmxMode mode = amx_mode();
+  if (mode == AmxMode::kOff || !bf16_enabled()) return AmxMode::kOff;
+  if (mode == AmxMode::kHardware && !cpu_features().amx_bf16) return AmxMode::kOff;
+  if (!amx_bf16_agrees_with_vnni(mode)) {
+    std::fprintf(stderr,
+                 "cairn: AMX-BF16 tile results differ from the AVX-512 BF16 kernels; using "
+                 "AVX-512 BF16\n");
+    return AmxMode::kOff;
+  }
+  return mode;
+}
+
+AmxMode amx_bf16_mode() {
+  static const AmxMode mode = resolve_amx_bf16_mode();
+  return mode;
+}
+
 // Both layouts cut each row into runs of `run` bytes and interleave those of
 // `rows` rows at a time: run i of row r goes to byte
 // (r / rows) * runs * rows * run + (i * rows + r % rows) * run of its group.
@@ -183,6 +348,19 @@ void pack_bf16_rows(const WeightMatrix& w, PackedMatrix& p) { pack_runs(w, p, 4,
 
 void pack_f16_rows(const WeightMatrix& w, PackedMatrix& p) { pack_runs(w, p, 32, kF16QuarterRows); }
 
+const char* packed_bf16_tile_path() {
+  if (!isa_enabled(Isa::Avx512Vnni) || !bf16_enabled()) return "none";
+  switch (amx_bf16_mode()) {
+    case AmxMode::kHardware:
+      return "amx";
+    case AmxMode::kEmulated:
+      return "amx-emulated";
+    case AmxMode::kOff:
+      break;
+  }
+  return "avx512bf16";
+}
+
 void packed_float_matmul_many(std::span<const PackedJob> jobs, const float* x, int64_t n_tokens,
                               ThreadPool& pool, std::span<const PackedMatrix* const> next) {
   const int64_t cols = jobs[0].matrix->cols;
@@ -200,13 +378,39 @@ void packed_float_matmul_many(std::span<const PackedJob> jobs, const float* x, i
     act = a;
     elem = sizeof(uint16_t);
   }
+  // AMX-BF16: whole tiles of 16 tokens, from a copy of the activations laid
+  // out by chain.
+  const AmxBf16Fn amx = bf16 && n_tokens >= kAmxTokens ? amx_bf16_fn(amx_bf16_mode()) : nullptr;
+  const uint16_t* amx_act = nullptr;
+  if (amx) {
+    thread_local std::vector<uint16_t> by_chain;
+    by_chain.resize(std::max(by_chain.size(), (size_t)(cols * n_tokens)));
+    // Through a pointer: by_chain named inside the workers' lambda would be
+    // each worker's own, empty vector.
+    uint16_t* dst = by_chain.data();
+    const auto* a = static_cast<const uint16_t*>(act);
+    pool.parallel_for(n_tokens, [&](int64_t b, int64_t e) {
+      for (int64_t t = b; t < e; ++t) amx_bf16_activations(a + t * cols, cols, dst + t * cols);
+    });
+    amx_act = dst;
+  }
   const TileFn* tiles = bf16 ? kBf16Tiles : kF16Tiles;
   const int max_tile = bf16 ? kMaxTile : kF16MaxTile;
   int64_t total = 0;
   for (const PackedJob& j : jobs) total += j.matrix->n_groups;
   // Groups [g0, g1) of the jobs (one index over all of them), tokens [t0, t1).
   const auto run_groups = [&](int64_t g0, int64_t g1, int64_t t0, int64_t t1) {
+    const int64_t n_amx = amx ? (t1 - t0) / kAmxTokens * kAmxTokens : 0;
     int64_t base = 0;
+    for (const PackedJob& j : jobs) {
+      const PackedMatrix& pm = *j.matrix;
+      const int64_t end = std::min(g1, base + pm.n_groups);
+      for (int64_t g = std::max(g0, base); g < end && n_amx > 0; ++g)
+        amx(pm, g - base, amx_act + t0 * cols, (size_t)cols, n_amx, j.out + t0 * pm.rows, pm.rows);
+      base += pm.n_groups;
+    }
+    t0 += n_amx;
+    base = 0;
     for (const PackedJob& j : jobs) {
       const PackedMatrix& pm = *j.matrix;
       const int64_t end = std::min(g1, base + pm.n_groups);

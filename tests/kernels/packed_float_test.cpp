@@ -5,8 +5,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "core/cpu_features.h"
@@ -118,6 +120,22 @@ TEST_F(PackedBf16, RoundsActivationsAsTheScalarConversion) {
   matmul(w, x.data(), 1, out.data(), pool);
   for (int64_t r = 0; r < rows; ++r) {
     EXPECT_EQ(out[(size_t)r], bf16_to_f32(f32_to_bf16(x[(size_t)r]))) << r;
+  }
+}
+
+// CAIRN_AMX=emulate: BF16 batches take the AMX-BF16 tile kernel with its tile
+// operations in plain C++ (so the tests above check it), which must agree
+// with the vdpbf16ps tiles bit for bit before it is used.
+TEST_F(PackedBf16, TilePathFollowsCairnAmx) {
+  const std::string path = packed_bf16_tile_path();
+  const char* env = std::getenv("CAIRN_AMX");
+  const std::string want = env ? env : "";
+  if (want == "emulate") {
+    EXPECT_EQ(path, "amx-emulated");
+  } else if (want == "off" || !isa_enabled(Isa::Amx) || !cpu_features().amx_bf16) {
+    EXPECT_EQ(path, "avx512bf16");
+  } else {
+    EXPECT_TRUE(path == "amx" || path == "avx512bf16") << path;
   }
 }
 

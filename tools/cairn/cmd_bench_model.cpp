@@ -570,7 +570,8 @@ Status run(const BenchArgs& a) {
               hp.arch.c_str(), hp.n_layer, hp.n_embd, hp.n_head, hp.n_head_kv, hp.n_ff, hp.n_vocab,
               wb.main_type.c_str());
   std::printf("isa          %s (detected %s)\n", isa_name(active_isa()), isa_name(detected_isa()));
-  std::printf("batch tiles  %s\n", kernels::packed_tile_path());
+  std::printf("batch tiles  %s (bf16 weights: %s)\n", kernels::packed_tile_path(),
+              kernels::packed_bf16_tile_path());
   std::printf("cpu          %s\n", cpu_model_name().c_str());
   std::printf("threads      %d\n", threads);
   std::printf("load         %.2f before, %.2f after (1-minute load average)\n", load_before,

@@ -75,9 +75,11 @@ Status serve(ServeArgs a) {
     (*server)->wait();
     return local.status();
   }
-  spdlog::info("serving model '{}' (context {} tokens, KV pool {} MiB; kernels {}, batch tiles {})",
-               (*local)->model_id(), (*local)->n_ctx(), (*local)->kv_pool_bytes() >> 20,
-               isa_name(active_isa()), kernels::packed_tile_path());
+  spdlog::info(
+      "serving model '{}' (context {} tokens, KV pool {} MiB; kernels {}, batch tiles {}, bf16 "
+      "{})",
+      (*local)->model_id(), (*local)->n_ctx(), (*local)->kv_pool_bytes() >> 20,
+      isa_name(active_isa()), kernels::packed_tile_path(), kernels::packed_bf16_tile_path());
   backend.set(std::move(local.value()));
   std::fprintf(stderr, "cairn: ready\n");
   std::fflush(stderr);
