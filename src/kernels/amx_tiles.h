@@ -13,6 +13,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <memory>
+#include <vector>
+
+#include "kernels/packed.h"
 
 namespace cairn::kernels {
 
@@ -157,6 +161,27 @@ struct AmxEmulated {
 };
 
 enum class AmxMode { kOff, kHardware, kEmulated };
+
+// What packed_tile_path and packed_bf16_tile_path print for a mode, the
+// vector kernels' name when the tiles are off.
+inline const char* amx_path_name(AmxMode mode, const char* vector_path) {
+  switch (mode) {
+    case AmxMode::kHardware:
+      return "amx";
+    case AmxMode::kEmulated:
+      return "amx-emulated";
+    case AmxMode::kOff:
+      break;
+  }
+  return vector_path;
+}
+
+// The self-checks' data (packed.cpp): n values in [-scale, scale) from a
+// fixed seed; and rows x cols such values quantized to `type` by its scalar
+// conversion and packed (null when that fails).
+std::vector<float> amx_check_values(size_t n, uint32_t seed, float scale);
+std::shared_ptr<const PackedMatrix> amx_check_matrix(TensorType type, const std::vector<float>& w,
+                                                     int64_t rows, int64_t cols);
 
 // The process's mode, resolved once (packed.cpp): CAIRN_AMX=off turns the
 // tiles off, =emulate runs them emulated (tests); otherwise they run where

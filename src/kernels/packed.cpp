@@ -859,21 +859,10 @@ using PairFn = void (*)(const PackedMatrix&, int64_t, const uint8_t*, size_t, in
 template <class Tiles>
 bool amx_agrees_with_vnni() {
   constexpr int64_t kRows = 32, kCols = 1056, kTokens = 2 * kAmxTokens;
-  std::vector<float> wf((size_t)(kRows * kCols)), x((size_t)(kTokens * kCols));
-  uint32_t seed = 12345;
-  const auto next = [&] {
-    seed = seed * 1664525u + 1013904223u;
-    return (float)((int32_t)(seed >> 8) - (1 << 23)) / (float)(1 << 23);
-  };
-  for (float& v : wf) v = next();
-  for (float& v : x) v = 3.0f * next();
+  const std::vector<float> wf = amx_check_values((size_t)(kRows * kCols), 12345, 1.0f);
+  const std::vector<float> x = amx_check_values((size_t)(kTokens * kCols), 54321, 3.0f);
   for (TensorType type : {TensorType::Q4_0, TensorType::Q8_0}) {
-    const TypeOps* ops = scalar_type_ops(type);
-    const size_t rb = *row_bytes(type, kCols);
-    std::vector<uint8_t> wq(rb * kRows);
-    for (int64_t r = 0; r < kRows; ++r)
-      ops->from_float(wf.data() + r * kCols, wq.data() + r * rb, kCols);
-    const auto pm = pack_matrix(WeightMatrix{type, wq.data(), kRows, kCols, rb, nullptr});
+    const auto pm = amx_check_matrix(type, wf, kRows, kCols);
     if (!pm) return false;
     const size_t stride = act_stride(kCols);
     std::vector<uint8_t> act(stride * kTokens);
@@ -1071,6 +1060,27 @@ AmxMode amx_mode() {
   return mode;
 }
 
+std::vector<float> amx_check_values(size_t n, uint32_t seed, float scale) {
+  std::vector<float> v(n);
+  for (float& x : v) {
+    seed = seed * 1664525u + 1013904223u;
+    x = scale * (float)((int32_t)(seed >> 8) - (1 << 23)) / (float)(1 << 23);
+  }
+  return v;
+}
+
+std::shared_ptr<const PackedMatrix> amx_check_matrix(TensorType type, const std::vector<float>& w,
+                                                     int64_t rows, int64_t cols) {
+  const TypeOps* ops = scalar_type_ops(type);
+  const std::optional<size_t> rb = row_bytes(type, cols);
+  if (!ops || !rb) return nullptr;
+  std::vector<uint8_t> data(*rb * (size_t)rows);
+  for (int64_t r = 0; r < rows; ++r)
+    ops->from_float(w.data() + r * cols, data.data() + r * *rb, cols);
+  // The packed copy owns its bytes: data may go.
+  return pack_matrix(WeightMatrix{type, data.data(), rows, cols, *rb, nullptr});
+}
+
 std::shared_ptr<const PackedMatrix> pack_matrix(const WeightMatrix& w) {
   if (!isa_enabled(Isa::Avx512Vnni) || !w.data || w.rows <= 0 || w.cols <= 0 || w.cols % 32 != 0)
     return nullptr;
@@ -1253,15 +1263,7 @@ void run_groups_balanced(ThreadPool& pool, int64_t n,
 
 const char* packed_tile_path() {
   if (!isa_enabled(Isa::Avx512Vnni)) return "none";
-  switch (amx_mode()) {
-    case AmxMode::kHardware:
-      return "amx";
-    case AmxMode::kEmulated:
-      return "amx-emulated";
-    case AmxMode::kOff:
-      break;
-  }
-  return "avx512vnni";
+  return amx_path_name(amx_mode(), "avx512vnni");
 }
 
 void packed_matmul(const PackedMatrix& pm, const float* x, int64_t n_tokens, float* out,

@@ -282,17 +282,11 @@ AmxBf16Fn amx_bf16_fn(AmxMode mode) {
 // every bit agrees.
 bool amx_bf16_agrees_with_vnni(AmxMode mode) {
   constexpr int64_t kRows = 40, kCols = 96, kTokens = 2 * kAmxTokens;
-  uint32_t seed = 24680;
-  const auto next = [&] {
-    seed = seed * 1664525u + 1013904223u;
-    return (float)((int32_t)(seed >> 8) - (1 << 23)) / (float)(1 << 23);
-  };
-  std::vector<uint16_t> wq((size_t)(kRows * kCols)), act((size_t)(kTokens * kCols)),
-      by_chain(act.size());
-  for (uint16_t& v : wq) v = f32_to_bf16(next());
-  for (uint16_t& v : act) v = f32_to_bf16(3.0f * next());
-  const auto pm =
-      pack_matrix(WeightMatrix{TensorType::BF16, wq.data(), kRows, kCols, kCols * 2, nullptr});
+  const auto pm = amx_check_matrix(TensorType::BF16, amx_check_values(kRows * kCols, 24680, 1.0f),
+                                   kRows, kCols);
+  std::vector<uint16_t> act((size_t)(kTokens * kCols)), by_chain(act.size());
+  activations_to_bf16(amx_check_values(act.size(), 13579, 3.0f).data(), (int64_t)act.size(),
+                      act.data());
   const AmxBf16Fn amx = amx_bf16_fn(mode);
   if (!pm || !amx) return false;
   for (int64_t t = 0; t < kTokens; ++t)
@@ -350,15 +344,7 @@ void pack_f16_rows(const WeightMatrix& w, PackedMatrix& p) { pack_runs(w, p, 32,
 
 const char* packed_bf16_tile_path() {
   if (!isa_enabled(Isa::Avx512Vnni) || !bf16_enabled()) return "none";
-  switch (amx_bf16_mode()) {
-    case AmxMode::kHardware:
-      return "amx";
-    case AmxMode::kEmulated:
-      return "amx-emulated";
-    case AmxMode::kOff:
-      break;
-  }
-  return "avx512bf16";
+  return amx_path_name(amx_bf16_mode(), "avx512bf16");
 }
 
 void packed_float_matmul_many(std::span<const PackedJob> jobs, const float* x, int64_t n_tokens,

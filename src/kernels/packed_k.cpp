@@ -820,23 +820,12 @@ bool amx_k_agrees_with_vnni(AmxMode mode) {
   // Three groups (a pair and a lone one, the last one short), two
   // super-blocks, two tiles of tokens.
   constexpr int64_t kRows = 44, kCols = 2 * kQK, kTokens = 2 * kAmxTokens;
-  std::vector<float> wf((size_t)(kRows * kCols)), x((size_t)(kTokens * kCols));
-  uint32_t seed = 54321;
-  const auto next = [&] {
-    seed = seed * 1664525u + 1013904223u;
-    return (float)((int32_t)(seed >> 8) - (1 << 23)) / (float)(1 << 23);
-  };
-  for (float& v : wf) v = next();
-  for (float& v : x) v = 3.0f * next();
+  const std::vector<float> wf = amx_check_values((size_t)(kRows * kCols), 97531, 1.0f);
+  const std::vector<float> x = amx_check_values((size_t)(kTokens * kCols), 86420, 3.0f);
   for (TensorType type : {TensorType::Q4_K, TensorType::Q6_K}) {
     const bool q6 = type == TensorType::Q6_K;
     const AmxKFn amx = amx_k_fn(mode, q6);
-    const TypeOps* ops = scalar_type_ops(type);
-    const size_t rb = *row_bytes(type, kCols);
-    std::vector<uint8_t> wq(rb * kRows);
-    for (int64_t r = 0; r < kRows; ++r)
-      ops->from_float(wf.data() + r * kCols, wq.data() + r * rb, kCols);
-    const auto pm = pack_matrix(WeightMatrix{type, wq.data(), kRows, kCols, rb, nullptr});
+    const auto pm = amx_check_matrix(type, wf, kRows, kCols);
     if (!pm || !amx) return false;
     const size_t stride = k_act_stride(kCols);
     std::vector<uint8_t> act(stride * kTokens);
