@@ -65,6 +65,7 @@ struct TensorPlan {
   TensorType type;
   Fill fill;
   float stddev;
+  TensorType wanted = TensorType::F32;  // 2-D: the type asked for (type differs on a fallback)
 };
 
 // splitmix64: a small, fully specified generator, so a seed gives the same
@@ -94,12 +95,15 @@ std::vector<TensorPlan> plan_tensors(const RandomModelSpec& s, int64_t n_vocab) 
   const int64_t head_dim = s.dim / s.heads;
   const int64_t q_out = s.heads * head_dim;
   const int64_t kv_out = s.kv_heads * head_dim;
-  auto mat = [&](std::string name, int64_t in, int64_t out) {
+  // more_bits: a tensor Q4_K_M stores in Q6_K.
+  auto mat = [&](std::string name, int64_t in, int64_t out, bool more_bits = false) {
+    const TensorType t = s.q4_k_m && more_bits ? TensorType::Q6_K : s.type;
     return TensorPlan{std::move(name),
                       {in, out},
-                      storage_type(s.type, in),
+                      storage_type(t, in),
                       Fill::Uniform,
-                      1.0f / std::sqrt(static_cast<float>(in))};
+                      1.0f / std::sqrt(static_cast<float>(in)),
+                      t};
   };
   auto vec = [](std::string name, int64_t n, Fill fill, float sd) {
     return TensorPlan{std::move(name), {n}, TensorType::F32, fill, sd};
@@ -107,15 +111,20 @@ std::vector<TensorPlan> plan_tensors(const RandomModelSpec& s, int64_t n_vocab) 
   std::vector<TensorPlan> p;
   // Unit-variance embeddings against 1/sqrt(fan_in) matrices keep the residual
   // stream and the logits O(1), so sampling from a random model stays varied.
-  p.push_back(
-      {"token_embd.weight", {s.dim, n_vocab}, storage_type(s.type, s.dim), Fill::Uniform, 1.0f});
+  p.push_back({"token_embd.weight",
+               {s.dim, n_vocab},
+               storage_type(s.type, s.dim),
+               Fill::Uniform,
+               1.0f,
+               s.type});
   const bool bias = find_arch(s.arch)->qkv_bias;
   for (int64_t l = 0; l < s.layers; ++l) {
     const std::string b = "blk." + std::to_string(l) + ".";
     p.push_back(vec(b + "attn_norm.weight", s.dim, Fill::Ones, 0));
     p.push_back(mat(b + "attn_q.weight", s.dim, q_out));
     p.push_back(mat(b + "attn_k.weight", s.dim, kv_out));
-    p.push_back(mat(b + "attn_v.weight", s.dim, kv_out));
+    const bool more_bits = more_bits_layer(l, s.layers);
+    p.push_back(mat(b + "attn_v.weight", s.dim, kv_out, more_bits));
     if (bias) {
       p.push_back(vec(b + "attn_q.bias", q_out, Fill::Uniform, 0.02f));
       p.push_back(vec(b + "attn_k.bias", kv_out, Fill::Uniform, 0.02f));
@@ -125,10 +134,10 @@ std::vector<TensorPlan> plan_tensors(const RandomModelSpec& s, int64_t n_vocab) 
     p.push_back(vec(b + "ffn_norm.weight", s.dim, Fill::Ones, 0));
     p.push_back(mat(b + "ffn_gate.weight", s.dim, s.ffn));
     p.push_back(mat(b + "ffn_up.weight", s.dim, s.ffn));
-    p.push_back(mat(b + "ffn_down.weight", s.ffn, s.dim));
+    p.push_back(mat(b + "ffn_down.weight", s.ffn, s.dim, more_bits));
   }
   p.push_back(vec("output_norm.weight", s.dim, Fill::Ones, 0));
-  TensorPlan out = mat("output.weight", s.dim, n_vocab);
+  TensorPlan out = mat("output.weight", s.dim, n_vocab, true);
   out.fill = Fill::UniformZeroByteRows;
   p.push_back(std::move(out));
   return p;
@@ -229,6 +238,10 @@ Status validate(const RandomModelSpec& s) {
   return Status::ok();
 }
 
+bool more_bits_layer(int64_t layer, int64_t n_layers) {
+  return layer < n_layers / 8 || layer >= 7 * n_layers / 8 || (layer - n_layers / 8) % 3 == 2;
+}
+
 TensorType storage_type(TensorType wanted, int64_t row) {
   if (row_bytes(wanted, row)) return wanted;
   if (is_k_quant(wanted) && row_bytes(TensorType::Q8_0, row)) return TensorType::Q8_0;
@@ -252,6 +265,8 @@ Result<BuildSummary> write_random_model(const RandomModelSpec& spec, const Vocab
                                          std::to_string(spec.layers));
   for (const auto& ft : kFileTypes)
     if (ft.type == spec.type) w.set_uint32("general.file_type", ft.ftype);
+  constexpr uint32_t kFileTypeQ4KM = 15;  // llama.cpp's LLAMA_FTYPE_MOSTLY_Q4_K_M
+  if (spec.q4_k_m) w.set_uint32("general.file_type", kFileTypeQ4KM);
   w.set_uint32("general.quantization_version", 2);
   w.set_uint32(a + ".context_length", static_cast<uint32_t>(spec.ctx));
   w.set_uint32(a + ".embedding_length", static_cast<uint32_t>(spec.dim));
@@ -275,8 +290,8 @@ Result<BuildSummary> write_random_model(const RandomModelSpec& spec, const Vocab
     const uint64_t size = *row_bytes(t.type, t.dims[0]) * (elems / t.dims[0]);
     data_bytes += size + gguf::Writer::tensor_padding(size, kAlignment);
     summary.n_params += elems;
-    if (t.dims.size() == 2 && t.type != spec.type)
-      summary.fallbacks.push_back({t.name, spec.type, t.type});
+    if (t.dims.size() == 2 && t.type != t.wanted)
+      summary.fallbacks.push_back({t.name, t.wanted, t.type});
   }
   const std::vector<uint8_t> header = w.header_bytes(kAlignment);
   summary.bytes = header.size() + data_bytes;

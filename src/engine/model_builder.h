@@ -30,6 +30,10 @@ struct RandomModelSpec {
   int64_t ffn = 512;
   int64_t ctx = 2048;                 // <arch>.context_length
   TensorType type = TensorType::F32;  // of every 2-D weight; norms and biases stay F32
+  // With type Q4_K: llama.cpp's Q4_K_M choices instead (output, and attn_v and
+  // ffn_down of the layers more_bits_layer names, in Q6_K), the mix most
+  // published models ship in.
+  bool q4_k_m = false;
   uint64_t seed = 0;
 };
 
@@ -65,6 +69,10 @@ Status validate(const RandomModelSpec& spec);
 // K-quants (256-element blocks) to Q8_0 when the row is a multiple of 32
 // (llama.cpp picks Q5_0/Q5_1, which cairn does not compute), else F16.
 TensorType storage_type(TensorType wanted, int64_t row);
+
+// llama.cpp's rule for the layers whose attn_v and ffn_down Q4_K_M stores in
+// Q6_K: the first and last eighth of the layers, and every third in between.
+bool more_bits_layer(int64_t layer, int64_t n_layers);
 
 // Writes the model to `path` via a temp file in the same folder and a rename,
 // so a reader never sees a half-written file and concurrent writers of the

@@ -144,6 +144,38 @@ TEST(ModelBuilder, RowsThatDoNotFitFallBack) {
   EXPECT_EQ((*file)->find_tensor("blk.1.ffn_up.weight")->type, TensorType::Q4_K);
 }
 
+// Q4_K_M: Q4_K except the output and, in the layers llama.cpp gives more
+// bits (the first and last eighth, every third between), attn_v and ffn_down.
+TEST(ModelBuilder, Q4KMStoresTheMoreBitsTensorsInQ6K) {
+  std::vector<int64_t> more;
+  for (int64_t l = 0; l < 22; ++l)
+    if (more_bits_layer(l, 22)) more.push_back(l);
+  EXPECT_EQ(more, (std::vector<int64_t>{0, 1, 4, 7, 10, 13, 16, 19, 20, 21}));
+
+  auto dir = test::temp_dir("builder-q4km");
+  auto spec = small_spec(TensorType::Q4_K);
+  spec.q4_k_m = true;
+  spec.layers = 9;  // more bits: 0 (first eighth), 3 and 6 (every third), 7 and 8 (last eighth)
+  auto path = (dir / "m.gguf").string();
+  auto summary = write_random_model(spec, demo_vocab(), path);
+  ASSERT_TRUE(summary.is_ok()) << summary.status().message();
+  EXPECT_TRUE(summary->fallbacks.empty());
+  auto file = gguf::File::open(path);
+  ASSERT_TRUE(file.is_ok());
+  const auto type_of = [&](const std::string& name) { return (*file)->find_tensor(name)->type; };
+  EXPECT_EQ(type_of("output.weight"), TensorType::Q6_K);
+  EXPECT_EQ(type_of("token_embd.weight"), TensorType::Q4_K);
+  for (int64_t l = 0; l < spec.layers; ++l) {
+    const std::string b = "blk." + std::to_string(l) + ".";
+    const bool more = l == 0 || l == 3 || l == 6 || l == 7 || l == 8;
+    const TensorType want = more ? TensorType::Q6_K : TensorType::Q4_K;
+    EXPECT_EQ(type_of(b + "attn_v.weight"), want) << l;
+    EXPECT_EQ(type_of(b + "ffn_down.weight"), want) << l;
+    EXPECT_EQ(type_of(b + "attn_q.weight"), TensorType::Q4_K) << l;
+    EXPECT_EQ(type_of(b + "ffn_up.weight"), TensorType::Q4_K) << l;
+  }
+}
+
 TEST(ModelBuilder, SameSeedSameBytes) {
   auto dir = test::temp_dir("builder-seed");
   auto spec = small_spec(TensorType::Q4_0);

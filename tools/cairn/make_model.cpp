@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include <memory>
+#include <optional>
 
 #include "commands.h"
 #include "engine/demo_model.h"
@@ -22,7 +23,9 @@ struct MakeModelArgs {
 };
 
 Status make_model(MakeModelArgs& a) {
-  auto type = type_from_name(a.type);
+  // q4_k_m: Q4_K with llama.cpp's Q4_K_M choice of Q6_K tensors.
+  a.spec.q4_k_m = a.type == "q4_k_m";
+  auto type = a.spec.q4_k_m ? std::optional<TensorType>(TensorType::Q4_K) : type_from_name(a.type);
   if (!type) return Status::error("unknown --type '" + a.type + "'");
   a.spec.type = *type;
   CAIRN_RETURN_IF_ERROR(engine::validate(a.spec));
@@ -65,7 +68,8 @@ void register_make_model(CLI::App& app, CommandResult& result) {
   cmd->add_option("--vocab-from", a->vocab_from,
                   "GGUF whose tokenizer.* metadata is copied (default: demo vocabulary)");
   cmd->add_option("--type", a->type,
-                  "f32, f16, bf16, q8_0, q4_0, q4_k or q6_k (norms and biases stay f32)")
+                  "f32, f16, bf16, q8_0, q4_0, q4_k, q6_k, or q4_k_m (q4_k with llama.cpp's Q4_K_M "
+                  "choice of q6_k tensors); norms and biases stay f32")
       ->capture_default_str();
   cmd->add_option("--seed", s.seed, "weight seed")->capture_default_str();
   cmd->add_option("--name", s.name, "general.name");
