@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <string_view>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
@@ -68,6 +69,7 @@ CpuFeatures detect() {
     f.avx512bw = (b >> 30) & 1;
     f.avx512vl = (b >> 31) & 1;
     f.avx512_vnni = (c >> 11) & 1;
+    f.gfni = (c >> 8) & 1;
     f.amx_bf16 = (d >> 22) & 1;
     f.amx_tile = (d >> 24) & 1;
     f.amx_int8 = (d >> 25) & 1;
@@ -127,6 +129,15 @@ Isa active_isa() {
 }
 
 bool bf16_enabled() { return cpu_features().avx512_bf16 && isa_enabled(Isa::Avx512); }
+
+bool gfni_enabled() {
+  static const bool on = [] {
+    const char* env = std::getenv("CAIRN_GFNI");
+    return cpu_features().gfni && isa_enabled(Isa::Avx512) &&
+           !(env && std::string_view(env) == "off");
+  }();
+  return on;
+}
 
 const char* isa_name(Isa isa) {
   for (const IsaName& n : kNames)

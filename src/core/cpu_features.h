@@ -25,6 +25,7 @@ struct CpuFeatures {
   bool avx2 = false, fma = false, f16c = false;
   bool avx512f = false, avx512bw = false, avx512vl = false, avx512dq = false;
   bool avx512_vnni = false, avx512_bf16 = false;
+  bool gfni = false;  // Galois-field byte instructions (vgf2p8affineqb: any bit move in a byte)
   bool amx_tile = false, amx_int8 = false, amx_bf16 = false;
   bool os_ymm = false, os_zmm = false, os_amx = false;  // XCR0 state enabled by the OS
   // CPUID vendor "GenuineIntel": some memory-streaming choices (software
@@ -47,6 +48,10 @@ inline bool isa_enabled(Isa isa) { return static_cast<int>(active_isa()) >= stat
 
 // Whether AVX-512 BF16 instructions may be used (CPU has them and the cap is >= Avx512).
 bool bf16_enabled();
+
+// Whether 512-bit GFNI instructions may be used: the CPU has them, the cap is
+// >= Avx512, and CAIRN_GFNI is not "off" (so tests can run the kernels without).
+bool gfni_enabled();
 
 const char* isa_name(Isa isa);
 std::optional<Isa> parse_isa(std::string_view name);
