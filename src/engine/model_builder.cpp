@@ -263,10 +263,13 @@ Result<BuildSummary> write_random_model(const RandomModelSpec& spec, const Vocab
                                    ? spec.name
                                    : "cairn-random-" + a + "-" + std::to_string(spec.dim) + "x" +
                                          std::to_string(spec.layers));
-  for (const auto& ft : kFileTypes)
-    if (ft.type == spec.type) w.set_uint32("general.file_type", ft.ftype);
   constexpr uint32_t kFileTypeQ4KM = 15;  // llama.cpp's LLAMA_FTYPE_MOSTLY_Q4_K_M
-  if (spec.q4_k_m) w.set_uint32("general.file_type", kFileTypeQ4KM);
+  if (spec.q4_k_m) {
+    w.set_uint32("general.file_type", kFileTypeQ4KM);
+  } else {
+    for (const auto& ft : kFileTypes)
+      if (ft.type == spec.type) w.set_uint32("general.file_type", ft.ftype);
+  }
   w.set_uint32("general.quantization_version", 2);
   w.set_uint32(a + ".context_length", static_cast<uint32_t>(spec.ctx));
   w.set_uint32(a + ".embedding_length", static_cast<uint32_t>(spec.dim));
