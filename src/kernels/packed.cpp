@@ -30,6 +30,7 @@
 #include "core/quant_blocks.h"
 #include "core/simd.h"
 #include "kernels/amx_tiles.h"
+#include "kernels/packed_q.h"
 
 #define CAIRN_VNNI CAIRN_SIMD_FN("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c")
 
@@ -95,12 +96,9 @@ std::pair<std::shared_ptr<uint8_t>, uint8_t*> alloc_packed(size_t bytes) {
 using quant::BlockQ4_0;
 using quant::BlockQ8_0;
 
-constexpr int kGroup = 16;
-constexpr size_t kQ4Block = 32 + 4 * 64;  // scales + 4 chunks of 16 rows x 4 bytes (nibbles)
-constexpr size_t kQ8Block = 32 + 8 * 64;  // scales + 8 chunks of 16 rows x 4 bytes
-constexpr int kTile = 8;                  // tokens per tile (accumulator registers)
-constexpr int kTile2 = 5;                 // tokens per two-group tile
-constexpr int64_t kTokenChunk = 64;       // tokens whose activations stay in L2 per pass
+constexpr int kTile = 8;             // tokens per tile (accumulator registers)
+constexpr int kTile2 = 5;            // tokens per two-group tile
+constexpr int64_t kTokenChunk = 64;  // tokens whose activations stay in L2 per pass
 // Rows of more than kSliceAbove blocks are stored in slices of kSliceBlocks
 // (see PackedMatrix). Measured on 22 TinyLlama FFN-down matrices (5632
 // columns), one token, 2 threads, layouts alternated in one process: 64-block
@@ -109,21 +107,6 @@ constexpr int64_t kTokenChunk = 64;       // tokens whose activations stay in L2
 // ~7% (128 tokens, one thread) for no decode gain with Q4_0.
 constexpr int64_t kSliceBlocks = 32;
 constexpr int64_t kSliceAbove = 64;
-
-// Where block b of a slice of `len` blocks at s keeps its 16 scales and its
-// chunks (see PackedMatrix): blocks go in pairs, both blocks' scales in the
-// pair's first cache line, then each block's chunks; an odd slice's last block
-// stands alone, scales then chunks.
-struct BlockAt {
-  const uint8_t* scales;
-  const uint8_t* chunks;
-};
-inline BlockAt block_at(const uint8_t* s, int64_t b, int64_t len, size_t block_bytes) {
-  const uint8_t* pair = s + (size_t)(b & ~int64_t{1}) * block_bytes;
-  if ((b | 1) >= len) return {pair, pair + 32};
-  const size_t second = (size_t)(b & 1);
-  return {pair + 32 * second, pair + 64 + second * (block_bytes - 32)};
-}
 
 // ---- packing (plain C++: runs once at load) ---------------------------------
 
@@ -153,38 +136,6 @@ void pack_rows(const WeightMatrix& w, PackedMatrix& p) {
 
 // ---- activations --------------------------------------------------------------
 //
-// Each token's row is quantized to Q8_0 exactly as quant::q8_0_from_float_act
-// does (scale 127/amax, ties to even; the stored f16 scale is what the dot
-// uses), laid out as one 40-byte record per block: qs[32], d (float), bias:
-// the exact correction for the weights' offset, -8 (Q4_0 codes are stored
-// 0..15) or -128 (Q8_0 codes are stored +128, unsigned for vpdpbusd) times
-// the block's sum of activation codes. One record per block means one pointer
-// per token in the kernels: with separate qs/d/bias arrays a 5-token tile
-// needed 15, and the compiler kept them in vector registers and moved them
-// back per use (~60 extra instructions per block; a 5632x2048 Q4_0 matmul of
-// 128 tokens on one thread: 288-298 vs 274-286 GMAC/s, alternating runs).
-constexpr size_t kActRec = 40;
-
-size_t act_stride(int64_t cols) {
-  const size_t bytes = kActRec * (size_t)(cols / 32);
-  return (bytes + 63) & ~size_t{63};
-}
-
-inline float act_d(const uint8_t* rec) {
-  float d;
-  std::memcpy(&d, rec + 32, 4);
-  return d;
-}
-inline int32_t act_bias(const uint8_t* rec) {
-  int32_t b;
-  std::memcpy(&b, rec + 36, 4);
-  return b;
-}
-
-int32_t weight_offset(PackedMatrix::Layout layout) {
-  return layout == PackedMatrix::Layout::Q4_0x16 ? 8 : 128;
-}
-
 CAIRN_VNNI void quantize_act(int32_t offset, const float* x, int64_t cols, uint8_t* dst) {
   const int64_t nb = cols / 32;
   const __m512 sign = _mm512_set1_ps(-0.0f);
@@ -938,6 +889,28 @@ void run_group(const PackedMatrix& pm, int64_t g, const uint8_t* act, size_t str
   }
 }
 
+// Groups [g0, g1) of pm against tokens [t0, t1) with the AVX2 kernels: one
+// token walks whole runs slice by slice (reading the weights in order, as
+// tile_one_run), more go group by group in tiles (avx2_group_tokens), asking
+// for weights ahead where few tokens leave the memory idle between lines.
+void run_groups_avx2(const PackedMatrix& pm, int64_t g0, int64_t g1, const uint8_t* act,
+                     size_t stride, int64_t t0, int64_t t1, float* out) {
+  const uint8_t* a = act + (size_t)t0 * stride;
+  float* o = out + t0 * pm.rows;
+  if (t1 - t0 == 1) {
+    for (int64_t g = g0; g < g1;) {
+      const int64_t run_end =
+          std::min(g1, g - g % PackedMatrix::kRunGroups + PackedMatrix::kRunGroups);
+      avx2_one_run(pm, g, run_end, a, o, stream_ahead);
+      g = run_end;
+    }
+    return;
+  }
+  const size_t ahead = t1 - t0 <= kFewTokens ? dense_stream_ahead : 0;
+  for (int64_t g = g0; g < g1; ++g)
+    avx2_group_tokens(pm, g, a, stride, t1 - t0, o + g * kGroup, pm.rows, ahead);
+}
+
 // [0, n) split as the pool's static split (one contiguous range per share),
 // each range walked front to back in whole chunks of kStealChunk (claims
 // below); a share that finishes its own range takes chunks from the back of
@@ -1082,8 +1055,10 @@ std::shared_ptr<const PackedMatrix> amx_check_matrix(TensorType type, const std:
 }
 
 std::shared_ptr<const PackedMatrix> pack_matrix(const WeightMatrix& w) {
-  if (!isa_enabled(Isa::Avx512Vnni) || !w.data || w.rows <= 0 || w.cols <= 0 || w.cols % 32 != 0)
-    return nullptr;
+  if (!w.data || w.rows <= 0 || w.cols <= 0 || w.cols % 32 != 0) return nullptr;
+  // Q4_0 and Q8_0 have AVX2 kernels too (packed_avx2.cpp); the rest need VNNI.
+  const bool avx2_type = w.type == TensorType::Q4_0 || w.type == TensorType::Q8_0;
+  if (!isa_enabled(Isa::Avx512Vnni) && !(avx2_type && isa_enabled(Isa::Avx2))) return nullptr;
   PackedMatrix::Layout layout;
   size_t block_bytes;
   if (w.type == TensorType::Q4_0) {
@@ -1171,9 +1146,11 @@ void packed_matmul_many(std::span<const PackedJob> jobs, const float* x, int64_t
   scratch.resize(std::max(scratch.size(), stride * (size_t)n_tokens + 64));
   uint8_t* act = scratch.data();
   act += (64 - reinterpret_cast<uintptr_t>(act) % 64) % 64;
+  const bool vnni = isa_enabled(Isa::Avx512Vnni);  // else AVX2 (pack_matrix checked)
   pool.parallel_for(n_tokens, [&](int64_t b, int64_t e) {
     for (int64_t t = b; t < e; ++t)
-      quantize_act(weight_offset(first.layout), x + t * first.cols, first.cols, act + t * stride);
+      (vnni ? quantize_act : avx2_quantize_act)(weight_offset(first.layout), x + t * first.cols,
+                                                first.cols, act + t * stride);
   });
   int64_t total = 0;
   for (const PackedJob& j : jobs) total += j.matrix->n_groups;
@@ -1181,6 +1158,12 @@ void packed_matmul_many(std::span<const PackedJob> jobs, const float* x, int64_t
   const auto run_groups = [&](int64_t g0, int64_t g1, int64_t t0, int64_t t1) {
     int64_t base = 0;
     for (const PackedJob& j : jobs) {
+      if (!vnni) {
+        run_groups_avx2(*j.matrix, std::max(g0, base) - base,
+                        std::min(g1, base + j.matrix->n_groups) - base, act, stride, t0, t1, j.out);
+        base += j.matrix->n_groups;
+        continue;
+      }
       const int64_t n = j.matrix->n_groups;
       const int64_t end = std::min(g1, base + n);
       // Where AMX runs, batches of a whole tile of tokens stay with it
@@ -1262,7 +1245,7 @@ void run_groups_balanced(ThreadPool& pool, int64_t n,
 }
 
 const char* packed_tile_path() {
-  if (!isa_enabled(Isa::Avx512Vnni)) return "none";
+  if (!isa_enabled(Isa::Avx512Vnni)) return isa_enabled(Isa::Avx2) ? "avx2" : "none";
   return amx_path_name(amx_mode(), "avx512vnni");
 }
 

@@ -1,4 +1,5 @@
-// The packed VNNI kernels must give the scalar functions' bits exactly.
+// The packed kernels (AVX-512 VNNI; Q4_0 and Q8_0 also AVX2) must give the
+// scalar functions' bits exactly.
 #include "kernels/packed.h"
 
 #include <gtest/gtest.h>
@@ -68,8 +69,8 @@ void check_bit_identical(const Case& c, ThreadPool& pool) {
 class PackedKernels : public ::testing::TestWithParam<TensorType> {
  protected:
   void SetUp() override {
-    if (!isa_enabled(Isa::Avx512Vnni))
-      GTEST_SKIP() << "packed kernels need AVX-512 VNNI (absent here, or capped by CAIRN_ISA)";
+    if (!isa_enabled(Isa::Avx2))
+      GTEST_SKIP() << "packed Q4_0/Q8_0 kernels need AVX2 (absent here, or capped by CAIRN_ISA)";
   }
 };
 
@@ -216,8 +217,11 @@ TEST(PackedMatrixTest, OnlyForTypesWithAPackedKernel) {
   WeightMatrix f32{TensorType::F32, data.data(), 2, 128, 512, nullptr};
   EXPECT_EQ(pack_matrix(f32), nullptr);
   WeightMatrix q4{TensorType::Q4_0, data.data(), 2, 64, 36, nullptr};
-  const bool vnni = isa_enabled(Isa::Avx512Vnni);
-  EXPECT_EQ(pack_matrix(q4) != nullptr, vnni);
+  EXPECT_EQ(pack_matrix(q4) != nullptr, isa_enabled(Isa::Avx2));
+  // The K-quants have VNNI kernels only.
+  std::vector<uint8_t> k_data(2 * 144);
+  WeightMatrix q4k{TensorType::Q4_K, k_data.data(), 2, 256, 144, nullptr};
+  EXPECT_EQ(pack_matrix(q4k) != nullptr, isa_enabled(Isa::Avx512Vnni));
 }
 
 // ctest runs the packed tests and the model suite once more with
@@ -228,7 +232,7 @@ TEST(PackedTilePath, FollowsCairnAmxAndTheIsaLevel) {
   const char* env = std::getenv("CAIRN_AMX");
   const std::string want = env ? env : "";
   if (!isa_enabled(Isa::Avx512Vnni)) {
-    EXPECT_EQ(path, "none");
+    EXPECT_EQ(path, isa_enabled(Isa::Avx2) ? "avx2" : "none");
   } else if (want == "emulate") {
     EXPECT_EQ(path, "amx-emulated");
   } else if (want == "off" || !isa_enabled(Isa::Amx)) {
