@@ -109,79 +109,88 @@ CAIRN_AVX2 void one_blocks(const uint8_t* gw, int64_t n, const uint8_t* act, __m
 }
 
 // NT tokens (records `stride` apart) against half h of blocks [0, n) of one
-// group's slice, continuing acc_io[0..NT): each chunk of weights is loaded
-// and split once for all NT tokens. Q4_0's sums stay 16-bit through the
-// block as in block_sums.
+// group's slice, adding into acc[0..NT). Each block's codes are split once
+// into registers and serve the tokens one after another; the accumulators
+// stay in memory. Holding every token's partial sums in registers instead
+// (codes split chunk by chunk) spilled them: TinyLlama Q4_0 prefill
+// (`CAIRN_ISA=avx2 bench-model -p 256`, alternating) 137-141 tok/s against
+// 190-200 this way, where tiles of 8 tokens beat 4 (172-177), 6 (171-183)
+// and 12 or 16 (185-195).
 template <bool kQ4, int NT>
 [[gnu::noinline]] CAIRN_AVX2 void half_tile(const uint8_t* gw, int64_t n, int h, const uint8_t* act,
-                                            size_t stride, __m256* acc_io, size_t ahead) {
+                                            size_t stride, __m256* acc, size_t ahead) {
   constexpr size_t kBlock = kQ4 ? kQ4Block : kQ8Block;
   const __m256i ones = _mm256_set1_epi16(1);
-  __m256 acc[NT];
-#pragma GCC unroll 8
-  for (int t = 0; t < NT; ++t) acc[t] = acc_io[t];
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  const __m256i flip = _mm256_set1_epi8((char)0x80);
   for (int64_t b = 0; b < n; ++b) {
     request_ahead<kBlock>(gw, b, ahead);
     const BlockAt at = block_at(gw, b, n, kBlock);
     const uint8_t* qs = act + kActRec * (size_t)b;  // token t's record: qs + t * stride
     const uint8_t* c = at.chunks + 32 * h;
-    __m256i s[NT];
+    __m256i sums[NT];
     if constexpr (kQ4) {
-      const __m256i m4 = _mm256_set1_epi8(0x0F);
+      __m256i w[8];  // elements 4k.. (k < 4: low nibbles; else high, 16 + 4(k - 4)..)
 #pragma GCC unroll 4
       for (int k = 0; k < 4; ++k) {
         const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(c + 64 * k));
-        const __m256i lo = _mm256_and_si256(q, m4);
-        const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-#pragma GCC unroll 8
-        for (int t = 0; t < NT; ++t) {
-          const uint8_t* a = qs + t * stride;
-          const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo, bcast4(a + 4 * k)),
-                                             _mm256_maddubs_epi16(hi, bcast4(a + 16 + 4 * k)));
-          s[t] = k == 0 ? p : _mm256_add_epi16(s[t], p);
-        }
+        w[k] = _mm256_and_si256(q, m4);
+        w[k + 4] = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
       }
+#pragma GCC unroll 16
+      for (int t = 0; t < NT; ++t) {
+        const uint8_t* a = qs + t * stride;
+        __m256i p[8];
 #pragma GCC unroll 8
-      for (int t = 0; t < NT; ++t)
-        s[t] = _mm256_add_epi32(_mm256_madd_epi16(s[t], ones),
-                                _mm256_set1_epi32(act_bias(qs + t * stride)));
+        for (int k = 0; k < 8; ++k) p[k] = _mm256_maddubs_epi16(w[k], bcast4(a + 4 * k));
+        const __m256i s16 = _mm256_add_epi16(
+            _mm256_add_epi16(_mm256_add_epi16(p[0], p[1]), _mm256_add_epi16(p[2], p[3])),
+            _mm256_add_epi16(_mm256_add_epi16(p[4], p[5]), _mm256_add_epi16(p[6], p[7])));
+        sums[t] = _mm256_add_epi32(_mm256_madd_epi16(s16, ones), _mm256_set1_epi32(act_bias(a)));
+      }
     } else {
-      const __m256i flip = _mm256_set1_epi8((char)0x80);
-#pragma GCC unroll 8
-      for (int k = 0; k < 8; ++k) {
-        const __m256i w = _mm256_xor_si256(
-            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(c + 64 * k)), flip);
-        const __m256i aw = _mm256_abs_epi8(w);
-#pragma GCC unroll 8
+      // Two rounds of four chunks: their signed codes and magnitudes fill 8 registers.
+#pragma GCC unroll 2
+      for (int k0 = 0; k0 < 8; k0 += 4) {
+        __m256i w[4], aw[4];
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; ++k) {
+          w[k] = _mm256_xor_si256(
+              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(c + 64 * (k0 + k))), flip);
+          aw[k] = _mm256_abs_epi8(w[k]);
+        }
+#pragma GCC unroll 16
         for (int t = 0; t < NT; ++t) {
-          const __m256i p = _mm256_madd_epi16(
-              _mm256_maddubs_epi16(aw, _mm256_sign_epi8(bcast4(qs + t * stride + 4 * k), w)), ones);
-          s[t] = k == 0 ? p : _mm256_add_epi32(s[t], p);
+          const uint8_t* a = qs + t * stride + 4 * k0;
+          __m256i p[4];
+#pragma GCC unroll 4
+          for (int k = 0; k < 4; ++k)
+            p[k] = _mm256_madd_epi16(
+                _mm256_maddubs_epi16(aw[k], _mm256_sign_epi8(bcast4(a + 4 * k), w[k])), ones);
+          const __m256i s =
+              _mm256_add_epi32(_mm256_add_epi32(p[0], p[1]), _mm256_add_epi32(p[2], p[3]));
+          sums[t] = k0 == 0 ? s : _mm256_add_epi32(sums[t], s);
         }
       }
     }
     const __m256 dw =
         _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(at.scales + 16 * h)));
-#pragma GCC unroll 8
+#pragma GCC unroll 16
     for (int t = 0; t < NT; ++t) {
       const __m256 dd = _mm256_mul_ps(dw, _mm256_set1_ps(act_d(qs + t * stride)));
-      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[t]), dd, acc[t]);
+      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums[t]), dd, acc[t]);
     }
   }
-#pragma GCC unroll 8
-  for (int t = 0; t < NT; ++t) acc_io[t] = acc[t];
 }
 
-// Tokens per half_tile: the accumulators and the 16-bit sums of 6 tokens,
-// the split codes and a constant fill the 16 registers.
-constexpr int kTile = 6;
+constexpr int kTile = 8;  // tokens per half_tile (see there)
 using HalfTileFn = void (*)(const uint8_t*, int64_t, int, const uint8_t*, size_t, __m256*, size_t);
 constexpr HalfTileFn kHalfTiles[2][kTile] = {
     {half_tile<false, 1>, half_tile<false, 2>, half_tile<false, 3>, half_tile<false, 4>,
-     half_tile<false, 5>, half_tile<false, 6>},
+     half_tile<false, 5>, half_tile<false, 6>, half_tile<false, 7>, half_tile<false, 8>},
     {half_tile<true, 1>, half_tile<true, 2>, half_tile<true, 3>, half_tile<true, 4>,
-     half_tile<true, 5>, half_tile<true, 6>}};
-static_assert(kTile == 6, "kHalfTiles names every tile size");
+     half_tile<true, 5>, half_tile<true, 6>, half_tile<true, 7>, half_tile<true, 8>}};
+static_assert(kTile == 8, "kHalfTiles names every tile size");
 
 // The first n_rows (at most 8) lanes of v at out.
 CAIRN_AVX2 inline void store_rows(float* out, __m256 v, int64_t n_rows) {
