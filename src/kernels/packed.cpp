@@ -1056,8 +1056,10 @@ std::shared_ptr<const PackedMatrix> amx_check_matrix(TensorType type, const std:
 
 std::shared_ptr<const PackedMatrix> pack_matrix(const WeightMatrix& w) {
   if (!w.data || w.rows <= 0 || w.cols <= 0 || w.cols % 32 != 0) return nullptr;
-  // Q4_0 and Q8_0 have AVX2 kernels too (packed_avx2.cpp); the rest need VNNI.
-  const bool avx2_type = w.type == TensorType::Q4_0 || w.type == TensorType::Q8_0;
+  // Q4_0, Q8_0 (packed_avx2.cpp), Q4_K and Q6_K (packed_k.cpp) have AVX2
+  // kernels too; the 16-bit float layouts need AVX-512.
+  const bool avx2_type = w.type == TensorType::Q4_0 || w.type == TensorType::Q8_0 ||
+                         w.type == TensorType::Q4_K || w.type == TensorType::Q6_K;
   if (!isa_enabled(Isa::Avx512Vnni) && !(avx2_type && isa_enabled(Isa::Avx2))) return nullptr;
   PackedMatrix::Layout layout;
   size_t block_bytes;
