@@ -1,6 +1,7 @@
 // kernels/packed.h — internal to src/kernels: Q4_0, Q8_0, Q4_K and Q6_K weights
-// repacked at load for the integer-dot (AVX-512 VNNI, AMX for batches of
-// Q4_0/Q8_0) kernels, F16 and BF16 for AVX-512 float tiles, and the matmul over
+// repacked at load for the integer-dot kernels (AVX-512 VNNI, AMX for
+// batches; on hosts without VNNI, AVX2 kernels over the same layouts:
+// packed_avx2.cpp, packed_k.cpp), F16 and BF16 for AVX-512 float tiles, and the matmul over
 // them. Owns the packed layouts and their kernels. The integer kernels give the
 // bits of the type table's scalar vec_dot for the same weights and activations
 // (the golden tests depend on the reference's float order, which the scalar
