@@ -97,6 +97,27 @@ CAIRN_FMA_TARGET float tiny_f16_avx2(const uint16_t* w, const float* x, int64_t 
   return reduce16(l);
 }
 
+CAIRN_FMA_TARGET void tiny_f16_x4_avx2(const uint16_t* w, int64_t stride, const float* x, int64_t k,
+                                       float* out) {
+  __m256 a[4][2];
+#pragma GCC unroll 4
+  for (auto& r : a) r[0] = r[1] = _mm256_setzero_ps();
+  for (int64_t i = 0; i < k; i += 16) {
+    const __m256 x0 = _mm256_loadu_ps(x + i), x1 = _mm256_loadu_ps(x + i + 8);
+#pragma GCC unroll 4  // the accumulators stay in registers only unrolled (-O2)
+    for (int r = 0; r < 4; ++r) {
+      a[r][0] = _mm256_fmadd_ps(ld_h(w + r * stride + i), x0, a[r][0]);
+      a[r][1] = _mm256_fmadd_ps(ld_h(w + r * stride + i + 8), x1, a[r][1]);
+    }
+  }
+  for (int r = 0; r < 4; ++r) {
+    float l[16];
+    _mm256_storeu_ps(l, a[r][0]);
+    _mm256_storeu_ps(l + 8, a[r][1]);
+    out[r] = reduce16(l);
+  }
+}
+
 CAIRN_FMA_TARGET float vec_f32_avx2(const float* w, const float* x, int64_t n) {
   const int64_t np = n & ~int64_t{63};
   __m256 a[8];
@@ -175,6 +196,10 @@ float tiny_f32(const float* w, const float* x, int64_t k) {
 }
 float tiny_f16(const uint16_t* w, const float* x, int64_t k) {
   return kSimd ? tiny_f16_avx2(w, x, k) : tiny_f16_scalar(w, x, k);
+}
+void tiny_f16_x4(const uint16_t* w, int64_t stride, const float* x, int64_t k, float* out) {
+  if (kSimd) return tiny_f16_x4_avx2(w, stride, x, k, out);
+  for (int r = 0; r < 4; ++r) out[r] = tiny_f16_scalar(w + r * stride, x, k);
 }
 float vec_f32(const float* w, const float* x, int64_t n) {
   return kSimd ? vec_f32_avx2(w, x, n) : vec_f32_scalar(w, x, n);

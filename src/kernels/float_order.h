@@ -20,6 +20,10 @@ float reduce16(const float* lanes);
 // fma accumulator over k, then reduce16.
 float tiny_f32(const float* w, const float* x, int64_t k);
 float tiny_f16(const uint16_t* w, const float* x, int64_t k);  // x stays float
+// tiny_f16 of four rows (row r at w + r * stride elements) against one x:
+// out[r], the same bits; the AVX2 form runs the four rows' chains together,
+// where one row's two chains leave the fma units waiting on each other.
+void tiny_f16_x4(const uint16_t* w, int64_t stride, const float* x, int64_t k, float* out);
 
 // ggml_vec_dot_f32 / _f16 with AVX-512 (STEP 64, four 16-lane accumulators,
 // reduced pairwise then by reduce16; the tail of n % 64 elements added after).

@@ -39,8 +39,20 @@ void matmul_float(const WeightMatrix& w, const float* x, int64_t n_tokens, float
   }
   const uint16_t* xh_data = xh.data();
   const auto* wdata = static_cast<const unsigned char*>(w.data);
+  // F16 rows in fours where the stride is whole halves (tiny_f16_x4).
+  const bool x4 = f16 && tiny && w.row_stride % 2 == 0;
   pool.parallel_for(w.rows, [&](int64_t b, int64_t e) {
-    for (int64_t r = b; r < e; ++r) {
+    int64_t r = b;
+    for (; x4 && r + 4 <= e; r += 4) {
+      const auto* wrow =
+          reinterpret_cast<const uint16_t*>(wdata + static_cast<size_t>(r) * w.row_stride);
+      for (int64_t t = 0; t < n_tokens; ++t) {
+        float v[4];
+        order::tiny_f16_x4(wrow, (int64_t)(w.row_stride / 2), x + t * k, k, v);
+        for (int i = 0; i < 4; ++i) out[t * w.rows + r + i] = v[i];
+      }
+    }
+    for (; r < e; ++r) {
       const void* wrow = wdata + static_cast<size_t>(r) * w.row_stride;
       for (int64_t t = 0; t < n_tokens; ++t) {
         const float* xt = x + t * k;

@@ -62,14 +62,27 @@ TEST(FloatOrder, SimdFormsGiveTheScalarBits) {
       xh[(size_t)i] = f32_to_f16(x[(size_t)i]);
     }
     EXPECT_EQ(bits(order::vec_f32(w.data(), x.data(), n)),
-              bits(order::scalar::vec_f32(w.data(), x.data(), n))) << n;
+              bits(order::scalar::vec_f32(w.data(), x.data(), n)))
+        << n;
     EXPECT_EQ(bits(order::vec_f16(wh.data(), xh.data(), n)),
-              bits(order::scalar::vec_f16(wh.data(), xh.data(), n))) << n;
+              bits(order::scalar::vec_f16(wh.data(), xh.data(), n)))
+        << n;
     if (n % 16 == 0) {
       EXPECT_EQ(bits(order::tiny_f32(w.data(), x.data(), n)),
-                bits(order::scalar::tiny_f32(w.data(), x.data(), n))) << n;
+                bits(order::scalar::tiny_f32(w.data(), x.data(), n)))
+          << n;
       EXPECT_EQ(bits(order::tiny_f16(wh.data(), x.data(), n)),
-                bits(order::scalar::tiny_f16(wh.data(), x.data(), n))) << n;
+                bits(order::scalar::tiny_f16(wh.data(), x.data(), n)))
+          << n;
+      // Four rows at once: rows 16 elements apart inside wh, each its own chain.
+      if (n >= 64) {
+        const int64_t k = n - 48;
+        float four[4];
+        order::tiny_f16_x4(wh.data(), 16, x.data(), k, four);
+        for (int r = 0; r < 4; ++r)
+          EXPECT_EQ(bits(four[r]), bits(order::scalar::tiny_f16(wh.data() + 16 * r, x.data(), k)))
+              << n << " row " << r;
+      }
     }
   }
 }
