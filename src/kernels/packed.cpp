@@ -136,6 +136,7 @@ void pack_rows(const WeightMatrix& w, PackedMatrix& p) {
 
 // ---- activations --------------------------------------------------------------
 //
+// One token's row into its records (layout and rounding: packed_q.h).
 CAIRN_VNNI void quantize_act(int32_t offset, const float* x, int64_t cols, uint8_t* dst) {
   const int64_t nb = cols / 32;
   const __m512 sign = _mm512_set1_ps(-0.0f);
