@@ -961,8 +961,8 @@ CAIRN_AVX2 void k_groups_avx2(const PackedMatrix& pm, int64_t g0, int64_t g1, co
   const auto& halves = kKHalves[pm.layout == PackedMatrix::Layout::Q6_Kx16];
   for (int64_t g = g0; g < g1; ++g) {
     const int64_t rows = pm.rows - g * kGroup;
-    __m256 acc[kKTokenChunk][2];
-    for (int64_t t = 0; t < n; ++t) acc[t][0] = acc[t][1] = _mm256_setzero_ps();
+    __m256 acc[2][kKTokenChunk];  // [half][token]: a tile's sums lie side by side
+    for (int64_t t = 0; t < n; ++t) acc[0][t] = acc[1][t] = _mm256_setzero_ps();
     const uint8_t* blk = pm.slice(g, 0);
     const uint8_t* a = act;
     for (int64_t b = 0; b < pm.n_blocks; ++b, blk += pm.block_bytes, a += kKRec) {
@@ -971,19 +971,15 @@ CAIRN_AVX2 void k_groups_avx2(const PackedMatrix& pm, int64_t g0, int64_t g1, co
           _mm_prefetch(reinterpret_cast<const char*>(blk + ahead + line), _MM_HINT_T1);
       for (int64_t t = 0; t < n; t += kKAvx2Tile) {
         const int64_t nt = std::min<int64_t>(kKAvx2Tile, n - t);
-        for (int h = 0; h < 2 && rows > 8 * h; ++h) {
-          __m256 tile[kKAvx2Tile];
-          for (int64_t i = 0; i < nt; ++i) tile[i] = acc[t + i][h];
-          halves[nt - 1](blk, h, a + (size_t)t * stride, stride, tile);
-          for (int64_t i = 0; i < nt; ++i) acc[t + i][h] = tile[i];
-        }
+        for (int h = 0; h < 2 && rows > 8 * h; ++h)
+          halves[nt - 1](blk, h, a + (size_t)t * stride, stride, acc[h] + t);
       }
     }
     for (int64_t t = 0; t < n; ++t) {
       float* o = out + t * out_stride + g * kGroup;
       alignas(32) float lanes[kGroup];
-      _mm256_store_ps(lanes, acc[t][0]);
-      _mm256_store_ps(lanes + 8, acc[t][1]);
+      _mm256_store_ps(lanes, acc[0][t]);
+      _mm256_store_ps(lanes + 8, acc[1][t]);
       std::memcpy(o, lanes, (size_t)std::min<int64_t>(kGroup, rows) * sizeof(float));
     }
   }
