@@ -139,6 +139,41 @@ struct DecodeMatmuls {
     for (uint64_t v : sums) total += v;
     return total;
   }
+  // The same plain loads in the calls token() makes (Q/K/V, O, gate/up, down;
+  // the head), each a pool job whose threads split its bytes in halves and
+  // meet at its end: what the memory gives with decode's hand-offs, so
+  // kernel/handoff is the kernels' own share of the gap to the stream.
+  uint64_t handoff_loads(ThreadPool& pool) {
+    std::vector<std::vector<const kernels::WeightMatrix*>> calls;
+    for (Layer& l : layers) {
+      calls.push_back({&l.q->w, &l.k->w, &l.v->w});
+      calls.push_back({&l.o->w});
+      calls.push_back({&l.gate->w, &l.up->w});
+      calls.push_back({&l.down->w});
+    }
+    calls.push_back({&head->w});
+    std::vector<uint64_t> sums((size_t)pool.size(), 0);
+    for (const auto& call : calls) {
+      size_t total_bytes = 0;
+      for (auto* w : call) total_bytes += kernels::weight_stream(*w).size();
+      pool.run([&](int share, int shares) {
+        const size_t b0 = total_bytes * share / shares, b1 = total_bytes * (share + 1) / shares;
+        size_t at = 0;
+        for (auto* w : call) {
+          const auto s = kernels::weight_stream(*w);
+          const size_t lo = std::max(at, b0), hi = std::min(at + s.size(), b1);
+          if (lo < hi)
+            sums[(size_t)share] += kernels::sum_words(
+                reinterpret_cast<const uint64_t*>(s.data() + ((lo - at) & ~size_t{7})),
+                (hi - lo) / 8, active_isa());
+          at += s.size();
+        }
+      });
+    }
+    uint64_t total = 0;
+    for (uint64_t v : sums) total += v;
+    return total;
+  }
 };
 
 // 1 or 2 threads; against it the one-matrix rows above show the cost of
@@ -177,13 +212,15 @@ void BM_BatchedDecodeSequence(benchmark::State& state, TensorType type) {
 }
 
 // The decode sequence against plain loads over the same bytes, alternated
-// token by token so both see the same host (whose bandwidth moves by a factor
+// token by token so all see the same host (whose bandwidth moves by a factor
 // of two within minutes): kernel_GB/s / loads_GB/s is the share of the
-// memory's streaming rate the kernels reach, with their pool hand-offs.
+// memory's streaming rate the kernels reach, with their pool hand-offs;
+// handoff_GB/s, the loads split into the same calls, is what the hand-offs
+// alone leave of it.
 void BM_DecodeMatmulsVsLoads(benchmark::State& state, TensorType type) {
   DecodeMatmuls d(type);
   ThreadPool pool((int)state.range(0));
-  double kernel_s = 0, loads_s = 0;
+  double kernel_s = 0, loads_s = 0, handoff_s = 0;
   uint64_t sink = 0;
   for (auto _ : state) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -191,6 +228,9 @@ void BM_DecodeMatmulsVsLoads(benchmark::State& state, TensorType type) {
     const auto t1 = std::chrono::steady_clock::now();
     sink += d.loads(pool);
     const auto t2 = std::chrono::steady_clock::now();
+    sink += d.handoff_loads(pool);
+    const auto t3 = std::chrono::steady_clock::now();
+    handoff_s += std::chrono::duration<double>(t3 - t2).count();
     kernel_s += std::chrono::duration<double>(t1 - t0).count();
     loads_s += std::chrono::duration<double>(t2 - t1).count();
     benchmark::DoNotOptimize(d.logits.data());
@@ -200,6 +240,8 @@ void BM_DecodeMatmulsVsLoads(benchmark::State& state, TensorType type) {
   state.counters["kernel_GB/s"] = (double)d.bytes * n / kernel_s / 1e9;
   state.counters["loads_GB/s"] = (double)d.bytes * n / loads_s / 1e9;
   state.counters["kernel/loads"] = loads_s / kernel_s;
+  state.counters["handoff_GB/s"] = (double)d.bytes * n / handoff_s / 1e9;
+  state.counters["kernel/handoff"] = handoff_s / kernel_s;
 }
 
 #if defined(__x86_64__)
