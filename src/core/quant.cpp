@@ -111,11 +111,18 @@ std::array<TypeOps, 8> build_active() {
     }
     if (ops.type == TensorType::F16) ops.from_float = avx2::f16_from_float;
     // BF16 has no scalar-exact SIMD form to keep (the reference sums in
-    // double); these sum in float, the AVX-512 BF16 one two products a step.
+    // double); these sum in float, all in vdpbf16ps's order.
     if (ops.type == TensorType::BF16) {
-      const bool dp = bf16_enabled();
-      ops.vec_dot = dp ? avx512bf16::bf16_dot : avx2::bf16_dot;
-      ops.vec_dot_rows = dp ? avx512bf16::bf16_dot_rows : avx2::bf16_dot_rows;
+      if (bf16_enabled()) {
+        ops.vec_dot = avx512bf16::bf16_dot;
+        ops.vec_dot_rows = avx512bf16::bf16_dot_rows;
+      } else if (isa_enabled(Isa::Avx512)) {
+        ops.vec_dot = avx512::bf16_dot;
+        ops.vec_dot_rows = avx512::bf16_dot_rows;
+      } else {
+        ops.vec_dot = avx2::bf16_dot;
+        ops.vec_dot_rows = avx2::bf16_dot_rows;
+      }
     }
   }
   // K-quants on AVX-512 VNNI (core/quant_k_avx512.h): the same bits, wider

@@ -1,12 +1,15 @@
 // core/quant_bf16.h — SIMD dot products for BF16 weights against BF16
 // activations (the type's vec_dot_type, as in llama.cpp), for one row and for
 // many rows against one activation row (TypeOps::vec_dot_rows).
-// Owns the AVX2+FMA form (bf16 widened to f32 by a shift, float fma) and the
-// AVX-512 BF16 form (vdpbf16ps: two exact products per lane per step). Both
-// sum in float where the scalar reference sums in double, so they differ from
-// it by summation rounding only (tests bound it). Never allocates, never checks
-// sizes; call avx2:: only when quant::avx2::supported(), avx512bf16:: only
-// when bf16_enabled() (the type table in quant.cpp checks).
+// Owns the AVX-512 BF16 form (vdpbf16ps: two exact products per lane per
+// step) and forms for hosts without that instruction, AVX2+FMA and AVX-512
+// F/BW, which replay its lanes and order with float fmas: all three give the
+// same bits (but for subnormals, which the instruction flushes). They sum in
+// float where the scalar reference sums in double, so they differ from it by
+// summation rounding only (tests bound it). Never allocates, never checks
+// sizes; call avx2:: only when quant::avx2::supported(), avx512:: only when
+// isa_enabled(Isa::Avx512), avx512bf16:: only when bf16_enabled() (the type
+// table in quant.cpp checks).
 #pragma once
 
 #include <cstddef>
@@ -20,6 +23,12 @@ float bf16_dot(int64_t n, const void* w, const void* act);
 void bf16_dot_rows(int64_t n, const void* w, size_t w_stride, int64_t n_rows, const void* act,
                    float* out);
 }  // namespace avx2
+
+namespace avx512 {
+float bf16_dot(int64_t n, const void* w, const void* act);
+void bf16_dot_rows(int64_t n, const void* w, size_t w_stride, int64_t n_rows, const void* act,
+                   float* out);
+}  // namespace avx512
 
 namespace avx512bf16 {
 float bf16_dot(int64_t n, const void* w, const void* act);

@@ -126,9 +126,10 @@ TEST_F(SimdDot, FloatTypesAgreeToRounding) {
   }
 }
 
-// BF16 x BF16: both SIMD forms sum exact products in float, the scalar
+// BF16 x BF16: the SIMD forms sum exact products in float, the scalar
 // reference in double; lengths with and without a ragged tail. Many rows give
-// each row's single-row bits.
+// each row's single-row bits, and every form gives the first's (all replay
+// vdpbf16ps; the inputs have no subnormals).
 TEST_F(SimdDot, Bf16AgreesToRoundingAndRowsMatchTheSingleDot) {
   using RowsFn = void (*)(int64_t, const void*, size_t, int64_t, const void*, float*);
   struct Form {
@@ -137,6 +138,8 @@ TEST_F(SimdDot, Bf16AgreesToRoundingAndRowsMatchTheSingleDot) {
     RowsFn rows;
   };
   std::vector<Form> forms = {{"avx2", quant::avx2::bf16_dot, quant::avx2::bf16_dot_rows}};
+  if (isa_enabled(Isa::Avx512))
+    forms.push_back({"avx512", quant::avx512::bf16_dot, quant::avx512::bf16_dot_rows});
   if (bf16_enabled())
     forms.push_back({"avx512bf16", quant::avx512bf16::bf16_dot, quant::avx512bf16::bf16_dot_rows});
   const DotFn scalar = scalar_type_ops(TensorType::BF16)->vec_dot;
@@ -146,6 +149,7 @@ TEST_F(SimdDot, Bf16AgreesToRoundingAndRowsMatchTheSingleDot) {
     std::vector<uint16_t> w(wf.size()), a(af.size());
     for (size_t i = 0; i < wf.size(); ++i) w[i] = f32_to_bf16(wf[i]);
     for (size_t i = 0; i < af.size(); ++i) a[i] = f32_to_bf16(af[i]);
+    std::vector<float> first_form;
     for (const Form& f : forms) {
       std::vector<float> rows((size_t)n_rows);
       f.rows(n, w.data(), size_t(n) * 2, n_rows, a.data(), rows.data());
@@ -158,11 +162,17 @@ TEST_F(SimdDot, Bf16AgreesToRoundingAndRowsMatchTheSingleDot) {
         EXPECT_NEAR(one, scalar(n, row, a.data()), 1e-6 * mag) << f.name << " n " << n;
         EXPECT_EQ(rows[size_t(r)], one) << f.name << " n " << n << " row " << r;
       }
+      if (first_form.empty()) first_form = rows;
+      for (int64_t r = 0; r < n_rows; ++r)
+        EXPECT_EQ(rows[size_t(r)], first_form[size_t(r)])
+            << f.name << " against " << forms[0].name << " n " << n << " row " << r;
     }
   }
   if (isa_enabled(Isa::Avx2)) {
-    EXPECT_EQ(type_ops(TensorType::BF16)->vec_dot,
-              bf16_enabled() ? &quant::avx512bf16::bf16_dot : &quant::avx2::bf16_dot);
+    EXPECT_EQ(type_ops(TensorType::BF16)->vec_dot, bf16_enabled() ? &quant::avx512bf16::bf16_dot
+                                                   : isa_enabled(Isa::Avx512)
+                                                       ? &quant::avx512::bf16_dot
+                                                       : &quant::avx2::bf16_dot);
   } else {
     EXPECT_EQ(type_ops(TensorType::BF16)->vec_dot, scalar);
   }
