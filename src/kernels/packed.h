@@ -1,9 +1,9 @@
 // kernels/packed.h — internal to src/kernels: Q4_0, Q8_0, Q4_K and Q6_K weights
 // repacked at load for the integer-dot kernels (AVX-512 VNNI, AMX for
 // batches; on hosts without VNNI, AVX2 kernels over the same layouts:
-// packed_avx2.cpp, packed_k.cpp), F16 and BF16 for AVX-512 float tiles, and the matmul over
-// them. Owns the packed layouts and their kernels. The integer kernels give the
-// bits of the type table's scalar vec_dot for the same weights and activations
+// packed_avx2.cpp, packed_k.cpp), BF16 for AVX-512 BF16 or AVX2 float tiles, F16 for
+// AVX-512 ones, and the matmul over them. Owns the packed layouts and their kernels. The integer
+// kernels give the bits of the type table's scalar vec_dot for the same weights and activations
 // (the golden tests depend on the reference's float order, which the scalar
 // functions document); only integer partial sums are computed differently.
 // F16 gives the bits of matmul's unpacked F16 path (order::tiny_f16); BF16
@@ -85,7 +85,7 @@ constexpr size_t kQ4KBlockBytes = 320 + 4 * 8 * 64;
 // low 4 bits and their top 2 bits in 16-row chunks (packed_k.cpp has the map).
 constexpr size_t kQ6KBlockBytes = 32 + 256 + 32 * 64 + 16 * 64;
 
-// BF16x16 (packed_float.cpp, AVX-512 BF16): a block is 32 columns of a group
+// BF16x16 (packed_float.cpp, AVX-512 BF16 or AVX2): a block is 32 columns of a group
 // as 16 chunks of 64 bytes; chunk c holds, for row r at bytes 4r..4r+3, the
 // row's elements 2c and 2c + 1 of the block (one vdpbf16ps operand). Unlike
 // the other layouts, its kernels sum in float where the scalar BF16 dot sums

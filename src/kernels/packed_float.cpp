@@ -320,6 +320,112 @@ AmxMode amx_bf16_mode() {
   return mode;
 }
 
+// ---- BF16 on AVX2 -------------------------------------------------------------
+//
+// Hosts without vdpbf16ps (AVX2, or AVX-512 without BF16) read the same packed
+// copy in the same float steps: a 64-byte chunk is two ymm of 8 rows' pairs
+// each; a pair's odd element (the high half of its 32 bits, masked) and even
+// one (shifted up) are floats, each multiplied by its activation and added in
+// vdpbf16ps's order, odd first (an exact product, so the fma is that add). The
+// chains and their final sum are bf16_tile's: the same bits, so a model gives
+// the same tokens on either host (subnormals aside: the instruction flushes
+// them). The activations are rounded to bf16 and widened back to float once,
+// so each is one broadcast load.
+
+#define CAIRN_BF16_AVX2 CAIRN_SIMD_FN("avx2,fma")
+
+// dst[i] = bf16_to_f32(f32_to_bf16(x[i])), bit for bit (ties to even, NaN
+// quieted).
+CAIRN_BF16_AVX2 void activations_to_bf16_floats(const float* x, int64_t n, float* dst) {
+  const __m256i hi = _mm256_set1_epi32((int)0xFFFF0000u);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i));
+    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(v, 16), _mm256_set1_epi32(1));
+    const __m256i rounded =
+        _mm256_and_si256(_mm256_add_epi32(v, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), lsb)), hi);
+    const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(v, _mm256_set1_epi32(0x7fffffff)),
+                                           _mm256_set1_epi32(0x7f800000));
+    const __m256i quiet = _mm256_or_si256(_mm256_and_si256(v, hi), _mm256_set1_epi32(0x00400000));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i),
+                        _mm256_blendv_epi8(rounded, quiet, nan));
+  }
+  for (; i < n; ++i) dst[i] = bf16_to_f32(f32_to_bf16(x[i]));
+}
+
+// Group g's 16 rows against one token's activations (floats): out[r] for the
+// group's rows r.
+CAIRN_BF16_AVX2 void bf16_group_avx2(const PackedMatrix& pm, int64_t g, const float* act,
+                                     float* out) {
+  const __m256i hi = _mm256_set1_epi32((int)0xFFFF0000u);
+  __m256 acc[2][kChains];  // [rows 0-7 / 8-15][chain]
+#pragma GCC unroll 4
+  for (int s = 0; s < kChains; ++s) acc[0][s] = acc[1][s] = _mm256_setzero_ps();
+  const uint8_t* w = group_data(pm, g);
+  const int64_t n_pairs = pm.n_blocks * kChunks;
+  for (int64_t c = 0; c < n_pairs; c += kChains, w += 64 * kChains) {
+#pragma GCC unroll 4
+    for (int s = 0; s < kChains; ++s) {
+      const __m256 a_even = _mm256_broadcast_ss(act + 2 * (c + s));
+      const __m256 a_odd = _mm256_broadcast_ss(act + 2 * (c + s) + 1);
+#pragma GCC unroll 2
+      for (int h = 0; h < 2; ++h) {
+        const __m256i wv = _mm256_load_si256(reinterpret_cast<const __m256i*>(w + 64 * s + 32 * h));
+        acc[h][s] =
+            _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_and_si256(wv, hi)), a_odd, acc[h][s]);
+        acc[h][s] =
+            _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_slli_epi32(wv, 16)), a_even, acc[h][s]);
+      }
+    }
+  }
+  const int64_t rows = std::min<int64_t>(kGroup, pm.rows - g * kGroup);
+  alignas(32) float sums[kGroup];
+#pragma GCC unroll 2
+  for (int h = 0; h < 2; ++h)
+    _mm256_store_ps(sums + 8 * h, _mm256_add_ps(_mm256_add_ps(acc[h][0], acc[h][1]),
+                                                _mm256_add_ps(acc[h][2], acc[h][3])));
+  if (rows == kGroup)
+    std::memcpy(out, sums, sizeof sums);
+  else
+    std::memcpy(out, sums, (size_t)rows * sizeof(float));
+}
+
+// packed_float_matmul_many for BF16 jobs on AVX2: every (group, token) pair
+// through bf16_group_avx2; a group's weights serve a chunk of tokens from the
+// caches, as the AVX-512 path's token chunks.
+void bf16_matmul_avx2(std::span<const PackedJob> jobs, const float* x, int64_t n_tokens,
+                      ThreadPool& pool, std::span<const PackedMatrix* const> next) {
+  const int64_t cols = jobs[0].matrix->cols;
+  thread_local std::vector<float> rounded;
+  rounded.resize(std::max(rounded.size(), (size_t)(cols * n_tokens)));
+  float* act = rounded.data();  // through a pointer: each worker has its own `rounded`
+  pool.parallel_for(n_tokens, [&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t) activations_to_bf16_floats(x + t * cols, cols, act + t * cols);
+  });
+  int64_t total = 0;
+  for (const PackedJob& j : jobs) total += j.matrix->n_groups;
+  const auto run_groups = [&](int64_t g0, int64_t g1, int64_t t0, int64_t t1) {
+    int64_t base = 0;
+    for (const PackedJob& j : jobs) {
+      const PackedMatrix& pm = *j.matrix;
+      const int64_t end = std::min(g1, base + pm.n_groups);
+      for (int64_t g = std::max(g0, base); g < end; ++g)
+        for (int64_t t = t0; t < t1; ++t)
+          bf16_group_avx2(pm, g - base, act + t * cols, j.out + t * pm.rows + (g - base) * kGroup);
+      base += pm.n_groups;
+    }
+  };
+  if (n_tokens == 1 && pool.size() > 1) {
+    run_groups_balanced(
+        pool, total, [&](int64_t g0, int64_t g1) { run_groups(g0, g1, 0, 1); }, next);
+    return;
+  }
+  pool.parallel_for(total, [&](int64_t g0, int64_t g1) {
+    for (int64_t t0 = 0; t0 < n_tokens; t0 += kTokenChunk)
+      run_groups(g0, g1, t0, std::min(n_tokens, t0 + kTokenChunk));
+  });
+}
+
 // Both layouts cut each row into runs of `run` bytes and interleave those of
 // `rows` rows at a time: run i of row r goes to byte
 // (r / rows) * runs * rows * run + (i * rows + r % rows) * run of its group.
@@ -343,7 +449,8 @@ void pack_bf16_rows(const WeightMatrix& w, PackedMatrix& p) { pack_runs(w, p, 4,
 void pack_f16_rows(const WeightMatrix& w, PackedMatrix& p) { pack_runs(w, p, 32, kF16QuarterRows); }
 
 const char* packed_bf16_tile_path() {
-  if (!isa_enabled(Isa::Avx512Vnni) || !bf16_enabled()) return "none";
+  if (!isa_enabled(Isa::Avx512Vnni) || !bf16_enabled())
+    return isa_enabled(Isa::Avx2) ? "avx2" : "none";
   return amx_path_name(amx_bf16_mode(), "avx512bf16");
 }
 
@@ -351,6 +458,8 @@ void packed_float_matmul_many(std::span<const PackedJob> jobs, const float* x, i
                               ThreadPool& pool, std::span<const PackedMatrix* const> next) {
   const int64_t cols = jobs[0].matrix->cols;
   const bool bf16 = jobs[0].matrix->layout == PackedMatrix::Layout::BF16x16;
+  if (bf16 && !(isa_enabled(Isa::Avx512Vnni) && bf16_enabled()))
+    return bf16_matmul_avx2(jobs, x, n_tokens, pool, next);
   // F16 meets the float activations as they are; BF16 rounds them first.
   const void* act = x;
   size_t elem = sizeof(float);

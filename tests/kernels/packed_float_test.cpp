@@ -1,6 +1,7 @@
-// The packed 16-bit float kernels. BF16 (AVX-512 BF16) against the scalar
-// BF16 dot product: equal up to float summation rounding, and the same bits
-// for a token alone or anywhere in a batch. F16: the bits of the reference's
+// The packed 16-bit float kernels. BF16 (AVX-512 BF16, or AVX2 without it)
+// against the scalar BF16 dot product: equal up to float summation rounding;
+// the bits of the layout's chain order on either path; the same bits for a
+// token alone or anywhere in a batch. F16: the bits of the reference's
 // tinyBLAS order, which the type table gives.
 #include <gtest/gtest.h>
 
@@ -39,8 +40,8 @@ struct Bf16Matrix {
 class PackedBf16 : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!isa_enabled(Isa::Avx512Vnni) || !bf16_enabled())
-      GTEST_SKIP() << "packed BF16 needs AVX-512 BF16 (absent here, or capped by CAIRN_ISA)";
+    if (!isa_enabled(Isa::Avx2))
+      GTEST_SKIP() << "packed BF16 needs AVX2 (absent here, or capped by CAIRN_ISA)";
   }
 };
 
@@ -82,6 +83,46 @@ TEST_F(PackedBf16, AgreesWithTheScalarDotToSummationRounding) {
       }
     }
   }
+}
+
+// The packed kernels' float steps, one (row, token) at a time: four chains by
+// column pair mod 4, each pair adding its odd product, then its even one
+// (vdpbf16ps's order; exact products, so each add is an fma), then
+// (c0 + c1) + (c2 + c3). Both the vdpbf16ps tiles and the AVX2 kernel must
+// give exactly this (ctest runs the suite under CAIRN_ISA=avx2 too).
+float chain_order_dot(const uint16_t* w, const uint16_t* a, int64_t cols) {
+  float chain[4] = {};
+  for (int64_t c = 0; c < cols / 2; ++c) {
+    float& acc = chain[c % 4];
+    acc = std::fma(bf16_to_f32(w[2 * c + 1]), bf16_to_f32(a[2 * c + 1]), acc);
+    acc = std::fma(bf16_to_f32(w[2 * c]), bf16_to_f32(a[2 * c]), acc);
+  }
+  return (chain[0] + chain[1]) + (chain[2] + chain[3]);
+}
+
+TEST_F(PackedBf16, GivesTheChainOrderBits) {
+  const TypeOps* ops = scalar_type_ops(TensorType::BF16);
+  ThreadPool pool(2);
+  for (int64_t rows : {5, 16, 37})
+    for (int64_t cols : {32, 160, 2048})
+      for (int64_t tokens : {1, 3, 70}) {
+        Bf16Matrix m(rows, cols, 11 + (uint32_t)cols);
+        ASSERT_NE(m.w.packed, nullptr);
+        const auto x = random_normal((size_t)(tokens * cols), 5 + (uint32_t)tokens, 2.0f);
+        std::vector<float> got((size_t)(tokens * rows));
+        matmul(m.w, x.data(), tokens, got.data(), pool);
+        std::vector<uint16_t> act((size_t)cols);
+        for (int64_t t = 0; t < tokens; ++t) {
+          ops->from_float(x.data() + t * cols, act.data(), cols);
+          for (int64_t r = 0; r < rows; ++r) {
+            const float want = chain_order_dot(m.data.data() + r * cols, act.data(), cols);
+            const float have = got[(size_t)(t * rows + r)];
+            ASSERT_EQ(0, std::memcmp(&want, &have, 4))
+                << packed_bf16_tile_path() << ": rows " << rows << " cols " << cols << " tokens "
+                << tokens << ": token " << t << " row " << r << " want " << want << " got " << have;
+          }
+        }
+      }
 }
 
 TEST_F(PackedBf16, TokensGiveTheSameBitsAloneOrInABatch) {
@@ -130,7 +171,9 @@ TEST_F(PackedBf16, TilePathFollowsCairnAmx) {
   const std::string path = packed_bf16_tile_path();
   const char* env = std::getenv("CAIRN_AMX");
   const std::string want = env ? env : "";
-  if (want == "emulate") {
+  if (!isa_enabled(Isa::Avx512Vnni) || !bf16_enabled()) {
+    EXPECT_EQ(path, "avx2");
+  } else if (want == "emulate") {
     EXPECT_EQ(path, "amx-emulated");
   } else if (want == "off" || !isa_enabled(Isa::Amx) || !cpu_features().amx_bf16) {
     EXPECT_EQ(path, "avx512bf16");
@@ -178,10 +221,10 @@ TEST(PackedF16, GivesTheTinyBlasOrderBits) {
   }
 }
 
-TEST(PackedBf16Choice, PackedOnlyWhereTheCpuHasBf16) {
+TEST(PackedBf16Choice, PackedWhereAvx2Runs) {
   std::vector<uint16_t> data(64 * 4);
   WeightMatrix w{TensorType::BF16, data.data(), 4, 64, 128, nullptr};
-  EXPECT_EQ(pack_matrix(w) != nullptr, isa_enabled(Isa::Avx512Vnni) && bf16_enabled());
+  EXPECT_EQ(pack_matrix(w) != nullptr, isa_enabled(Isa::Avx2));
   WeightMatrix ragged{TensorType::BF16, data.data(), 4, 48, 96, nullptr};  // not whole blocks
   EXPECT_EQ(pack_matrix(ragged), nullptr);
 }
