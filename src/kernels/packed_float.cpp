@@ -390,42 +390,6 @@ CAIRN_BF16_AVX2 void bf16_group_avx2(const PackedMatrix& pm, int64_t g, const fl
     std::memcpy(out, sums, (size_t)rows * sizeof(float));
 }
 
-// packed_float_matmul_many for BF16 jobs on AVX2: every (group, token) pair
-// through bf16_group_avx2; a group's weights serve a chunk of tokens from the
-// caches, as the AVX-512 path's token chunks.
-void bf16_matmul_avx2(std::span<const PackedJob> jobs, const float* x, int64_t n_tokens,
-                      ThreadPool& pool, std::span<const PackedMatrix* const> next) {
-  const int64_t cols = jobs[0].matrix->cols;
-  thread_local std::vector<float> rounded;
-  rounded.resize(std::max(rounded.size(), (size_t)(cols * n_tokens)));
-  float* act = rounded.data();  // through a pointer: each worker has its own `rounded`
-  pool.parallel_for(n_tokens, [&](int64_t b, int64_t e) {
-    for (int64_t t = b; t < e; ++t) activations_to_bf16_floats(x + t * cols, cols, act + t * cols);
-  });
-  int64_t total = 0;
-  for (const PackedJob& j : jobs) total += j.matrix->n_groups;
-  const auto run_groups = [&](int64_t g0, int64_t g1, int64_t t0, int64_t t1) {
-    int64_t base = 0;
-    for (const PackedJob& j : jobs) {
-      const PackedMatrix& pm = *j.matrix;
-      const int64_t end = std::min(g1, base + pm.n_groups);
-      for (int64_t g = std::max(g0, base); g < end; ++g)
-        for (int64_t t = t0; t < t1; ++t)
-          bf16_group_avx2(pm, g - base, act + t * cols, j.out + t * pm.rows + (g - base) * kGroup);
-      base += pm.n_groups;
-    }
-  };
-  if (n_tokens == 1 && pool.size() > 1) {
-    run_groups_balanced(
-        pool, total, [&](int64_t g0, int64_t g1) { run_groups(g0, g1, 0, 1); }, next);
-    return;
-  }
-  pool.parallel_for(total, [&](int64_t g0, int64_t g1) {
-    for (int64_t t0 = 0; t0 < n_tokens; t0 += kTokenChunk)
-      run_groups(g0, g1, t0, std::min(n_tokens, t0 + kTokenChunk));
-  });
-}
-
 // Both layouts cut each row into runs of `run` bytes and interleave those of
 // `rows` rows at a time: run i of row r goes to byte
 // (r / rows) * runs * rows * run + (i * rows + r % rows) * run of its group.
@@ -458,12 +422,21 @@ void packed_float_matmul_many(std::span<const PackedJob> jobs, const float* x, i
                               ThreadPool& pool, std::span<const PackedMatrix* const> next) {
   const int64_t cols = jobs[0].matrix->cols;
   const bool bf16 = jobs[0].matrix->layout == PackedMatrix::Layout::BF16x16;
-  if (bf16 && !(isa_enabled(Isa::Avx512Vnni) && bf16_enabled()))
-    return bf16_matmul_avx2(jobs, x, n_tokens, pool, next);
-  // F16 meets the float activations as they are; BF16 rounds them first.
+  // BF16 without vdpbf16ps: every (group, token) through bf16_group_avx2.
+  const bool bf16_avx2 = bf16 && !(isa_enabled(Isa::Avx512Vnni) && bf16_enabled());
+  // F16 meets the float activations as they are; BF16 rounds them first (to
+  // bf16, or for the AVX2 kernel to floats of bf16 values).
   const void* act = x;
   size_t elem = sizeof(float);
-  if (bf16) {
+  if (bf16_avx2) {
+    thread_local std::vector<float> rounded;
+    rounded.resize(std::max(rounded.size(), (size_t)(cols * n_tokens)));
+    float* a = rounded.data();  // through a pointer: each worker has its own `rounded`
+    pool.parallel_for(n_tokens, [&](int64_t b, int64_t e) {
+      for (int64_t t = b; t < e; ++t) activations_to_bf16_floats(x + t * cols, cols, a + t * cols);
+    });
+    act = a;
+  } else if (bf16) {
     thread_local std::vector<uint16_t> rounded;
     rounded.resize(std::max(rounded.size(), (size_t)(cols * n_tokens)));
     uint16_t* a = rounded.data();
@@ -475,7 +448,8 @@ void packed_float_matmul_many(std::span<const PackedJob> jobs, const float* x, i
   }
   // AMX-BF16: whole tiles of 16 tokens, from a copy of the activations laid
   // out by chain.
-  const AmxBf16Fn amx = bf16 && n_tokens >= kAmxTokens ? amx_bf16_fn(amx_bf16_mode()) : nullptr;
+  const AmxBf16Fn amx =
+      bf16 && !bf16_avx2 && n_tokens >= kAmxTokens ? amx_bf16_fn(amx_bf16_mode()) : nullptr;
   const uint16_t* amx_act = nullptr;
   if (amx) {
     thread_local std::vector<uint16_t> by_chain;
@@ -495,6 +469,19 @@ void packed_float_matmul_many(std::span<const PackedJob> jobs, const float* x, i
   for (const PackedJob& j : jobs) total += j.matrix->n_groups;
   // Groups [g0, g1) of the jobs (one index over all of them), tokens [t0, t1).
   const auto run_groups = [&](int64_t g0, int64_t g1, int64_t t0, int64_t t1) {
+    if (bf16_avx2) {
+      const auto* a = static_cast<const float*>(act);
+      int64_t base = 0;
+      for (const PackedJob& j : jobs) {
+        const PackedMatrix& pm = *j.matrix;
+        const int64_t end = std::min(g1, base + pm.n_groups);
+        for (int64_t g = std::max(g0, base); g < end; ++g)
+          for (int64_t t = t0; t < t1; ++t)
+            bf16_group_avx2(pm, g - base, a + t * cols, j.out + t * pm.rows + (g - base) * kGroup);
+        base += pm.n_groups;
+      }
+      return;
+    }
     const int64_t n_amx = amx ? (t1 - t0) / kAmxTokens * kAmxTokens : 0;
     int64_t base = 0;
     for (const PackedJob& j : jobs) {
