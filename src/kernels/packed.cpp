@@ -1063,11 +1063,11 @@ std::shared_ptr<const PackedMatrix> amx_check_matrix(TensorType type, const std:
 
 std::shared_ptr<const PackedMatrix> pack_matrix(const WeightMatrix& w) {
   if (!w.data || w.rows <= 0 || w.cols <= 0 || w.cols % 32 != 0) return nullptr;
-  // Q4_0, Q8_0 (packed_avx2.cpp), Q4_K, Q6_K (packed_k.cpp) and BF16
-  // (packed_float.cpp) have AVX2 kernels too; F16's layout needs AVX-512.
+  // Every layout has AVX2 kernels too: Q4_0, Q8_0 in packed_avx2.cpp, Q4_K,
+  // Q6_K in packed_k.cpp, BF16 and F16 in packed_float.cpp.
   const bool avx2_type = w.type == TensorType::Q4_0 || w.type == TensorType::Q8_0 ||
                          w.type == TensorType::Q4_K || w.type == TensorType::Q6_K ||
-                         w.type == TensorType::BF16;
+                         w.type == TensorType::BF16 || w.type == TensorType::F16;
   if (!isa_enabled(Isa::Avx512Vnni) && !(avx2_type && isa_enabled(Isa::Avx2))) return nullptr;
   PackedMatrix::Layout layout;
   size_t block_bytes;

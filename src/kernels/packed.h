@@ -1,10 +1,10 @@
 // kernels/packed.h — internal to src/kernels: Q4_0, Q8_0, Q4_K and Q6_K weights
 // repacked at load for the integer-dot kernels (AVX-512 VNNI, AMX for
 // batches; on hosts without VNNI, AVX2 kernels over the same layouts:
-// packed_avx2.cpp, packed_k.cpp), BF16 for AVX-512 BF16 or AVX2 float tiles, F16 for
-// AVX-512 ones, and the matmul over them. Owns the packed layouts and their kernels. The integer
-// kernels give the bits of the type table's scalar vec_dot for the same weights and activations
-// (the golden tests depend on the reference's float order, which the scalar
+// packed_avx2.cpp, packed_k.cpp), BF16 and F16 for AVX-512 (BF16) float tiles or
+// AVX2 kernels in the same float steps, and the matmul over them. Owns the packed layouts and their
+// kernels. The integer kernels give the bits of the type table's scalar vec_dot for the same
+// weights and activations (the golden tests depend on the reference's float order, which the scalar
 // functions document); only integer partial sums are computed differently.
 // F16 gives the bits of matmul's unpacked F16 path (order::tiny_f16); BF16
 // alone sums differently from its scalar dot (float against double).
@@ -91,7 +91,7 @@ constexpr size_t kQ6KBlockBytes = 32 + 256 + 32 * 64 + 16 * 64;
 // the other layouts, its kernels sum in float where the scalar BF16 dot sums
 // in double: not bit-identical to it.
 constexpr size_t kBF16BlockBytes = 16 * 64;
-// F16x16 (packed_float.cpp, AVX-512 F16C): a block is 16 columns of a group,
+// F16x16 (packed_float.cpp, AVX-512 F16C or AVX2): a block is 16 columns of a group,
 // each row's 16 halves one 32-byte run; a group is stored as four quarters of
 // 4 rows, each quarter's blocks one after another (128 bytes each: its rows'
 // runs in order), so a 4-row tile streams. For rows of a multiple of 32

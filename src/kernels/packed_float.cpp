@@ -1,4 +1,5 @@
-// Packed 16-bit float weights and their AVX-512 matmuls (layouts: packed.h).
+// Packed 16-bit float weights and their AVX-512 matmuls, with AVX2 kernels
+// over the same layouts for hosts without them (layouts: packed.h).
 // Either way a decode pass reads the matrix front to back as one stream (from
 // huge pages) instead of one 4 KiB-paged stream per row, and every (row,
 // token) sum takes the same steps whatever the tile size or the thread split,
@@ -25,6 +26,7 @@
 #include "core/half.h"
 #include "core/simd.h"
 #include "kernels/amx_tiles.h"
+#include "kernels/float_order.h"
 #include "kernels/packed.h"
 
 #define CAIRN_BF16 CAIRN_SIMD_FN("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,fma")
@@ -384,10 +386,48 @@ CAIRN_BF16_AVX2 void bf16_group_avx2(const PackedMatrix& pm, int64_t g, const fl
   for (int h = 0; h < 2; ++h)
     _mm256_store_ps(sums + 8 * h, _mm256_add_ps(_mm256_add_ps(acc[h][0], acc[h][1]),
                                                 _mm256_add_ps(acc[h][2], acc[h][3])));
-  if (rows == kGroup)
-    std::memcpy(out, sums, sizeof sums);
-  else
-    std::memcpy(out, sums, (size_t)rows * sizeof(float));
+  std::memcpy(out, sums, (size_t)rows * sizeof(float));
+}
+
+// ---- F16 on AVX2 --------------------------------------------------------------
+//
+// f16_quarter's steps for one token with each 16-lane accumulator as two ymm
+// (lanes 0-7 and 8-15) and _mm512_reduce_add_ps's tree at the end
+// (order::reduce16): the same bits, the tinyBLAS order. Tokens of a batch go
+// one after another; a quarter's weights (4 rows) stay in L1 or L2 between
+// them.
+
+#define CAIRN_F16_AVX2 CAIRN_SIMD_FN("avx2,fma,f16c")
+
+// Group g's rows against one token's float activations: out[r] for the
+// group's rows r.
+CAIRN_F16_AVX2 void f16_group_avx2(const PackedMatrix& pm, int64_t g, const float* act,
+                                   float* out) {
+  constexpr int R = kF16QuarterRows;
+  for (int q = 0; q < kGroup / R && g * kGroup + q * R < pm.rows; ++q) {
+    __m256 acc[R][2];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+    const uint8_t* w = group_data(pm, g) + (size_t)q * (size_t)pm.n_blocks * (32 * R);
+    for (int64_t b = 0; b < pm.n_blocks; ++b, w += 32 * R) {
+      const __m256 x0 = _mm256_loadu_ps(act + 16 * b), x1 = _mm256_loadu_ps(act + 16 * b + 8);
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) {
+        const __m128i* run = reinterpret_cast<const __m128i*>(w + 32 * r);
+        acc[r][0] = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_load_si128(run)), x0, acc[r][0]);
+        acc[r][1] = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_load_si128(run + 1)), x1, acc[r][1]);
+      }
+    }
+    const int64_t rows = std::min<int64_t>(R, pm.rows - g * kGroup - q * R);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      if (r >= rows) break;
+      alignas(32) float lanes[16];
+      _mm256_store_ps(lanes, acc[r][0]);
+      _mm256_store_ps(lanes + 8, acc[r][1]);
+      out[q * R + r] = order::reduce16(lanes);
+    }
+  }
 }
 
 // Both layouts cut each row into runs of `run` bytes and interleave those of
@@ -422,13 +462,14 @@ void packed_float_matmul_many(std::span<const PackedJob> jobs, const float* x, i
                               ThreadPool& pool, std::span<const PackedMatrix* const> next) {
   const int64_t cols = jobs[0].matrix->cols;
   const bool bf16 = jobs[0].matrix->layout == PackedMatrix::Layout::BF16x16;
-  // BF16 without vdpbf16ps: every (group, token) through bf16_group_avx2.
-  const bool bf16_avx2 = bf16 && !(isa_enabled(Isa::Avx512Vnni) && bf16_enabled());
+  // Without AVX-512 (VNNI, and BF16 for BF16): every (group, token) through
+  // the AVX2 kernels.
+  const bool avx2 = !isa_enabled(Isa::Avx512Vnni) || (bf16 && !bf16_enabled());
   // F16 meets the float activations as they are; BF16 rounds them first (to
   // bf16, or for the AVX2 kernel to floats of bf16 values).
   const void* act = x;
   size_t elem = sizeof(float);
-  if (bf16_avx2) {
+  if (bf16 && avx2) {
     thread_local std::vector<float> rounded;
     rounded.resize(std::max(rounded.size(), (size_t)(cols * n_tokens)));
     float* a = rounded.data();  // through a pointer: each worker has its own `rounded`
@@ -449,7 +490,7 @@ void packed_float_matmul_many(std::span<const PackedJob> jobs, const float* x, i
   // AMX-BF16: whole tiles of 16 tokens, from a copy of the activations laid
   // out by chain.
   const AmxBf16Fn amx =
-      bf16 && !bf16_avx2 && n_tokens >= kAmxTokens ? amx_bf16_fn(amx_bf16_mode()) : nullptr;
+      bf16 && !avx2 && n_tokens >= kAmxTokens ? amx_bf16_fn(amx_bf16_mode()) : nullptr;
   const uint16_t* amx_act = nullptr;
   if (amx) {
     thread_local std::vector<uint16_t> by_chain;
@@ -469,7 +510,8 @@ void packed_float_matmul_many(std::span<const PackedJob> jobs, const float* x, i
   for (const PackedJob& j : jobs) total += j.matrix->n_groups;
   // Groups [g0, g1) of the jobs (one index over all of them), tokens [t0, t1).
   const auto run_groups = [&](int64_t g0, int64_t g1, int64_t t0, int64_t t1) {
-    if (bf16_avx2) {
+    if (avx2) {
+      const auto group = bf16 ? bf16_group_avx2 : f16_group_avx2;
       const auto* a = static_cast<const float*>(act);
       int64_t base = 0;
       for (const PackedJob& j : jobs) {
@@ -477,7 +519,7 @@ void packed_float_matmul_many(std::span<const PackedJob> jobs, const float* x, i
         const int64_t end = std::min(g1, base + pm.n_groups);
         for (int64_t g = std::max(g0, base); g < end; ++g)
           for (int64_t t = t0; t < t1; ++t)
-            bf16_group_avx2(pm, g - base, a + t * cols, j.out + t * pm.rows + (g - base) * kGroup);
+            group(pm, g - base, a + t * cols, j.out + t * pm.rows + (g - base) * kGroup);
         base += pm.n_groups;
       }
       return;

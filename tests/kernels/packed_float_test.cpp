@@ -186,8 +186,8 @@ TEST_F(PackedBf16, TilePathFollowsCairnAmx) {
 // one token (16-row tiles) and many (4-row tiles, ragged token tiles), on
 // short groups and one- to many-block rows.
 TEST(PackedF16, GivesTheTinyBlasOrderBits) {
-  if (!isa_enabled(Isa::Avx512Vnni))
-    GTEST_SKIP() << "packed F16 needs AVX-512 (absent here, or capped by CAIRN_ISA)";
+  if (!isa_enabled(Isa::Avx2))
+    GTEST_SKIP() << "packed F16 needs AVX2 (absent here, or capped by CAIRN_ISA)";
   ThreadPool pool(2), three(3);
   struct Shape {
     int64_t rows, cols, tokens;
