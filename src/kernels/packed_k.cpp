@@ -985,13 +985,62 @@ CAIRN_AVX2 void k_groups_avx2(const PackedMatrix& pm, int64_t g0, int64_t g1, co
   }
 }
 
-// One token's row x into its records with the scalar quantizer (the same
-// bytes quantize_k_act writes).
-void quantize_k_act_scalar(bool q6, const float* x, int64_t cols, uint8_t* dst) {
+// CAIRN_AVX2 int32 lanes summed.
+CAIRN_AVX2 inline int hsum_epi32(__m256i v) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
+  return _mm_cvtsi128_si32(s);
+}
+
+// quantize_k_act 8 lanes at a time (the same steps, so the same records as
+// quant::q8_k_from_float, which still takes blocks of zeros or with a NaN or
+// infinity). perf of a 512-token TinyLlama Q4_K_M prompt, CAIRN_ISA=avx2: the
+// scalar loop 3.6 % of the samples, this 0.5 %.
+CAIRN_AVX2 void quantize_k_act_avx2(bool q6, const float* x, int64_t cols, uint8_t* dst) {
+  const __m256 sign = _mm256_set1_ps(-0.0f);
   for (int64_t b = 0; b < cols / kQK; ++b) {
+    const float* src = x + kQK * b;
+    uint8_t* rec = dst + kKRec * (size_t)b;
+    __m256 amax8 = _mm256_setzero_ps(), odd = _mm256_setzero_ps();
+    for (int i = 0; i < kQK / 8; ++i) {
+      const __m256 a = _mm256_andnot_ps(sign, _mm256_loadu_ps(src + 8 * i));
+      odd = _mm256_or_ps(odd, _mm256_cmp_ps(a, _mm256_set1_ps(FLT_MAX), _CMP_NLE_UQ));
+      amax8 = _mm256_max_ps(amax8, a);
+    }
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(amax8), _mm256_extractf128_ps(amax8, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    const float amax = _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
+    int first = -1;
+    const bool finite = _mm256_movemask_ps(odd) == 0;
+    for (int i = 0; i < kQK / 8 && first < 0 && finite && amax != 0.0f; ++i) {
+      const int hit = _mm256_movemask_ps(_mm256_cmp_ps(
+          _mm256_andnot_ps(sign, _mm256_loadu_ps(src + 8 * i)), _mm256_set1_ps(amax), _CMP_EQ_OQ));
+      if (hit != 0) first = 8 * i + __builtin_ctz((unsigned)hit);
+    }
     BlockQ8_K blk;
-    quant::q8_k_from_float(x + kQK * b, &blk, kQK);
-    store_k_record(q6, blk, dst + kKRec * (size_t)b);
+    if (first < 0) {
+      quant::q8_k_from_float(src, &blk, kQK);
+      store_k_record(q6, blk, rec);
+      continue;
+    }
+    const float iscale = -127.0f / src[first];
+    const __m256 scale = _mm256_set1_ps(iscale);
+    const __m256i top = _mm256_set1_epi32(127);
+    for (int i = 0; i < kQK / 16; ++i) {
+      const __m256i q0 = _mm256_min_epi32(
+          top, _mm256_cvtps_epi32(_mm256_mul_ps(scale, _mm256_loadu_ps(src + 16 * i))));
+      const __m256i q1 = _mm256_min_epi32(
+          top, _mm256_cvtps_epi32(_mm256_mul_ps(scale, _mm256_loadu_ps(src + 16 * i + 8))));
+      // packs works within 128-bit halves: put q0's eight then q1's in order.
+      const __m256i w16 = _mm256_permute4x64_epi64(_mm256_packs_epi32(q0, q1), 0xD8);
+      _mm_storeu_si128(
+          reinterpret_cast<__m128i*>(blk.qs + 16 * i),
+          _mm_packs_epi16(_mm256_castsi256_si128(w16), _mm256_extracti128_si256(w16, 1)));
+      blk.bsums[i] = (int16_t)hsum_epi32(_mm256_add_epi32(q0, q1));
+    }
+    blk.d = 1.0f / iscale;
+    store_k_record(q6, blk, rec);
   }
 }
 
@@ -1111,7 +1160,7 @@ void packed_k_matmul_many(std::span<const PackedJob> jobs, const float* x, int64
   const bool vnni = isa_enabled(Isa::Avx512Vnni);  // else AVX2 (pack_matrix checked)
   pool.parallel_for(n_tokens, [&](int64_t b, int64_t e) {
     for (int64_t t = b; t < e; ++t)
-      (vnni ? quantize_k_act : quantize_k_act_scalar)(q6, x + t * cols, cols, act + t * stride);
+      (vnni ? quantize_k_act : quantize_k_act_avx2)(q6, x + t * cols, cols, act + t * stride);
   });
   int64_t total = 0;
   for (const PackedJob& j : jobs) total += j.matrix->n_groups;
