@@ -67,6 +67,23 @@ CAIRN_BF16_AVX2 inline float reduce16(__m256 lo, __m256 hi) {
   return _mm_cvtss_f32(s);
 }
 
+// 16 elements of the activations at ap and of row r at wp[r] + k into
+// accumulator q of each row. A function, not a lambda: clang does not give a
+// lambda its enclosing function's target.
+template <int R>
+CAIRN_BF16_AVX2 inline __attribute__((always_inline)) void quarter(__m256 (*acc)[4],
+                                                                   const uint16_t* ap,
+                                                                   const uint16_t* const* wp,
+                                                                   int64_t k, int q) {
+  const __m256i av = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ap));
+  const __m256 ae = _mm256_castsi256_ps(_mm256_slli_epi32(av, 16));
+  const __m256 ao = _mm256_castsi256_ps(_mm256_and_si256(av, _mm256_set1_epi32((int)0xFFFF0000u)));
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r)
+    acc[r][q] =
+        dp8(acc[r][q], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wp[r] + k)), ae, ao);
+}
+
 // Rows first..first+R-1. acc[r][q]: chain q / 2, lanes 8 * (q % 2) onwards,
 // each fed one 16-element quarter of a 64-element step.
 template <int R>
@@ -80,30 +97,16 @@ CAIRN_BF16_AVX2 void avx2_rows(int64_t n, const void* w, size_t stride, int64_t 
     rows[r] = row_at(w, stride, first + r);
     acc[r][0] = acc[r][1] = acc[r][2] = acc[r][3] = _mm256_setzero_ps();
   }
-  // 16 elements of the activations at ap and of row r at wp[r] + k into
-  // accumulator q.
-  const auto quarter = [&](const uint16_t* ap, const uint16_t* const* wp, int64_t k, int q)
-      __attribute__((always_inline)) {
-    const __m256i av = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ap));
-    const __m256 ae = _mm256_castsi256_ps(_mm256_slli_epi32(av, 16));
-    const __m256 ao =
-        _mm256_castsi256_ps(_mm256_and_si256(av, _mm256_set1_epi32((int)0xFFFF0000u)));
-#pragma GCC unroll 4
-    for (int r = 0; r < R; ++r) {
-      acc[r][q] =
-          dp8(acc[r][q], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wp[r] + k)), ae, ao);
-    }
-  };
   int64_t k = 0;
   for (; k + 64 <= n; k += 64) {
-    quarter(a + k, rows, k, 0);
-    quarter(a + k + 16, rows, k + 16, 1);
-    quarter(a + k + 32, rows, k + 32, 2);
-    quarter(a + k + 48, rows, k + 48, 3);
+    quarter<R>(acc, a + k, rows, k, 0);
+    quarter<R>(acc, a + k + 16, rows, k + 16, 1);
+    quarter<R>(acc, a + k + 32, rows, k + 32, 2);
+    quarter<R>(acc, a + k + 48, rows, k + 48, 3);
   }
   if (k + 32 <= n) {
-    quarter(a + k, rows, k, 0);
-    quarter(a + k + 16, rows, k + 16, 1);
+    quarter<R>(acc, a + k, rows, k, 0);
+    quarter<R>(acc, a + k + 16, rows, k + 16, 1);
     k += 32;
   }
   if (k < n) {  // the last 1..31 elements, zero-padded as the masked loads are
@@ -114,8 +117,8 @@ CAIRN_BF16_AVX2 void avx2_rows(int64_t n, const void* w, size_t stride, int64_t 
       for (int64_t i = k; i < n; ++i) wt[r][i - k] = rows[r][i];
       wp[r] = wt[r];
     }
-    quarter(at, wp, 0, 0);
-    quarter(at + 16, wp, 16, 1);
+    quarter<R>(acc, at, wp, 0, 0);
+    quarter<R>(acc, at + 16, wp, 16, 1);
   }
 #pragma GCC unroll 4
   for (int r = 0; r < R; ++r)
@@ -131,6 +134,21 @@ CAIRN_BF16_512F inline __m512 dp16(__m512 acc, __m512i w, __m512 a_even, __m512 
   return _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_slli_epi32(w, 16)), a_even, acc);
 }
 
+// Elements [k, k + 32) under mask m of the activations and of each row into
+// chain c (a function for clang, as quarter()).
+template <int R>
+CAIRN_BF16_512F inline __attribute__((always_inline)) void step512(__m512 (*acc)[2],
+                                                                   const uint16_t* a,
+                                                                   const uint16_t* const* rows,
+                                                                   int64_t k, __mmask32 m, int c) {
+  const __m512i av = _mm512_maskz_loadu_epi16(m, a + k);
+  const __m512 ae = _mm512_castsi512_ps(_mm512_slli_epi32(av, 16));
+  const __m512 ao = _mm512_castsi512_ps(_mm512_and_si512(av, _mm512_set1_epi32((int)0xFFFF0000u)));
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r)
+    acc[r][c] = dp16(acc[r][c], _mm512_maskz_loadu_epi16(m, rows[r] + k), ae, ao);
+}
+
 // Rows first..first+R-1, as avx512_rows below with dp16 for the instruction.
 template <int R>
 CAIRN_BF16_512F void avx512f_rows(int64_t n, const void* w, size_t stride, int64_t first,
@@ -143,23 +161,14 @@ CAIRN_BF16_512F void avx512f_rows(int64_t n, const void* w, size_t stride, int64
     rows[r] = row_at(w, stride, first + r);
     acc[r][0] = acc[r][1] = _mm512_setzero_ps();
   }
-  const auto step = [&](int64_t k, __mmask32 m, int c) __attribute__((always_inline)) {
-    const __m512i av = _mm512_maskz_loadu_epi16(m, a + k);
-    const __m512 ae = _mm512_castsi512_ps(_mm512_slli_epi32(av, 16));
-    const __m512 ao =
-        _mm512_castsi512_ps(_mm512_and_si512(av, _mm512_set1_epi32((int)0xFFFF0000u)));
-#pragma GCC unroll 4
-    for (int r = 0; r < R; ++r)
-      acc[r][c] = dp16(acc[r][c], _mm512_maskz_loadu_epi16(m, rows[r] + k), ae, ao);
-  };
   int64_t k = 0;
   for (; k + 64 <= n; k += 64) {
-    step(k, ~__mmask32{0}, 0);
-    step(k + 32, ~__mmask32{0}, 1);
+    step512<R>(acc, a, rows, k, ~__mmask32{0}, 0);
+    step512<R>(acc, a, rows, k + 32, ~__mmask32{0}, 1);
   }
   for (; k < n; k += 32) {
     const int64_t left = n - k;
-    step(k, left >= 32 ? ~__mmask32{0} : (__mmask32)((1u << left) - 1), 0);
+    step512<R>(acc, a, rows, k, left >= 32 ? ~__mmask32{0} : (__mmask32)((1u << left) - 1), 0);
   }
 #pragma GCC unroll 4
   for (int r = 0; r < R; ++r) out[r] = _mm512_reduce_add_ps(_mm512_add_ps(acc[r][0], acc[r][1]));
