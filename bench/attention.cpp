@@ -1,9 +1,9 @@
 // Attention of one layer, TinyLlama-1.1B shape (32 query heads, 4 KV heads,
 // head_dim 64, F16 cache), per path: a decode token at context N, a batch
 // of 32 or 512 tokens of one prompt ending at N (the tinyBLAS orders; K
-// transposed once per call), and a decode step of 16 sequences each at N. Multiply the decode time by
-// 22 layers for the attention cost per decoded token. Arguments: context,
-// threads (with 1 thread, CPU time is the work itself even on a busy machine).
+// transposed once per call), and a decode step of 16 sequences each at N. Multiply the decode time
+// by 22 layers for the attention cost per decoded token. Arguments: context, threads (with 1
+// thread, CPU time is the work itself even on a busy machine).
 //   bench_attention [--benchmark_filter=Decode]   (CAIRN_ISA caps the paths)
 #include "model/attention.h"
 
@@ -96,6 +96,7 @@ BENCHMARK(Decode_Scalar)
     ->Args({2048, 2})
     ->Unit(benchmark::kMicrosecond);
 BENCHMARK(Decode_Avx2)
+    ->Args({160, 1})  // the longest context of the short-chain V.w
     ->Args({512, 1})
     ->Args({512, 2})
     ->Args({2048, 2})
@@ -103,6 +104,7 @@ BENCHMARK(Decode_Avx2)
 BENCHMARK(Decode_Avx512)
     ->Args({80, 1})  // bench-model's mean decode context
     ->Args({80, 2})
+    ->Args({160, 1})  // the longest context of the short-chain V.w
     ->Args({512, 1})
     ->Args({512, 2})
     ->Args({2048, 2})
