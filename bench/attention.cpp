@@ -126,7 +126,6 @@ BENCHMARK(Decode_Scalar)
     ->Args({2048, 2})
     ->Unit(benchmark::kMicrosecond);
 BENCHMARK(Decode_Avx2)
-    ->Args({160, 1})  // the longest context of the short-chain V.w
     ->Args({512, 1})
     ->Args({512, 2})
     ->Args({2048, 2})
@@ -134,7 +133,6 @@ BENCHMARK(Decode_Avx2)
 BENCHMARK(Decode_Avx512)
     ->Args({80, 1})  // bench-model's mean decode context
     ->Args({80, 2})
-    ->Args({160, 1})  // the longest context of the short-chain V.w
     ->Args({512, 1})
     ->Args({512, 2})
     ->Args({2048, 2})

@@ -23,7 +23,6 @@ namespace avx512 {
 using V = __m512;
 constexpr int kMaxHeads = 8;  // 8 heads x 2 chunks of accumulators: 16 of 32 registers
 constexpr bool kWideChunks = true;
-constexpr int kPairHeads = 2;  // decode V.w: 4 chains x 2 heads x 2 chunks, 16 registers
 
 CAIRN_SIMD_TARGET inline V zero() { return _mm512_setzero_ps(); }
 CAIRN_SIMD_TARGET inline V ld(const float* p) { return _mm512_loadu_ps(p); }
@@ -92,7 +91,6 @@ struct V {
 };
 constexpr int kMaxHeads = 4;  // 4 heads x 2 ymm of accumulators: 8 of 16 registers
 constexpr bool kWideChunks = false;
-constexpr int kPairHeads = 1;  // decode V.w: 4 chains x 1 head x 2 ymm, 8 registers
 
 CAIRN_SIMD_TARGET inline V zero() { return {_mm256_setzero_ps(), _mm256_setzero_ps()}; }
 CAIRN_SIMD_TARGET inline V ld(const float* p) {
