@@ -2,8 +2,9 @@
 // head_dim 64, F16 cache), per path: a decode token at context N, a batch
 // of 32 or 512 tokens of one prompt ending at N (the tinyBLAS orders; K
 // transposed once per call), and a decode step of 16 sequences each at N. Multiply the decode time
-// by 22 layers for the attention cost per decoded token. Arguments: context, threads (with 1
-// thread, CPU time is the work itself even on a busy machine).
+// by 22 layers for the attention cost per decoded token with its rows in cache; DecodeCold times
+// all 22 layers with them out of cache, as a forward meets them. Arguments: context, threads
+// (with 1 thread, CPU time is the work itself even on a busy machine).
 //   bench_attention [--benchmark_filter=Decode]   (CAIRN_ISA caps the paths)
 #include "model/attention.h"
 
