@@ -1,7 +1,8 @@
 // Attention of one layer, TinyLlama-1.1B shape (32 query heads, 4 KV heads,
 // head_dim 64, F16 cache), per path: a decode token at context N, a batch
 // of 32 or 512 tokens of one prompt ending at N (the tinyBLAS orders; K
-// transposed once per call), and a decode step of 16 sequences each at N. Multiply the decode time
+// transposed once per call; Prompt512Hd128: head_dim 128 and 8 KV heads, as Llama-3-8B and
+// Mistral-7B), and a decode step of 16 sequences each at N. Multiply the decode time
 // by 22 layers for the attention cost per decoded token with its rows in cache; DecodeCold times
 // all 22 layers with them out of cache, as a forward meets them. Arguments: context, threads
 // (with 1 thread, CPU time is the work itself even on a busy machine).
@@ -30,12 +31,14 @@ struct Setup {
   ThreadPool pool;
 
   int n_seqs;
-  Setup(int64_t n_ctx, int threads, int seqs, int layers = 1) : pool(threads), n_seqs(seqs) {
+  Setup(int64_t n_ctx, int threads, int seqs, int layers = 1, int64_t head_dim = 64,
+        int64_t n_head_kv = 4)
+      : pool(threads), n_seqs(seqs) {
     hp.n_layer = layers;
     hp.n_head = 32;
-    hp.n_head_kv = 4;
-    hp.head_dim = 64;
-    hp.n_embd = 2048;
+    hp.n_head_kv = n_head_kv;
+    hp.head_dim = head_dim;
+    hp.n_embd = 32 * head_dim;
     auto made = ContiguousKvCache::create(hp, n_seqs, n_ctx);
     kv.reset(made->release());
     std::mt19937 rng(1);
@@ -57,24 +60,28 @@ struct Setup {
 
 // n_tokens of one sequence ending at the context, or (distinct) the last
 // position of n_tokens sequences.
-void run(benchmark::State& st, AttnPath path, int64_t n_tokens, bool distinct = false) {
+// head_dim 128 takes 8 KV heads (Llama-3-8B, Mistral-7B), 64 TinyLlama's 4.
+void run(benchmark::State& st, AttnPath path, int64_t n_tokens, bool distinct = false,
+         int64_t head_dim = 64) {
   const int64_t n_ctx = st.range(0);
-  if (!attention_path_supported(path, 64)) {
+  const int64_t n_kv = head_dim == 64 ? 4 : 8;
+  if (!attention_path_supported(path, head_dim)) {
     st.SkipWithError("path not available on this CPU / CAIRN_ISA");
     return;
   }
   const int threads = (int)st.range(1);
   static std::unique_ptr<Setup> s;
   const int n_seqs = distinct ? (int)n_tokens : 1;
-  if (!s || s->kv->n_ctx() != n_ctx || s->pool.size() != threads || s->n_seqs != n_seqs)
-    s = std::make_unique<Setup>(n_ctx, threads, n_seqs);
+  if (!s || s->kv->n_ctx() != n_ctx || s->pool.size() != threads || s->n_seqs != n_seqs ||
+      s->hp.head_dim != head_dim)
+    s = std::make_unique<Setup>(n_ctx, threads, n_seqs, 1, head_dim, n_kv);
   std::vector<SeqId> seqs((size_t)n_tokens, 0);
   std::vector<int32_t> pos((size_t)n_tokens);
   for (int64_t t = 0; t < n_tokens; ++t) {
     seqs[(size_t)t] = distinct ? (SeqId)t : 0;
     pos[(size_t)t] = (int32_t)(distinct ? n_ctx - 1 : n_ctx - n_tokens + t);
   }
-  const AttnShape sh{32, 4, 64, 0.125f};
+  const AttnShape sh{32, n_kv, head_dim, 1.0f / std::sqrt((float)head_dim)};
   for (auto _ : st) {
     attend(*s->kv, 0, seqs, pos, s->q.data(), sh, s->out.data(), s->pool, path);
     benchmark::DoNotOptimize(s->out.data());
@@ -117,6 +124,7 @@ void Batch32_Scalar(benchmark::State& st) { run(st, AttnPath::Scalar, 32); }
 void Batch32_Avx2(benchmark::State& st) { run(st, AttnPath::Avx2, 32); }
 void Batch32_Avx512(benchmark::State& st) { run(st, AttnPath::Avx512, 32); }
 void Prompt512_Avx512(benchmark::State& st) { run(st, AttnPath::Avx512, 512); }
+void Prompt512Hd128_Avx512(benchmark::State& st) { run(st, AttnPath::Avx512, 512, false, 128); }
 void DecodeBatch16_Avx512(benchmark::State& st) { run(st, AttnPath::Avx512, 16, true); }
 
 }  // namespace
@@ -146,7 +154,12 @@ BENCHMARK(DecodeCold_Avx512)
 BENCHMARK(Batch32_Scalar)->Args({512, 1})->Args({512, 2})->Unit(benchmark::kMicrosecond);
 BENCHMARK(Batch32_Avx2)->Args({512, 1})->Args({512, 2})->Unit(benchmark::kMicrosecond);
 BENCHMARK(Batch32_Avx512)->Args({512, 1})->Args({512, 2})->Unit(benchmark::kMicrosecond);
-BENCHMARK(Prompt512_Avx512)->Args({512, 2})->Args({2048, 2})->Unit(benchmark::kMillisecond);
+BENCHMARK(Prompt512_Avx512)
+    ->Args({512, 1})
+    ->Args({512, 2})
+    ->Args({2048, 2})
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(Prompt512Hd128_Avx512)->Args({512, 1})->Args({2048, 2})->Unit(benchmark::kMillisecond);
 BENCHMARK(DecodeBatch16_Avx512)->Args({1024, 2})->Unit(benchmark::kMicrosecond);
 
 BENCHMARK_MAIN();

@@ -23,6 +23,7 @@ namespace avx512 {
 using V = __m512;
 constexpr int kMaxHeads = 8;  // 8 heads x 2 chunks of accumulators: 16 of 32 registers
 constexpr bool kWideChunks = true;
+constexpr bool kPairBlocks = true;  // scores_kt: two K blocks of head_dim 64, 16 registers
 
 CAIRN_SIMD_TARGET inline V zero() { return _mm512_setzero_ps(); }
 CAIRN_SIMD_TARGET inline V ld(const float* p) { return _mm512_loadu_ps(p); }
@@ -91,6 +92,7 @@ struct V {
 };
 constexpr int kMaxHeads = 4;  // 4 heads x 2 ymm of accumulators: 8 of 16 registers
 constexpr bool kWideChunks = false;
+constexpr bool kPairBlocks = false;  // two K blocks would take all 16 ymm twice over
 
 CAIRN_SIMD_TARGET inline V zero() { return {_mm256_setzero_ps(), _mm256_setzero_ps()}; }
 CAIRN_SIMD_TARGET inline V ld(const float* p) {
