@@ -146,7 +146,8 @@ void check_paths(const KvView& kv, const HParams& hp, const std::vector<int32_t>
   }
 }
 
-// Past 512: batches' V.w runs in tiles of 512 positions (attention_simd.inc).
+// Past 512: V.w runs in tiles of 512 positions, for batches and single tokens
+// alike (attention_simd.inc); 700 resumes every lane once.
 const std::vector<int32_t> kNPos = {1,  2,  15,  16,  17,  31,  32,  33,  63, 64,
                                     65, 96, 127, 128, 129, 500, 512, 513, 700};
 
