@@ -244,6 +244,77 @@ void BM_DecodeMatmulsVsLoads(benchmark::State& state, TensorType type) {
   state.counters["kernel/handoff"] = handoff_s / kernel_s;
 }
 
+// A prompt's projections whose input is made row by row (kernels::RowMaker):
+// RMSNorm -> Q/K/V (2048 -> 2048 + 256 + 256) and SwiGLU -> down (5632 ->
+// 2048), TinyLlama-shaped, `tokens` tokens. Each iteration runs both ways in
+// turn (which goes first alternates): rows made as the kernel quantizes them
+// (made) and every row made into a float matrix first, then quantized from it
+// (materialized, what the model did before). made/materialized < 1: the
+// fusion saves that share of the call.
+void BM_MadeRows(benchmark::State& state, TensorType type, bool swiglu) {
+  const int64_t tokens = state.range(0);
+  ThreadPool pool((int)state.range(1));
+  std::mt19937 rng(5);
+  constexpr int64_t kDim = 2048, kKv = 256, kFf = 5632;
+  const int64_t cols = swiglu ? kFf : kDim;
+  std::vector<std::unique_ptr<RandomMatrix>> m;
+  if (swiglu) {
+    m.push_back(std::make_unique<RandomMatrix>(type, kDim, kFf, rng));
+  } else {
+    for (int64_t rows : {kDim, kKv, kKv})
+      m.push_back(std::make_unique<RandomMatrix>(type, rows, kDim, rng));
+  }
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> a((size_t)(tokens * cols)), b(a.size()), norm_w((size_t)cols),
+      scratch(a.size());
+  for (float& f : a) f = dist(rng);
+  for (float& f : b) f = dist(rng);
+  for (float& f : norm_w) f = 1.0f + 0.1f * dist(rng);
+  std::vector<std::vector<float>> outs;
+  std::vector<kernels::MatmulJob> jobs;
+  for (auto& mat : m) {
+    outs.emplace_back((size_t)(tokens * mat->w.rows));
+    jobs.push_back({&mat->w, outs.back().data()});
+  }
+  const kernels::NormedRows norm_rows(a.data(), norm_w.data(), cols, 1e-5f);
+  const kernels::SwigluRows swiglu_rows(a.data(), b.data(), cols);
+  const kernels::RowMaker& rows = swiglu ? (const kernels::RowMaker&)swiglu_rows : norm_rows;
+  double made_s = 0, materialized_s = 0;
+  int64_t it = 0;
+  for (auto _ : state) {
+    for (int k = 0; k < 2; ++k) {
+      const bool made = (k == 0) == (it % 2 == 0);
+      const auto t0 = std::chrono::steady_clock::now();
+      if (made) {
+        kernels::matmul_many(jobs, rows, scratch.data(), tokens, pool);
+      } else {
+        pool.parallel_for(tokens, [&](int64_t t0_, int64_t t1_) {
+          for (int64_t t = t0_; t < t1_; ++t) rows.make(t, scratch.data() + t * cols);
+        });
+        kernels::matmul_many(jobs, scratch.data(), tokens, pool);
+      }
+      (made ? made_s : materialized_s) +=
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    }
+    ++it;
+    benchmark::DoNotOptimize(outs[0].data());
+  }
+  const double n = (double)state.iterations();
+  state.counters["made_ms"] = made_s / n * 1e3;
+  state.counters["materialized_ms"] = materialized_s / n * 1e3;
+  state.counters["made/materialized"] = made_s / materialized_s;
+}
+BENCHMARK_CAPTURE(BM_MadeRows, q4_0_norm_qkv, TensorType::Q4_0, false)
+    ->Args({512, 2})
+    ->Args({64, 2})
+    ->MinTime(4.0)
+    ->UseRealTime();
+BENCHMARK_CAPTURE(BM_MadeRows, q4_0_swiglu_down, TensorType::Q4_0, true)
+    ->Args({512, 2})
+    ->Args({64, 2})
+    ->MinTime(4.0)
+    ->UseRealTime();
+
 #if defined(__x86_64__)
 // The ceiling of the int8 kernels: one core issuing independent 512-bit
 // vpdpbusd from registers only (12 accumulators, nothing loaded).

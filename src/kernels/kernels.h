@@ -59,6 +59,54 @@ struct MatmulJob {
 void matmul_many(std::span<const MatmulJob> jobs, const float* x, int64_t n_tokens,
                  ThreadPool& pool, std::span<const WeightMatrix* const> next = {});
 
+// Activations made one token's row at a time from other rows (an RMSNorm of
+// the residual stream, SwiGLU's silu(gate) * up): make(t, row) writes token
+// t's row (the matrices' cols floats). Must be safe to call concurrently for
+// different tokens.
+class RowMaker {
+ public:
+  virtual void make(int64_t t, float* row) const = 0;
+
+ protected:
+  ~RowMaker() = default;
+};
+
+// matmul_many over rows made by `rows`, with the same results as making them
+// all into `scratch` ([n_tokens, cols] floats) and passing that. The integer
+// kernels (Q4_0, Q8_0, Q4_K, Q6_K packed) make each row into a thread's buffer
+// and quantize it there, so a batch's floats are never written out and read
+// back (a 512-token prompt's SwiGLU rows are 11.5 MB per TinyLlama layer);
+// the others get every row made into `scratch` first.
+void matmul_many(std::span<const MatmulJob> jobs, const RowMaker& rows, float* scratch,
+                 int64_t n_tokens, ThreadPool& pool,
+                 std::span<const WeightMatrix* const> next = {});
+
+// The rows a decoder block makes (rms_norm and silu_mul below, rows of n).
+// Row t of rms_norm(x[t]) * weight.
+class NormedRows final : public RowMaker {
+ public:
+  NormedRows(const float* x, const float* weight, int64_t n, float eps)
+      : x_(x), weight_(weight), n_(n), eps_(eps) {}
+  void make(int64_t t, float* row) const override;
+
+ private:
+  const float* x_;
+  const float* weight_;
+  int64_t n_;
+  float eps_;
+};
+// Row t of silu(gate[t]) * up[t].
+class SwigluRows final : public RowMaker {
+ public:
+  SwigluRows(const float* gate, const float* up, int64_t n) : gate_(gate), up_(up), n_(n) {}
+  void make(int64_t t, float* row) const override;
+
+ private:
+  const float* gate_;
+  const float* up_;
+  int64_t n_;
+};
+
 // The bytes a matmul over w reads, in memory order: its packed copy when it
 // has one, else its stored rows (benchmarks compare kernels with plain loads
 // over exactly these bytes).

@@ -133,26 +133,60 @@ void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* out,
   });
 }
 
-void matmul_many(std::span<const MatmulJob> jobs, const float* x, int64_t n_tokens,
-                 ThreadPool& pool, std::span<const WeightMatrix* const> next) {
-  if (jobs.empty() || n_tokens <= 0) return;
-  PackedJob packed[8];
-  bool fused = jobs.size() <= std::size(packed) && jobs[0].w->packed != nullptr;
+namespace {
+
+constexpr size_t kMaxFusedJobs = 8;
+
+// Whether one pass of packed_matmul_many can run all the jobs.
+bool one_packed_pass(std::span<const MatmulJob> jobs) {
+  if (jobs.size() > kMaxFusedJobs || !jobs[0].w->packed) return false;
   for (const MatmulJob& j : jobs)
-    fused = fused && j.w->packed && packed_compatible(*j.w->packed, *jobs[0].w->packed);
-  if (!fused) {
-    for (const MatmulJob& j : jobs) matmul(*j.w, x, n_tokens, j.out, pool);
-    return;
-  }
+    if (!j.w->packed || !packed_compatible(*j.w->packed, *jobs[0].w->packed)) return false;
+  return true;
+}
+
+void packed_pass(std::span<const MatmulJob> jobs, const ActRows& in, int64_t n_tokens,
+                 ThreadPool& pool, std::span<const WeightMatrix* const> next) {
+  PackedJob packed[kMaxFusedJobs];
   for (size_t i = 0; i < jobs.size(); ++i) packed[i] = {jobs[i].w->packed.get(), jobs[i].out};
   // The next call's packed copies, when it has them all (else nothing to warm).
-  const PackedMatrix* next_packed[8];
+  const PackedMatrix* next_packed[kMaxFusedJobs];
   size_t n_next = next.size() <= std::size(next_packed) ? next.size() : 0;
   for (size_t i = 0; i < n_next; ++i) {
     next_packed[i] = next[i]->packed.get();
     if (!next_packed[i]) n_next = 0;
   }
-  packed_matmul_many({packed, jobs.size()}, x, n_tokens, pool, {next_packed, n_next});
+  packed_matmul_many({packed, jobs.size()}, in, n_tokens, pool, {next_packed, n_next});
+}
+
+}  // namespace
+
+void matmul_many(std::span<const MatmulJob> jobs, const float* x, int64_t n_tokens,
+                 ThreadPool& pool, std::span<const WeightMatrix* const> next) {
+  if (jobs.empty() || n_tokens <= 0) return;
+  if (!one_packed_pass(jobs)) {
+    for (const MatmulJob& j : jobs) matmul(*j.w, x, n_tokens, j.out, pool);
+    return;
+  }
+  packed_pass(jobs, ActRows{x, nullptr, jobs[0].w->cols}, n_tokens, pool, next);
+}
+
+void matmul_many(std::span<const MatmulJob> jobs, const RowMaker& rows, float* scratch,
+                 int64_t n_tokens, ThreadPool& pool, std::span<const WeightMatrix* const> next) {
+  if (jobs.empty() || n_tokens <= 0) return;
+  const int64_t cols = jobs[0].w->cols;
+  if (one_packed_pass(jobs) && packed_quantizes_rows(*jobs[0].w->packed))
+    return packed_pass(jobs, ActRows{nullptr, &rows, cols}, n_tokens, pool, next);
+  // A few rows on this thread: waking the pool costs more than making them.
+  const auto make = [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) rows.make(t, scratch + t * cols);
+  };
+  if (n_tokens >= 8) {
+    pool.parallel_for(n_tokens, make);
+  } else {
+    make(0, n_tokens);
+  }
+  matmul_many(jobs, scratch, n_tokens, pool, next);
 }
 
 std::span<const uint8_t> weight_stream(const WeightMatrix& w) {

@@ -543,4 +543,12 @@ void add(float* y, const float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += x[i];
 }
 
+void NormedRows::make(int64_t t, float* row) const {
+  rms_norm(x_ + t * n_, weight_, n_, eps_, row);
+}
+
+void SwigluRows::make(int64_t t, float* row) const {
+  silu_mul(gate_ + t * n_, up_ + t * n_, n_, row);
+}
+
 }  // namespace cairn::kernels

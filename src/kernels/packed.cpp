@@ -1139,15 +1139,27 @@ bool packed_compatible(const PackedMatrix& a, const PackedMatrix& b) {
   return a.layout == b.layout && a.cols == b.cols;
 }
 
-void packed_matmul_many(std::span<const PackedJob> jobs, const float* x, int64_t n_tokens,
+float* made_row_buffer(int64_t cols) {
+  thread_local std::vector<float> row;
+  row.resize(std::max(row.size(), (size_t)cols));
+  return row.data();
+}
+
+bool packed_quantizes_rows(const PackedMatrix& p) {
+  return p.layout != PackedMatrix::Layout::BF16x16 && p.layout != PackedMatrix::Layout::F16x16;
+}
+
+void packed_matmul_many(std::span<const PackedJob> jobs, const ActRows& in, int64_t n_tokens,
                         ThreadPool& pool, std::span<const PackedMatrix* const> next) {
   if (n_tokens <= 0 || jobs.empty()) return;
   const PackedMatrix& first = *jobs[0].matrix;
   if (first.layout == PackedMatrix::Layout::Q4_Kx16 ||
       first.layout == PackedMatrix::Layout::Q6_Kx16)
-    return packed_k_matmul_many(jobs, x, n_tokens, pool, next);
-  if (first.layout == PackedMatrix::Layout::BF16x16 || first.layout == PackedMatrix::Layout::F16x16)
-    return packed_float_matmul_many(jobs, x, n_tokens, pool, next);
+    return packed_k_matmul_many(jobs, in, n_tokens, pool, next);
+  if (!packed_quantizes_rows(first)) {
+    if (in.maker) std::abort();  // matmul_many makes the rows first (packed_quantizes_rows)
+    return packed_float_matmul_many(jobs, in.x, n_tokens, pool, next);
+  }
   const size_t stride = act_stride(first.cols);
   thread_local std::vector<uint8_t> scratch;
   // Grown only: a prompt's layers alternate 2048- and 5632-column inputs, and
@@ -1158,8 +1170,9 @@ void packed_matmul_many(std::span<const PackedJob> jobs, const float* x, int64_t
   act += (64 - reinterpret_cast<uintptr_t>(act) % 64) % 64;
   const bool vnni = isa_enabled(Isa::Avx512Vnni);  // else AVX2 (pack_matrix checked)
   pool.parallel_for(n_tokens, [&](int64_t b, int64_t e) {
+    float* buf = in.maker ? made_row_buffer(first.cols) : nullptr;
     for (int64_t t = b; t < e; ++t)
-      (vnni ? quantize_act : avx2_quantize_act)(weight_offset(first.layout), x + t * first.cols,
+      (vnni ? quantize_act : avx2_quantize_act)(weight_offset(first.layout), in.row(t, buf),
                                                 first.cols, act + t * stride);
   });
   int64_t total = 0;
@@ -1262,7 +1275,7 @@ const char* packed_tile_path() {
 void packed_matmul(const PackedMatrix& pm, const float* x, int64_t n_tokens, float* out,
                    ThreadPool& pool) {
   const PackedJob job{&pm, out};
-  packed_matmul_many({&job, 1}, x, n_tokens, pool, {});
+  packed_matmul_many({&job, 1}, ActRows{x, nullptr, pm.cols}, n_tokens, pool, {});
 }
 
 }  // namespace cairn::kernels

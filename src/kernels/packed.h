@@ -116,9 +116,31 @@ struct PackedJob {
   float* out;
 };
 bool packed_compatible(const PackedMatrix& a, const PackedMatrix& b);
+
+// The activations of an integer kernel: the rows of x ([n_tokens, cols]), or
+// rows `maker` makes one at a time (see RowMaker), into a buffer of the
+// thread that quantizes them.
+struct ActRows {
+  const float* x = nullptr;
+  const RowMaker* maker = nullptr;
+  int64_t cols = 0;
+  // Token t's row: in x, or made into buf (cols floats).
+  const float* row(int64_t t, float* buf) const {
+    if (!maker) return x + t * cols;
+    maker->make(t, buf);
+    return buf;
+  }
+};
+// This thread's buffer for one made row: cols floats, grown only.
+float* made_row_buffer(int64_t cols);
+// Whether packed_matmul_many takes made rows for this layout (the integer
+// ones, which quantize each row once); the float layouts take x only.
+bool packed_quantizes_rows(const PackedMatrix& p);
+
 // `next`: the matrices of the call that will follow (may be empty); workers
-// that finish early pull in the start of their share of it.
-void packed_matmul_many(std::span<const PackedJob> jobs, const float* x, int64_t n_tokens,
+// that finish early pull in the start of their share of it. Made rows
+// (in.maker) only where packed_quantizes_rows.
+void packed_matmul_many(std::span<const PackedJob> jobs, const ActRows& in, int64_t n_tokens,
                         ThreadPool& pool, std::span<const PackedMatrix* const> next);
 
 // How far ahead of its loads a one-token kernel over `layout` requests
@@ -129,7 +151,7 @@ size_t packed_stream_ahead(PackedMatrix::Layout layout);
 // Q4_Kx16 and Q6_Kx16 jobs there.
 void pack_q4_k_rows(const WeightMatrix& w, PackedMatrix& p);
 void pack_q6_k_rows(const WeightMatrix& w, PackedMatrix& p);
-void packed_k_matmul_many(std::span<const PackedJob> jobs, const float* x, int64_t n_tokens,
+void packed_k_matmul_many(std::span<const PackedJob> jobs, const ActRows& in, int64_t n_tokens,
                           ThreadPool& pool, std::span<const PackedMatrix* const> next);
 
 // The 16-bit float packers and matmul (packed_float.cpp); BF16x16 and F16x16

@@ -1148,7 +1148,7 @@ bool amx_k_agrees_with_vnni(AmxMode mode) {
   return true;
 }
 
-void packed_k_matmul_many(std::span<const PackedJob> jobs, const float* x, int64_t n_tokens,
+void packed_k_matmul_many(std::span<const PackedJob> jobs, const ActRows& in, int64_t n_tokens,
                           ThreadPool& pool, std::span<const PackedMatrix* const> next) {
   const int64_t cols = jobs[0].matrix->cols;
   const size_t stride = k_act_stride(cols);
@@ -1159,8 +1159,9 @@ void packed_k_matmul_many(std::span<const PackedJob> jobs, const float* x, int64
   const bool q6 = jobs[0].matrix->layout == PackedMatrix::Layout::Q6_Kx16;
   const bool vnni = isa_enabled(Isa::Avx512Vnni);  // else AVX2 (pack_matrix checked)
   pool.parallel_for(n_tokens, [&](int64_t b, int64_t e) {
+    float* buf = in.maker ? made_row_buffer(cols) : nullptr;
     for (int64_t t = b; t < e; ++t)
-      (vnni ? quantize_k_act : quantize_k_act_avx2)(q6, x + t * cols, cols, act + t * stride);
+      (vnni ? quantize_k_act : quantize_k_act_avx2)(q6, in.row(t, buf), cols, act + t * stride);
   });
   int64_t total = 0;
   for (const PackedJob& j : jobs) total += j.matrix->n_groups;

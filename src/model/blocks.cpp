@@ -195,14 +195,6 @@ void for_token_rows(ThreadPool& pool, int64_t n_tokens, const Fn& fn) {
 
 }  // namespace
 
-void rms_norm_rows(const float* x, const std::vector<float>& weight, int64_t n_tokens, int64_t n,
-                   float eps, float* out, ThreadPool& pool) {
-  for_token_rows(pool, n_tokens, [&](int64_t begin, int64_t end) {
-    for (int64_t t = begin; t < end; ++t)
-      kernels::rms_norm(x + t * n, weight.data(), n, eps, out + t * n);
-  });
-}
-
 void add_rows(float* x, const float* y, int64_t n_tokens, int64_t n, ThreadPool& pool) {
   for_token_rows(pool, n_tokens, [&](int64_t begin, int64_t end) {
     kernels::add(x + begin * n, y + begin * n, (end - begin) * n);
@@ -223,8 +215,9 @@ void rope_tables(const HParams& hp, const Batch& batch, Workspace& ws, ThreadPoo
   });
 }
 
-void attention(const HParams& hp, const AttentionWeights& w, int layer, const Batch& batch,
-               KvView& kv, Workspace& ws, ThreadPool& pool, NextWeights next) {
+void attention(const HParams& hp, const AttentionWeights& w, const std::vector<float>& norm,
+               int layer, const Batch& batch, KvView& kv, Workspace& ws, ThreadPool& pool,
+               NextWeights next) {
   const int64_t T = (int64_t)batch.size();
   const int64_t hd = hp.head_dim;
   const int64_t nq = hp.n_head * hd;
@@ -233,7 +226,8 @@ void attention(const HParams& hp, const AttentionWeights& w, int layer, const Ba
   const kernels::MatmulJob qkv[] = {
       {&w.wq, ws.q.data()}, {&w.wk, ws.k.data()}, {&w.wv, ws.v.data()}};
   const kernels::WeightMatrix* const wo[] = {&w.wo};
-  kernels::matmul_many(qkv, ws.xn.data(), T, pool, wo);
+  kernels::matmul_many(qkv, kernels::NormedRows(ws.x.data(), norm.data(), hp.n_embd, hp.norm_eps),
+                       ws.xn.data(), T, pool, wo);
   add_bias(ws.q.data(), w.bq, T);
   add_bias(ws.k.data(), w.bk, T);
   add_bias(ws.v.data(), w.bv, T);
@@ -265,19 +259,18 @@ void attention(const HParams& hp, const AttentionWeights& w, int layer, const Ba
   project(w.wo, ws.attn.data(), T, ws.tmp.data(), pool, next);
 }
 
-void ffn_swiglu(const HParams& hp, const FfnWeights& w, int64_t T, Workspace& ws, ThreadPool& pool,
-                NextWeights next) {
+void ffn_swiglu(const HParams& hp, const FfnWeights& w, const std::vector<float>& norm, int64_t T,
+                Workspace& ws, ThreadPool& pool, NextWeights next) {
   const kernels::MatmulJob gate_up[] = {{&w.gate, ws.gate.data()}, {&w.up, ws.up.data()}};
   const kernels::WeightMatrix* const down[] = {&w.down};
-  kernels::matmul_many(gate_up, ws.xn.data(), T, pool, down);
-  // silu_mul is elementwise, so gate may be overwritten in place.
-  for_token_rows(pool, T, [&](int64_t begin, int64_t end) {
-    for (int64_t t = begin; t < end; ++t) {
-      float* g = ws.gate.data() + t * hp.n_ff;
-      kernels::silu_mul(g, ws.up.data() + t * hp.n_ff, hp.n_ff, g);
-    }
-  });
-  project(w.down, ws.gate.data(), T, ws.tmp.data(), pool, next);
+  kernels::matmul_many(gate_up,
+                       kernels::NormedRows(ws.x.data(), norm.data(), hp.n_embd, hp.norm_eps),
+                       ws.xn.data(), T, pool, down);
+  // Rows made into gate itself where the kernel takes floats: silu_mul is
+  // elementwise, so each row may overwrite its own gate row.
+  const kernels::MatmulJob down_job{&w.down, ws.tmp.data()};
+  kernels::matmul_many({&down_job, 1}, kernels::SwigluRows(ws.gate.data(), ws.up.data(), hp.n_ff),
+                       ws.gate.data(), T, pool, next);
 }
 
 int64_t keep_output_rows(const Batch& batch, Workspace& ws, int64_t n_embd) {
@@ -301,10 +294,10 @@ void output_logits(const HParams& hp, const DecoderWeights& w, const Batch& batc
   out.data.resize((size_t)(R * hp.n_vocab));
   if (R == 0) return;
   ws.out_rows.resize((size_t)(R * hp.n_embd));
-  for (int64_t r = 0; r < R; ++r)
-    kernels::rms_norm(ws.x.data() + r * hp.n_embd, w.output_norm.data(), hp.n_embd, hp.norm_eps,
-                      ws.out_rows.data() + r * hp.n_embd);
-  project(w.output, ws.out_rows.data(), R, out.data.data(), pool, next);
+  const kernels::MatmulJob job{&w.output, out.data.data()};
+  kernels::matmul_many(
+      {&job, 1}, kernels::NormedRows(ws.x.data(), w.output_norm.data(), hp.n_embd, hp.norm_eps),
+      ws.out_rows.data(), R, pool, next);
 }
 
 }  // namespace cairn::model

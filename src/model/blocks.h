@@ -77,10 +77,6 @@ Status validate_batch(const HParams& hp, const Batch& batch, const KvView& kv);
 // x[t] = row tokens[t] of the embedding table.
 void embed(const kernels::WeightMatrix& tok_embd, const Batch& batch, float* x);
 
-// out[t] = rms_norm(x[t]) * weight for each of n_tokens rows of n.
-void rms_norm_rows(const float* x, const std::vector<float>& weight, int64_t n_tokens, int64_t n,
-                   float eps, float* out, ThreadPool& pool);
-
 // x[i] += y[i] over n_tokens rows of n (the residual connection).
 void add_rows(float* x, const float* y, int64_t n_tokens, int64_t n, ThreadPool& pool);
 
@@ -93,16 +89,21 @@ void rope_tables(const HParams& hp, const Batch& batch, Workspace& ws, ThreadPoo
 // kernels::matmul_many's `next`): only a hint for the memory, never for results.
 using NextWeights = std::span<const kernels::WeightMatrix* const>;
 
-// Self-attention of layer `layer` for every token of the batch: projections
-// (+ bias), RoPE (angles from rope_tables), K/V written to `kv`, causal attention per sequence over
-// the view, output projection into ws.tmp. `next`: what follows the output projection.
-void attention(const HParams& hp, const AttentionWeights& w, int layer, const Batch& batch,
-               KvView& kv, Workspace& ws, ThreadPool& pool, NextWeights next);
+// Self-attention of layer `layer` for every token of the batch, on
+// rms_norm(ws.x) * norm: projections (+ bias), RoPE (angles from rope_tables),
+// K/V written to `kv`, causal attention per sequence over the view, output
+// projection into ws.tmp. `next`: what follows the output projection.
+// The normed rows are made as the projections quantize them (kernels::RowMaker);
+// ws.xn holds them only for weights the kernels take as floats.
+void attention(const HParams& hp, const AttentionWeights& w, const std::vector<float>& norm,
+               int layer, const Batch& batch, KvView& kv, Workspace& ws, ThreadPool& pool,
+               NextWeights next);
 
-// SwiGLU FFN of ws.xn into ws.tmp: down(silu(gate(x)) * up(x)). `next`: what
-// follows the down projection.
-void ffn_swiglu(const HParams& hp, const FfnWeights& w, int64_t n_tokens, Workspace& ws,
-                ThreadPool& pool, NextWeights next);
+// SwiGLU FFN of x = rms_norm(ws.x) * norm into ws.tmp: down(silu(gate(x)) *
+// up(x)), the normed and the SwiGLU rows made as attention() makes its input.
+// `next`: what follows the down projection.
+void ffn_swiglu(const HParams& hp, const FfnWeights& w, const std::vector<float>& norm,
+                int64_t n_tokens, Workspace& ws, ThreadPool& pool, NextWeights next);
 
 // Before the last layer's FFN: moves the residual rows of the tokens that want
 // logits to the front of ws.x, in batch order, and returns their count. The

@@ -30,16 +30,14 @@ class DecoderModel final : public Model {
     const std::array<const kernels::WeightMatrix*, 1> output = {&w_.output};
     for (int il = 0; il < (int)hp.n_layer; ++il) {
       const LayerWeights& l = w_.layers[(size_t)il];
-      rms_norm_rows(ws_.x.data(), l.attn_norm, T, hp.n_embd, hp.norm_eps, ws_.xn.data(), pool_);
       const std::array<const kernels::WeightMatrix*, 2> gate_up = {&l.ffn.gate, &l.ffn.up};
-      attention(hp, l.attn, il, batch, kv, ws_, pool_, gate_up);
+      attention(hp, l.attn, l.attn_norm, il, batch, kv, ws_, pool_, gate_up);
       add_rows(ws_.x.data(), ws_.tmp.data(), T, hp.n_embd, pool_);
       const int64_t n = il + 1 == (int)hp.n_layer ? keep_output_rows(batch, ws_, hp.n_embd) : T;
-      rms_norm_rows(ws_.x.data(), l.ffn_norm, n, hp.n_embd, hp.norm_eps, ws_.xn.data(), pool_);
       if (il + 1 < (int)hp.n_layer) {
-        ffn_swiglu(hp, l.ffn, n, ws_, pool_, qkv(w_.layers[(size_t)il + 1]));
+        ffn_swiglu(hp, l.ffn, l.ffn_norm, n, ws_, pool_, qkv(w_.layers[(size_t)il + 1]));
       } else {
-        ffn_swiglu(hp, l.ffn, n, ws_, pool_, output);
+        ffn_swiglu(hp, l.ffn, l.ffn_norm, n, ws_, pool_, output);
       }
       add_rows(ws_.x.data(), ws_.tmp.data(), n, hp.n_embd, pool_);
     }

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <random>
@@ -209,6 +210,72 @@ TEST(MatmulMany, SameBitsAsSeparateMatmuls) {
         EXPECT_EQ(0, std::memcmp(a.data(), ref_a.data(), a.size() * 4)) << t << " tokens";
         EXPECT_EQ(0, std::memcmp(b.data(), ref_b.data(), b.size() * 4)) << t << " tokens";
       }
+    }
+  }
+}
+
+// Rows made as the kernels quantize them (RowMaker) give the bits of the
+// same rows made into a matrix first, for every weight type (the float ones
+// take the made matrix), for one token, a few and a batch; each row is made
+// exactly once.
+class ScaledRows final : public RowMaker {
+ public:
+  ScaledRows(const float* src, int64_t cols) : src_(src), cols_(cols) {}
+  void make(int64_t t, float* row) const override {
+    made_.fetch_add(1, std::memory_order_relaxed);
+    for (int64_t i = 0; i < cols_; ++i) row[i] = src_[t * cols_ + i] * 0.75f + (float)(t % 3);
+  }
+  int64_t made() const { return made_.load(); }
+
+ private:
+  const float* src_;
+  int64_t cols_;
+  mutable std::atomic<int64_t> made_{0};
+};
+
+TEST(MatmulMany, MadeRowsGiveTheBitsOfMadeMatrix) {
+  ThreadPool pool(2);
+  std::mt19937 rng(9);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  const int64_t cols = 512, max_tokens = 40;
+  const int64_t rows[] = {48, 33};
+  std::vector<float> src((size_t)(max_tokens * cols));
+  for (float& v : src) v = dist(rng);
+  for (TensorType type : {TensorType::Q4_0, TensorType::Q8_0, TensorType::Q4_K, TensorType::Q6_K,
+                          TensorType::F16, TensorType::BF16, TensorType::F32}) {
+    const size_t rb = *row_bytes(type, cols);
+    std::vector<std::vector<uint8_t>> bytes(2);
+    std::vector<WeightMatrix> w(2);
+    std::vector<float> f((size_t)cols);
+    for (int i = 0; i < 2; ++i) {
+      bytes[i].resize(rb * (size_t)rows[i]);
+      for (int64_t r = 0; r < rows[i]; ++r) {
+        for (float& v : f) v = dist(rng);
+        type_ops(type)->from_float(f.data(), bytes[i].data() + r * rb, cols);
+      }
+      w[i] = {type, bytes[i].data(), rows[i], cols, rb, nullptr};
+      prepare_weight(w[i]);
+    }
+    for (int64_t tokens : {int64_t{1}, int64_t{5}, int64_t{17}, max_tokens}) {
+      const ScaledRows maker(src.data(), cols);
+      std::vector<float> made_matrix((size_t)(tokens * cols)), scratch(made_matrix.size());
+      for (int64_t t = 0; t < tokens; ++t) maker.make(t, made_matrix.data() + t * cols);
+      std::vector<float> ref[2], out[2];
+      std::vector<MatmulJob> ref_jobs, jobs;
+      for (int i = 0; i < 2; ++i) {
+        ref[i].resize((size_t)(tokens * rows[i]));
+        out[i].resize(ref[i].size());
+        ref_jobs.push_back({&w[i], ref[i].data()});
+        jobs.push_back({&w[i], out[i].data()});
+      }
+      matmul_many(ref_jobs, made_matrix.data(), tokens, pool);
+      const int64_t before = maker.made();
+      matmul_many(jobs, maker, scratch.data(), tokens, pool);
+      EXPECT_EQ(maker.made() - before, tokens)
+          << type_info(type).name << ", " << tokens << " tokens";
+      for (int i = 0; i < 2; ++i)
+        EXPECT_EQ(0, std::memcmp(out[i].data(), ref[i].data(), out[i].size() * 4))
+            << type_info(type).name << ", " << tokens << " tokens, job " << i;
     }
   }
 }
