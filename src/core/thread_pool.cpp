@@ -18,6 +18,8 @@
 #include <thread>
 #include <vector>
 
+#include "core/cpu_topology.h"
+
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #endif
@@ -296,22 +298,25 @@ struct ThreadPool::Impl {
   bool try_begin() { return !busy.exchange(true, std::memory_order_acquire); }
 };
 
+// One thread per physical core: the kernels are bound by memory (decode) or
+// by the vector units (prompts), which a core's SMT siblings share.
 int ThreadPool::default_size() {
-  const size_t n = allowed_cpus().size();
-  if (n > 0) return static_cast<int>(std::min<size_t>(n, kMaxThreads));
+  const std::vector<int> cpus = allowed_cpus();
+  if (!cpus.empty()) return std::min(count_cores(read_cpu_places(cpus)), kMaxThreads);
   return static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 1024u));
 }
 
 ThreadPool::ThreadPool(int n_threads, ThreadPoolOptions options) : impl_(new Impl) {
   if (n_threads <= 0) n_threads = default_size();
   n_threads = std::min(n_threads, kMaxThreads);
-  const std::vector<int> cpus = allowed_cpus();
+  const std::vector<int> cpus = cpus_by_core(read_cpu_places(allowed_cpus()));
   const bool fits = static_cast<size_t>(n_threads) <= cpus.size();
   const bool pin = options.pin && fits && !pinning_disabled_by_env();
   impl_->spin =
       fits ? std::chrono::microseconds(std::max(0, options.spin_us)) : Clock::duration::zero();
   impl_->slots = std::make_unique<Impl::Slot[]>(static_cast<size_t>(n_threads));
-  // Worker i takes the i-th allowed CPU; the caller is expected on the first.
+  // Worker i takes the i-th CPU in core order (separate physical cores
+  // first); the caller is expected on the first.
   for (int i = 1; i < n_threads; ++i) {
     const int cpu = pin ? cpus[static_cast<size_t>(i)] : -1;
     try {

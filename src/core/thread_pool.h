@@ -23,9 +23,10 @@ struct ThreadPoolOptions {
   // this it sleeps. Ignored (0) when the pool has more threads than the CPUs
   // it may use: a polling thread would then steal time from a working one.
   int spin_us = 150;
-  // Pin worker i to the i-th CPU of the process's allowed set (the caller,
-  // thread 0, is left alone: it is not ours). Failures are ignored; no pinning
-  // when threads outnumber allowed CPUs, or when CAIRN_PIN=0 is set.
+  // Pin worker i to the i-th CPU of the process's allowed set, taken one per
+  // physical core before any core's second thread (core/cpu_topology.h; the
+  // caller, thread 0, is left alone: it is not ours). Failures are ignored; no
+  // pinning when threads outnumber allowed CPUs, or when CAIRN_PIN=0 is set.
   bool pin = true;
 };
 
@@ -37,7 +38,8 @@ class ThreadPool {
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
 
-  // CPUs this process may run on (its affinity mask), at least 1.
+  // Physical cores among the CPUs this process may run on (its affinity
+  // mask; SMT siblings count once), at least 1.
   static int default_size();
 
   int size() const;

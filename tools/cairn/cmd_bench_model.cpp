@@ -666,7 +666,7 @@ void register_bench_model(CLI::App& app, CommandResult& result) {
   cmd->add_option("--batch", a->batch, "decode batch sizes, comma-separated")
       ->capture_default_str();
   cmd->add_option("-t,--threads", a->threads,
-                  "compute threads, this one included (default: one per allowed CPU)");
+                  "compute threads, this one included (default: one per physical core)");
   cmd->add_option("--reps", a->reps, "runs of each test; the best is reported")
       ->capture_default_str();
   cmd->add_option("--ubatch", a->ubatch, "most tokens per forward during prefill")

@@ -112,10 +112,10 @@ void register_run(CLI::App& app, CommandResult& result) {
   cmd->add_option_function<uint64_t>(
       "-s,--seed", [a](const uint64_t& v) { a->seed = v; }, "sampling seed (default: random)");
   cmd->add_flag("--ignore-eos", a->ignore_eos, "keep generating past end-of-text tokens");
-  // Left out, the pool takes one thread per CPU this process may run on; typed,
+  // Left out, the pool takes one thread per physical core this process may run on; typed,
   // 0 or a negative count is an error rather than a silent "all cores".
   cmd->add_option("-t,--threads", a->threads,
-                  "compute threads, this one included (default: one per allowed CPU)")
+                  "compute threads, this one included (default: one per physical core)")
       ->check(CLI::Range(1, 1024));
   cmd->add_option("-c,--ctx", a->ctx, "context size (default: prompt + n, at most the model's)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 24));

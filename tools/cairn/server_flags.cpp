@@ -38,9 +38,9 @@ void add_grpc_port_flag(CLI::App* cmd, int& grpc_port, const std::string& help) 
 
 void add_engine_flags(CLI::App* cmd, serving::LocalBackendOptions& b, int64_t& kv_cache_mb) {
   cmd->add_option("--model-name", b.model_name, "model id clients use (default: file name)");
-  // Left out (0), the pool takes one thread per CPU this process may run on.
+  // Left out (0), the pool takes one thread per physical core this process may run on.
   cmd->add_option("-t,--threads", b.threads,
-                  "kernel threads, engine thread included (default: one per allowed CPU)")
+                  "kernel threads, engine thread included (default: one per physical core)")
       ->check(CLI::Range(1, 1024));
   cmd->add_option("--ctx", b.n_ctx, "context per sequence; 0: the model's, at most 4096")
       ->check(CLI::Range(0, 1 << 24));
