@@ -10,16 +10,16 @@
 namespace cairn {
 namespace {
 
-// A small non-negative integer alone on the file's first line, else nullopt.
+// A non-negative integer alone on the file's first line (getline drops the
+// newline), else nullopt.
 std::optional<int> read_id(const std::string& path) {
   std::ifstream in(path);
   std::string line;
   if (!in || !std::getline(in, line)) return std::nullopt;
-  while (!line.empty() && (line.back() == '\n' || line.back() == ' ')) line.pop_back();
+  while (!line.empty() && line.back() == ' ') line.pop_back();
   int v = 0;
   const auto [end, ec] = std::from_chars(line.data(), line.data() + line.size(), v);
-  if (ec != std::errc() || end != line.data() + line.size() || line.empty() || v < 0)
-    return std::nullopt;
+  if (ec != std::errc() || end != line.data() + line.size() || v < 0) return std::nullopt;
   return v;
 }
 

@@ -59,12 +59,13 @@ Result<DecoderWeights> load_decoder_weights(const gguf::File& f, const HParams& 
 // Per-forward scratch, grown to the largest batch seen and then reused.
 struct Workspace {
   std::vector<float> x;         // residual stream   [T, n_embd]
-  std::vector<float> xn;        // normed input      [T, n_embd]
+  std::vector<float> xn;        // normed input      [T, n_embd], written only for float weights
+                                //   (integer kernels make each row as they quantize it)
   std::vector<float> q;         // [T, n_head * head_dim]
   std::vector<float> k, v;      // [T, n_head_kv * head_dim]
   std::vector<float> attn;      // attention output before wo [T, n_head * head_dim]
   std::vector<float> tmp;       // block output      [T, n_embd]
-  std::vector<float> gate, up;  // [T, n_ff]
+  std::vector<float> gate, up;  // [T, n_ff]; gate takes silu(gate) * up for float down weights
   std::vector<float> out_rows;  // normed rows that want logits [R, n_embd]
   std::vector<float> rope_cs;   // per token: cos, then sin, of its RoPE pairs (rope_tables)
 
