@@ -63,3 +63,16 @@ class [[nodiscard]] Result {
     ::cairn::Status cairn_status_ = (expr);    \
     if (!cairn_status_.is_ok()) return cairn_status_; \
   } while (0)
+
+// Evaluates `expr` (a Result<T>); on failure returns its Status from the
+// calling function, else moves the value into `lhs`, which may declare a
+// variable (`CAIRN_ASSIGN_OR_RETURN(auto x, f());`) or name one. Expands to
+// several statements: brace it after an `if`.
+#define CAIRN_ASSIGN_OR_RETURN(lhs, expr) \
+  CAIRN_ASSIGN_OR_RETURN_IMPL_(CAIRN_STATUS_CONCAT_(cairn_result_, __LINE__), lhs, expr)
+#define CAIRN_STATUS_CONCAT_INNER_(a, b) a##b
+#define CAIRN_STATUS_CONCAT_(a, b) CAIRN_STATUS_CONCAT_INNER_(a, b)
+#define CAIRN_ASSIGN_OR_RETURN_IMPL_(tmp, lhs, expr) \
+  auto tmp = (expr);                                 \
+  if (!tmp.is_ok()) return tmp.status();             \
+  lhs = std::move(tmp).value()
