@@ -4,5 +4,6 @@
 # to `cairn serve` (e.g. -m model.gguf --port 9000).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/build.sh
+# Only the server binary: the tests and benchmarks are scripts/test.sh's to build.
+bash scripts/build.sh cairn
 exec ./build/cairn serve "$@"

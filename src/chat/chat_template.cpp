@@ -1,3 +1,4 @@
+// chat/chat_template.cpp — ChatTemplate: parses a model's template once and renders conversations with it.
 #include "chat/chat_template.h"
 
 #include <new>

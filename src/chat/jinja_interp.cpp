@@ -1,3 +1,4 @@
+// chat/jinja_interp.cpp — the interpreter: statements, expressions, scopes, macros and loops over the AST.
 #include "chat/jinja_interp.h"
 
 #include <chrono>

@@ -1,3 +1,4 @@
+// chat/jinja_lexer.cpp — the lexer: text, tag and expression tokens with Jinja2's whitespace control.
 #include "chat/jinja_lexer.h"
 
 #include <algorithm>

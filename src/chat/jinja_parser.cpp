@@ -1,3 +1,4 @@
+// chat/jinja_parser.cpp — the recursive-descent parser from tokens to the AST.
 #include "chat/jinja_parser.h"
 
 #include <algorithm>

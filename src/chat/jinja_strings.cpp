@@ -1,3 +1,4 @@
+// chat/jinja_strings.cpp — Python's str methods on UTF-8 text.
 #include "chat/jinja_strings.h"
 
 #include <algorithm>

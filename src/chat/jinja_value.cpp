@@ -1,3 +1,4 @@
+// chat/jinja_value.cpp — Value: construction, truthiness, comparison, printing and JSON conversion.
 #include "chat/jinja_value.h"
 
 #include <algorithm>

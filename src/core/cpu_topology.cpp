@@ -1,3 +1,4 @@
+// core/cpu_topology.cpp — reads the allowed CPUs' core and package ids from sysfs and orders CPUs one per core first.
 #include "core/cpu_topology.h"
 
 #include <charconv>

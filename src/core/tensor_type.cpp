@@ -1,3 +1,4 @@
+// core/tensor_type.cpp — the GGUF tensor type table: names, block sizes and byte sizes.
 #include "core/tensor_type.h"
 
 #include <array>

@@ -1,3 +1,4 @@
+// core/thread_pool.cpp — ThreadPool: worker start-up and pinning, dispatch of parallel_for jobs, and shutdown.
 #include "core/thread_pool.h"
 
 #include <linux/futex.h>

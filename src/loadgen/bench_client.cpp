@@ -1,3 +1,4 @@
+// loadgen/bench_client.cpp — the benchmark client: URL parsing, streaming HTTP requests, per-token timing and the summary statistics.
 #include "loadgen/bench_client.h"
 
 // g++ 12 misreads Boost 1.74's recycling coroutine-frame allocator (its

@@ -1,3 +1,4 @@
+// tools/cairn/server_flags.cpp — registers the flags that serve, controller and worker share (HTTP server, gRPC port, engine).
 #include "server_flags.h"
 
 namespace cairn::cli {
