@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <chrono>
 
-#include "model/contiguous_kv.h"
+#include "kv/contiguous_kv.h"
 
 namespace cairn::engine {
 
@@ -69,8 +69,8 @@ Result<GenerateResult> Generator::generate_tokens(std::vector<Token> prompt,
 
   auto sampler = Sampler::create(options.sampling, static_cast<int32_t>(hp.n_vocab));
   if (!sampler.is_ok()) return sampler.status();
-  auto kv = model::ContiguousKvCache::create(hp, 1, n_ctx);
-  if (!kv.is_ok()) return kv.status();
+  auto cache = kv::ContiguousKvCache::create(hp.kv_shape(), 1, n_ctx);
+  if (!cache.is_ok()) return cache.status();
 
   GenerateResult res;
   res.seed = sampler->seed();
@@ -85,7 +85,7 @@ Result<GenerateResult> Generator::generate_tokens(std::vector<Token> prompt,
     batch.clear();
     for (int64_t i = start; i < end; ++i)
       batch.add(prompt[i], static_cast<int32_t>(i), 0, i == n_prompt - 1);
-    CAIRN_RETURN_IF_ERROR(model_.forward(batch, **kv, logits));
+    CAIRN_RETURN_IF_ERROR(model_.forward(batch, **cache, logits));
   }
   res.prefill_seconds = seconds_since(t_prefill);
 
@@ -120,7 +120,7 @@ Result<GenerateResult> Generator::generate_tokens(std::vector<Token> prompt,
       break;
     batch.clear();
     batch.add(t, static_cast<int32_t>(pos), 0, true);
-    CAIRN_RETURN_IF_ERROR(model_.forward(batch, **kv, logits));
+    CAIRN_RETURN_IF_ERROR(model_.forward(batch, **cache, logits));
     ++pos;
   }
   emit(detok.flush());
