@@ -19,24 +19,6 @@ double seconds_since(Clock::time_point t0) {
 
 }  // namespace
 
-Result<LoadedModel> load_model(const std::string& path, const model::LoadOptions& options) {
-  auto file = gguf::File::open(path);
-  if (!file.is_ok()) return file.status();  // already names the file
-  LoadedModel m;
-  m.file = std::shared_ptr<const gguf::File>(std::move(*file));
-  auto tok = Tokenizer::from_gguf(*m.file);
-  if (!tok.is_ok()) return tok.status().with_context(path);
-  auto net = model::Model::load(m.file, options);
-  if (!net.is_ok()) return net.status().with_context(path);
-  m.tokenizer = std::move(*tok);
-  m.model = std::move(*net);
-  if (m.tokenizer->vocab_size() > m.model->hparams().n_vocab)
-    return Status::error(path + ": the tokenizer has " + std::to_string(m.tokenizer->vocab_size()) +
-                         " tokens but the model only " +
-                         std::to_string(m.model->hparams().n_vocab) + " output rows");
-  return m;
-}
-
 Result<GenerateResult> Generator::generate(std::string_view prompt, const GenerateOptions& options,
                                            const TextCallback& on_text) {
   std::vector<Token> tokens = tok_.encode(prompt, /*add_special=*/true, /*parse_special=*/true);

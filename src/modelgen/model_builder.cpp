@@ -1,4 +1,4 @@
-#include "engine/model_builder.h"
+#include "modelgen/model_builder.h"
 
 #include <unistd.h>
 
@@ -13,7 +13,7 @@
 #include "core/quant.h"
 #include "core/thread_pool.h"
 
-namespace cairn::engine {
+namespace cairn::modelgen {
 
 namespace {
 
@@ -331,4 +331,4 @@ Result<BuildSummary> write_random_model(const RandomModelSpec& spec, const Vocab
   return summary;
 }
 
-}  // namespace cairn::engine
+}  // namespace cairn::modelgen

@@ -1,4 +1,4 @@
-// engine/model_builder.h — writing GGUF models with random weights.
+// modelgen/model_builder.h — writing GGUF models with random weights.
 // Owns the llama/qwen2 tensor layout of a generated model, its weight scales,
 // the choice of tensor type per tensor (with fallbacks where a row does not
 // fit a block size) and the streamed, atomic write (temp file + rename): one
@@ -18,7 +18,7 @@
 #include "gguf/gguf.h"
 #include "gguf/gguf_writer.h"
 
-namespace cairn::engine {
+namespace cairn::modelgen {
 
 struct RandomModelSpec {
   std::string arch = "llama";  // "llama" or "qwen2" (q/k/v biases, NeoX RoPE, base 1e6)
@@ -81,4 +81,4 @@ bool more_bits_layer(int64_t layer, int64_t n_layers);
 Result<BuildSummary> write_random_model(const RandomModelSpec& spec, const VocabSource& vocab,
                                         const std::string& path, int n_threads = 1);
 
-}  // namespace cairn::engine
+}  // namespace cairn::modelgen

@@ -1,4 +1,4 @@
-#include "engine/demo_model.h"
+#include "modelgen/demo_model.h"
 
 #include <spdlog/spdlog.h>
 
@@ -8,7 +8,7 @@
 #include <system_error>
 #include <unordered_set>
 
-namespace cairn::engine {
+namespace cairn::modelgen {
 
 namespace {
 
@@ -172,4 +172,4 @@ Result<std::string> model_or_demo(const std::string& model) {
   return *demo;
 }
 
-}  // namespace cairn::engine
+}  // namespace cairn::modelgen
