@@ -5,6 +5,7 @@
 #include <string>
 
 #include "model/arch.h"
+#include "model/tensor_names.h"
 
 namespace cairn::model {
 namespace {
@@ -167,12 +168,13 @@ Result<HParams> Model::read_hparams(const gguf::File& file) {
 
   // The vocabulary size is the embedding's row count; the shape checks of the
   // loader verify the rest of the tensor against n_embd.
-  const gguf::TensorInfo* embd = file.find_tensor("token_embd.weight");
-  if (!embd) return Status::error("tensor 'token_embd.weight' is missing");
+  const std::string embd_name = tensor_name(TensorRole::TokEmbd);
+  const gguf::TensorInfo* embd = file.find_tensor(embd_name);
+  if (!embd) return Status::error("tensor '" + embd_name + "' is missing");
   if (embd->dims.size() != 2 || embd->dims[1] <= 0)
-    return Status::error("tensor 'token_embd.weight' must be 2-D [n_embd, n_vocab]");
+    return Status::error("tensor '" + embd_name + "' must be 2-D [n_embd, n_vocab]");
   hp.n_vocab = embd->dims[1];
-  hp.tied_output = file.find_tensor("output.weight") == nullptr;
+  hp.tied_output = file.find_tensor(tensor_name(TensorRole::Output)) == nullptr;
   return hp;
 }
 

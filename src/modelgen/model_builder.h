@@ -1,8 +1,9 @@
 // modelgen/model_builder.h — writing GGUF models with random weights.
-// Owns the llama/qwen2 tensor layout of a generated model, its weight scales,
-// the choice of tensor type per tensor (with fallbacks where a row does not
-// fit a block size) and the streamed, atomic write (temp file + rename): one
-// tensor's rows at a time, so a 1B-parameter model never sits in memory.
+// Owns a generated llama/qwen2 model's metadata, its weight scales, the choice
+// of tensor type per tensor (with fallbacks where a row does not fit a block
+// size) and the streamed, atomic write (temp file + rename): one tensor's rows
+// at a time, so a 1B-parameter model never sits in memory. Tensor names,
+// shapes and order are the loader's (model/tensor_names.h).
 // Used by `cairn make-model`, the built-in demo model and tests. Never loads
 // or runs a model; never invents a tokenizer (the caller brings a VocabSource).
 #pragma once
