@@ -1,3 +1,4 @@
+// engine/generator.cpp — the single-sequence generation loop behind `cairn run`.
 #include "engine/generator.h"
 
 #include <algorithm>

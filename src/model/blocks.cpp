@@ -1,4 +1,4 @@
-// Shared decoder blocks: weight lookup and the pieces of a forward pass.
+// model/blocks.cpp — shared decoder blocks: weight lookup and the pieces of a forward pass.
 #include "model/blocks.h"
 
 #include <algorithm>

@@ -1,4 +1,4 @@
-// Hyper-parameters from GGUF metadata, the architecture table, and Model::load.
+// model/model.cpp — hyper-parameters from GGUF metadata, the architecture table, Model::load.
 #include "model/model.h"
 
 #include <cmath>

@@ -1,3 +1,4 @@
+// modelgen/demo_model.cpp — the demo vocabulary (built in code), the demo shape, its cache file.
 #include "modelgen/demo_model.h"
 
 #include <spdlog/spdlog.h>

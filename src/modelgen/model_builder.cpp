@@ -1,3 +1,4 @@
+// modelgen/model_builder.cpp — random-weight GGUF models: tensor plan, values, streamed write.
 #include "modelgen/model_builder.h"
 
 #include <unistd.h>
