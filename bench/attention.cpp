@@ -17,12 +17,13 @@
 #include <vector>
 
 #include "core/thread_pool.h"
-#include "model/contiguous_kv.h"
+#include "kv/contiguous_kv.h"
 
 namespace {
 
 using namespace cairn;
 using namespace cairn::model;
+using cairn::kv::ContiguousKvCache;
 
 struct Setup {
   HParams hp;
@@ -39,7 +40,7 @@ struct Setup {
     hp.n_head_kv = n_head_kv;
     hp.head_dim = head_dim;
     hp.n_embd = 32 * head_dim;
-    auto made = ContiguousKvCache::create(hp, n_seqs, n_ctx);
+    auto made = ContiguousKvCache::create(hp.kv_shape(), n_seqs, n_ctx);
     kv.reset(made->release());
     std::mt19937 rng(1);
     std::uniform_real_distribution<float> u(-1.0f, 1.0f);

@@ -1,3 +1,4 @@
+// engine/engine.cpp — the engine thread's loop: inbox, schedule, forward, sample, stop, report.
 #include "engine/engine.h"
 
 #include <algorithm>

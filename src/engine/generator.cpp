@@ -1,9 +1,10 @@
+// engine/generator.cpp — the single-sequence generation loop behind `cairn run`.
 #include "engine/generator.h"
 
 #include <algorithm>
 #include <chrono>
 
-#include "model/contiguous_kv.h"
+#include "kv/contiguous_kv.h"
 
 namespace cairn::engine {
 
@@ -18,24 +19,6 @@ double seconds_since(Clock::time_point t0) {
 }
 
 }  // namespace
-
-Result<LoadedModel> load_model(const std::string& path, const model::LoadOptions& options) {
-  auto file = gguf::File::open(path);
-  if (!file.is_ok()) return file.status();  // already names the file
-  LoadedModel m;
-  m.file = std::shared_ptr<const gguf::File>(std::move(*file));
-  auto tok = Tokenizer::from_gguf(*m.file);
-  if (!tok.is_ok()) return tok.status().with_context(path);
-  auto net = model::Model::load(m.file, options);
-  if (!net.is_ok()) return net.status().with_context(path);
-  m.tokenizer = std::move(*tok);
-  m.model = std::move(*net);
-  if (m.tokenizer->vocab_size() > m.model->hparams().n_vocab)
-    return Status::error(path + ": the tokenizer has " + std::to_string(m.tokenizer->vocab_size()) +
-                         " tokens but the model only " +
-                         std::to_string(m.model->hparams().n_vocab) + " output rows");
-  return m;
-}
 
 Result<GenerateResult> Generator::generate(std::string_view prompt, const GenerateOptions& options,
                                            const TextCallback& on_text) {
@@ -69,8 +52,8 @@ Result<GenerateResult> Generator::generate_tokens(std::vector<Token> prompt,
 
   auto sampler = Sampler::create(options.sampling, static_cast<int32_t>(hp.n_vocab));
   if (!sampler.is_ok()) return sampler.status();
-  auto kv = model::ContiguousKvCache::create(hp, 1, n_ctx);
-  if (!kv.is_ok()) return kv.status();
+  auto cache = kv::ContiguousKvCache::create(hp.kv_shape(), 1, n_ctx);
+  if (!cache.is_ok()) return cache.status();
 
   GenerateResult res;
   res.seed = sampler->seed();
@@ -85,7 +68,7 @@ Result<GenerateResult> Generator::generate_tokens(std::vector<Token> prompt,
     batch.clear();
     for (int64_t i = start; i < end; ++i)
       batch.add(prompt[i], static_cast<int32_t>(i), 0, i == n_prompt - 1);
-    CAIRN_RETURN_IF_ERROR(model_.forward(batch, **kv, logits));
+    CAIRN_RETURN_IF_ERROR(model_.forward(batch, **cache, logits));
   }
   res.prefill_seconds = seconds_since(t_prefill);
 
@@ -120,7 +103,7 @@ Result<GenerateResult> Generator::generate_tokens(std::vector<Token> prompt,
       break;
     batch.clear();
     batch.add(t, static_cast<int32_t>(pos), 0, true);
-    CAIRN_RETURN_IF_ERROR(model_.forward(batch, **kv, logits));
+    CAIRN_RETURN_IF_ERROR(model_.forward(batch, **cache, logits));
     ++pos;
   }
   emit(detok.flush());

@@ -15,21 +15,10 @@
 
 #include "core/status.h"
 #include "engine/sampler.h"
-#include "gguf/gguf.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 
 namespace cairn::engine {
-
-// A model file opened for generation: the mapping, the network and its tokenizer.
-struct LoadedModel {
-  std::shared_ptr<const gguf::File> file;
-  std::unique_ptr<model::Model> model;
-  std::unique_ptr<Tokenizer> tokenizer;
-};
-
-// Opens, validates and loads `path`. The error is one line naming the file.
-Result<LoadedModel> load_model(const std::string& path, const model::LoadOptions& options = {});
 
 struct GenerateOptions {
   int32_t max_tokens = 128;  // -1: until end of generation or a full context

@@ -1,3 +1,4 @@
+// engine/sampler.cpp — logits to the next token: the sampler chain, its RNG and penalty history.
 #include "engine/sampler.h"
 
 #include <algorithm>

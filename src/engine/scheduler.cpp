@@ -1,3 +1,4 @@
+// engine/scheduler.cpp — continuous batching: the per-step token budget, KV admission, preemption.
 #include "engine/scheduler.h"
 
 #include <algorithm>

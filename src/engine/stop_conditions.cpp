@@ -1,3 +1,4 @@
+// engine/stop_conditions.cpp — a sequence's end checks and the text they let through.
 #include "engine/stop_conditions.h"
 
 #include <algorithm>

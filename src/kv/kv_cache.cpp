@@ -1,6 +1,7 @@
-// The paged KV cache. Blocks are laid out [layer][K|V][slot][row] so one
-// block's rows for a layer are contiguous; a block table maps a sequence's
-// position p to block p / bt, slot p % bt (bt a power of two: shift and mask).
+// kv/kv_cache.cpp — the paged KV cache: block pool, block tables, verified prefix chains.
+// Blocks are laid out [layer][K|V][slot][row] so one block's rows for a layer
+// are contiguous; a block table maps a sequence's position p to block p / bt,
+// slot p % bt (bt a power of two: shift and mask).
 //
 // A block is in exactly one of three states: referenced by live sequences
 // (ref > 0), free and findable by prefix (ref == 0, serial != 0, on the LRU

@@ -19,12 +19,6 @@
 
 namespace cairn::kv {
 
-// The geometry of one model's K/V: what a block must hold.
-struct KvShape {
-  int32_t n_layer = 0;
-  int32_t row_elems = 0;  // n_head_kv * head_dim
-};
-
 struct KvStats {
   int32_t blocks_total = 0;
   int32_t blocks_used = 0;      // held by at least one live sequence

@@ -1,4 +1,4 @@
-// Block keys and pool sizing: the parts of the cache that need no pool.
+// kv/kv_memory.cpp — block keys and pool sizing: the parts of the cache that need no pool.
 #include <algorithm>
 #include <cstdio>
 #include <cstring>

@@ -1,6 +1,6 @@
 // kv/kv_view.h — how a forward pass reads and writes K/V rows.
-// The model layer (above) computes with this interface; the paged cache in
-// this folder and simple contiguous caches implement it. Owns no memory.
+// The model layer (above) computes with this interface; the caches in this
+// folder (paged: kv_cache.h, contiguous: contiguous_kv.h) implement it. Owns no memory.
 #pragma once
 
 #include <cstdint>
@@ -13,6 +13,12 @@ using Token = int32_t;  // same alias as tokenizer/tokenizer.h (a redeclaration,
 using SeqId = int32_t;
 
 namespace kv {
+
+// The geometry of one model's K/V: what a cache (or one of its blocks) must hold.
+struct KvShape {
+  int32_t n_layer = 0;
+  int32_t row_elems = 0;  // n_head_kv * head_dim
+};
 
 // Where K/V rows live. A row is n_head_kv * head_dim elements of dtype(), the
 // K (or V) of one token in one layer. forward() writes every token's K/V of a

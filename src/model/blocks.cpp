@@ -1,4 +1,4 @@
-// Shared decoder blocks: weight lookup and the pieces of a forward pass.
+// model/blocks.cpp — shared decoder blocks: weight lookup and the pieces of a forward pass.
 #include "model/blocks.h"
 
 #include <algorithm>
@@ -83,43 +83,47 @@ Result<std::vector<float>> find_vector(const gguf::File& f, const std::string& n
 
 Result<DecoderWeights> load_decoder_weights(const gguf::File& f, const HParams& hp, bool qkv_bias) {
   DecoderWeights w;
-  const int64_t nq = hp.n_head * hp.head_dim;
-  const int64_t nkv = hp.kv_row_elems();
+  TensorSizes sizes;
+  sizes.embd = hp.n_embd;
+  sizes.vocab = hp.n_vocab;
+  sizes.q = hp.n_head * hp.head_dim;
+  sizes.kv = hp.kv_row_elems();
+  sizes.ff = hp.n_ff;
+  // Each tensor by its table row: name and shape come from model/tensor_names.h.
+  const auto matrix = [&](TensorRole role, int64_t layer = -1) {
+    const TensorSpec& s = tensor_spec(role);
+    return find_matrix(f, tensor_name(role, layer), sizes.of(s.cols), sizes.of(s.rows));
+  };
+  const auto vector = [&](TensorRole role, int64_t layer = -1) {
+    return find_vector(f, tensor_name(role, layer), sizes.of(tensor_spec(role).cols));
+  };
 
-#define CAIRN_LOAD(lhs, expr)                \
-  do {                                       \
-    auto cairn_r_ = (expr);                  \
-    if (!cairn_r_) return cairn_r_.status(); \
-    lhs = std::move(*cairn_r_);              \
-  } while (0)
-
-  CAIRN_LOAD(w.tok_embd, find_matrix(f, "token_embd.weight", hp.n_embd, hp.n_vocab));
-  CAIRN_LOAD(w.output_norm, find_vector(f, "output_norm.weight", hp.n_embd));
+  using R = TensorRole;
+  CAIRN_ASSIGN_OR_RETURN(w.tok_embd, matrix(R::TokEmbd));
+  CAIRN_ASSIGN_OR_RETURN(w.output_norm, vector(R::OutputNorm));
   if (hp.tied_output) {
     w.output = w.tok_embd;
   } else {
-    CAIRN_LOAD(w.output, find_matrix(f, "output.weight", hp.n_embd, hp.n_vocab));
+    CAIRN_ASSIGN_OR_RETURN(w.output, matrix(R::Output));
   }
   w.layers.resize((size_t)hp.n_layer);
   for (int64_t il = 0; il < hp.n_layer; ++il) {
     LayerWeights& l = w.layers[(size_t)il];
-    const std::string p = "blk." + std::to_string(il) + ".";
-    CAIRN_LOAD(l.attn_norm, find_vector(f, p + "attn_norm.weight", hp.n_embd));
-    CAIRN_LOAD(l.attn.wq, find_matrix(f, p + "attn_q.weight", hp.n_embd, nq));
-    CAIRN_LOAD(l.attn.wk, find_matrix(f, p + "attn_k.weight", hp.n_embd, nkv));
-    CAIRN_LOAD(l.attn.wv, find_matrix(f, p + "attn_v.weight", hp.n_embd, nkv));
-    CAIRN_LOAD(l.attn.wo, find_matrix(f, p + "attn_output.weight", nq, hp.n_embd));
+    CAIRN_ASSIGN_OR_RETURN(l.attn_norm, vector(R::AttnNorm, il));
+    CAIRN_ASSIGN_OR_RETURN(l.attn.wq, matrix(R::AttnQ, il));
+    CAIRN_ASSIGN_OR_RETURN(l.attn.wk, matrix(R::AttnK, il));
+    CAIRN_ASSIGN_OR_RETURN(l.attn.wv, matrix(R::AttnV, il));
+    CAIRN_ASSIGN_OR_RETURN(l.attn.wo, matrix(R::AttnOutput, il));
     if (qkv_bias) {
-      CAIRN_LOAD(l.attn.bq, find_vector(f, p + "attn_q.bias", nq));
-      CAIRN_LOAD(l.attn.bk, find_vector(f, p + "attn_k.bias", nkv));
-      CAIRN_LOAD(l.attn.bv, find_vector(f, p + "attn_v.bias", nkv));
+      CAIRN_ASSIGN_OR_RETURN(l.attn.bq, vector(R::AttnQBias, il));
+      CAIRN_ASSIGN_OR_RETURN(l.attn.bk, vector(R::AttnKBias, il));
+      CAIRN_ASSIGN_OR_RETURN(l.attn.bv, vector(R::AttnVBias, il));
     }
-    CAIRN_LOAD(l.ffn_norm, find_vector(f, p + "ffn_norm.weight", hp.n_embd));
-    CAIRN_LOAD(l.ffn.gate, find_matrix(f, p + "ffn_gate.weight", hp.n_embd, hp.n_ff));
-    CAIRN_LOAD(l.ffn.up, find_matrix(f, p + "ffn_up.weight", hp.n_embd, hp.n_ff));
-    CAIRN_LOAD(l.ffn.down, find_matrix(f, p + "ffn_down.weight", hp.n_ff, hp.n_embd));
+    CAIRN_ASSIGN_OR_RETURN(l.ffn_norm, vector(R::FfnNorm, il));
+    CAIRN_ASSIGN_OR_RETURN(l.ffn.gate, matrix(R::FfnGate, il));
+    CAIRN_ASSIGN_OR_RETURN(l.ffn.up, matrix(R::FfnUp, il));
+    CAIRN_ASSIGN_OR_RETURN(l.ffn.down, matrix(R::FfnDown, il));
   }
-#undef CAIRN_LOAD
   return w;
 }
 

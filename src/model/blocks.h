@@ -15,6 +15,7 @@
 #include "gguf/gguf.h"
 #include "kernels/kernels.h"
 #include "model/model.h"
+#include "model/tensor_names.h"
 
 namespace cairn::model {
 
@@ -50,8 +51,8 @@ struct DecoderWeights {
   std::vector<LayerWeights> layers;
 };
 
-// Loads the llama-style tensor set (llama.cpp names); `qkv_bias` requires
-// blk.N.attn_{q,k,v}.bias as well.
+// Loads the llama-style tensor set, named and shaped as model/tensor_names.h
+// says; `qkv_bias` requires the Q/K/V biases as well.
 Result<DecoderWeights> load_decoder_weights(const gguf::File& f, const HParams& hp, bool qkv_bias);
 
 // ---- activations ------------------------------------------------------------

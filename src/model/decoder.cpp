@@ -1,3 +1,4 @@
+// model/decoder.cpp — the llama-family decoder model: its forward pass over the shared blocks.
 // The pre-norm decoder shared by the llama-family architectures: RMSNorm,
 // attention with RoPE and GQA, SwiGLU FFN, residual adds, output head (tied to
 // the embedding when output.weight is absent). Architectures differ only in

@@ -1,3 +1,4 @@
+// model/llama.cpp — the `llama` architecture's loader.
 // The `llama` architecture (Llama 2/3, Mistral, TinyLlama): the shared pre-norm
 // decoder with Norm-style RoPE (llama.cpp's converter permutes Q/K for it), GQA
 // and a SwiGLU FFN; no projection biases.

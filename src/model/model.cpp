@@ -1,10 +1,11 @@
-// Hyper-parameters from GGUF metadata, the architecture table, and Model::load.
+// model/model.cpp — hyper-parameters from GGUF metadata, the architecture table, Model::load.
 #include "model/model.h"
 
 #include <cmath>
 #include <string>
 
 #include "model/arch.h"
+#include "model/tensor_names.h"
 
 namespace cairn::model {
 namespace {
@@ -71,19 +72,14 @@ class MetaReader {
   std::string arch_;
 };
 
-#define CAIRN_ASSIGN(lhs, expr)                 \
-  do {                                          \
-    auto cairn_r_ = (expr);                     \
-    if (!cairn_r_) return cairn_r_.status();    \
-    lhs = *cairn_r_;                            \
-  } while (0)
-
 Status read_rope_scaling(const MetaReader& m, HParams& hp) {
   std::optional<std::string_view> type;
-  CAIRN_ASSIGN(type, m.text("rope.scaling.type"));
+  CAIRN_ASSIGN_OR_RETURN(type, m.text("rope.scaling.type"));
   double factor = 0;
-  CAIRN_ASSIGN(factor, m.real("rope.scaling.factor", 0.0));
-  if (factor == 0) CAIRN_ASSIGN(factor, m.real("rope.scale_linear", 0.0));  // older files
+  CAIRN_ASSIGN_OR_RETURN(factor, m.real("rope.scaling.factor", 0.0));
+  if (factor == 0) {
+    CAIRN_ASSIGN_OR_RETURN(factor, m.real("rope.scale_linear", 0.0));  // older files
+  }
   const std::string_view t = type.value_or(factor != 0 ? "linear" : "none");
   if (t == "none") return Status::ok();
   if (t != "linear")
@@ -126,12 +122,12 @@ Result<HParams> Model::read_hparams(const gguf::File& file) {
   hp.arch = std::string(name);
   hp.rope_style = spec->rope_style;
   MetaReader m(file, hp.arch);
-  CAIRN_ASSIGN(hp.n_embd, m.count("embedding_length", kMaxEmbd));
-  CAIRN_ASSIGN(hp.n_layer, m.count("block_count", kMaxLayers));
-  CAIRN_ASSIGN(hp.n_head, m.count("attention.head_count", kMaxHeads));
-  CAIRN_ASSIGN(hp.n_head_kv, m.count("attention.head_count_kv", kMaxHeads, hp.n_head));
-  CAIRN_ASSIGN(hp.n_ff, m.count("feed_forward_length", kMaxFf));
-  CAIRN_ASSIGN(hp.n_ctx_train, m.count("context_length", kMaxCtx));
+  CAIRN_ASSIGN_OR_RETURN(hp.n_embd, m.count("embedding_length", kMaxEmbd));
+  CAIRN_ASSIGN_OR_RETURN(hp.n_layer, m.count("block_count", kMaxLayers));
+  CAIRN_ASSIGN_OR_RETURN(hp.n_head, m.count("attention.head_count", kMaxHeads));
+  CAIRN_ASSIGN_OR_RETURN(hp.n_head_kv, m.count("attention.head_count_kv", kMaxHeads, hp.n_head));
+  CAIRN_ASSIGN_OR_RETURN(hp.n_ff, m.count("feed_forward_length", kMaxFf));
+  CAIRN_ASSIGN_OR_RETURN(hp.n_ctx_train, m.count("context_length", kMaxCtx));
 
   if (hp.n_head % hp.n_head_kv != 0)
     return Status::error("metadata '" + m.key("attention.head_count") + "' = " +
@@ -145,26 +141,26 @@ Result<HParams> Model::read_hparams(const gguf::File& file) {
   // Present in some files; they must agree with the head size we compute.
   for (const char* k : {"attention.key_length", "attention.value_length"}) {
     int64_t len = 0;
-    CAIRN_ASSIGN(len, m.count(k, kMaxEmbd, hp.head_dim));
+    CAIRN_ASSIGN_OR_RETURN(len, m.count(k, kMaxEmbd, hp.head_dim));
     if (len != hp.head_dim)
       return Status::error("metadata '" + m.key(k) + "' = " + std::to_string(len) +
                            " differs from embedding_length / head_count = " +
                            std::to_string(hp.head_dim) + " (not supported)");
   }
-  CAIRN_ASSIGN(hp.n_rot, m.count("rope.dimension_count", kMaxEmbd, hp.head_dim));
+  CAIRN_ASSIGN_OR_RETURN(hp.n_rot, m.count("rope.dimension_count", kMaxEmbd, hp.head_dim));
   if (hp.n_rot > hp.head_dim || hp.n_rot % 2 != 0)
     return Status::error("metadata '" + m.key("rope.dimension_count") + "' = " +
                          std::to_string(hp.n_rot) + " must be even and at most the head size " +
                          std::to_string(hp.head_dim));
 
   double base = 0;
-  CAIRN_ASSIGN(base, m.real("rope.freq_base", 10000.0));
+  CAIRN_ASSIGN_OR_RETURN(base, m.real("rope.freq_base", 10000.0));
   if (base <= 0) return Status::error("metadata '" + m.key("rope.freq_base") + "' must be positive");
   hp.rope_freq_base = (float)base;
   CAIRN_RETURN_IF_ERROR(read_rope_scaling(m, hp));
 
   double eps = 0;
-  CAIRN_ASSIGN(eps, m.real("attention.layer_norm_rms_epsilon", std::nan("")));
+  CAIRN_ASSIGN_OR_RETURN(eps, m.real("attention.layer_norm_rms_epsilon", std::nan("")));
   if (eps <= 0 || eps >= 1)
     return Status::error("metadata '" + m.key("attention.layer_norm_rms_epsilon") +
                          "' must be in (0, 1), got " + std::to_string(eps));
@@ -172,12 +168,13 @@ Result<HParams> Model::read_hparams(const gguf::File& file) {
 
   // The vocabulary size is the embedding's row count; the shape checks of the
   // loader verify the rest of the tensor against n_embd.
-  const gguf::TensorInfo* embd = file.find_tensor("token_embd.weight");
-  if (!embd) return Status::error("tensor 'token_embd.weight' is missing");
+  const std::string embd_name = tensor_name(TensorRole::TokEmbd);
+  const gguf::TensorInfo* embd = file.find_tensor(embd_name);
+  if (!embd) return Status::error("tensor '" + embd_name + "' is missing");
   if (embd->dims.size() != 2 || embd->dims[1] <= 0)
-    return Status::error("tensor 'token_embd.weight' must be 2-D [n_embd, n_vocab]");
+    return Status::error("tensor '" + embd_name + "' must be 2-D [n_embd, n_vocab]");
   hp.n_vocab = embd->dims[1];
-  hp.tied_output = file.find_tensor("output.weight") == nullptr;
+  hp.tied_output = file.find_tensor(tensor_name(TensorRole::Output)) == nullptr;
   return hp;
 }
 

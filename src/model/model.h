@@ -41,6 +41,7 @@ struct HParams {
   bool tied_output = false;  // output.weight absent: token_embd.weight is used
 
   int64_t kv_row_elems() const { return n_head_kv * head_dim; }  // one K (or V) row per token
+  kv::KvShape kv_shape() const { return {(int32_t)n_layer, (int32_t)kv_row_elems()}; }
 };
 
 // One entry per token; tokens of one sequence may be interleaved with others.

@@ -1,3 +1,4 @@
+// model/qwen2.cpp — the `qwen2` architecture's loader.
 // The `qwen2` architecture (Qwen 2 / 2.5): the llama decoder plus biases on the
 // Q, K and V projections; NeoX-style RoPE (rotating halves, not pairs; the
 // style is in the architecture table); tied output in the small Qwens.

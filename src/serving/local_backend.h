@@ -16,8 +16,8 @@
 #include "chat/chat_template.h"
 #include "core/status.h"
 #include "engine/engine.h"
-#include "engine/generator.h"
 #include "kv/kv_cache.h"
+#include "model/load.h"
 #include "serving/backend.h"
 
 namespace cairn::serving {
@@ -71,7 +71,7 @@ class LocalBackend final : public Backend {
   int64_t created_ = 0;
   int64_t kv_pool_bytes_ = 0;
   std::atomic<bool> draining_{false};
-  engine::LoadedModel loaded_;
+  model::LoadedModel loaded_;
   std::optional<chat::ChatTemplate> template_;  // absent: ChatML
   std::unique_ptr<kv::PagedKvCache> kv_;
   std::unique_ptr<engine::Engine> engine_;  // last: stops before what it borrows goes away

@@ -12,7 +12,7 @@
 #include "api/fake_backend.h"
 #include "api/grpc_serving_service.h"
 #include "cairn/v1/serving.grpc.pb.h"
-#include "engine/demo_model.h"
+#include "modelgen/demo_model.h"
 #include "serving/local_backend.h"
 #include "test_util.h"
 
@@ -474,7 +474,7 @@ class GrpcServingModel : public ::testing::Test {
       std::ifstream f(*shared / "golden" / "stories260K.json");
       golden_ = new nlohmann::json(nlohmann::json::parse(f));
     } else {
-      auto path = engine::ensure_demo_model(::cairn::test::temp_dir("grpc-serving"));
+      auto path = modelgen::ensure_demo_model(::cairn::test::temp_dir("grpc-serving"));
       ASSERT_TRUE(path.is_ok()) << path.status().message();
       o.model_path = *path;
       o.n_ctx = 256;

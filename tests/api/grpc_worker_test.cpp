@@ -11,8 +11,8 @@
 #include "api/grpc_server.h"
 #include "api/grpc_worker_service.h"
 #include "cairn/v1/worker.grpc.pb.h"
-#include "engine/demo_model.h"
 #include "fake_backend.h"
+#include "modelgen/demo_model.h"
 #include "rpc/convert.h"
 #include "serving/local_backend.h"
 #include "test_util.h"
@@ -75,7 +75,7 @@ class GrpcWorkerTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     auto dir = ::cairn::test::temp_dir("grpc-worker");
-    auto path = engine::ensure_demo_model(dir);
+    auto path = modelgen::ensure_demo_model(dir);
     ASSERT_TRUE(path.is_ok()) << path.status().message();
     serving::LocalBackendOptions o;
     o.model_path = *path;

@@ -17,7 +17,7 @@
 
 #include "api/fake_backend.h"
 #include "api/grpc_serving_service.h"
-#include "engine/demo_model.h"
+#include "modelgen/demo_model.h"
 #include "serving/local_backend.h"
 #include "test_util.h"
 
@@ -201,7 +201,7 @@ TEST(ClientModel, GoldenGreedyCompletionUnaryAndStreaming) {
     std::ifstream f(*shared / "golden" / "stories260K.json");
     golden = nlohmann::json::parse(f);
   } else {
-    auto path = engine::ensure_demo_model(test::temp_dir("client-model"));
+    auto path = modelgen::ensure_demo_model(test::temp_dir("client-model"));
     ASSERT_TRUE(path.is_ok()) << path.status().message();
     o.model_path = *path;
     o.n_ctx = 256;

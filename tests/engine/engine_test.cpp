@@ -13,6 +13,8 @@
 namespace cairn::engine {
 namespace {
 
+using model::load_model;
+using model::LoadedModel;
 using test_support::demo;
 using test_support::greedy;
 using test_support::make_kv;

@@ -11,21 +11,22 @@
 #include <string>
 #include <vector>
 
-#include "engine/demo_model.h"
 #include "engine/engine.h"
 #include "engine/generator.h"
 #include "kv/kv_cache.h"
+#include "model/load.h"
+#include "modelgen/demo_model.h"
 #include "test_util.h"
 
 namespace cairn::engine::test_support {
 
 // The demo model (llama, dim 128, 2 layers, the demo vocabulary), loaded once.
-inline LoadedModel& demo() {
-  static LoadedModel* m = [] {
-    auto path = ensure_demo_model(cairn::test::temp_dir("engine-demo"));
-    if (!path.is_ok()) return static_cast<LoadedModel*>(nullptr);
-    auto loaded = load_model(*path, model::LoadOptions{2});
-    return loaded.is_ok() ? new LoadedModel(std::move(*loaded)) : nullptr;
+inline model::LoadedModel& demo() {
+  static model::LoadedModel* m = [] {
+    auto path = modelgen::ensure_demo_model(cairn::test::temp_dir("engine-demo"));
+    if (!path.is_ok()) return static_cast<model::LoadedModel*>(nullptr);
+    auto loaded = model::load_model(*path, model::LoadOptions{2});
+    return loaded.is_ok() ? new model::LoadedModel(std::move(*loaded)) : nullptr;
   }();
   return *m;
 }

@@ -10,11 +10,16 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "engine/demo_model.h"
+#include "model/load.h"
+#include "modelgen/demo_model.h"
 #include "test_util.h"
 
 namespace cairn::engine {
 namespace {
+
+using model::load_model;
+using model::LoadedModel;
+using modelgen::ensure_demo_model;
 
 class GeneratorTest : public ::testing::Test {
  protected:

@@ -1,5 +1,5 @@
 // A tiny random model run through forward() over PagedKvCache and over the
-// model layer's ContiguousKvCache: identical logits, also for sequences that
+// ContiguousKvCache (kv/contiguous_kv.h): identical logits, also for sequences that
 // start on another sequence's cached prefix, and in ragged decode steps.
 #include <gtest/gtest.h>
 
@@ -11,8 +11,8 @@
 
 #include "gguf/gguf.h"
 #include "gguf/gguf_writer.h"
+#include "kv/contiguous_kv.h"
 #include "kv/kv_cache.h"
-#include "model/contiguous_kv.h"
 #include "model/model.h"
 
 namespace cairn::kv {
@@ -128,9 +128,9 @@ TEST_P(PagedForward, MatchesContiguousIncludingReusedPrefixes) {
   ASSERT_TRUE(l.model);
   Model& m = *l.model;
   const model::HParams& hp = m.hparams();
-  auto contiguous = model::ContiguousKvCache::create(hp, 3, 128);
+  auto contiguous = ContiguousKvCache::create(hp.kv_shape(), 3, 128);
   ASSERT_TRUE(contiguous.is_ok());
-  model::ContiguousKvCache& ref = *contiguous.value();
+  ContiguousKvCache& ref = *contiguous.value();
   const KvShape shape{(int32_t)hp.n_layer, (int32_t)hp.kv_row_elems()};
   auto paged_r = PagedKvCache::create(shape, {PagedKvCache::block_bytes(shape) * 32});
   ASSERT_TRUE(paged_r.is_ok()) << paged_r.status().message();
@@ -162,9 +162,9 @@ TEST_P(PagedForward, MatchesContiguousIncludingReusedPrefixes) {
   // each reused sequence is checked two ways: bit for bit against a
   // contiguous cache fed the same batches (the prefix rows from A's 40-token
   // batch), and within 1e-5 against computing its whole prompt in one batch.
-  auto full_r = model::ContiguousKvCache::create(hp, 3, 128);
+  auto full_r = ContiguousKvCache::create(hp.kv_shape(), 3, 128);
   ASSERT_TRUE(full_r.is_ok());
-  model::ContiguousKvCache& full = *full_r.value();
+  ContiguousKvCache& full = *full_r.value();
   const std::span<const Token> a40(a.data(), 40);
 
   // B shares A's first 35 tokens: two full blocks come from the cache.

@@ -16,11 +16,13 @@
 
 #include "core/half.h"
 #include "core/thread_pool.h"
+#include "kv/contiguous_kv.h"
 #include "kv/kv_cache.h"
-#include "model/contiguous_kv.h"
 
 namespace cairn::model {
 namespace {
+
+using kv::ContiguousKvCache;
 
 constexpr int kLayer = 1;
 
@@ -161,7 +163,7 @@ class AttentionPaths : public ::testing::TestWithParam<ShapeCase> {};
 TEST_P(AttentionPaths, SimdMatchesScalarBitForBit) {
   const ShapeCase c = GetParam();
   const HParams hp = shape_hp(c.head_dim, 2, c.ratio);
-  auto kv = ContiguousKvCache::create(hp, 2, 700, c.dtype);
+  auto kv = ContiguousKvCache::create(hp.kv_shape(), 2, 700, c.dtype);
   ASSERT_TRUE(kv) << kv.status().message();
   std::mt19937 rng(1234 + (unsigned)(c.head_dim * 10 + c.ratio));
   fill(**kv, hp, 700, rng);
@@ -206,7 +208,7 @@ TEST(Attention, PagedCacheSimdMatchesScalar) {
 TEST(Attention, ScalarPathIsNearPlainAttention) {
   for (TensorType t : {TensorType::F16, TensorType::F32}) {
     const HParams hp = shape_hp(64, 2, 4);
-    auto kv = ContiguousKvCache::create(hp, 2, 128, t);
+    auto kv = ContiguousKvCache::create(hp.kv_shape(), 2, 128, t);
     ASSERT_TRUE(kv);
     std::mt19937 rng(7);
     fill(**kv, hp, 128, rng);
@@ -226,7 +228,7 @@ TEST(Attention, ScalarPathIsNearPlainAttention) {
 
 TEST(Attention, RowsAgreeWithKeyAndValue) {
   const HParams hp = shape_hp(32, 2, 1);
-  auto contiguous = ContiguousKvCache::create(hp, 2, 40);
+  auto contiguous = ContiguousKvCache::create(hp.kv_shape(), 2, 40);
   ASSERT_TRUE(contiguous);
   kv::KvConfig cfg;
   cfg.pool_bytes = 8 * kv::PagedKvCache::block_bytes({2, (int32_t)hp.kv_row_elems()});

@@ -14,13 +14,15 @@
 #include <vector>
 
 #include "gguf/gguf.h"
-#include "model/contiguous_kv.h"
+#include "kv/contiguous_kv.h"
 #include "model/model.h"
 #include "test_util.h"
 #include "tokenizer/tokenizer.h"
 
 namespace cairn::model {
 namespace {
+
+using kv::ContiguousKvCache;
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -149,7 +151,7 @@ TEST(GoldenParity, GreedyContinuation) {
       ++n;
       const std::vector<Token> prompt = ids(c["prompt_tokens"]);
       const std::vector<Token> want = ids(c["tokens"]);
-      auto kv = ContiguousKvCache::create(l.model->hparams(), 1,
+      auto kv = ContiguousKvCache::create(l.model->hparams().kv_shape(), 1,
                                           (int64_t)(prompt.size() + want.size() + 1));
       ASSERT_TRUE(kv) << kv.status().message();
       Batch b;
@@ -257,7 +259,7 @@ TEST(GoldenParity, TeacherForcedLogprobs) {
       ASSERT_EQ(ref_steps.size(), gen.size());
       std::vector<Token> seq = prompt;
       seq.insert(seq.end(), gen.begin(), gen.end() - 1);
-      auto kv = ContiguousKvCache::create(l.model->hparams(), 1, (int64_t)seq.size());
+      auto kv = ContiguousKvCache::create(l.model->hparams().kv_shape(), 1, (int64_t)seq.size());
       ASSERT_TRUE(kv) << kv.status().message();
       // As the reference ran: the prompt in one batch (logits for its last
       // token only), then each golden token alone. The batch shape decides

@@ -9,12 +9,14 @@
 #include <vector>
 
 #include "core/half.h"
-#include "model/contiguous_kv.h"
+#include "kv/contiguous_kv.h"
 #include "model/model.h"
 #include "synth_model.h"
 
 namespace cairn::model {
 namespace {
+
+using kv::ContiguousKvCache;
 
 using test::SynthSpec;
 using test::SynthWeights;
@@ -152,7 +154,7 @@ std::vector<std::vector<float>> run_sequence(Model& m, KvView& kv, SeqId seq,
 
 std::unique_ptr<ContiguousKvCache> kv_for(const Model& m, int seqs = 2,
                                           TensorType t = TensorType::F16) {
-  auto kv = ContiguousKvCache::create(m.hparams(), seqs, 64, t);
+  auto kv = ContiguousKvCache::create(m.hparams().kv_shape(), seqs, 64, t);
   EXPECT_TRUE(kv) << kv.status().message();
   return kv ? std::move(*kv) : nullptr;
 }
@@ -476,12 +478,12 @@ TEST(ContiguousKv, RejectsBadShapes) {
   Built b = build(s);
   ASSERT_TRUE(b.model);
   const HParams& hp = b.model->hparams();
-  EXPECT_FALSE(ContiguousKvCache::create(hp, 0, 16));
-  EXPECT_FALSE(ContiguousKvCache::create(hp, 1, 0));
-  auto q = ContiguousKvCache::create(hp, 1, 16, TensorType::Q8_0);
+  EXPECT_FALSE(ContiguousKvCache::create(hp.kv_shape(), 0, 16));
+  EXPECT_FALSE(ContiguousKvCache::create(hp.kv_shape(), 1, 0));
+  auto q = ContiguousKvCache::create(hp.kv_shape(), 1, 16, TensorType::Q8_0);
   ASSERT_FALSE(q);
   EXPECT_NE(q.status().message().find("q8_0 is not supported"), std::string::npos);
-  auto kv = ContiguousKvCache::create(hp, 3, 16);
+  auto kv = ContiguousKvCache::create(hp.kv_shape(), 3, 16);
   ASSERT_TRUE(kv);
   EXPECT_EQ((*kv)->capacity(2), 16);
   EXPECT_EQ((*kv)->capacity(3), 0);

@@ -12,7 +12,8 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "engine/demo_model.h"
+#include "engine/generator.h"
+#include "modelgen/demo_model.h"
 #include "test_util.h"
 
 namespace cairn::serving {
@@ -72,17 +73,17 @@ const Models& models() {
   static Models m = [] {
     Models out;
     auto dir = test::temp_dir("serving-models");
-    auto path = engine::ensure_demo_model(dir);
+    auto path = modelgen::ensure_demo_model(dir);
     EXPECT_TRUE(path.is_ok()) << path.status().message();
     out.plain = path.is_ok() ? *path : "";
-    engine::VocabSource vocab = engine::demo_vocab();
+    modelgen::VocabSource vocab = modelgen::demo_vocab();
     auto write = vocab.write_metadata;
     vocab.write_metadata = [write](gguf::Writer& w) {
       write(w);
       w.set_string("tokenizer.chat_template", kTemplate);
     };
     out.templated = (dir / "templated.gguf").string();
-    auto built = engine::write_random_model(engine::demo_spec(), vocab, out.templated);
+    auto built = modelgen::write_random_model(modelgen::demo_spec(), vocab, out.templated);
     EXPECT_TRUE(built.is_ok()) << built.status().message();
     return out;
   }();
@@ -142,7 +143,7 @@ TEST(LocalBackend, CompletesTextLikeTheGeneratorAndReportsUsage) {
   EXPECT_EQ(s->finish->usage.prompt_tokens, (int32_t)prompt.size());
   EXPECT_EQ(s->tokens.size(), 16u);
 
-  auto loaded = engine::load_model(models().plain);
+  auto loaded = model::load_model(models().plain);
   ASSERT_TRUE(loaded.is_ok());
   engine::Generator gen(*loaded->model, *loaded->tokenizer);
   engine::GenerateOptions o;

@@ -33,6 +33,7 @@
 #include "kernels/kernels.h"
 #include "kv/kv_cache.h"
 #include "model/model.h"
+#include "model/tensor_names.h"
 
 namespace cairn::cli {
 
@@ -196,10 +197,11 @@ struct WeightBytes {
 
 WeightBytes weight_bytes(const gguf::File& file) {
   WeightBytes w;
-  const bool tied = file.find_tensor("output.weight") == nullptr;
+  const bool tied = file.find_tensor(model::tensor_name(model::TensorRole::Output)) == nullptr;
+  const std::string embd = model::tensor_name(model::TensorRole::TokEmbd);
   std::vector<std::pair<uint64_t, std::string>> by_type;
   for (const gguf::TensorInfo& t : file.tensors()) {
-    if (t.name == "token_embd.weight" && !tied) continue;
+    if (t.name == embd && !tied) continue;
     w.read_per_forward += t.n_bytes;
     if (t.dims.size() == 2) w.macs_per_token += (uint64_t)t.dims[0] * (uint64_t)t.dims[1];
     const std::string name(type_info(t.type).name);

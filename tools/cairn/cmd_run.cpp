@@ -10,8 +10,9 @@
 
 #include "commands.h"
 #include "core/thread_pool.h"
-#include "engine/demo_model.h"
 #include "engine/generator.h"
+#include "model/load.h"
+#include "modelgen/demo_model.h"
 
 namespace cairn::cli {
 
@@ -55,12 +56,12 @@ Status run(const RunArgs& a) {
   // checked again once the model is known).
   CAIRN_RETURN_IF_ERROR(s.validate(INT32_MAX));
 
-  auto resolved = engine::model_or_demo(a.model);
+  auto resolved = modelgen::model_or_demo(a.model);
   if (!resolved.is_ok()) return resolved.status();
   const std::string path = *resolved;
   model::LoadOptions lo;
   lo.n_threads = a.threads;
-  auto loaded = engine::load_model(path, lo);
+  auto loaded = model::load_model(path, lo);
   if (!loaded.is_ok()) return loaded.status();
   const auto& hp = loaded->model->hparams();
   spdlog::info("loaded {}: {}, {} layers, dim {}, vocab {}; {} threads", path, hp.arch, hp.n_layer,

@@ -13,8 +13,8 @@
 #include "api/loading_backend.h"
 #include "commands.h"
 #include "core/cpu_features.h"
-#include "engine/demo_model.h"
 #include "kernels/kernels.h"
+#include "modelgen/demo_model.h"
 #include "server_flags.h"
 #include "serving/local_backend.h"
 
@@ -31,7 +31,7 @@ struct ServeArgs {
 };
 
 Status serve(ServeArgs a) {
-  auto resolved = engine::model_or_demo(a.model);
+  auto resolved = modelgen::model_or_demo(a.model);
   if (!resolved.is_ok()) return resolved.status();
   const std::string path = *resolved;
   a.backend.model_path = path;

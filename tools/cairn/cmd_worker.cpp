@@ -21,7 +21,7 @@
 #include "api/grpc_worker_service.h"
 #include "cluster/worker_agent.h"
 #include "commands.h"
-#include "engine/demo_model.h"
+#include "modelgen/demo_model.h"
 #include "server_flags.h"
 #include "serving/local_backend.h"
 
@@ -85,7 +85,7 @@ Status run_worker(WorkerArgs a) {
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
-  auto resolved = engine::model_or_demo(a.model);
+  auto resolved = modelgen::model_or_demo(a.model);
   if (!resolved.is_ok()) return resolved.status();
   const std::string path = *resolved;
   a.backend.model_path = path;

@@ -1,14 +1,14 @@
 // `cairn make-model OUT ...`: a GGUF with random weights and another file's
 // vocabulary (or the built-in demo vocabulary), for tests and benchmarks of
-// real shapes. The building itself is engine/model_builder.h.
+// real shapes. The building itself is modelgen/model_builder.h.
 #include <spdlog/spdlog.h>
 
 #include <memory>
 #include <optional>
 
 #include "commands.h"
-#include "engine/demo_model.h"
-#include "engine/model_builder.h"
+#include "modelgen/demo_model.h"
+#include "modelgen/model_builder.h"
 
 namespace cairn::cli {
 
@@ -19,7 +19,7 @@ struct MakeModelArgs {
   std::string vocab_from;
   std::string type = "f32";
   int threads = 0;
-  engine::RandomModelSpec spec;
+  modelgen::RandomModelSpec spec;
 };
 
 Status make_model(MakeModelArgs& a) {
@@ -28,20 +28,20 @@ Status make_model(MakeModelArgs& a) {
   auto type = a.spec.q4_k_m ? std::optional<TensorType>(TensorType::Q4_K) : type_from_name(a.type);
   if (!type) return Status::error("unknown --type '" + a.type + "'");
   a.spec.type = *type;
-  CAIRN_RETURN_IF_ERROR(engine::validate(a.spec));
+  CAIRN_RETURN_IF_ERROR(modelgen::validate(a.spec));
 
-  engine::VocabSource vocab;
+  modelgen::VocabSource vocab;
   if (a.vocab_from.empty()) {
     spdlog::info("no --vocab-from: using the built-in demo vocabulary");
-    vocab = engine::demo_vocab();
+    vocab = modelgen::demo_vocab();
   } else {
     auto file = gguf::File::open(a.vocab_from);
     if (!file.is_ok()) return file.status();
-    auto v = engine::vocab_from_gguf(std::shared_ptr<const gguf::File>(std::move(*file)));
+    auto v = modelgen::vocab_from_gguf(std::shared_ptr<const gguf::File>(std::move(*file)));
     if (!v.is_ok()) return v.status().with_context(a.vocab_from);
     vocab = std::move(*v);
   }
-  auto summary = engine::write_random_model(a.spec, vocab, a.out, a.threads);
+  auto summary = modelgen::write_random_model(a.spec, vocab, a.out, a.threads);
   if (!summary.is_ok()) return summary.status();
   for (const auto& f : summary->fallbacks)
     spdlog::warn("{}: rows of this length do not fit {} blocks; stored as {}", f.tensor,

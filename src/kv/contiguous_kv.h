@@ -1,8 +1,8 @@
-// model/contiguous_kv.h — a simple KvView: one contiguous slab per sequence.
+// kv/contiguous_kv.h — a simple KvView: one contiguous slab per sequence.
 // Owns K/V storage for a fixed number of sequences (ids 0..n_seqs-1), each up to
 // n_ctx positions, in F16 (the default, as the reference stores K/V) or F32.
-// For tests, `cairn run` and single-sequence use; the paged cache in src/kv/
-// replaces it for serving. Never grows after creation.
+// For tests, `cairn run` and single-sequence use; the paged cache
+// (kv/kv_cache.h) replaces it for serving. Never grows after creation.
 #pragma once
 
 #include <cstdint>
@@ -11,15 +11,15 @@
 
 #include "core/status.h"
 #include "core/tensor_type.h"
-#include "model/model.h"
+#include "kv/kv_view.h"
 
-namespace cairn::model {
+namespace cairn::kv {
 
 class ContiguousKvCache final : public KvView {
  public:
   // Errors on non-positive sizes, a dtype other than F16/F32, or a size whose
   // byte count overflows.
-  static Result<std::unique_ptr<ContiguousKvCache>> create(const HParams& hp, int n_seqs,
+  static Result<std::unique_ptr<ContiguousKvCache>> create(const KvShape& shape, int n_seqs,
                                                            int64_t n_ctx,
                                                            TensorType dtype = TensorType::F16);
 
@@ -49,4 +49,4 @@ class ContiguousKvCache final : public KvView {
   std::vector<uint8_t> data_;  // [layer][seq][K|V][pos][row]
 };
 
-}  // namespace cairn::model
+}  // namespace cairn::kv

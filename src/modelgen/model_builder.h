@@ -1,8 +1,9 @@
-// engine/model_builder.h — writing GGUF models with random weights.
-// Owns the llama/qwen2 tensor layout of a generated model, its weight scales,
-// the choice of tensor type per tensor (with fallbacks where a row does not
-// fit a block size) and the streamed, atomic write (temp file + rename): one
-// tensor's rows at a time, so a 1B-parameter model never sits in memory.
+// modelgen/model_builder.h — writing GGUF models with random weights.
+// Owns a generated llama/qwen2 model's metadata, its weight scales, the choice
+// of tensor type per tensor (with fallbacks where a row does not fit a block
+// size) and the streamed, atomic write (temp file + rename): one tensor's rows
+// at a time, so a 1B-parameter model never sits in memory. Tensor names,
+// shapes and order are the loader's (model/tensor_names.h).
 // Used by `cairn make-model`, the built-in demo model and tests. Never loads
 // or runs a model; never invents a tokenizer (the caller brings a VocabSource).
 #pragma once
@@ -18,7 +19,7 @@
 #include "gguf/gguf.h"
 #include "gguf/gguf_writer.h"
 
-namespace cairn::engine {
+namespace cairn::modelgen {
 
 struct RandomModelSpec {
   std::string arch = "llama";  // "llama" or "qwen2" (q/k/v biases, NeoX RoPE, base 1e6)
@@ -81,4 +82,4 @@ bool more_bits_layer(int64_t layer, int64_t n_layers);
 Result<BuildSummary> write_random_model(const RandomModelSpec& spec, const VocabSource& vocab,
                                         const std::string& path, int n_threads = 1);
 
-}  // namespace cairn::engine
+}  // namespace cairn::modelgen

@@ -1,6 +1,6 @@
 // Random-model writer and demo model: layout, types, fallbacks, determinism,
 // weight scales, atomic writes.
-#include "engine/model_builder.h"
+#include "modelgen/model_builder.h"
 
 #include <gtest/gtest.h>
 
@@ -10,10 +10,10 @@
 #include <thread>
 
 #include "core/quant.h"
-#include "engine/demo_model.h"
+#include "modelgen/demo_model.h"
 #include "test_util.h"
 
-namespace cairn::engine {
+namespace cairn::modelgen {
 namespace {
 
 std::vector<char> slurp(const std::filesystem::path& p) {
@@ -307,4 +307,4 @@ TEST(DemoModel, CacheDirFromEnvironment) {
 }
 
 }  // namespace
-}  // namespace cairn::engine
+}  // namespace cairn::modelgen

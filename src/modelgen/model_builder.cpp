@@ -1,4 +1,5 @@
-#include "engine/model_builder.h"
+// modelgen/model_builder.cpp — random-weight GGUF models: tensor plan, values, streamed write.
+#include "modelgen/model_builder.h"
 
 #include <unistd.h>
 
@@ -12,8 +13,9 @@
 
 #include "core/quant.h"
 #include "core/thread_pool.h"
+#include "model/tensor_names.h"
 
-namespace cairn::engine {
+namespace cairn::modelgen {
 
 namespace {
 
@@ -93,53 +95,44 @@ bool is_k_quant(TensorType t) { return type_info(t).block_elems == 256; }
 
 std::vector<TensorPlan> plan_tensors(const RandomModelSpec& s, int64_t n_vocab) {
   const int64_t head_dim = s.dim / s.heads;
-  const int64_t q_out = s.heads * head_dim;
-  const int64_t kv_out = s.kv_heads * head_dim;
-  // more_bits: a tensor Q4_K_M stores in Q6_K.
-  auto mat = [&](std::string name, int64_t in, int64_t out, bool more_bits = false) {
-    const TensorType t = s.q4_k_m && more_bits ? TensorType::Q6_K : s.type;
-    return TensorPlan{std::move(name),
-                      {in, out},
-                      storage_type(t, in),
-                      Fill::Uniform,
-                      1.0f / std::sqrt(static_cast<float>(in)),
-                      t};
-  };
-  auto vec = [](std::string name, int64_t n, Fill fill, float sd) {
-    return TensorPlan{std::move(name), {n}, TensorType::F32, fill, sd};
-  };
+  model::TensorSizes sizes;
+  sizes.embd = s.dim;
+  sizes.vocab = n_vocab;
+  sizes.q = s.heads * head_dim;
+  sizes.kv = s.kv_heads * head_dim;
+  sizes.ff = s.ffn;
   std::vector<TensorPlan> p;
-  // Unit-variance embeddings against 1/sqrt(fan_in) matrices keep the residual
-  // stream and the logits O(1), so sampling from a random model stays varied.
-  p.push_back({"token_embd.weight",
-               {s.dim, n_vocab},
-               storage_type(s.type, s.dim),
-               Fill::Uniform,
-               1.0f,
-               s.type});
-  const bool bias = find_arch(s.arch)->qkv_bias;
-  for (int64_t l = 0; l < s.layers; ++l) {
-    const std::string b = "blk." + std::to_string(l) + ".";
-    p.push_back(vec(b + "attn_norm.weight", s.dim, Fill::Ones, 0));
-    p.push_back(mat(b + "attn_q.weight", s.dim, q_out));
-    p.push_back(mat(b + "attn_k.weight", s.dim, kv_out));
-    const bool more_bits = more_bits_layer(l, s.layers);
-    p.push_back(mat(b + "attn_v.weight", s.dim, kv_out, more_bits));
-    if (bias) {
-      p.push_back(vec(b + "attn_q.bias", q_out, Fill::Uniform, 0.02f));
-      p.push_back(vec(b + "attn_k.bias", kv_out, Fill::Uniform, 0.02f));
-      p.push_back(vec(b + "attn_v.bias", kv_out, Fill::Uniform, 0.02f));
-    }
-    p.push_back(mat(b + "attn_output.weight", q_out, s.dim));
-    p.push_back(vec(b + "ffn_norm.weight", s.dim, Fill::Ones, 0));
-    p.push_back(mat(b + "ffn_gate.weight", s.dim, s.ffn));
-    p.push_back(mat(b + "ffn_up.weight", s.dim, s.ffn));
-    p.push_back(mat(b + "ffn_down.weight", s.ffn, s.dim, more_bits));
-  }
-  p.push_back(vec("output_norm.weight", s.dim, Fill::Ones, 0));
-  TensorPlan out = mat("output.weight", s.dim, n_vocab, true);
-  out.fill = Fill::UniformZeroByteRows;
-  p.push_back(std::move(out));
+  // Names, shapes and order come from the loader's table; only how each
+  // tensor's values are made and stored is decided here.
+  model::for_each_tensor(
+      s.layers, find_arch(s.arch)->qkv_bias, /*tied_output=*/false,
+      [&](model::TensorRole role, int64_t layer) {
+        using R = model::TensorRole;
+        std::vector<int64_t> dims = model::tensor_dims(role, sizes);
+        std::string name = model::tensor_name(role, layer);
+        if (dims.size() == 1) {  // norms (ones) and biases (small), always F32
+          const bool norm = role == R::AttnNorm || role == R::FfnNorm || role == R::OutputNorm;
+          p.push_back({std::move(name), std::move(dims), TensorType::F32,
+                       norm ? Fill::Ones : Fill::Uniform, norm ? 0.0f : 0.02f});
+          return;
+        }
+        const int64_t in = dims[0];
+        if (role == R::TokEmbd) {
+          // Unit-variance embeddings against 1/sqrt(fan_in) matrices keep the
+          // residual stream and the logits O(1), so sampling from a random
+          // model stays varied.
+          p.push_back({std::move(name), std::move(dims), storage_type(s.type, in), Fill::Uniform,
+                       1.0f, s.type});
+          return;
+        }
+        // more_bits: a tensor Q4_K_M stores in Q6_K.
+        const bool more_bits = role == R::Output || ((role == R::AttnV || role == R::FfnDown) &&
+                                                     more_bits_layer(layer, s.layers));
+        const TensorType t = s.q4_k_m && more_bits ? TensorType::Q6_K : s.type;
+        p.push_back({std::move(name), std::move(dims), storage_type(t, in),
+                     role == R::Output ? Fill::UniformZeroByteRows : Fill::Uniform,
+                     1.0f / std::sqrt(static_cast<float>(in)), t});
+      });
   return p;
 }
 
@@ -331,4 +324,4 @@ Result<BuildSummary> write_random_model(const RandomModelSpec& spec, const Vocab
   return summary;
 }
 
-}  // namespace cairn::engine
+}  // namespace cairn::modelgen

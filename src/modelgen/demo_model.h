@@ -1,4 +1,4 @@
-// engine/demo_model.h — the built-in demo model, so a fresh machine runs end to end.
+// modelgen/demo_model.h — the built-in demo model, so a fresh machine runs end to end.
 // Owns the SentencePiece-style vocabulary compiled into the binary (<unk>, <s>,
 // </s>, 256 byte-fallback tokens, and a few hundred English word pieces with
 // scores, generated in code) and the cache file the demo model lives in. The
@@ -9,9 +9,9 @@
 #include <string>
 
 #include "core/status.h"
-#include "engine/model_builder.h"
+#include "modelgen/model_builder.h"
 
-namespace cairn::engine {
+namespace cairn::modelgen {
 
 // Bumped whenever the vocabulary, shape or weight generation changes, so an
 // old cached file is never mistaken for the current one.
@@ -37,4 +37,4 @@ Result<std::string> ensure_demo_model(const std::filesystem::path& cache_dir);
 // every command that takes -m does when -m is left out.
 Result<std::string> model_or_demo(const std::string& model);
 
-}  // namespace cairn::engine
+}  // namespace cairn::modelgen

@@ -1,5 +1,5 @@
-// Contiguous K/V slabs per sequence; rows converted to F16 on write by default.
-#include "model/contiguous_kv.h"
+// kv/contiguous_kv.cpp — contiguous K/V slabs per sequence, F16 (by default) or F32 rows.
+#include "kv/contiguous_kv.h"
 
 #include <algorithm>
 #include <cstring>
@@ -9,10 +9,10 @@
 #include "core/half.h"
 #include "core/quant.h"
 
-namespace cairn::model {
+namespace cairn::kv {
 
-Result<std::unique_ptr<ContiguousKvCache>> ContiguousKvCache::create(const HParams& hp, int n_seqs,
-                                                                     int64_t n_ctx,
+Result<std::unique_ptr<ContiguousKvCache>> ContiguousKvCache::create(const KvShape& shape,
+                                                                     int n_seqs, int64_t n_ctx,
                                                                      TensorType dtype) {
   if (dtype != TensorType::F16 && dtype != TensorType::F32)
     return Status::error("KV cache type " + std::string(type_info(dtype).name) +
@@ -20,25 +20,25 @@ Result<std::unique_ptr<ContiguousKvCache>> ContiguousKvCache::create(const HPara
   if (n_seqs <= 0) return Status::error("KV cache needs at least one sequence");
   if (n_ctx <= 0 || n_ctx > std::numeric_limits<int32_t>::max())
     return Status::error("KV cache context " + std::to_string(n_ctx) + " is out of range");
-  if (hp.n_layer <= 0 || hp.kv_row_elems() <= 0)
+  if (shape.n_layer <= 0 || shape.row_elems <= 0)
     return Status::error("KV cache needs positive layer count and K/V row size");
 
   const size_t elem = dtype == TensorType::F16 ? 2 : 4;
   // layers * seqs * 2 (K and V) * ctx * row * elem, checked for overflow.
   size_t total = elem;
-  for (uint64_t f : {(uint64_t)hp.n_layer, (uint64_t)n_seqs, uint64_t{2}, (uint64_t)n_ctx,
-                     (uint64_t)hp.kv_row_elems()}) {
+  for (uint64_t f : {(uint64_t)shape.n_layer, (uint64_t)n_seqs, uint64_t{2}, (uint64_t)n_ctx,
+                     (uint64_t)shape.row_elems}) {
     if (total > std::numeric_limits<size_t>::max() / f)
       return Status::error("KV cache size overflows");
     total *= (size_t)f;
   }
   std::unique_ptr<ContiguousKvCache> c(new ContiguousKvCache());
   c->dtype_ = dtype;
-  c->n_layer_ = (int)hp.n_layer;
+  c->n_layer_ = shape.n_layer;
   c->n_seqs_ = n_seqs;
   c->n_ctx_ = n_ctx;
-  c->row_elems_ = hp.kv_row_elems();
-  c->row_bytes_ = (size_t)hp.kv_row_elems() * elem;
+  c->row_elems_ = shape.row_elems;
+  c->row_bytes_ = (size_t)shape.row_elems * elem;
   c->data_.assign(total, 0);
   return c;
 }
@@ -82,4 +82,4 @@ KvView::Rows ContiguousKvCache::rows(int layer, SeqId seq, int32_t pos, int32_t 
   return {key(layer, seq, pos), value(layer, seq, pos), (int32_t)n};
 }
 
-}  // namespace cairn::model
+}  // namespace cairn::kv

@@ -1,4 +1,5 @@
-#include "engine/demo_model.h"
+// modelgen/demo_model.cpp — the demo vocabulary (built in code), the demo shape, its cache file.
+#include "modelgen/demo_model.h"
 
 #include <spdlog/spdlog.h>
 
@@ -8,7 +9,7 @@
 #include <system_error>
 #include <unordered_set>
 
-namespace cairn::engine {
+namespace cairn::modelgen {
 
 namespace {
 
@@ -172,4 +173,4 @@ Result<std::string> model_or_demo(const std::string& model) {
   return *demo;
 }
 
-}  // namespace cairn::engine
+}  // namespace cairn::modelgen

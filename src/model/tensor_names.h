@@ -1,0 +1,176 @@
+// model/tensor_names.h — the one table of llama-family GGUF tensor names.
+// Owns each tensor's role, its llama.cpp name (per-layer ones as the part
+// after "blk.<layer>."), its shape in terms of the model's sizes, and when it
+// may be absent. The loader (model/blocks.cpp, model/model.cpp) looks tensors
+// up through it and the model writers (modelgen/) name and size what they
+// write from it, so the two cannot drift apart. Order is the file order the
+// writers use: the embedding, every layer's tensors, then the output head.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace cairn::model {
+
+enum class TensorRole {
+  TokEmbd,
+  AttnNorm,
+  AttnQ,
+  AttnK,
+  AttnV,
+  AttnQBias,
+  AttnKBias,
+  AttnVBias,
+  AttnOutput,
+  FfnNorm,
+  FfnGate,
+  FfnUp,
+  FfnDown,
+  OutputNorm,
+  Output,
+};
+
+// A tensor dimension, named by the size it equals.
+enum class TensorDim {
+  None,   // no such dimension (1-D tensors have no rows)
+  Embd,   // embedding length
+  Vocab,  // vocabulary size
+  Q,      // n_head * head_dim
+  Kv,     // n_head_kv * head_dim
+  Ff,     // feed-forward length
+};
+
+enum class TensorPresence {
+  Always,
+  QkvBias,  // only in architectures whose Q/K/V projections carry biases (qwen2)
+  Untied,   // absent when the output head is tied to token_embd.weight
+};
+
+struct TensorSpec {
+  TensorRole role;
+  std::string_view name;  // the whole name, or (per_layer) the part after "blk.<layer>."
+  bool per_layer;
+  TensorDim cols;  // GGUF dims[0], the row length
+  TensorDim rows;  // GGUF dims[1]; None for a 1-D tensor
+  TensorPresence presence;
+};
+
+inline constexpr std::array<TensorSpec, 15> kTensorTable = {{
+    {TensorRole::TokEmbd, "token_embd.weight", false, TensorDim::Embd, TensorDim::Vocab,
+     TensorPresence::Always},
+    {TensorRole::AttnNorm, "attn_norm.weight", true, TensorDim::Embd, TensorDim::None,
+     TensorPresence::Always},
+    {TensorRole::AttnQ, "attn_q.weight", true, TensorDim::Embd, TensorDim::Q,
+     TensorPresence::Always},
+    {TensorRole::AttnK, "attn_k.weight", true, TensorDim::Embd, TensorDim::Kv,
+     TensorPresence::Always},
+    {TensorRole::AttnV, "attn_v.weight", true, TensorDim::Embd, TensorDim::Kv,
+     TensorPresence::Always},
+    {TensorRole::AttnQBias, "attn_q.bias", true, TensorDim::Q, TensorDim::None,
+     TensorPresence::QkvBias},
+    {TensorRole::AttnKBias, "attn_k.bias", true, TensorDim::Kv, TensorDim::None,
+     TensorPresence::QkvBias},
+    {TensorRole::AttnVBias, "attn_v.bias", true, TensorDim::Kv, TensorDim::None,
+     TensorPresence::QkvBias},
+    {TensorRole::AttnOutput, "attn_output.weight", true, TensorDim::Q, TensorDim::Embd,
+     TensorPresence::Always},
+    {TensorRole::FfnNorm, "ffn_norm.weight", true, TensorDim::Embd, TensorDim::None,
+     TensorPresence::Always},
+    {TensorRole::FfnGate, "ffn_gate.weight", true, TensorDim::Embd, TensorDim::Ff,
+     TensorPresence::Always},
+    {TensorRole::FfnUp, "ffn_up.weight", true, TensorDim::Embd, TensorDim::Ff,
+     TensorPresence::Always},
+    {TensorRole::FfnDown, "ffn_down.weight", true, TensorDim::Ff, TensorDim::Embd,
+     TensorPresence::Always},
+    {TensorRole::OutputNorm, "output_norm.weight", false, TensorDim::Embd, TensorDim::None,
+     TensorPresence::Always},
+    {TensorRole::Output, "output.weight", false, TensorDim::Embd, TensorDim::Vocab,
+     TensorPresence::Untied},
+}};
+
+// The table's row for `role` (rows are in TensorRole order).
+constexpr const TensorSpec& tensor_spec(TensorRole role) {
+  return kTensorTable[static_cast<size_t>(role)];
+}
+
+// The GGUF name of `role`; per-layer roles need `layer`, the others ignore it.
+inline std::string tensor_name(TensorRole role, int64_t layer = -1) {
+  const TensorSpec& s = tensor_spec(role);
+  if (!s.per_layer) return std::string(s.name);
+  return "blk." + std::to_string(layer) + "." + std::string(s.name);
+}
+
+// The sizes TensorDim names, for one model.
+struct TensorSizes {
+  int64_t embd = 0, vocab = 0, q = 0, kv = 0, ff = 0;
+
+  int64_t of(TensorDim d) const {
+    switch (d) {
+      case TensorDim::Embd:
+        return embd;
+      case TensorDim::Vocab:
+        return vocab;
+      case TensorDim::Q:
+        return q;
+      case TensorDim::Kv:
+        return kv;
+      case TensorDim::Ff:
+        return ff;
+      case TensorDim::None:
+        break;
+    }
+    return 0;
+  }
+};
+
+// The GGUF dims of `role` ([cols] or [cols, rows]) for a model of `sizes`.
+inline std::vector<int64_t> tensor_dims(TensorRole role, const TensorSizes& sizes) {
+  const TensorSpec& s = tensor_spec(role);
+  if (s.rows == TensorDim::None) return {sizes.of(s.cols)};
+  return {sizes.of(s.cols), sizes.of(s.rows)};
+}
+
+// Whether a model with (or without) Q/K/V biases and a tied head has `role`.
+constexpr bool tensor_present(TensorRole role, bool qkv_bias, bool tied_output) {
+  switch (tensor_spec(role).presence) {
+    case TensorPresence::Always:
+      return true;
+    case TensorPresence::QkvBias:
+      return qkv_bias;
+    case TensorPresence::Untied:
+      return !tied_output;
+  }
+  return true;
+}
+
+// Calls f(role, layer) for every tensor such a model holds, in file order
+// (layer is -1 for the tensors outside the blocks).
+template <typename F>
+void for_each_tensor(int64_t n_layer, bool qkv_bias, bool tied_output, F&& f) {
+  size_t i = 0;
+  const auto present = [&](const TensorSpec& s) {
+    return tensor_present(s.role, qkv_bias, tied_output);
+  };
+  for (; i < kTensorTable.size() && !kTensorTable[i].per_layer; ++i)
+    if (present(kTensorTable[i])) f(kTensorTable[i].role, int64_t{-1});
+  const size_t first_layer = i;
+  size_t end_layer = first_layer;
+  while (end_layer < kTensorTable.size() && kTensorTable[end_layer].per_layer) ++end_layer;
+  for (int64_t l = 0; l < n_layer; ++l)
+    for (size_t j = first_layer; j < end_layer; ++j)
+      if (present(kTensorTable[j])) f(kTensorTable[j].role, l);
+  for (i = end_layer; i < kTensorTable.size(); ++i)
+    if (present(kTensorTable[i])) f(kTensorTable[i].role, int64_t{-1});
+}
+
+// Rows are in TensorRole order, so tensor_spec() can index the table.
+static_assert([] {
+  for (size_t i = 0; i < kTensorTable.size(); ++i)
+    if (static_cast<size_t>(kTensorTable[i].role) != i) return false;
+  return true;
+}());
+
+}  // namespace cairn::model
