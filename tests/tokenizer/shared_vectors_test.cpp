@@ -194,7 +194,7 @@ TEST_P(HfVectors, MatchHuggingFace) {
   ASSERT_TRUE(file) << file.status().message();
   auto tok = Tokenizer::from_gguf(**file);
   ASSERT_TRUE(tok) << tok.status().message();
-  std::ifstream in(fs::path(__FILE__).parent_path() / "data" / data);
+  std::ifstream in(fs::path(CAIRN_TESTS_DIR) / "tokenizer" / "data" / data);
   ASSERT_TRUE(in) << "missing test data " << data;
   std::string line;
   int n = 0, exact = 0;
