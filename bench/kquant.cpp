@@ -13,7 +13,7 @@
 #include "core/cpu_features.h"
 #include "core/quant.h"
 #include "core/quant_blocks.h"
-#include "core/quant_k_avx512.h"
+#include "kernels/row_dot.h"
 
 namespace {
 

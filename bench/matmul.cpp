@@ -13,6 +13,7 @@
 #include "core/simd.h"
 #include "kernels/bandwidth_probe.h"
 #include "kernels/kernels.h"
+#include "kernels/type_ops.h"
 
 namespace {
 

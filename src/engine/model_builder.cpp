@@ -12,6 +12,7 @@
 
 #include "core/quant.h"
 #include "core/thread_pool.h"
+#include "kernels/type_ops.h"
 
 namespace cairn::engine {
 

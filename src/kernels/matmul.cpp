@@ -9,6 +9,7 @@
 #include "kernels/float_order.h"
 #include "kernels/kernels.h"
 #include "kernels/packed.h"
+#include "kernels/type_ops.h"
 
 namespace cairn::kernels {
 

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "core/quant.h"
+#include "kernels/type_ops.h"
 
 namespace cairn::kv {
 namespace {

@@ -11,6 +11,7 @@
 
 #include "core/quant.h"
 #include "engine/demo_model.h"
+#include "kernels/type_ops.h"
 #include "test_util.h"
 
 namespace cairn::engine {

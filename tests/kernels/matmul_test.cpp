@@ -6,6 +6,7 @@
 
 #include "core/quant.h"
 #include "kernels/kernels.h"
+#include "kernels/type_ops.h"
 
 namespace cairn::kernels {
 namespace {

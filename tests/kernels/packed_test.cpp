@@ -15,6 +15,7 @@
 #include "core/cpu_features.h"
 #include "core/quant.h"
 #include "kernels/kernels.h"
+#include "kernels/type_ops.h"
 #include "test_util.h"
 
 namespace cairn::kernels {

@@ -10,6 +10,7 @@
 
 #include "core/quant.h"
 #include "gguf/gguf.h"
+#include "kernels/type_ops.h"
 #include "test_util.h"
 
 namespace cairn {

@@ -1,18 +1,17 @@
+// kernels/row_dot_k_vnni.cpp — AVX-512 VNNI Q4_K/Q6_K row dot products (kernels/row_dot.h).
 // AVX-512 VNNI versions of the Q4_K and Q6_K dot products (see
-// core/quant_k_avx512.h). A 512-bit step covers two 32-element runs of a
+// kernels/row_dot.h). A 512-bit step covers two 32-element runs of a
 // super-block; each int32 lane sums four adjacent products times their
 // sub-block scale (maddubs, then vpdpwssd with the scales), so the lanes hold
 // what ggml's AVX2 code holds in its 8 lanes, two runs at once. Integer sums
 // are exact in any order; the float work per block (one fma per sum into one
-// accumulator) is written out exactly as in the scalar reference (quant_k.cpp,
+// accumulator) is written out exactly as in the scalar reference (core/quant_k.cpp,
 // kKQuantOrder), so the results are bit-identical.
-#include "core/quant_k_avx512.h"
-
 #include <cstring>
 
-#include "core/simd.h"
-
 #include "core/quant_blocks.h"
+#include "core/simd.h"
+#include "kernels/row_dot.h"
 
 // No fp contraction: the scalar reference rounds y.d * x.d before its explicit
 // fma; the compiler must not fuse anything else either.
@@ -117,7 +116,7 @@ CAIRN_VNNI inline float fma_ss(float a, float b, float c) {
   return _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(a), _mm_set_ss(b), _mm_set_ss(c)));
 }
 
-// The scalar reference's float step for one block (quant_k.cpp, kKQuantOrder).
+// The scalar reference's float step for one block (core/quant_k.cpp, kKQuantOrder).
 CAIRN_VNNI inline float q4k_accumulate(float sum, const BlockQ4_K& x, const BlockQ8_K& y, __m256i lanes,
                                        __m128i mins) {
   sum = fma_ss(y.d * f16(x.d), static_cast<float>(hsum8(lanes)), sum);
@@ -196,7 +195,7 @@ CAIRN_VNNI inline __m256i q6k_block(const BlockQ6_K& x, const Q6kAct& a, const Q
   return fold(acc);
 }
 
-// The scalar reference's float step for one block (quant_k.cpp, kKQuantOrder).
+// The scalar reference's float step for one block (core/quant_k.cpp, kKQuantOrder).
 CAIRN_VNNI inline float q6k_accumulate(float sum, const BlockQ6_K& x, const BlockQ8_K& y, __m256i lanes) {
   return fma_ss(y.d * f16(x.d), static_cast<float>(hsum8(lanes)), sum);
 }

@@ -10,8 +10,9 @@
 #include "core/cpu_features.h"
 #include "core/half.h"
 #include "core/quant.h"
-#include "core/quant_bf16.h"
 #include "core/quant_blocks.h"
+#include "kernels/row_dot.h"
+#include "kernels/type_ops.h"
 
 namespace cairn {
 namespace {
