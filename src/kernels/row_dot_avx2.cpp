@@ -1,4 +1,4 @@
-// kernels/row_dot_avx2.cpp — AVX2/FMA/F16C row dot products (kernels/row_dot.h).
+// kernels/row_dot_avx2.cpp — AVX2/FMA/F16C row dot products (row_dot.h).
 // AVX2/FMA/F16C variants of the hottest dot products, compiled for those
 // targets function by function (never -march=native) and installed in the type
 // table only when the CPU reports all three. The quantized ones do the same

@@ -1,4 +1,4 @@
-// kernels/row_dot_k_vnni.cpp — AVX-512 VNNI Q4_K/Q6_K row dot products (kernels/row_dot.h).
+// kernels/row_dot_k_vnni.cpp — AVX-512 VNNI Q4_K/Q6_K row dot products (row_dot.h).
 // AVX-512 VNNI versions of the Q4_K and Q6_K dot products (see
 // kernels/row_dot.h). A 512-bit step covers two 32-element runs of a
 // super-block; each int32 lane sums four adjacent products times their

@@ -27,9 +27,12 @@ std::array<TypeOps, kTypes> build_active() {
     float (*vec_dot)(int64_t, const void*, const void*);
   };
   const Swap swaps[] = {
-      {TensorType::F32, quant::avx2::f32_dot},        {TensorType::F16, quant::avx2::f16_dot},
-      {TensorType::Q8_0, quant::avx2::q8_0_dot_q8_0}, {TensorType::Q4_0, quant::avx2::q4_0_dot_q8_0},
-      {TensorType::Q4_K, quant::avx2::q4_k_dot_q8_k}, {TensorType::Q6_K, quant::avx2::q6_k_dot_q8_k},
+      {TensorType::F32, quant::avx2::f32_dot},
+      {TensorType::F16, quant::avx2::f16_dot},
+      {TensorType::Q8_0, quant::avx2::q8_0_dot_q8_0},
+      {TensorType::Q4_0, quant::avx2::q4_0_dot_q8_0},
+      {TensorType::Q4_K, quant::avx2::q4_k_dot_q8_k},
+      {TensorType::Q6_K, quant::avx2::q6_k_dot_q8_k},
   };
   for (TypeOps& ops : table) {
     for (const Swap& s : swaps) {
