@@ -1,3 +1,4 @@
+// bench/kquant.cpp — K-quant dot-product throughput.
 // K-quant dot-product throughput, one thread: GB/s of Q4_K / Q6_K weights
 // processed against one Q8_K activation row, for the scalar, AVX2 and AVX-512
 // VNNI kernels (one row at a time, and the many-rows entry). Two sizes: a

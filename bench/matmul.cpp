@@ -1,3 +1,4 @@
+// bench/matmul.cpp — matmul throughput per weight type and token count.
 // Matmul throughput per weight type and token count: weights streamed (GB/s)
 // and multiply-accumulates per second, on the kernels the active ISA selects.
 #include <benchmark/benchmark.h>

@@ -1,3 +1,4 @@
+// core/quant_k.cpp — the scalar Q4_K, Q6_K and Q8_K row functions.
 // The 256-element K-quant types Q4_K and Q6_K, and their activation type Q8_K.
 // The dot products do their integer math as ggml does (per sub-block int sums
 // times the sub-block scale; Q4_K mins through the Q8_K bsums), and their float

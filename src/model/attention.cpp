@@ -1,3 +1,4 @@
+// model/attention.cpp — causal attention: scalar reference, dispatch to the SIMD kernels.
 // Causal attention over a KvView: the scalar reference (the reference's
 // operation order written out lane by lane) and the dispatch to the SIMD
 // kernels of kernels/attention_simd.cpp, which reproduce it bit for bit.
