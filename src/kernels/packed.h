@@ -157,34 +157,34 @@ using AmxModeFn = AmxMode (*)();
 // Each family packs its layouts' rows at load into a PackedMatrix that
 // pack_matrix has sized, and multiplies jobs of its layouts
 // (packed_matmul_many's contract) with the kernels the active ISA allows;
-// `amx_mode` tells it whether and how to use the AMX tiles (asked only where
+// `amx_mode_fn` tells it whether and how to use the AMX tiles (asked only where
 // a batch could use them).
 using PackFn = void (*)(const WeightMatrix& w, PackedMatrix& p);
 using PackedMatmulFn = void (*)(std::span<const PackedJob> jobs, const ActRows& in,
                                 int64_t n_tokens, ThreadPool& pool,
-                                std::span<const PackedMatrix* const> next, AmxModeFn amx_mode);
+                                std::span<const PackedMatrix* const> next, AmxModeFn amx_mode_fn);
 
 // Q4_0x16 / Q8_0x16 (packed_q.cpp).
 void pack_q4_0_rows(const WeightMatrix& w, PackedMatrix& p);
 void pack_q8_0_rows(const WeightMatrix& w, PackedMatrix& p);
 void packed_q_matmul_many(std::span<const PackedJob> jobs, const ActRows& in, int64_t n_tokens,
                           ThreadPool& pool, std::span<const PackedMatrix* const> next,
-                          AmxModeFn amx_mode);
+                          AmxModeFn amx_mode_fn);
 
 // Q4_Kx16 / Q6_Kx16 (packed_k.cpp).
 void pack_q4_k_rows(const WeightMatrix& w, PackedMatrix& p);
 void pack_q6_k_rows(const WeightMatrix& w, PackedMatrix& p);
 void packed_k_matmul_many(std::span<const PackedJob> jobs, const ActRows& in, int64_t n_tokens,
                           ThreadPool& pool, std::span<const PackedMatrix* const> next,
-                          AmxModeFn amx_mode);
+                          AmxModeFn amx_mode_fn);
 
 // BF16x16 / F16x16 (packed_float.cpp): activations from in.x only (never
-// made rows); amx_mode is the AMX-BF16 one.
+// made rows); amx_mode_fn gives the AMX-BF16 mode.
 void pack_bf16_rows(const WeightMatrix& w, PackedMatrix& p);
 void pack_f16_rows(const WeightMatrix& w, PackedMatrix& p);
 void packed_float_matmul_many(std::span<const PackedJob> jobs, const ActRows& in, int64_t n_tokens,
                               ThreadPool& pool, std::span<const PackedMatrix* const> next,
-                              AmxModeFn amx_mode);
+                              AmxModeFn amx_mode_fn);
 // The AMX-BF16 kernel against the vdpbf16ps tiles on the weights pm (BF16x16)
 // and n_tokens (a multiple of kAmxTokens) rows of x: true when every bit
 // agrees. Part of the AMX-BF16 mode's check.

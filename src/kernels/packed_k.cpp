@@ -90,7 +90,7 @@ void pack_q6_k_rows(const WeightMatrix& w, PackedMatrix& p) {
 
 void packed_k_matmul_many(std::span<const PackedJob> jobs, const ActRows& in, int64_t n_tokens,
                           ThreadPool& pool, std::span<const PackedMatrix* const> next,
-                          AmxModeFn amx_mode) {
+                          AmxModeFn amx_mode_fn) {
   const int64_t cols = jobs[0].matrix->cols;
   const size_t stride = k_act_stride(cols);
   thread_local std::vector<uint8_t> scratch;
@@ -133,7 +133,7 @@ void packed_k_matmul_many(std::span<const PackedJob> jobs, const ActRows& in, in
   // (as the Q4_0 decode does): with the static split the worker idled while
   // the caller, which also quantizes, ran on.
   // Where AMX runs, batches of a whole tile of tokens go to it.
-  const AmxKFn amx = amx_k_fn(amx_mode(), q6);
+  const AmxKFn amx = amx_k_fn(amx_mode_fn(), q6);
   const bool gfni = gfni_enabled();
   if (n_tokens <= kKFewTokens && !(amx && n_tokens >= kAmxTokens)) {
     const auto groups = [&](int64_t g0, int64_t g1) {

@@ -49,7 +49,7 @@ void pack_q8_0_rows(const WeightMatrix& w, PackedMatrix& p) {
 
 void packed_q_matmul_many(std::span<const PackedJob> jobs, const ActRows& in, int64_t n_tokens,
                           ThreadPool& pool, std::span<const PackedMatrix* const> next,
-                          AmxModeFn amx_mode) {
+                          AmxModeFn amx_mode_fn) {
   const PackedMatrix& first = *jobs[0].matrix;
   const size_t stride = act_stride(first.cols);
   thread_local std::vector<uint8_t> scratch;
@@ -82,7 +82,7 @@ void packed_q_matmul_many(std::span<const PackedJob> jobs, const ActRows& in, in
       // Where AMX runs, batches of a whole tile of tokens stay with it
       // (unmeasured: no host so far had AMX).
       const int64_t few_max =
-          amx_q_pair_fn(amx_mode(), j.matrix->layout) ? kAmxTokens - 1 : kFewTokens;
+          amx_q_pair_fn(amx_mode_fn(), j.matrix->layout) ? kAmxTokens - 1 : kFewTokens;
       if (t1 - t0 <= few_max) {  // whole runs in step, so the reads stay in order
         const PackedMatrix& pm = *j.matrix;
         const int64_t nt = t1 - t0;
@@ -109,7 +109,7 @@ void packed_q_matmul_many(std::span<const PackedJob> jobs, const ActRows& in, in
         if (g + 1 < end && (lg + 2) * kGroup <= pm.rows && t1 - t0 >= 2) {
           int64_t t = t0;
           if (t1 - t0 >= kAmxTokens) {
-            if (const AmxPairFn amx = amx_q_pair_fn(amx_mode(), pm.layout)) {
+            if (const AmxPairFn amx = amx_q_pair_fn(amx_mode_fn(), pm.layout)) {
               const int64_t n = (t1 - t0) / kAmxTokens * kAmxTokens;
               amx(pm, lg, act + (size_t)t * stride, stride, n, j.out + t * pm.rows + lg * kGroup,
                   pm.rows);
