@@ -228,9 +228,7 @@ CAIRN_VNNI inline __m512i gf2p8affine(__m512i x, __m512i m) {
 }
 
 // q6_codes with GFNI bit moves: 9 operations for the four vectors instead of
-// 17 (TinyLlama Q6_K decode, `bench-model -p 16 -n 64 --batch 1`, AMD Zen 5,
-// alternating with CAIRN_GFNI=off: 59.2 / 57.3 / 51.6 -> 61.7 / 63.0 / 62.4
-// tok/s, strict efficiency 68-70 -> 80-85 %).
+// 17, which speeds up Q6_K decode.
 CAIRN_VNNI inline Q6Codes q6_codes_gfni(const uint8_t* blk, int c) {
   const __m512i h = _mm512_loadu_si512(blk + kQ6OffHigh + 64 * c);
   const __m512i l0 = _mm512_loadu_si512(blk + kQ6OffLow + 64 * c);

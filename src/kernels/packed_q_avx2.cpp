@@ -114,10 +114,8 @@ CAIRN_AVX2 void one_blocks(const uint8_t* gw, int64_t n, const uint8_t* act, __m
 // group's slice, adding into acc[0..NT). Each block's codes are split once
 // into registers and serve the tokens one after another; the accumulators
 // stay in memory. Holding every token's partial sums in registers instead
-// (codes split chunk by chunk) spilled them: TinyLlama Q4_0 prefill
-// (`CAIRN_ISA=avx2 bench-model -p 256`, alternating) 137-141 tok/s against
-// 190-200 this way, where tiles of 8 tokens beat 4 (172-177), 6 (171-183)
-// and 12 or 16 (185-195).
+// (codes split chunk by chunk) spilled them and was slower; tiles of 8 tokens
+// beat 4, 6, 12 and 16.
 template <bool kQ4, int NT>
 [[gnu::noinline]] CAIRN_AVX2 void half_tile(const uint8_t* gw, int64_t n, int h, const uint8_t* act,
                                             size_t stride, __m256* acc, size_t ahead) {

@@ -223,10 +223,9 @@ CAIRN_VNNI float q4_k_dot_q8_k(int64_t n, const void* w, const void* act) {
   return sum;
 }
 
-// One row after another. Interleaving four rows per activation block (the
-// block laid out once, kept in registers) measured no faster in L2 (19.2 vs
-// 20.3 GB/s) and 3.4x slower on a 38 MB matrix (5.6 vs 18.9 GB/s: four strided
-// streams defeat the prefetchers), so the rows stay sequential.
+// One row after another: interleaving four rows per activation block is no
+// faster in cache and far slower from memory (four strided streams defeat the
+// prefetchers).
 CAIRN_VNNI void q4_k_dot_rows(int64_t n, const void* w, size_t w_stride, int64_t n_rows, const void* act,
                               float* out) {
   for (int64_t r = 0; r < n_rows; ++r) out[r] = avx512vnni::q4_k_dot_q8_k(n, row_at<BlockQ4_K>(w, w_stride, r), act);
@@ -245,8 +244,7 @@ CAIRN_VNNI float q6_k_dot_q8_k(int64_t n, const void* w, const void* act) {
   return sum;
 }
 
-// Sequential rows, as for Q4_K (interleaving four: 16.8 vs 20.5 GB/s in L2,
-// 7.0 vs 12.8 GB/s on a 54 MB matrix).
+// Sequential rows, as for Q4_K.
 CAIRN_VNNI void q6_k_dot_rows(int64_t n, const void* w, size_t w_stride, int64_t n_rows, const void* act,
                               float* out) {
   for (int64_t r = 0; r < n_rows; ++r) out[r] = avx512vnni::q6_k_dot_q8_k(n, row_at<BlockQ6_K>(w, w_stride, r), act);
