@@ -1,3 +1,4 @@
+// bench/kquant.cpp — K-quant dot-product throughput.
 // K-quant dot-product throughput, one thread: GB/s of Q4_K / Q6_K weights
 // processed against one Q8_K activation row, for the scalar, AVX2 and AVX-512
 // VNNI kernels (one row at a time, and the many-rows entry). Two sizes: a
@@ -13,7 +14,7 @@
 #include "core/cpu_features.h"
 #include "core/quant.h"
 #include "core/quant_blocks.h"
-#include "core/quant_k_avx512.h"
+#include "kernels/row_dot.h"
 
 namespace {
 

@@ -1,3 +1,4 @@
+// bench/matmul.cpp — matmul throughput per weight type and token count.
 // Matmul throughput per weight type and token count: weights streamed (GB/s)
 // and multiply-accumulates per second, on the kernels the active ISA selects.
 #include <benchmark/benchmark.h>
@@ -13,6 +14,7 @@
 #include "core/simd.h"
 #include "kernels/bandwidth_probe.h"
 #include "kernels/kernels.h"
+#include "kernels/type_ops.h"
 
 namespace {
 

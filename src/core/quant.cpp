@@ -1,4 +1,4 @@
-// The per-type table, and the plain float types (F32, F16, BF16).
+// core/quant.cpp — the scalar per-type table, and the plain float types (F32, F16, BF16).
 #include "core/quant.h"
 
 #include <array>
@@ -6,11 +6,8 @@
 #include <cstring>
 #include <memory>
 
-#include "core/cpu_features.h"
 #include "core/half.h"
-#include "core/quant_bf16.h"
 #include "core/quant_blocks.h"
-#include "core/quant_k_avx512.h"
 
 namespace cairn {
 namespace quant {
@@ -90,58 +87,6 @@ constexpr std::array<TypeOps, 8> kScalarOps = {{
     {TensorType::Q8_K, q8_k_to_float, q8_k_from_float, TensorType::Q8_K, nullptr},
 }};
 
-// The scalar table with SIMD entries swapped in where this CPU has them.
-// CAIRN_ISA=scalar (or CAIRN_SCALAR=1) keeps the scalar one (to tell a kernel
-// bug from a model bug; see core/cpu_features.h).
-std::array<TypeOps, 8> build_active() {
-  std::array<TypeOps, 8> table = kScalarOps;
-  if (!isa_enabled(Isa::Avx2)) return table;
-  struct Swap {
-    TensorType type;
-    float (*vec_dot)(int64_t, const void*, const void*);
-  };
-  const Swap swaps[] = {
-      {TensorType::F32, avx2::f32_dot},        {TensorType::F16, avx2::f16_dot},
-      {TensorType::Q8_0, avx2::q8_0_dot_q8_0}, {TensorType::Q4_0, avx2::q4_0_dot_q8_0},
-      {TensorType::Q4_K, avx2::q4_k_dot_q8_k}, {TensorType::Q6_K, avx2::q6_k_dot_q8_k},
-  };
-  for (TypeOps& ops : table) {
-    for (const Swap& s : swaps) {
-      if (ops.type == s.type) ops.vec_dot = s.vec_dot;
-    }
-    if (ops.type == TensorType::F16) ops.from_float = avx2::f16_from_float;
-    // BF16 has no scalar-exact SIMD form to keep (the reference sums in
-    // double); these sum in float, all in vdpbf16ps's order.
-    if (ops.type == TensorType::BF16) {
-      if (bf16_enabled()) {
-        ops.vec_dot = avx512bf16::bf16_dot;
-        ops.vec_dot_rows = avx512bf16::bf16_dot_rows;
-      } else if (isa_enabled(Isa::Avx512)) {
-        ops.vec_dot = avx512::bf16_dot;
-        ops.vec_dot_rows = avx512::bf16_dot_rows;
-      } else {
-        ops.vec_dot = avx2::bf16_dot;
-        ops.vec_dot_rows = avx2::bf16_dot_rows;
-      }
-    }
-  }
-  // K-quants on AVX-512 VNNI (core/quant_k_avx512.h): the same bits, wider
-  // steps, and a many-rows entry. Below VNNI they keep the AVX2 kernels.
-  if (isa_enabled(Isa::Avx512Vnni)) {
-    for (TypeOps& ops : table) {
-      if (ops.type == TensorType::Q4_K) {
-        ops.vec_dot = avx512vnni::q4_k_dot_q8_k;
-        ops.vec_dot_rows = avx512vnni::q4_k_dot_rows;
-      } else if (ops.type == TensorType::Q6_K) {
-        ops.vec_dot = avx512vnni::q6_k_dot_q8_k;
-        ops.vec_dot_rows = avx512vnni::q6_k_dot_rows;
-      }
-    }
-  }
-  return table;
-}
-const std::array<TypeOps, 8> kActiveOps = build_active();
-
 const TypeOps* find(const std::array<TypeOps, 8>& table, TensorType t) {
   for (const TypeOps& ops : table) {
     if (ops.type == t) return &ops;
@@ -157,6 +102,6 @@ float f16_lut(uint16_t h) { return kF16Table.v[h]; }
 
 const TypeOps* scalar_type_ops(TensorType t) { return quant::find(quant::kScalarOps, t); }
 
-const TypeOps* type_ops(TensorType t) { return quant::find(quant::kActiveOps, t); }
+std::span<const TypeOps> scalar_type_table() { return quant::kScalarOps; }
 
 }  // namespace cairn

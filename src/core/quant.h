@@ -1,15 +1,17 @@
 // core/quant.h — the per-type table of compute functions.
 // Owns dequantize (to_float), quantize (from_float) and the dot product of a
-// weight row with an activation row for every type cairn computes with.
-// Scalar reference versions live here; SIMD variants replace entries of the
-// table at start-up (chosen from CPUID; CAIRN_SCALAR=1 keeps the scalar ones)
-// and are tested against them. Block layouts: core/quant_blocks.h. Never keeps
+// weight row with an activation row for every type cairn computes with, in
+// their scalar reference versions. The table the code computes with is
+// kernels/type_ops.h's type_ops(): this one with SIMD variants swapped in at
+// start-up (chosen from CPUID; CAIRN_SCALAR=1 keeps the scalar ones), tested
+// against it. Block layouts: core/quant_blocks.h. Never keeps
 // state beyond the tables built at load time, never allocates, never checks
 // sizes: callers pass whole blocks of buffers they have bounds-checked.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 
 #include "core/tensor_type.h"
 
@@ -45,10 +47,12 @@ inline auto act_from_float(const TypeOps& ops) {
   return ops.from_float_act ? ops.from_float_act : ops.from_float;
 }
 
-// nullptr when cairn has no compute functions for the type.
-const TypeOps* type_ops(TensorType t);
-
-// The scalar reference table, kept for tests even after SIMD variants exist.
+// The scalar reference table (nullptr when cairn has no compute functions for
+// the type). Code computes with kernels/type_ops.h's type_ops(), which starts
+// from this table; tests compare against it.
 const TypeOps* scalar_type_ops(TensorType t);
+
+// Every row of the scalar table, one per type cairn computes with.
+std::span<const TypeOps> scalar_type_table();
 
 }  // namespace cairn

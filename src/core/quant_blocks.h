@@ -106,19 +106,6 @@ float q6_k_dot_q8_k(int64_t n, const void* w, const void* act);
 void q8_k_to_float(const void* src, float* dst, int64_t n);
 void q8_k_from_float(const float* src, void* dst, int64_t n);
 
-// AVX2+FMA+F16C variants (quant_avx2.cpp); call only when supported() is true.
-namespace avx2 {
-bool supported();
-float f32_dot(int64_t n, const void* w, const void* act);
-float f16_dot(int64_t n, const void* w, const void* act);  // F16 weights, F32 activations
-// F32 -> F16 with F16C: the bits of the scalar f32_to_f16 (NaN lanes included).
-void f16_from_float(const float* src, void* dst, int64_t n);
-float q8_0_dot_q8_0(int64_t n, const void* w, const void* act);
-float q4_0_dot_q8_0(int64_t n, const void* w, const void* act);
-float q4_k_dot_q8_k(int64_t n, const void* w, const void* act);
-float q6_k_dot_q8_k(int64_t n, const void* w, const void* act);
-}  // namespace avx2
-
 // f16 -> f32 through a 64K-entry table (the hot loops of F16 weights).
 float f16_lut(uint16_t h);
 

@@ -1,3 +1,4 @@
+// core/quant_k.cpp — the scalar Q4_K, Q6_K and Q8_K row functions.
 // The 256-element K-quant types Q4_K and Q6_K, and their activation type Q8_K.
 // The dot products do their integer math as ggml does (per sub-block int sums
 // times the sub-block scale; Q4_K mins through the Q8_K bsums), and their float
@@ -172,7 +173,7 @@ void q4_k_from_float(const float* src, void* dst, int64_t n) {
 //   ggml's AVX2 order (8 int lanes of 4 elements, 8 float lanes): 62.6% 0.31 / 71.1% 0.30
 //   ggml's generic C order (lanes = element mod 8), fma or not:   ~67%  0.27 / ~70%  0.30
 //   the order above:                                            100% 1.9e-5 / 100% 1.8e-5
-// Every SIMD version (quant_avx2.cpp, quant_k_avx512.cpp) does the same.
+// Every SIMD version (kernels/row_dot_avx2.cpp, kernels/row_dot_k_vnni.cpp) does the same.
 float q4_k_dot_q8_k(int64_t n, const void* w, const void* act) {
   const BlockQ4_K* x = static_cast<const BlockQ4_K*>(w);
   const BlockQ8_K* y = static_cast<const BlockQ8_K*>(act);

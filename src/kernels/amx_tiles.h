@@ -1,6 +1,6 @@
-// kernels/amx_tiles.h — internal to the packed kernels (packed.cpp,
-// packed_k.cpp): the AMX tile configuration and the two ways to run tile
-// operations, and which of them the process uses.
+// kernels/amx_tiles.h — internal to the packed kernels (packed_q_amx.cpp,
+// packed_k_amx.cpp, packed_float.cpp): the AMX tile configuration and the two
+// ways to run tile operations, and which of them the process uses.
 //
 // The tile operations come from a policy: AmxHardware issues the instructions;
 // AmxEmulated does the same arithmetic in plain C++ (CAIRN_AMX=emulate), so the
@@ -160,8 +160,6 @@ struct AmxEmulated {
   }
 };
 
-enum class AmxMode { kOff, kHardware, kEmulated };
-
 // What packed_tile_path and packed_bf16_tile_path print for a mode, the
 // vector kernels' name when the tiles are off.
 inline const char* amx_path_name(AmxMode mode, const char* vector_path) {
@@ -176,20 +174,10 @@ inline const char* amx_path_name(AmxMode mode, const char* vector_path) {
   return vector_path;
 }
 
-// The self-checks' data (packed.cpp): n values in [-scale, scale) from a
-// fixed seed; and rows x cols such values quantized to `type` by its scalar
-// conversion and packed (null when that fails).
-std::vector<float> amx_check_values(size_t n, uint32_t seed, float scale);
-std::shared_ptr<const PackedMatrix> amx_check_matrix(TensorType type, const std::vector<float>& w,
-                                                     int64_t rows, int64_t cols);
-
-// The process's mode, resolved once (packed.cpp): CAIRN_AMX=off turns the
-// tiles off, =emulate runs them emulated (tests); otherwise they run where
-// the ISA level includes AMX and every tile kernel agreed with its VNNI one.
+// The process's mode, resolved once (packed_dispatch.cpp): CAIRN_AMX=off
+// turns the tiles off, =emulate runs them emulated (tests); otherwise they
+// run where the ISA level includes AMX and every tile kernel agreed with its
+// VNNI one. The families' drivers get it through the layout table.
 AmxMode amx_mode();
-
-// The K-quant tile kernels (packed_k.cpp) against their VNNI kernels on
-// random data: true when every bit agrees. Part of amx_mode's check.
-bool amx_k_agrees_with_vnni(AmxMode mode);
 
 }  // namespace cairn::kernels

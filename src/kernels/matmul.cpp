@@ -1,3 +1,4 @@
+// kernels/matmul.cpp — matmul and get_row over weights in their GGUF type.
 // matmul and get_row: the only kernels that touch weights in their GGUF type.
 #include <algorithm>
 #include <cmath>
@@ -9,6 +10,7 @@
 #include "kernels/float_order.h"
 #include "kernels/kernels.h"
 #include "kernels/packed.h"
+#include "kernels/type_ops.h"
 
 namespace cairn::kernels {
 

@@ -1,7 +1,7 @@
 // kernels/packed.h — internal to src/kernels: Q4_0, Q8_0, Q4_K and Q6_K weights
 // repacked at load for the integer-dot kernels (AVX-512 VNNI, AMX for
 // batches; on hosts without VNNI, AVX2 kernels over the same layouts:
-// packed_avx2.cpp, packed_k.cpp), BF16 and F16 for AVX-512 (BF16) float tiles or
+// packed_q_*.cpp, packed_k_*.cpp), BF16 and F16 for AVX-512 (BF16) float tiles or
 // AVX2 kernels in the same float steps, and the matmul over them. Owns the packed layouts and their
 // kernels. The integer kernels give the bits of the type table's scalar vec_dot for the same
 // weights and activations (the golden tests depend on the reference's float order, which the scalar
@@ -74,7 +74,7 @@ struct PackedMatrix {
   }
 };
 
-// Q4_Kx16 (packed_k.cpp): one 256-element super-block of a group in
+// Q4_Kx16 (packed_k.h): one 256-element super-block of a group in
 // kQ4KBlockBytes: 16 d, 16 dmin (f16), the 8 sub-block scales of each row
 // (u8, [sub-block][row]), their mins in pairs ([pair][row][2] u8), then the
 // codes as 4 runs of 8 chunks of 16 rows x 4 bytes (chunk c of run j holds
@@ -82,7 +82,7 @@ struct PackedMatrix {
 // Super-blocks go one after another, groups one after another (one slice).
 constexpr size_t kQ4KBlockBytes = 320 + 4 * 8 * 64;
 // Q6_Kx16 likewise: 16 d, the 16 sub-block scales of each row, then the codes'
-// low 4 bits and their top 2 bits in 16-row chunks (packed_k.cpp has the map).
+// low 4 bits and their top 2 bits in 16-row chunks (packed_k.h has the map).
 constexpr size_t kQ6KBlockBytes = 32 + 256 + 32 * 64 + 16 * 64;
 
 // BF16x16 (packed_float.cpp, AVX-512 BF16 or AVX2): a block is 32 columns of a group
@@ -144,22 +144,52 @@ void packed_matmul_many(std::span<const PackedJob> jobs, const ActRows& in, int6
                         ThreadPool& pool, std::span<const PackedMatrix* const> next);
 
 // How far ahead of its loads a one-token kernel over `layout` requests
-// weights streamed from memory (bytes; 0: no software prefetch). See packed.cpp.
+// weights streamed from memory (bytes; 0: no software prefetch). See
+// packed_layout.cpp.
 size_t packed_stream_ahead(PackedMatrix::Layout layout);
 
-// The K-quant packers and matmul (packed_k.cpp); packed_matmul_many sends
-// Q4_Kx16 and Q6_Kx16 jobs there.
+// Whether the AMX tiles run, and how (amx_tiles.h).
+enum class AmxMode { kOff, kHardware, kEmulated };
+using AmxModeFn = AmxMode (*)();
+
+// ---- the layouts' families, one row each in packed_dispatch.cpp's table -------
+//
+// Each family packs its layouts' rows at load into a PackedMatrix that
+// pack_matrix has sized, and multiplies jobs of its layouts
+// (packed_matmul_many's contract) with the kernels the active ISA allows;
+// `amx_mode_fn` tells it whether and how to use the AMX tiles (asked only where
+// a batch could use them).
+using PackFn = void (*)(const WeightMatrix& w, PackedMatrix& p);
+using PackedMatmulFn = void (*)(std::span<const PackedJob> jobs, const ActRows& in,
+                                int64_t n_tokens, ThreadPool& pool,
+                                std::span<const PackedMatrix* const> next, AmxModeFn amx_mode_fn);
+
+// Q4_0x16 / Q8_0x16 (packed_q.cpp).
+void pack_q4_0_rows(const WeightMatrix& w, PackedMatrix& p);
+void pack_q8_0_rows(const WeightMatrix& w, PackedMatrix& p);
+void packed_q_matmul_many(std::span<const PackedJob> jobs, const ActRows& in, int64_t n_tokens,
+                          ThreadPool& pool, std::span<const PackedMatrix* const> next,
+                          AmxModeFn amx_mode_fn);
+
+// Q4_Kx16 / Q6_Kx16 (packed_k.cpp).
 void pack_q4_k_rows(const WeightMatrix& w, PackedMatrix& p);
 void pack_q6_k_rows(const WeightMatrix& w, PackedMatrix& p);
 void packed_k_matmul_many(std::span<const PackedJob> jobs, const ActRows& in, int64_t n_tokens,
-                          ThreadPool& pool, std::span<const PackedMatrix* const> next);
+                          ThreadPool& pool, std::span<const PackedMatrix* const> next,
+                          AmxModeFn amx_mode_fn);
 
-// The 16-bit float packers and matmul (packed_float.cpp); BF16x16 and F16x16
-// jobs go there.
+// BF16x16 / F16x16 (packed_float.cpp): activations from in.x only (never
+// made rows); amx_mode_fn gives the AMX-BF16 mode.
 void pack_bf16_rows(const WeightMatrix& w, PackedMatrix& p);
 void pack_f16_rows(const WeightMatrix& w, PackedMatrix& p);
-void packed_float_matmul_many(std::span<const PackedJob> jobs, const float* x, int64_t n_tokens,
-                              ThreadPool& pool, std::span<const PackedMatrix* const> next);
+void packed_float_matmul_many(std::span<const PackedJob> jobs, const ActRows& in, int64_t n_tokens,
+                              ThreadPool& pool, std::span<const PackedMatrix* const> next,
+                              AmxModeFn amx_mode_fn);
+// The AMX-BF16 kernel against the vdpbf16ps tiles on the weights pm (BF16x16)
+// and n_tokens (a multiple of kAmxTokens) rows of x: true when every bit
+// agrees. Part of the AMX-BF16 mode's check.
+bool amx_bf16_agrees_with_vnni(AmxMode mode, const PackedMatrix& pm, const float* x,
+                               int64_t n_tokens);
 
 // fn(g0, g1) over disjoint ranges covering [0, n) as packed_matmul_many splits
 // a decode step's groups: each share walks its own range front to back, then

@@ -1,3 +1,4 @@
+// kernels/packed_float.cpp — the BF16x16 / F16x16 layouts: packers, kernels, driver.
 // Packed 16-bit float weights and their AVX-512 matmuls, with AVX2 kernels
 // over the same layouts for hosts without them (layouts: packed.h).
 // Either way a decode pass reads the matrix front to back as one stream (from
@@ -18,7 +19,7 @@
 // token), then reduced as _mm512_reduce_add_ps does: exactly the reference's
 // tinyBLAS order (order::tiny_f16), so the bits are the type table's. Tiles
 // are a quarter group (4 rows) by up to 4 tokens.
-#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -279,49 +280,6 @@ AmxBf16Fn amx_bf16_fn(AmxMode mode) {
   return nullptr;
 }
 
-// The tile kernel against bf16_tile on random weights and activations (three
-// groups, the last one short; three blocks; two tiles of tokens): true when
-// every bit agrees.
-bool amx_bf16_agrees_with_vnni(AmxMode mode) {
-  constexpr int64_t kRows = 40, kCols = 96, kTokens = 2 * kAmxTokens;
-  const auto pm = amx_check_matrix(TensorType::BF16, amx_check_values(kRows * kCols, 24680, 1.0f),
-                                   kRows, kCols);
-  std::vector<uint16_t> act((size_t)(kTokens * kCols)), by_chain(act.size());
-  activations_to_bf16(amx_check_values(act.size(), 13579, 3.0f).data(), (int64_t)act.size(),
-                      act.data());
-  const AmxBf16Fn amx = amx_bf16_fn(mode);
-  if (!pm || !amx) return false;
-  for (int64_t t = 0; t < kTokens; ++t)
-    amx_bf16_activations(act.data() + t * kCols, kCols, by_chain.data() + t * kCols);
-  std::vector<float> want((size_t)(kTokens * kRows)), got(want.size());
-  for (int64_t g = 0; g < pm->n_groups; ++g) {
-    for (int64_t t = 0; t < kTokens; ++t)
-      bf16_tile<1, 1>(*pm, g, act.data() + t * kCols, kCols, want.data() + t * kRows, kRows);
-    amx(*pm, g, by_chain.data(), kCols, kTokens, got.data(), kRows);
-  }
-  return std::memcmp(want.data(), got.data(), want.size() * sizeof(float)) == 0;
-}
-
-// AMX-BF16 where the int8 tiles run (amx_mode), the CPU has the BF16 tiles
-// (or they are emulated) and the kernel agrees with the vdpbf16ps tiles.
-AmxMode resolve_amx_bf16_mode() {
-  const AmxMode mode = amx_mode();
-  if (mode == AmxMode::kOff || !bf16_enabled()) return AmxMode::kOff;
-  if (mode == AmxMode::kHardware && !cpu_features().amx_bf16) return AmxMode::kOff;
-  if (!amx_bf16_agrees_with_vnni(mode)) {
-    std::fprintf(stderr,
-                 "cairn: AMX-BF16 tile results differ from the AVX-512 BF16 kernels; using "
-                 "AVX-512 BF16\n");
-    return AmxMode::kOff;
-  }
-  return mode;
-}
-
-AmxMode amx_bf16_mode() {
-  static const AmxMode mode = resolve_amx_bf16_mode();
-  return mode;
-}
-
 // ---- BF16 on AVX2 -------------------------------------------------------------
 //
 // Hosts without vdpbf16ps (AVX2, or AVX-512 without BF16) read the same packed
@@ -452,14 +410,29 @@ void pack_bf16_rows(const WeightMatrix& w, PackedMatrix& p) { pack_runs(w, p, 4,
 
 void pack_f16_rows(const WeightMatrix& w, PackedMatrix& p) { pack_runs(w, p, 32, kF16QuarterRows); }
 
-const char* packed_bf16_tile_path() {
-  if (!isa_enabled(Isa::Avx512Vnni) || !bf16_enabled())
-    return isa_enabled(Isa::Avx2) ? "avx2" : "none";
-  return amx_path_name(amx_bf16_mode(), "avx512bf16");
+bool amx_bf16_agrees_with_vnni(AmxMode mode, const PackedMatrix& pm, const float* x,
+                               int64_t n_tokens) {
+  const int64_t rows = pm.rows, cols = pm.cols;
+  std::vector<uint16_t> act((size_t)(n_tokens * cols)), by_chain(act.size());
+  activations_to_bf16(x, (int64_t)act.size(), act.data());
+  const AmxBf16Fn amx = amx_bf16_fn(mode);
+  if (!amx) return false;
+  for (int64_t t = 0; t < n_tokens; ++t)
+    amx_bf16_activations(act.data() + t * cols, cols, by_chain.data() + t * cols);
+  std::vector<float> want((size_t)(n_tokens * rows)), got(want.size());
+  for (int64_t g = 0; g < pm.n_groups; ++g) {
+    for (int64_t t = 0; t < n_tokens; ++t)
+      bf16_tile<1, 1>(pm, g, act.data() + t * cols, cols, want.data() + t * rows, rows);
+    amx(pm, g, by_chain.data(), cols, n_tokens, got.data(), rows);
+  }
+  return std::memcmp(want.data(), got.data(), want.size() * sizeof(float)) == 0;
 }
 
-void packed_float_matmul_many(std::span<const PackedJob> jobs, const float* x, int64_t n_tokens,
-                              ThreadPool& pool, std::span<const PackedMatrix* const> next) {
+void packed_float_matmul_many(std::span<const PackedJob> jobs, const ActRows& in, int64_t n_tokens,
+                              ThreadPool& pool, std::span<const PackedMatrix* const> next,
+                              AmxModeFn amx_bf16_mode) {
+  if (in.maker) std::abort();  // matmul_many makes the rows first (packed_quantizes_rows)
+  const float* x = in.x;
   const int64_t cols = jobs[0].matrix->cols;
   const bool bf16 = jobs[0].matrix->layout == PackedMatrix::Layout::BF16x16;
   // Without AVX-512 (VNNI, and BF16 for BF16): every (group, token) through

@@ -8,6 +8,7 @@
 
 #include "core/half.h"
 #include "core/quant.h"
+#include "kernels/type_ops.h"
 
 namespace cairn::kv {
 

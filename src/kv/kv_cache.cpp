@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "core/quant.h"
+#include "kernels/type_ops.h"
 
 namespace cairn::kv {
 namespace {

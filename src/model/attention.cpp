@@ -1,6 +1,7 @@
+// model/attention.cpp — causal attention: scalar reference, dispatch to the SIMD kernels.
 // Causal attention over a KvView: the scalar reference (the reference's
 // operation order written out lane by lane) and the dispatch to the SIMD
-// kernels of attention_simd.cpp, which reproduce it bit for bit.
+// kernels of kernels/attention_simd.cpp, which reproduce it bit for bit.
 //
 // Why the softmax is not online: the reference computes the whole padded
 // score row, takes its max, then sums exp(s - max) in groups of 16 with each
@@ -21,12 +22,14 @@
 
 #include "core/cpu_features.h"
 #include "core/half.h"
+#include "kernels/attention_simd.h"
 #include "kernels/float_order.h"
 #include "kernels/kernels.h"
-#include "model/attention_simd.h"
 
 namespace cairn::model {
 namespace {
+
+namespace attn_simd = kernels::attn_simd;
 
 // F16 -> F32 for every half value: attention reads F16 K/V rows element by
 // element, and the branchy scalar conversion would dominate it.
@@ -190,7 +193,7 @@ constexpr int64_t kPrefetchAhead = 32;
 // Prompts: a sequence with at least this many tokens in a batch has its K
 // rows converted to float and transposed, and its V rows copied out in
 // order, once per layer, for every token's kernels to read (scores_kt and
-// the V.w chains, attention_simd.inc).
+// the V.w chains, kernels/attention_simd.inc).
 constexpr int64_t kPromptMinTokens = 4;
 // At most this many bytes of them per call (the buffers are kept for the next
 // call): a sequence that would pass it (a long context of a wide model) reads

@@ -9,6 +9,7 @@
 #include "core/half.h"
 #include "core/quant.h"
 #include "core/quant_blocks.h"
+#include "kernels/type_ops.h"
 #include "model/attention.h"
 
 namespace cairn::model {

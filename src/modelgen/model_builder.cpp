@@ -13,6 +13,7 @@
 
 #include "core/quant.h"
 #include "core/thread_pool.h"
+#include "kernels/type_ops.h"
 #include "model/tensor_names.h"
 
 namespace cairn::modelgen {

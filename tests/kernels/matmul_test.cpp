@@ -1,11 +1,15 @@
+// matmul over weights in their stored type, against the float matmul of what
+// it multiplies, for every type (kernels/kernels.h).
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "core/quant.h"
 #include "kernels/kernels.h"
+#include "kernels/type_ops.h"
 
 namespace cairn::kernels {
 namespace {
@@ -61,35 +65,32 @@ void check_matmul(TensorType t, int64_t n_tokens, double rel_tol) {
   }
 }
 
-TEST(Matmul, F32IsExactToRounding) {
-  check_matmul(TensorType::F32, 1, 1e-6);
-  check_matmul(TensorType::F32, 3, 1e-6);
+// One case per weight type: its tolerance against the naive float matmul, for
+// one token and for three.
+struct MatmulCase {
+  const char* name;
+  TensorType type;
+  double rel_tol;
+};
+
+class MatmulTypes : public ::testing::TestWithParam<MatmulCase> {};
+
+TEST_P(MatmulTypes, AgreesWithTheFloatMatmulOfWhatItMultiplies) {
+  const MatmulCase& c = GetParam();
+  check_matmul(c.type, 1, c.rel_tol);
+  check_matmul(c.type, 3, c.rel_tol);
 }
-TEST(Matmul, F16) {
-  // Activations stay float for F16 weights: only summation rounding is left.
-  check_matmul(TensorType::F16, 1, 1e-6);
-  check_matmul(TensorType::F16, 3, 1e-6);
-}
-TEST(Matmul, BF16) {
-  check_matmul(TensorType::BF16, 1, 1e-2);
-  check_matmul(TensorType::BF16, 3, 1e-2);
-}
-TEST(Matmul, Q8_0) {
-  check_matmul(TensorType::Q8_0, 1, 1e-2);
-  check_matmul(TensorType::Q8_0, 3, 1e-2);
-}
-TEST(Matmul, Q4_0) {
-  check_matmul(TensorType::Q4_0, 1, 1e-2);
-  check_matmul(TensorType::Q4_0, 3, 1e-2);
-}
-TEST(Matmul, Q4_K) {
-  check_matmul(TensorType::Q4_K, 1, 1e-2);
-  check_matmul(TensorType::Q4_K, 3, 1e-2);
-}
-TEST(Matmul, Q6_K) {
-  check_matmul(TensorType::Q6_K, 1, 1e-2);
-  check_matmul(TensorType::Q6_K, 3, 1e-2);
-}
+
+INSTANTIATE_TEST_SUITE_P(
+    Types, MatmulTypes,
+    ::testing::Values(
+        // F32 is exact to rounding; F16's activations stay float (only
+        // summation rounding is left); the others round their activations.
+        MatmulCase{"F32", TensorType::F32, 1e-6}, MatmulCase{"F16", TensorType::F16, 1e-6},
+        MatmulCase{"BF16", TensorType::BF16, 1e-2}, MatmulCase{"Q8_0", TensorType::Q8_0, 1e-2},
+        MatmulCase{"Q4_0", TensorType::Q4_0, 1e-2}, MatmulCase{"Q4_K", TensorType::Q4_K, 1e-2},
+        MatmulCase{"Q6_K", TensorType::Q6_K, 1e-2}),
+    [](const ::testing::TestParamInfo<MatmulCase>& info) { return std::string(info.param.name); });
 
 TEST(Matmul, TokensAreIndependentRowsOfTheBatch) {
   // 37 tokens: more than one token tile, and a ragged last one.

@@ -15,6 +15,7 @@
 #include "core/cpu_features.h"
 #include "core/quant.h"
 #include "kernels/kernels.h"
+#include "kernels/type_ops.h"
 #include "test_util.h"
 
 namespace cairn::kernels {
@@ -115,7 +116,7 @@ TEST_P(PackedKernels, BitIdenticalToScalarOnRaggedShapes) {
   }
 }
 
-// Q4_K and Q6_K (packed_k.cpp): super-blocks of 256, tiles of up to 8
+// Q4_K and Q6_K (packed_k_*.cpp): super-blocks of 256, tiles of up to 8
 // tokens (Q6_K prompts: 6), token chunks of 64; a short last group, several threads, TinyLlama's
 // widths.
 class PackedKQuants : public ::testing::TestWithParam<TensorType> {

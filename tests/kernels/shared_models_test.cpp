@@ -6,10 +6,12 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <string>
 #include <vector>
 
 #include "core/quant.h"
 #include "gguf/gguf.h"
+#include "kernels/type_ops.h"
 #include "test_util.h"
 
 namespace cairn {
@@ -65,22 +67,27 @@ void check_model(const std::string& quantized) {
   EXPECT_FALSE(seen.empty());
 }
 
-TEST(SharedModels, Q8_0TensorsMatchF32Originals) {
-  CAIRN_REQUIRE_SHARED("models/syn-llama-gqa-q8_0.gguf");
-  check_model("syn-llama-gqa-q8_0.gguf");
+// One case per file that llama.cpp quantized from syn-llama-gqa-f32.gguf.
+struct SharedModel {
+  const char* name;
+  const char* file;
+};
+
+class SharedModels : public ::testing::TestWithParam<SharedModel> {};
+
+TEST_P(SharedModels, TensorsMatchF32Originals) {
+  const SharedModel& m = GetParam();
+  CAIRN_REQUIRE_SHARED(std::string("models/") + m.file);
+  check_model(m.file);
 }
-TEST(SharedModels, Q4_0TensorsMatchF32Originals) {
-  CAIRN_REQUIRE_SHARED("models/syn-llama-gqa-q4_0.gguf");
-  check_model("syn-llama-gqa-q4_0.gguf");
-}
-TEST(SharedModels, Q4_K_MTensorsMatchF32Originals) {
-  CAIRN_REQUIRE_SHARED("models/syn-llama-gqa-q4_k_m.gguf");
-  check_model("syn-llama-gqa-q4_k_m.gguf");
-}
-TEST(SharedModels, Q6_KTensorsMatchF32Originals) {
-  CAIRN_REQUIRE_SHARED("models/syn-llama-gqa-q6_k.gguf");
-  check_model("syn-llama-gqa-q6_k.gguf");
-}
+
+INSTANTIATE_TEST_SUITE_P(
+    Types, SharedModels,
+    ::testing::Values(SharedModel{"Q8_0", "syn-llama-gqa-q8_0.gguf"},
+                      SharedModel{"Q4_0", "syn-llama-gqa-q4_0.gguf"},
+                      SharedModel{"Q4_K_M", "syn-llama-gqa-q4_k_m.gguf"},
+                      SharedModel{"Q6_K", "syn-llama-gqa-q6_k.gguf"}),
+    [](const ::testing::TestParamInfo<SharedModel>& info) { return std::string(info.param.name); });
 
 }  // namespace
 }  // namespace cairn

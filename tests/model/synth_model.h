@@ -15,6 +15,7 @@
 #include "core/quant.h"
 #include "gguf/gguf.h"
 #include "gguf/gguf_writer.h"
+#include "kernels/type_ops.h"
 
 namespace cairn::model::test {
 

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "core/quant.h"
+#include "kernels/type_ops.h"
 #include "modelgen/demo_model.h"
 #include "test_util.h"
 

@@ -1,7 +1,8 @@
+// kernels/packed_q_avx2.cpp — AVX2 kernels of Q4_0x16 / Q8_0x16 (packed_q.h).
 // Packed Q4_0 / Q8_0 weights (layouts: packed.h) on hosts with AVX2 but not
 // AVX-512 VNNI (AMD Zen 2/3, Intel before Ice Lake, or CAIRN_ISA=avx2|avx512).
 // The same packed copies and activation records as the VNNI kernels
-// (packed.cpp), 8 rows (half a group) per 256-bit register. Only the integer
+// (packed_q_vnni.cpp), 8 rows (half a group) per 256-bit register. Only the integer
 // block sums are formed differently, and integer sums are exact, so the bits
 // are again the scalar functions':
 // - Q4_0: vpmaddubsw multiplies the codes (0..15) by the activation codes
@@ -20,6 +21,7 @@
 
 #include "core/half.h"
 #include "core/simd.h"
+#include "kernels/packed_layout.h"
 #include "kernels/packed_q.h"
 
 #define CAIRN_AVX2 CAIRN_SIMD_FN("avx2,fma,f16c")
@@ -112,10 +114,8 @@ CAIRN_AVX2 void one_blocks(const uint8_t* gw, int64_t n, const uint8_t* act, __m
 // group's slice, adding into acc[0..NT). Each block's codes are split once
 // into registers and serve the tokens one after another; the accumulators
 // stay in memory. Holding every token's partial sums in registers instead
-// (codes split chunk by chunk) spilled them: TinyLlama Q4_0 prefill
-// (`CAIRN_ISA=avx2 bench-model -p 256`, alternating) 137-141 tok/s against
-// 190-200 this way, where tiles of 8 tokens beat 4 (172-177), 6 (171-183)
-// and 12 or 16 (185-195).
+// (codes split chunk by chunk) spilled them and was slower; tiles of 8 tokens
+// beat 4, 6, 12 and 16.
 template <bool kQ4, int NT>
 [[gnu::noinline]] CAIRN_AVX2 void half_tile(const uint8_t* gw, int64_t n, int h, const uint8_t* act,
                                             size_t stride, __m256* acc, size_t ahead) {
@@ -277,6 +277,28 @@ CAIRN_AVX2 void avx2_group_tokens(const PackedMatrix& pm, int64_t g, const uint8
         store_rows(out + (t0 + t) * out_stride + kHalf * h, acc[t], rows - kHalf * h);
     }
   }
+}
+
+// One token walks whole runs slice by slice (reading the weights in order, as
+// the VNNI kernels do), more go group by group in tiles (avx2_group_tokens),
+// asking for weights ahead where few tokens leave the memory idle between
+// lines.
+void avx2_run_groups(const PackedMatrix& pm, int64_t g0, int64_t g1, const uint8_t* act,
+                     size_t stride, int64_t t0, int64_t t1, float* out) {
+  const uint8_t* a = act + (size_t)t0 * stride;
+  float* o = out + t0 * pm.rows;
+  if (t1 - t0 == 1) {
+    for (int64_t g = g0; g < g1;) {
+      const int64_t run_end =
+          std::min(g1, g - g % PackedMatrix::kRunGroups + PackedMatrix::kRunGroups);
+      avx2_one_run(pm, g, run_end, a, o, stream_ahead);
+      g = run_end;
+    }
+    return;
+  }
+  const size_t ahead = t1 - t0 <= kFewTokens ? dense_stream_ahead : 0;
+  for (int64_t g = g0; g < g1; ++g)
+    avx2_group_tokens(pm, g, a, stride, t1 - t0, o + g * kGroup, pm.rows, ahead);
 }
 
 }  // namespace cairn::kernels

@@ -1,13 +1,13 @@
+// kernels/row_dot_bf16.cpp — BF16 row dot products (kernels/row_dot.h).
 // BF16 x BF16 dot products on AVX2+FMA, AVX-512 F/BW and AVX-512 BF16 (see
-// core/quant_bf16.h). The product of two bf16 values is exact in float (8-bit
+// kernels/row_dot.h). The product of two bf16 values is exact in float (8-bit
 // significands), so the only rounding is the summation's. A row's sum takes
 // the same steps whether it is dotted alone or among several rows (the row
 // count only decides how many rows share each activation load), so
 // vec_dot_rows gives vec_dot's bits.
-#include "core/quant_bf16.h"
-
 #include "core/half.h"
 #include "core/simd.h"
+#include "kernels/row_dot.h"
 
 #define CAIRN_BF16_AVX2 CAIRN_SIMD_FN("avx2,fma")
 #define CAIRN_BF16_512F CAIRN_SIMD_FN("avx512f,avx512bw,avx512vl,avx2,fma")

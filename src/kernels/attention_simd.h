@@ -1,4 +1,4 @@
-// model/attention_simd.h — internal to attention.cpp: the SIMD kernels for
+// kernels/attention_simd.h — the SIMD kernels of model/attention.cpp for
 // one group of query heads that share a KV head, and their scratch.
 // Owns nothing but the kernel entry points; the caller gathers the rows and
 // checks the CPU (a kernel runs only when isa_enabled says its level may).
@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <vector>
 
-namespace cairn::model::attn_simd {
+namespace cairn::kernels::attn_simd {
 
 struct GroupJob {
   const uint8_t* const* krow = nullptr;  // per position: this KV head's K elements
@@ -51,4 +51,4 @@ void transpose_rows_avx512(const uint8_t* const* rows, int np, int64_t head_dim,
 void transpose_rows_avx2(const uint8_t* const* rows, int np, int64_t head_dim, bool f16,
                          float* dst);
 
-}  // namespace cairn::model::attn_simd
+}  // namespace cairn::kernels::attn_simd

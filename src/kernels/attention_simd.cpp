@@ -1,9 +1,10 @@
+// kernels/attention_simd.cpp — AVX-512 and AVX2 forms of the attention kernel.
 // AVX-512 and AVX2 forms of the attention kernel (attention_simd.inc). Each
 // namespace supplies a 16-lane vector: one zmm, or two ymm for AVX2. Only
 // per-lane operations and the fixed reduction tree of reduce16 are used, so
 // both give the scalar path's bits. Contraction is off: a mul feeding an add
 // must stay two roundings, as the scalar code has them.
-#include "model/attention_simd.h"
+#include "kernels/attention_simd.h"
 
 #include <algorithm>
 #include <cmath>
@@ -14,7 +15,7 @@
 #include "kernels/float_order.h"
 #include "kernels/kernels.h"
 
-namespace cairn::model::attn_simd {
+namespace cairn::kernels::attn_simd {
 
 namespace avx512 {
 
@@ -78,7 +79,7 @@ CAIRN_SIMD_TARGET inline void st_finish(float* out, V red, const double* tail) {
   _mm256_storeu_ps(out + 8, _mm512_cvtpd_ps(hi));
 }
 
-#include "model/attention_simd.inc"
+#include "kernels/attention_simd.inc"
 
 #undef CAIRN_SIMD_TARGET
 }  // namespace avx512
@@ -152,7 +153,7 @@ CAIRN_SIMD_TARGET inline void st_finish(float* out, V red, const double* tail) {
   st_finish8(out + 8, red.hi, tail + 8);
 }
 
-#include "model/attention_simd.inc"
+#include "kernels/attention_simd.inc"
 
 #undef CAIRN_SIMD_TARGET
 }  // namespace avx2
@@ -166,4 +167,4 @@ void transpose_rows_avx2(const uint8_t* const* rows, int np, int64_t hd, bool f1
   avx2::transpose_rows(rows, np, hd, f16, dst);
 }
 
-}  // namespace cairn::model::attn_simd
+}  // namespace cairn::kernels::attn_simd

@@ -10,8 +10,9 @@
 #include "core/cpu_features.h"
 #include "core/half.h"
 #include "core/quant.h"
-#include "core/quant_bf16.h"
 #include "core/quant_blocks.h"
+#include "kernels/row_dot.h"
+#include "kernels/type_ops.h"
 
 namespace cairn {
 namespace {
@@ -64,7 +65,7 @@ TEST_F(SimdDot, InstalledInTheActiveTable) {
     EXPECT_EQ(type_ops(TensorType::Q4_K)->vec_dot, &quant::q4_k_dot_q8_k);
     return;
   }
-  // K-quants move on to AVX-512 VNNI kernels where allowed (quant_k_simd_test.cpp).
+  // K-quants move on to AVX-512 VNNI kernels where allowed (row_dot_k_test.cpp).
   if (!isa_enabled(Isa::Avx512Vnni)) {
     EXPECT_EQ(type_ops(TensorType::Q4_K)->vec_dot, &quant::avx2::q4_k_dot_q8_k);
   }

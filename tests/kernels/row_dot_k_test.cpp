@@ -12,7 +12,8 @@
 #include "core/half.h"
 #include "core/quant.h"
 #include "core/quant_blocks.h"
-#include "core/quant_k_avx512.h"
+#include "kernels/row_dot.h"
+#include "kernels/type_ops.h"
 
 namespace cairn {
 namespace {

@@ -1,3 +1,4 @@
+// kernels/row_dot_avx2.cpp — AVX2/FMA/F16C row dot products (row_dot.h).
 // AVX2/FMA/F16C variants of the hottest dot products, compiled for those
 // targets function by function (never -march=native) and installed in the type
 // table only when the CPU reports all three. The quantized ones do the same
@@ -11,6 +12,7 @@
 #include "core/half.h"
 #include "core/quant_blocks.h"
 #include "core/simd.h"
+#include "kernels/row_dot.h"
 
 // No fp contraction: with FMA enabled the compiler would fuse the per-block
 // `sum += d * sumi` into an fma, which the scalar reference (built without FMA)

@@ -1,18 +1,17 @@
+// kernels/row_dot_k_vnni.cpp — AVX-512 VNNI Q4_K/Q6_K row dot products (row_dot.h).
 // AVX-512 VNNI versions of the Q4_K and Q6_K dot products (see
-// core/quant_k_avx512.h). A 512-bit step covers two 32-element runs of a
+// kernels/row_dot.h). A 512-bit step covers two 32-element runs of a
 // super-block; each int32 lane sums four adjacent products times their
 // sub-block scale (maddubs, then vpdpwssd with the scales), so the lanes hold
 // what ggml's AVX2 code holds in its 8 lanes, two runs at once. Integer sums
 // are exact in any order; the float work per block (one fma per sum into one
-// accumulator) is written out exactly as in the scalar reference (quant_k.cpp,
+// accumulator) is written out exactly as in the scalar reference (core/quant_k.cpp,
 // kKQuantOrder), so the results are bit-identical.
-#include "core/quant_k_avx512.h"
-
 #include <cstring>
 
-#include "core/simd.h"
-
 #include "core/quant_blocks.h"
+#include "core/simd.h"
+#include "kernels/row_dot.h"
 
 // No fp contraction: the scalar reference rounds y.d * x.d before its explicit
 // fma; the compiler must not fuse anything else either.
@@ -117,7 +116,7 @@ CAIRN_VNNI inline float fma_ss(float a, float b, float c) {
   return _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(a), _mm_set_ss(b), _mm_set_ss(c)));
 }
 
-// The scalar reference's float step for one block (quant_k.cpp, kKQuantOrder).
+// The scalar reference's float step for one block (core/quant_k.cpp, kKQuantOrder).
 CAIRN_VNNI inline float q4k_accumulate(float sum, const BlockQ4_K& x, const BlockQ8_K& y, __m256i lanes,
                                        __m128i mins) {
   sum = fma_ss(y.d * f16(x.d), static_cast<float>(hsum8(lanes)), sum);
@@ -196,7 +195,7 @@ CAIRN_VNNI inline __m256i q6k_block(const BlockQ6_K& x, const Q6kAct& a, const Q
   return fold(acc);
 }
 
-// The scalar reference's float step for one block (quant_k.cpp, kKQuantOrder).
+// The scalar reference's float step for one block (core/quant_k.cpp, kKQuantOrder).
 CAIRN_VNNI inline float q6k_accumulate(float sum, const BlockQ6_K& x, const BlockQ8_K& y, __m256i lanes) {
   return fma_ss(y.d * f16(x.d), static_cast<float>(hsum8(lanes)), sum);
 }
@@ -224,10 +223,9 @@ CAIRN_VNNI float q4_k_dot_q8_k(int64_t n, const void* w, const void* act) {
   return sum;
 }
 
-// One row after another. Interleaving four rows per activation block (the
-// block laid out once, kept in registers) measured no faster in L2 (19.2 vs
-// 20.3 GB/s) and 3.4x slower on a 38 MB matrix (5.6 vs 18.9 GB/s: four strided
-// streams defeat the prefetchers), so the rows stay sequential.
+// One row after another: interleaving four rows per activation block is no
+// faster in cache and far slower from memory (four strided streams defeat the
+// prefetchers).
 CAIRN_VNNI void q4_k_dot_rows(int64_t n, const void* w, size_t w_stride, int64_t n_rows, const void* act,
                               float* out) {
   for (int64_t r = 0; r < n_rows; ++r) out[r] = avx512vnni::q4_k_dot_q8_k(n, row_at<BlockQ4_K>(w, w_stride, r), act);
@@ -246,8 +244,7 @@ CAIRN_VNNI float q6_k_dot_q8_k(int64_t n, const void* w, const void* act) {
   return sum;
 }
 
-// Sequential rows, as for Q4_K (interleaving four: 16.8 vs 20.5 GB/s in L2,
-// 7.0 vs 12.8 GB/s on a 54 MB matrix).
+// Sequential rows, as for Q4_K.
 CAIRN_VNNI void q6_k_dot_rows(int64_t n, const void* w, size_t w_stride, int64_t n_rows, const void* act,
                               float* out) {
   for (int64_t r = 0; r < n_rows; ++r) out[r] = avx512vnni::q6_k_dot_q8_k(n, row_at<BlockQ6_K>(w, w_stride, r), act);

@@ -1,0 +1,84 @@
+// kernels/type_ops.cpp — the dispatched type table: the scalar one with SIMD entries swapped in.
+#include "kernels/type_ops.h"
+
+#include <algorithm>
+#include <array>
+#include <cstdlib>
+
+#include "core/cpu_features.h"
+#include "kernels/row_dot.h"
+
+namespace cairn {
+namespace {
+
+constexpr size_t kTypes = 8;
+
+// The scalar table with SIMD entries swapped in where this CPU has them.
+// CAIRN_ISA=scalar (or CAIRN_SCALAR=1) keeps the scalar one (see
+// core/cpu_features.h).
+std::array<TypeOps, kTypes> build_active() {
+  std::array<TypeOps, kTypes> table{};
+  const std::span<const TypeOps> scalar = scalar_type_table();
+  if (scalar.size() != kTypes) std::abort();  // core's table gained a type: count it here
+  std::copy(scalar.begin(), scalar.end(), table.begin());
+  if (!isa_enabled(Isa::Avx2)) return table;
+  struct Swap {
+    TensorType type;
+    float (*vec_dot)(int64_t, const void*, const void*);
+  };
+  const Swap swaps[] = {
+      {TensorType::F32, quant::avx2::f32_dot},
+      {TensorType::F16, quant::avx2::f16_dot},
+      {TensorType::Q8_0, quant::avx2::q8_0_dot_q8_0},
+      {TensorType::Q4_0, quant::avx2::q4_0_dot_q8_0},
+      {TensorType::Q4_K, quant::avx2::q4_k_dot_q8_k},
+      {TensorType::Q6_K, quant::avx2::q6_k_dot_q8_k},
+  };
+  for (TypeOps& ops : table) {
+    for (const Swap& s : swaps) {
+      if (ops.type == s.type) ops.vec_dot = s.vec_dot;
+    }
+    if (ops.type == TensorType::F16) ops.from_float = quant::avx2::f16_from_float;
+    // BF16 has no scalar-exact SIMD form to keep (the reference sums in
+    // double); these sum in float, all in vdpbf16ps's order.
+    if (ops.type == TensorType::BF16) {
+      if (bf16_enabled()) {
+        ops.vec_dot = quant::avx512bf16::bf16_dot;
+        ops.vec_dot_rows = quant::avx512bf16::bf16_dot_rows;
+      } else if (isa_enabled(Isa::Avx512)) {
+        ops.vec_dot = quant::avx512::bf16_dot;
+        ops.vec_dot_rows = quant::avx512::bf16_dot_rows;
+      } else {
+        ops.vec_dot = quant::avx2::bf16_dot;
+        ops.vec_dot_rows = quant::avx2::bf16_dot_rows;
+      }
+    }
+  }
+  // K-quants on AVX-512 VNNI (row_dot_k_vnni.cpp): the same bits, wider
+  // steps, and a many-rows entry. Below VNNI they keep the AVX2 kernels.
+  if (isa_enabled(Isa::Avx512Vnni)) {
+    for (TypeOps& ops : table) {
+      if (ops.type == TensorType::Q4_K) {
+        ops.vec_dot = quant::avx512vnni::q4_k_dot_q8_k;
+        ops.vec_dot_rows = quant::avx512vnni::q4_k_dot_rows;
+      } else if (ops.type == TensorType::Q6_K) {
+        ops.vec_dot = quant::avx512vnni::q6_k_dot_q8_k;
+        ops.vec_dot_rows = quant::avx512vnni::q6_k_dot_rows;
+      }
+    }
+  }
+  return table;
+}
+
+const std::array<TypeOps, kTypes> kActive = build_active();
+
+}  // namespace
+
+const TypeOps* type_ops(TensorType t) {
+  for (const TypeOps& ops : kActive) {
+    if (ops.type == t) return &ops;
+  }
+  return nullptr;
+}
+
+}  // namespace cairn
