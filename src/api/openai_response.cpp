@@ -17,12 +17,55 @@ std::string dump_json(const json& j) {
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
-json error_body(const ApiError& e) {
-  json err = {{"message", e.message},
-              {"type", e.type},
-              {"param", e.param.empty() ? json(nullptr) : json(e.param)},
-              {"code", e.code.empty() ? json(nullptr) : json(e.code)}};
-  return {{"error", std::move(err)}};
+HttpError to_http_error(const Status& s) {
+  int status = 500;
+  const char* type = "invalid_request_error";
+  const char* code = nullptr;
+  switch (s.code()) {
+    case StatusCode::InvalidArgument:
+      status = 400;
+      break;
+    case StatusCode::NotFound:
+      status = 404;
+      code = "model_not_found";
+      break;
+    case StatusCode::Unavailable:
+      status = 503, type = "server_error", code = "service_unavailable";
+      break;
+    case StatusCode::Ok:  // not an error; answered as one rather than as success
+    case StatusCode::Internal:
+      status = 500, type = "server_error";
+      break;
+    case StatusCode::Unauthenticated:
+      status = 401, type = "authentication_error", code = "invalid_api_key";
+      break;
+    case StatusCode::NoRoute:
+      status = 404, type = "not_found_error", code = "not_found";
+      break;
+    case StatusCode::MethodNotAllowed:
+      status = 405, code = "method_not_allowed";
+      break;
+    case StatusCode::BodyTooLarge:
+      status = 413, code = "request_too_large";
+      break;
+    case StatusCode::HeadersTooLarge:
+      status = 431, code = "request_header_fields_too_large";
+      break;
+    case StatusCode::MalformedRequest:
+      status = 400, code = "bad_request";
+      break;
+    case StatusCode::DeadlineExceeded:
+      status = 504, type = "server_error", code = "timeout";
+      break;
+    case StatusCode::Cancelled:
+      status = 499, code = "cancelled";
+      break;
+  }
+  json err = {{"message", s.message()},
+              {"type", type},
+              {"param", s.param().empty() ? json(nullptr) : json(s.param())},
+              {"code", code ? json(code) : json(nullptr)}};
+  return HttpError{status, {{"error", std::move(err)}}};
 }
 
 std::string sse_data(const json& j) { return "data: " + dump_json(j) + "\n\n"; }

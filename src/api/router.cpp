@@ -58,15 +58,6 @@ const Route* find_route(const std::string& path) {
   return nullptr;
 }
 
-ApiError make_error(int status, std::string message, std::string type, std::string code) {
-  ApiError e;
-  e.status = status;
-  e.message = std::move(message);
-  e.type = std::move(type);
-  e.code = std::move(code);
-  return e;
-}
-
 }  // namespace
 
 Router::Router(serving::Backend& backend, RouterOptions options)
@@ -84,8 +75,9 @@ void Router::add_cors(HttpResponse& r, const std::string& origin) const {
   if (opt_.cors_origin != "*") r.headers.emplace_back("Vary", "Origin");
 }
 
-HttpResponse Router::error_response(const ApiError& e, const std::string& origin) const {
-  HttpResponse r = json_response(e.status, error_body(e));
+HttpResponse Router::error_response(const Status& status, const std::string& origin) const {
+  const HttpError e = to_http_error(status);
+  HttpResponse r = json_response(e.status, e.body);
   if (e.status == 503) r.headers.emplace_back("Retry-After", std::to_string(opt_.retry_after_s));
   if (e.status == 401) r.headers.emplace_back("WWW-Authenticate", "Bearer");
   add_cors(r, origin);
@@ -101,8 +93,7 @@ std::variant<HttpResponse, GenerateJob> Router::handle(const HttpRequest& req) {
   const std::string path = path_of(req.target);
   const Route* route = find_route(path);
   if (!route)
-    return error_response(make_error(404, "no route for this path", "not_found_error", "not_found"),
-                          req.origin);
+    return error_response(Status::error(StatusCode::NoRoute, "no route for this path"), req.origin);
 
   // CORS preflight: answered before authentication, as browsers send no credentials.
   if (req.method == "OPTIONS" && !opt_.cors_origin.empty()) {
@@ -117,8 +108,8 @@ std::variant<HttpResponse, GenerateJob> Router::handle(const HttpRequest& req) {
   }
   if (req.method != route->method) {
     HttpResponse r = error_response(
-        make_error(405, "method " + req.method.substr(0, 16) + " is not allowed on " + path,
-                   "invalid_request_error", "method_not_allowed"),
+        Status::error(StatusCode::MethodNotAllowed,
+                      "method " + req.method.substr(0, 16) + " is not allowed on " + path),
         req.origin);
     r.headers.emplace_back("Allow", route->method);
     return r;
@@ -128,16 +119,15 @@ std::variant<HttpResponse, GenerateJob> Router::handle(const HttpRequest& req) {
     const bool has_bearer = req.authorization.rfind(kBearer, 0) == 0;
     const std::string given = has_bearer ? req.authorization.substr(kBearer.size()) : std::string();
     if (!has_bearer || !secret_equal(given, opt_.api_key))
-      return error_response(make_error(401, "missing or invalid API key", "authentication_error",
-                                       "invalid_api_key"),
-                            req.origin);
+      return error_response(
+          Status::error(StatusCode::Unauthenticated, "missing or invalid API key"), req.origin);
   }
 
   auto finish = [&](HttpResponse r) -> std::variant<HttpResponse, GenerateJob> {
     add_cors(r, req.origin);
     return r;
   };
-  auto fail = [&](const ApiError& e) -> std::variant<HttpResponse, GenerateJob> {
+  auto fail = [&](const Status& e) -> std::variant<HttpResponse, GenerateJob> {
     return error_response(e, req.origin);
   };
 
@@ -181,24 +171,21 @@ std::variant<HttpResponse, GenerateJob> Router::handle(const HttpRequest& req) {
       break;
   }
 
-  if (draining_)
-    return fail(make_error(503, "the server is shutting down", "server_error",
-                           "service_unavailable"));
+  if (draining_) return fail(Status::unavailable("the server is shutting down"));
   if (backend_.health().state == serving::HealthState::Loading)
-    return fail(make_error(503, "the model is still loading", "server_error",
-                           "service_unavailable"));
+    return fail(Status::unavailable("the model is still loading"));
   auto body = parse_json_object(req.body);
-  if (auto* e = std::get_if<ApiError>(&body)) return fail(*e);
-  const json& j = std::get<json>(body);
+  if (!body.is_ok()) return fail(body.status());
+  const json& j = *body;
   const auto models = backend_.models();
 
   if (route->id == RouteId::Tokenize) {
     auto t = parse_tokenize(j, models);
-    if (auto* e = std::get_if<ApiError>(&t)) return fail(*e);
-    auto& tr = std::get<TokenizeRequest>(t);
+    if (!t.is_ok()) return fail(t.status());
+    const TokenizeRequest& tr = *t;
     auto res = backend_.tokenize(tr.model, tr.text, tr.add_special);
-    if (auto* e = std::get_if<serving::Error>(&res)) return fail(from_backend_error(*e));
-    const auto& toks = std::get<std::vector<serving::Token>>(res);
+    if (!res.is_ok()) return fail(res.status());
+    const auto& toks = *res;
     int32_t ctx = 0;
     for (const auto& m : models)
       if (m.id == tr.model) ctx = m.n_ctx;
@@ -207,17 +194,16 @@ std::variant<HttpResponse, GenerateJob> Router::handle(const HttpRequest& req) {
   }
   if (route->id == RouteId::Detokenize) {
     auto d = parse_detokenize(j, models);
-    if (auto* e = std::get_if<ApiError>(&d)) return fail(*e);
-    auto& dr = std::get<DetokenizeRequest>(d);
-    auto res = backend_.detokenize(dr.model, dr.tokens);
-    if (auto* e = std::get_if<serving::Error>(&res)) return fail(from_backend_error(*e));
-    return finish(json_response(200, {{"prompt", std::get<std::string>(res)}}));
+    if (!d.is_ok()) return fail(d.status());
+    auto res = backend_.detokenize(d->model, d->tokens);
+    if (!res.is_ok()) return fail(res.status());
+    return finish(json_response(200, {{"prompt", *res}}));
   }
 
   auto parsed = parse_generate(route->id == RouteId::Chat ? Endpoint::Chat : Endpoint::Completions,
                                j, models, opt_.limits);
-  if (auto* e = std::get_if<ApiError>(&parsed)) return fail(*e);
-  return GenerateJob{route->path, std::move(std::get<ParsedGenerate>(parsed))};
+  if (!parsed.is_ok()) return fail(parsed.status());
+  return GenerateJob{route->path, std::move(parsed).value()};
 }
 
 }  // namespace cairn::api

@@ -54,7 +54,7 @@ class Router {
   std::variant<HttpResponse, GenerateJob> handle(const HttpRequest& req);
 
   // An OpenAI-shaped error response (with CORS and Retry-After as needed).
-  HttpResponse error_response(const ApiError& e, const std::string& origin) const;
+  HttpResponse error_response(const Status& e, const std::string& origin) const;
   // Adds CORS headers when the request's origin is allowed.
   void add_cors(HttpResponse& r, const std::string& origin) const;
   // Records a finished request for /metrics.
