@@ -84,7 +84,7 @@ struct HttpServer::Impl {
   net::io_context ioc;  // first: destroyed last, after everything that posts to it
   serving::Backend& backend;
   ServerOptions opt;
-  Router router;
+  HttpRoutes routes;
   tcp::acceptor acceptor;
   std::optional<net::signal_set> signals;
   net::steady_timer drain_timer;
@@ -101,7 +101,7 @@ struct HttpServer::Impl {
       : ioc(std::max(1, o.threads)),
         backend(b),
         opt(std::move(o)),
-        router(b, opt.router),
+        routes(b, opt.routes),
         acceptor(net::make_strand(ioc)),
         drain_timer(ioc),
         accept_retry(ioc) {}
@@ -199,10 +199,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
     req.body = std::move(msg.body());
     parser_.reset();
     origin_ = req.origin;
-    const std::string route = Router::route_name(req.target);
-    auto outcome = srv_.router.handle(req);
+    const std::string route = HttpRoutes::route_name(req.target);
+    auto outcome = srv_.routes.handle(req);
     if (auto* r = std::get_if<HttpResponse>(&outcome)) {
-      srv_.router.count(route, r->status);
+      srv_.routes.count(route, r->status);
       return respond(std::move(*r), !keep_alive_);
     }
     start_job(std::move(std::get<GenerateJob>(outcome)));
@@ -210,8 +210,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   void respond_error(const Status& e) {
     keep_alive_ = false;  // the stream's position is unknown after a refused request
-    HttpResponse r = srv_.router.error_response(e, origin_);
-    srv_.router.count("other", r.status);
+    HttpResponse r = srv_.routes.error_response(e, origin_);
+    srv_.routes.count("other", r.status);
     send(head(r.status, r.content_type, r.headers, r.body.size(), false) + r.body);
     // The client may still be sending the body we refused: closing now would
     // reset the connection and lose the response, so read and discard first.
@@ -285,7 +285,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
         auto res = backend_.submit(std::move(r), std::make_shared<QueueSink>(queue_, index));
         if (!res.is_ok()) {
           for (auto id : ids_) backend_.cancel(id);
-          HttpResponse refused = srv_.router.error_response(res.status(), origin_);
+          HttpResponse refused = srv_.routes.error_response(res.status(), origin_);
           end_job(refused.status);
           return respond(std::move(refused), !keep_alive_);
         }
@@ -300,7 +300,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (streaming_) {
       HttpResponse h;
       h.content_type = "text/event-stream";
-      srv_.router.add_cors(h, origin_);
+      srv_.routes.add_cors(h, origin_);
       send(head(200, h.content_type, h.headers, std::nullopt, keep_alive_) + chunk(gen_->opening()));
     }
     watch();
@@ -354,7 +354,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
       r.status = status;
       r.body = gen_->closing();
       if (status == 503) r.headers.emplace_back("Retry-After", "1");
-      srv_.router.add_cors(r, origin_);
+      srv_.routes.add_cors(r, origin_);
       send(head(r.status, r.content_type, r.headers, r.body.size(), keep_alive_) + r.body);
     }
     end_status_ = status;
@@ -368,7 +368,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (streaming_) return abort_job(504);
     for (auto id : ids_) backend_.cancel(id);
     job_ending_ = true;
-    HttpResponse r = srv_.router.error_response(
+    HttpResponse r = srv_.routes.error_response(
         Status::error(StatusCode::DeadlineExceeded, "the request did not finish in time"), origin_);
     keep_alive_ = false;
     send(head(r.status, r.content_type, r.headers, r.body.size(), false) + r.body);
@@ -382,7 +382,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void count_once(int status) {
     if (counted_) return;
     counted_ = true;
-    srv_.router.count(route_, status);
+    srv_.routes.count(route_, status);
   }
 
   // Ends the request's accounting: counted, drain notified, late events ignored.
@@ -504,7 +504,7 @@ void HttpServer::Impl::begin_drain() {
   if (draining.exchange(true)) return;
   spdlog::info("draining: refusing new requests, waiting up to {} s for {} running", opt.drain_seconds,
                active.load());
-  router.set_draining();
+  routes.set_draining();
   backend.start_draining();
   net::post(ioc, [this] {
     if (active == 0) return finish();

@@ -95,7 +95,7 @@ ClusterBackend::ClusterBackend(Registry& registry, ClusterOptions options,
     : registry_(registry),
       options_(options),
       factory_(std::move(factory)),
-      router_(options.routing) {
+      picker_(options.routing) {
   if (options_.max_attempts < 1) options_.max_attempts = 1;
   if (!factory_) {
     const double timeout = options_.request_timeout_s, rpc_timeout = options_.rpc_timeout_s;
@@ -186,7 +186,7 @@ Status ClusterBackend::dispatch(const std::shared_ptr<Flight>& flight) {
       tried = flight->tried;
     }
     auto workers = candidates(flight->req.model, tried);
-    const int pick = router_.pick(workers, flight->key);
+    const int pick = picker_.pick(workers, flight->key);
     if (pick < 0) {
       if (!last.is_ok()) return last;
       return Status::unavailable("no ready worker serves the model");
@@ -248,7 +248,7 @@ Result<serving::RequestId> ClusterBackend::submit(serving::GenerateRequest req,
   CAIRN_RETURN_IF_ERROR(no_worker_error(req.model));
   auto flight = std::make_shared<Flight>();
   flight->id = next_id_.fetch_add(1);
-  flight->key = prefix_key(req, router_.options().prefix_chars);
+  flight->key = prefix_key(req, picker_.options().prefix_chars);
   flight->req = std::move(req);
   flight->client = std::move(sink);
   {
@@ -335,7 +335,7 @@ Result<std::vector<serving::Token>> ClusterBackend::tokenize(const std::string& 
                                                              bool add_special) const {
   CAIRN_RETURN_IF_ERROR(no_worker_error(model));
   auto workers = candidates(model, {});
-  const int pick = router_.pick(workers, {});
+  const int pick = picker_.pick(workers, {});
   if (pick < 0) return Status::unavailable("no worker is ready");
   return backend_for(workers[static_cast<size_t>(pick)])->tokenize(model, text, add_special);
 }
@@ -344,7 +344,7 @@ Result<std::string> ClusterBackend::detokenize(const std::string& model,
                                                const std::vector<serving::Token>& tokens) const {
   CAIRN_RETURN_IF_ERROR(no_worker_error(model));
   auto workers = candidates(model, {});
-  const int pick = router_.pick(workers, {});
+  const int pick = picker_.pick(workers, {});
   if (pick < 0) return Status::unavailable("no worker is ready");
   return backend_for(workers[static_cast<size_t>(pick)])->detokenize(model, tokens);
 }

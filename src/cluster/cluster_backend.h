@@ -1,6 +1,6 @@
-// cluster/cluster_backend.h — the controller's router as a serving::Backend.
+// cluster/cluster_backend.h — the controller: requests spread over workers, as a serving::Backend.
 // Owns request routing across the registry's workers: picks a ready worker
-// that serves the model (cluster/routing.h), forwards through a per-worker
+// that serves the model (cluster/worker_picker.h), forwards through a per-worker
 // Backend (a RemoteBackend in production, fakes in tests), counts what it has
 // in flight per worker, retries a request on another worker when its worker
 // fails before the first token reached the client, and otherwise ends it with
@@ -18,13 +18,13 @@
 #include <vector>
 
 #include "cluster/registry.h"
-#include "cluster/routing.h"
+#include "cluster/worker_picker.h"
 #include "serving/backend.h"
 
 namespace cairn::cluster {
 
 struct ClusterOptions {
-  RoutingOptions routing;
+  WorkerPickerOptions routing;
   int max_attempts = 3;            // workers tried per request before the first token
   int32_t max_queue = 256;         // requests in flight through the controller (503 beyond)
   double request_timeout_s = 600;  // deadline of each forwarded Generate
@@ -76,7 +76,7 @@ class ClusterBackend final : public serving::Backend {
   Registry& registry_;
   ClusterOptions options_;
   WorkerBackendFactory factory_;
-  mutable Router router_;
+  mutable WorkerPicker picker_;
   std::atomic<bool> draining_{false};
   std::atomic<bool> stopping_{false};
   std::atomic<int> in_flight_{0};

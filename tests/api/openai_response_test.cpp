@@ -5,7 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "api/generation.h"
-#include "api/router.h"
+#include "api/http_routes.h"
 
 namespace cairn::api {
 namespace {
@@ -250,7 +250,7 @@ TEST(Metrics, PrometheusText) {
   EXPECT_TRUE(has("# TYPE cairn_e2e_request_latency_seconds histogram"));
 }
 
-TEST(Router, SecretCompare) {
+TEST(HttpRoutes, SecretCompare) {
   EXPECT_TRUE(secret_equal("abc", "abc"));
   EXPECT_FALSE(secret_equal("abc", "abd"));
   EXPECT_FALSE(secret_equal("abc", "abcd"));
