@@ -1,3 +1,4 @@
+// api/generation.cpp — one generation request's events turned into SSE chunks or a JSON body.
 #include "api/generation.h"
 
 namespace cairn::api {

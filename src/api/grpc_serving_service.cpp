@@ -1,3 +1,4 @@
+// api/grpc_serving_service.cpp — cairn.v1.Serving: Predict, PredictStream, ListServables.
 // The Serving service uses gRPC's callback API: a call holds no thread while
 // the engine generates, and a client that cancels (or whose deadline passes)
 // reaches OnCancel, which cancels that call's backend requests. Inputs are

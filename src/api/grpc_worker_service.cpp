@@ -1,3 +1,4 @@
+// api/grpc_worker_service.cpp — the cairn.v1.Worker service a controller calls.
 #include "api/grpc_worker_service.h"
 
 #include <grpcpp/grpcpp.h>

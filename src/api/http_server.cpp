@@ -1,3 +1,4 @@
+// api/http_server.cpp — connections, HTTP/1.1 framing, SSE and draining on Beast.
 // The only translation unit that includes Beast: everything template-heavy
 // stays here so the rest of the API layer compiles quickly.
 #include "api/http_server.h"

@@ -1,3 +1,4 @@
+// api/openai_request.cpp — OpenAI request bodies parsed and validated into GenerateRequests.
 // Validation order follows the body's fields; the first problem found is
 // reported, naming the field in `param` so clients can point at it.
 #include "api/openai_request.h"

@@ -1,3 +1,4 @@
+// api/openai_response.cpp — OpenAI response JSON, SSE framing, errors and /metrics text.
 #include "api/openai_response.h"
 
 #include <atomic>

@@ -1,3 +1,4 @@
+// client/client.cpp — the C++ Serving client: requests, replies, gRPC failures as values.
 // A reply from the server is input like any other: indexes and counts are
 // checked before they are used, and a malformed reply is an error, not a crash.
 #include "client/client.h"

@@ -1,3 +1,4 @@
+// cluster/cluster_backend.cpp — the controller's Backend: dispatch, retry, relay over workers.
 #include "cluster/cluster_backend.h"
 
 #include <algorithm>

@@ -1,3 +1,4 @@
+// cluster/controller_service.cpp — the cairn.v1.Controller service workers register with.
 #include "cluster/controller_service.h"
 
 #include <grpcpp/grpcpp.h>

@@ -1,3 +1,4 @@
+// cluster/remote_backend.cpp — a Backend that forwards to one worker over gRPC.
 #include "cluster/remote_backend.h"
 
 #include <grpcpp/grpcpp.h>

@@ -1,3 +1,4 @@
+// cluster/worker_agent.cpp — a worker's registration and heartbeats with its controller.
 #include "cluster/worker_agent.h"
 
 #include <grpcpp/grpcpp.h>

@@ -1,3 +1,4 @@
+// cluster/worker_picker.cpp — the policies that choose a worker for a request.
 #include "cluster/worker_picker.h"
 
 #include <limits>

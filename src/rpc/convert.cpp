@@ -1,3 +1,4 @@
+// rpc/convert.cpp — serving types to and from cairn.v1 messages; Status to and from gRPC.
 #include "rpc/convert.h"
 
 namespace cairn::rpc {

@@ -1,7 +1,9 @@
 // rpc/convert.h — serving types <-> the cairn.v1 protobuf messages.
 // Owns the one mapping between the Backend vocabulary (serving/backend.h) and
 // the wire, used by both ends of every gRPC hop (worker service, remote
-// backend, controller). Never talks to the network and never runs a model.
+// backend, controller), and the one mapping from a Status to a gRPC status
+// (to_grpc_status) that every gRPC service answers through. Never talks to
+// the network and never runs a model.
 #pragma once
 
 #include <grpcpp/support/status.h>

@@ -1,3 +1,4 @@
+// serving/local_backend.cpp — the in-process Backend: validation, chat rendering, the engine.
 #include "serving/local_backend.h"
 
 #include <spdlog/spdlog.h>
