@@ -19,54 +19,58 @@ std::string dump_json(const json& j) {
 }
 
 HttpError to_http_error(const Status& s) {
-  int status = 500;
-  const char* type = "invalid_request_error";
-  const char* code = nullptr;
+  struct Shape {
+    int status;
+    const char* type;
+    const char* code;  // nullptr: null in the body
+  };
+  constexpr const char* kInvalid = "invalid_request_error";
+  constexpr const char* kServer = "server_error";
+  Shape shape{500, kServer, nullptr};
   switch (s.code()) {
     case StatusCode::InvalidArgument:
-      status = 400;
+      shape = {400, kInvalid, nullptr};
       break;
     case StatusCode::NotFound:
-      status = 404;
-      code = "model_not_found";
+      shape = {404, kInvalid, "model_not_found"};
       break;
     case StatusCode::Unavailable:
-      status = 503, type = "server_error", code = "service_unavailable";
+      shape = {503, kServer, "service_unavailable"};
       break;
     case StatusCode::Ok:  // not an error; answered as one rather than as success
     case StatusCode::Internal:
-      status = 500, type = "server_error";
+      shape = {500, kServer, nullptr};
       break;
     case StatusCode::Unauthenticated:
-      status = 401, type = "authentication_error", code = "invalid_api_key";
+      shape = {401, "authentication_error", "invalid_api_key"};
       break;
     case StatusCode::NoRoute:
-      status = 404, type = "not_found_error", code = "not_found";
+      shape = {404, "not_found_error", "not_found"};
       break;
     case StatusCode::MethodNotAllowed:
-      status = 405, code = "method_not_allowed";
+      shape = {405, kInvalid, "method_not_allowed"};
       break;
     case StatusCode::BodyTooLarge:
-      status = 413, code = "request_too_large";
+      shape = {413, kInvalid, "request_too_large"};
       break;
     case StatusCode::HeadersTooLarge:
-      status = 431, code = "request_header_fields_too_large";
+      shape = {431, kInvalid, "request_header_fields_too_large"};
       break;
     case StatusCode::MalformedRequest:
-      status = 400, code = "bad_request";
+      shape = {400, kInvalid, "bad_request"};
       break;
     case StatusCode::DeadlineExceeded:
-      status = 504, type = "server_error", code = "timeout";
+      shape = {504, kServer, "timeout"};
       break;
     case StatusCode::Cancelled:
-      status = 499, code = "cancelled";
+      shape = {499, kInvalid, "cancelled"};
       break;
   }
   json err = {{"message", s.message()},
-              {"type", type},
+              {"type", shape.type},
               {"param", s.param().empty() ? json(nullptr) : json(s.param())},
-              {"code", code ? json(code) : json(nullptr)}};
-  return HttpError{status, {{"error", std::move(err)}}};
+              {"code", shape.code ? json(shape.code) : json(nullptr)}};
+  return HttpError{shape.status, {{"error", std::move(err)}}};
 }
 
 std::string sse_data(const json& j) { return "data: " + dump_json(j) + "\n\n"; }
