@@ -1,3 +1,4 @@
+// tests/cluster/cluster_backend_test.cpp — ClusterBackend over fake workers: dispatch, retry, relay.
 #include "cluster/cluster_backend.h"
 
 #include <gtest/gtest.h>

@@ -1,3 +1,4 @@
+// tests/cluster/worker_picker_test.cpp — the worker-picking policies and the prefix key.
 #include "cluster/worker_picker.h"
 
 #include <gtest/gtest.h>

@@ -1,3 +1,4 @@
+// tools/cairn/server_flags.cpp — the flags `cairn serve` and `cairn controller` share.
 #include "server_flags.h"
 
 namespace cairn::cli {
