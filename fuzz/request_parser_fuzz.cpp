@@ -3,7 +3,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
-#include <variant>
 #include <vector>
 
 #include "api/openai_request.h"
@@ -13,7 +12,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const std::vector<serving::ModelInfo> models = {{"m", 128, 512, 0}};
   const std::string_view body(reinterpret_cast<const char*>(data), size);
   auto parsed = api::parse_json_object(body);
-  if (const auto* json = std::get_if<nlohmann::json>(&parsed)) {
+  if (parsed.is_ok()) {
+    const nlohmann::json* json = &*parsed;
     (void)api::parse_generate(api::Endpoint::Completions, *json, models);
     (void)api::parse_generate(api::Endpoint::Chat, *json, models);
     (void)api::parse_tokenize(*json, models);

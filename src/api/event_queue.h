@@ -15,7 +15,7 @@
 
 namespace cairn::api {
 
-using Event = std::variant<serving::TokenEvent, serving::FinishEvent, serving::Error>;
+using Event = std::variant<serving::TokenEvent, serving::FinishEvent, Status>;
 
 // Events of all choices of one HTTP request, tagged by choice index.
 class EventQueue {
@@ -53,7 +53,7 @@ class QueueSink : public serving::EventSink {
       : queue_(std::move(queue)), index_(index) {}
   void on_token(const serving::TokenEvent& ev) override { queue_->push(index_, ev); }
   void on_finish(const serving::FinishEvent& ev) override { queue_->push(index_, ev); }
-  void on_error(const serving::Error& err) override { queue_->push(index_, err); }
+  void on_error(const Status& err) override { queue_->push(index_, err); }
 
  private:
   std::shared_ptr<EventQueue> queue_;

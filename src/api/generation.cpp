@@ -1,3 +1,4 @@
+// api/generation.cpp — one generation request's events turned into SSE chunks or a JSON body.
 #include "api/generation.h"
 
 namespace cairn::api {
@@ -45,16 +46,16 @@ std::string Generation::on_event(int32_t index, const Event& ev) {
     return out;
   }
   failed_ = true;
-  error_ = from_backend_error(std::get<serving::Error>(ev));
+  error_ = std::get<Status>(ev);
   return {};
 }
 
 std::string Generation::closing() {
   if (stream_) {
-    if (failed_) return sse_data(error_body(error_)) + kSseDone;
+    if (failed_) return sse_data(to_http_error(error_).body) + kSseDone;
     return kSseDone;
   }
-  if (failed_) return dump_json(error_body(error_));
+  if (failed_) return dump_json(to_http_error(error_).body);
   return dump_json(full_response(meta_, choices_, n_));
 }
 

@@ -25,11 +25,11 @@ class Generation {
   // True once every choice finished or any failed.
   bool done() const { return finished_ == static_cast<int32_t>(choices_.size()) || failed_; }
   bool failed() const { return failed_; }
-  const ApiError& error() const { return error_; }
+  const Status& error() const { return error_; }
   // Once done. Streaming: the usage chunk (if asked) and [DONE], or an error
   // event. Not streaming: the response (or error) JSON; see status().
   std::string closing();
-  int status() const { return failed_ ? error_.status : 200; }
+  int status() const { return failed_ ? to_http_error(error_).status : 200; }
 
  private:
   ResponseMeta meta_;
@@ -40,7 +40,7 @@ class Generation {
   std::vector<int64_t> offsets_;  // text bytes sent per choice (completions text_offset)
   int32_t finished_ = 0;
   bool failed_ = false;
-  ApiError error_;
+  Status error_;
 };
 
 }  // namespace cairn::api

@@ -1,3 +1,4 @@
+// api/grpc_server.cpp — starting and stopping the gRPC server that hosts the services.
 #include "api/grpc_server.h"
 
 #include <grpcpp/grpcpp.h>

@@ -2,7 +2,7 @@
 // Owns the grpc::Server and its listening port; serves services it is given
 // but does not own (they must outlive it). Never implements a service and
 // never touches a backend. gRPC headers stay in the .cpp: this header is
-// included by the CLI and the cluster code, and grpcpp is slow to compile.
+// included by the CLI and the cluster tests, and grpcpp is slow to compile.
 #pragma once
 
 #include <memory>

@@ -1,3 +1,4 @@
+// api/grpc_serving_service.cpp — cairn.v1.Serving: Predict, PredictStream, ListServables.
 // The Serving service uses gRPC's callback API: a call holds no thread while
 // the engine generates, and a client that cancels (or whose deadline passes)
 // reaches OnCancel, which cancels that call's backend requests. Inputs are
@@ -9,15 +10,18 @@
 
 #include <deque>
 #include <mutex>
-#include <optional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <utility>
 #include <variant>
 #include <vector>
 
 #include "api/openai_request.h"
+#include "api/openai_response.h"
 #include "cairn/v1/serving.grpc.pb.h"
+#include "core/status.h"
+#include "rpc/convert.h"
 
 namespace cairn::api {
 namespace {
@@ -25,36 +29,19 @@ namespace {
 using nlohmann::json;
 namespace v1 = cairn::v1;
 
-struct CallError {
-  int code = 400;
-  std::string message;
-};
+// An instance's or a whole call's failure. The Serving API carries a message
+// and a code, no field name: param is dropped so that the gRPC status (from
+// rpc::to_grpc_status) has no details, and the reply's error_code is the HTTP
+// status of the same failure (from to_http_error).
+Status call_error(const Status& s) { return Status::error(s.code(), s.message()); }
 
-int code_of(serving::ErrorKind kind) {
-  switch (kind) {
-    case serving::ErrorKind::InvalidRequest:
-      return 400;
-    case serving::ErrorKind::NotFound:
-      return 404;
-    case serving::ErrorKind::Unavailable:
-      return 503;
-    case serving::ErrorKind::Internal:
-      break;
-  }
-  return 500;
+void set_error(v1::ErrorMsg& out, const Status& err) {
+  out.set_error_code(to_http_error(err).status);
+  out.set_error_msg(err.message());
 }
 
-grpc::StatusCode grpc_code_of(int code) {
-  switch (code) {
-    case 400:
-      return grpc::StatusCode::INVALID_ARGUMENT;
-    case 404:
-      return grpc::StatusCode::NOT_FOUND;
-    case 503:
-      return grpc::StatusCode::UNAVAILABLE;
-    default:
-      return grpc::StatusCode::INTERNAL;
-  }
+grpc::Status cancelled_status() {
+  return rpc::to_grpc_status(Status::error(StatusCode::Cancelled, "the call was cancelled"));
 }
 
 // Names echoed in errors are cut short (at a UTF-8 boundary: replies must stay
@@ -76,39 +63,39 @@ struct Target {
 };
 
 // The request as a whole: servable, method, version and instance count.
-std::variant<Target, CallError> resolve_target(const v1::PredictRequest& req,
-                                               const serving::Backend& backend) {
+Result<Target> resolve_target(const v1::PredictRequest& req, const serving::Backend& backend) {
   Target t;
   t.models = backend.models();
   const auto& spec = req.servable_spec();
-  if (t.models.empty()) return CallError{503, "no model is loaded yet"};
+  if (t.models.empty()) return Status::unavailable("no model is loaded yet");
   if (spec.name().empty()) {
     if (t.models.size() != 1)
-      return CallError{400, "the servable name is required when several models are served"};
+      return Status::invalid_argument(
+          "the servable name is required when several models are served");
     t.model = t.models.front().id;
   } else {
     for (const auto& m : t.models)
       if (m.id == spec.name()) t.model = m.id;
-    if (t.model.empty()) return CallError{404, "unknown servable " + shown(spec.name())};
+    if (t.model.empty()) return Status::not_found("unknown servable " + shown(spec.name()));
   }
   if (spec.method_name() == "generate") {
     t.method = Method::Generate;
   } else if (spec.method_name() == "chat") {
     t.method = Method::Chat;
   } else if (spec.method_name().empty()) {
-    return CallError{400, "the method name is required (generate or chat)"};
+    return Status::invalid_argument("the method name is required (generate or chat)");
   } else {
-    return CallError{404, "unknown method " + shown(spec.method_name()) + " of servable " +
-                              shown(t.model) + " (methods: generate, chat)"};
+    return Status::not_found("unknown method " + shown(spec.method_name()) + " of servable " +
+                             shown(t.model) + " (methods: generate, chat)");
   }
   if (spec.version_number() > 1)
-    return CallError{404, "version " + std::to_string(spec.version_number()) + " of servable " +
-                              shown(t.model) + " is not served (only version 1)"};
-  if (req.instances_size() == 0) return CallError{400, "the request has no instances"};
+    return Status::not_found("version " + std::to_string(spec.version_number()) + " of servable " +
+                             shown(t.model) + " is not served (only version 1)");
+  if (req.instances_size() == 0) return Status::invalid_argument("the request has no instances");
   if (static_cast<size_t>(req.instances_size()) > kMaxServingInstances)
-    return CallError{400, "the request has " + std::to_string(req.instances_size()) +
-                              " instances, at most " + std::to_string(kMaxServingInstances) +
-                              " are allowed"};
+    return Status::invalid_argument("the request has " + std::to_string(req.instances_size()) +
+                                    " instances, at most " + std::to_string(kMaxServingInstances) +
+                                    " are allowed");
   return t;
 }
 
@@ -123,29 +110,28 @@ bool is_common_input(const std::string& name) {
 }
 
 // One instance to a GenerateRequest, or the first problem found.
-std::variant<serving::GenerateRequest, CallError> parse_instance(const v1::Instance& inst,
-                                                                 const Target& t) {
+Result<serving::GenerateRequest> parse_instance(const v1::Instance& inst, const Target& t) {
   const bool chat = t.method == Method::Chat;
   const char* prompt_name = chat ? "messages" : "prompt";
   json body = json::object();
   body["model"] = t.model;
   for (const auto& [name, value] : inst.items()) {
     if (name != prompt_name && !is_common_input(name))
-      return CallError{400, "unknown input " + shown(name) + " for method " +
-                                (chat ? "chat" : "generate") + " (inputs: " + prompt_name +
-                                ", max_tokens, temperature, top_p, top_k, min_p, seed, stop, "
-                                "ignore_eos, presence_penalty, frequency_penalty)"};
+      return Status::invalid_argument("unknown input " + shown(name) + " for method " +
+                                      (chat ? "chat" : "generate") + " (inputs: " + prompt_name +
+                                      ", max_tokens, temperature, top_p, top_k, min_p, seed, stop, "
+                                      "ignore_eos, presence_penalty, frequency_penalty)");
     const bool text_input = name == prompt_name;
     if (text_input && value.kind_case() != v1::Value::kStringValue)
-      return CallError{400, "input '" + name + "' must be a string"};
+      return Status::invalid_argument("input '" + name + "' must be a string");
     switch (value.kind_case()) {
       case v1::Value::kStringValue: {
         const std::string& s = value.string_value();
         if (name == "messages") {
           json msgs = json::parse(s, nullptr, /*allow_exceptions=*/false);
           if (msgs.is_discarded() || !msgs.is_array())
-            return CallError{400,
-                             "input 'messages' must be a JSON array of {role, content} objects"};
+            return Status::invalid_argument(
+                "input 'messages' must be a JSON array of {role, content} objects");
           body[name] = std::move(msgs);
         } else if (name == "stop" && !s.empty() && s.front() == '[') {
           // A JSON array of strings; a stop string that merely starts with
@@ -155,8 +141,9 @@ std::variant<serving::GenerateRequest, CallError> parse_instance(const v1::Insta
         } else if (text_input || name == "stop") {
           body[name] = s;
         } else {
-          return CallError{400, "input '" + name + "' must be a " +
-                                    (name == "ignore_eos" ? "bool" : "number") + ", not a string"};
+          return Status::invalid_argument("input '" + name + "' must be a " +
+                                          (name == "ignore_eos" ? "bool" : "number") +
+                                          ", not a string");
         }
         break;
       }
@@ -170,17 +157,17 @@ std::variant<serving::GenerateRequest, CallError> parse_instance(const v1::Insta
         body[name] = value.bool_value();
         break;
       case v1::Value::kBytesValue:
-        return CallError{400, "input '" + name + "' must not be bytes"};
+        return Status::invalid_argument("input '" + name + "' must not be bytes");
       case v1::Value::KIND_NOT_SET:
-        return CallError{400, "input '" + name + "' has no value"};
+        return Status::invalid_argument("input '" + name + "' has no value");
     }
   }
   if (!body.contains(prompt_name))
-    return CallError{400, std::string("input '") + prompt_name + "' is required"};
+    return Status::invalid_argument(std::string("input '") + prompt_name + "' is required");
   auto parsed = parse_generate(chat ? Endpoint::Chat : Endpoint::Completions, body, t.models);
-  if (auto* e = std::get_if<ApiError>(&parsed)) return CallError{e->status, e->message};
-  auto& p = std::get<ParsedGenerate>(parsed);
-  if (p.prompts.size() != 1) return CallError{400, "input 'prompt' must be one string"};
+  if (!parsed.is_ok()) return call_error(parsed.status());
+  auto& p = *parsed;
+  if (p.prompts.size() != 1) return Status::invalid_argument("input 'prompt' must be one string");
   return std::move(p.prompts.front());
 }
 
@@ -215,7 +202,7 @@ class CallBase : public std::enable_shared_from_this<CallBase> {
 
   virtual void on_token(size_t i, const serving::TokenEvent& ev) = 0;
   virtual void on_finish(size_t i, const serving::FinishEvent& ev) = 0;
-  virtual void on_error(size_t i, const CallError& err) = 0;
+  virtual void on_error(size_t i, const Status& err) = 0;  // err has no param
 
   // Submits instance i unless the call is already over; a refusal is that
   // instance's error.
@@ -239,9 +226,7 @@ class CallBase::Sink final : public serving::EventSink {
   Sink(std::shared_ptr<CallBase> call, size_t index) : call_(std::move(call)), index_(index) {}
   void on_token(const serving::TokenEvent& ev) override { call_->on_token(index_, ev); }
   void on_finish(const serving::FinishEvent& ev) override { call_->on_finish(index_, ev); }
-  void on_error(const serving::Error& err) override {
-    call_->on_error(index_, CallError{code_of(err.kind), err.message});
-  }
+  void on_error(const Status& err) override { call_->on_error(index_, call_error(err)); }
 
  private:
   std::shared_ptr<CallBase> call_;
@@ -254,11 +239,11 @@ void CallBase::submit(size_t i, serving::GenerateRequest req) {
     if (over_) return;
   }
   auto res = backend_.submit(std::move(req), std::make_shared<Sink>(shared_from_this(), i));
-  if (auto* err = std::get_if<serving::Error>(&res)) {
-    on_error(i, CallError{code_of(err->kind), err->message});
+  if (!res.is_ok()) {
+    on_error(i, call_error(res.status()));
     return;
   }
-  const auto id = std::get<serving::RequestId>(res);
+  const auto id = *res;
   bool cancel_now = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -288,12 +273,7 @@ class UnaryCall final : public CallBase {
  public:
   UnaryCall(serving::Backend& backend, size_t n, grpc::ServerUnaryReactor* reactor,
             v1::PredictReply* reply)
-      : CallBase(backend, n),
-        reactor_(reactor),
-        reply_(reply),
-        texts_(n),
-        finals_(n),
-        errors_(n, CallError{0, {}}) {}
+      : CallBase(backend, n), reactor_(reactor), reply_(reply), texts_(n), finals_(n), errors_(n) {}
 
   void on_token(size_t i, const serving::TokenEvent& ev) override {
     std::lock_guard<std::mutex> lock(mu_);
@@ -310,7 +290,7 @@ class UnaryCall final : public CallBase {
     }
     if (finish) reactor_->Finish(grpc::Status::OK);
   }
-  void on_error(size_t i, const CallError& err) override {
+  void on_error(size_t i, const Status& err) override {
     bool finish = false;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -331,27 +311,24 @@ class UnaryCall final : public CallBase {
       if (!d) return false;
     over_ = true;
     bool any_error = false;
-    for (const auto& e : errors_) any_error = any_error || e.code != 0;
+    for (const auto& e : errors_) any_error = any_error || !e.is_ok();
     for (size_t k = 0; k < done_.size(); ++k) {
       v1::Instance* inst = reply_->add_instances();
-      if (errors_[k].code == 0) fill_final(*inst, std::move(texts_[k]), finals_[k]);
+      if (errors_[k].is_ok()) fill_final(*inst, std::move(texts_[k]), finals_[k]);
       if (any_error) {
-        auto* e = reply_->add_error_msg();
-        e->set_error_code(errors_[k].code);
-        e->set_error_msg(errors_[k].message);
+        auto* e = reply_->add_error_msg();  // code 0, no message: this one succeeded
+        if (!errors_[k].is_ok()) set_error(*e, errors_[k]);
       }
     }
     return true;
   }
-  void finish_cancelled() override {
-    reactor_->Finish(grpc::Status(grpc::StatusCode::CANCELLED, "the call was cancelled"));
-  }
+  void finish_cancelled() override { reactor_->Finish(cancelled_status()); }
 
   grpc::ServerUnaryReactor* reactor_;
   v1::PredictReply* reply_;
   std::vector<std::string> texts_;
   std::vector<serving::FinishEvent> finals_;
-  std::vector<CallError> errors_;  // code 0: no error
+  std::vector<Status> errors_;  // ok: no error
 };
 
 // Both reactors hand OnCancel to their call; a cancel that comes before the
@@ -417,12 +394,10 @@ class StreamCall final : public CallBase {
     fill_final(*reply.add_instances(), ev.text, ev);
     push(i, std::move(reply), true);
   }
-  void on_error(size_t i, const CallError& err) override {
+  void on_error(size_t i, const Status& err) override {
     v1::PredictReply reply;
     reply.set_instance_index(static_cast<uint32_t>(i));
-    auto* e = reply.add_error_msg();
-    e->set_error_code(err.code);
-    e->set_error_msg(err.message);
+    set_error(*reply.add_error_msg(), err);
     {
       // An instance that fails after it streamed text (its worker died) also
       // ends the call with that error's status (UNAVAILABLE for a lost
@@ -438,7 +413,7 @@ class StreamCall final : public CallBase {
     const v1::PredictReply* next = nullptr;
     bool finish_ok = false;
     bool finish_cancel = false;
-    std::optional<CallError> failure;
+    std::optional<Status> failure;
     {
       std::lock_guard<std::mutex> lock(mu_);
       queue_.pop_front();
@@ -458,12 +433,12 @@ class StreamCall final : public CallBase {
     if (next) {
       reactor_->StartWrite(next);
     } else if (finish_ok && failure) {
-      reactor_->Finish(grpc::Status(grpc_code_of(failure->code), failure->message));
+      reactor_->Finish(rpc::to_grpc_status(*failure));
     } else if (finish_ok) {
       reactor_->Finish(grpc::Status::OK);
     } else if (finish_cancel) {
       if (!ok) cancel_requests();
-      reactor_->Finish(grpc::Status(grpc::StatusCode::CANCELLED, "the call was cancelled"));
+      reactor_->Finish(cancelled_status());
     }
   }
 
@@ -510,12 +485,12 @@ class StreamCall final : public CallBase {
       else
         now = true;
     }
-    if (now) reactor_->Finish(grpc::Status(grpc::StatusCode::CANCELLED, "the call was cancelled"));
+    if (now) reactor_->Finish(cancelled_status());
   }
 
   grpc::ServerWriteReactor<v1::PredictReply>* reactor_;
   std::vector<bool> streamed_;          // per instance: text was sent
-  std::optional<CallError> failure_;    // the first failure after streamed text
+  std::optional<Status> failure_;       // the first failure after streamed text
   std::deque<v1::PredictReply> queue_;  // front: the write in flight
   bool writing_ = false;
   bool cancel_pending_ = false;
@@ -535,15 +510,13 @@ class ServingService final : public v1::Serving::CallbackService {
                                     v1::PredictReply* reply) override {
     auto* reactor = new UnaryReactor();
     auto target = resolve_target(*req, backend_);
-    if (auto* err = std::get_if<CallError>(&target)) {
+    if (!target.is_ok()) {
       reply->mutable_servable_spec()->CopyFrom(req->servable_spec());
-      auto* e = reply->add_error_msg();
-      e->set_error_code(err->code);
-      e->set_error_msg(err->message);
+      set_error(*reply->add_error_msg(), target.status());
       reactor->Finish(grpc::Status::OK);
       return reactor;
     }
-    const Target& t = std::get<Target>(target);
+    const Target& t = *target;
     set_spec(*reply, t);
     const size_t n = static_cast<size_t>(req->instances_size());
     auto call = std::make_shared<UnaryCall>(backend_, n, reactor, reply);
@@ -556,11 +529,11 @@ class ServingService final : public v1::Serving::CallbackService {
       grpc::CallbackServerContext*, const v1::PredictRequest* req) override {
     auto* reactor = new StreamReactor();
     auto target = resolve_target(*req, backend_);
-    if (auto* err = std::get_if<CallError>(&target)) {
-      reactor->Finish(grpc::Status(grpc_code_of(err->code), err->message));
+    if (!target.is_ok()) {
+      reactor->Finish(rpc::to_grpc_status(target.status()));
       return reactor;
     }
-    const Target& t = std::get<Target>(target);
+    const Target& t = *target;
     auto call =
         std::make_shared<StreamCall>(backend_, static_cast<size_t>(req->instances_size()), reactor);
     reactor->set_call(call);
@@ -588,16 +561,15 @@ class ServingService final : public v1::Serving::CallbackService {
   // bad instance costs the engine nothing for the bad one; the good ones run.
   static void start(CallBase& call, const v1::PredictRequest& req, const Target& t) {
     const size_t n = static_cast<size_t>(req.instances_size());
-    std::vector<std::variant<serving::GenerateRequest, CallError>> parsed;
+    std::vector<Result<serving::GenerateRequest>> parsed;
     parsed.reserve(n);
     for (size_t i = 0; i < n; ++i)
       parsed.push_back(parse_instance(req.instances(static_cast<int>(i)), t));
     for (size_t i = 0; i < n; ++i) {
-      if (auto* err = std::get_if<CallError>(&parsed[i])) {
-        err->message = "instance " + std::to_string(i) + ": " + err->message;
-        call.on_error(i, *err);
+      if (!parsed[i].is_ok()) {
+        call.on_error(i, parsed[i].status().with_context("instance " + std::to_string(i)));
       } else {
-        call.submit(i, std::move(std::get<serving::GenerateRequest>(parsed[i])));
+        call.submit(i, std::move(parsed[i]).value());
       }
     }
   }

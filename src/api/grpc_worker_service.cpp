@@ -1,3 +1,4 @@
+// api/grpc_worker_service.cpp — the cairn.v1.Worker service a controller calls.
 #include "api/grpc_worker_service.h"
 
 #include <grpcpp/grpcpp.h>
@@ -17,7 +18,7 @@
 namespace cairn::api {
 namespace {
 
-using Event = std::variant<serving::TokenEvent, serving::FinishEvent, serving::Error>;
+using Event = std::variant<serving::TokenEvent, serving::FinishEvent, cairn::Status>;
 
 // How often a waiting handler looks at its call's cancellation: gRPC offers
 // no wake-up on cancel to a sync handler, so this bounds how long a request
@@ -30,7 +31,7 @@ class StreamSink final : public serving::EventSink {
  public:
   void on_token(const serving::TokenEvent& ev) override { push(ev); }
   void on_finish(const serving::FinishEvent& ev) override { push(ev); }
-  void on_error(const serving::Error& err) override { push(err); }
+  void on_error(const cairn::Status& err) override { push(err); }
 
   // Waits up to `timeout` for events (or a Cancel by id) and takes them all.
   std::deque<Event> take(std::chrono::milliseconds timeout) {
@@ -70,7 +71,11 @@ class StreamSink final : public serving::EventSink {
 };
 
 grpc::Status invalid_argument(const std::string& message) {
-  return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, message);
+  return rpc::to_grpc_status(cairn::Status::invalid_argument(message));
+}
+
+grpc::Status call_cancelled(const std::string& message) {
+  return rpc::to_grpc_status(cairn::Status::error(StatusCode::Cancelled, message));
 }
 
 class WorkerService final : public v1::Worker::Service {
@@ -84,7 +89,7 @@ class WorkerService final : public v1::Worker::Service {
       return invalid_argument("request_id is longer than " + std::to_string(kMaxRequestIdBytes) +
                               " bytes");
     auto parsed = rpc::from_proto(*msg);
-    if (auto* err = std::get_if<serving::Error>(&parsed)) return rpc::to_grpc_status(*err);
+    if (!parsed.is_ok()) return rpc::to_grpc_status(parsed.status());
 
     auto sink = std::make_shared<StreamSink>();
     // Named before submit so that a Cancel racing the submit is not lost.
@@ -103,9 +108,9 @@ class WorkerService final : public v1::Worker::Service {
       }
     } unname{this, id};
 
-    auto submitted = backend_.submit(std::move(std::get<serving::GenerateRequest>(parsed)), sink);
-    if (auto* err = std::get_if<serving::Error>(&submitted)) return rpc::to_grpc_status(*err);
-    const serving::RequestId rid = std::get<serving::RequestId>(submitted);
+    auto submitted = backend_.submit(std::move(parsed).value(), sink);
+    if (!submitted.is_ok()) return rpc::to_grpc_status(submitted.status());
+    const serving::RequestId rid = *submitted;
 
     bool cancelled = false;  // backend.cancel already called
     auto cancel_once = [&] {
@@ -118,7 +123,7 @@ class WorkerService final : public v1::Worker::Service {
         // The client went away, its deadline passed or the server is
         // shutting down: free the request's sequence and KV blocks now.
         cancel_once();
-        return grpc::Status(grpc::StatusCode::CANCELLED, "the call was cancelled");
+        return call_cancelled("the call was cancelled");
       }
       // A Cancel by id: the engine answers with a "cancelled" finish, which
       // is streamed like any other end.
@@ -132,12 +137,12 @@ class WorkerService final : public v1::Worker::Service {
           out = rpc::to_proto(*fin);
           last = true;
         } else {
-          out = rpc::to_proto(std::get<serving::Error>(ev));
+          out = rpc::to_proto(std::get<cairn::Status>(ev));
           last = true;
         }
         if (!writer->Write(out)) {
           cancel_once();
-          return grpc::Status(grpc::StatusCode::CANCELLED, "the client stopped reading");
+          return call_cancelled("the client stopped reading");
         }
         if (last) return grpc::Status::OK;
       }
@@ -166,11 +171,10 @@ class WorkerService final : public v1::Worker::Service {
   grpc::Status Tokenize(grpc::ServerContext*, const v1::TokenizeRequest* msg,
                         v1::TokenizeResponse* out) override {
     auto r = backend_.tokenize(msg->model(), msg->text(), msg->add_special());
-    if (auto* err = std::get_if<serving::Error>(&r)) {
-      *out->mutable_error() = rpc::to_proto_error(*err);
+    if (!r.is_ok()) {
+      *out->mutable_error() = rpc::to_proto_error(r.status());
     } else {
-      const auto& ids = std::get<std::vector<serving::Token>>(r);
-      out->mutable_tokens()->Add(ids.begin(), ids.end());
+      out->mutable_tokens()->Add(r->begin(), r->end());
     }
     return grpc::Status::OK;
   }
@@ -181,10 +185,10 @@ class WorkerService final : public v1::Worker::Service {
       return invalid_argument("more than " + std::to_string(rpc::kMaxPromptTokens) + " tokens");
     std::vector<serving::Token> ids(msg->tokens().begin(), msg->tokens().end());
     auto r = backend_.detokenize(msg->model(), ids);
-    if (auto* err = std::get_if<serving::Error>(&r)) {
-      *out->mutable_error() = rpc::to_proto_error(*err);
+    if (!r.is_ok()) {
+      *out->mutable_error() = rpc::to_proto_error(r.status());
     } else {
-      out->set_text(std::get<std::string>(r));
+      out->set_text(*r);
     }
     return grpc::Status::OK;
   }

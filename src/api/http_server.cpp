@@ -1,3 +1,4 @@
+// api/http_server.cpp — connections, HTTP/1.1 framing, SSE and draining on Beast.
 // The only translation unit that includes Beast: everything template-heavy
 // stays here so the rest of the API layer compiles quickly.
 #include "api/http_server.h"
@@ -69,15 +70,6 @@ std::string chunk(const std::string& data) {
   return size + data + "\r\n";
 }
 
-ApiError http_error(int status, std::string message, std::string code) {
-  ApiError e;
-  e.status = status;
-  e.message = std::move(message);
-  e.code = std::move(code);
-  if (status >= 500) e.type = "server_error";
-  return e;
-}
-
 // Closed under its mutex before the io_context goes away, so an engine thread
 // delivering a late event never posts to a destroyed executor.
 struct PostGate {
@@ -93,7 +85,7 @@ struct HttpServer::Impl {
   net::io_context ioc;  // first: destroyed last, after everything that posts to it
   serving::Backend& backend;
   ServerOptions opt;
-  Router router;
+  HttpRoutes routes;
   tcp::acceptor acceptor;
   std::optional<net::signal_set> signals;
   net::steady_timer drain_timer;
@@ -110,7 +102,7 @@ struct HttpServer::Impl {
       : ioc(std::max(1, o.threads)),
         backend(b),
         opt(std::move(o)),
-        router(b, opt.router),
+        routes(b, opt.routes),
         acceptor(net::make_strand(ioc)),
         drain_timer(ioc),
         accept_retry(ioc) {}
@@ -184,17 +176,17 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (ec) {
       const bool got_some = parser_ && parser_->got_some();
       if (ec == http::error::header_limit)
-        return respond_error(http_error(431, "request headers are too large",
-                                        "request_header_fields_too_large"));
+        return respond_error(
+            Status::error(StatusCode::HeadersTooLarge, "request headers are too large"));
       if (ec == http::error::body_limit)
-        return respond_error(http_error(
-            413, "request body is larger than " + std::to_string(srv_.opt.max_body_bytes) + " bytes",
-            "request_too_large"));
+        return respond_error(Status::error(
+            StatusCode::BodyTooLarge,
+            "request body is larger than " + std::to_string(srv_.opt.max_body_bytes) + " bytes"));
       // A timeout has already closed the socket (tcp_stream does): nothing can be sent.
       if (got_some && ec != http::error::end_of_stream && ec != net::error::eof &&
           ec != net::error::connection_reset && ec != net::error::operation_aborted &&
           ec != beast::error::timeout && ec != http::error::partial_message)
-        return respond_error(http_error(400, "malformed HTTP request", "bad_request"));
+        return respond_error(Status::error(StatusCode::MalformedRequest, "malformed HTTP request"));
       return close();
     }
     stream_.expires_never();
@@ -208,19 +200,19 @@ class Connection : public std::enable_shared_from_this<Connection> {
     req.body = std::move(msg.body());
     parser_.reset();
     origin_ = req.origin;
-    const std::string route = Router::route_name(req.target);
-    auto outcome = srv_.router.handle(req);
+    const std::string route = HttpRoutes::route_name(req.target);
+    auto outcome = srv_.routes.handle(req);
     if (auto* r = std::get_if<HttpResponse>(&outcome)) {
-      srv_.router.count(route, r->status);
+      srv_.routes.count(route, r->status);
       return respond(std::move(*r), !keep_alive_);
     }
     start_job(std::move(std::get<GenerateJob>(outcome)));
   }
 
-  void respond_error(const ApiError& e) {
+  void respond_error(const Status& e) {
     keep_alive_ = false;  // the stream's position is unknown after a refused request
-    srv_.router.count("other", e.status);
-    HttpResponse r = srv_.router.error_response(e, origin_);
+    HttpResponse r = srv_.routes.error_response(e, origin_);
+    srv_.routes.count("other", r.status);
     send(head(r.status, r.content_type, r.headers, r.body.size(), false) + r.body);
     // The client may still be sending the body we refused: closing now would
     // reset the connection and lose the response, so read and discard first.
@@ -292,13 +284,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
         if (r.sampling.seed && j > 0) r.sampling.seed = *r.sampling.seed + static_cast<uint64_t>(j);
         const int32_t index = static_cast<int32_t>(p) * n + j;
         auto res = backend_.submit(std::move(r), std::make_shared<QueueSink>(queue_, index));
-        if (auto* err = std::get_if<serving::Error>(&res)) {
+        if (!res.is_ok()) {
           for (auto id : ids_) backend_.cancel(id);
-          const ApiError e = from_backend_error(*err);
-          end_job(e.status);
-          return respond(srv_.router.error_response(e, origin_), !keep_alive_);
+          HttpResponse refused = srv_.routes.error_response(res.status(), origin_);
+          end_job(refused.status);
+          return respond(std::move(refused), !keep_alive_);
         }
-        ids_.push_back(std::get<serving::RequestId>(res));
+        ids_.push_back(*res);
       }
     }
 
@@ -309,7 +301,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (streaming_) {
       HttpResponse h;
       h.content_type = "text/event-stream";
-      srv_.router.add_cors(h, origin_);
+      srv_.routes.add_cors(h, origin_);
       send(head(200, h.content_type, h.headers, std::nullopt, keep_alive_) + chunk(gen_->opening()));
     }
     watch();
@@ -363,7 +355,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
       r.status = status;
       r.body = gen_->closing();
       if (status == 503) r.headers.emplace_back("Retry-After", "1");
-      srv_.router.add_cors(r, origin_);
+      srv_.routes.add_cors(r, origin_);
       send(head(r.status, r.content_type, r.headers, r.body.size(), keep_alive_) + r.body);
     }
     end_status_ = status;
@@ -377,8 +369,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (streaming_) return abort_job(504);
     for (auto id : ids_) backend_.cancel(id);
     job_ending_ = true;
-    const ApiError e = http_error(504, "the request did not finish in time", "timeout");
-    HttpResponse r = srv_.router.error_response(e, origin_);
+    HttpResponse r = srv_.routes.error_response(
+        Status::error(StatusCode::DeadlineExceeded, "the request did not finish in time"), origin_);
     keep_alive_ = false;
     send(head(r.status, r.content_type, r.headers, r.body.size(), false) + r.body);
     end_status_ = 504;
@@ -391,7 +383,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void count_once(int status) {
     if (counted_) return;
     counted_ = true;
-    srv_.router.count(route_, status);
+    srv_.routes.count(route_, status);
   }
 
   // Ends the request's accounting: counted, drain notified, late events ignored.
@@ -513,7 +505,7 @@ void HttpServer::Impl::begin_drain() {
   if (draining.exchange(true)) return;
   spdlog::info("draining: refusing new requests, waiting up to {} s for {} running", opt.drain_seconds,
                active.load());
-  router.set_draining();
+  routes.set_draining();
   backend.start_draining();
   net::post(ioc, [this] {
     if (active == 0) return finish();

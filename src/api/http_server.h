@@ -10,7 +10,7 @@
 #include <memory>
 #include <string>
 
-#include "api/router.h"
+#include "api/http_routes.h"
 #include "core/status.h"
 #include "serving/backend.h"
 
@@ -19,7 +19,7 @@ namespace cairn::api {
 struct ServerOptions {
   std::string host = "127.0.0.1";
   uint16_t port = 8080;  // 0: any free port (see HttpServer::port)
-  RouterOptions router;
+  HttpRoutesOptions routes;
   uint64_t max_body_bytes = 8ull << 20;    // 413 beyond, chunked bodies too
   uint32_t max_header_bytes = 16u << 10;   // 431 beyond
   double request_timeout_s = 600;          // reading a request; a whole generation

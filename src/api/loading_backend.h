@@ -20,8 +20,8 @@ class LoadingBackend final : public serving::Backend {
     if (draining_) owned_->start_draining();
   }
 
-  std::variant<serving::RequestId, serving::Error> submit(
-      serving::GenerateRequest req, std::shared_ptr<serving::EventSink> sink) override {
+  Result<serving::RequestId> submit(serving::GenerateRequest req,
+                                    std::shared_ptr<serving::EventSink> sink) override {
     if (auto* b = get()) return b->submit(std::move(req), std::move(sink));
     return loading();
   }
@@ -42,13 +42,13 @@ class LoadingBackend final : public serving::Backend {
     if (auto* b = get()) return b->stats();
     return {};
   }
-  std::variant<std::vector<serving::Token>, serving::Error> tokenize(
-      const std::string& model, const std::string& text, bool add_special) const override {
+  Result<std::vector<serving::Token>> tokenize(const std::string& model, const std::string& text,
+                                               bool add_special) const override {
     if (auto* b = get()) return b->tokenize(model, text, add_special);
     return loading();
   }
-  std::variant<std::string, serving::Error> detokenize(
-      const std::string& model, const std::vector<serving::Token>& tokens) const override {
+  Result<std::string> detokenize(const std::string& model,
+                                 const std::vector<serving::Token>& tokens) const override {
     if (auto* b = get()) return b->detokenize(model, tokens);
     return loading();
   }
@@ -63,9 +63,7 @@ class LoadingBackend final : public serving::Backend {
 
  private:
   serving::Backend* get() const { return ready_.load(std::memory_order_acquire); }
-  static serving::Error loading() {
-    return serving::Error{serving::ErrorKind::Unavailable, "the model is still loading", ""};
-  }
+  static Status loading() { return Status::unavailable("the model is still loading"); }
 
   std::unique_ptr<serving::Backend> owned_;
   std::atomic<serving::Backend*> ready_{nullptr};

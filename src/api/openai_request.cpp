@@ -1,3 +1,4 @@
+// api/openai_request.cpp — OpenAI request bodies parsed and validated into GenerateRequests.
 // Validation order follows the body's fields; the first problem found is
 // reported, naming the field in `param` so clients can point at it.
 #include "api/openai_request.h"
@@ -12,40 +13,15 @@ using nlohmann::json;
 using serving::GenerateRequest;
 using serving::Token;
 
-ApiError bad_request(std::string message, std::string param) {
-  ApiError e;
-  e.status = 400;
-  e.message = std::move(message);
-  e.param = std::move(param);
-  return e;
+namespace {
+
+Status bad_request(std::string message, std::string param = {}) {
+  return Status::invalid_argument(std::move(message), std::move(param));
 }
 
-ApiError from_backend_error(const serving::Error& err) {
-  ApiError e;
-  e.message = err.message;
-  e.param = err.param;
-  switch (err.kind) {
-    case serving::ErrorKind::InvalidRequest:
-      e.status = 400;
-      break;
-    case serving::ErrorKind::NotFound:
-      e.status = 404;
-      e.code = "model_not_found";
-      break;
-    case serving::ErrorKind::Unavailable:
-      e.status = 503;
-      e.type = "server_error";
-      e.code = "service_unavailable";
-      break;
-    case serving::ErrorKind::Internal:
-      e.status = 500;
-      e.type = "server_error";
-      break;
-  }
-  return e;
-}
+}  // namespace
 
-std::variant<json, ApiError> parse_json_object(std::string_view body) {
+Result<json> parse_json_object(std::string_view body) {
   // The parser validates UTF-8 inside strings, so invalid bytes fail here.
   json j = json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return bad_request("request body is not valid JSON (or not valid UTF-8)");
@@ -62,7 +38,7 @@ const json* field(const json& body, const char* name) {
   return &*it;
 }
 
-std::optional<ApiError> type_error(const char* name, const char* expected) {
+Status type_error(const char* name, const char* expected) {
   return bad_request(std::string("'") + name + "' must be " + expected, name);
 }
 
@@ -82,10 +58,10 @@ bool as_int64(const json& v, int64_t& out) {
   return false;
 }
 
-std::optional<ApiError> get_int(const json& body, const char* name, int64_t lo, int64_t hi,
-                                std::optional<int64_t>& out) {
+Status get_int(const json& body, const char* name, int64_t lo, int64_t hi,
+               std::optional<int64_t>& out) {
   const json* v = field(body, name);
-  if (!v) return std::nullopt;
+  if (!v) return Status::ok();
   int64_t x = 0;
   if (!as_int64(*v, x)) return type_error(name, "an integer");
   if (x < lo || x > hi)
@@ -93,15 +69,15 @@ std::optional<ApiError> get_int(const json& body, const char* name, int64_t lo, 
                            std::to_string(lo) + ", " + std::to_string(hi) + "]",
                        name);
   out = x;
-  return std::nullopt;
+  return Status::ok();
 }
 
-std::optional<ApiError> get_bool(const json& body, const char* name, bool& out) {
+Status get_bool(const json& body, const char* name, bool& out) {
   const json* v = field(body, name);
-  if (!v) return std::nullopt;
+  if (!v) return Status::ok();
   if (!v->is_boolean()) return type_error(name, "a boolean");
   out = v->get<bool>();
-  return std::nullopt;
+  return Status::ok();
 }
 
 // Float sampling parameters: one row per field, range inclusive.
@@ -119,8 +95,8 @@ constexpr FloatField kFloatFields[] = {
     {"repetition_penalty", 0.01, 10.0, &serving::SamplingOptions::repetition_penalty},
 };
 
-std::optional<ApiError> parse_sampling(const json& body, const serving::ModelInfo& model,
-                                       const ParseLimits& limits, serving::SamplingOptions& s) {
+Status parse_sampling(const json& body, const serving::ModelInfo& model, const ParseLimits& limits,
+                      serving::SamplingOptions& s) {
   for (const auto& f : kFloatFields) {
     const json* v = field(body, f.name);
     if (!v) continue;
@@ -133,7 +109,7 @@ std::optional<ApiError> parse_sampling(const json& body, const serving::ModelInf
     s.*f.member = static_cast<float>(d);
   }
   std::optional<int64_t> top_k;
-  if (auto e = get_int(body, "top_k", -1, std::numeric_limits<int32_t>::max(), top_k)) return e;
+  CAIRN_RETURN_IF_ERROR(get_int(body, "top_k", -1, std::numeric_limits<int32_t>::max(), top_k));
   if (top_k) s.top_k = *top_k < 0 ? 0 : static_cast<int32_t>(*top_k);  // -1: off, as vLLM
   if (const json* v = field(body, "seed")) {
     int64_t seed = 0;
@@ -163,14 +139,13 @@ std::optional<ApiError> parse_sampling(const json& body, const serving::ModelInf
       s.logit_bias[static_cast<Token>(id)] = bias.get<float>();
     }
   }
-  return std::nullopt;
+  return Status::ok();
 }
 
-std::optional<ApiError> parse_stop(const json& body, const ParseLimits& limits,
-                                   std::vector<std::string>& stop) {
+Status parse_stop(const json& body, const ParseLimits& limits, std::vector<std::string>& stop) {
   const json* v = field(body, "stop");
-  if (!v) return std::nullopt;
-  auto add = [&](const json& s) -> std::optional<ApiError> {
+  if (!v) return Status::ok();
+  auto add = [&](const json& s) -> Status {
     if (!s.is_string()) return type_error("stop", "a string or a list of strings");
     const auto& str = s.get_ref<const std::string&>();
     if (str.empty()) return bad_request("'stop' strings must not be empty", "stop");
@@ -179,20 +154,18 @@ std::optional<ApiError> parse_stop(const json& body, const ParseLimits& limits,
                              " bytes",
                          "stop");
     stop.push_back(str);
-    return std::nullopt;
+    return Status::ok();
   };
   if (v->is_string()) return add(*v);
   if (!v->is_array()) return type_error("stop", "a string or a list of strings");
   if (static_cast<int64_t>(v->size()) > limits.max_stop)
     return bad_request("'stop' has more than " + std::to_string(limits.max_stop) + " strings",
                        "stop");
-  for (const auto& s : *v)
-    if (auto e = add(s)) return e;
-  return std::nullopt;
+  for (const auto& s : *v) CAIRN_RETURN_IF_ERROR(add(s));
+  return Status::ok();
 }
 
-std::optional<ApiError> token_list(const json& arr, const serving::ModelInfo& model,
-                                   std::vector<Token>& out) {
+Status token_list(const json& arr, const serving::ModelInfo& model, std::vector<Token>& out) {
   if (arr.empty()) return bad_request("'prompt' must not be empty", "prompt");
   out.reserve(arr.size());
   for (const auto& t : arr) {
@@ -205,29 +178,29 @@ std::optional<ApiError> token_list(const json& arr, const serving::ModelInfo& mo
                          "prompt");
     out.push_back(static_cast<Token>(id));
   }
-  return std::nullopt;
+  return Status::ok();
 }
 
 using Prompt = decltype(GenerateRequest::prompt);
 
-std::optional<ApiError> parse_prompts(const json& body, const serving::ModelInfo& model,
-                                      std::vector<Prompt>& prompts) {
+Status parse_prompts(const json& body, const serving::ModelInfo& model,
+                     std::vector<Prompt>& prompts) {
   const json* v = field(body, "prompt");
   if (!v) return bad_request("'prompt' is required", "prompt");
   if (v->is_string()) {
     if (v->get_ref<const std::string&>().empty())
       return bad_request("'prompt' must not be empty", "prompt");
     prompts.emplace_back(v->get<std::string>());
-    return std::nullopt;
+    return Status::ok();
   }
   if (!v->is_array()) return type_error("prompt", "a string, a list of strings, or token ids");
   if (v->empty()) return bad_request("'prompt' must not be empty", "prompt");
   const json& first = v->front();
   if (first.is_number()) {
     std::vector<Token> ids;
-    if (auto e = token_list(*v, model, ids)) return e;
+    CAIRN_RETURN_IF_ERROR(token_list(*v, model, ids));
     prompts.emplace_back(std::move(ids));
-    return std::nullopt;
+    return Status::ok();
   }
   for (const auto& p : *v) {
     if (p.is_string()) {
@@ -236,18 +209,18 @@ std::optional<ApiError> parse_prompts(const json& body, const serving::ModelInfo
       prompts.emplace_back(p.get<std::string>());
     } else if (p.is_array()) {
       std::vector<Token> ids;
-      if (auto e = token_list(p, model, ids)) return e;
+      CAIRN_RETURN_IF_ERROR(token_list(p, model, ids));
       prompts.emplace_back(std::move(ids));
     } else {
       return type_error("prompt", "a string, a list of strings, or token ids");
     }
   }
-  return std::nullopt;
+  return Status::ok();
 }
 
 constexpr const char* kRoles[] = {"system", "user", "assistant", "tool", "developer", "function"};
 
-std::optional<ApiError> parse_messages(const json& body, std::vector<serving::ChatMessage>& out) {
+Status parse_messages(const json& body, std::vector<serving::ChatMessage>& out) {
   const json* v = field(body, "messages");
   if (!v) return bad_request("'messages' is required", "messages");
   if (!v->is_array()) return type_error("messages", "a list of message objects");
@@ -284,37 +257,31 @@ std::optional<ApiError> parse_messages(const json& body, std::vector<serving::Ch
     if (!extra.empty()) msg.extra_json = extra.dump();
     out.push_back(std::move(msg));
   }
-  return std::nullopt;
+  return Status::ok();
 }
 
 }  // namespace
 
-std::variant<serving::ModelInfo, ApiError> resolve_model(
-    const json& body, const std::vector<serving::ModelInfo>& models) {
+Result<serving::ModelInfo> resolve_model(const json& body,
+                                         const std::vector<serving::ModelInfo>& models) {
   const json* v = field(body, "model");
-  if (v && !v->is_string()) return *type_error("model", "a string");
+  if (v && !v->is_string()) return type_error("model", "a string");
   if (!v || v->get_ref<const std::string&>().empty()) {
     if (models.size() == 1) return models.front();
     return bad_request("'model' is required when several models are served", "model");
   }
   for (const auto& m : models)
     if (m.id == *v) return m;
-  ApiError e;
-  e.status = 404;
-  e.code = "model_not_found";
-  e.param = "model";
   const auto& name = v->get_ref<const std::string&>();
-  e.message = "the model '" + (name.size() > 64 ? name.substr(0, 64) + "..." : name) +
-              "' does not exist";
-  return e;
+  return Status::not_found(
+      "the model '" + (name.size() > 64 ? name.substr(0, 64) + "..." : name) + "' does not exist",
+      "model");
 }
 
-std::variant<ParsedGenerate, ApiError> parse_generate(
-    Endpoint endpoint, const json& body, const std::vector<serving::ModelInfo>& models,
-    const ParseLimits& limits) {
-  auto model = resolve_model(body, models);
-  if (auto* e = std::get_if<ApiError>(&model)) return *e;
-  const auto& info = std::get<serving::ModelInfo>(model);
+Result<ParsedGenerate> parse_generate(Endpoint endpoint, const json& body,
+                                      const std::vector<serving::ModelInfo>& models,
+                                      const ParseLimits& limits) {
+  CAIRN_ASSIGN_OR_RETURN(const serving::ModelInfo info, resolve_model(body, models));
 
   ParsedGenerate out;
   out.endpoint = endpoint;
@@ -325,50 +292,48 @@ std::variant<ParsedGenerate, ApiError> parse_generate(
   std::vector<Prompt> prompts;
   if (endpoint == Endpoint::Chat) {
     std::vector<serving::ChatMessage> msgs;
-    if (auto e = parse_messages(body, msgs)) return *e;
+    CAIRN_RETURN_IF_ERROR(parse_messages(body, msgs));
     prompts.emplace_back(std::move(msgs));
     if (const json* tools = field(body, "tools")) {
-      if (!tools->is_array()) return *type_error("tools", "a list");
+      if (!tools->is_array()) return type_error("tools", "a list");
       base.tools_json = tools->dump();
     }
   } else {
-    if (auto e = parse_prompts(body, info, prompts)) return *e;
+    CAIRN_RETURN_IF_ERROR(parse_prompts(body, info, prompts));
   }
 
   const int64_t max_tok = std::numeric_limits<int32_t>::max();
   std::optional<int64_t> max_tokens, n;
-  if (auto e = get_int(body, "max_tokens", 1, max_tok, max_tokens)) return *e;
+  CAIRN_RETURN_IF_ERROR(get_int(body, "max_tokens", 1, max_tok, max_tokens));
   if (endpoint == Endpoint::Chat)
-    if (auto e = get_int(body, "max_completion_tokens", 1, max_tok, max_tokens)) return *e;
+    CAIRN_RETURN_IF_ERROR(get_int(body, "max_completion_tokens", 1, max_tok, max_tokens));
   base.max_tokens = max_tokens ? static_cast<int32_t>(*max_tokens)
                                : (endpoint == Endpoint::Completions ? 16 : -1);  // OpenAI's defaults
-  if (auto e = get_int(body, "n", 1, limits.max_n, n)) return *e;
+  CAIRN_RETURN_IF_ERROR(get_int(body, "n", 1, limits.max_n, n));
   out.n = n ? static_cast<int32_t>(*n) : 1;
   if (static_cast<int64_t>(prompts.size()) * out.n > limits.max_choices)
     return bad_request("too many choices: prompts x n must be at most " +
                            std::to_string(limits.max_choices),
                        "n");
 
-  if (auto e = parse_sampling(body, info, limits, base.sampling)) return *e;
-  if (auto e = parse_stop(body, limits, base.stop)) return *e;
-  if (auto e = get_bool(body, "ignore_eos", base.ignore_eos)) return *e;
-  if (auto e = get_bool(body, "stream", out.stream)) return *e;
+  CAIRN_RETURN_IF_ERROR(parse_sampling(body, info, limits, base.sampling));
+  CAIRN_RETURN_IF_ERROR(parse_stop(body, limits, base.stop));
+  CAIRN_RETURN_IF_ERROR(get_bool(body, "ignore_eos", base.ignore_eos));
+  CAIRN_RETURN_IF_ERROR(get_bool(body, "stream", out.stream));
   if (const json* so = field(body, "stream_options")) {
-    if (!so->is_object()) return *type_error("stream_options", "an object");
-    if (auto e = get_bool(*so, "include_usage", out.include_usage)) {
-      e->param = "stream_options";
-      return *e;
-    }
+    if (!so->is_object()) return type_error("stream_options", "an object");
+    if (Status e = get_bool(*so, "include_usage", out.include_usage); !e.is_ok())
+      return e.with_param("stream_options");
   }
   if (const json* u = field(body, "user")) {
-    if (!u->is_string()) return *type_error("user", "a string");
+    if (!u->is_string()) return type_error("user", "a string");
     base.user = u->get<std::string>();
   }
   if (endpoint == Endpoint::Chat) {
     bool want = false;
-    if (auto e = get_bool(body, "logprobs", want)) return *e;
+    CAIRN_RETURN_IF_ERROR(get_bool(body, "logprobs", want));
     std::optional<int64_t> top;
-    if (auto e = get_int(body, "top_logprobs", 0, limits.max_top_logprobs, top)) return *e;
+    CAIRN_RETURN_IF_ERROR(get_int(body, "top_logprobs", 0, limits.max_top_logprobs, top));
     if (top && !want)
       return bad_request("'top_logprobs' needs 'logprobs' set to true", "top_logprobs");
     if (want) base.top_logprobs = top ? static_cast<int32_t>(*top) : 0;
@@ -378,11 +343,11 @@ std::variant<ParsedGenerate, ApiError> parse_generate(
       if (lp->get<bool>()) base.top_logprobs = 0;
     } else {
       std::optional<int64_t> top;
-      if (auto e = get_int(body, "logprobs", 0, limits.max_top_logprobs, top)) return *e;
+      CAIRN_RETURN_IF_ERROR(get_int(body, "logprobs", 0, limits.max_top_logprobs, top));
       if (top) base.top_logprobs = static_cast<int32_t>(*top);
     }
     bool echo = false;
-    if (auto e = get_bool(body, "echo", echo)) return *e;
+    CAIRN_RETURN_IF_ERROR(get_bool(body, "echo", echo));
     if (echo) return bad_request("'echo' is not supported", "echo");
   }
   out.logprobs = base.top_logprobs >= 0;
@@ -395,34 +360,31 @@ std::variant<ParsedGenerate, ApiError> parse_generate(
   return out;
 }
 
-std::variant<TokenizeRequest, ApiError> parse_tokenize(
-    const json& body, const std::vector<serving::ModelInfo>& models) {
-  auto model = resolve_model(body, models);
-  if (auto* e = std::get_if<ApiError>(&model)) return *e;
+Result<TokenizeRequest> parse_tokenize(const json& body,
+                                       const std::vector<serving::ModelInfo>& models) {
+  CAIRN_ASSIGN_OR_RETURN(const serving::ModelInfo info, resolve_model(body, models));
   TokenizeRequest out;
-  out.model = std::get<serving::ModelInfo>(model).id;
+  out.model = info.id;
   const char* key = field(body, "prompt") ? "prompt" : "content";  // vLLM / llama.cpp names
   const json* v = field(body, key);
   if (!v) return bad_request("'prompt' is required", "prompt");
-  if (!v->is_string()) return *type_error(key, "a string");
+  if (!v->is_string()) return type_error(key, "a string");
   out.text = v->get<std::string>();
-  if (auto e = get_bool(body, "add_special", out.add_special)) return *e;
+  CAIRN_RETURN_IF_ERROR(get_bool(body, "add_special", out.add_special));
   return out;
 }
 
-std::variant<DetokenizeRequest, ApiError> parse_detokenize(
-    const json& body, const std::vector<serving::ModelInfo>& models) {
-  auto model = resolve_model(body, models);
-  if (auto* e = std::get_if<ApiError>(&model)) return *e;
-  const auto& info = std::get<serving::ModelInfo>(model);
+Result<DetokenizeRequest> parse_detokenize(const json& body,
+                                           const std::vector<serving::ModelInfo>& models) {
+  CAIRN_ASSIGN_OR_RETURN(const serving::ModelInfo info, resolve_model(body, models));
   DetokenizeRequest out;
   out.model = info.id;
   const json* v = field(body, "tokens");
   if (!v) return bad_request("'tokens' is required", "tokens");
-  if (!v->is_array()) return *type_error("tokens", "a list of token ids");
+  if (!v->is_array()) return type_error("tokens", "a list of token ids");
   for (const auto& t : *v) {
     int64_t id = 0;
-    if (!as_int64(t, id)) return *type_error("tokens", "a list of token ids");
+    if (!as_int64(t, id)) return type_error("tokens", "a list of token ids");
     if (id < 0 || id >= info.n_vocab)
       return bad_request("token id " + std::to_string(id) + " is outside the vocabulary (size " +
                              std::to_string(info.n_vocab) + ")",

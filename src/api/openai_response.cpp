@@ -1,3 +1,4 @@
+// api/openai_response.cpp — OpenAI response JSON, SSE framing, errors and /metrics text.
 #include "api/openai_response.h"
 
 #include <atomic>
@@ -17,12 +18,59 @@ std::string dump_json(const json& j) {
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
-json error_body(const ApiError& e) {
-  json err = {{"message", e.message},
-              {"type", e.type},
-              {"param", e.param.empty() ? json(nullptr) : json(e.param)},
-              {"code", e.code.empty() ? json(nullptr) : json(e.code)}};
-  return {{"error", std::move(err)}};
+HttpError to_http_error(const Status& s) {
+  struct Shape {
+    int status;
+    const char* type;
+    const char* code;  // nullptr: null in the body
+  };
+  constexpr const char* kInvalid = "invalid_request_error";
+  constexpr const char* kServer = "server_error";
+  Shape shape{500, kServer, nullptr};
+  switch (s.code()) {
+    case StatusCode::InvalidArgument:
+      shape = {400, kInvalid, nullptr};
+      break;
+    case StatusCode::NotFound:
+      shape = {404, kInvalid, "model_not_found"};
+      break;
+    case StatusCode::Unavailable:
+      shape = {503, kServer, "service_unavailable"};
+      break;
+    case StatusCode::Ok:  // not an error; answered as one rather than as success
+    case StatusCode::Internal:
+      shape = {500, kServer, nullptr};
+      break;
+    case StatusCode::Unauthenticated:
+      shape = {401, "authentication_error", "invalid_api_key"};
+      break;
+    case StatusCode::NoRoute:
+      shape = {404, "not_found_error", "not_found"};
+      break;
+    case StatusCode::MethodNotAllowed:
+      shape = {405, kInvalid, "method_not_allowed"};
+      break;
+    case StatusCode::BodyTooLarge:
+      shape = {413, kInvalid, "request_too_large"};
+      break;
+    case StatusCode::HeadersTooLarge:
+      shape = {431, kInvalid, "request_header_fields_too_large"};
+      break;
+    case StatusCode::MalformedRequest:
+      shape = {400, kInvalid, "bad_request"};
+      break;
+    case StatusCode::DeadlineExceeded:
+      shape = {504, kServer, "timeout"};
+      break;
+    case StatusCode::Cancelled:
+      shape = {499, kInvalid, "cancelled"};
+      break;
+  }
+  json err = {{"message", s.message()},
+              {"type", shape.type},
+              {"param", s.param().empty() ? json(nullptr) : json(s.param())},
+              {"code", shape.code ? json(shape.code) : json(nullptr)}};
+  return HttpError{shape.status, {{"error", std::move(err)}}};
 }
 
 std::string sse_data(const json& j) { return "data: " + dump_json(j) + "\n\n"; }

@@ -1,6 +1,7 @@
 // api/openai_response.h — OpenAI response bodies, SSE framing and /metrics text.
 // Owns the exact JSON shapes clients parse: completion and chat responses,
-// streaming chunks, errors, usage, both logprobs shapes, and the Prometheus
+// streaming chunks, errors (to_http_error: the one mapping from Status to an
+// HTTP status and error body), usage, both logprobs shapes, and the Prometheus
 // exposition of BackendStats. Pure functions and plain state: never touches
 // sockets or the backend.
 #pragma once
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "api/openai_request.h"
+#include "core/status.h"
 #include "serving/backend.h"
 
 namespace cairn::api {
@@ -19,7 +21,28 @@ namespace cairn::api {
 // JSON text; invalid UTF-8 (a token's partial bytes) is replaced, never thrown on.
 std::string dump_json(const nlohmann::json& j);
 
-nlohmann::json error_body(const ApiError& e);
+// An error as the client sees it: the HTTP status and OpenAI's error body,
+// {"error": {"message", "type", "param", "code"}}.
+struct HttpError {
+  int status = 500;
+  nlohmann::json body;
+};
+
+// The one place a Status becomes an HTTP error (type; code; param is the
+// Status's, null when empty):
+//   InvalidArgument   400 invalid_request_error
+//   NotFound          404 invalid_request_error  model_not_found
+//   Unavailable       503 server_error           service_unavailable
+//   Internal          500 server_error
+//   Unauthenticated   401 authentication_error   invalid_api_key
+//   NoRoute           404 not_found_error        not_found
+//   MethodNotAllowed  405 invalid_request_error  method_not_allowed
+//   BodyTooLarge      413 invalid_request_error  request_too_large
+//   HeadersTooLarge   431 invalid_request_error  request_header_fields_too_large
+//   MalformedRequest  400 invalid_request_error  bad_request
+//   DeadlineExceeded  504 server_error           timeout
+//   Cancelled         499 invalid_request_error  cancelled (never sent: the client is gone)
+HttpError to_http_error(const Status& status);
 
 // One Server-Sent Event carrying `j`, and the stream's terminator.
 std::string sse_data(const nlohmann::json& j);

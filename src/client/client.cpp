@@ -1,3 +1,4 @@
+// client/client.cpp — the C++ Serving client: requests, replies, gRPC failures as values.
 // A reply from the server is input like any other: indexes and counts are
 // checked before they are used, and a malformed reply is an error, not a crash.
 #include "client/client.h"
@@ -82,31 +83,44 @@ InferInstance from_proto(const v1::Instance& inst) {
   return out;
 }
 
-ClientError from_status(const grpc::Status& st, const std::string& address,
-                        std::chrono::milliseconds deadline) {
+// A failed call, told in the client's words (the server's message kept).
+Status from_status(const grpc::Status& st, const std::string& address,
+                   std::chrono::milliseconds deadline) {
   switch (st.error_code()) {
     case grpc::StatusCode::INVALID_ARGUMENT:
-      return {400, st.error_message()};
+      return Status::invalid_argument(st.error_message());
     case grpc::StatusCode::NOT_FOUND:
-      return {404, st.error_message()};
+      return Status::not_found(st.error_message());
     case grpc::StatusCode::CANCELLED:
-      return {499, "the call was cancelled: " + st.error_message()};
+      return Status::error(StatusCode::Cancelled, "the call was cancelled: " + st.error_message());
     case grpc::StatusCode::DEADLINE_EXCEEDED:
-      return {504, "no reply from " + address + " within the deadline of " +
-                       std::to_string(deadline.count()) + " ms"};
+      return Status::error(StatusCode::DeadlineExceeded,
+                           "no reply from " + address + " within the deadline of " +
+                               std::to_string(deadline.count()) + " ms");
     case grpc::StatusCode::UNAVAILABLE:
-      return {503, "the Serving endpoint at " + address + " is unavailable: " + st.error_message()};
+      return Status::unavailable("the Serving endpoint at " + address +
+                                 " is unavailable: " + st.error_message());
     case grpc::StatusCode::RESOURCE_EXHAUSTED:
-      return {503, st.error_message()};
+      return Status::unavailable(st.error_message());
     case grpc::StatusCode::UNIMPLEMENTED:
-      return {404, address + " does not serve cairn.v1.Serving: " + st.error_message()};
+      return Status::not_found(address + " does not serve cairn.v1.Serving: " + st.error_message());
     default:
-      return {500, st.error_message()};
+      return Status::internal(st.error_message());
   }
 }
 
-ClientError reply_error(const v1::ErrorMsg& e) {
-  return ClientError{e.error_code() != 0 ? e.error_code() : 500, e.error_msg()};
+// An error entry of a reply: its HTTP-like code (400, 404, 503, 500) as a kind.
+Status reply_error(const v1::ErrorMsg& e) {
+  switch (e.error_code()) {
+    case 400:
+      return Status::invalid_argument(e.error_msg());
+    case 404:
+      return Status::not_found(e.error_msg());
+    case 503:
+      return Status::unavailable(e.error_msg());
+    default:
+      return Status::internal(e.error_msg());
+  }
 }
 
 }  // namespace
@@ -132,9 +146,7 @@ struct Client::Impl {
     }
     return req;
   }
-  ClientError error(const grpc::Status& st) const {
-    return from_status(st, address, options.deadline);
-  }
+  Status error(const grpc::Status& st) const { return from_status(st, address, options.deadline); }
 };
 
 Client::Client(std::string address, std::string servable, std::string method, ClientOptions options)
@@ -169,10 +181,10 @@ ClientResult<std::vector<InferOutput>> Client::infer(const std::vector<InferInst
   if (reply.instances_size() == 0 && reply.error_msg_size() >= 1)
     return reply_error(reply.error_msg(0));
   if (static_cast<size_t>(reply.instances_size()) != inputs.size())
-    return ClientError{500, "the server replied with " + std::to_string(reply.instances_size()) +
-                                " instances for " + std::to_string(inputs.size()) + " inputs"};
+    return Status::internal("the server replied with " + std::to_string(reply.instances_size()) +
+                            " instances for " + std::to_string(inputs.size()) + " inputs");
   if (reply.error_msg_size() != 0 && reply.error_msg_size() != reply.instances_size())
-    return ClientError{500, "the server replied with a malformed error list"};
+    return Status::internal("the server replied with a malformed error list");
   std::vector<InferOutput> out(inputs.size());
   for (int i = 0; i < reply.instances_size(); ++i) {
     out[i].values = from_proto(reply.instances(i));
@@ -189,13 +201,13 @@ ClientResult<std::vector<InferOutput>> Client::infer_stream(
   auto reader = impl_->stub->PredictStream(&ctx, impl_->request(inputs));
   std::vector<InferOutput> out(inputs.size());
   std::vector<std::string> texts(inputs.size());
-  std::optional<ClientError> bad_reply;
+  std::optional<Status> bad_reply;
   v1::PredictReply reply;
   while (reader->Read(&reply)) {
     const uint32_t i = reply.instance_index();
     if (i >= inputs.size() || reply.instances_size() > 1) {
-      bad_reply = ClientError{
-          500, "the server sent a malformed stream reply (instance " + std::to_string(i) + ")"};
+      bad_reply = Status::internal("the server sent a malformed stream reply (instance " +
+                                   std::to_string(i) + ")");
       ctx.TryCancel();  // stop reading; Finish below then returns promptly
       break;
     }
@@ -227,7 +239,7 @@ ClientResult<std::vector<InferOutput>> Client::infer_stream(
   for (size_t i = 0; i < out.size(); ++i)
     if (out[i].ok() && out[i].values.find("finish_reason") == out[i].values.end())
       out[i].error =
-          ClientError{500, "the stream ended before instance " + std::to_string(i) + " finished"};
+          Status::internal("the stream ended before instance " + std::to_string(i) + " finished");
   return out;
 }
 

@@ -1,13 +1,13 @@
 // client/client.h — the C++ client of the cairn.v1.Serving gRPC API.
 // Owns one channel to a Serving endpoint (`cairn serve --grpc-port`, `cairn
 // controller`) and the conversion between small C++ values and the wire.
-// Never throws across this header (gRPC failures are values) and never
-// includes gRPC (an Impl pointer hides it), so users compile fast. Every call
-// has a deadline (default 600 s).
+// Never throws across this header (failures are cairn::Status values) and
+// never includes gRPC (an Impl pointer hides it), so users compile fast. Every
+// call has a deadline (default 600 s).
 //
 //   cairn::Client client("127.0.0.1:5500", "stories260K", "generate");
 //   auto out = client.infer({{{"prompt", "Once upon a time"}, {"max_tokens", 16}}});
-//   if (auto* err = std::get_if<cairn::ClientError>(&out)) ...
+//   if (!out.is_ok()) ... out.status().code(), out.status().message()
 #pragma once
 
 #include <chrono>
@@ -19,6 +19,8 @@
 #include <string>
 #include <variant>
 #include <vector>
+
+#include "core/status.h"
 
 namespace cairn {
 
@@ -52,22 +54,17 @@ class InferValue {
 
 using InferInstance = std::map<std::string, InferValue>;
 
-// A failure, with an HTTP-like code: 400 bad input, 404 unknown servable or
-// method, 499 cancelled, 503 busy or unreachable, 504 deadline passed, 500
-// anything else.
-struct ClientError {
-  int code = 500;
-  std::string message;
-};
-
+// A call's result or its failure: InvalidArgument (bad input), NotFound
+// (unknown servable or method), Cancelled, Unavailable (busy or unreachable),
+// DeadlineExceeded, Internal (anything else).
 template <typename T>
-using ClientResult = std::variant<T, ClientError>;
+using ClientResult = Result<T>;
 
 // One instance's result: its outputs (text, finish_reason, prompt_tokens,
 // completion_tokens), or the error that instance got.
 struct InferOutput {
   InferInstance values;
-  std::optional<ClientError> error;
+  std::optional<Status> error;
   bool ok() const { return !error.has_value(); }
   std::string text() const;
 };
@@ -81,7 +78,7 @@ struct StreamEvent {
   std::string finish_reason;
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;
-  std::optional<ClientError> error;
+  std::optional<Status> error;
 };
 
 struct ServableInfo {

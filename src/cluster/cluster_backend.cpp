@@ -1,3 +1,4 @@
+// cluster/cluster_backend.cpp — the controller's Backend: dispatch, retry, relay over workers.
 #include "cluster/cluster_backend.h"
 
 #include <algorithm>
@@ -9,9 +10,6 @@
 #include "serving/prometheus.h"
 
 namespace cairn::cluster {
-
-using serving::Error;
-using serving::ErrorKind;
 
 // One client request and the attempts made for it.
 struct ClusterBackend::Flight {
@@ -56,7 +54,7 @@ class ClusterBackend::RelaySink final : public serving::EventSink {
     flight_->client->on_finish(ev);
   }
 
-  void on_error(const Error& err) override {
+  void on_error(const Status& err) override {
     if (ended_) return;
     ended_ = true;
     owner_->registry_.add_outstanding(worker_id_, -1);
@@ -68,9 +66,9 @@ class ClusterBackend::RelaySink final : public serving::EventSink {
       flight_->done = true;
       token_sent = flight_->token_sent;
     }
-    Error out = err;
-    if (token_sent && err.kind == ErrorKind::Unavailable)
-      out.message = "the worker failed during generation: " + err.message;
+    Status out = err;
+    if (token_sent && err.code() == StatusCode::Unavailable)
+      out = err.with_context("the worker failed during generation");
     owner_->finished(flight_->id);
     flight_->client->on_error(out);
   }
@@ -98,7 +96,7 @@ ClusterBackend::ClusterBackend(Registry& registry, ClusterOptions options,
     : registry_(registry),
       options_(options),
       factory_(std::move(factory)),
-      router_(options.routing) {
+      picker_(options.routing) {
   if (options_.max_attempts < 1) options_.max_attempts = 1;
   if (!factory_) {
     const double timeout = options_.request_timeout_s, rpc_timeout = options_.rpc_timeout_s;
@@ -165,34 +163,34 @@ std::shared_ptr<serving::Backend> ClusterBackend::backend_for(const WorkerView& 
   return slot;
 }
 
-std::optional<Error> ClusterBackend::no_worker_error(const std::string& model) const {
+Status ClusterBackend::no_worker_error(const std::string& model) const {
   bool any_ready = false;
   for (const auto& w : registry_.list()) {
     if (!w.ready()) continue;
     any_ready = true;
-    if (w.serves(model)) return std::nullopt;
+    if (w.serves(model)) return Status::ok();
   }
   if (any_ready && !model.empty())
-    return Error{ErrorKind::NotFound, "model '" + model + "' is not served by any worker", "model"};
-  return Error{ErrorKind::Unavailable, "no worker is ready", ""};
+    return Status::not_found("model '" + model + "' is not served by any worker", "model");
+  return Status::unavailable("no worker is ready");
 }
 
-std::optional<Error> ClusterBackend::dispatch(const std::shared_ptr<Flight>& flight) {
-  std::optional<Error> last;
+Status ClusterBackend::dispatch(const std::shared_ptr<Flight>& flight) {
+  Status last;  // ok: no attempt refused yet
   for (;;) {
     std::vector<std::string> tried;
     int attempt;
     {
       std::lock_guard<std::mutex> lock(flight->mu);
       if (flight->attempts >= options_.max_attempts)
-        return last ? last : Error{ErrorKind::Unavailable, "no worker could take the request", ""};
+        return !last.is_ok() ? last : Status::unavailable("no worker could take the request");
       tried = flight->tried;
     }
     auto workers = candidates(flight->req.model, tried);
-    const int pick = router_.pick(workers, flight->key);
+    const int pick = picker_.pick(workers, flight->key);
     if (pick < 0) {
-      if (last) return last;
-      return Error{ErrorKind::Unavailable, "no ready worker serves the model", ""};
+      if (!last.is_ok()) return last;
+      return Status::unavailable("no ready worker serves the model");
     }
     const WorkerView& w = workers[static_cast<size_t>(pick)];
     auto backend = backend_for(w);
@@ -207,36 +205,36 @@ std::optional<Error> ClusterBackend::dispatch(const std::shared_ptr<Flight>& fli
     registry_.add_outstanding(w.id, +1);
     auto sink = std::make_shared<RelaySink>(this, flight, w.id);
     auto res = backend->submit(flight->req, std::move(sink));
-    if (auto* id = std::get_if<serving::RequestId>(&res)) {
+    if (res.is_ok()) {
+      const serving::RequestId id = *res;
       bool cancel_now = false;
       {
         std::lock_guard<std::mutex> lock(flight->mu);
         if (flight->attempts == attempt) {
-          flight->inner_id = *id;
+          flight->inner_id = id;
           flight->inner_started = true;
           cancel_now = flight->cancelled;
         }
       }
-      if (cancel_now) backend->cancel(*id);
-      return std::nullopt;
+      if (cancel_now) backend->cancel(id);
+      return Status::ok();
     }
     registry_.add_outstanding(w.id, -1);
-    Error err = std::get<Error>(res);
-    if (err.kind != ErrorKind::Unavailable) return err;  // the request itself is wrong
+    const Status& err = res.status();
+    if (err.code() != StatusCode::Unavailable) return err;  // the request itself is wrong
     last = err;
   }
 }
 
-bool ClusterBackend::retry(const std::shared_ptr<Flight>& flight, const Error& err) {
-  if (err.kind != ErrorKind::Unavailable || stopping_) return false;
+bool ClusterBackend::retry(const std::shared_ptr<Flight>& flight, const Status& err) {
+  if (err.code() != StatusCode::Unavailable || stopping_) return false;
   {
     std::lock_guard<std::mutex> lock(flight->mu);
     if (flight->token_sent || flight->cancelled || flight->done) return false;
     if (flight->attempts >= options_.max_attempts) return false;
   }
-  auto failed = dispatch(flight);
-  if (!failed) return true;
-  return false;  // the caller reports the attempt's own error
+  // On failure the caller reports the attempt's own error.
+  return dispatch(flight).is_ok();
 }
 
 void ClusterBackend::finished(serving::RequestId id) {
@@ -244,29 +242,29 @@ void ClusterBackend::finished(serving::RequestId id) {
   if (flights_.erase(id) > 0) in_flight_.fetch_sub(1);
 }
 
-std::variant<serving::RequestId, Error> ClusterBackend::submit(
-    serving::GenerateRequest req, std::shared_ptr<serving::EventSink> sink) {
-  if (draining_ || stopping_) return Error{ErrorKind::Unavailable, "the server is draining", ""};
-  if (!sink) return Error{ErrorKind::Internal, "no event sink", ""};
-  if (auto err = no_worker_error(req.model)) return *err;
+Result<serving::RequestId> ClusterBackend::submit(serving::GenerateRequest req,
+                                                  std::shared_ptr<serving::EventSink> sink) {
+  if (draining_ || stopping_) return Status::unavailable("the server is draining");
+  if (!sink) return Status::internal("no event sink");
+  CAIRN_RETURN_IF_ERROR(no_worker_error(req.model));
   auto flight = std::make_shared<Flight>();
   flight->id = next_id_.fetch_add(1);
-  flight->key = prefix_key(req, router_.options().prefix_chars);
+  flight->key = prefix_key(req, picker_.options().prefix_chars);
   flight->req = std::move(req);
   flight->client = std::move(sink);
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (in_flight_.load() >= options_.max_queue)
-      return Error{ErrorKind::Unavailable,
-                   "the queue is full (" + std::to_string(options_.max_queue) + " requests)", ""};
+      return Status::unavailable("the queue is full (" + std::to_string(options_.max_queue) +
+                                 " requests)");
     flights_.emplace(flight->id, flight);
     in_flight_.fetch_add(1);
   }
-  if (auto err = dispatch(flight)) {
+  if (Status err = dispatch(flight); !err.is_ok()) {
     std::lock_guard<std::mutex> lock(flight->mu);
     flight->done = true;
     finished(flight->id);
-    return *err;
+    return err;
   }
   return flight->id;
 }
@@ -333,22 +331,22 @@ serving::BackendStats ClusterBackend::stats() const {
   return s;
 }
 
-std::variant<std::vector<serving::Token>, Error> ClusterBackend::tokenize(const std::string& model,
-                                                                          const std::string& text,
-                                                                          bool add_special) const {
-  if (auto err = no_worker_error(model)) return *err;
+Result<std::vector<serving::Token>> ClusterBackend::tokenize(const std::string& model,
+                                                             const std::string& text,
+                                                             bool add_special) const {
+  CAIRN_RETURN_IF_ERROR(no_worker_error(model));
   auto workers = candidates(model, {});
-  const int pick = router_.pick(workers, {});
-  if (pick < 0) return Error{ErrorKind::Unavailable, "no worker is ready", ""};
+  const int pick = picker_.pick(workers, {});
+  if (pick < 0) return Status::unavailable("no worker is ready");
   return backend_for(workers[static_cast<size_t>(pick)])->tokenize(model, text, add_special);
 }
 
-std::variant<std::string, Error> ClusterBackend::detokenize(
-    const std::string& model, const std::vector<serving::Token>& tokens) const {
-  if (auto err = no_worker_error(model)) return *err;
+Result<std::string> ClusterBackend::detokenize(const std::string& model,
+                                               const std::vector<serving::Token>& tokens) const {
+  CAIRN_RETURN_IF_ERROR(no_worker_error(model));
   auto workers = candidates(model, {});
-  const int pick = router_.pick(workers, {});
-  if (pick < 0) return Error{ErrorKind::Unavailable, "no worker is ready", ""};
+  const int pick = picker_.pick(workers, {});
+  if (pick < 0) return Status::unavailable("no worker is ready");
   return backend_for(workers[static_cast<size_t>(pick)])->detokenize(model, tokens);
 }
 

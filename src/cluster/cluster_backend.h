@@ -1,6 +1,6 @@
-// cluster/cluster_backend.h — the controller's router as a serving::Backend.
+// cluster/cluster_backend.h — the controller: requests spread over workers, as a serving::Backend.
 // Owns request routing across the registry's workers: picks a ready worker
-// that serves the model (cluster/routing.h), forwards through a per-worker
+// that serves the model (cluster/worker_picker.h), forwards through a per-worker
 // Backend (a RemoteBackend in production, fakes in tests), counts what it has
 // in flight per worker, retries a request on another worker when its worker
 // fails before the first token reached the client, and otherwise ends it with
@@ -18,13 +18,13 @@
 #include <vector>
 
 #include "cluster/registry.h"
-#include "cluster/routing.h"
+#include "cluster/worker_picker.h"
 #include "serving/backend.h"
 
 namespace cairn::cluster {
 
 struct ClusterOptions {
-  RoutingOptions routing;
+  WorkerPickerOptions routing;
   int max_attempts = 3;            // workers tried per request before the first token
   int32_t max_queue = 256;         // requests in flight through the controller (503 beyond)
   double request_timeout_s = 600;  // deadline of each forwarded Generate
@@ -43,16 +43,16 @@ class ClusterBackend final : public serving::Backend {
   ClusterBackend(Registry& registry, ClusterOptions options, WorkerBackendFactory factory = {});
   ~ClusterBackend() override;  // cancels what is in flight and waits for it
 
-  std::variant<serving::RequestId, serving::Error> submit(
-      serving::GenerateRequest req, std::shared_ptr<serving::EventSink> sink) override;
+  Result<serving::RequestId> submit(serving::GenerateRequest req,
+                                    std::shared_ptr<serving::EventSink> sink) override;
   void cancel(serving::RequestId id) override;
   std::vector<serving::ModelInfo> models() const override;
   serving::Health health() const override;
   serving::BackendStats stats() const override;
-  std::variant<std::vector<serving::Token>, serving::Error> tokenize(
-      const std::string& model, const std::string& text, bool add_special) const override;
-  std::variant<std::string, serving::Error> detokenize(
-      const std::string& model, const std::vector<serving::Token>& tokens) const override;
+  Result<std::vector<serving::Token>> tokenize(const std::string& model, const std::string& text,
+                                               bool add_special) const override;
+  Result<std::string> detokenize(const std::string& model,
+                                 const std::vector<serving::Token>& tokens) const override;
   void start_draining() override;
   std::string extra_metrics() const override;
 
@@ -67,16 +67,16 @@ class ClusterBackend final : public serving::Backend {
                                      const std::vector<std::string>& exclude) const;
   std::shared_ptr<serving::Backend> backend_for(const WorkerView& w) const;
   // Starts the flight on the next worker; an error when no worker took it.
-  std::optional<serving::Error> dispatch(const std::shared_ptr<Flight>& flight);
+  Status dispatch(const std::shared_ptr<Flight>& flight);
   void finished(serving::RequestId id);
   // Called by the relay when an attempt ended with `err` before any token.
-  bool retry(const std::shared_ptr<Flight>& flight, const serving::Error& err);
-  std::optional<serving::Error> no_worker_error(const std::string& model) const;
+  bool retry(const std::shared_ptr<Flight>& flight, const Status& err);
+  Status no_worker_error(const std::string& model) const;
 
   Registry& registry_;
   ClusterOptions options_;
   WorkerBackendFactory factory_;
-  mutable Router router_;
+  mutable WorkerPicker picker_;
   std::atomic<bool> draining_{false};
   std::atomic<bool> stopping_{false};
   std::atomic<int> in_flight_{0};

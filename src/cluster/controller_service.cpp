@@ -1,9 +1,11 @@
+// cluster/controller_service.cpp — the cairn.v1.Controller service workers register with.
 #include "cluster/controller_service.h"
 
 #include <grpcpp/grpcpp.h>
 
 #include "cairn/v1/controller.grpc.pb.h"
 #include "cluster/registry.h"
+#include "rpc/convert.h"
 
 namespace cairn::cluster {
 
@@ -19,7 +21,7 @@ class ControllerService final : public v1::Controller::Service {
                         v1::RegisterResponse* resp) override {
     auto id = registry_.register_worker(req->name(), req->address(), req->status());
     if (!id.is_ok())
-      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "register: " + id.status().message());
+      return rpc::to_grpc_status(Status::invalid_argument("register: " + id.status().message()));
     resp->set_worker_id(*id);
     resp->set_heartbeat_ms(registry_.options().heartbeat_ms);
     resp->set_timeout_ms(registry_.options().timeout_ms);

@@ -1,3 +1,4 @@
+// cluster/registry.cpp — the controller's table of workers: registration, heartbeats, expiry.
 #include "cluster/registry.h"
 
 #include <algorithm>

@@ -4,7 +4,7 @@
 // immediate removal when a stream to a worker breaks, plus the controller's
 // own per-worker counters (requests in flight, requests routed). Thread-safe;
 // time is injected so tests need no sleeps. Never talks to the network and
-// never decides where a request goes (cluster/routing.h does).
+// never decides where a request goes (cluster/worker_picker.h does).
 #pragma once
 
 #include <cstdint>

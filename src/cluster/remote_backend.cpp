@@ -1,3 +1,4 @@
+// cluster/remote_backend.cpp — a Backend that forwards to one worker over gRPC.
 #include "cluster/remote_backend.h"
 
 #include <grpcpp/grpcpp.h>
@@ -20,10 +21,6 @@ namespace {
 std::chrono::system_clock::time_point deadline_after(double seconds) {
   return std::chrono::system_clock::now() +
          std::chrono::microseconds(static_cast<int64_t>(seconds * 1e6));
-}
-
-serving::Error unavailable(std::string message) {
-  return serving::Error{serving::ErrorKind::Unavailable, std::move(message), ""};
 }
 
 }  // namespace
@@ -140,8 +137,7 @@ void GenerateCall::OnDone(const grpc::Status& status) {
       fin.reason = "cancelled";
       sink_->on_finish(fin);
     } else if (status.ok()) {
-      sink_->on_error(serving::Error{serving::ErrorKind::Internal,
-                                     "the worker ended the stream without a result", ""});
+      sink_->on_error(Status::internal("the worker ended the stream without a result"));
     } else {
       // UNAVAILABLE with the connection no longer up: the worker is gone or
       // unreachable. (A worker that is up but refuses, e.g. a full queue,
@@ -149,11 +145,11 @@ void GenerateCall::OnDone(const grpc::Status& status) {
       if (status.error_code() == grpc::StatusCode::UNAVAILABLE && owner_->options.on_broken &&
           owner_->channel->GetState(false) != GRPC_CHANNEL_READY)
         owner_->options.on_broken();
-      serving::Error err = rpc::from_grpc_status(status);
+      Status err = rpc::from_grpc_status(status);
       if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED)
-        err.message = "the request did not finish in time";
+        err = Status::error(err.code(), "the request did not finish in time", err.param());
       else if (status.error_code() == grpc::StatusCode::UNAVAILABLE)
-        err.message = "worker " + owner_->options.address + " failed: " + err.message;
+        err = err.with_context("worker " + owner_->options.address + " failed");
       sink_->on_error(err);
     }
   }
@@ -197,12 +193,12 @@ RemoteBackend::~RemoteBackend() {
   impl_->idle.wait(lock, [&] { return impl_->objects == 0; });
 }
 
-std::variant<serving::RequestId, serving::Error> RemoteBackend::submit(
-    serving::GenerateRequest req, std::shared_ptr<serving::EventSink> sink) {
+Result<serving::RequestId> RemoteBackend::submit(serving::GenerateRequest req,
+                                                 std::shared_ptr<serving::EventSink> sink) {
   const serving::RequestId id = impl_->next_id.fetch_add(1);
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
-    if (impl_->stopping) return unavailable("the connection to the worker is closing");
+    if (impl_->stopping) return Status::unavailable("the connection to the worker is closing");
   }
   auto call = std::make_shared<GenerateCall>(impl_.get(), id, std::move(sink));
   call->request_ = rpc::to_proto(req, impl_->id_prefix + std::to_string(id));
@@ -242,8 +238,9 @@ serving::BackendStats RemoteBackend::stats() const {
   return serving::BackendStats{};
 }
 
-std::variant<std::vector<serving::Token>, serving::Error> RemoteBackend::tokenize(
-    const std::string& model, const std::string& text, bool add_special) const {
+Result<std::vector<serving::Token>> RemoteBackend::tokenize(const std::string& model,
+                                                            const std::string& text,
+                                                            bool add_special) const {
   grpc::ClientContext ctx;
   ctx.set_deadline(deadline_after(impl_->options.rpc_timeout_s));
   v1::TokenizeRequest req;
@@ -257,8 +254,8 @@ std::variant<std::vector<serving::Token>, serving::Error> RemoteBackend::tokeniz
   return std::vector<serving::Token>(resp.tokens().begin(), resp.tokens().end());
 }
 
-std::variant<std::string, serving::Error> RemoteBackend::detokenize(
-    const std::string& model, const std::vector<serving::Token>& tokens) const {
+Result<std::string> RemoteBackend::detokenize(const std::string& model,
+                                              const std::vector<serving::Token>& tokens) const {
   grpc::ClientContext ctx;
   ctx.set_deadline(deadline_after(impl_->options.rpc_timeout_s));
   v1::DetokenizeRequest req;

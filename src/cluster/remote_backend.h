@@ -32,18 +32,18 @@ class RemoteBackend final : public serving::Backend {
   RemoteBackend(const RemoteBackend&) = delete;
   RemoteBackend& operator=(const RemoteBackend&) = delete;
 
-  std::variant<serving::RequestId, serving::Error> submit(
-      serving::GenerateRequest req, std::shared_ptr<serving::EventSink> sink) override;
+  Result<serving::RequestId> submit(serving::GenerateRequest req,
+                                    std::shared_ptr<serving::EventSink> sink) override;
   void cancel(serving::RequestId id) override;
   // These three ask the worker (Status RPC, bounded by rpc_timeout_s); an
   // unreachable worker reads as no models and Loading.
   std::vector<serving::ModelInfo> models() const override;
   serving::Health health() const override;
   serving::BackendStats stats() const override;
-  std::variant<std::vector<serving::Token>, serving::Error> tokenize(
-      const std::string& model, const std::string& text, bool add_special) const override;
-  std::variant<std::string, serving::Error> detokenize(
-      const std::string& model, const std::vector<serving::Token>& tokens) const override;
+  Result<std::vector<serving::Token>> tokenize(const std::string& model, const std::string& text,
+                                               bool add_special) const override;
+  Result<std::string> detokenize(const std::string& model,
+                                 const std::vector<serving::Token>& tokens) const override;
   // Only stops this object from starting new calls; the worker keeps serving others.
   void start_draining() override;
 

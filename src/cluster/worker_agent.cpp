@@ -1,3 +1,4 @@
+// cluster/worker_agent.cpp — a worker's registration and heartbeats with its controller.
 #include "cluster/worker_agent.h"
 
 #include <grpcpp/grpcpp.h>
@@ -65,7 +66,7 @@ struct WorkerAgent::Impl {
     ctx.set_deadline(deadline_in(rpc_deadline_ms));
     {
       std::lock_guard<std::mutex> lock(mu);
-      if (stopping) return grpc::Status(grpc::StatusCode::CANCELLED, "stopping");
+      if (stopping) return rpc::to_grpc_status(Status::error(StatusCode::Cancelled, "stopping"));
       in_flight = &ctx;
     }
     grpc::Status st = rpc(&ctx);

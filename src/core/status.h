@@ -1,5 +1,6 @@
 // core/status.h — errors as values across module boundaries.
-// Owns Status and Result<T>. Never throws: library exceptions are caught at the
+// Owns Status (a StatusCode kind, a one-line message and the offending
+// request field), Result<T> and the early-return macros. Never throws: library exceptions are caught at the
 // edge of the module that calls the library and turned into a Status here.
 #pragma once
 
@@ -11,25 +12,73 @@
 
 namespace cairn {
 
+// What kind of failure a Status is: front-ends choose their reply from it
+// (HTTP status and OpenAI error type in api/, gRPC code in rpc/), so a kind
+// names a reason a caller can act on, never a wire number. The kinds after
+// Internal are the HTTP front-end's own refusals; other layers do not use them.
+enum class StatusCode {
+  Ok,
+  InvalidArgument,   // the request or input is wrong; retrying it unchanged fails again
+  NotFound,          // a named thing (a model) does not exist
+  Unavailable,       // try again later: queue full, loading, draining, a worker lost
+  Internal,          // a fault on this side; what Status::error(message) gives
+  Cancelled,         // the caller went away or cancelled the call
+  DeadlineExceeded,  // the request did not finish in time
+  Unauthenticated,   // missing or wrong API key
+  NoRoute,           // no endpoint at this path
+  MethodNotAllowed,  // the endpoint exists, the method does not
+  BodyTooLarge,      // the request body is over the limit
+  HeadersTooLarge,   // the request headers are over the limit
+  MalformedRequest,  // the request could not be parsed as HTTP at all
+};
+
 class [[nodiscard]] Status {
  public:
   Status() = default;
   static Status ok() { return Status(); }
-  static Status error(std::string message) { return Status(std::move(message), true); }
+  // A failure of kind Internal: what most layers below the front-ends report.
+  static Status error(std::string message) {
+    return Status(StatusCode::Internal, std::move(message), {});
+  }
+  // A failure of a given kind; `param` names the offending request field
+  // (e.g. "max_tokens") or is empty. `code` must not be Ok.
+  static Status error(StatusCode code, std::string message, std::string param = {}) {
+    assert(code != StatusCode::Ok);
+    return Status(code, std::move(message), std::move(param));
+  }
+  static Status invalid_argument(std::string message, std::string param = {}) {
+    return error(StatusCode::InvalidArgument, std::move(message), std::move(param));
+  }
+  static Status not_found(std::string message, std::string param = {}) {
+    return error(StatusCode::NotFound, std::move(message), std::move(param));
+  }
+  static Status unavailable(std::string message) {
+    return error(StatusCode::Unavailable, std::move(message));
+  }
+  static Status internal(std::string message) { return error(StatusCode::Internal, std::move(message)); }
 
-  bool is_ok() const { return !failed_; }
+  bool is_ok() const { return code_ == StatusCode::Ok; }
   explicit operator bool() const { return is_ok(); }
-  const std::string& message() const { return message_; }
+  StatusCode code() const { return code_; }
+  const std::string& message() const { return message_; }  // one line
+  const std::string& param() const { return param_; }      // may be empty
 
   // Prepends context, e.g. "tensor 'blk.0.attn_q.weight': " + inner message.
+  // Kind and param stay.
   Status with_context(const std::string& context) const {
-    return failed_ ? Status(context + ": " + message_, true) : *this;
+    return is_ok() ? *this : Status(code_, context + ": " + message_, param_);
+  }
+  // The same failure blamed on another request field.
+  Status with_param(std::string param) const {
+    return is_ok() ? *this : Status(code_, message_, std::move(param));
   }
 
  private:
-  Status(std::string message, bool failed) : message_(std::move(message)), failed_(failed) {}
+  Status(StatusCode code, std::string message, std::string param)
+      : code_(code), message_(std::move(message)), param_(std::move(param)) {}
+  StatusCode code_ = StatusCode::Ok;
   std::string message_;
-  bool failed_ = false;
+  std::string param_;
 };
 
 template <typename T>

@@ -1,28 +1,36 @@
+// rpc/convert.cpp — serving types to and from cairn.v1 messages; Status to and from gRPC.
 #include "rpc/convert.h"
 
 namespace cairn::rpc {
 namespace {
 
-serving::Error invalid(std::string message, std::string param) {
-  return serving::Error{serving::ErrorKind::InvalidRequest, std::move(message), std::move(param)};
+Status invalid(std::string message, std::string param) {
+  return Status::invalid_argument(std::move(message), std::move(param));
 }
 
-v1::Error::Kind to_proto_kind(serving::ErrorKind k) {
+v1::Error::Kind to_proto_kind(StatusCode k) {
   switch (k) {
-    case serving::ErrorKind::InvalidRequest: return v1::Error::INVALID_REQUEST;
-    case serving::ErrorKind::NotFound: return v1::Error::NOT_FOUND;
-    case serving::ErrorKind::Unavailable: return v1::Error::UNAVAILABLE;
-    case serving::ErrorKind::Internal: return v1::Error::INTERNAL;
+    case StatusCode::InvalidArgument:
+      return v1::Error::INVALID_REQUEST;
+    case StatusCode::NotFound:
+      return v1::Error::NOT_FOUND;
+    case StatusCode::Unavailable:
+      return v1::Error::UNAVAILABLE;
+    default:
+      return v1::Error::INTERNAL;
   }
-  return v1::Error::INTERNAL;
 }
 
-serving::ErrorKind from_proto_kind(v1::Error::Kind k) {
+StatusCode from_proto_kind(v1::Error::Kind k) {
   switch (k) {
-    case v1::Error::INVALID_REQUEST: return serving::ErrorKind::InvalidRequest;
-    case v1::Error::NOT_FOUND: return serving::ErrorKind::NotFound;
-    case v1::Error::UNAVAILABLE: return serving::ErrorKind::Unavailable;
-    default: return serving::ErrorKind::Internal;
+    case v1::Error::INVALID_REQUEST:
+      return StatusCode::InvalidArgument;
+    case v1::Error::NOT_FOUND:
+      return StatusCode::NotFound;
+    case v1::Error::UNAVAILABLE:
+      return StatusCode::Unavailable;
+    default:
+      return StatusCode::Internal;
   }
 }
 
@@ -65,7 +73,7 @@ v1::GenerateRequest to_proto(const serving::GenerateRequest& req, const std::str
   return m;
 }
 
-std::variant<serving::GenerateRequest, serving::Error> from_proto(const v1::GenerateRequest& m) {
+Result<serving::GenerateRequest> from_proto(const v1::GenerateRequest& m) {
   serving::GenerateRequest req;
   req.model = m.model();
   switch (m.prompt_case()) {
@@ -144,15 +152,15 @@ v1::GenerateEvent to_proto(const serving::FinishEvent& ev) {
   return m;
 }
 
-v1::Error to_proto_error(const serving::Error& err) {
+v1::Error to_proto_error(const Status& err) {
   v1::Error e;
-  e.set_kind(to_proto_kind(err.kind));
-  e.set_message(err.message);
-  e.set_param(err.param);
+  e.set_kind(to_proto_kind(err.code()));
+  e.set_message(err.message());
+  e.set_param(err.param());
   return e;
 }
 
-v1::GenerateEvent to_proto(const serving::Error& err) {
+v1::GenerateEvent to_proto(const Status& err) {
   v1::GenerateEvent m;
   *m.mutable_error() = to_proto_error(err);
   return m;
@@ -175,8 +183,9 @@ serving::FinishEvent from_proto(const v1::FinishEvent& m) {
   return ev;
 }
 
-serving::Error from_proto(const v1::Error& m) {
-  return serving::Error{from_proto_kind(m.kind()), m.message(), m.param()};
+Status from_proto(const v1::Error& m) {
+  const StatusCode code = from_proto_kind(m.kind());
+  return Status::error(code, m.message(), m.param());
 }
 
 v1::ModelInfo to_proto(const serving::ModelInfo& mi) {
@@ -242,35 +251,61 @@ serving::BackendStats stats_of(const v1::WorkerStatus& st) {
   return s;
 }
 
-grpc::Status to_grpc_status(const serving::Error& err) {
+grpc::Status to_grpc_status(const Status& status) {
   grpc::StatusCode code = grpc::StatusCode::INTERNAL;
-  switch (err.kind) {
-    case serving::ErrorKind::InvalidRequest: code = grpc::StatusCode::INVALID_ARGUMENT; break;
-    case serving::ErrorKind::NotFound: code = grpc::StatusCode::NOT_FOUND; break;
-    case serving::ErrorKind::Unavailable: code = grpc::StatusCode::UNAVAILABLE; break;
-    case serving::ErrorKind::Internal: code = grpc::StatusCode::INTERNAL; break;
+  switch (status.code()) {
+    case StatusCode::Ok:
+      return grpc::Status::OK;
+    case StatusCode::InvalidArgument:
+      code = grpc::StatusCode::INVALID_ARGUMENT;
+      break;
+    case StatusCode::NotFound:
+      code = grpc::StatusCode::NOT_FOUND;
+      break;
+    case StatusCode::Unavailable:
+      code = grpc::StatusCode::UNAVAILABLE;
+      break;
+    case StatusCode::Cancelled:
+      code = grpc::StatusCode::CANCELLED;
+      break;
+    case StatusCode::DeadlineExceeded:
+      code = grpc::StatusCode::DEADLINE_EXCEEDED;
+      break;
+    case StatusCode::Unauthenticated:
+      code = grpc::StatusCode::UNAUTHENTICATED;
+      break;
+    case StatusCode::Internal:
+    case StatusCode::NoRoute:
+    case StatusCode::MethodNotAllowed:
+    case StatusCode::BodyTooLarge:
+    case StatusCode::HeadersTooLarge:
+    case StatusCode::MalformedRequest:
+      code = grpc::StatusCode::INTERNAL;
+      break;
   }
-  return grpc::Status(code, err.message, err.param);
+  return grpc::Status(code, status.message(), status.param());
 }
 
-serving::Error from_grpc_status(const grpc::Status& st) {
-  serving::ErrorKind kind = serving::ErrorKind::Internal;
+Status from_grpc_status(const grpc::Status& st) {
+  StatusCode code = StatusCode::Internal;
   switch (st.error_code()) {
     case grpc::StatusCode::INVALID_ARGUMENT:
     case grpc::StatusCode::OUT_OF_RANGE:
     case grpc::StatusCode::FAILED_PRECONDITION:
-      kind = serving::ErrorKind::InvalidRequest;
+      code = StatusCode::InvalidArgument;
       break;
-    case grpc::StatusCode::NOT_FOUND: kind = serving::ErrorKind::NotFound; break;
+    case grpc::StatusCode::NOT_FOUND:
+      code = StatusCode::NotFound;
+      break;
     case grpc::StatusCode::UNAVAILABLE:
     case grpc::StatusCode::DEADLINE_EXCEEDED:
     case grpc::StatusCode::RESOURCE_EXHAUSTED:
     case grpc::StatusCode::CANCELLED:
-      kind = serving::ErrorKind::Unavailable;
+      code = StatusCode::Unavailable;
       break;
     default: break;
   }
-  return serving::Error{kind, st.error_message(), st.error_details()};
+  return Status::error(code, st.error_message(), st.error_details());
 }
 
 }  // namespace cairn::rpc

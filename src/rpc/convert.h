@@ -1,15 +1,17 @@
 // rpc/convert.h — serving types <-> the cairn.v1 protobuf messages.
 // Owns the one mapping between the Backend vocabulary (serving/backend.h) and
 // the wire, used by both ends of every gRPC hop (worker service, remote
-// backend, controller). Never talks to the network and never runs a model.
+// backend, controller), and the one mapping from a Status to a gRPC status
+// (to_grpc_status) that every gRPC service answers through. Never talks to
+// the network and never runs a model.
 #pragma once
 
 #include <grpcpp/support/status.h>
 
 #include <string>
-#include <variant>
 
 #include "cairn/v1/worker.pb.h"
+#include "core/status.h"
 #include "serving/backend.h"
 
 namespace cairn::rpc {
@@ -22,15 +24,18 @@ inline constexpr size_t kMaxStopStrings = 16;
 inline constexpr size_t kMaxLogitBias = 4096;
 
 v1::GenerateRequest to_proto(const serving::GenerateRequest& req, const std::string& request_id);
-std::variant<serving::GenerateRequest, serving::Error> from_proto(const v1::GenerateRequest& msg);
+Result<serving::GenerateRequest> from_proto(const v1::GenerateRequest& msg);
 
 v1::GenerateEvent to_proto(const serving::TokenEvent& ev);
 v1::GenerateEvent to_proto(const serving::FinishEvent& ev);
-v1::GenerateEvent to_proto(const serving::Error& err);
+v1::GenerateEvent to_proto(const Status& err);
 serving::TokenEvent from_proto(const v1::TokenEvent& msg);
 serving::FinishEvent from_proto(const v1::FinishEvent& msg);
-serving::Error from_proto(const v1::Error& msg);
-v1::Error to_proto_error(const serving::Error& err);
+// A failure inside a stream or a reply (v1::Error): kind, message and param.
+// The wire has four kinds (InvalidArgument, NotFound, Unavailable, Internal);
+// any other kind travels as INTERNAL.
+Status from_proto(const v1::Error& msg);
+v1::Error to_proto_error(const Status& err);
 
 v1::ModelInfo to_proto(const serving::ModelInfo& m);
 serving::ModelInfo from_proto(const v1::ModelInfo& m);
@@ -40,10 +45,16 @@ v1::WorkerStatus worker_status(const serving::Backend& backend);
 serving::Health health_of(const v1::WorkerStatus& st);
 serving::BackendStats stats_of(const v1::WorkerStatus& st);
 
-// Errors as gRPC statuses and back: InvalidRequest <-> INVALID_ARGUMENT,
-// NotFound <-> NOT_FOUND, Unavailable <-> UNAVAILABLE (also DEADLINE_EXCEEDED
-// and a broken connection), everything else INTERNAL.
-grpc::Status to_grpc_status(const serving::Error& err);
-serving::Error from_grpc_status(const grpc::Status& st);
+// The one place a Status becomes a gRPC status (message as the message, param
+// as the details): InvalidArgument INVALID_ARGUMENT, NotFound NOT_FOUND,
+// Unavailable UNAVAILABLE, Cancelled CANCELLED, DeadlineExceeded
+// DEADLINE_EXCEEDED, Unauthenticated UNAUTHENTICATED, Internal and the
+// HTTP-only kinds INTERNAL. Every gRPC service answers through it.
+grpc::Status to_grpc_status(const Status& status);
+// And back, for a call that failed: INVALID_ARGUMENT, OUT_OF_RANGE and
+// FAILED_PRECONDITION are InvalidArgument; NOT_FOUND NotFound; UNAVAILABLE,
+// DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED and CANCELLED Unavailable (worth
+// retrying elsewhere); everything else Internal.
+Status from_grpc_status(const grpc::Status& st);
 
 }  // namespace cairn::rpc

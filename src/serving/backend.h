@@ -1,8 +1,11 @@
 // serving/backend.h — the seam every front-end talks to.
 // Owns the request/event vocabulary between front-ends (HTTP, gRPC) and
-// whatever runs the model: LocalBackend (an engine in this process), later
-// RemoteBackend (a worker over gRPC) and the controller's router. Knows
-// nothing of HTTP or JSON; front-ends translate to and from these types.
+// whatever runs the model: LocalBackend (an engine in this process),
+// cluster::RemoteBackend (one worker over gRPC) and cluster::ClusterBackend (the
+// controller, spreading requests over workers). Failures are cairn::Status
+// values (InvalidArgument, NotFound, Unavailable, Internal, with the offending
+// field in param). Knows nothing of HTTP or JSON; front-ends translate to and
+// from these types.
 #pragma once
 
 #include <cstdint>
@@ -19,15 +22,6 @@ namespace cairn::serving {
 
 using Token = int32_t;
 using RequestId = uint64_t;
-
-// Why a request was refused; front-ends map it to a status code (400, 404, 503...).
-enum class ErrorKind { InvalidRequest, NotFound, Unavailable, Internal };
-
-struct Error {
-  ErrorKind kind = ErrorKind::InvalidRequest;
-  std::string message;  // one line, never echoes the whole request
-  std::string param;    // the offending field, e.g. "max_tokens"; may be empty
-};
 
 struct ChatMessage {
   std::string role;
@@ -97,7 +91,9 @@ class EventSink {
   virtual ~EventSink() = default;
   virtual void on_token(const TokenEvent& ev) = 0;
   virtual void on_finish(const FinishEvent& ev) = 0;  // last event on success
-  virtual void on_error(const Error& err) = 0;        // last event on failure
+  // Last event on failure; the message is one line and never echoes the
+  // whole request.
+  virtual void on_error(const Status& err) = 0;
 };
 
 struct ModelInfo {
@@ -143,21 +139,19 @@ class Backend {
  public:
   virtual ~Backend() = default;
   // Validates synchronously (bad input never reaches the engine) and queues.
-  // Errors: InvalidRequest (400), NotFound (404, unknown model), Unavailable
-  // (503, queue full or draining).
-  virtual std::variant<RequestId, Error> submit(GenerateRequest req,
-                                                std::shared_ptr<EventSink> sink) = 0;
+  // Errors: InvalidArgument (bad input), NotFound (unknown model),
+  // Unavailable (queue full or draining).
+  virtual Result<RequestId> submit(GenerateRequest req, std::shared_ptr<EventSink> sink) = 0;
   virtual void cancel(RequestId id) = 0;  // idempotent, any thread
   virtual std::vector<ModelInfo> models() const = 0;
   virtual Health health() const = 0;
   virtual BackendStats stats() const = 0;
 
   // /tokenize and /detokenize.
-  virtual std::variant<std::vector<Token>, Error> tokenize(const std::string& model,
-                                                           const std::string& text,
-                                                           bool add_special) const = 0;
-  virtual std::variant<std::string, Error> detokenize(const std::string& model,
-                                                      const std::vector<Token>& tokens) const = 0;
+  virtual Result<std::vector<Token>> tokenize(const std::string& model, const std::string& text,
+                                              bool add_special) const = 0;
+  virtual Result<std::string> detokenize(const std::string& model,
+                                         const std::vector<Token>& tokens) const = 0;
   // Stops accepting (submit gives Unavailable); running requests continue.
   virtual void start_draining() = 0;
 

@@ -1,3 +1,4 @@
+// serving/local_backend.cpp — the in-process Backend: validation, chat rendering, the engine.
 #include "serving/local_backend.h"
 
 #include <spdlog/spdlog.h>
@@ -15,8 +16,8 @@ constexpr int32_t kDefaultCtx = 4096;
 constexpr size_t kMaxStopStrings = 16;
 constexpr size_t kMaxStopBytes = 512;
 
-Error invalid(std::string message, std::string param = {}) {
-  return Error{ErrorKind::InvalidRequest, std::move(message), std::move(param)};
+Status invalid(std::string message, std::string param = {}) {
+  return Status::invalid_argument(std::move(message), std::move(param));
 }
 
 // Engine events in the serving vocabulary; token texts for top log-probabilities.
@@ -44,9 +45,7 @@ class SinkAdapter final : public engine::SequenceSink {
     ev.usage = {out.prompt_tokens, out.completion_tokens, out.cached_prompt_tokens};
     sink_->on_finish(ev);
   }
-  void on_error(const std::string& message) override {
-    sink_->on_error(Error{ErrorKind::Internal, message, {}});
-  }
+  void on_error(const std::string& message) override { sink_->on_error(Status::internal(message)); }
 
  private:
   std::shared_ptr<EventSink> sink_;
@@ -131,13 +130,12 @@ LocalBackend::~LocalBackend() {
   if (engine_) engine_->stop();
 }
 
-std::optional<Error> LocalBackend::check_model(const std::string& model) const {
-  if (model.empty() || model == model_id_) return std::nullopt;
-  return Error{ErrorKind::NotFound, "the model '" + model.substr(0, 200) + "' does not exist",
-               "model"};
+Status LocalBackend::check_model(const std::string& model) const {
+  if (model.empty() || model == model_id_) return Status::ok();
+  return Status::not_found("the model '" + model.substr(0, 200) + "' does not exist", "model");
 }
 
-std::variant<std::string, Error> LocalBackend::render_chat(const GenerateRequest& req) const {
+Result<std::string> LocalBackend::render_chat(const GenerateRequest& req) const {
   const auto* messages = std::get_if<std::vector<ChatMessage>>(&req.prompt);
   if (!messages) return invalid("the request has no chat messages", "messages");
   if (messages->empty()) return invalid("messages must not be empty", "messages");
@@ -155,8 +153,7 @@ std::variant<std::string, Error> LocalBackend::render_chat(const GenerateRequest
   return std::move(*text);
 }
 
-std::variant<std::vector<Token>, Error> LocalBackend::prompt_tokens(
-    const GenerateRequest& req) const {
+Result<std::vector<Token>> LocalBackend::prompt_tokens(const GenerateRequest& req) const {
   const Tokenizer& tok = *loaded_.tokenizer;
   if (const auto* text = std::get_if<std::string>(&req.prompt)) {
     if (text->empty()) return invalid("the prompt is empty", "prompt");
@@ -172,24 +169,20 @@ std::variant<std::vector<Token>, Error> LocalBackend::prompt_tokens(
                        "prompt");
     return *ids;
   }
-  auto rendered = render_chat(req);
-  if (auto* err = std::get_if<Error>(&rendered)) return *err;
+  CAIRN_ASSIGN_OR_RETURN(const std::string rendered, render_chat(req));
   // BOS as the model wants it; a template that writes bos_token itself must
   // not end up with two.
-  auto ids = tok.encode(std::get<std::string>(rendered), /*add_special=*/true,
-                        /*parse_special=*/true);
+  auto ids = tok.encode(rendered, /*add_special=*/true, /*parse_special=*/true);
   if (ids.size() >= 2 && tok.bos() >= 0 && ids[0] == tok.bos() && ids[1] == tok.bos())
     ids.erase(ids.begin());
   return ids;
 }
 
-std::variant<RequestId, Error> LocalBackend::submit(GenerateRequest req,
-                                                    std::shared_ptr<EventSink> sink) {
+Result<RequestId> LocalBackend::submit(GenerateRequest req, std::shared_ptr<EventSink> sink) {
   if (draining_.load())
-    return Error{
-        ErrorKind::Unavailable, "the server is shutting down and takes no new requests", {}};
-  if (auto err = check_model(req.model)) return *err;
-  if (!sink) return Error{ErrorKind::Internal, "no event sink for the request", {}};
+    return Status::unavailable("the server is shutting down and takes no new requests");
+  CAIRN_RETURN_IF_ERROR(check_model(req.model));
+  if (!sink) return Status::internal("no event sink for the request");
   if (req.max_tokens == 0 || req.max_tokens < -1)
     return invalid("max_tokens must be at least 1 (got " + std::to_string(req.max_tokens) + ")",
                    "max_tokens");
@@ -205,9 +198,7 @@ std::variant<RequestId, Error> LocalBackend::submit(GenerateRequest req,
       return invalid("a stop string is longer than " + std::to_string(kMaxStopBytes) + " bytes",
                      "stop");
 
-  auto tokens = prompt_tokens(req);
-  if (auto* err = std::get_if<Error>(&tokens)) return *err;
-  std::vector<Token>& prompt = std::get<std::vector<Token>>(tokens);
+  CAIRN_ASSIGN_OR_RETURN(std::vector<Token> prompt, prompt_tokens(req));
   if (prompt.empty()) return invalid("the prompt is empty", "prompt");
 
   const int64_t n_ctx = engine_->n_ctx();
@@ -244,10 +235,8 @@ std::variant<RequestId, Error> LocalBackend::submit(GenerateRequest req,
   er.stop = std::move(req.stop);
 
   if (engine_->queued() >= options_.max_queue)
-    return Error{
-        ErrorKind::Unavailable,
-        "too many requests are queued (" + std::to_string(options_.max_queue) + "); retry later",
-        {}};
+    return Status::unavailable("too many requests are queued (" +
+                               std::to_string(options_.max_queue) + "); retry later");
   const bool logprobs = er.logprobs;
   auto id = engine_->submit(
       std::move(er), std::make_shared<SinkAdapter>(std::move(sink), *loaded_.tokenizer, logprobs));
@@ -287,16 +276,15 @@ BackendStats LocalBackend::stats() const {
   return b;
 }
 
-std::variant<std::vector<Token>, Error> LocalBackend::tokenize(const std::string& model,
-                                                               const std::string& text,
-                                                               bool add_special) const {
-  if (auto err = check_model(model)) return *err;
+Result<std::vector<Token>> LocalBackend::tokenize(const std::string& model, const std::string& text,
+                                                  bool add_special) const {
+  CAIRN_RETURN_IF_ERROR(check_model(model));
   return loaded_.tokenizer->encode(text, add_special, /*parse_special=*/true);
 }
 
-std::variant<std::string, Error> LocalBackend::detokenize(const std::string& model,
-                                                          const std::vector<Token>& tokens) const {
-  if (auto err = check_model(model)) return *err;
+Result<std::string> LocalBackend::detokenize(const std::string& model,
+                                             const std::vector<Token>& tokens) const {
+  CAIRN_RETURN_IF_ERROR(check_model(model));
   const int32_t n_vocab = static_cast<int32_t>(loaded_.model->hparams().n_vocab);
   for (Token t : tokens)
     if (t < 0 || t >= n_vocab)

@@ -40,17 +40,15 @@ class LocalBackend final : public Backend {
   static Result<std::unique_ptr<LocalBackend>> create(const LocalBackendOptions& options);
   ~LocalBackend() override;
 
-  std::variant<RequestId, Error> submit(GenerateRequest req,
-                                        std::shared_ptr<EventSink> sink) override;
+  Result<RequestId> submit(GenerateRequest req, std::shared_ptr<EventSink> sink) override;
   void cancel(RequestId id) override;
   std::vector<ModelInfo> models() const override;
   Health health() const override;
   BackendStats stats() const override;
-  std::variant<std::vector<Token>, Error> tokenize(const std::string& model,
-                                                   const std::string& text,
-                                                   bool add_special) const override;
-  std::variant<std::string, Error> detokenize(const std::string& model,
-                                              const std::vector<Token>& tokens) const override;
+  Result<std::vector<Token>> tokenize(const std::string& model, const std::string& text,
+                                      bool add_special) const override;
+  Result<std::string> detokenize(const std::string& model,
+                                 const std::vector<Token>& tokens) const override;
   void start_draining() override;
 
   const std::string& model_id() const { return model_id_; }
@@ -59,12 +57,12 @@ class LocalBackend final : public Backend {
   const Tokenizer& tokenizer() const { return *loaded_.tokenizer; }
 
   // The chat prompt `req` renders to (for tests and `cairn chat`).
-  std::variant<std::string, Error> render_chat(const GenerateRequest& req) const;
+  Result<std::string> render_chat(const GenerateRequest& req) const;
 
  private:
   LocalBackend() = default;
-  std::optional<Error> check_model(const std::string& model) const;
-  std::variant<std::vector<Token>, Error> prompt_tokens(const GenerateRequest& req) const;
+  Status check_model(const std::string& model) const;
+  Result<std::vector<Token>> prompt_tokens(const GenerateRequest& req) const;
 
   LocalBackendOptions options_;
   std::string model_id_;

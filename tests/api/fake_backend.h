@@ -20,11 +20,11 @@ class FakeBackend : public serving::Backend {
     mode_ = m;
   }
 
-  std::variant<serving::RequestId, serving::Error> submit(
-      serving::GenerateRequest req, std::shared_ptr<serving::EventSink> sink) override {
+  Result<serving::RequestId> submit(serving::GenerateRequest req,
+                                    std::shared_ptr<serving::EventSink> sink) override {
     std::unique_lock<std::mutex> lock(mu_);
     if (draining_ || mode_ == Mode::Refuse)
-      return serving::Error{serving::ErrorKind::Unavailable, "queue full", ""};
+      return Status::error(StatusCode::Unavailable, "queue full");
     const serving::RequestId id = ++next_id_;
     submitted_.push_back(req);
     if (mode_ == Mode::Hold) {
@@ -75,14 +75,14 @@ class FakeBackend : public serving::Backend {
     s.kv_blocks_total = 10;
     return s;
   }
-  std::variant<std::vector<serving::Token>, serving::Error> tokenize(
-      const std::string&, const std::string& text, bool) const override {
+  Result<std::vector<serving::Token>> tokenize(const std::string&, const std::string& text,
+                                               bool) const override {
     std::vector<serving::Token> out;
     for (unsigned char c : text) out.push_back(c % 100);
     return out;
   }
-  std::variant<std::string, serving::Error> detokenize(
-      const std::string&, const std::vector<serving::Token>& tokens) const override {
+  Result<std::string> detokenize(const std::string&,
+                                 const std::vector<serving::Token>& tokens) const override {
     return std::string(tokens.size(), 'x');
   }
   void start_draining() override {
@@ -110,7 +110,7 @@ class FakeBackend : public serving::Backend {
     }
     for (auto& [id, sink] : held) {
       sink->on_token(serving::TokenEvent{1, "Hello", -0.5f, {}});
-      sink->on_error(serving::Error{serving::ErrorKind::Unavailable, "worker lost", ""});
+      sink->on_error(Status::error(StatusCode::Unavailable, "worker lost"));
     }
   }
 

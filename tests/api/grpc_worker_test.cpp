@@ -15,12 +15,14 @@
 #include "modelgen/demo_model.h"
 #include "rpc/convert.h"
 #include "serving/local_backend.h"
+#include "serving_test_util.h"
 #include "test_util.h"
 
 namespace cairn::api {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using cairn::test::RecordingSink;
 
 std::chrono::system_clock::time_point in_seconds(double s) {
   return std::chrono::system_clock::now() +
@@ -39,37 +41,6 @@ bool eventually(F cond, double seconds = 20) {
   }
   return cond();
 }
-
-class RecordingSink final : public serving::EventSink {
- public:
-  void on_token(const serving::TokenEvent& ev) override {
-    std::lock_guard lk(mu_);
-    ids.push_back(ev.id);
-  }
-  void on_finish(const serving::FinishEvent& ev) override {
-    std::lock_guard lk(mu_);
-    reason = ev.reason;
-    done = true;
-    cv_.notify_all();
-  }
-  void on_error(const serving::Error& err) override {
-    std::lock_guard lk(mu_);
-    reason = "error: " + err.message;
-    done = true;
-    cv_.notify_all();
-  }
-  bool wait(double seconds = 60) {
-    std::unique_lock lk(mu_);
-    return cv_.wait_for(lk, std::chrono::duration<double>(seconds), [&] { return done; });
-  }
-  std::vector<serving::Token> ids;
-  std::string reason;
-  bool done = false;
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-};
 
 class GrpcWorkerTest : public ::testing::Test {
  protected:
@@ -140,10 +111,10 @@ TEST_F(GrpcWorkerTest, GenerateStreamsTheSameTokensAsTheBackend) {
   r.max_tokens = 12;
   r.ignore_eos = true;
   r.sampling.temperature = 0;
-  ASSERT_TRUE(std::holds_alternative<serving::RequestId>(backend_->submit(r, direct)));
+  ASSERT_TRUE(backend_->submit(r, direct).is_ok());
   ASSERT_TRUE(direct->wait());
-  ASSERT_EQ(direct->reason, "length");
-  ASSERT_EQ(direct->ids.size(), 12u);
+  ASSERT_EQ(direct->reason(), "length");
+  ASSERT_EQ(direct->ids().size(), 12u);
 
   grpc::ClientContext ctx;
   ctx.set_deadline(in_seconds(60));
@@ -168,7 +139,7 @@ TEST_F(GrpcWorkerTest, GenerateStreamsTheSameTokensAsTheBackend) {
   EXPECT_EQ(finishes, 1);
   EXPECT_EQ(reason, "length");
   EXPECT_EQ(completion_tokens, 12);
-  EXPECT_EQ(ids, direct->ids);
+  EXPECT_EQ(ids, direct->ids());
 }
 
 TEST_F(GrpcWorkerTest, BadRequestsGetInvalidArgument) {
@@ -355,7 +326,7 @@ TEST_F(GrpcWorkerTest, StatusReportsModelAndLoad) {
 
 TEST_F(GrpcWorkerTest, TokenizeAndDetokenizeRoundTrip) {
   auto direct = backend_->tokenize("", "hello world", true);
-  ASSERT_TRUE(std::holds_alternative<std::vector<serving::Token>>(direct));
+  ASSERT_TRUE(direct.is_ok());
   v1::TokenizeRequest treq;
   treq.set_text("hello world");
   treq.set_add_special(true);
@@ -366,8 +337,7 @@ TEST_F(GrpcWorkerTest, TokenizeAndDetokenizeRoundTrip) {
     ASSERT_TRUE(stub_->Tokenize(&ctx, treq, &tres).ok());
   }
   EXPECT_FALSE(tres.has_error());
-  EXPECT_EQ(std::vector<serving::Token>(tres.tokens().begin(), tres.tokens().end()),
-            std::get<std::vector<serving::Token>>(direct));
+  EXPECT_EQ(std::vector<serving::Token>(tres.tokens().begin(), tres.tokens().end()), *direct);
 
   v1::DetokenizeRequest dreq;
   for (auto t : tres.tokens()) dreq.add_tokens(t);

@@ -296,7 +296,7 @@ TEST_F(ServerTest, HeaderLimitGives431) {
 
 TEST_F(ServerTest, ApiKeyGuardsEverythingButHealth) {
   ServerOptions o;
-  o.router.api_key = "sk-secret";
+  o.routes.api_key = "sk-secret";
   start(o);
   const std::string body = R"({"prompt":"hi"})";
   auto none = exchange(post("/v1/completions", body));
@@ -322,8 +322,8 @@ TEST_F(ServerTest, CorsOffByDefault) {
 
 TEST_F(ServerTest, CorsWhenConfigured) {
   ServerOptions o;
-  o.router.cors_origin = "http://app.example";
-  o.router.api_key = "k";
+  o.routes.cors_origin = "http://app.example";
+  o.routes.api_key = "k";
   start(o);
   auto pre = exchange(
       "OPTIONS /v1/chat/completions HTTP/1.1\r\nHost: x\r\nOrigin: http://app.example\r\n"

@@ -6,6 +6,8 @@
 
 #include <cmath>
 
+#include "api/openai_response.h"
+
 namespace cairn::api {
 namespace {
 
@@ -100,15 +102,16 @@ TEST(OpenAiRequest, BadInputTable) {
   for (const auto& c : kBad) {
     SCOPED_TRACE(c.name);
     auto body = parse_json_object(c.body);
-    ASSERT_TRUE(std::holds_alternative<json>(body));
-    auto res = parse_generate(c.endpoint, std::get<json>(body), one_model());
-    ASSERT_TRUE(std::holds_alternative<ApiError>(res));
-    const auto& e = std::get<ApiError>(res);
-    EXPECT_EQ(e.status, c.status);
-    EXPECT_EQ(e.param, c.param);
-    EXPECT_EQ(e.type, "invalid_request_error");
-    EXPECT_FALSE(e.message.empty());
-    EXPECT_EQ(e.message.find('\n'), std::string::npos);
+    ASSERT_TRUE(body.is_ok());
+    auto res = parse_generate(c.endpoint, *body, one_model());
+    ASSERT_FALSE(res.is_ok());
+    const Status& e = res.status();
+    const HttpError h = to_http_error(e);
+    EXPECT_EQ(h.status, c.status);
+    EXPECT_EQ(e.param(), c.param);
+    EXPECT_EQ(h.body["error"]["type"], "invalid_request_error");
+    EXPECT_FALSE(e.message().empty());
+    EXPECT_EQ(e.message().find('\n'), std::string::npos);
   }
 }
 
@@ -117,15 +120,15 @@ TEST(OpenAiRequest, NonFiniteNumbersAreRefused) {
   for (const char* body : {R"({"prompt":"a","temperature":NaN})",
                            R"({"prompt":"a","top_p":Infinity})"}) {
     auto res = parse_json_object(body);
-    ASSERT_TRUE(std::holds_alternative<ApiError>(res)) << body;
-    EXPECT_EQ(std::get<ApiError>(res).status, 400);
+    ASSERT_FALSE(res.is_ok()) << body;
+    EXPECT_EQ(to_http_error(res.status()).status, 400);
   }
   // A value beyond double range parses to infinity in some parsers: still refused.
   auto big = parse_json_object(R"({"prompt":"a","temperature":1e400})");
-  if (auto* j = std::get_if<json>(&big)) {
-    auto res = parse_generate(Endpoint::Completions, *j, one_model());
-    ASSERT_TRUE(std::holds_alternative<ApiError>(res));
-    EXPECT_EQ(std::get<ApiError>(res).param, "temperature");
+  if (big.is_ok()) {
+    auto res = parse_generate(Endpoint::Completions, *big, one_model());
+    ASSERT_FALSE(res.is_ok());
+    EXPECT_EQ(res.status().param(), "temperature");
   }
 }
 
@@ -134,18 +137,18 @@ TEST(OpenAiRequest, BodyMustBeJsonObjectInUtf8) {
                                std::string("{\"prompt\":\"\xff\xfe\"}")};
   for (const auto& body : cases) {
     auto res = parse_json_object(body);
-    ASSERT_TRUE(std::holds_alternative<ApiError>(res)) << body;
-    EXPECT_EQ(std::get<ApiError>(res).status, 400);
+    ASSERT_FALSE(res.is_ok()) << body;
+    EXPECT_EQ(to_http_error(res.status()).status, 400);
   }
-  EXPECT_TRUE(std::holds_alternative<json>(parse_json_object(R"({"prompt":"ok"})")));
+  EXPECT_TRUE((parse_json_object(R"({"prompt":"ok"})")).is_ok());
 }
 
 TEST(OpenAiRequest, ErrorMessagesDoNotEchoTheRequest) {
   const std::string secret(5000, 'z');
   json body = {{"model", secret}, {"prompt", secret}};
   auto res = parse_generate(Endpoint::Completions, body, one_model());
-  ASSERT_TRUE(std::holds_alternative<ApiError>(res));
-  EXPECT_LT(std::get<ApiError>(res).message.size(), 200u);
+  ASSERT_FALSE(res.is_ok());
+  EXPECT_LT(res.status().message().size(), 200u);
 }
 
 TEST(OpenAiRequest, CompletionFieldsMapToTheRequest) {
@@ -157,8 +160,8 @@ TEST(OpenAiRequest, CompletionFieldsMapToTheRequest) {
     "stream": true, "stream_options": {"include_usage": true}, "some_unknown_field": [1, 2]
   })");
   auto res = parse_generate(Endpoint::Completions, body, one_model());
-  ASSERT_TRUE(std::holds_alternative<ParsedGenerate>(res)) << std::get<ApiError>(res).message;
-  const auto& p = std::get<ParsedGenerate>(res);
+  ASSERT_TRUE(res.is_ok()) << res.status().message();
+  const auto& p = *res;
   EXPECT_EQ(p.model, "tiny");
   EXPECT_EQ(p.n, 2);
   EXPECT_TRUE(p.stream);
@@ -191,20 +194,20 @@ TEST(OpenAiRequest, PromptShapes) {
     return parse_generate(Endpoint::Completions, json::parse(body), one_model());
   };
   auto strings = parse(R"({"prompt":["a","b"]})");
-  ASSERT_TRUE(std::holds_alternative<ParsedGenerate>(strings));
-  EXPECT_EQ(std::get<ParsedGenerate>(strings).prompts.size(), 2u);
+  ASSERT_TRUE(strings.is_ok());
+  EXPECT_EQ(strings->prompts.size(), 2u);
   auto ids = parse(R"({"prompt":[1,2,511]})");
-  ASSERT_TRUE(std::holds_alternative<ParsedGenerate>(ids));
-  EXPECT_EQ(std::get<std::vector<serving::Token>>(std::get<ParsedGenerate>(ids).prompts[0].prompt),
+  ASSERT_TRUE(ids.is_ok());
+  EXPECT_EQ(std::get<std::vector<serving::Token>>(ids->prompts[0].prompt),
             (std::vector<serving::Token>{1, 2, 511}));
   auto lists = parse(R"({"prompt":[[1,2],[3]], "n": 3})");
-  ASSERT_TRUE(std::holds_alternative<ParsedGenerate>(lists));
-  EXPECT_EQ(std::get<ParsedGenerate>(lists).prompts.size(), 2u);
-  EXPECT_EQ(std::get<ParsedGenerate>(lists).choices(), 6);
+  ASSERT_TRUE(lists.is_ok());
+  EXPECT_EQ(lists->prompts.size(), 2u);
+  EXPECT_EQ(lists->choices(), 6);
   // Defaults: OpenAI's 16 tokens for completions, no limit for chat; top_k -1 means off.
   auto defaults = parse(R"({"prompt":"x","top_k":-1,"max_tokens":null})");
-  ASSERT_TRUE(std::holds_alternative<ParsedGenerate>(defaults));
-  const auto& d = std::get<ParsedGenerate>(defaults).prompts[0];
+  ASSERT_TRUE(defaults.is_ok());
+  const auto& d = defaults->prompts[0];
   EXPECT_EQ(d.max_tokens, 16);
   EXPECT_EQ(d.sampling.top_k, 0);
   EXPECT_EQ(d.top_logprobs, -1);
@@ -222,8 +225,8 @@ TEST(OpenAiRequest, ChatMessagesAndLogprobs) {
     "tools": [{"type": "function", "function": {"name": "f"}}]
   })");
   auto res = parse_generate(Endpoint::Chat, body, one_model());
-  ASSERT_TRUE(std::holds_alternative<ParsedGenerate>(res)) << std::get<ApiError>(res).message;
-  const auto& p = std::get<ParsedGenerate>(res);
+  ASSERT_TRUE(res.is_ok()) << res.status().message();
+  const auto& p = *res;
   ASSERT_EQ(p.prompts.size(), 1u);
   const auto& r = p.prompts[0];
   const auto& msgs = std::get<std::vector<serving::ChatMessage>>(r.prompt);
@@ -234,7 +237,12 @@ TEST(OpenAiRequest, ChatMessagesAndLogprobs) {
   EXPECT_EQ(r.max_tokens, 9);
   EXPECT_EQ(r.top_logprobs, 2);
   EXPECT_NE(r.tools_json.find("\"f\""), std::string::npos);
-  EXPECT_EQ(std::get<ParsedGenerate>(parse_generate(Endpoint::Chat, json::parse(R"({"messages":[{"role":"user","content":"x"}]})"), one_model())).prompts[0].max_tokens, -1);
+  EXPECT_EQ(
+      (parse_generate(Endpoint::Chat,
+                      json::parse(R"({"messages":[{"role":"user","content":"x"}]})"), one_model()))
+          ->prompts[0]
+          .max_tokens,
+      -1);
 }
 
 TEST(OpenAiRequest, ModelResolution) {
@@ -245,50 +253,49 @@ TEST(OpenAiRequest, ModelResolution) {
   models.push_back(second);
   // With two models served the name is required; a served name picks it.
   auto missing = parse_generate(Endpoint::Completions, json::parse(R"({"prompt":"a"})"), models);
-  ASSERT_TRUE(std::holds_alternative<ApiError>(missing));
-  EXPECT_EQ(std::get<ApiError>(missing).status, 400);
+  ASSERT_FALSE(missing.is_ok());
+  EXPECT_EQ(to_http_error(missing.status()).status, 400);
   auto named = parse_generate(Endpoint::Completions,
                               json::parse(R"({"prompt":[11],"model":"other"})"), models);
-  ASSERT_TRUE(std::holds_alternative<ApiError>(named));  // token 11 is beyond its 10-token vocab
+  ASSERT_FALSE(named.is_ok());  // token 11 is beyond its 10-token vocab
   auto ok = parse_generate(Endpoint::Completions, json::parse(R"({"prompt":[9],"model":"other"})"),
                            models);
-  ASSERT_TRUE(std::holds_alternative<ParsedGenerate>(ok));
-  EXPECT_EQ(std::get<ParsedGenerate>(ok).model, "other");
+  ASSERT_TRUE(ok.is_ok());
+  EXPECT_EQ(ok->model, "other");
 }
 
 TEST(OpenAiRequest, TokenizeAndDetokenize) {
   auto t = parse_tokenize(json::parse(R"({"prompt":"hello","add_special":false})"), one_model());
-  ASSERT_TRUE(std::holds_alternative<TokenizeRequest>(t));
-  EXPECT_EQ(std::get<TokenizeRequest>(t).text, "hello");
-  EXPECT_FALSE(std::get<TokenizeRequest>(t).add_special);
+  ASSERT_TRUE(t.is_ok());
+  EXPECT_EQ(t->text, "hello");
+  EXPECT_FALSE(t->add_special);
   auto c = parse_tokenize(json::parse(R"({"content":"hi"})"), one_model());
-  ASSERT_TRUE(std::holds_alternative<TokenizeRequest>(c));
-  EXPECT_EQ(std::get<TokenizeRequest>(c).text, "hi");
-  EXPECT_TRUE(std::holds_alternative<ApiError>(parse_tokenize(json::parse(R"({"prompt":3})"), one_model())));
+  ASSERT_TRUE(c.is_ok());
+  EXPECT_EQ(c->text, "hi");
+  EXPECT_FALSE((parse_tokenize(json::parse(R"({"prompt":3})"), one_model())).is_ok());
   auto d = parse_detokenize(json::parse(R"({"tokens":[1,2,3]})"), one_model());
-  ASSERT_TRUE(std::holds_alternative<DetokenizeRequest>(d));
-  EXPECT_EQ(std::get<DetokenizeRequest>(d).tokens.size(), 3u);
+  ASSERT_TRUE(d.is_ok());
+  EXPECT_EQ(d->tokens.size(), 3u);
   auto bad = parse_detokenize(json::parse(R"({"tokens":[1,512]})"), one_model());
-  ASSERT_TRUE(std::holds_alternative<ApiError>(bad));
-  EXPECT_EQ(std::get<ApiError>(bad).param, "tokens");
+  ASSERT_FALSE(bad.is_ok());
+  EXPECT_EQ(bad.status().param(), "tokens");
 }
 
 TEST(OpenAiRequest, BackendErrorsMapToStatus) {
   struct Row {
-    serving::ErrorKind kind;
+    StatusCode kind;
     int status;
     const char* type;
   };
-  const Row rows[] = {{serving::ErrorKind::InvalidRequest, 400, "invalid_request_error"},
-                      {serving::ErrorKind::NotFound, 404, "invalid_request_error"},
-                      {serving::ErrorKind::Unavailable, 503, "server_error"},
-                      {serving::ErrorKind::Internal, 500, "server_error"}};
+  const Row rows[] = {{StatusCode::InvalidArgument, 400, "invalid_request_error"},
+                      {StatusCode::NotFound, 404, "invalid_request_error"},
+                      {StatusCode::Unavailable, 503, "server_error"},
+                      {StatusCode::Internal, 500, "server_error"}};
   for (const auto& r : rows) {
-    serving::Error e{r.kind, "m", "p"};
-    ApiError a = from_backend_error(e);
+    const HttpError a = to_http_error(Status::error(r.kind, "m", "p"));
     EXPECT_EQ(a.status, r.status);
-    EXPECT_EQ(a.type, r.type);
-    EXPECT_EQ(a.param, "p");
+    EXPECT_EQ(a.body["error"]["type"], r.type);
+    EXPECT_EQ(a.body["error"]["param"], "p");
   }
 }
 

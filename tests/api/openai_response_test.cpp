@@ -5,7 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "api/generation.h"
-#include "api/router.h"
+#include "api/http_routes.h"
 
 namespace cairn::api {
 namespace {
@@ -69,8 +69,9 @@ std::vector<std::string> sse_payloads(const std::string& body) {
 }
 
 TEST(OpenAiResponse, ErrorShape) {
-  ApiError e = bad_request("'n' is too large", "n");
-  json j = error_body(e);
+  const HttpError e = to_http_error(Status::invalid_argument("'n' is too large", "n"));
+  EXPECT_EQ(e.status, 400);
+  const json& j = e.body;
   ASSERT_TRUE(j.contains("error"));
   EXPECT_EQ(j["error"]["message"], "'n' is too large");
   EXPECT_EQ(j["error"]["type"], "invalid_request_error");
@@ -193,7 +194,7 @@ TEST(Generation, ErrorEndsTheResponse) {
   auto p = request(Endpoint::Completions, 1, 2, false, false, false);
   Generation g(p, meta_for(p));
   g.on_event(0, tok(1, "x"));
-  g.on_event(1, serving::Error{serving::ErrorKind::InvalidRequest, "prompt too long", "prompt"});
+  g.on_event(1, Status::error(StatusCode::InvalidArgument, "prompt too long", "prompt"));
   ASSERT_TRUE(g.done());
   EXPECT_EQ(g.status(), 400);
   json j = json::parse(g.closing());
@@ -202,7 +203,7 @@ TEST(Generation, ErrorEndsTheResponse) {
   // Streaming: an error event, then [DONE].
   auto ps = request(Endpoint::Chat, 1, 1, true, false, false);
   Generation gs(ps, meta_for(ps));
-  gs.on_event(0, serving::Error{serving::ErrorKind::Unavailable, "busy", ""});
+  gs.on_event(0, Status::error(StatusCode::Unavailable, "busy"));
   auto ev = sse_payloads(gs.closing());
   ASSERT_EQ(ev.size(), 2u);
   EXPECT_EQ(json::parse(ev[0])["error"]["type"], "server_error");
@@ -249,7 +250,7 @@ TEST(Metrics, PrometheusText) {
   EXPECT_TRUE(has("# TYPE cairn_e2e_request_latency_seconds histogram"));
 }
 
-TEST(Router, SecretCompare) {
+TEST(HttpRoutes, SecretCompare) {
   EXPECT_TRUE(secret_equal("abc", "abc"));
   EXPECT_FALSE(secret_equal("abc", "abd"));
   EXPECT_FALSE(secret_equal("abc", "abcd"));

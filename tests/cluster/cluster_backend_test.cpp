@@ -1,3 +1,4 @@
+// tests/cluster/cluster_backend_test.cpp — ClusterBackend over fake workers: dispatch, retry, relay.
 #include "cluster/cluster_backend.h"
 
 #include <gtest/gtest.h>
@@ -5,47 +6,25 @@
 #include <map>
 #include <mutex>
 
+#include "serving_test_util.h"
+
 namespace cairn::cluster {
 namespace {
 
-using serving::Error;
-using serving::ErrorKind;
-
-// Records every event; the tests drive fake workers from this thread, so no waits are needed.
-struct RecordingSink : serving::EventSink {
-  std::mutex mu;
-  std::string text;
-  std::vector<std::string> finishes;
-  std::vector<Error> errors;
-  void on_token(const serving::TokenEvent& ev) override {
-    std::lock_guard<std::mutex> l(mu);
-    text += ev.text;
-  }
-  void on_finish(const serving::FinishEvent& ev) override {
-    std::lock_guard<std::mutex> l(mu);
-    finishes.push_back(ev.reason);
-  }
-  void on_error(const Error& err) override {
-    std::lock_guard<std::mutex> l(mu);
-    errors.push_back(err);
-  }
-  int ends() {
-    std::lock_guard<std::mutex> l(mu);
-    return static_cast<int>(finishes.size() + errors.size());
-  }
-};
+// The tests drive fake workers from this thread, so no waits are needed.
+using cairn::test::RecordingSink;
 
 // A worker whose requests the test finishes by hand.
 class FakeWorker final : public serving::Backend {
  public:
   std::map<serving::RequestId, std::shared_ptr<serving::EventSink>> live;
   std::vector<serving::RequestId> cancelled;
-  std::optional<Error> refuse;  // submit answers this instead
+  std::optional<Status> refuse;  // submit answers this instead
   std::function<void()> on_broken;
   int submits = 0;
 
-  std::variant<serving::RequestId, Error> submit(
-      serving::GenerateRequest, std::shared_ptr<serving::EventSink> sink) override {
+  Result<serving::RequestId> submit(serving::GenerateRequest,
+                                    std::shared_ptr<serving::EventSink> sink) override {
     ++submits;
     if (refuse) return *refuse;
     const serving::RequestId id = next_++;
@@ -56,13 +35,12 @@ class FakeWorker final : public serving::Backend {
   std::vector<serving::ModelInfo> models() const override { return {}; }
   serving::Health health() const override { return {}; }
   serving::BackendStats stats() const override { return {}; }
-  std::variant<std::vector<serving::Token>, Error> tokenize(const std::string&,
-                                                            const std::string& text,
-                                                            bool) const override {
+  Result<std::vector<serving::Token>> tokenize(const std::string&, const std::string& text,
+                                               bool) const override {
     return std::vector<serving::Token>(text.size(), 7);
   }
-  std::variant<std::string, Error> detokenize(const std::string&,
-                                              const std::vector<serving::Token>& t) const override {
+  Result<std::string> detokenize(const std::string&,
+                                 const std::vector<serving::Token>& t) const override {
     return std::string(t.size(), 'z');
   }
   void start_draining() override {}
@@ -139,20 +117,20 @@ TEST(ClusterBackend, NoWorkersMeansUnavailableAndLoading) {
   Cluster c;
   auto sink = std::make_shared<RecordingSink>();
   auto res = c.backend->submit(request(), sink);
-  ASSERT_TRUE(std::holds_alternative<Error>(res));
-  EXPECT_EQ(std::get<Error>(res).kind, ErrorKind::Unavailable);
+  ASSERT_FALSE(res.is_ok());
+  EXPECT_EQ(res.status().code(), StatusCode::Unavailable);
   EXPECT_EQ(c.backend->health().state, serving::HealthState::Loading);
   EXPECT_TRUE(c.backend->models().empty());
-  EXPECT_EQ(sink->ends(), 0);  // a refused submit sends no events
+  EXPECT_EQ(sink->ends, 0);  // a refused submit sends no events
 }
 
 TEST(ClusterBackend, UnknownModelIsNotFound) {
   Cluster c;
   c.add("h:1");
   auto res = c.backend->submit(request("x", "nope"), std::make_shared<RecordingSink>());
-  ASSERT_TRUE(std::holds_alternative<Error>(res));
-  EXPECT_EQ(std::get<Error>(res).kind, ErrorKind::NotFound);
-  EXPECT_EQ(std::get<Error>(res).param, "model");
+  ASSERT_FALSE(res.is_ok());
+  EXPECT_EQ(res.status().code(), StatusCode::NotFound);
+  EXPECT_EQ(res.status().param(), "model");
 }
 
 TEST(ClusterBackend, ForwardsEventsAndCountsPerWorker) {
@@ -160,7 +138,7 @@ TEST(ClusterBackend, ForwardsEventsAndCountsPerWorker) {
   const std::string id = c.add("h:1");
   auto sink = std::make_shared<RecordingSink>();
   auto res = c.backend->submit(request("hi", "m"), sink);
-  ASSERT_TRUE(std::holds_alternative<serving::RequestId>(res));
+  ASSERT_TRUE(res.is_ok());
   EXPECT_EQ(c.backend->in_flight(), 1);
   EXPECT_EQ(c.registry.list()[0].outstanding, 1);
   auto& w = c.at("h:1");
@@ -187,8 +165,7 @@ TEST(ClusterBackend, ShortestQueueSpreadsConcurrentRequests) {
   std::vector<std::shared_ptr<RecordingSink>> sinks;
   for (int i = 0; i < 10; ++i) {
     sinks.push_back(std::make_shared<RecordingSink>());
-    ASSERT_TRUE(
-        std::holds_alternative<serving::RequestId>(c.backend->submit(request(), sinks.back())));
+    ASSERT_TRUE((c.backend->submit(request(), sinks.back())).is_ok());
   }
   EXPECT_EQ(c.at("h:1").live.size(), 5u);
   EXPECT_EQ(c.at("h:2").live.size(), 5u);
@@ -201,13 +178,13 @@ TEST(ClusterBackend, RetriesOnAnotherWorkerWhenTheFirstFailsBeforeAnyToken) {
   ClusterOptions unused;
   (void)unused;
   auto sink = std::make_shared<RecordingSink>();
-  ASSERT_TRUE(std::holds_alternative<serving::RequestId>(c.backend->submit(request(), sink)));
+  ASSERT_TRUE(c.backend->submit(request(), sink).is_ok());
   FakeWorker* first = c.at("h:1").live.empty() ? &c.at("h:2") : &c.at("h:1");
   FakeWorker* second = first == &c.at("h:1") ? &c.at("h:2") : &c.at("h:1");
   auto s = first->take_one();
   first->on_broken();  // the stream broke: the worker is dropped at once
-  s->on_error(Error{ErrorKind::Unavailable, "socket closed", ""});
-  EXPECT_EQ(sink->ends(), 0) << "the client must not notice";
+  s->on_error(Status::error(StatusCode::Unavailable, "socket closed"));
+  EXPECT_EQ(sink->ends, 0) << "the client must not notice";
   EXPECT_EQ(c.registry.list().size(), 1u);
   ASSERT_EQ(second->live.size(), 1u);
   auto s2 = second->take_one();
@@ -224,14 +201,14 @@ TEST(ClusterBackend, ErrorAfterATokenReachesTheClient) {
   c.add("h:1");
   c.add("h:2");
   auto sink = std::make_shared<RecordingSink>();
-  ASSERT_TRUE(std::holds_alternative<serving::RequestId>(c.backend->submit(request(), sink)));
+  ASSERT_TRUE(c.backend->submit(request(), sink).is_ok());
   FakeWorker* w = c.at("h:1").live.empty() ? &c.at("h:2") : &c.at("h:1");
   auto s = w->take_one();
   w->token(*s, "Once");
-  s->on_error(Error{ErrorKind::Unavailable, "socket closed", ""});
+  s->on_error(Status::error(StatusCode::Unavailable, "socket closed"));
   ASSERT_EQ(sink->errors.size(), 1u);
-  EXPECT_EQ(sink->errors[0].kind, ErrorKind::Unavailable);
-  EXPECT_NE(sink->errors[0].message.find("socket closed"), std::string::npos);
+  EXPECT_EQ(sink->errors[0].code(), StatusCode::Unavailable);
+  EXPECT_NE(sink->errors[0].message().find("socket closed"), std::string::npos);
   EXPECT_EQ(c.at("h:1").submits + c.at("h:2").submits, 1);  // no retry after a token
   EXPECT_EQ(c.backend->in_flight(), 0);
 }
@@ -241,12 +218,13 @@ TEST(ClusterBackend, InvalidRequestErrorsAreNotRetried) {
   c.add("h:1");
   c.add("h:2");
   auto sink = std::make_shared<RecordingSink>();
-  ASSERT_TRUE(std::holds_alternative<serving::RequestId>(c.backend->submit(request(), sink)));
+  ASSERT_TRUE(c.backend->submit(request(), sink).is_ok());
   FakeWorker* w = c.at("h:1").live.empty() ? &c.at("h:2") : &c.at("h:1");
-  w->take_one()->on_error(Error{ErrorKind::InvalidRequest, "max_tokens too large", "max_tokens"});
+  w->take_one()->on_error(
+      Status::error(StatusCode::InvalidArgument, "max_tokens too large", "max_tokens"));
   ASSERT_EQ(sink->errors.size(), 1u);
-  EXPECT_EQ(sink->errors[0].kind, ErrorKind::InvalidRequest);
-  EXPECT_EQ(sink->errors[0].param, "max_tokens");
+  EXPECT_EQ(sink->errors[0].code(), StatusCode::InvalidArgument);
+  EXPECT_EQ(sink->errors[0].param(), "max_tokens");
   EXPECT_EQ(c.registry.list().size(), 2u);
 }
 
@@ -258,16 +236,17 @@ TEST(ClusterBackend, AttemptsAreBounded) {
   c.add("h:2");
   c.add("h:3");
   auto sink = std::make_shared<RecordingSink>();
-  ASSERT_TRUE(std::holds_alternative<serving::RequestId>(c.backend->submit(request(), sink)));
+  ASSERT_TRUE(c.backend->submit(request(), sink).is_ok());
   for (int attempt = 0; attempt < 2; ++attempt) {
     FakeWorker* w = nullptr;
     for (auto& [addr, fake] : c.by_address)
       if (!fake->live.empty()) w = fake.get();
     ASSERT_NE(w, nullptr) << "attempt " << attempt;
-    w->take_one()->on_error(Error{ErrorKind::Unavailable, "busy " + std::to_string(attempt), ""});
+    w->take_one()->on_error(
+        Status::error(StatusCode::Unavailable, "busy " + std::to_string(attempt)));
   }
   ASSERT_EQ(sink->errors.size(), 1u);
-  EXPECT_EQ(sink->errors[0].message, "busy 1");
+  EXPECT_EQ(sink->errors[0].message(), "busy 1");
   int submits = 0;
   for (auto& [addr, fake] : c.by_address) submits += fake->submits;
   EXPECT_EQ(submits, 2);
@@ -277,14 +256,14 @@ TEST(ClusterBackend, SynchronousRefusalTriesTheNextWorker) {
   Cluster c;
   c.add("h:1");
   c.add("h:2");
-  c.at("h:1").refuse = Error{ErrorKind::Unavailable, "queue full", ""};
-  c.at("h:2").refuse = Error{ErrorKind::Unavailable, "queue full", ""};
+  c.at("h:1").refuse = Status::error(StatusCode::Unavailable, "queue full");
+  c.at("h:2").refuse = Status::error(StatusCode::Unavailable, "queue full");
   auto res = c.backend->submit(request(), std::make_shared<RecordingSink>());
-  ASSERT_TRUE(std::holds_alternative<Error>(res));
-  EXPECT_EQ(std::get<Error>(res).message, "queue full");
+  ASSERT_FALSE(res.is_ok());
+  EXPECT_EQ(res.status().message(), "queue full");
   c.at("h:2").refuse.reset();
   auto ok = c.backend->submit(request(), std::make_shared<RecordingSink>());
-  EXPECT_TRUE(std::holds_alternative<serving::RequestId>(ok));
+  EXPECT_TRUE(ok.is_ok());
   EXPECT_EQ(c.at("h:2").live.size(), 1u);
   EXPECT_EQ(c.backend->in_flight(), 1);
   for (auto& v : c.registry.list()) EXPECT_EQ(v.outstanding, v.address == "h:2" ? 1 : 0);
@@ -295,26 +274,23 @@ TEST(ClusterBackend, QueueLimitGivesUnavailable) {
   opt.max_queue = 2;
   Cluster c(opt);
   c.add("h:1");
-  EXPECT_TRUE(std::holds_alternative<serving::RequestId>(
-      c.backend->submit(request(), std::make_shared<RecordingSink>())));
-  EXPECT_TRUE(std::holds_alternative<serving::RequestId>(
-      c.backend->submit(request(), std::make_shared<RecordingSink>())));
+  EXPECT_TRUE((c.backend->submit(request(), std::make_shared<RecordingSink>())).is_ok());
+  EXPECT_TRUE((c.backend->submit(request(), std::make_shared<RecordingSink>())).is_ok());
   auto res = c.backend->submit(request(), std::make_shared<RecordingSink>());
-  ASSERT_TRUE(std::holds_alternative<Error>(res));
-  EXPECT_EQ(std::get<Error>(res).kind, ErrorKind::Unavailable);
+  ASSERT_FALSE(res.is_ok());
+  EXPECT_EQ(res.status().code(), StatusCode::Unavailable);
   auto& w = c.at("h:1");
   w.finish(*w.take_one());
-  EXPECT_TRUE(std::holds_alternative<serving::RequestId>(
-      c.backend->submit(request(), std::make_shared<RecordingSink>())));
+  EXPECT_TRUE((c.backend->submit(request(), std::make_shared<RecordingSink>())).is_ok());
 }
 
 TEST(ClusterBackend, CancelReachesTheWorker) {
   Cluster c;
   c.add("h:1");
   auto res = c.backend->submit(request(), std::make_shared<RecordingSink>());
-  ASSERT_TRUE(std::holds_alternative<serving::RequestId>(res));
-  c.backend->cancel(std::get<serving::RequestId>(res));
-  c.backend->cancel(std::get<serving::RequestId>(res));
+  ASSERT_TRUE(res.is_ok());
+  c.backend->cancel(*res);
+  c.backend->cancel(*res);
   c.backend->cancel(999999);  // unknown: ignored
   auto& w = c.at("h:1");
   ASSERT_GE(w.cancelled.size(), 1u);
@@ -327,10 +303,10 @@ TEST(ClusterBackend, CancelledRequestIsNotRetried) {
   c.add("h:2");
   auto sink = std::make_shared<RecordingSink>();
   auto res = c.backend->submit(request(), sink);
-  ASSERT_TRUE(std::holds_alternative<serving::RequestId>(res));
-  c.backend->cancel(std::get<serving::RequestId>(res));
+  ASSERT_TRUE(res.is_ok());
+  c.backend->cancel(*res);
   FakeWorker* w = c.at("h:1").live.empty() ? &c.at("h:2") : &c.at("h:1");
-  w->take_one()->on_error(Error{ErrorKind::Unavailable, "cancelled", ""});
+  w->take_one()->on_error(Status::error(StatusCode::Unavailable, "cancelled"));
   EXPECT_EQ(sink->errors.size(), 1u);
   EXPECT_EQ(c.at("h:1").submits + c.at("h:2").submits, 1);
 }
@@ -340,8 +316,8 @@ TEST(ClusterBackend, DrainingRefusesNewWork) {
   c.add("h:1");
   c.backend->start_draining();
   auto res = c.backend->submit(request(), std::make_shared<RecordingSink>());
-  ASSERT_TRUE(std::holds_alternative<Error>(res));
-  EXPECT_EQ(std::get<Error>(res).kind, ErrorKind::Unavailable);
+  ASSERT_FALSE(res.is_ok());
+  EXPECT_EQ(res.status().code(), StatusCode::Unavailable);
   EXPECT_EQ(c.backend->health().state, serving::HealthState::Draining);
 }
 
@@ -383,14 +359,14 @@ TEST(ClusterBackend, TokenizeGoesToAWorker) {
   Cluster c;
   c.add("h:1");
   auto t = c.backend->tokenize("", "abc", true);
-  ASSERT_TRUE(std::holds_alternative<std::vector<serving::Token>>(t));
-  EXPECT_EQ(std::get<std::vector<serving::Token>>(t).size(), 3u);
+  ASSERT_TRUE(t.is_ok());
+  EXPECT_EQ(t->size(), 3u);
   auto d = c.backend->detokenize("m", {1, 2});
-  ASSERT_TRUE(std::holds_alternative<std::string>(d));
-  EXPECT_EQ(std::get<std::string>(d), "zz");
+  ASSERT_TRUE(d.is_ok());
+  EXPECT_EQ(*d, "zz");
   auto missing = c.backend->tokenize("nope", "abc", true);
-  ASSERT_TRUE(std::holds_alternative<Error>(missing));
-  EXPECT_EQ(std::get<Error>(missing).kind, ErrorKind::NotFound);
+  ASSERT_FALSE(missing.is_ok());
+  EXPECT_EQ(missing.status().code(), StatusCode::NotFound);
 }
 
 }  // namespace

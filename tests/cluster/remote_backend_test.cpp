@@ -16,22 +16,22 @@
 #include "api/grpc_server.h"
 #include "api/grpc_worker_service.h"
 #include "cluster/cluster_backend.h"
+#include "serving_test_util.h"
 
 namespace cairn::cluster {
 namespace {
 
 using namespace std::chrono_literals;
-using serving::Error;
-using serving::ErrorKind;
+using cairn::test::RecordingSink;
 
 // The worker side: requests wait until the test plays their events.
 class ScriptedBackend final : public serving::Backend {
  public:
-  std::variant<serving::RequestId, Error> submit(
-      serving::GenerateRequest req, std::shared_ptr<serving::EventSink> sink) override {
+  Result<serving::RequestId> submit(serving::GenerateRequest req,
+                                    std::shared_ptr<serving::EventSink> sink) override {
     std::lock_guard<std::mutex> l(mu_);
     if (const auto* text = std::get_if<std::string>(&req.prompt); text && *text == "bad")
-      return Error{ErrorKind::InvalidRequest, "bad prompt", "prompt"};
+      return Status::error(StatusCode::InvalidArgument, "bad prompt", "prompt");
     const serving::RequestId id = next_++;
     live_[id] = std::move(sink);
     cv_.notify_all();
@@ -54,14 +54,13 @@ class ScriptedBackend final : public serving::Backend {
   std::vector<serving::ModelInfo> models() const override { return {{"m", 64, 100, 1}}; }
   serving::Health health() const override { return {serving::HealthState::Ready, 0, 0}; }
   serving::BackendStats stats() const override { return {}; }
-  std::variant<std::vector<serving::Token>, Error> tokenize(const std::string&,
-                                                            const std::string& text,
-                                                            bool) const override {
+  Result<std::vector<serving::Token>> tokenize(const std::string&, const std::string& text,
+                                               bool) const override {
     return std::vector<serving::Token>(text.size(), 5);
   }
-  std::variant<std::string, Error> detokenize(const std::string& model,
-                                              const std::vector<serving::Token>& t) const override {
-    if (model == "nope") return Error{ErrorKind::NotFound, "no such model", "model"};
+  Result<std::string> detokenize(const std::string& model,
+                                 const std::vector<serving::Token>& t) const override {
+    if (model == "nope") return Status::error(StatusCode::NotFound, "no such model", "model");
     return std::string(t.size(), 'q');
   }
   void start_draining() override {}
@@ -90,37 +89,6 @@ class ScriptedBackend final : public serving::Backend {
   std::map<serving::RequestId, std::shared_ptr<serving::EventSink>> live_;
   serving::RequestId next_ = 1;
   int cancels_ = 0;
-};
-
-struct Recorder : serving::EventSink {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::string text;
-  std::optional<serving::FinishEvent> finish;
-  std::optional<Error> error;
-  void on_token(const serving::TokenEvent& ev) override {
-    std::lock_guard<std::mutex> l(mu);
-    text += ev.text;
-    cv.notify_all();
-  }
-  void on_finish(const serving::FinishEvent& ev) override {
-    std::lock_guard<std::mutex> l(mu);
-    finish = ev;
-    cv.notify_all();
-  }
-  void on_error(const Error& err) override {
-    std::lock_guard<std::mutex> l(mu);
-    error = err;
-    cv.notify_all();
-  }
-  bool wait_end(std::chrono::milliseconds timeout = 10s) {
-    std::unique_lock<std::mutex> l(mu);
-    return cv.wait_for(l, timeout, [&] { return finish || error; });
-  }
-  bool wait_text(const std::string& want) {
-    std::unique_lock<std::mutex> l(mu);
-    return cv.wait_for(l, 5s, [&] { return text == want; });
-  }
 };
 
 struct Worker {
@@ -159,9 +127,9 @@ TEST(RemoteBackend, StreamsTokensAndFinish) {
   Worker w;
   ASSERT_TRUE(w.server);
   RemoteBackend remote(opts(w.address()));
-  auto rec = std::make_shared<Recorder>();
+  auto rec = std::make_shared<RecordingSink>();
   auto id = remote.submit(request(), rec);
-  ASSERT_TRUE(std::holds_alternative<serving::RequestId>(id));
+  ASSERT_TRUE(id.is_ok());
   auto sink = w.backend.next_request();
   ASSERT_TRUE(sink);
   sink->on_token({1, "Once", -0.5f, {}});
@@ -170,7 +138,7 @@ TEST(RemoteBackend, StreamsTokensAndFinish) {
   fin.reason = "length";
   fin.usage.completion_tokens = 2;
   sink->on_finish(fin);
-  ASSERT_TRUE(rec->wait_end());
+  ASSERT_TRUE(rec->wait(10));
   EXPECT_EQ(rec->text, "Once upon");
   ASSERT_TRUE(rec->finish);
   EXPECT_EQ(rec->finish->reason, "length");
@@ -183,11 +151,11 @@ TEST(RemoteBackend, WorkerRefusalArrivesAsAnErrorEvent) {
   ASSERT_TRUE(w.server);
   std::atomic<int> broken{0};
   RemoteBackend remote(opts(w.address(), 600, [&] { broken++; }));
-  auto rec = std::make_shared<Recorder>();
-  ASSERT_TRUE(std::holds_alternative<serving::RequestId>(remote.submit(request("bad"), rec)));
-  ASSERT_TRUE(rec->wait_end());
+  auto rec = std::make_shared<RecordingSink>();
+  ASSERT_TRUE(remote.submit(request("bad"), rec).is_ok());
+  ASSERT_TRUE(rec->wait(10));
   ASSERT_TRUE(rec->error);
-  EXPECT_EQ(rec->error->kind, ErrorKind::InvalidRequest);
+  EXPECT_EQ(rec->error->code(), StatusCode::InvalidArgument);
   EXPECT_EQ(broken.load(), 0);  // the worker answered: it is not broken
 }
 
@@ -195,12 +163,12 @@ TEST(RemoteBackend, CancelStopsTheRequestOnTheWorker) {
   Worker w;
   ASSERT_TRUE(w.server);
   RemoteBackend remote(opts(w.address()));
-  auto rec = std::make_shared<Recorder>();
+  auto rec = std::make_shared<RecordingSink>();
   auto id = remote.submit(request(), rec);
-  ASSERT_TRUE(std::holds_alternative<serving::RequestId>(id));
+  ASSERT_TRUE(id.is_ok());
   ASSERT_TRUE(w.backend.wait_live(1));
-  remote.cancel(std::get<serving::RequestId>(id));
-  ASSERT_TRUE(rec->wait_end());
+  remote.cancel(*id);
+  ASSERT_TRUE(rec->wait(10));
   ASSERT_TRUE(rec->finish);
   EXPECT_EQ(rec->finish->reason, "cancelled");
   // The worker notices the cancelled call within its poll interval.
@@ -219,11 +187,11 @@ TEST(RemoteBackend, UnreachableWorkerIsUnavailableAndBroken) {
   }
   std::atomic<int> broken{0};
   RemoteBackend remote(opts(address, 600, [&] { broken++; }));
-  auto rec = std::make_shared<Recorder>();
-  ASSERT_TRUE(std::holds_alternative<serving::RequestId>(remote.submit(request(), rec)));
-  ASSERT_TRUE(rec->wait_end());
+  auto rec = std::make_shared<RecordingSink>();
+  ASSERT_TRUE(remote.submit(request(), rec).is_ok());
+  ASSERT_TRUE(rec->wait(10));
   ASSERT_TRUE(rec->error);
-  EXPECT_EQ(rec->error->kind, ErrorKind::Unavailable);
+  EXPECT_EQ(rec->error->code(), StatusCode::Unavailable);
   EXPECT_EQ(broken.load(), 1);
   EXPECT_TRUE(remote.models().empty());
   EXPECT_EQ(remote.health().state, serving::HealthState::Loading);
@@ -234,14 +202,14 @@ TEST(RemoteBackend, WorkerGoingAwayMidStreamEndsWithAnError) {
   ASSERT_TRUE(w->server);
   std::atomic<int> broken{0};
   RemoteBackend remote(opts(w->address(), 600, [&] { broken++; }));
-  auto rec = std::make_shared<Recorder>();
-  ASSERT_TRUE(std::holds_alternative<serving::RequestId>(remote.submit(request(), rec)));
+  auto rec = std::make_shared<RecordingSink>();
+  ASSERT_TRUE(remote.submit(request(), rec).is_ok());
   auto sink = w->backend.next_request();
   ASSERT_TRUE(sink);
   sink->on_token({1, "Once", 0, {}});
   ASSERT_TRUE(rec->wait_text("Once"));
   w->server->shutdown(0);  // cancels the running call on the worker side
-  ASSERT_TRUE(rec->wait_end());
+  ASSERT_TRUE(rec->wait(10));
   EXPECT_TRUE(rec->error || (rec->finish && rec->finish->reason != "length"));
   w.reset();
 }
@@ -250,22 +218,21 @@ TEST(RemoteBackend, DeadlineEndsASlowRequest) {
   Worker w;
   ASSERT_TRUE(w.server);
   RemoteBackend remote(opts(w.address(), 0.3));
-  auto rec = std::make_shared<Recorder>();
-  ASSERT_TRUE(std::holds_alternative<serving::RequestId>(remote.submit(request(), rec)));
-  ASSERT_TRUE(rec->wait_end());
+  auto rec = std::make_shared<RecordingSink>();
+  ASSERT_TRUE(remote.submit(request(), rec).is_ok());
+  ASSERT_TRUE(rec->wait(10));
   ASSERT_TRUE(rec->error);
-  EXPECT_EQ(rec->error->kind, ErrorKind::Unavailable);
-  EXPECT_NE(rec->error->message.find("in time"), std::string::npos) << rec->error->message;
+  EXPECT_EQ(rec->error->code(), StatusCode::Unavailable);
+  EXPECT_NE(rec->error->message().find("in time"), std::string::npos) << rec->error->message();
 }
 
 TEST(RemoteBackend, DestructionCancelsCallsInFlight) {
   Worker w;
   ASSERT_TRUE(w.server);
-  auto rec = std::make_shared<Recorder>();
+  auto rec = std::make_shared<RecordingSink>();
   {
     RemoteBackend remote(opts(w.address()));
-    for (int i = 0; i < 4; ++i)
-      ASSERT_TRUE(std::holds_alternative<serving::RequestId>(remote.submit(request(), rec)));
+    for (int i = 0; i < 4; ++i) ASSERT_TRUE(remote.submit(request(), rec).is_ok());
     ASSERT_TRUE(w.backend.wait_live(4));
   }  // must not hang
   EXPECT_TRUE(rec->finish || rec->error);
@@ -276,14 +243,14 @@ TEST(RemoteBackend, UnaryCallsReachTheWorker) {
   ASSERT_TRUE(w.server);
   RemoteBackend remote(opts(w.address()));
   auto t = remote.tokenize("m", "abcd", true);
-  ASSERT_TRUE(std::holds_alternative<std::vector<serving::Token>>(t));
-  EXPECT_EQ(std::get<std::vector<serving::Token>>(t).size(), 4u);
+  ASSERT_TRUE(t.is_ok());
+  EXPECT_EQ(t->size(), 4u);
   auto d = remote.detokenize("m", {1, 2, 3});
-  ASSERT_TRUE(std::holds_alternative<std::string>(d));
-  EXPECT_EQ(std::get<std::string>(d), "qqq");
+  ASSERT_TRUE(d.is_ok());
+  EXPECT_EQ(*d, "qqq");
   auto missing = remote.detokenize("nope", {1});
-  ASSERT_TRUE(std::holds_alternative<Error>(missing));
-  EXPECT_EQ(std::get<Error>(missing).kind, ErrorKind::NotFound);
+  ASSERT_FALSE(missing.is_ok());
+  EXPECT_EQ(missing.status().code(), StatusCode::NotFound);
   auto models = remote.models();
   ASSERT_EQ(models.size(), 1u);
   EXPECT_EQ(models[0].id, "m");
@@ -309,17 +276,17 @@ TEST(ClusterOverGrpc, UnreachableWorkerIsDroppedAndTheRequestRetried) {
   ASSERT_TRUE(registry.register_worker("live", live.address(), st).is_ok());
   ClusterOptions opt;
   opt.rpc_timeout_s = 2;
-  auto rec = std::make_shared<Recorder>();
+  auto rec = std::make_shared<RecordingSink>();
   {
     ClusterBackend cluster(registry, opt);
-    ASSERT_TRUE(std::holds_alternative<serving::RequestId>(cluster.submit(request(), rec)));
+    ASSERT_TRUE(cluster.submit(request(), rec).is_ok());
     auto sink = live.backend.next_request();
     ASSERT_TRUE(sink) << "the request never reached the live worker";
     sink->on_token({1, "hi", 0, {}});
     serving::FinishEvent fin;
     fin.reason = "stop";
     sink->on_finish(fin);
-    ASSERT_TRUE(rec->wait_end());
+    ASSERT_TRUE(rec->wait(10));
     EXPECT_EQ(rec->text, "hi");
     ASSERT_TRUE(rec->finish);
     EXPECT_FALSE(rec->error);

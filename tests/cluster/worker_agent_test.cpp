@@ -15,6 +15,7 @@
 #include "api/fake_backend.h"
 #include "api/grpc_server.h"
 #include "cairn/v1/controller.grpc.pb.h"
+#include "serving_test_util.h"
 
 namespace cairn::cluster {
 namespace {
@@ -135,15 +136,9 @@ TEST(WorkerAgentTest, RegistersHeartbeatsWithStatusAndDeregisters) {
   EXPECT_EQ(reg.status().running(), 0);
 
   // A request starts running: the next heartbeats carry the new load.
-  struct NullSink : serving::EventSink {
-    void on_token(const serving::TokenEvent&) override {}
-    void on_finish(const serving::FinishEvent&) override {}
-    void on_error(const serving::Error&) override {}
-  };
   serving::GenerateRequest req;
   req.prompt = std::string("x");
-  ASSERT_TRUE(std::holds_alternative<serving::RequestId>(
-      backend.submit(req, std::make_shared<NullSink>())));
+  ASSERT_TRUE(backend.submit(req, std::make_shared<cairn::test::NullSink>()).is_ok());
   ASSERT_TRUE(c.service->wait([](FakeController& f) {
     return !f.heartbeats.empty() && f.heartbeats.back().status().running() == 1;
   }));

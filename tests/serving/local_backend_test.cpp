@@ -14,51 +14,13 @@
 
 #include "engine/generator.h"
 #include "modelgen/demo_model.h"
+#include "serving_test_util.h"
 #include "test_util.h"
 
 namespace cairn::serving {
 namespace {
 
-class RecordingSink final : public EventSink {
- public:
-  void on_token(const TokenEvent& ev) override {
-    std::lock_guard lk(mu_);
-    tokens.push_back(ev);
-    text += ev.text;
-    cv_.notify_all();
-  }
-  void on_finish(const FinishEvent& ev) override {
-    std::lock_guard lk(mu_);
-    finish = ev;
-    text += ev.text;
-    ++ends;
-    cv_.notify_all();
-  }
-  void on_error(const Error& err) override {
-    std::lock_guard lk(mu_);
-    error = err;
-    ++ends;
-    cv_.notify_all();
-  }
-  bool wait(double seconds = 60) {
-    std::unique_lock lk(mu_);
-    return cv_.wait_for(lk, std::chrono::duration<double>(seconds), [&] { return ends > 0; });
-  }
-  bool wait_tokens(size_t n, double seconds = 60) {
-    std::unique_lock lk(mu_);
-    return cv_.wait_for(lk, std::chrono::duration<double>(seconds),
-                        [&] { return tokens.size() >= n || ends > 0; });
-  }
-  std::vector<TokenEvent> tokens;
-  std::string text;
-  std::optional<FinishEvent> finish;
-  std::optional<Error> error;
-  int ends = 0;
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-};
+using cairn::test::RecordingSink;
 
 const char* kTemplate =
     "{{ bos_token }}{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}"
@@ -111,8 +73,8 @@ GenerateRequest greedy(std::string prompt, int32_t max_tokens) {
 std::shared_ptr<RecordingSink> run(Backend& b, GenerateRequest r) {
   auto sink = std::make_shared<RecordingSink>();
   auto id = b.submit(std::move(r), sink);
-  if (auto* err = std::get_if<Error>(&id)) {
-    ADD_FAILURE() << "submit failed: " << err->message;
+  if (!id.is_ok()) {
+    ADD_FAILURE() << "submit failed: " << id.status().message();
     return sink;
   }
   EXPECT_TRUE(sink->wait());
@@ -135,7 +97,7 @@ TEST(LocalBackend, CompletesTextLikeTheGeneratorAndReportsUsage) {
   EXPECT_EQ(b->model_id(), std::filesystem::path(models().plain).stem().string());
   EXPECT_GT(b->kv_pool_bytes(), 0);
   auto s = run(*b, greedy("the little dog", 16));
-  ASSERT_FALSE(s->error) << s->error->message;
+  ASSERT_FALSE(s->error) << s->error->message();
   ASSERT_TRUE(s->finish);
   EXPECT_EQ(s->finish->reason, "length");
   EXPECT_EQ(s->finish->usage.completion_tokens, 16);
@@ -163,48 +125,48 @@ TEST(LocalBackend, RejectsBadRequestsBeforeQueueing) {
   struct Case {
     const char* name;
     std::function<void(GenerateRequest&)> edit;
-    ErrorKind kind;
+    StatusCode kind;
     const char* param;
     const char* says;
   };
   const int32_t vocab = b->tokenizer().vocab_size();
   const std::vector<Case> cases = {
-      {"unknown model", [](auto& r) { r.model = "gpt-9"; }, ErrorKind::NotFound, "model", "gpt-9"},
-      {"empty text", [](auto& r) { r.prompt = std::string(); }, ErrorKind::InvalidRequest, "prompt",
-       "empty"},
-      {"empty ids", [](auto& r) { r.prompt = std::vector<Token>{}; }, ErrorKind::InvalidRequest,
+      {"unknown model", [](auto& r) { r.model = "gpt-9"; }, StatusCode::NotFound, "model", "gpt-9"},
+      {"empty text", [](auto& r) { r.prompt = std::string(); }, StatusCode::InvalidArgument,
+       "prompt", "empty"},
+      {"empty ids", [](auto& r) { r.prompt = std::vector<Token>{}; }, StatusCode::InvalidArgument,
        "prompt", "empty"},
       {"id beyond vocab",
        [&](auto& r) {
          r.prompt = std::vector<Token>{1, vocab};
        },
-       ErrorKind::InvalidRequest, "prompt", std::to_string(vocab).c_str()},
-      {"negative id", [](auto& r) { r.prompt = std::vector<Token>{-1}; }, ErrorKind::InvalidRequest,
-       "prompt", "-1"},
-      {"max_tokens 0", [](auto& r) { r.max_tokens = 0; }, ErrorKind::InvalidRequest, "max_tokens",
+       StatusCode::InvalidArgument, "prompt", std::to_string(vocab).c_str()},
+      {"negative id", [](auto& r) { r.prompt = std::vector<Token>{-1}; },
+       StatusCode::InvalidArgument, "prompt", "-1"},
+      {"max_tokens 0", [](auto& r) { r.max_tokens = 0; }, StatusCode::InvalidArgument, "max_tokens",
        "max_tokens"},
-      {"max_tokens -5", [](auto& r) { r.max_tokens = -5; }, ErrorKind::InvalidRequest, "max_tokens",
-       "-5"},
-      {"beyond context", [](auto& r) { r.max_tokens = 126; }, ErrorKind::InvalidRequest,
+      {"max_tokens -5", [](auto& r) { r.max_tokens = -5; }, StatusCode::InvalidArgument,
+       "max_tokens", "-5"},
+      {"beyond context", [](auto& r) { r.max_tokens = 126; }, StatusCode::InvalidArgument,
        "max_tokens", "126"},
       {"prompt fills context", [](auto& r) { r.prompt = std::vector<Token>(128, 5); },
-       ErrorKind::InvalidRequest, "prompt", "128"},
+       StatusCode::InvalidArgument, "prompt", "128"},
       {"temperature NaN", [](auto& r) { r.sampling.temperature = std::nanf(""); },
-       ErrorKind::InvalidRequest, "temperature", "temperature"},
-      {"top_p 2", [](auto& r) { r.sampling.top_p = 2; }, ErrorKind::InvalidRequest, "top_p",
+       StatusCode::InvalidArgument, "temperature", "temperature"},
+      {"top_p 2", [](auto& r) { r.sampling.top_p = 2; }, StatusCode::InvalidArgument, "top_p",
        "top_p"},
-      {"top_p inf", [](auto& r) { r.sampling.top_p = INFINITY; }, ErrorKind::InvalidRequest,
+      {"top_p inf", [](auto& r) { r.sampling.top_p = INFINITY; }, StatusCode::InvalidArgument,
        "top_p", "top_p"},
-      {"presence 3", [](auto& r) { r.sampling.presence_penalty = 3; }, ErrorKind::InvalidRequest,
+      {"presence 3", [](auto& r) { r.sampling.presence_penalty = 3; }, StatusCode::InvalidArgument,
        "presence_penalty", "presence_penalty"},
-      {"bias token", [](auto& r) { r.sampling.logit_bias[99999] = 1; }, ErrorKind::InvalidRequest,
+      {"bias token", [](auto& r) { r.sampling.logit_bias[99999] = 1; }, StatusCode::InvalidArgument,
        "logit_bias", "99999"},
-      {"top_logprobs 21", [](auto& r) { r.top_logprobs = 21; }, ErrorKind::InvalidRequest,
+      {"top_logprobs 21", [](auto& r) { r.top_logprobs = 21; }, StatusCode::InvalidArgument,
        "top_logprobs", "top_logprobs"},
-      {"too many stops", [](auto& r) { r.stop.assign(17, "x"); }, ErrorKind::InvalidRequest, "stop",
-       "stop"},
+      {"too many stops", [](auto& r) { r.stop.assign(17, "x"); }, StatusCode::InvalidArgument,
+       "stop", "stop"},
       {"empty messages", [](auto& r) { r.prompt = std::vector<ChatMessage>{}; },
-       ErrorKind::InvalidRequest, "messages", "empty"},
+       StatusCode::InvalidArgument, "messages", "empty"},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.name);
@@ -212,16 +174,16 @@ TEST(LocalBackend, RejectsBadRequestsBeforeQueueing) {
     c.edit(r);
     auto sink = std::make_shared<RecordingSink>();
     auto res = b->submit(std::move(r), sink);
-    const Error* err = std::get_if<Error>(&res);
+    const Status* err = res.is_ok() ? nullptr : &res.status();
     ASSERT_TRUE(err);
-    EXPECT_EQ(err->kind, c.kind);
-    EXPECT_EQ(err->param, c.param);
-    EXPECT_EQ(err->message.find('\n'), std::string::npos);
+    EXPECT_EQ(err->code(), c.kind);
+    EXPECT_EQ(err->param(), c.param);
+    EXPECT_EQ(err->message().find('\n'), std::string::npos);
     EXPECT_EQ(sink->ends, 0);
   }
   // The context error names both counts.
   auto res = b->submit(greedy("the little dog", 126), std::make_shared<RecordingSink>());
-  const std::string msg = std::get<Error>(res).message;
+  const std::string msg = res.status().message();
   EXPECT_NE(msg.find("126"), std::string::npos) << msg;
   EXPECT_NE(msg.find(std::to_string(b->tokenizer().encode("the little dog", true).size())),
             std::string::npos)
@@ -248,21 +210,21 @@ TEST(LocalBackend, QueueLimitAndDrainingAnswerUnavailable) {
   ASSERT_TRUE(b);
   auto first = std::make_shared<RecordingSink>();
   auto id1 = b->submit(greedy("the little dog", 100), first);
-  ASSERT_TRUE(std::holds_alternative<RequestId>(id1));
+  ASSERT_TRUE(id1.is_ok());
   ASSERT_TRUE(first->wait_tokens(1));  // running: the queue is empty again
   auto second = std::make_shared<RecordingSink>();
   auto id2 = b->submit(greedy("the little dog", 100), second);
-  ASSERT_TRUE(std::holds_alternative<RequestId>(id2));
+  ASSERT_TRUE(id2.is_ok());
   auto third = b->submit(greedy("the little dog", 4), std::make_shared<RecordingSink>());
-  ASSERT_TRUE(std::holds_alternative<Error>(third));
-  EXPECT_EQ(std::get<Error>(third).kind, ErrorKind::Unavailable);
-  EXPECT_NE(std::get<Error>(third).message.find("queue"), std::string::npos);
+  ASSERT_FALSE(third.is_ok());
+  EXPECT_EQ(third.status().code(), StatusCode::Unavailable);
+  EXPECT_NE(third.status().message().find("queue"), std::string::npos);
 
   b->start_draining();
   EXPECT_EQ(b->health().state, HealthState::Draining);
   auto fourth = b->submit(greedy("the little dog", 4), std::make_shared<RecordingSink>());
-  ASSERT_TRUE(std::holds_alternative<Error>(fourth));
-  EXPECT_EQ(std::get<Error>(fourth).kind, ErrorKind::Unavailable);
+  ASSERT_FALSE(fourth.is_ok());
+  EXPECT_EQ(fourth.status().code(), StatusCode::Unavailable);
   // Requests already accepted still finish.
   ASSERT_TRUE(first->wait());
   ASSERT_TRUE(second->wait());
@@ -278,8 +240,8 @@ TEST(LocalBackend, CancelFreesBlocksAndEndsWithCancelled) {
   for (int i = 0; i < 8; ++i) {
     sinks.push_back(std::make_shared<RecordingSink>());
     auto id = b->submit(greedy("once upon a time", -1), sinks.back());
-    ASSERT_TRUE(std::holds_alternative<RequestId>(id));
-    ids.push_back(std::get<RequestId>(id));
+    ASSERT_TRUE(id.is_ok());
+    ids.push_back(*id);
   }
   ASSERT_TRUE(sinks[0]->wait_tokens(2));
   for (RequestId id : ids) b->cancel(id);
@@ -363,8 +325,8 @@ TEST(LocalBackend, ChatUsesTheModelsTemplateElseChatML) {
   auto plain = make();
   ASSERT_TRUE(plain);
   auto chatml = plain->render_chat(r);
-  ASSERT_TRUE(std::holds_alternative<std::string>(chatml));
-  EXPECT_EQ(std::get<std::string>(chatml),
+  ASSERT_TRUE(chatml.is_ok());
+  EXPECT_EQ(*chatml,
             "<|im_start|>system\nbe brief<|im_end|>\n<|im_start|>user\nhello there<|im_end|>\n"
             "<|im_start|>assistant\n");
 
@@ -375,9 +337,9 @@ TEST(LocalBackend, ChatUsesTheModelsTemplateElseChatML) {
   ASSERT_TRUE(templated);
   EXPECT_EQ(templated->models()[0].id, "templated-demo");
   auto rendered = templated->render_chat(r);
-  ASSERT_TRUE(std::holds_alternative<std::string>(rendered));
+  ASSERT_TRUE(rendered.is_ok());
   const std::string want = "<s>[system] be brief\n[user] hello there\n[assistant] ";
-  EXPECT_EQ(std::get<std::string>(rendered), want);
+  EXPECT_EQ(*rendered, want);
   r.model = "templated-demo";
   auto s = run(*templated, r);
   ASSERT_TRUE(s->finish);
@@ -398,14 +360,14 @@ TEST(LocalBackend, ModelsHealthTokenizeDetokenize) {
   EXPECT_GT(ms[0].created, 0);
   EXPECT_EQ(b->health().state, HealthState::Ready);
   auto ids = b->tokenize("", "the little dog", true);
-  ASSERT_TRUE(std::holds_alternative<std::vector<Token>>(ids));
-  auto text = b->detokenize(ms[0].id, std::get<std::vector<Token>>(ids));
-  ASSERT_TRUE(std::holds_alternative<std::string>(text));
-  EXPECT_EQ(std::get<std::string>(text), "the little dog");
-  EXPECT_TRUE(std::holds_alternative<Error>(b->tokenize("nope", "x", true)));
+  ASSERT_TRUE(ids.is_ok());
+  auto text = b->detokenize(ms[0].id, *ids);
+  ASSERT_TRUE(text.is_ok());
+  EXPECT_EQ(*text, "the little dog");
+  EXPECT_FALSE((b->tokenize("nope", "x", true)).is_ok());
   auto bad = b->detokenize("", {1, 1 << 20});
-  ASSERT_TRUE(std::holds_alternative<Error>(bad));
-  EXPECT_EQ(std::get<Error>(bad).kind, ErrorKind::InvalidRequest);
+  ASSERT_FALSE(bad.is_ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::InvalidArgument);
 }
 
 TEST(LocalBackend, CreateRejectsBadOptions) {
@@ -451,7 +413,7 @@ TEST(LocalBackendGolden, StoriesTextAloneAndAmongThirtyTwo) {
   for (int k = 0; k < 33; ++k) {
     sinks.push_back(std::make_shared<RecordingSink>());
     auto id = b->submit(reqs[(size_t)k % reqs.size()], sinks.back());
-    ASSERT_TRUE(std::holds_alternative<RequestId>(id));
+    ASSERT_TRUE(id.is_ok());
   }
   for (size_t k = 0; k < sinks.size(); ++k) {
     ASSERT_TRUE(sinks[k]->wait());

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "api/openai_response.h"
 #include "client/client.h"
 #include "commands.h"
 
@@ -96,8 +97,9 @@ Status add_input(const std::string& flag, InferInstance& inst) {
   return Status::ok();
 }
 
-Status failure(const ClientError& e) {
-  return Status::error(e.message + " (" + std::to_string(e.code) + ")");
+// The message and the failure's HTTP-like code, e.g. "unknown servable 'x' (404)".
+Status failure(const Status& e) {
+  return Status::error(e.message() + " (" + std::to_string(api::to_http_error(e).status) + ")");
 }
 
 Status run_client(const ClientFlags& f) {
@@ -108,8 +110,8 @@ Status run_client(const ClientFlags& f) {
   Client client(f.address, f.servable, f.method, options);
   if (f.list) {
     auto r = client.list_servables();
-    if (auto* e = std::get_if<ClientError>(&r)) return failure(*e);
-    for (const auto& s : std::get<std::vector<ServableInfo>>(r)) {
+    if (!r.is_ok()) return failure(r.status());
+    for (const auto& s : *r) {
       std::string methods;
       for (const auto& m : s.methods) methods += (methods.empty() ? "" : ",") + m;
       std::printf("%s\tmethods=%s\tn_ctx=%d\n", s.name.c_str(), methods.c_str(), s.n_ctx);
@@ -119,21 +121,18 @@ Status run_client(const ClientFlags& f) {
   }
   InferInstance inst;
   for (const auto& in : f.inputs) CAIRN_RETURN_IF_ERROR(add_input(in, inst));
-  ClientResult<std::vector<InferOutput>> r;
-  if (f.stream) {
-    r = client.infer_stream({inst}, [](const StreamEvent& ev) {
-      if (ev.text.empty()) return;
-      std::fwrite(ev.text.data(), 1, ev.text.size(), stdout);
-      std::fflush(stdout);
-    });
-  } else {
-    r = client.infer({inst});
-  }
-  if (auto* e = std::get_if<ClientError>(&r)) {
+  auto print_text = [](const StreamEvent& ev) {
+    if (ev.text.empty()) return;
+    std::fwrite(ev.text.data(), 1, ev.text.size(), stdout);
+    std::fflush(stdout);
+  };
+  ClientResult<std::vector<InferOutput>> r =
+      f.stream ? client.infer_stream({inst}, print_text) : client.infer({inst});
+  if (!r.is_ok()) {
     if (f.stream) std::fputc('\n', stdout);
-    return failure(*e);
+    return failure(r.status());
   }
-  const auto& out = std::get<std::vector<InferOutput>>(r);
+  const auto& out = *r;
   if (out.size() != 1) return Status::error("the server replied with no output");
   if (!out[0].ok()) {
     if (f.stream) std::fputc('\n', stdout);

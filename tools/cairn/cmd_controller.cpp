@@ -1,5 +1,5 @@
 // `cairn controller`: routes requests to registered workers. Serves the
-// OpenAI HTTP API (the same router as `cairn serve`, over a ClusterBackend)
+// OpenAI HTTP API (the same HTTP routes as `cairn serve`, over a ClusterBackend)
 // and, on one gRPC port, the Controller service workers register with and the
 // client-facing Serving service. Prints "cairn: listening on http://HOST:PORT"
 // and "cairn: grpc listening on HOST:PORT" on stderr (tests parse them), and

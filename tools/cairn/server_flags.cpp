@@ -7,9 +7,9 @@ void add_http_server_flags(CLI::App* cmd, api::ServerOptions& s, int32_t& max_qu
                            const std::string& port_flag) {
   cmd->add_option("--host", s.host, "address to bind")->capture_default_str();
   cmd->add_option(port_flag, s.port, "HTTP port to bind; 0: any free port")->capture_default_str();
-  cmd->add_option("--api-key", s.router.api_key,
+  cmd->add_option("--api-key", s.routes.api_key,
                   "require 'Authorization: Bearer KEY' on every route but /health");
-  cmd->add_option("--cors-origin", s.router.cors_origin,
+  cmd->add_option("--cors-origin", s.routes.cors_origin,
                   "allow browser requests from this origin ('*' for any); default: CORS off");
   cmd->add_option("--max-body-bytes", s.max_body_bytes, "largest request body (413 beyond)")
       ->check(CLI::Range(uint64_t(1), uint64_t(1) << 34))

@@ -1,4 +1,4 @@
-// cluster/routing.h — which worker gets a request.
+// cluster/worker_picker.h — which worker gets a request.
 // Owns the routing policies over a snapshot of ready workers that serve the
 // requested model: shortest-queue, round-robin and prefix-affinity
 // (rendezvous hashing of the prompt's first characters, with a load
@@ -22,7 +22,7 @@ enum class RoutePolicy { ShortestQueue, RoundRobin, PrefixAffinity };
 std::optional<RoutePolicy> parse_route_policy(std::string_view name);
 const char* route_policy_name(RoutePolicy p);
 
-struct RoutingOptions {
+struct WorkerPickerOptions {
   RoutePolicy policy = RoutePolicy::ShortestQueue;
   size_t prefix_chars = 256;    // prefix-affinity: bytes of the prompt that choose the worker
   int64_t affinity_margin = 4;  // prefix-affinity: extra load tolerated on the chosen worker
@@ -38,16 +38,16 @@ double kv_usage(const WorkerView& w);
 // token ids, or the chat messages' roles and contents, cut at `max_chars`.
 std::string prefix_key(const serving::GenerateRequest& req, size_t max_chars);
 
-class Router {
+class WorkerPicker {
  public:
-  explicit Router(RoutingOptions options = {}) : options_(options) {}
+  explicit WorkerPicker(WorkerPickerOptions options = {}) : options_(options) {}
   // Index of the chosen candidate, or -1 when there is none. `key` is the
   // request's prefix_key (only prefix-affinity reads it). Thread-safe.
   int pick(const std::vector<WorkerView>& candidates, std::string_view key);
-  const RoutingOptions& options() const { return options_; }
+  const WorkerPickerOptions& options() const { return options_; }
 
  private:
-  RoutingOptions options_;
+  WorkerPickerOptions options_;
   std::atomic<uint64_t> next_{0};
 };
 

@@ -1,4 +1,5 @@
-#include "cluster/routing.h"
+// cluster/worker_picker.cpp — the policies that choose a worker for a request.
+#include "cluster/worker_picker.h"
 
 #include <limits>
 
@@ -87,7 +88,7 @@ std::string prefix_key(const serving::GenerateRequest& req, size_t max_chars) {
   return req.model + '\0' + key;
 }
 
-int Router::pick(const std::vector<WorkerView>& c, std::string_view key) {
+int WorkerPicker::pick(const std::vector<WorkerView>& c, std::string_view key) {
   if (c.empty()) return -1;
   switch (options_.policy) {
     case RoutePolicy::ShortestQueue:

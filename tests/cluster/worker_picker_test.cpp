@@ -1,4 +1,5 @@
-#include "cluster/routing.h"
+// tests/cluster/worker_picker_test.cpp — the worker-picking policies and the prefix key.
+#include "cluster/worker_picker.h"
 
 #include <gtest/gtest.h>
 
@@ -22,7 +23,7 @@ WorkerView worker(const std::string& id, int64_t outstanding, int32_t queue = 0,
   return w;
 }
 
-TEST(Routing, ParsesPolicyNames) {
+TEST(WorkerPicker, ParsesPolicyNames) {
   EXPECT_EQ(parse_route_policy("shortest-queue"), RoutePolicy::ShortestQueue);
   EXPECT_EQ(parse_route_policy("round-robin"), RoutePolicy::RoundRobin);
   EXPECT_EQ(parse_route_policy("prefix-affinity"), RoutePolicy::PrefixAffinity);
@@ -31,48 +32,48 @@ TEST(Routing, ParsesPolicyNames) {
   EXPECT_STREQ(route_policy_name(RoutePolicy::RoundRobin), "round-robin");
 }
 
-TEST(Routing, EmptyCandidatesPickNothing) {
+TEST(WorkerPicker, EmptyCandidatesPickNothing) {
   for (auto p :
        {RoutePolicy::ShortestQueue, RoutePolicy::RoundRobin, RoutePolicy::PrefixAffinity}) {
-    RoutingOptions o;
+    WorkerPickerOptions o;
     o.policy = p;
-    Router r(o);
+    WorkerPicker r(o);
     EXPECT_EQ(r.pick({}, "x"), -1);
   }
 }
 
-TEST(Routing, ShortestQueueCountsOutstandingAndReportedQueue) {
-  RoutingOptions o;
+TEST(WorkerPicker, ShortestQueueCountsOutstandingAndReportedQueue) {
+  WorkerPickerOptions o;
   o.policy = RoutePolicy::ShortestQueue;
-  Router r(o);
+  WorkerPicker r(o);
   EXPECT_EQ(r.pick({worker("a", 3), worker("b", 1), worker("c", 2)}, ""), 1);
   // b's own report of a long queue outweighs the controller's low count.
   EXPECT_EQ(r.pick({worker("a", 3), worker("b", 1, 5), worker("c", 2)}, ""), 2);
 }
 
-TEST(Routing, ShortestQueueBreaksTiesByKvUsage) {
-  RoutingOptions o;
+TEST(WorkerPicker, ShortestQueueBreaksTiesByKvUsage) {
+  WorkerPickerOptions o;
   o.policy = RoutePolicy::ShortestQueue;
-  Router r(o);
+  WorkerPicker r(o);
   EXPECT_EQ(r.pick({worker("a", 1, 0, 90), worker("b", 1, 0, 10), worker("c", 2, 0, 0)}, ""), 1);
   // Unknown pool size counts as empty.
   EXPECT_EQ(r.pick({worker("a", 1, 0, 5), worker("b", 1, 0, 0, 0)}, ""), 1);
 }
 
-TEST(Routing, RoundRobinCycles) {
-  RoutingOptions o;
+TEST(WorkerPicker, RoundRobinCycles) {
+  WorkerPickerOptions o;
   o.policy = RoutePolicy::RoundRobin;
-  Router r(o);
+  WorkerPicker r(o);
   std::vector<WorkerView> ws = {worker("a", 9), worker("b", 0), worker("c", 0)};
   std::vector<int> picks;
   for (int i = 0; i < 6; ++i) picks.push_back(r.pick(ws, ""));
   EXPECT_EQ(picks, (std::vector<int>{0, 1, 2, 0, 1, 2}));
 }
 
-TEST(Routing, PrefixAffinityIsStableAndSpreadsKeys) {
-  RoutingOptions o;
+TEST(WorkerPicker, PrefixAffinityIsStableAndSpreadsKeys) {
+  WorkerPickerOptions o;
   o.policy = RoutePolicy::PrefixAffinity;
-  Router r(o);
+  WorkerPicker r(o);
   std::vector<WorkerView> ws = {worker("a", 0), worker("b", 0), worker("c", 0)};
   std::map<std::string, int> chosen;
   std::set<int> used;
@@ -98,11 +99,11 @@ TEST(Routing, PrefixAffinityIsStableAndSpreadsKeys) {
   for (const auto& [key, p] : chosen) EXPECT_EQ(r.pick(reversed, key), 2 - p) << key;
 }
 
-TEST(Routing, PrefixAffinityFallsBackWhenTheChosenWorkerIsMuchBusier) {
-  RoutingOptions opt;
+TEST(WorkerPicker, PrefixAffinityFallsBackWhenTheChosenWorkerIsMuchBusier) {
+  WorkerPickerOptions opt;
   opt.policy = RoutePolicy::PrefixAffinity;
   opt.affinity_margin = 4;
-  Router r(opt);
+  WorkerPicker r(opt);
   std::vector<WorkerView> ws = {worker("a", 0), worker("b", 0)};
   const int home = r.pick(ws, "shared prefix");
   const int other = 1 - home;
@@ -112,7 +113,7 @@ TEST(Routing, PrefixAffinityFallsBackWhenTheChosenWorkerIsMuchBusier) {
   EXPECT_EQ(r.pick(ws, "shared prefix"), other);
 }
 
-TEST(Routing, PrefixKeyCutsThePromptAndCoversEveryPromptKind) {
+TEST(WorkerPicker, PrefixKeyCutsThePromptAndCoversEveryPromptKind) {
   serving::GenerateRequest a, b, c;
   a.prompt = std::string(1000, 'x') + "tail one";
   b.prompt = std::string(1000, 'x') + "tail two";
