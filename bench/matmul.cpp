@@ -357,10 +357,8 @@ BENCHMARK_CAPTURE(BM_Matmul, q8_0_5632x2048, TensorType::Q8_0, 5632, 2048)->Appl
 // The FFN down shape: rows wider than one chunk of the packed layout.
 BENCHMARK_CAPTURE(BM_Matmul, q4_0_2048x5632, TensorType::Q4_0, 2048, 5632)->Apply(Args);
 BENCHMARK_CAPTURE(BM_Matmul, q8_0_2048x5632, TensorType::Q8_0, 2048, 5632)->Apply(Args);
-// Bigger than the L3 (151 MB / 137 MB): decode speed against DRAM. Measured on
-// this host, part of such a matrix is still served from L3 across repeats (a
-// 604 MB one streamed 26 vs 34-38 GB/s on one thread), so compare the decode
-// sequence below with a larger matrix, not with these rows.
+// Bigger than the L3 (151 MB / 137 MB): decode speed against DRAM, though part
+// still hits L3 across repeats: compare the decode sequence below with a larger matrix.
 BENCHMARK_CAPTURE(BM_Matmul, q4_0_65536x4096, TensorType::Q4_0, 65536, 4096)
     ->Args({1, 1})
     ->Args({1, 2})

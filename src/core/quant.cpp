@@ -48,7 +48,7 @@ void f16_from_float(const float* src, void* dst, int64_t n) {
 }
 // F16 weights meet float activations unrounded: the golden log-probabilities of
 // llama.cpp for F16 models agree with this to ~1e-5 and miss by ~1e-2 when the
-// activations are first rounded to F16 (measured by the model engineer).
+// activations are first rounded to F16.
 float f16_dot(int64_t n, const void* w, const void* act) {
   const uint16_t* a = static_cast<const uint16_t*>(w);
   const float* b = static_cast<const float*>(act);

@@ -162,17 +162,12 @@ void q4_k_from_float(const float* src, void* dst, int64_t n) {
   }
 }
 
-// kKQuantOrder: the float order of the reference's K-quant dot products, found
-// by measurement against ../shared/golden (test_model *Golden*, CAIRN_ISA=scalar):
+// kKQuantOrder: the float order of the reference's K-quant dot products, the one
+// that gives ../shared/golden's bits (other orders: docs/performance.md):
 // per super-block the exact integer sum (scaled codes; for Q4_K also the
 // min * bsum sum), then one float accumulator per row updated by fma:
 //   Q6_K: sum = fma(y.d * x.d, sum_q, sum)
 //   Q4_K: sum = fma(y.d * x.d, sum_q, sum); sum = fma(-y.d * x.dmin, sum_mins, sum)
-// Share of top-5 logprobs within 0.05 / worst deviation, q4_k_m and q6_k models:
-//   sum += x.d*y.d*sum_q - x.dmin*y.d*sum_mins (no fma, before):  69.3% 0.21 / 97.9% 0.20
-//   ggml's AVX2 order (8 int lanes of 4 elements, 8 float lanes): 62.6% 0.31 / 71.1% 0.30
-//   ggml's generic C order (lanes = element mod 8), fma or not:   ~67%  0.27 / ~70%  0.30
-//   the order above:                                            100% 1.9e-5 / 100% 1.8e-5
 // Every SIMD version (kernels/row_dot_avx2.cpp, kernels/row_dot_k_vnni.cpp) does the same.
 float q4_k_dot_q8_k(int64_t n, const void* w, const void* act) {
   const BlockQ4_K* x = static_cast<const BlockQ4_K*>(w);

@@ -44,8 +44,8 @@ void q4_0_from_float(const float* src, void* dst, int64_t n) {
 
 // Not the 8-lane order of Q8_0: the reference repacks Q4_0 weights at load
 // (8 rows interleaved) and its AVX2 gemv/gemm for them takes each block's full
-// integer sum, fma'd with the scale product into one float per row. Measured:
-// the golden Q4_0 run stays bit-exact for 4x more steps this way.
+// integer sum, fma'd with the scale product into one float per row: this
+// order keeps the golden Q4_0 run bit-exact longest (docs/performance.md).
 float q4_0_dot_q8_0(int64_t n, const void* w, const void* act) {
   const BlockQ4_0* x = static_cast<const BlockQ4_0*>(w);
   const BlockQ8_0* y = static_cast<const BlockQ8_0*>(act);
@@ -98,10 +98,8 @@ void q8_0_from_float_act(const float* src, void* dst, int64_t n) {
 
 // Each block's exact integer sum, fma'd with the scale product into one float
 // per row — the order the reference's int8 kernels on its AVX-512 VNNI / AMX
-// host take, as for Q4_0 and the K-quants. Measured on the golden files
-// (top-5 log-probs within 0.05 / worst deviation, gqa-q8_0 and qwen2-q8_0):
-// ggml's AVX2 order (8 float lanes of 4-element sums): 80.7% 0.22 / 89.2% 0.14;
-// this order: 100% 1.9e-5 / 100% 2.0e-5.
+// host take, as for Q4_0 and the K-quants; it gives the golden files' bits,
+// ggml's AVX2 order does not (docs/performance.md).
 float q8_0_dot_q8_0(int64_t n, const void* w, const void* act) {
   const BlockQ8_0* x = static_cast<const BlockQ8_0*>(w);
   const BlockQ8_0* y = static_cast<const BlockQ8_0*>(act);

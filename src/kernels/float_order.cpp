@@ -157,10 +157,8 @@ const bool kSimd = detect();
 // vectors. While at least 8 remain, a block of 8; then one block of 4 if at
 // least 4 remain: each a vector multiply whose products are added to the sum
 // one by one, in order; the last < 4 stay scalar, the multiply-add contracted
-// to an fma. Measured: with this order cairn's stories260K intermediate
-// tensors equal that build's bit for bit (an fma on every leftover, or
-// 16-wide blocks as a generic AVX-512 build makes, differ by an ulp in 54 of
-// 320 outputs of the first FFN).
+// to an fma. This order gives that build's intermediate tensors bit for bit
+// (other orders differ by an ulp; docs/performance.md).
 float vec_f32_tail(const float* w, const float* x, int64_t i, int64_t n, float sum) {
   const auto add_block = [&](int64_t width) {
     for (int64_t l = 0; l < width; ++l) {

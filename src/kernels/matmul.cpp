@@ -29,10 +29,8 @@ void matmul_float(const WeightMatrix& w, const float* x, int64_t n_tokens, float
                   ThreadPool& pool) {
   const int64_t k = w.cols;
   const bool f16 = w.type == TensorType::F16;
-  // Measured on the golden files: F16 weights meet float activations in the
-  // 16-lane order even for a single token (rounding them to F16 for
-  // ggml_vec_dot_f16 moves the tied-F16 model's log-probs by ~1e-2), while
-  // single-token F32 products follow ggml_vec_dot_f32.
+  // As the golden files require: F16 weights meet float activations in the 16-lane
+  // order even for one token; single-token F32 products follow ggml_vec_dot_f32.
   const bool tiny = k % 16 == 0 && (f16 || n_tokens >= 2);
   thread_local std::vector<uint16_t> xh;
   if (f16 && !tiny) {

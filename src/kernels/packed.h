@@ -39,17 +39,14 @@ namespace cairn::kernels {
 // (Q4_0) or 17 (Q8_0), so while every slice has an even number of blocks (any
 // width that is a multiple of 64 columns) each 64-byte chunk load starts on a
 // line; with blocks one after another (288 and 544 B), every other block's
-// chunks each straddled two lines. Measured on the 89 decode matmuls of a TinyLlama-shaped
-// model, two layouts in one process, alternate tokens, against plain loads of
-// the same bytes: Q8_0 +11..20 %, Q4_0 unchanged (AMD EPYC, AVX-512).
+// chunks each straddled two lines, which slowed Q8_0 decode (docs/performance.md).
 //
 // Groups go in runs of kRunGroups; a run stores its groups' blocks slice by
 // slice: blocks [0, KS) of each group of the run, then blocks [KS, 2 KS) of
 // each, and so on (KS = slice_blocks). A decode pass over a run then reads
 // memory front to back while one slice's activations (KS records) stay in L1
 // for all its groups; with a whole wide row of weights between two uses, they
-// did not (TinyLlama's 5632-column FFN down streamed ~13% slower than its
-// 2048-column matrices from the same memory). A row of at most KS blocks is
+// did not (wide rows streamed slower; docs/performance.md). A row of at most KS blocks is
 // one slice: then the layout is simply group after group.
 struct PackedMatrix {
   static constexpr int64_t kRunGroups = 4;

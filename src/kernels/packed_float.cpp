@@ -528,9 +528,7 @@ void packed_float_matmul_many(std::span<const PackedJob> jobs, const ActRows& in
   };
   // One token: one pass over the weights, nothing to keep in cache, so a
   // share that finishes early takes groups from a slower one, and workers warm
-  // the next call's weights, as the integer kernels' decode does. (On this
-  // busy AMD host, alternating runs with the static split could not tell the
-  // two apart: run-to-run noise ±20 %.)
+  // the next call's weights, as the integer kernels' decode does.
   if (n_tokens == 1 && pool.size() > 1) {
     run_groups_balanced(
         pool, total, [&](int64_t g0, int64_t g1) { run_groups(g0, g1, 0, 1); }, next);

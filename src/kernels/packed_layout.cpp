@@ -29,7 +29,7 @@ std::shared_ptr<uint8_t> alloc_huge(size_t bytes, bool populate) {
   if (p == nullptr) return nullptr;
   ::madvise(p, n, MADV_HUGEPAGE);
   // Page tables filled in one call, where a fault per page would take longer
-  // than the packing itself (measured: most of the load time).
+  // than the packing itself.
   constexpr int kPopulateWrite = 23;  // MADV_POPULATE_WRITE, Linux 5.14; harmless where unknown
   if (populate) ::madvise(p, n, kPopulateWrite);
   return std::shared_ptr<uint8_t>(static_cast<uint8_t*>(p), [](uint8_t* q) { std::free(q); });

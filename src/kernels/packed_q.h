@@ -84,8 +84,7 @@ inline BlockAt block_at(const uint8_t* s, int64_t b, int64_t len, size_t block_b
 // the block's sum of activation codes. One record per block means one pointer
 // per token in the kernels: with separate qs/d/bias arrays a 5-token tile
 // needed 15, and the compiler kept them in vector registers and moved them
-// back per use (~60 extra instructions per block; a 5632x2048 Q4_0 matmul of
-// 128 tokens on one thread: 288-298 vs 274-286 GMAC/s, alternating runs).
+// back per use (~60 extra instructions per block).
 constexpr size_t kActRec = 40;
 
 inline size_t act_stride(int64_t cols) {

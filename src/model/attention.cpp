@@ -70,9 +70,7 @@ struct AttnScratch {
 // - a batch takes tinyBLAS: K.q in 16 fma lanes over head_dim (when
 //   head_dim % 16 == 0; vec_f16 otherwise), V.w with position p in fma lane
 //   p % 16, both reduced as _mm512_reduce_add_ps.
-// Measured (golden): the single-token orders took q4_0 from 94.4% to 100% of
-// top-5 log-probs within tol; the batch K.q order took the worst deviation of
-// gqa-f32 from 1.8e-4 to 1.9e-5 and of qwen2-f32 from 3.3e-4 to 1.9e-5.
+// These orders give the golden files' log-probs (docs/performance.md).
 void attend_head(const KvView& kv, int layer, SeqId seq, int64_t n_pos, int64_t kv_offset,
                  int64_t head_dim, float scale, const float* q, bool batch, AttnScratch& s,
                  float* out) {
@@ -183,11 +181,8 @@ void attend_scalar(const KvView& kv, int layer, std::span<const SeqId> seqs,
   });
 }
 
-// How far ahead of the scores loop a decode step requests K/V rows. Against
-// requesting every row up front, alternated token by token in one process
-// (`cairn run`, TinyLlama Q4_0): +0.2..+1.8 % tok/s at 560-816 positions of
-// context (7 runs, mean +1.2 %), -0.1..+1.8 % at 5-260 (3 runs); 64 ahead
-// the same on average (+0.3..+3.2 %, 5 runs), 128 ahead +0.3 and +1.4 %.
+// How far ahead of the scores loop a decode step requests K/V rows (a little
+// faster than requesting every row up front; docs/performance.md).
 constexpr int64_t kPrefetchAhead = 32;
 
 // Prompts: a sequence with at least this many tokens in a batch has its K
@@ -308,9 +303,7 @@ void attend(const KvView& kv, int layer, std::span<const SeqId> seqs,
   // rows once for all its heads. Groups are split only as far as needed to
   // give every thread work (single-token decode with few KV heads). Items go
   // KV head by KV head, so the threads work through one head's K/V (and
-  // transposed K) together while it is in their caches (bench_attention
-  // Prompt512 ending at 2048, alternating: 39.7-43.1 against 40.7-42.7 ms
-  // token by token; 61.8-63.5 against 63.8-65.8 before the prompt copies).
+  // transposed K) together while it is in their caches.
   int64_t sub = group;
   const auto items = [&](int64_t s) { return T * n_kv * ((group + s - 1) / s); };
   while (sub > 1 && items(sub) < 2 * pool.size()) sub = (sub + 1) / 2;
@@ -351,12 +344,9 @@ void attend(const KvView& kv, int layer, std::span<const SeqId> seqs,
               p += r.n;
             }
             gathered = i / n_sub;
-            // A decode step's K/V rows were last touched a whole forward ago
-            // (out of cache by now): ask for the first ones at once rather
-            // than one miss at a time as the loops reach them (measured:
-            // attention 12% faster in TinyLlama decode); the kernel asks for
-            // the rest kPrefetchAhead positions ahead of its scores loop. A
-            // prompt's rows were just written, so its large batches skip this.
+            // A decode step's K/V rows are out of cache: ask for the first ones
+            // at once, not one miss at a time (the kernel asks kPrefetchAhead ahead
+            // for the rest); a prompt's rows were just written, so it skips this.
             if (T < 32) {
               const size_t rb = (size_t)hd * elem;
               const int64_t first = std::min<int64_t>(n_pos, kPrefetchAhead + 16);

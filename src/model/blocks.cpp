@@ -185,10 +185,8 @@ void embed(const kernels::WeightMatrix& tok_embd, const Batch& batch, float* x) 
 
 namespace {
 
-// fn(begin, end) over token rows: spread over the pool for a prefill-sized
-// batch (the other core would otherwise idle through each such step; measured
-// ~6% of a 512-token prefill), on this thread for a few tokens, where waking
-// the pool costs more than the rows.
+// fn(begin, end) over token rows: on the pool for a prefill-sized batch (else the
+// other cores idle), on this thread for a few tokens (waking the pool costs more).
 template <typename Fn>
 void for_token_rows(ThreadPool& pool, int64_t n_tokens, const Fn& fn) {
   if (n_tokens >= 8) {
@@ -237,11 +235,8 @@ void attention(const HParams& hp, const AttentionWeights& w, const std::vector<f
   add_bias(ws.k.data(), w.bk, T);
   add_bias(ws.v.data(), w.bv, T);
 
-  // RoPE and the K/V write per token are independent (RoPE's sin/cos are
-  // shared by Q and K; KvView allows concurrent writes of different rows):
-  // spread a prefill's tokens over the pool. The write stores into cold cache
-  // lines, ~3 us per token and layer, which one thread alone would pay for
-  // every token of a prompt (measured: 2.7% of a 512-token prefill).
+  // RoPE and the K/V write per token are independent (KvView allows concurrent
+  // writes of different rows): spread a prefill's cold-line stores over the pool.
   const int64_t pairs = kernels::rope_pairs(hd, hp.n_rot);
   const auto rope_and_write = [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {

@@ -222,9 +222,7 @@ class Bench {
       : m_(m), kv_(kv), a_(a), rng_(20241129) {}
 
   // One untimed prompt: faults the mapped weights in and grows the forward's
-  // scratch to a prompt's size, so the first timed run pays for neither
-  // (measured: with a one-token warm-up the first 512-token prefill ran at
-  // 332 tok/s, the next ones at 373-378).
+  // scratch to a prompt's size, so the first timed run pays for neither.
   Status warm_up() {
     Result<Span> r = prefill_once();
     return r.is_ok() ? Status::ok() : r.status().with_context("warm-up");
@@ -373,9 +371,8 @@ Result<Timing> repeat(const std::string& label, int reps, int threads, int64_t t
   return repeat(label, reps, threads, tokens, once, [] { return Status::ok(); });
 }
 
-// The host's memory bandwidth moves by a factor of two within minutes on a
-// shared machine (measured: 30 and 73 GB/s a few minutes apart), so each
-// batch-1 decode run is paired with a probe taken just before it.
+// Memory bandwidth moves by a factor of two within minutes on a shared
+// machine, so each batch-1 decode run is paired with a probe taken just before it.
 struct DecodeRun {
   double tps = 0;
   double probe_gbps = 0;
@@ -465,12 +462,8 @@ Status run(const BenchArgs& a) {
   Bench bench(m, **kv, a);
   CAIRN_RETURN_IF_ERROR(bench.warm_up());
 
-  // The efficiency's denominator: plain loads over the very pages decode
-  // reads. On a host whose memory is not uniform, a fresh buffer says little
-  // about them: six identical 600 MiB buffers, passes alternated in one
-  // process, read at medians 0.99-1.22 of the first, the order changing with
-  // each allocation (AMD EPYC VM, 2026-11-30), and decode measured against a
-  // fresh buffer came out at 70-123 %.
+  // The efficiency's denominator: plain loads over the very pages decode reads
+  // (where memory is not uniform, a fresh buffer says little about them).
   auto weights_probe = kernels::ReadProbe::over(m.weight_streams(), threads);
   if (!weights_probe.is_ok()) return weights_probe.status().with_context("weights probe");
   kernels::ReadProbe& wprobe = **weights_probe;
