@@ -1,3 +1,4 @@
+// tests/test_util.cpp — helpers every test binary shares (the ../shared folder, temporary files, random data).
 #include "test_util.h"
 
 #include <unistd.h>

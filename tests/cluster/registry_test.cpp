@@ -1,3 +1,4 @@
+// tests/cluster/registry_test.cpp — the controller's worker registry: registration, limits, heartbeats, expiry, counters.
 #include "cluster/registry.h"
 
 #include <gtest/gtest.h>

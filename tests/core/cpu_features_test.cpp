@@ -1,3 +1,4 @@
+// tests/core/cpu_features_test.cpp — CPU feature detection and the CAIRN_ISA cap.
 #include "core/cpu_features.h"
 
 #include <gtest/gtest.h>

@@ -1,3 +1,4 @@
+// tests/core/cpu_topology_test.cpp — physical-core counting and CPU order from synthetic and fake-sysfs topologies.
 #include "core/cpu_topology.h"
 
 #include <gtest/gtest.h>

@@ -1,3 +1,4 @@
+// tests/core/half_test.cpp — F16 and BF16 conversions: special values, rounding, subnormals, round trips.
 #include <gtest/gtest.h>
 
 #include <cmath>

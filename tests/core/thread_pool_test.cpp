@@ -1,3 +1,4 @@
+// tests/core/thread_pool_test.cpp — the kernel thread pool: splits, exceptions, sleep and wake, nesting, pinning, shutdown.
 #include "core/thread_pool.h"
 
 #include <gtest/gtest.h>

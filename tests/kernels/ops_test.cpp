@@ -1,3 +1,4 @@
+// tests/kernels/ops_test.cpp — the float ops (add, RMSNorm, RoPE, SiLU·mul, softmax) against plain references, and each SIMD path against the scalar bits.
 #include <gtest/gtest.h>
 
 #include <cmath>
