@@ -10,6 +10,7 @@ PACKAGES=(
   libboost-dev
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   python3-grpcio python3-protobuf
+  python3-dev python3-numpy pybind11-dev
 )
 
 # Node.js runs the integration tests (the official `openai` client); many
