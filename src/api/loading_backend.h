@@ -16,8 +16,12 @@ class LoadingBackend final : public serving::Backend {
   // Hands over the loaded backend; it lives as long as this object.
   void set(std::unique_ptr<serving::Backend> backend) {
     owned_ = std::move(backend);
-    ready_.store(owned_.get(), std::memory_order_release);
-    if (draining_) owned_->start_draining();
+    set_borrowed(*owned_);
+  }
+  // Hands over a backend someone else owns; it must outlive this object.
+  void set_borrowed(serving::Backend& backend) {
+    ready_.store(&backend, std::memory_order_release);
+    if (draining_) backend.start_draining();
   }
 
   Result<serving::RequestId> submit(serving::GenerateRequest req,

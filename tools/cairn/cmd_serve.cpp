@@ -1,6 +1,8 @@
 // `cairn serve`: the OpenAI-compatible HTTP server over one model in this
-// process. It listens first (answering /health with 503 while the model loads),
-// prints "listening on http://HOST:PORT" on stderr, and drains on SIGTERM/SIGINT.
+// process, or over a servable repository (--servable-dir: MindSpore Serving's
+// REST and gRPC methods, and the OpenAI routes over its GGUF models). It
+// listens first (answering /health with 503 while models load), prints
+// "listening on http://HOST:PORT" on stderr, and drains on SIGTERM/SIGINT.
 #include <grpcpp/impl/service_type.h>  // grpc::Service is destroyed here
 #include <spdlog/spdlog.h>
 
@@ -16,6 +18,7 @@
 #include "kernels/kernels.h"
 #include "modelgen/demo_model.h"
 #include "server_flags.h"
+#include "servable/repository.h"
 #include "serving/local_backend.h"
 
 namespace cairn::cli {
@@ -28,18 +31,64 @@ struct ServeArgs {
   serving::LocalBackendOptions backend;
   int64_t kv_cache_mb = 0;
   int grpc_port = -1;  // -1: no gRPC server
+  std::string servable_dir;
+  std::vector<std::string> servables;
+  double stage_timeout_s = 60;
+  int max_versions = 2;
+  double version_poll_s = 2;
 };
 
+// Loads the servables (or the model) and hands the backend over.
+Status load(ServeArgs& a, servable::Repository* repo, api::LoadingBackend& backend) {
+  if (repo) {
+    CAIRN_RETURN_IF_ERROR(repo->load());
+    for (const auto& info : repo->servables()) {
+      if (info.versions.empty()) continue;
+      std::string methods;
+      for (const auto& m : info.methods) methods += (methods.empty() ? "" : ", ") + m.name;
+      spdlog::info("serving servable '{}' version {} (methods: {})", info.name,
+                   info.versions.back(), methods);
+    }
+    backend.set_borrowed(repo->llm_backend());
+    return Status::ok();
+  }
+  auto local = serving::LocalBackend::create(a.backend);
+  if (!local.is_ok()) return local.status();
+  spdlog::info(
+      "serving model '{}' (context {} tokens, KV pool {} MiB; kernels {}, batch tiles {}, bf16 "
+      "{})",
+      (*local)->model_id(), (*local)->n_ctx(), (*local)->kv_pool_bytes() >> 20,
+      isa_name(active_isa()), kernels::packed_tile_path(), kernels::packed_bf16_tile_path());
+  backend.set(std::move(local.value()));
+  return Status::ok();
+}
+
 Status serve(ServeArgs a) {
-  auto resolved = modelgen::model_or_demo(a.model);
-  if (!resolved.is_ok()) return resolved.status();
-  const std::string path = *resolved;
-  a.backend.model_path = path;
   a.backend.kv_pool_bytes = a.kv_cache_mb * (int64_t(1) << 20);
   a.server.handle_signals = true;
+  std::unique_ptr<servable::Repository> repo;
+  if (!a.servable_dir.empty()) {
+    if (!a.model.empty())
+      return Status::invalid_argument("give either --model or --servable-dir, not both");
+    servable::RepositoryOptions ro;
+    ro.dir = a.servable_dir;
+    ro.names = a.servables;
+    ro.version.llm = a.backend;
+    ro.version.stage_timeout_s = a.stage_timeout_s;
+    ro.max_versions = a.max_versions;
+    ro.poll_seconds = a.version_poll_s;
+    auto opened = servable::Repository::open(std::move(ro));
+    if (!opened.is_ok()) return opened.status();
+    repo = std::move(opened.value());
+  } else {
+    if (!a.servables.empty()) return Status::invalid_argument("--servable needs --servable-dir");
+    auto resolved = modelgen::model_or_demo(a.model);
+    if (!resolved.is_ok()) return resolved.status();
+    a.backend.model_path = *resolved;
+  }
 
   api::LoadingBackend backend;
-  auto server = api::HttpServer::start(backend, a.server);
+  auto server = api::HttpServer::start(backend, a.server, repo.get());
   if (!server.is_ok()) return server.status();
   // Tests and scripts parse this line to find a port chosen with --port 0.
   std::fprintf(stderr, "cairn: listening on http://%s:%u\n", (*server)->host().c_str(),
@@ -51,7 +100,7 @@ Status serve(ServeArgs a) {
   std::unique_ptr<grpc::Service> serving_service;
   std::unique_ptr<api::GrpcServer> grpc_server;
   if (a.grpc_port >= 0) {
-    serving_service = api::make_serving_service(backend);
+    serving_service = api::make_serving_service(backend, repo.get());
     api::GrpcServerOptions go;
     const std::string& host = a.server.host;
     const bool v6 = host.find(':') != std::string::npos && host.front() != '[';
@@ -68,22 +117,16 @@ Status serve(ServeArgs a) {
     std::fflush(stderr);
   }
 
-  auto local = serving::LocalBackend::create(a.backend);
-  if (!local.is_ok()) {
+  if (Status loaded = load(a, repo.get(), backend); !loaded.is_ok()) {
     if (grpc_server) grpc_server->shutdown(0);
     (*server)->stop();
     (*server)->wait();
-    return local.status();
+    return loaded;
   }
-  spdlog::info(
-      "serving model '{}' (context {} tokens, KV pool {} MiB; kernels {}, batch tiles {}, bf16 "
-      "{})",
-      (*local)->model_id(), (*local)->n_ctx(), (*local)->kv_pool_bytes() >> 20,
-      isa_name(active_isa()), kernels::packed_tile_path(), kernels::packed_bf16_tile_path());
-  backend.set(std::move(local.value()));
   std::fprintf(stderr, "cairn: ready\n");
   std::fflush(stderr);
   (*server)->wait();
+  if (repo) repo->start_draining();
   if (grpc_server) grpc_server->shutdown(1.0);
   grpc_server.reset();
   server.value().reset();  // connections go before the backend they talk to
@@ -94,7 +137,8 @@ Status serve(ServeArgs a) {
 }  // namespace
 
 void register_serve(CLI::App& app, CommandResult& result) {
-  auto* cmd = app.add_subcommand("serve", "serve a model over an OpenAI-compatible HTTP API");
+  auto* cmd = app.add_subcommand(
+      "serve", "serve a model over an OpenAI-compatible HTTP API, or a servable repository");
   auto a = std::make_shared<ServeArgs>();
   auto& s = a->server;
   auto& b = a->backend;
@@ -104,6 +148,22 @@ void register_serve(CLI::App& app, CommandResult& result) {
   add_grpc_port_flag(cmd, a->grpc_port,
                      "also serve the Serving gRPC service on this port; 0: any free port "
                      "(default: off)");
+  cmd->add_option("--servable-dir", a->servable_dir,
+                  "serve the servables in this folder (<name>/servable_config.py, <name>/1/, ...)");
+  cmd->add_option("--servable", a->servables,
+                  "serve only this servable of --servable-dir (repeatable; default: all)");
+  cmd->add_option("--stage-timeout", a->stage_timeout_s,
+                  "seconds a servable's stage may run before its instance fails")
+      ->check(CLI::Range(0.001, 1e6))
+      ->capture_default_str();
+  cmd->add_option("--max-versions", a->max_versions,
+                  "versions of each servable kept loaded, newest first")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  cmd->add_option("--version-poll", a->version_poll_s,
+                  "seconds between looks for new version folders; 0: never")
+      ->check(CLI::Range(0.0, 1e6))
+      ->capture_default_str();
   cmd->callback([a, &result] { result.status = serve(*a); });
 }
 

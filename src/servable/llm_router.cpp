@@ -1,0 +1,177 @@
+// servable/llm_router.cpp — OpenAI requests to the servables' GGUF models.
+#include "servable/llm_router.h"
+
+namespace cairn::servable {
+
+class LlmRouter::Sink final : public serving::EventSink {
+ public:
+  Sink(LlmRouter* router, std::shared_ptr<serving::EventSink> inner)
+      : router_(router), inner_(std::move(inner)) {}
+  void set_id(serving::RequestId id) { id_ = id; }
+  void on_token(const serving::TokenEvent& ev) override { inner_->on_token(ev); }
+  void on_finish(const serving::FinishEvent& ev) override {
+    inner_->on_finish(ev);
+    router_->forget(id_);
+  }
+  void on_error(const Status& err) override {
+    inner_->on_error(err);
+    router_->forget(id_);
+  }
+
+ private:
+  LlmRouter* router_;
+  std::shared_ptr<serving::EventSink> inner_;
+  serving::RequestId id_ = 0;
+};
+
+Result<LlmRouter::Target> LlmRouter::find(const std::string& model) const {
+  if (!ready_()) return Status::unavailable("the servables are still loading");
+  std::vector<Target> all;
+  for (const auto& v : versions_())
+    for (size_t i = 0; i < v->model_count(); ++i)
+      all.push_back({v, &v->model(static_cast<int>(i)), v->model_name(static_cast<int>(i))});
+  if (all.empty()) return Status::not_found("no servable has a GGUF model");
+  if (model.empty()) {
+    if (all.size() == 1) return all.front();
+    return Status::invalid_argument("several models are served: name one", "model");
+  }
+  for (auto& t : all)
+    if (t.model == model) return t;
+  return Status::not_found("the model '" + model.substr(0, 64) + "' does not exist", "model");
+}
+
+Result<serving::RequestId> LlmRouter::submit(serving::GenerateRequest req,
+                                             std::shared_ptr<serving::EventSink> sink) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (draining_) return Status::unavailable("the server is shutting down");
+  }
+  CAIRN_ASSIGN_OR_RETURN(Target t, find(req.model));
+  req.model = t.model;
+  auto wrapped = std::make_shared<Sink>(this, std::move(sink));
+  serving::RequestId id;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    id = next_id_++;
+    // Registered before submit: events may arrive before submit returns.
+    running_[id] = {t.version, t.backend, 0};
+  }
+  wrapped->set_id(id);
+  auto inner = t.backend->submit(std::move(req), wrapped);
+  if (!inner.is_ok()) {
+    forget(id);
+    return inner.status();
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (auto it = running_.find(id); it != running_.end()) it->second.inner = *inner;
+  return id;
+}
+
+void LlmRouter::forget(serving::RequestId id) {
+  std::shared_ptr<Version> keep;  // released outside the lock
+  std::lock_guard<std::mutex> lock(mu_);
+  if (auto it = running_.find(id); it != running_.end()) {
+    keep = std::move(it->second.version);
+    running_.erase(it);
+  }
+}
+
+void LlmRouter::cancel(serving::RequestId id) {
+  serving::Backend* backend = nullptr;
+  serving::RequestId inner = 0;
+  std::shared_ptr<Version> keep;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = running_.find(id);
+    if (it == running_.end() || it->second.inner == 0) return;
+    backend = it->second.backend;
+    inner = it->second.inner;
+    keep = it->second.version;
+  }
+  backend->cancel(inner);
+}
+
+std::vector<serving::ModelInfo> LlmRouter::models() const {
+  std::vector<serving::ModelInfo> out;
+  if (!ready_()) return out;
+  for (const auto& v : versions_())
+    for (size_t i = 0; i < v->model_count(); ++i)
+      for (auto m : v->model(static_cast<int>(i)).models()) out.push_back(std::move(m));
+  return out;
+}
+
+serving::Health LlmRouter::health() const {
+  serving::Health h;
+  h.state = ready_() ? serving::HealthState::Ready : serving::HealthState::Loading;
+  for (const auto& v : versions_())
+    for (size_t i = 0; i < v->model_count(); ++i) {
+      auto mh = v->model(static_cast<int>(i)).health();
+      h.running += mh.running;
+      h.waiting += mh.waiting;
+    }
+  bool draining;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    draining = draining_;
+  }
+  if (draining) h.state = serving::HealthState::Draining;
+  return h;
+}
+
+namespace {
+void add(serving::Histogram& into, const serving::Histogram& h) {
+  if (into.bounds.empty()) {
+    into = h;
+    return;
+  }
+  if (into.bounds != h.bounds) return;
+  for (size_t i = 0; i < into.counts.size() && i < h.counts.size(); ++i) into.counts[i] += h.counts[i];
+  into.sum += h.sum;
+  into.count += h.count;
+}
+}  // namespace
+
+serving::BackendStats LlmRouter::stats() const {
+  serving::BackendStats s;
+  for (const auto& v : versions_())
+    for (size_t i = 0; i < v->model_count(); ++i) {
+      auto m = v->model(static_cast<int>(i)).stats();
+      s.prompt_tokens_total += m.prompt_tokens_total;
+      s.generated_tokens_total += m.generated_tokens_total;
+      s.running += m.running;
+      s.waiting += m.waiting;
+      s.kv_blocks_used += m.kv_blocks_used;
+      s.kv_blocks_total += m.kv_blocks_total;
+      s.prefix_cache_queries += m.prefix_cache_queries;
+      s.prefix_cache_hits += m.prefix_cache_hits;
+      s.preemptions += m.preemptions;
+      add(s.time_to_first_token_s, m.time_to_first_token_s);
+      add(s.inter_token_latency_s, m.inter_token_latency_s);
+      add(s.queue_time_s, m.queue_time_s);
+      add(s.e2e_latency_s, m.e2e_latency_s);
+    }
+  return s;
+}
+
+Result<std::vector<serving::Token>> LlmRouter::tokenize(const std::string& model,
+                                                        const std::string& text,
+                                                        bool add_special) const {
+  CAIRN_ASSIGN_OR_RETURN(Target t, find(model));
+  return t.backend->tokenize(t.model, text, add_special);
+}
+
+Result<std::string> LlmRouter::detokenize(const std::string& model,
+                                          const std::vector<serving::Token>& tokens) const {
+  CAIRN_ASSIGN_OR_RETURN(Target t, find(model));
+  return t.backend->detokenize(t.model, tokens);
+}
+
+void LlmRouter::start_draining() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    draining_ = true;
+  }
+  for (const auto& v : versions_()) v->start_draining();
+}
+
+}  // namespace cairn::servable

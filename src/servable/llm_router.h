@@ -1,0 +1,62 @@
+// servable/llm_router.h — the OpenAI routes over the GGUF models of servables.
+// Owns one serving::Backend that sends a generation to the newest version's
+// model of that name (the servable's name for its only GGUF model), keeps the
+// version alive until the generation ends, and gives each request an id of
+// its own (ids of different models' backends may collide). Sums the models'
+// health and counters. Never loads anything.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "serving/backend.h"
+#include "servable/version.h"
+
+namespace cairn::servable {
+
+class LlmRouter final : public serving::Backend {
+ public:
+  using VersionsFn = std::function<std::vector<std::shared_ptr<Version>>()>;
+  using ReadyFn = std::function<bool()>;
+  LlmRouter(VersionsFn versions, ReadyFn ready)
+      : versions_(std::move(versions)), ready_(std::move(ready)) {}
+
+  Result<serving::RequestId> submit(serving::GenerateRequest req,
+                                    std::shared_ptr<serving::EventSink> sink) override;
+  void cancel(serving::RequestId id) override;
+  std::vector<serving::ModelInfo> models() const override;
+  serving::Health health() const override;
+  serving::BackendStats stats() const override;
+  Result<std::vector<serving::Token>> tokenize(const std::string& model, const std::string& text,
+                                               bool add_special) const override;
+  Result<std::string> detokenize(const std::string& model,
+                                 const std::vector<serving::Token>& tokens) const override;
+  void start_draining() override;
+
+ private:
+  struct Target {
+    std::shared_ptr<Version> version;
+    serving::Backend* backend = nullptr;
+    std::string model;
+  };
+  Result<Target> find(const std::string& model) const;
+  void forget(serving::RequestId id);
+
+  class Sink;
+  VersionsFn versions_;
+  ReadyFn ready_;
+  mutable std::mutex mu_;
+  serving::RequestId next_id_ = 1;
+  struct Running {
+    std::shared_ptr<Version> version;
+    serving::Backend* backend;
+    serving::RequestId inner;
+  };
+  std::map<serving::RequestId, Running> running_;
+  bool draining_ = false;
+};
+
+}  // namespace cairn::servable
