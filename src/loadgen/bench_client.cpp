@@ -199,6 +199,9 @@ json request_body(const BenchOptions& o, uint64_t index) {
   std::uniform_int_distribution<int> id(3, 258);
   std::vector<int> prompt(static_cast<size_t>(std::max(o.prompt_tokens, 1)));
   for (int& t : prompt) t = id(rng);
+  if (!o.servable.empty())
+    return json{{"instances", json::array({{{"prompt", prompt}, {"max_tokens", o.max_tokens}}})},
+                {"stream", true}};
   json body{{"prompt", prompt},
             {"max_tokens", o.max_tokens},
             {"temperature", o.temperature},
@@ -208,6 +211,11 @@ json request_body(const BenchOptions& o, uint64_t index) {
             {"ignore_eos", true}};
   if (!o.model.empty()) body["model"] = o.model;
   return body;
+}
+
+std::string request_path(const BenchOptions& o) {
+  if (o.servable.empty()) return o.url.base_path + "/v1/completions";
+  return o.url.base_path + "/model/" + o.servable + ":" + o.method;
 }
 
 namespace {
@@ -228,8 +236,48 @@ struct Level {
 
 // Reads one chunk of a streaming completion; returns false (with rec.error)
 // when the chunk is malformed.
+void on_content(RequestRecord& rec, Clock::time_point t0, std::optional<Clock::time_point>& last) {
+  auto now = Clock::now();
+  if (!last)
+    rec.ttft = std::chrono::duration<double>(now - t0).count();
+  else
+    rec.itl.push_back(std::chrono::duration<double>(now - *last).count());
+  last = now;
+}
+
+// A servable method's stream: {"instance", "output", "text"} pieces, then the
+// final {"instances": [...]}, whose "n_tokens" output (if any) counts tokens.
+bool on_servable_event(const json& j, RequestRecord& rec, Clock::time_point t0,
+                       std::optional<Clock::time_point>& last, bool& saw_final) {
+  if (auto inst = j.find("instances"); inst != j.end()) {
+    if (!inst->is_array() || inst->size() != 1 || !(*inst)[0].is_object()) {
+      rec.error = "malformed stream: a final event without one instance";
+      return false;
+    }
+    const auto& out = (*inst)[0];
+    if (out.contains("error_msg")) {
+      rec.error = "instance error: " + out["error_msg"].dump().substr(0, 200);
+      return false;
+    }
+    if (auto n = out.find("n_tokens"); n != out.end() && n->is_number_integer())
+      rec.output_tokens = n->get<int64_t>();
+    saw_final = true;
+    return true;
+  }
+  auto text = j.find("text");
+  if (text == j.end() || !text->is_string()) {
+    rec.error = "malformed stream: an event without 'text'";
+    return false;
+  }
+  if (text->get_ref<const std::string&>().empty()) return true;
+  if (!saw_final) ++rec.output_tokens;  // replaced by n_tokens when the method gives it
+  on_content(rec, t0, last);
+  return true;
+}
+
 bool on_event(const std::string& data, RequestRecord& rec, Clock::time_point t0,
-              std::optional<Clock::time_point>& last, bool& done, bool& saw_usage) {
+              std::optional<Clock::time_point>& last, bool& done, bool& saw_usage,
+              bool servable) {
   if (data == "[DONE]") {
     done = true;
     return true;
@@ -243,6 +291,7 @@ bool on_event(const std::string& data, RequestRecord& rec, Clock::time_point t0,
     rec.error = "error chunk: " + j["error"].dump().substr(0, 200);
     return false;
   }
+  if (servable) return on_servable_event(j, rec, t0, last, saw_usage);
   if (auto u = j.find("usage"); u != j.end() && u->is_object()) {
     auto ct = u->find("completion_tokens");
     if (ct == u->end() || !ct->is_number_integer()) {
@@ -263,12 +312,7 @@ bool on_event(const std::string& data, RequestRecord& rec, Clock::time_point t0,
         !c["text"].get_ref<const std::string&>().empty())
       content = true;
   if (!content) return true;
-  auto now = Clock::now();
-  if (!last)
-    rec.ttft = std::chrono::duration<double>(now - t0).count();
-  else
-    rec.itl.push_back(std::chrono::duration<double>(now - *last).count());
-  last = now;
+  on_content(rec, t0, last);
   return true;
 }
 
@@ -285,8 +329,7 @@ asio::awaitable<RequestRecord> one_request(beast::tcp_stream& stream, Level& lv,
       co_return rec;
     }
   }
-  http::request<http::string_body> req{http::verb::post, o.url.base_path + "/v1/completions",
-                                       11};
+  http::request<http::string_body> req{http::verb::post, request_path(o), 11};
   req.set(http::field::host, o.url.host + ":" + std::to_string(o.url.port));
   req.set(http::field::content_type, "application/json");
   req.set(http::field::accept, "text/event-stream");
@@ -336,7 +379,8 @@ asio::awaitable<RequestRecord> one_request(beast::tcp_stream& stream, Level& lv,
     events.clear();
     sse.feed(std::string_view(tmp, got), events);
     for (const auto& e : events)
-      if (!bad && !done && !on_event(e, rec, t0, last, done, saw_usage)) bad = true;
+      if (!bad && !done && !on_event(e, rec, t0, last, done, saw_usage, !o.servable.empty()))
+        bad = true;
   }
   if (!parser.get().keep_alive()) stream.socket().close(ec);
   if (status != 200) {
@@ -349,7 +393,8 @@ asio::awaitable<RequestRecord> one_request(beast::tcp_stream& stream, Level& lv,
   if (!done) {
     rec.error = "malformed stream: ended without [DONE]";
   } else if (!saw_usage) {
-    rec.error = "malformed stream: no usage chunk";
+    rec.error = o.servable.empty() ? "malformed stream: no usage chunk"
+                                   : "malformed stream: no final event";
   } else if (!last) {
     rec.error = "no content chunk";
   } else {

@@ -95,11 +95,20 @@ struct BenchOptions {
   double request_timeout_s = 600;  // whole request, connect to [DONE]
   uint64_t seed = 1;
   float temperature = 0.8f;
+  // Set: each request calls this servable's method over MindSpore Serving's
+  // REST route, streamed (POST /model/<servable>:<method>, instances
+  // [{"prompt": <token ids>, "max_tokens": N}]); output tokens are read from
+  // an output named "n_tokens" in the final event, else counted as streamed
+  // pieces. Empty: OpenAI /v1/completions.
+  std::string servable;
+  std::string method;
 };
 
 // The request body for the i-th request of a run: token-id prompt drawn from
 // ids 3..258 (byte tokens in llama-style vocabularies, so any vocab has them).
 nlohmann::json request_body(const BenchOptions& o, uint64_t index);
+// The request path: /v1/completions or /model/<servable>:<method>.
+std::string request_path(const BenchOptions& o);
 
 // Checks the server answers at all, then runs every level in turn. Fails only
 // for an unreachable server; failed requests are counted, not fatal.

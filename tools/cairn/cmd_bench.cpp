@@ -1,5 +1,5 @@
 // `cairn bench`: a serving benchmark against a running OpenAI-compatible
-// server. For each concurrency level it runs C streaming clients back to back
+// server (or a servable's method, --servable/--method). For each concurrency level it runs C streaming clients back to back
 // and prints requests/s, aggregate output tokens/s, TTFT and inter-token
 // latency percentiles (a table, or JSON with --json). The client itself lives
 // in loadgen/bench_client.h; this file is only the command line.
@@ -25,6 +25,8 @@ struct BenchArgs {
   double timeout_s = 600;
   uint64_t seed = 1;
   bool json = false;
+  std::string servable;
+  std::string method;
 };
 
 void log_level(const loadgen::LevelResult& l) {
@@ -44,6 +46,10 @@ Status bench(const BenchArgs& a) {
   o.requests = a.requests;
   o.request_timeout_s = a.timeout_s;
   o.seed = a.seed;
+  o.servable = a.servable;
+  o.method = a.method;
+  if (o.servable.empty() != o.method.empty())
+    return Status::invalid_argument("--servable and --method go together");
   spdlog::info("bench {}: prompt {} tokens, max_tokens {}", a.url, a.prompt_tokens, a.max_tokens);
   auto levels = loadgen::run(o, &log_level);
   if (!levels.is_ok()) return levels.status();
@@ -78,6 +84,10 @@ void register_bench(CLI::App& app, CommandResult& result) {
       ->capture_default_str();
   cmd->add_option("--seed", a->seed, "seed for prompts and sampling")->capture_default_str();
   cmd->add_flag("--json", a->json, "print JSON instead of a table");
+  cmd->add_option("--servable", a->servable,
+                  "call this servable's method (POST /model/S:M, streamed) instead of "
+                  "/v1/completions");
+  cmd->add_option("--method", a->method, "the servable's method (with --servable)");
   cmd->callback([a, &result] { result.status = bench(*a); });
 }
 
