@@ -177,7 +177,8 @@ def _tensor_from_wire(t):
     array = np.frombuffer(t.data, dtype=wire).reshape(shape)
     if t.dtype == "bfloat16":
         # bfloat16 is the upper half of a float32: widening is exact.
-        return (array.astype("<u4") << 16).view("<f4").astype(np.float32, copy=False)
+        wide = array.reshape(-1).astype("<u4") << 16  # 1-d: a 0-d result would be a scalar
+        return wide.view("<f4").astype(np.float32, copy=False).reshape(shape)
     return array.astype(wire.newbyteorder("="), copy=False)
 
 

@@ -237,6 +237,23 @@ def command_line():
                              _state.restful_max_msg_mb_size)
 
 
+def _stop_on_error(func):
+    """As MindSpore's API does: a start call that fails stops what was started,
+    so a script that dies of it does not leave a server behind."""
+    def wrapper(*args, **kwargs):
+        try:
+            return func(*args, **kwargs)
+        except BaseException:
+            stop()
+            raise
+
+    wrapper.__name__ = func.__name__
+    wrapper.__qualname__ = func.__qualname__
+    wrapper.__doc__ = func.__doc__
+    return wrapper
+
+
+@_stop_on_error
 def start_servables(servable_configs, enable_lite=False):
     """Records the servables to serve; the server starts with start_grpc_server
     or start_restful_server (or restarts, when one is already running)."""
@@ -282,6 +299,7 @@ def _check_server_args(max_msg_mb_size, ssl_config):
                            "put a TLS proxy in front of it")
 
 
+@_stop_on_error
 def start_grpc_server(address, max_msg_mb_size=100, ssl_config=None):
     """Serves the recorded servables over gRPC at HOST:PORT; returns once ready."""
     _check_server_args(max_msg_mb_size, ssl_config)
@@ -291,6 +309,7 @@ def start_grpc_server(address, max_msg_mb_size=100, ssl_config=None):
         _launch()
 
 
+@_stop_on_error
 def start_restful_server(address, max_msg_mb_size=100, ssl_config=None):
     """Serves the recorded servables over REST at HOST:PORT; returns once ready."""
     _check_server_args(max_msg_mb_size, ssl_config)
@@ -312,15 +331,25 @@ def stop():
         _state.restful_max_msg_mb_size = None
 
 
-def _set_parent_death_signal():
-    """In the child: SIGTERM when this Python process dies, even by SIGKILL."""
+def _parent_death_signal_setter():
+    """A function for the child to run before exec: SIGTERM when this process
+    dies, even by SIGKILL. Linux ties it to the thread that forks, so it is set
+    only when the main thread starts the child. Resolved here, before the fork,
+    so the child only makes one system call."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
     try:
         import ctypes
 
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except Exception:  # noqa: BLE001 (best effort, Linux only)
-        pass
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):  # not Linux: no parent-death signal
+        return None
+    term = int(signal.SIGTERM)
+
+    def set_it():
+        prctl(1, term)  # PR_SET_PDEATHSIG
+
+    return set_it
 
 
 def _stop_child():
@@ -336,17 +365,21 @@ def _stop_child():
         child.wait()
 
 
-def _forward_stderr(child, ready, tail):
+def _forward_stderr(child, ready, status, tail):
     """Copies the child's stderr to ours; sets `ready` at "cairn: ready"."""
     for raw in child.stderr:
         line = raw.decode("utf-8", "replace")
-        sys.stderr.write(line)
-        sys.stderr.flush()
+        try:
+            sys.stderr.write(line)
+            sys.stderr.flush()
+        except (OSError, ValueError):  # our stderr is gone (closed, or at shutdown)
+            pass
         tail.append(line.rstrip("\n"))
         del tail[:-20]
         if line.strip() == "cairn: ready":
+            status["ready"] = True
             ready.set()
-    ready.set()  # the child closed stderr (exited): the waiter looks at its status
+    ready.set()  # the child closed stderr (it is exiting): the waiter reads its status
 
 
 def _launch():
@@ -356,10 +389,11 @@ def _launch():
     _log.info("starting %s", " ".join(cmd))
     child = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE,
                              start_new_session=True,  # a terminal's Ctrl+C reaches us, not it
-                             preexec_fn=_set_parent_death_signal)
+                             preexec_fn=_parent_death_signal_setter())
     ready = threading.Event()
+    status = {"ready": False}
     tail = []
-    threading.Thread(target=_forward_stderr, args=(child, ready, tail), daemon=True,
+    threading.Thread(target=_forward_stderr, args=(child, ready, status, tail), daemon=True,
                      name="cairn-stderr").start()
     _state.child = child
     _install_handlers()
@@ -372,7 +406,12 @@ def _launch():
         if time.monotonic() > deadline:
             _stop_child()
             raise RuntimeError("cairn did not get ready within %g s: %s" % (timeout, " ".join(cmd)))
-    if child.poll() is not None:
+    if not status["ready"]:
+        try:
+            child.wait(timeout=_STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
         _state.child = None
         raise RuntimeError("cairn exited with status %s before it was ready: %s"
                            % (child.returncode, tail[-1] if tail else "(no output)"))
