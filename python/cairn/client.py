@@ -141,7 +141,10 @@ def _tensor_to_wire(tensor_msg, name, array):
 
 def _value_to_wire(value_msg, name, value):
     """Fills a Value message from one input; RuntimeError for what cannot travel."""
-    if isinstance(value, (np.ndarray, np.generic)):
+    if isinstance(value, np.ndarray) or (isinstance(value, np.generic)
+                                         and not isinstance(value, (str, bytes))):
+        # numpy scalars travel as 0-d tensors, keeping their dtype; np.str_
+        # and np.bytes_ are str and bytes.
         _tensor_to_wire(value_msg.tensor_value, name, value)
     elif isinstance(value, bool):  # before int: a bool is an int in Python
         value_msg.bool_value = value
@@ -152,7 +155,7 @@ def _value_to_wire(value_msg, name, value):
     elif isinstance(value, float):
         value_msg.double_value = value
     elif isinstance(value, str):
-        value_msg.string_value = value
+        value_msg.string_value = str(value)
     elif isinstance(value, (bytes, bytearray, memoryview)):
         value_msg.bytes_value = bytes(value)
     else:

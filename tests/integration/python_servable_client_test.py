@@ -20,7 +20,6 @@ import subprocess
 import sys
 import tempfile
 import textwrap
-import threading
 import time
 import unittest
 from concurrent import futures
@@ -206,7 +205,13 @@ class ClientTest(unittest.TestCase):
         big = np.arange(12, dtype=">i4").reshape(3, 4)
         strided = np.arange(12, dtype=np.float64).reshape(3, 4).T  # not C-contiguous
         out = c.infer({"big": big, "strided": strided, "s0": np.float32(1.5),
-                       "b0": np.bool_(True), "z": np.zeros((0, 3), np.int16)})[0]
+                       "b0": np.bool_(True), "z": np.zeros((0, 3), np.int16),
+                       "f64": np.float64(2.5), "ns": np.str_("text"), "nb": np.bytes_(b"\x01")})[0]
+        self.assertEqual(out["f64"].dtype, np.float64)  # a numpy scalar stays a tensor
+        self.assertEqual(out["f64"].shape, ())
+        self.assertEqual(out["ns"], "text")
+        self.assertIs(type(out["ns"]), str)
+        self.assertEqual(out["nb"], b"\x01")
         np.testing.assert_array_equal(out["big"], big)
         self.assertEqual(out["big"].dtype, np.dtype("int32"))
         np.testing.assert_array_equal(out["strided"], strided)
