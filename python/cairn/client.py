@@ -293,12 +293,22 @@ class ClientGrpcAsyncError:
 class Client:
     """One method of one servable at a Serving endpoint (HOST:PORT).
 
-    The first five parameters are MindSpore Serving's. ``timeout`` (seconds,
+    The first five parameters are MindSpore Serving's (its 1.1 form,
+    Client(ip, port, servable_name, method_name, version_number=0), is
+    accepted too). ``timeout`` (seconds,
     None for none) bounds every call; ``proto_path`` is BUILD/python holding
     cairn/v1/serving_pb2.py. Raises RuntimeError on invalid arguments."""
 
     def __init__(self, address, servable_name, method_name, version_number=0, ssl_config=None,
                  *, timeout=600.0, proto_path=None):
+        if (isinstance(servable_name, int) and not isinstance(servable_name, bool)
+                and isinstance(version_number, str)):
+            # MindSpore Serving 1.1's form: Client(ip, port, servable_name,
+            # method_name, version_number=0).
+            _check_int("port", servable_name, 0)
+            address, servable_name, method_name, version_number, ssl_config = (
+                "%s:%d" % (address, servable_name), method_name, version_number,
+                0 if ssl_config is None else ssl_config, None)
         _check_str("address", address)
         _check_str("servable_name", servable_name)
         _check_str("method_name", method_name)

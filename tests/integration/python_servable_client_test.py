@@ -266,6 +266,15 @@ class ClientTest(unittest.TestCase):
         self.assertEqual(self.client("version", version_number=3).infer({})[0]["version"], 3)
         self.assertEqual(self.fake.requests[-1].servable_spec.version_number, 3)
 
+    def test_mindspore_1_1_constructor(self):
+        host, port = self.address.rsplit(":", 1)
+        c = cairn.Client(host, int(port), "add", "version")
+        self.assertEqual((c.address, c.servable_name, c.method_name, c.version_number),
+                         (self.address, "add", "version", 0))
+        self.assertEqual(c.infer({}), [{"version": 0}])
+        c = cairn.Client(host, int(port), "add", "version", 2)
+        self.assertEqual(c.infer({}), [{"version": 2}])
+
     def test_per_instance_errors(self):
         ok = {"x1": np.ones(2, np.int32), "x2": np.ones(2, np.int32)}
         bad = {"x1": np.ones(2, np.int32), "x2": np.ones(3, np.int32)}
