@@ -24,6 +24,7 @@ HTTP-like code (400 bad input, 404 unknown servable or method, 503 busy or
 unreachable, 504 deadline passed).
 """
 
+import importlib.util
 import json
 import os
 import sys
@@ -31,6 +32,7 @@ import sys
 import grpc
 
 _pb2 = None
+_PB2_MODULE = "_cairn_v1_serving_pb2"  # as python/cairn/client.py names it
 
 
 def _default_proto_dirs():
@@ -39,9 +41,17 @@ def _default_proto_dirs():
 
 
 def _load_protos(proto_path=None):
-    """Imports cairn.v1.serving_pb2 from the first directory that has it."""
+    """Loads cairn/v1/serving_pb2.py from the first directory that has it.
+
+    It is loaded from its file path under a private module name, not imported
+    as cairn.v1: the package python/cairn would shadow that name. The cairn
+    package's client (python/cairn/client.py) uses the same private name, so
+    both share one module."""
     global _pb2
     if _pb2 is not None:
+        return _pb2
+    if _PB2_MODULE in sys.modules:
+        _pb2 = sys.modules[_PB2_MODULE]
         return _pb2
     dirs = []
     if proto_path:
@@ -50,12 +60,17 @@ def _load_protos(proto_path=None):
         dirs.append(os.environ["CAIRN_PYTHON_PROTOS"])
     dirs += _default_proto_dirs()
     for d in dirs:
-        if os.path.isfile(os.path.join(d, "cairn", "v1", "serving_pb2.py")):
-            if d not in sys.path:
-                sys.path.insert(0, d)
-            from cairn.v1 import serving_pb2  # noqa: E402 (found only now)
-
-            _pb2 = serving_pb2
+        path = os.path.join(d, "cairn", "v1", "serving_pb2.py")
+        if os.path.isfile(path):
+            spec = importlib.util.spec_from_file_location(_PB2_MODULE, path)
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[_PB2_MODULE] = module
+            try:
+                spec.loader.exec_module(module)
+            except BaseException:
+                del sys.modules[_PB2_MODULE]
+                raise
+            _pb2 = module
             return _pb2
     raise ImportError(
         "cairn/v1/serving_pb2.py not found in %s: build the cairn_python_protos target "
