@@ -270,7 +270,8 @@ class ServablesTest(unittest.TestCase):
         client = cairn.Client(self.server.grpc, "add", "spin")
         start = time.time()
         out = client.infer([{"seconds": 30.0}])
-        self.assertIn("timeout", out[0]["error"])
+        # MindSpore's client gives a lone failed instance as the request's error.
+        self.assertIn("timeout", out["error"])
         self.assertLess(time.time() - start, 15)
         # The server still answers at once, and the spinning stage was stopped.
         out = cairn.Client(self.server.grpc, "add", "add_common").infer(
@@ -279,7 +280,7 @@ class ServablesTest(unittest.TestCase):
 
     def test_llm_with_model_call_from_python(self):
         out = cairn.Client(self.server.grpc, "llm", "nested").infer({"prompt": "Once upon a time"})
-        self.assertNotIn("error", out[0], out)
+        self.assertIsInstance(out, list, out)
         a, b = out[0]["text"].split("|")
         first = subprocess.run([CAIRN_BIN, "run", "-m", self.model, "-p", "Once upon a time",
                                 "-n", "4", "--temp", "0", "-t", "1"], capture_output=True,
@@ -289,6 +290,7 @@ class ServablesTest(unittest.TestCase):
     def test_llm_raw_outputs(self):
         out = cairn.Client(self.server.grpc, "llm", "raw").infer(
             {"prompt": "Once upon a time", "max_tokens": 5})
+        self.assertIsInstance(out, list, out)
         self.assertEqual(out[0]["finish_reason"] in ("length", "stop"), True, out)
         self.assertLessEqual(len(out[0]["tokens"]), 5)
         self.assertEqual(out[0]["tokens"].dtype, np.int32)
