@@ -181,8 +181,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void on_read(error_code ec) {
     if (ec) {
       const bool got_some = parser_ && parser_->got_some();
-      // The target is known once the header was read (a body over the limit).
-      if (parser_ && parser_->is_header_done()) error_target_ = std::string(parser_->get().target());
+      // The target, once the request line was read, picks the error's shape.
+      if (got_some) error_target_ = std::string(parser_->get().target());
       if (ec == http::error::header_limit)
         return respond_error(
             Status::error(StatusCode::HeadersTooLarge, "request headers are too large"));
