@@ -157,8 +157,18 @@ Result<HttpRoutes::Outcome> HttpRoutes::health(const HttpRequest&, const char*) 
                                                                   : "draining";
   if (draining_) state = "draining";
   const bool ok = h.state == serving::HealthState::Ready && !draining_;
-  HttpResponse r = json_response(
-      ok ? 200 : 503, {{"status", state}, {"running", h.running}, {"waiting", h.waiting}});
+  json body = {{"status", state}, {"running", h.running}, {"waiting", h.waiting}};
+  if (servables_) {
+    // A servable whose config failed to load is reported here; the others serve on.
+    json list = json::array();
+    for (const auto& s : servables_->servables()) {
+      json one = {{"name", s.name}, {"versions", s.versions}};
+      if (!s.load_error.empty()) one["load_error"] = s.load_error;
+      list.push_back(std::move(one));
+    }
+    body["servables"] = std::move(list);
+  }
+  HttpResponse r = json_response(ok ? 200 : 503, body);
   if (!ok) r.headers.emplace_back("Retry-After", std::to_string(opt_.retry_after_s));
   return Outcome(std::move(r));
 }

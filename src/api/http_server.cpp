@@ -346,7 +346,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
       }
     });
     // HttpRoutes only makes a PredictJob when a runtime is set.
-    auto res = servables_->predict(std::move(job.call), std::make_shared<PredictQueueSink>(pqueue_));
+    auto sink = std::make_shared<PredictQueueSink>(pqueue_);
+    auto res = servables_->predict(std::move(job.call), std::move(sink));
     if (!res.is_ok()) {
       HttpResponse refused = srv_.routes.servable_error_response(res.status(), origin_);
       end_job(refused.status);
@@ -372,7 +373,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
     PredictQueue::Batch batch = pqueue_->take();
     if (streaming_) {
       std::string out;
-      for (const auto& t : batch.texts) out += sse_data(stream_text_json(t.instance, t.output, t.text));
+      for (const auto& t : batch.texts)
+        out += sse_data(stream_text_json(t.instance, t.output, t.text));
       if (!out.empty()) send(chunk(out));
     }
     if (!batch.done) return;
@@ -384,6 +386,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
     } else {
       HttpResponse r;
       r.body = body;
+      // The version that ran (0 in the path means the newest at the time).
+      r.headers.emplace_back("X-Servable-Version", std::to_string(batch.version));
       srv_.routes.add_cors(r, origin_);
       send(head(r.status, r.content_type, r.headers, r.body.size(), keep_alive_) + r.body);
     }

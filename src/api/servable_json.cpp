@@ -111,8 +111,7 @@ Result<Value> b64_object(const json& j, const std::string& name) {
       return bad("input " + shown(name) + ": 'shape' must be a list of non-negative integers");
     if (shape->size() > values::kMaxTensorRank)
       return bad("input " + shown(name) + ": 'shape' has " + std::to_string(shape->size()) +
-                 " dimensions, at most " + std::to_string(values::kMaxTensorRank) +
-                 " are allowed");
+                 " dimensions, at most " + std::to_string(values::kMaxTensorRank) + " are allowed");
     for (const json& d : *shape) {
       if (!d.is_number_integer() || (!d.is_number_unsigned() && d.get<int64_t>() < 0) ||
           (d.is_number_unsigned() && d.get<uint64_t>() > uint64_t(INT64_MAX)))
@@ -123,8 +122,8 @@ Result<Value> b64_object(const json& j, const std::string& name) {
   auto count = Tensor::count_of(tn.is_tensor ? tn.dtype : DType::UInt8, dims);
   if (!count.is_ok()) return count.status().with_context("input " + shown(name));
   if (!tn.is_tensor && *count != 1)
-    return bad("input " + shown(name) + ": a str or bytes value has one element; its 'shape' "
-               "must describe one");
+    return bad("input " + shown(name) +
+               ": a str or bytes value has one element; its 'shape' must describe one");
   auto data = base64_decode(b64->get_ref<const std::string&>());
   if (!data.is_ok()) return data.status().with_context("input " + shown(name));
   if (!tn.is_tensor) {
@@ -221,8 +220,9 @@ Result<Value> list_value(const json& j, const std::string& name, const ServableJ
   if (n_text > 0) {
     // MindSpore takes a list of one string or {"b64"} object as that value.
     if (count != 1)
-      return bad("input " + shown(name) + ": a list of strings or objects is not supported; "
-                 "send one str or bytes value per input");
+      return bad("input " + shown(name) +
+                 ": a list of strings or objects is not supported; send one str or bytes "
+                 "value per input");
     if (first->is_string()) return Value(first->get<std::string>());
     auto v = b64_object(*first, name);
     if (v.is_ok() && std::holds_alternative<Tensor>(*v))
@@ -231,7 +231,7 @@ Result<Value> list_value(const json& j, const std::string& name, const ServableJ
   }
   if (n_bool > 0 && n_int + n_float > 0)
     return bad("input " + shown(name) + " mixes booleans and numbers");
-  const DType dtype = n_bool > 0 ? DType::Bool
+  const DType dtype = n_bool > 0                  ? DType::Bool
                       : n_float > 0 || count == 0 ? DType::Float32
                       : wide                      ? DType::Int64
                                                   : DType::Int32;
@@ -306,18 +306,30 @@ T load(const char* p) {
 
 json element_json(DType dtype, const char* p) {
   switch (dtype) {
-    case DType::Bool: return *p != 0;
-    case DType::Int8: return load<int8_t>(p);
-    case DType::Int16: return load<int16_t>(p);
-    case DType::Int32: return load<int32_t>(p);
-    case DType::Int64: return load<int64_t>(p);
-    case DType::UInt8: return load<uint8_t>(p);
-    case DType::UInt16: return load<uint16_t>(p);
-    case DType::UInt32: return load<uint32_t>(p);
-    case DType::UInt64: return load<uint64_t>(p);
-    case DType::Float16: return half_json(load<uint16_t>(p), f16_to_f32, f32_to_f16);
-    case DType::BFloat16: return half_json(load<uint16_t>(p), bf16_to_f32, f32_to_bf16);
-    case DType::Float32: return float_json(load<float>(p));
+    case DType::Bool:
+      return *p != 0;
+    case DType::Int8:
+      return load<int8_t>(p);
+    case DType::Int16:
+      return load<int16_t>(p);
+    case DType::Int32:
+      return load<int32_t>(p);
+    case DType::Int64:
+      return load<int64_t>(p);
+    case DType::UInt8:
+      return load<uint8_t>(p);
+    case DType::UInt16:
+      return load<uint16_t>(p);
+    case DType::UInt32:
+      return load<uint32_t>(p);
+    case DType::UInt64:
+      return load<uint64_t>(p);
+    case DType::Float16:
+      return half_json(load<uint16_t>(p), f16_to_f32, f32_to_f16);
+    case DType::BFloat16:
+      return half_json(load<uint16_t>(p), bf16_to_f32, f32_to_bf16);
+    case DType::Float32:
+      return float_json(load<float>(p));
     case DType::Float64: {
       const double d = load<double>(p);
       return std::isfinite(d) ? json(d) : json(nullptr);
@@ -385,17 +397,24 @@ Result<ModelPath> parse_model_path(std::string_view path) {
 Result<Value> value_from_json(const json& j, const std::string& name,
                               const ServableJsonLimits& limits) {
   switch (j.type()) {
-    case json::value_t::string: return Value(j.get<std::string>());
-    case json::value_t::boolean: return Value(j.get<bool>());
+    case json::value_t::string:
+      return Value(j.get<std::string>());
+    case json::value_t::boolean:
+      return Value(j.get<bool>());
     case json::value_t::number_unsigned:
       if (j.get<uint64_t>() > uint64_t(INT64_MAX))
         return bad("input " + shown(name) + ": " + j.dump() + " is outside int64's range");
       return Value(j.get<int64_t>());
-    case json::value_t::number_integer: return Value(j.get<int64_t>());
-    case json::value_t::number_float: return Value(j.get<double>());
-    case json::value_t::object: return b64_object(j, name);
-    case json::value_t::array: return list_value(j, name, limits);
-    default: return bad("input " + shown(name) + " is null or of an unsupported kind");
+    case json::value_t::number_integer:
+      return Value(j.get<int64_t>());
+    case json::value_t::number_float:
+      return Value(j.get<double>());
+    case json::value_t::object:
+      return b64_object(j, name);
+    case json::value_t::array:
+      return list_value(j, name, limits);
+    default:
+      return bad("input " + shown(name) + " is null or of an unsupported kind");
   }
 }
 

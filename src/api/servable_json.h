@@ -59,7 +59,8 @@ struct PredictBody {
   bool stream = false;
 };
 // InvalidArgument naming the instance and input at fault.
-Result<PredictBody> parse_predict_body(std::string_view body, const ServableJsonLimits& limits = {});
+Result<PredictBody> parse_predict_body(std::string_view body,
+                                       const ServableJsonLimits& limits = {});
 Result<PredictBody> parse_predict_json(const nlohmann::json& body,
                                        const ServableJsonLimits& limits = {});
 
@@ -74,7 +75,8 @@ nlohmann::json predict_reply_json(const std::vector<servable::InstanceResult>& r
 // {"error_msg": "..."}: a whole request's failure.
 nlohmann::json servable_error_json(const Status& status);
 // One streamed text piece: {"instance": i, "output": name, "text": delta}.
-nlohmann::json stream_text_json(size_t instance, const std::string& output, const std::string& text);
+nlohmann::json stream_text_json(size_t instance, const std::string& output,
+                                const std::string& text);
 
 // Standard base64 (RFC 4648, "+/"), padded on output; on input the padding
 // may be omitted. InvalidArgument for anything else.

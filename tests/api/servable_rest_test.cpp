@@ -58,9 +58,11 @@ class FakeRuntime : public servable::ServableRuntime {
   }
 
   Result<uint64_t> predict(PredictCall call, std::shared_ptr<PredictSink> sink) override {
-    if (call.servable != "add") return Status::not_found("servable '" + call.servable + "' is not served");
+    if (call.servable != "add")
+      return Status::not_found("servable '" + call.servable + "' is not served");
     if (call.version != 0 && call.version != 1 && call.version != 2)
-      return Status::not_found("version " + std::to_string(call.version) + " of servable 'add' is not loaded");
+      return Status::not_found("version " + std::to_string(call.version) +
+                               " of servable 'add' is not loaded");
     static const char* kMethods[] = {"add_common", "echo", "fail_odd", "stream", "slow"};
     bool known = false;
     for (const char* m : kMethods) known = known || call.method == m;
@@ -97,8 +99,10 @@ class FakeRuntime : public servable::ServableRuntime {
       if (call.method == "echo") {
         results.push_back(in);
       } else if (call.method == "fail_odd") {
-        if (i % 2) results.push_back(Status::invalid_argument("instance failed on purpose"));
-        else results.push_back(in);
+        if (i % 2)
+          results.push_back(Status::invalid_argument("instance failed on purpose"));
+        else
+          results.push_back(in);
       } else {
         results.push_back(add(in));
       }
@@ -165,7 +169,8 @@ class FakeRuntime : public servable::ServableRuntime {
     auto a = in.find("x1"), b = in.find("x2");
     const Tensor* x = a == in.end() ? nullptr : std::get_if<Tensor>(&a->second);
     const Tensor* y = b == in.end() ? nullptr : std::get_if<Tensor>(&b->second);
-    if (!x || !y || x->dtype != DType::Float32 || y->dtype != DType::Float32 || x->shape != y->shape)
+    if (!x || !y || x->dtype != DType::Float32 || y->dtype != DType::Float32 ||
+        x->shape != y->shape)
       return Status::invalid_argument("x1 and x2 must be float32 tensors of one shape");
     std::vector<float> sum(static_cast<size_t>(x->element_count()));
     for (size_t i = 0; i < sum.size(); ++i) sum[i] = x->as<float>()[i] + y->as<float>()[i];
@@ -269,15 +274,51 @@ std::string six_elements(DType dtype) {
   for (int k = 1; k <= 6; ++k) {
     char buf[8] = {};
     switch (dtype) {
-      case DType::Bool: buf[0] = k % 2; break;
-      case DType::Int8: case DType::UInt8: buf[0] = static_cast<char>(k); break;
-      case DType::Int16: case DType::UInt16: { uint16_t v = uint16_t(k); std::memcpy(buf, &v, 2); break; }
-      case DType::Int32: case DType::UInt32: { uint32_t v = uint32_t(k); std::memcpy(buf, &v, 4); break; }
-      case DType::Int64: case DType::UInt64: { uint64_t v = uint64_t(k); std::memcpy(buf, &v, 8); break; }
-      case DType::Float16: { uint16_t v = f32_to_f16(float(k) / 2); std::memcpy(buf, &v, 2); break; }
-      case DType::BFloat16: { uint16_t v = f32_to_bf16(float(k) / 2); std::memcpy(buf, &v, 2); break; }
-      case DType::Float32: { float v = float(k) / 2; std::memcpy(buf, &v, 4); break; }
-      case DType::Float64: { double v = double(k) / 2; std::memcpy(buf, &v, 8); break; }
+      case DType::Bool:
+        buf[0] = k % 2;
+        break;
+      case DType::Int8:
+      case DType::UInt8:
+        buf[0] = static_cast<char>(k);
+        break;
+      case DType::Int16:
+      case DType::UInt16: {
+        uint16_t v = uint16_t(k);
+        std::memcpy(buf, &v, 2);
+        break;
+      }
+      case DType::Int32:
+      case DType::UInt32: {
+        uint32_t v = uint32_t(k);
+        std::memcpy(buf, &v, 4);
+        break;
+      }
+      case DType::Int64:
+      case DType::UInt64: {
+        uint64_t v = uint64_t(k);
+        std::memcpy(buf, &v, 8);
+        break;
+      }
+      case DType::Float16: {
+        uint16_t v = f32_to_f16(float(k) / 2);
+        std::memcpy(buf, &v, 2);
+        break;
+      }
+      case DType::BFloat16: {
+        uint16_t v = f32_to_bf16(float(k) / 2);
+        std::memcpy(buf, &v, 2);
+        break;
+      }
+      case DType::Float32: {
+        float v = float(k) / 2;
+        std::memcpy(buf, &v, 4);
+        break;
+      }
+      case DType::Float64: {
+        double v = double(k) / 2;
+        std::memcpy(buf, &v, 8);
+        break;
+      }
     }
     data.append(buf, values::dtype_size(dtype));
   }
@@ -288,8 +329,10 @@ TEST(ServableJson, TypedBase64EveryDtypeBothWays) {
   for (DType t : values::kAllDTypes) {
     SCOPED_TRACE(values::dtype_name(t));
     const std::string data = six_elements(t);
-    json body = {{"instances", {{{"x", {{"type", values::dtype_name(t)}, {"shape", {2, 3}},
-                                         {"b64", base64_encode(data)}}}}}}};
+    json body = {
+        {"instances",
+         {{{"x",
+            {{"type", values::dtype_name(t)}, {"shape", {2, 3}}, {"b64", base64_encode(data)}}}}}}};
     Instance in = parse_one(body.dump());
     Tensor x = tensor_of(in["x"]);
     EXPECT_EQ(x.dtype, t);
@@ -340,7 +383,8 @@ TEST(ServableJson, TypedBase64AliasesAndScalars) {
 
 TEST(ServableJson, ValuesToJson) {
   EXPECT_EQ(value_to_json(Value(std::string("hi"))), json("hi"));
-  EXPECT_EQ(value_to_json(Value(values::Bytes{std::string("\x00\xff", 2)})), json({{"b64", "AP8="}}));
+  EXPECT_EQ(value_to_json(Value(values::Bytes{std::string("\x00\xff", 2)})),
+            json({{"b64", "AP8="}}));
   EXPECT_EQ(value_to_json(Value(true)), json(true));
   EXPECT_EQ(value_to_json(Value(int64_t(-7))), json(-7));
   EXPECT_EQ(value_to_json(Value(0.25)), json(0.25));
@@ -434,15 +478,17 @@ TEST(ServableJson, BadRequestsAreClearErrors) {
     EXPECT_NE(s.message().find(want), std::string::npos) << body << " -> " << s.message();
   }
   // The instance at fault is named.
-  EXPECT_NE(parse_error(R"({"instances":[{"a":1},{"x":[[1],[2,3]]}]})").message().find("instance 1: "),
-            std::string::npos);
+  EXPECT_NE(
+      parse_error(R"({"instances":[{"a":1},{"x":[[1],[2,3]]}]})").message().find("instance 1: "),
+      std::string::npos);
 }
 
 TEST(ServableJson, LimitsAreCheckedBeforeAllocating) {
   // Nesting deeper than a tensor's rank limit.
   std::string deep = std::string(33, '[') + "1" + std::string(33, ']');
   Status s = parse_error(R"({"instances":[{"x":)" + deep + "}]}");
-  EXPECT_NE(s.message().find("input 'x' is nested deeper than 32 levels"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("input 'x' is nested deeper than 32 levels"), std::string::npos)
+      << s.message();
   std::string ok = std::string(32, '[') + "1" + std::string(32, ']');
   EXPECT_TRUE(parse_error(R"({"instances":[{"x":)" + ok + "}]}").is_ok());
   // Very deep JSON anywhere is refused without recursing into it.
@@ -450,7 +496,8 @@ TEST(ServableJson, LimitsAreCheckedBeforeAllocating) {
   EXPECT_FALSE(parse_error(R"({"instances":[{"x":)" + very_deep + "}]}").is_ok());
   // Too many instances.
   std::string many = R"({"instances":[)";
-  for (size_t i = 0; i <= servable::kMaxPredictInstances; ++i) many += (i ? "," : "") + std::string(R"({"a":1})");
+  for (size_t i = 0; i <= servable::kMaxPredictInstances; ++i)
+    many += (i ? "," : "") + std::string(R"({"a":1})");
   s = parse_error(many + "]}");
   EXPECT_NE(s.message().find("1025 instances, at most 1024"), std::string::npos) << s.message();
   // Too many elements in one list (a lowered limit).
@@ -464,8 +511,8 @@ TEST(ServableJson, LimitsAreCheckedBeforeAllocating) {
 }
 
 TEST(ServableJson, Base64) {
-  const std::string samples[] = {"", "f", "fo", "foo", "foob", "fooba", "foobar",
-                                 std::string("\x00\xff\x10\x80", 4)};
+  const std::string samples[] = {"",     "f",     "fo",     "foo",
+                                 "foob", "fooba", "foobar", std::string("\x00\xff\x10\x80", 4)};
   for (const auto& s : samples) {
     auto back = base64_decode(base64_encode(s));
     ASSERT_TRUE(back.is_ok()) << s;
@@ -507,15 +554,18 @@ TEST(ServableJson, ModelPaths) {
     auto r = parse_model_path(path);
     ASSERT_FALSE(r.is_ok()) << path;
     EXPECT_EQ(r.status().code(), StatusCode::InvalidArgument);
-    EXPECT_NE(r.status().message().find(want), std::string::npos) << path << " -> " << r.status().message();
-    EXPECT_NE(r.status().message().find("/model/<servable>[/version/<n>]:<method>"), std::string::npos);
+    EXPECT_NE(r.status().message().find(want), std::string::npos)
+        << path << " -> " << r.status().message();
+    EXPECT_NE(r.status().message().find("/model/<servable>[/version/<n>]:<method>"),
+              std::string::npos);
   }
 }
 
 // ---------------------------------------------------------------------------
 // The route, without a network
 
-HttpRequest post_req(const std::string& target, const std::string& body, const std::string& auth = "") {
+HttpRequest post_req(const std::string& target, const std::string& body,
+                     const std::string& auth = "") {
   HttpRequest r;
   r.method = "POST";
   r.target = target;
@@ -538,7 +588,8 @@ TEST(ServableRoutes, PredictJobWithAndWithoutVersion) {
   test::FakeBackend backend;
   FakeRuntime runtime;
   HttpRoutes routes(backend, {}, &runtime);
-  auto o = routes.handle(post_req("/model/add:add_common?x=1", R"({"instances":[{"x1":[1.0],"x2":[2.0]}]})"));
+  auto o = routes.handle(
+      post_req("/model/add:add_common?x=1", R"({"instances":[{"x1":[1.0],"x2":[2.0]}]})"));
   auto* job = std::get_if<PredictJob>(&o);
   ASSERT_TRUE(job);
   EXPECT_EQ(job->route, "/model");
@@ -547,7 +598,8 @@ TEST(ServableRoutes, PredictJobWithAndWithoutVersion) {
   EXPECT_EQ(job->call.method, "add_common");
   ASSERT_EQ(job->call.instances.size(), 1u);
   EXPECT_FALSE(job->call.stream);
-  o = routes.handle(post_req("/model/add/version/2:echo", R"({"instances":{"s":"x"},"stream":true})"));
+  o = routes.handle(
+      post_req("/model/add/version/2:echo", R"({"instances":{"s":"x"},"stream":true})"));
   job = std::get_if<PredictJob>(&o);
   ASSERT_TRUE(job);
   EXPECT_EQ(job->call.version, 2u);
@@ -568,7 +620,8 @@ TEST(ServableRoutes, ErrorsAreErrorMsgBodies) {
   const std::string ok_body = R"({"instances":[{"a":1}]})";
   auto e = error_body(routes.handle(post_req("/model/add:echo", ok_body)), 401);
   EXPECT_EQ(e["error_msg"], "missing or invalid API key");
-  EXPECT_TRUE(std::holds_alternative<PredictJob>(routes.handle(post_req("/model/add:echo", ok_body, key))));
+  EXPECT_TRUE(
+      std::holds_alternative<PredictJob>(routes.handle(post_req("/model/add:echo", ok_body, key))));
   e = error_body(routes.handle(post_req("/model/nope:echo", ok_body, key)), 404);
   EXPECT_EQ(e["error_msg"], "servable 'nope' is not served");
   e = error_body(routes.handle(post_req("/model/add/version/v2:echo", ok_body, key)), 400);
@@ -576,13 +629,15 @@ TEST(ServableRoutes, ErrorsAreErrorMsgBodies) {
   e = error_body(routes.handle(post_req("/model/add", ok_body, key)), 400);
   EXPECT_NE(e["error_msg"].get<std::string>().find("names no method"), std::string::npos);
   e = error_body(routes.handle(post_req("/model", ok_body, key)), 400);
-  e = error_body(routes.handle(post_req("/model/add:echo", R"({"instances":[{"x":[[1],[2,3]]}]})", key)), 400);
+  e = error_body(
+      routes.handle(post_req("/model/add:echo", R"({"instances":[{"x":[[1],[2,3]]}]})", key)), 400);
   EXPECT_EQ(e["error_msg"], "instance 0: input 'x' is not a rectangular list");
   HttpRequest get = post_req("/model/add:echo", "", key);
   get.method = "GET";
   auto o = routes.handle(get);
   error_body(o, 405);
-  EXPECT_EQ(std::get<HttpResponse>(o).headers.back(), (std::pair<std::string, std::string>{"Allow", "POST"}));
+  EXPECT_EQ(std::get<HttpResponse>(o).headers.back(),
+            (std::pair<std::string, std::string>{"Allow", "POST"}));
   // The OpenAI routes keep their own error shape.
   auto openai = routes.handle(post_req("/v1/completions", "{", key));
   EXPECT_TRUE(json::parse(std::get<HttpResponse>(openai).body).contains("error"));
@@ -595,10 +650,37 @@ TEST(ServableRoutes, ErrorsAreErrorMsgBodies) {
   EXPECT_EQ(runtime.calls(), 0u) << "routes never call the runtime themselves";
 }
 
+TEST(ServableRoutes, HealthListsServablesAndCorsPreflightWorks) {
+  test::FakeBackend backend;
+  FakeRuntime runtime;
+  HttpRoutesOptions opt;
+  opt.cors_origin = "*";
+  HttpRoutes routes(backend, opt, &runtime);
+  HttpRequest health;
+  health.method = "GET";
+  health.target = "/health";
+  auto o = routes.handle(health);
+  ASSERT_EQ(std::get<HttpResponse>(o).status, 200);
+  EXPECT_EQ(json::parse(std::get<HttpResponse>(o).body)["servables"],
+            json::parse(R"([{"name":"add","versions":[1,2]}])"));
+  HttpRequest pre;
+  pre.method = "OPTIONS";
+  pre.target = "/model/add:echo";
+  pre.origin = "https://a.example";
+  o = routes.handle(pre);
+  const auto& r = std::get<HttpResponse>(o);
+  EXPECT_EQ(r.status, 204);
+  bool allow = false;
+  for (const auto& [k, v] : r.headers)
+    allow = allow || (k == "Access-Control-Allow-Origin" && v == "*");
+  EXPECT_TRUE(allow);
+}
+
 TEST(ServableRoutes, NoRuntimeMeansNoServables) {
   test::FakeBackend backend;
   HttpRoutes routes(backend, {});
-  auto e = error_body(routes.handle(post_req("/model/add:echo", R"({"instances":[{"a":1}]})")), 404);
+  auto e =
+      error_body(routes.handle(post_req("/model/add:echo", R"({"instances":[{"a":1}]})")), 404);
   EXPECT_EQ(e["error_msg"], "no servables are served");
 }
 
@@ -634,7 +716,8 @@ class Socket {
     auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
     while (length(buf_) == std::string::npos) {
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-          until - std::chrono::steady_clock::now()).count();
+                            until - std::chrono::steady_clock::now())
+                            .count();
       pollfd p{fd_, POLLIN, 0};
       if (left <= 0 || ::poll(&p, 1, static_cast<int>(left)) <= 0) break;
       char tmp[65536];
@@ -735,14 +818,17 @@ TEST_F(ServableServerTest, AddCommonReplies) {
   // Typed b64 in, the same values out; a version in the path reaches the runtime.
   const std::vector<float> x = {0.5f, 1.5f};
   const std::string b64 = base64_encode(std::string(reinterpret_cast<const char*>(x.data()), 8));
-  r = exchange(post("/model/add/version/1:add_common",
-                    R"({"instances":{"x1":{"type":"float32","shape":[2],"b64":")" + b64 +
-                        R"("},"x2":[1,1]}})"));
+  r = exchange(post(
+      "/model/add/version/1:add_common",
+      R"({"instances":{"x1":{"type":"float32","shape":[2],"b64":")" + b64 + R"("},"x2":[1,1]}})"));
   // [1,1] is an int32 list: the runtime refuses that instance, the request succeeds.
   ASSERT_EQ(status_of(r), 200) << r;
-  EXPECT_EQ(json::parse(body_of(r)),
-            json::parse(R"({"instances":[{"error_msg":"x1 and x2 must be float32 tensors of one shape"}]})"));
+  EXPECT_EQ(
+      json::parse(body_of(r)),
+      json::parse(
+          R"({"instances":[{"error_msg":"x1 and x2 must be float32 tensors of one shape"}]})"));
   EXPECT_EQ(runtime.last_call().version, 1u);
+  EXPECT_NE(r.find("X-Servable-Version: 1\r\n"), std::string::npos) << r;
   r = exchange(post("/model/add/version/1:add_common",
                     R"({"instances":{"x1":{"type":"float32","shape":[2],"b64":")" + b64 +
                         R"("},"x2":[1.0,1.0]}})"));
@@ -766,8 +852,9 @@ TEST_F(ServableServerTest, PerInstanceErrorsAndWholeRequestErrors) {
   start();
   auto r = exchange(post("/model/add:fail_odd", R"({"instances":[{"a":1},{"a":2},{"a":3}]})"));
   ASSERT_EQ(status_of(r), 200) << r;
-  EXPECT_EQ(json::parse(body_of(r)),
-            json::parse(R"({"instances":[{"a":1},{"error_msg":"instance failed on purpose"},{"a":3}]})"));
+  EXPECT_EQ(
+      json::parse(body_of(r)),
+      json::parse(R"({"instances":[{"a":1},{"error_msg":"instance failed on purpose"},{"a":3}]})"));
   // The runtime's NotFound for a version or method it does not have.
   r = exchange(post("/model/add/version/3:echo", R"({"instances":[{"a":1}]})"));
   EXPECT_EQ(status_of(r), 404) << r;
@@ -788,7 +875,8 @@ TEST_F(ServableServerTest, PerInstanceErrorsAndWholeRequestErrors) {
   small.max_body_bytes = 64;
   server.reset();
   start(small);
-  r = exchange(post("/model/add:echo", R"({"instances":[{"a":")" + std::string(100, 'x') + R"("}]})"));
+  r = exchange(
+      post("/model/add:echo", R"({"instances":[{"a":")" + std::string(100, 'x') + R"("}]})"));
   EXPECT_EQ(status_of(r), 413) << r;
   EXPECT_TRUE(json::parse(body_of(r)).contains("error_msg")) << r;
 }
@@ -800,7 +888,8 @@ TEST_F(ServableServerTest, ApiKeyAndMetrics) {
   auto r = exchange(post("/model/add:echo", R"({"instances":[{"a":1}]})"));
   EXPECT_EQ(status_of(r), 401) << r;
   EXPECT_EQ(json::parse(body_of(r))["error_msg"], "missing or invalid API key");
-  r = exchange(post("/model/add:echo", R"({"instances":[{"a":1}]})", "Authorization: Bearer k1\r\n"));
+  r = exchange(
+      post("/model/add:echo", R"({"instances":[{"a":1}]})", "Authorization: Bearer k1\r\n"));
   EXPECT_EQ(status_of(r), 200) << r;
   std::string metrics;
   for (int i = 0; i < 100; ++i) {
@@ -808,15 +897,18 @@ TEST_F(ServableServerTest, ApiKeyAndMetrics) {
     if (metrics.find("route=\"/model\",status=\"200\"} 1") != std::string::npos) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  EXPECT_NE(metrics.find("cairn_http_requests_total{route=\"/model\",status=\"200\"} 1"), std::string::npos)
+  EXPECT_NE(metrics.find("cairn_http_requests_total{route=\"/model\",status=\"200\"} 1"),
+            std::string::npos)
       << metrics;
-  EXPECT_NE(metrics.find("cairn_http_requests_total{route=\"/model\",status=\"401\"} 1"), std::string::npos)
+  EXPECT_NE(metrics.find("cairn_http_requests_total{route=\"/model\",status=\"401\"} 1"),
+            std::string::npos)
       << metrics;
 }
 
 TEST_F(ServableServerTest, StreamingIsSse) {
   start();
-  auto r = exchange(post("/model/add:stream", R"({"instances":[{"p":"a"},{"p":"b"}],"stream":true})"));
+  auto r =
+      exchange(post("/model/add:stream", R"({"instances":[{"p":"a"},{"p":"b"}],"stream":true})"));
   ASSERT_EQ(status_of(r), 200) << r;
   EXPECT_NE(r.find("Content-Type: text/event-stream"), std::string::npos);
   auto events = sse_events(r);
