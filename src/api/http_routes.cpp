@@ -2,6 +2,7 @@
 #include "api/http_routes.h"
 
 #include <chrono>
+#include <cstring>
 
 namespace cairn::api {
 
@@ -35,29 +36,41 @@ HttpResponse json_response(int status, const json& body) {
 
 }  // namespace
 
-// The route table: one row per endpoint.
+// The route table: one row per endpoint (method, path, prefix, auth, error shape, handler).
 const HttpRoutes::Route HttpRoutes::kRoutes[] = {
-    {"POST", "/v1/completions", true, &HttpRoutes::completions},
-    {"POST", "/v1/chat/completions", true, &HttpRoutes::chat_completions},
-    {"GET", "/v1/models", true, &HttpRoutes::list_models},
-    {"GET", "/health", false, &HttpRoutes::health},
-    {"GET", "/metrics", true, &HttpRoutes::metrics},
-    {"POST", "/tokenize", true, &HttpRoutes::tokenize},
-    {"POST", "/detokenize", true, &HttpRoutes::detokenize},
+    {"POST", "/v1/completions", false, true, false, &HttpRoutes::completions},
+    {"POST", "/v1/chat/completions", false, true, false, &HttpRoutes::chat_completions},
+    {"GET", "/v1/models", false, true, false, &HttpRoutes::list_models},
+    {"GET", "/health", false, false, false, &HttpRoutes::health},
+    {"GET", "/metrics", false, true, false, &HttpRoutes::metrics},
+    {"POST", "/tokenize", false, true, false, &HttpRoutes::tokenize},
+    {"POST", "/detokenize", false, true, false, &HttpRoutes::detokenize},
+    // MindSpore Serving: /model/<servable>[/version/<n>]:<method>
+    {"POST", "/model", true, true, true, &HttpRoutes::predict},
 };
 
 const HttpRoutes::Route* HttpRoutes::find_route(const std::string& path) {
-  for (const auto& r : kRoutes)
+  for (const auto& r : kRoutes) {
     if (path == r.path) return &r;
+    const size_t n = std::strlen(r.path);
+    if (r.prefix && path.size() > n && path.compare(0, n, r.path) == 0 && path[n] == '/')
+      return &r;
+  }
   return nullptr;
 }
 
-HttpRoutes::HttpRoutes(serving::Backend& backend, HttpRoutesOptions options)
-    : backend_(backend), opt_(std::move(options)) {}
+HttpRoutes::HttpRoutes(serving::Backend& backend, HttpRoutesOptions options,
+                       servable::ServableRuntime* servables)
+    : backend_(backend), opt_(std::move(options)), servables_(servables) {}
 
 std::string HttpRoutes::route_name(const std::string& target) {
   const Route* r = find_route(path_of(target));
   return r ? r->path : "other";
+}
+
+bool HttpRoutes::is_servable_target(const std::string& target) {
+  const Route* r = find_route(path_of(target));
+  return r && r->servable_errors;
 }
 
 void HttpRoutes::add_cors(HttpResponse& r, const std::string& origin) const {
@@ -74,6 +87,19 @@ HttpResponse HttpRoutes::error_response(const Status& status, const std::string&
   if (e.status == 401) r.headers.emplace_back("WWW-Authenticate", "Bearer");
   add_cors(r, origin);
   return r;
+}
+
+HttpResponse HttpRoutes::servable_error_response(const Status& status,
+                                                const std::string& origin) const {
+  HttpResponse r = error_response(status, origin);
+  r.body = dump_json(servable_error_json(status));
+  return r;
+}
+
+HttpResponse HttpRoutes::error_response_for(const std::string& target, const Status& status,
+                                            const std::string& origin) const {
+  return is_servable_target(target) ? servable_error_response(status, origin)
+                                    : error_response(status, origin);
 }
 
 void HttpRoutes::count(const std::string& route, int status) {
@@ -98,11 +124,15 @@ HttpRoutes::Outcome HttpRoutes::handle(const HttpRequest& req) {
     r.headers.emplace_back("Access-Control-Max-Age", "600");
     return r;
   }
+  auto fail = [&](const Status& e) {
+    return route->servable_errors ? servable_error_response(e, req.origin)
+                                  : error_response(e, req.origin);
+  };
   if (req.method != route->method) {
-    HttpResponse r = error_response(
+    HttpResponse r = fail(
         Status::error(StatusCode::MethodNotAllowed,
-                      "method " + req.method.substr(0, 16) + " is not allowed on " + path),
-        req.origin);
+                      "method " + req.method.substr(0, 16) + " is not allowed on " +
+                          path.substr(0, 256)));
     r.headers.emplace_back("Allow", route->method);
     return r;
   }
@@ -111,12 +141,11 @@ HttpRoutes::Outcome HttpRoutes::handle(const HttpRequest& req) {
     const bool has_bearer = req.authorization.rfind(kBearer, 0) == 0;
     const std::string given = has_bearer ? req.authorization.substr(kBearer.size()) : std::string();
     if (!has_bearer || !secret_equal(given, opt_.api_key))
-      return error_response(
-          Status::error(StatusCode::Unauthenticated, "missing or invalid API key"), req.origin);
+      return fail(Status::error(StatusCode::Unauthenticated, "missing or invalid API key"));
   }
 
   Result<Outcome> outcome = (this->*route->handler)(req, route->path);
-  if (!outcome.is_ok()) return error_response(outcome.status(), req.origin);
+  if (!outcome.is_ok()) return fail(outcome.status());
   if (auto* r = std::get_if<HttpResponse>(&*outcome)) add_cors(*r, req.origin);
   return std::move(outcome).value();
 }
@@ -128,8 +157,18 @@ Result<HttpRoutes::Outcome> HttpRoutes::health(const HttpRequest&, const char*) 
                                                                   : "draining";
   if (draining_) state = "draining";
   const bool ok = h.state == serving::HealthState::Ready && !draining_;
-  HttpResponse r = json_response(
-      ok ? 200 : 503, {{"status", state}, {"running", h.running}, {"waiting", h.waiting}});
+  json body = {{"status", state}, {"running", h.running}, {"waiting", h.waiting}};
+  if (servables_) {
+    // A servable whose config failed to load is reported here; the others serve on.
+    json list = json::array();
+    for (const auto& s : servables_->servables()) {
+      json one = {{"name", s.name}, {"versions", s.versions}};
+      if (!s.load_error.empty()) one["load_error"] = s.load_error;
+      list.push_back(std::move(one));
+    }
+    body["servables"] = std::move(list);
+  }
+  HttpResponse r = json_response(ok ? 200 : 503, body);
   if (!ok) r.headers.emplace_back("Retry-After", std::to_string(opt_.retry_after_s));
   return Outcome(std::move(r));
 }
@@ -200,6 +239,22 @@ Result<HttpRoutes::Outcome> HttpRoutes::generate(Endpoint endpoint, const HttpRe
   CAIRN_ASSIGN_OR_RETURN(ParsedGenerate parsed,
                          parse_generate(endpoint, body, backend_.models(), opt_.limits));
   return Outcome(GenerateJob{path, std::move(parsed)});
+}
+
+Result<HttpRoutes::Outcome> HttpRoutes::predict(const HttpRequest& req, const char* path) {
+  if (!servables_) return Status::not_found("no servables are served");
+  CAIRN_ASSIGN_OR_RETURN(ModelPath where, parse_model_path(path_of(req.target)));
+  if (draining_) return Status::unavailable("the server is shutting down");
+  if (!servables_->has_servable(where.servable))
+    return Status::not_found("servable '" + where.servable.substr(0, 128) + "' is not served");
+  CAIRN_ASSIGN_OR_RETURN(PredictBody body, parse_predict_body(req.body, opt_.servable_limits));
+  servable::PredictCall call;
+  call.servable = std::move(where.servable);
+  call.version = where.version;
+  call.method = std::move(where.method);
+  call.instances = std::move(body.instances);
+  call.stream = body.stream;
+  return Outcome(PredictJob{path, std::move(call)});
 }
 
 }  // namespace cairn::api

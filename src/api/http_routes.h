@@ -1,11 +1,13 @@
 // api/http_routes.h — the HTTP endpoints: route table, authentication, CORS.
-// Owns the route table (one row per endpoint: method, path, whether it needs
-// the API key, and its handler), the API key check, CORS headers, request
-// counters for /metrics, and every endpoint that answers at once (/health,
-// /metrics, /v1/models, /tokenize, /detokenize). Generation requests come back
-// validated, for the HTTP server to run. Errors become responses through
-// to_http_error only. Knows nothing of sockets or Beast, so all of this is
-// testable without a network.
+// Owns the route table (one row per endpoint: method, path or path prefix,
+// whether it needs the API key, and its handler), the API key check, CORS
+// headers, request counters for /metrics, and every endpoint that answers at
+// once (/health, /metrics, /v1/models, /tokenize, /detokenize). Generation
+// requests and servable method calls (MindSpore Serving's POST
+// /model/<servable>[/version/<n>]:<method>) come back validated, for the HTTP
+// server to run. Errors become responses through to_http_error only (the
+// /model routes answer {"error_msg": ...} bodies, as MindSpore does). Knows
+// nothing of sockets or Beast, so all of this is testable without a network.
 #pragma once
 
 #include <atomic>
@@ -17,7 +19,9 @@
 
 #include "api/openai_request.h"
 #include "api/openai_response.h"
+#include "api/servable_json.h"
 #include "serving/backend.h"
+#include "servable/runtime.h"
 
 namespace cairn::api {
 
@@ -41,6 +45,7 @@ struct HttpRoutesOptions {
   std::string cors_origin;  // empty: CORS off; "*" allowed
   ParseLimits limits;
   int retry_after_s = 1;    // Retry-After on 503
+  ServableJsonLimits servable_limits;
 };
 
 // A generation request that passed validation, with the route it came from.
@@ -49,17 +54,33 @@ struct GenerateJob {
   ParsedGenerate request;
 };
 
+// A servable method call that passed validation, with the route it came from
+// ("/model"); the HTTP server runs it through ServableRuntime::predict.
+struct PredictJob {
+  std::string route;
+  servable::PredictCall call;
+};
+
 class HttpRoutes {
  public:
-  // What a request comes to: a response to send now, or a generation to run.
-  using Outcome = std::variant<HttpResponse, GenerateJob>;
+  // What a request comes to: a response to send now, or a generation or a
+  // servable method call to run.
+  using Outcome = std::variant<HttpResponse, GenerateJob, PredictJob>;
 
-  HttpRoutes(serving::Backend& backend, HttpRoutesOptions options);
+  // `servables` may be null: then /model/... answers 404 "no servables are served".
+  HttpRoutes(serving::Backend& backend, HttpRoutesOptions options,
+             servable::ServableRuntime* servables = nullptr);
 
   Outcome handle(const HttpRequest& req);
 
   // An OpenAI-shaped error response (with CORS and Retry-After as needed).
   HttpResponse error_response(const Status& e, const std::string& origin) const;
+  // The same for the /model routes: MindSpore Serving's {"error_msg": "..."}
+  // body with to_http_error's status and headers.
+  HttpResponse servable_error_response(const Status& e, const std::string& origin) const;
+  // The error response in the shape the route of `target` uses.
+  HttpResponse error_response_for(const std::string& target, const Status& e,
+                                  const std::string& origin) const;
   // Adds CORS headers when the request's origin is allowed.
   void add_cors(HttpResponse& r, const std::string& origin) const;
   // Records a finished request for /metrics.
@@ -67,16 +88,22 @@ class HttpRoutes {
   // New generation requests get 503 from now on.
   void set_draining() { draining_ = true; }
   bool draining() const { return draining_; }
-  // The route name used for counting: the path when known, else "other".
+  // The route name used for counting: the route's path when known ("/model"
+  // for every servable call), else "other".
   static std::string route_name(const std::string& target);
+  // True for a target under /model/, whose errors are {"error_msg": ...}.
+  static bool is_servable_target(const std::string& target);
 
  private:
-  // One row of the route table. A handler's response gets CORS headers from
+  // One row of the route table. A prefix row matches `path` itself and every
+  // path below `path` + "/". A handler's response gets CORS headers from
   // handle(); its error becomes an error response there.
   struct Route {
     const char* method;
     const char* path;
+    bool prefix;
     bool needs_auth;
+    bool servable_errors;  // errors as {"error_msg": ...}
     Result<Outcome> (HttpRoutes::*handler)(const HttpRequest& req, const char* path);
   };
   static const Route kRoutes[];
@@ -89,6 +116,7 @@ class HttpRoutes {
   Result<Outcome> detokenize(const HttpRequest& req, const char* path);
   Result<Outcome> completions(const HttpRequest& req, const char* path);
   Result<Outcome> chat_completions(const HttpRequest& req, const char* path);
+  Result<Outcome> predict(const HttpRequest& req, const char* path);
   // The JSON body of a request that needs the model: 503 while draining or
   // loading, 400 when the body is not a JSON object.
   Result<nlohmann::json> model_request_body(const HttpRequest& req) const;
@@ -96,6 +124,7 @@ class HttpRoutes {
 
   serving::Backend& backend_;
   HttpRoutesOptions opt_;
+  servable::ServableRuntime* servables_;
   std::atomic<bool> draining_{false};
   std::mutex counts_mu_;
   RequestCounts counts_;

@@ -27,6 +27,7 @@
 
 #include "api/event_queue.h"
 #include "api/generation.h"
+#include "api/servable_json.h"
 
 namespace cairn::api {
 
@@ -84,6 +85,7 @@ class Connection;
 struct HttpServer::Impl {
   net::io_context ioc;  // first: destroyed last, after everything that posts to it
   serving::Backend& backend;
+  servable::ServableRuntime* servables;  // may be null
   ServerOptions opt;
   HttpRoutes routes;
   tcp::acceptor acceptor;
@@ -98,11 +100,12 @@ struct HttpServer::Impl {
   std::atomic<bool> stopped{false};
   uint16_t bound_port = 0;
 
-  Impl(serving::Backend& b, ServerOptions o)
+  Impl(serving::Backend& b, ServerOptions o, servable::ServableRuntime* s)
       : ioc(std::max(1, o.threads)),
         backend(b),
+        servables(s),
         opt(std::move(o)),
-        routes(b, opt.routes),
+        routes(b, opt.routes, s),
         acceptor(net::make_strand(ioc)),
         drain_timer(ioc),
         accept_retry(ioc) {}
@@ -128,12 +131,15 @@ struct HttpServer::Impl {
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
   Connection(tcp::socket socket, HttpServer::Impl& srv)
-      : srv_(srv), backend_(srv.backend), stream_(std::move(socket)), timer_(stream_.get_executor()) {}
+      : srv_(srv),
+        backend_(srv.backend),
+        servables_(srv.servables),
+        stream_(std::move(socket)),
+        timer_(stream_.get_executor()) {}
 
   ~Connection() {
     // Only at shutdown can a connection die mid-request; its requests must not outlive it.
-    if (job_active_)
-      for (auto id : ids_) backend_.cancel(id);
+    if (job_active_) cancel_running();
   }
 
   void start() {
@@ -175,6 +181,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void on_read(error_code ec) {
     if (ec) {
       const bool got_some = parser_ && parser_->got_some();
+      // The target, once the request line was read, picks the error's shape.
+      if (got_some) error_target_ = std::string(parser_->get().target());
       if (ec == http::error::header_limit)
         return respond_error(
             Status::error(StatusCode::HeadersTooLarge, "request headers are too large"));
@@ -206,12 +214,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
       srv_.routes.count(route, r->status);
       return respond(std::move(*r), !keep_alive_);
     }
+    if (auto* p = std::get_if<PredictJob>(&outcome)) return start_predict(std::move(*p));
     start_job(std::move(std::get<GenerateJob>(outcome)));
   }
 
   void respond_error(const Status& e) {
     keep_alive_ = false;  // the stream's position is unknown after a refused request
-    HttpResponse r = srv_.routes.error_response(e, origin_);
+    HttpResponse r = srv_.routes.error_response_for(error_target_, e, origin_);
     srv_.routes.count("other", r.status);
     send(head(r.status, r.content_type, r.headers, r.body.size(), false) + r.body);
     // The client may still be sending the body we refused: closing now would
@@ -254,6 +263,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
     meta.logprobs = req.logprobs;
     gen_ = std::make_unique<Generation>(req, meta);
     streaming_ = req.stream;
+    servable_job_ = false;
+    call_id_.reset();
     route_ = job.route;
     job_active_ = true;
     job_ending_ = false;
@@ -307,6 +318,91 @@ class Connection : public std::enable_shared_from_this<Connection> {
     watch();
   }
 
+  // A servable method call: ServableRuntime::predict resolves and checks it at
+  // once (an error is an ordinary JSON response), then its events arrive
+  // through a PredictQueue posted to this strand.
+  void start_predict(PredictJob job) {
+    servable_job_ = true;
+    streaming_ = job.call.stream;
+    route_ = job.route;
+    gen_.reset();
+    ids_.clear();
+    call_id_.reset();
+    job_active_ = true;
+    job_ending_ = false;
+    counted_ = false;
+    ++serial_;
+    srv_.job_started();
+
+    auto gate = srv_.gate;
+    std::weak_ptr<Connection> weak = shared_from_this();
+    const uint64_t serial = serial_;
+    pqueue_ = std::make_shared<PredictQueue>([gate, weak, serial] {
+      std::lock_guard<std::mutex> lock(gate->mu);
+      if (!gate->open) return;
+      if (auto c = weak.lock()) {
+        auto ex = c->stream_.get_executor();
+        net::post(ex, [c = std::move(c), serial] { c->on_predict_events(serial); });
+      }
+    });
+    // HttpRoutes only makes a PredictJob when a runtime is set.
+    auto sink = std::make_shared<PredictQueueSink>(pqueue_);
+    auto res = servables_->predict(std::move(job.call), std::move(sink));
+    if (!res.is_ok()) {
+      HttpResponse refused = srv_.routes.servable_error_response(res.status(), origin_);
+      end_job(refused.status);
+      return respond(std::move(refused), !keep_alive_);
+    }
+    call_id_ = *res;
+
+    timer_.expires_after(seconds(srv_.opt.request_timeout_s));
+    timer_.async_wait([self = shared_from_this(), serial](error_code ec) {
+      if (!ec) self->on_timeout(serial);
+    });
+    if (streaming_) {
+      HttpResponse h;
+      h.content_type = "text/event-stream";
+      srv_.routes.add_cors(h, origin_);
+      send(head(200, h.content_type, h.headers, std::nullopt, keep_alive_));
+    }
+    watch();
+  }
+
+  void on_predict_events(uint64_t serial) {
+    if (serial != serial_ || !job_active_ || job_ending_ || closed_ || !pqueue_) return;
+    PredictQueue::Batch batch = pqueue_->take();
+    if (streaming_) {
+      std::string out;
+      for (const auto& t : batch.texts)
+        out += sse_data(stream_text_json(t.instance, t.output, t.text));
+      if (!out.empty()) send(chunk(out));
+    }
+    if (!batch.done) return;
+    job_ending_ = true;
+    call_id_.reset();  // finished: nothing left to cancel
+    const std::string body = dump_json(predict_reply_json(*batch.done));
+    if (streaming_) {
+      send(chunk("data: " + body + "\n\n" + kSseDone) + "0\r\n\r\n");
+    } else {
+      HttpResponse r;
+      r.body = body;
+      // The version that ran (0 in the path means the newest at the time).
+      r.headers.emplace_back("X-Servable-Version", std::to_string(batch.version));
+      srv_.routes.add_cors(r, origin_);
+      send(head(r.status, r.content_type, r.headers, r.body.size(), keep_alive_) + r.body);
+    }
+    end_status_ = 200;
+    count_once(200);
+    then_ = keep_alive_ ? Then::ReadNext : Then::Close;
+    if (!write_in_flight_) after_writes();
+  }
+
+  // Cancels whatever the current request started, in the backend or the runtime.
+  void cancel_running() {
+    for (auto id : ids_) backend_.cancel(id);
+    if (call_id_ && servables_) servables_->cancel(*call_id_);
+  }
+
   // While a request runs, a pending read notices the client going away.
   void watch() {
     if (watching_ || closed_) return;
@@ -346,7 +442,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (streaming_ && !out.empty()) send(chunk(out));
     if (!gen_->done()) return;
     job_ending_ = true;
-    for (auto id : ids_) backend_.cancel(id);  // a failed choice stops its siblings
+    cancel_running();  // a failed choice stops its siblings
     const int status = gen_->status();
     if (streaming_) {
       send(chunk(gen_->closing()) + "0\r\n\r\n");
@@ -367,10 +463,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void on_timeout(uint64_t serial) {
     if (serial != serial_ || !job_active_ || job_ending_) return;
     if (streaming_) return abort_job(504);
-    for (auto id : ids_) backend_.cancel(id);
+    cancel_running();
     job_ending_ = true;
-    HttpResponse r = srv_.routes.error_response(
-        Status::error(StatusCode::DeadlineExceeded, "the request did not finish in time"), origin_);
+    const Status late =
+        Status::error(StatusCode::DeadlineExceeded, "the request did not finish in time");
+    HttpResponse r = servable_job_ ? srv_.routes.servable_error_response(late, origin_)
+                                   : srv_.routes.error_response(late, origin_);
     keep_alive_ = false;
     send(head(r.status, r.content_type, r.headers, r.body.size(), false) + r.body);
     end_status_ = 504;
@@ -394,12 +492,14 @@ class Connection : public std::enable_shared_from_this<Connection> {
     timer_.cancel();
     gen_.reset();
     queue_.reset();
+    pqueue_.reset();
+    call_id_.reset();
     count_once(status);
     srv_.job_ended();
   }
 
   void abort_job(int status) {
-    for (auto id : ids_) backend_.cancel(id);
+    cancel_running();
     end_job(status);
     close();
   }
@@ -457,11 +557,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   HttpServer::Impl& srv_;
   serving::Backend& backend_;
+  servable::ServableRuntime* servables_;
   beast::tcp_stream stream_;
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
   net::steady_timer timer_;
   std::string origin_;
+  std::string error_target_;  // the refused request's target, for the error's shape
 
   bool job_active_ = false;
   bool job_ending_ = false;
@@ -473,6 +575,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::vector<serving::RequestId> ids_;
   std::unique_ptr<Generation> gen_;
   bool streaming_ = false;
+  // A servable call (servable_job_): its events and its id for cancel().
+  bool servable_job_ = false;
+  std::shared_ptr<PredictQueue> pqueue_;
+  std::optional<uint64_t> call_id_;
 
   bool watching_ = false;
   bool read_after_watch_ = false;
@@ -526,8 +632,9 @@ HttpServer::~HttpServer() {
 }
 
 Result<std::unique_ptr<HttpServer>> HttpServer::start(serving::Backend& backend,
-                                                      ServerOptions options) {
-  auto impl = std::make_unique<Impl>(backend, std::move(options));
+                                                      ServerOptions options,
+                                                      servable::ServableRuntime* servables) {
+  auto impl = std::make_unique<Impl>(backend, std::move(options), servables);
   Impl& s = *impl;
   error_code ec;
   auto addr = net::ip::make_address(s.opt.host, ec);

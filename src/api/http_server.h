@@ -1,9 +1,11 @@
-// api/http_server.h — the OpenAI-compatible HTTP server on Boost.Beast/Asio.
+// api/http_server.h — the HTTP server (OpenAI and MindSpore Serving REST) on Boost.Beast/Asio.
 // Owns sockets, HTTP/1.1 parsing and limits (body, header, timeouts), SSE
-// streaming, disconnect -> Backend::cancel, and graceful drain. A few I/O
-// threads serve every connection; idle or slow clients cost memory, never
-// threads. Speaks only to serving::Backend and never blocks the engine: events
-// are queued and posted to the connection's strand. Beast stays inside the .cpp.
+// streaming, disconnect -> Backend::cancel / ServableRuntime::cancel, and
+// graceful drain. A few I/O threads serve every connection; idle or slow
+// clients cost memory, never threads. Speaks only to serving::Backend and
+// servable::ServableRuntime and never blocks the engine or a servable call:
+// events are queued and posted to the connection's strand. Beast stays inside
+// the .cpp.
 #pragma once
 
 #include <cstdint>
@@ -12,6 +14,7 @@
 
 #include "api/http_routes.h"
 #include "core/status.h"
+#include "servable/runtime.h"
 #include "serving/backend.h"
 
 namespace cairn::api {
@@ -31,7 +34,10 @@ struct ServerOptions {
 class HttpServer {
  public:
   // Binds and starts the I/O threads; the server is serving when this returns.
-  static Result<std::unique_ptr<HttpServer>> start(serving::Backend& backend, ServerOptions options);
+  // `servables` (may be null: /model/... then answers 404) serves MindSpore
+  // Serving's REST routes and must outlive the server.
+  static Result<std::unique_ptr<HttpServer>> start(serving::Backend& backend, ServerOptions options,
+                                                   servable::ServableRuntime* servables = nullptr);
   ~HttpServer();  // stops at once (no drain) and joins the threads
 
   uint16_t port() const;
@@ -43,7 +49,7 @@ class HttpServer {
   void stop();
   // Blocks until the server has stopped (after a drain or stop()).
   void wait();
-  // Generation requests in flight (for tests and drain).
+  // Generation requests and servable calls in flight (for tests and drain).
   int active_requests() const;
 
   struct Impl;  // opaque: keeps Beast out of this header
