@@ -25,7 +25,9 @@ constexpr size_t kMagicLen = 6;
 // little more room costs nothing and no real file comes near it.
 constexpr size_t kMaxHeaderLen = 65536;
 
-Status bad(const std::string& what) { return Status::invalid_argument("not a valid .npy file: " + what); }
+Status bad(const std::string& what) {
+  return Status::invalid_argument("not a valid .npy file: " + what);
+}
 
 // The header dict, parsed: a cursor over the header text.
 class DictParser {
@@ -120,7 +122,8 @@ struct Descr {
 // numpy's type strings: a byte-order character, a kind and a size.
 Result<Descr> parse_descr(const std::string& d) {
   const std::string shown = "'" + d.substr(0, 32) + "'";
-  if (d.size() >= 2 && d[1] == 'O') return bad("object arrays (dtype " + shown + ") are not supported");
+  if (d.size() >= 2 && d[1] == 'O')
+    return bad("object arrays (dtype " + shown + ") are not supported");
   if (d.size() < 3) return bad("unsupported dtype " + shown);
   const char order = d[0];
   const char kind = d[1];
@@ -162,19 +165,31 @@ void swap_bytes(std::string& data, size_t width) {
 
 const char* descr_of(DType t) {
   switch (t) {
-    case DType::Bool: return "|b1";
-    case DType::Int8: return "|i1";
-    case DType::Int16: return "<i2";
-    case DType::Int32: return "<i4";
-    case DType::Int64: return "<i8";
-    case DType::UInt8: return "|u1";
-    case DType::UInt16: return "<u2";
-    case DType::UInt32: return "<u4";
-    case DType::UInt64: return "<u8";
-    case DType::Float16: return "<f2";
+    case DType::Bool:
+      return "|b1";
+    case DType::Int8:
+      return "|i1";
+    case DType::Int16:
+      return "<i2";
+    case DType::Int32:
+      return "<i4";
+    case DType::Int64:
+      return "<i8";
+    case DType::UInt8:
+      return "|u1";
+    case DType::UInt16:
+      return "<u2";
+    case DType::UInt32:
+      return "<u4";
+    case DType::UInt64:
+      return "<u8";
+    case DType::Float16:
+      return "<f2";
     case DType::BFloat16:  // written widened to float32 (see to_npy)
-    case DType::Float32: return "<f4";
-    case DType::Float64: return "<f8";
+    case DType::Float32:
+      return "<f4";
+    case DType::Float64:
+      return "<f8";
   }
   return "<f4";
 }
@@ -273,8 +288,8 @@ std::string to_npy(const Tensor& t) {
     }
     data = std::move(wide);
   }
-  std::string header = std::string("{'descr': '") + descr_of(t.dtype) +
-                       "', 'fortran_order': False, 'shape': (";
+  std::string header =
+      std::string("{'descr': '") + descr_of(t.dtype) + "', 'fortran_order': False, 'shape': (";
   for (size_t i = 0; i < t.shape.size(); ++i)
     header += (i ? ", " : "") + std::to_string(t.shape[i]);
   if (t.shape.size() == 1) header += ",";

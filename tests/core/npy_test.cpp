@@ -85,11 +85,11 @@ TEST(Npy, BFloat16IsWrittenAsExactFloat32) {
 }
 
 TEST(Npy, HandWrittenHeadersInNumpysVariants) {
-  const std::string four_i32("\x01\x00\x00\x00\x02\x00\x00\x00\x03\x00\x00\x00\x04\x00\x00\x00", 16);
+  const std::string four_i32("\x01\x00\x00\x00\x02\x00\x00\x00\x03\x00\x00\x00\x04\x00\x00\x00",
+                             16);
   // Double quotes, no trailing comma, '=' byte order, version 2.0.
-  auto t = parse_npy(
-      npy_with_header("{\"descr\": \"=i4\", \"shape\": (2, 2), \"fortran_order\": False}", four_i32,
-                      2));
+  auto t = parse_npy(npy_with_header(
+      "{\"descr\": \"=i4\", \"shape\": (2, 2), \"fortran_order\": False}", four_i32, 2));
   ASSERT_TRUE(t.is_ok()) << t.status().message();
   EXPECT_EQ(t->dtype, DType::Int32);
   EXPECT_EQ(t->shape, (std::vector<int64_t>{2, 2}));
@@ -158,16 +158,14 @@ TEST(Npy, MalformedHeadersAreOneClearError) {
        "not a tuple"},
       {npy_with_header("{'descr': '<f4', 'fortran_order': 0, 'shape': (2,), }", data),
        "True or False"},
-      {npy_with_header("{'descr': '<f4, 'fortran_order': False, 'shape': (2,), }", data),
-       "header"},
+      {npy_with_header("{'descr': '<f4, 'fortran_order': False, 'shape': (2,), }", data), "header"},
       {npy_with_header("{'descr': '<f4', 'fortran_order': False, 'shape': (2,), } x", data),
        "after its dict"},
       {npy_with_header("[1, 2]", data), "not a dict"},
       {npy_with_header(
            "{'descr': '<f4', 'fortran_order': False, 'shape': (99999999999999999999,), }", data),
        "too large"},
-      {npy_with_header("{'descr': '<f4', 'fortran_order': False, 'shape': (65536, 65536), }",
-                       data),
+      {npy_with_header("{'descr': '<f4', 'fortran_order': False, 'shape': (65536, 65536), }", data),
        "larger than"},
       {npy_with_header("{'descr': '<f4', 'fortran_order': False, 'shape': (1,1,1,1,1,1,1,1,1,1,1,"
                        "1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1), }",
@@ -236,8 +234,8 @@ np.save(f'{d}/fortran.npy', np.asfortranarray(np.arange(6, dtype=np.float32).res
 np.save(f'{d}/object.npy', np.array([1, 'a'], dtype=object), allow_pickle=True)
 )";
   ASSERT_EQ(std::system(("/usr/bin/python3 " + script + " " + dir.string()).c_str()), 0);
-  const char* names[] = {"bool",   "int8",   "int16",   "int32",   "int64",   "uint8",
-                         "uint16", "uint32", "uint64",  "float16", "float32", "float64"};
+  const char* names[] = {"bool",   "int8",   "int16",  "int32",   "int64",   "uint8",
+                         "uint16", "uint32", "uint64", "float16", "float32", "float64"};
   for (const char* n : names) {
     auto t = read_npy_file((dir / (std::string(n) + ".npy")).string());
     ASSERT_TRUE(t.is_ok()) << n << ": " << t.status().message();
@@ -282,10 +280,9 @@ np.save(f'{d}/object.npy', np.array([1, 'a'], dtype=object), allow_pickle=True)
   // Ours, read by numpy: every dtype, and bfloat16 as float32.
   for (DType dt : kAllDTypes) {
     if (dt == DType::BFloat16) continue;
-    ASSERT_TRUE(
-        write_npy_file((dir / (std::string("ours_") + dtype_name(dt) + ".npy")).string(),
-                       counting(dt, {2, 3}))
-            .is_ok());
+    ASSERT_TRUE(write_npy_file((dir / (std::string("ours_") + dtype_name(dt) + ".npy")).string(),
+                               counting(dt, {2, 3}))
+                    .is_ok());
   }
   const std::string check = (dir / "check.py").string();
   std::ofstream(check) << R"(import sys, numpy as np
