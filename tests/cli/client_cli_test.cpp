@@ -95,9 +95,14 @@ TEST_F(ClientCli, TypedScalarsStringsAndBytes) {
   EXPECT_EQ(r.out,
             "b: bool true\nf: float 0.5\ni: int 5\nn: str \"42\"\nraw: bytes (3 bytes)\n"
             "s: str \"say \\\"hi\\\"\"\nt: str \"int:7\"\n");
-  const auto& in = runtime_.last_call().instances.at(0);
-  EXPECT_EQ(std::get<int64_t>(in.at("i")), 5);
-  EXPECT_EQ(std::get<values::Bytes>(in.at("raw")).data, std::string("\x01\x02\x03", 3));
+  const auto call = runtime_.last_call();
+  ASSERT_EQ(call.instances.size(), 1u) << call.method;
+  const auto& in = call.instances[0];
+  ASSERT_EQ(in.count("i"), 1u) << call.method;
+  ASSERT_EQ(in.count("raw"), 1u) << call.method;
+  EXPECT_EQ(in.at("i"), values::Value(int64_t(5))) << values::describe(in.at("i"));
+  EXPECT_EQ(in.at("raw"), values::Value(values::Bytes{std::string("\x01\x02\x03", 3)}))
+      << values::describe(in.at("raw"));
 }
 
 TEST_F(ClientCli, LongTensorsAreCutShort) {
