@@ -553,7 +553,10 @@ class ServableCall : public std::enable_shared_from_this<ServableCall> {
       : runtime_(runtime),
         spec_(req.servable_spec()),
         errors_(std::move(errors)),
-        index_(std::move(index)) {}
+        index_(std::move(index)),
+        position_(errors_.size(), SIZE_MAX) {
+    for (size_t k = 0; k < index_.size(); ++k) position_[index_[k]] = k;
+  }
   virtual ~ServableCall() = default;
 
   // Text of the runtime's instance k (a position in `index`).
@@ -595,7 +598,7 @@ class ServableCall : public std::enable_shared_from_this<ServableCall> {
   const v1::ServableSpec spec_;
   const std::vector<Status> errors_;  // per request instance
   const std::vector<size_t> index_;   // the runtime's instance k is request instance index_[k]
-  std::vector<size_t> position_;      // per request instance: its k, or SIZE_MAX
+  std::vector<size_t> position_;      // per request instance: its k, or SIZE_MAX (fixed)
 
   std::mutex mu_;
   std::optional<uint64_t> id_;  // the runtime's call, once predict returned
@@ -618,8 +621,6 @@ class ServableCall::Sink final : public servable::PredictSink {
 };
 
 void ServableCall::start(std::vector<values::Instance> run, bool stream) {
-  position_.assign(errors_.size(), SIZE_MAX);
-  for (size_t k = 0; k < index_.size(); ++k) position_[index_[k]] = k;
   if (run.empty()) {  // every instance failed to convert: nothing to run
     on_done(spec_.version_number(), {});
     return;
