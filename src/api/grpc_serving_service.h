@@ -18,11 +18,25 @@
 // Outputs per instance: text, finish_reason, prompt_tokens, completion_tokens.
 // Errors carry an HTTP-like code: 400 bad input, 404 unknown servable, method
 // or version, 503 busy or still loading, 500 anything else.
+//
+// Servables from a servable_config.py (when a ServableRuntime is given and
+// knows the requested name; it wins over a model of the same name): the
+// instances' values (tensors included) are converted with rpc/convert.h and
+// the call goes to ServableRuntime::predict. An instance whose values cannot
+// be converted fails alone (400 "instance i: input 'x': ...") and the others
+// run. Predict replies once, one instance per request instance, with
+// servable_spec.version_number the version that ran. PredictStream sends one
+// reply (final=false, instances[0] = {output: new text}) per streamed piece
+// of text, then one final=true reply per instance with all its outputs or its
+// error. A client cancel or a passed deadline cancels the runtime's call.
+// ListServables lists the served models, then the servables (n_ctx 0, their
+// loaded versions).
 #pragma once
 
 #include <cstddef>
 #include <memory>
 
+#include "servable/runtime.h"
 #include "serving/backend.h"
 
 namespace grpc {
@@ -34,9 +48,11 @@ namespace cairn::api {
 // The most instances one Predict or PredictStream call may carry.
 inline constexpr size_t kMaxServingInstances = 64;
 
-// The service borrows `backend`, which must outlive the server it is
-// registered in (calls still running at shutdown are cancelled by gRPC and
-// their backend requests cancelled with them).
-std::unique_ptr<grpc::Service> make_serving_service(serving::Backend& backend);
+// The service borrows `backend` and `servables` (null: models only), which
+// must outlive the server it is registered in (calls still running at
+// shutdown are cancelled by gRPC and their backend requests or servable calls
+// cancelled with them).
+std::unique_ptr<grpc::Service> make_serving_service(serving::Backend& backend,
+                                                    servable::ServableRuntime* servables = nullptr);
 
 }  // namespace cairn::api

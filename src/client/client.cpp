@@ -49,15 +49,24 @@ v1::Value to_proto(const InferValue& v) {
           out.set_int_value(x);
         else if constexpr (std::is_same_v<T, double>)
           out.set_double_value(x);
-        else
+        else if constexpr (std::is_same_v<T, bool>)
           out.set_bool_value(x);
+        else if constexpr (std::is_same_v<T, values::Bytes>)
+          out.set_bytes_value(x.data);
+        else {
+          auto* t = out.mutable_tensor_value();
+          t->set_dtype(values::dtype_name(x.dtype));
+          t->mutable_shape()->Add(x.shape.begin(), x.shape.end());
+          t->set_data(x.data);
+        }
       },
       v.get());
   return out;
 }
 
-// Bytes values are not part of cairn's API; they come back as strings.
-InferInstance from_proto(const v1::Instance& inst) {
+// A reply's values; a tensor whose dtype, shape and data disagree (or a
+// value with no kind) makes the reply malformed.
+Result<InferInstance> from_proto(const v1::Instance& inst) {
   InferInstance out;
   for (const auto& [name, v] : inst.items()) {
     switch (v.kind_case()) {
@@ -74,10 +83,27 @@ InferInstance from_proto(const v1::Instance& inst) {
         out[name] = v.bool_value();
         break;
       case v1::Value::kBytesValue:
-        out[name] = v.bytes_value();
+        out[name] = values::Bytes{v.bytes_value()};
         break;
+      case v1::Value::kTensorValue: {
+        const auto& t = v.tensor_value();
+        auto dtype = values::dtype_from_name(t.dtype());
+        if (!dtype)
+          return Status::internal("the server sent output '" + name.substr(0, 64) +
+                                  "' with an unknown tensor dtype");
+        if (static_cast<size_t>(t.shape_size()) > values::kMaxTensorRank)
+          return Status::internal("the server sent output '" + name.substr(0, 64) +
+                                  "' with too many dimensions");
+        auto made = values::Tensor::make(*dtype, {t.shape().begin(), t.shape().end()}, t.data());
+        if (!made.is_ok())
+          return Status::internal("the server sent a malformed tensor for output '" +
+                                  name.substr(0, 64) + "': " + made.status().message());
+        out[name] = std::move(made).value();
+        break;
+      }
       case v1::Value::KIND_NOT_SET:
-        break;
+        return Status::internal("the server sent output '" + name.substr(0, 64) +
+                                "' with no value");
     }
   }
   return out;
@@ -140,6 +166,7 @@ struct Client::Impl {
     v1::PredictRequest req;
     req.mutable_servable_spec()->set_name(servable);
     req.mutable_servable_spec()->set_method_name(method);
+    req.mutable_servable_spec()->set_version_number(options.version);
     for (const auto& inst : inputs) {
       auto* items = req.add_instances()->mutable_items();
       for (const auto& [name, value] : inst) (*items)[name] = to_proto(value);
@@ -171,6 +198,8 @@ void Client::set_deadline(std::chrono::milliseconds deadline) {
   impl_->options.deadline = deadline;
 }
 
+void Client::set_version(uint64_t version) { impl_->options.version = version; }
+
 ClientResult<std::vector<InferOutput>> Client::infer(const std::vector<InferInstance>& inputs) {
   grpc::ClientContext ctx;
   impl_->prepare(ctx);
@@ -187,7 +216,10 @@ ClientResult<std::vector<InferOutput>> Client::infer(const std::vector<InferInst
     return Status::internal("the server replied with a malformed error list");
   std::vector<InferOutput> out(inputs.size());
   for (int i = 0; i < reply.instances_size(); ++i) {
-    out[i].values = from_proto(reply.instances(i));
+    auto values = from_proto(reply.instances(i));
+    if (!values.is_ok()) return values.status();
+    out[i].values = std::move(values).value();
+    out[i].version = reply.servable_spec().version_number();
     if (reply.error_msg_size() != 0 && reply.error_msg(i).error_code() != 0)
       out[i].error = reply_error(reply.error_msg(i));
   }
@@ -201,13 +233,19 @@ ClientResult<std::vector<InferOutput>> Client::infer_stream(
   auto reader = impl_->stub->PredictStream(&ctx, impl_->request(inputs));
   std::vector<InferOutput> out(inputs.size());
   std::vector<std::string> texts(inputs.size());
+  std::vector<bool> finished(inputs.size(), false);
   std::optional<Status> bad_reply;
   v1::PredictReply reply;
   while (reader->Read(&reply)) {
     const uint32_t i = reply.instance_index();
-    if (i >= inputs.size() || reply.instances_size() > 1) {
-      bad_reply = Status::internal("the server sent a malformed stream reply (instance " +
-                                   std::to_string(i) + ")");
+    std::optional<Result<InferInstance>> values;
+    if (i < inputs.size() && reply.instances_size() == 1) values = from_proto(reply.instances(0));
+    if (i >= inputs.size() || reply.instances_size() > 1 || finished[i] ||
+        (values && !values->is_ok())) {
+      bad_reply = values && !values->is_ok()
+                      ? values->status()
+                      : Status::internal("the server sent a malformed stream reply (instance " +
+                                         std::to_string(i) + ")");
       ctx.TryCancel();  // stop reading; Finish below then returns promptly
       break;
     }
@@ -217,27 +255,39 @@ ClientResult<std::vector<InferOutput>> Client::infer_stream(
       ev.last = true;
       ev.error = reply_error(reply.error_msg(0));
       out[i].error = ev.error;
-    } else if (reply.instances_size() == 1) {
-      InferInstance values = from_proto(reply.instances(0));
-      ev.text = values["text"].as_string();
-      texts[i] += ev.text;
-      auto fr = values.find("finish_reason");
-      if (fr != values.end()) {
+      out[i].version = reply.servable_spec().version_number();
+    } else if (reply.final()) {
+      // A servable's last reply: all the instance's outputs.
+      ev.last = true;
+      if (values) out[i].values = std::move(**values);
+      out[i].version = reply.servable_spec().version_number();
+    } else if (values) {
+      InferInstance& v = **values;
+      auto fr = v.find("finish_reason");
+      if (fr != v.end()) {  // a model's last reply
+        ev.text = v["text"].as_string();
+        texts[i] += ev.text;
         ev.last = true;
         ev.finish_reason = fr->second.as_string();
-        ev.prompt_tokens = values["prompt_tokens"].as_int();
-        ev.completion_tokens = values["completion_tokens"].as_int();
-        values["text"] = texts[i];
-        out[i].values = std::move(values);
+        ev.prompt_tokens = v["prompt_tokens"].as_int();
+        ev.completion_tokens = v["completion_tokens"].as_int();
+        v["text"] = texts[i];
+        out[i].values = std::move(v);
+        out[i].version = 1;
+      } else if (!v.empty()) {  // new text of one output
+        ev.output = v.begin()->first;
+        ev.text = v.begin()->second.as_string();
+        if (ev.output == "text") texts[i] += ev.text;
       }
     }
+    if (ev.last) finished[i] = true;
     if (on_event) on_event(ev);
   }
   grpc::Status st = reader->Finish();
   if (bad_reply) return *bad_reply;
   if (!st.ok()) return impl_->error(st);
   for (size_t i = 0; i < out.size(); ++i)
-    if (out[i].ok() && out[i].values.find("finish_reason") == out[i].values.end())
+    if (!finished[i])
       out[i].error =
           Status::internal("the stream ended before instance " + std::to_string(i) + " finished");
   return out;
@@ -255,6 +305,7 @@ ClientResult<std::vector<ServableInfo>> Client::list_servables() {
     info.name = s.name();
     info.methods.assign(s.methods().begin(), s.methods().end());
     info.n_ctx = s.n_ctx();
+    info.versions.assign(s.versions().begin(), s.versions().end());
     out.push_back(std::move(info));
   }
   return out;

@@ -3,6 +3,8 @@
 // (little-endian or byte-order-free, C order). The header is parsed as the
 // small Python dict literal the format defines; every size is checked before
 // use. Used by `cairn client --input x=@file.npy` and its outputs.
+// numpy has no bfloat16: to_npy writes such a tensor widened to float32
+// (exactly); big-endian files are read and swapped to little-endian.
 #pragma once
 
 #include <string>

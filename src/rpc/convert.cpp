@@ -1,6 +1,9 @@
 // rpc/convert.cpp — serving types to and from cairn.v1 messages; Status to and from gRPC.
 #include "rpc/convert.h"
 
+#include <algorithm>
+#include <variant>
+
 namespace cairn::rpc {
 namespace {
 
@@ -206,9 +209,15 @@ v1::WorkerStatus worker_status(const serving::Backend& backend) {
   for (const auto& m : backend.models()) *st.add_models() = to_proto(m);
   const serving::Health h = backend.health();
   switch (h.state) {
-    case serving::HealthState::Loading: st.set_state(v1::WorkerStatus::LOADING); break;
-    case serving::HealthState::Ready: st.set_state(v1::WorkerStatus::READY); break;
-    case serving::HealthState::Draining: st.set_state(v1::WorkerStatus::DRAINING); break;
+    case serving::HealthState::Loading:
+      st.set_state(v1::WorkerStatus::LOADING);
+      break;
+    case serving::HealthState::Ready:
+      st.set_state(v1::WorkerStatus::READY);
+      break;
+    case serving::HealthState::Draining:
+      st.set_state(v1::WorkerStatus::DRAINING);
+      break;
   }
   const serving::BackendStats s = backend.stats();
   st.set_running(s.running);
@@ -228,9 +237,15 @@ v1::WorkerStatus worker_status(const serving::Backend& backend) {
 serving::Health health_of(const v1::WorkerStatus& st) {
   serving::Health h;
   switch (st.state()) {
-    case v1::WorkerStatus::READY: h.state = serving::HealthState::Ready; break;
-    case v1::WorkerStatus::DRAINING: h.state = serving::HealthState::Draining; break;
-    default: h.state = serving::HealthState::Loading; break;
+    case v1::WorkerStatus::READY:
+      h.state = serving::HealthState::Ready;
+      break;
+    case v1::WorkerStatus::DRAINING:
+      h.state = serving::HealthState::Draining;
+      break;
+    default:
+      h.state = serving::HealthState::Loading;
+      break;
   }
   h.running = st.running();
   h.waiting = st.waiting();
@@ -303,9 +318,93 @@ Status from_grpc_status(const grpc::Status& st) {
     case grpc::StatusCode::CANCELLED:
       code = StatusCode::Unavailable;
       break;
-    default: break;
+    default:
+      break;
   }
   return Status::error(code, st.error_message(), st.error_details());
+}
+
+v1::Value to_proto(const values::Value& v) {
+  v1::Value out;
+  struct Visitor {
+    v1::Value& out;
+    void operator()(const values::Tensor& t) const {
+      auto* m = out.mutable_tensor_value();
+      m->set_dtype(values::dtype_name(t.dtype));
+      m->mutable_shape()->Add(t.shape.begin(), t.shape.end());
+      m->set_data(t.data);
+    }
+    void operator()(const std::string& s) const { out.set_string_value(s); }
+    void operator()(const values::Bytes& b) const { out.set_bytes_value(b.data); }
+    void operator()(bool b) const { out.set_bool_value(b); }
+    void operator()(int64_t i) const { out.set_int_value(i); }
+    void operator()(double d) const { out.set_double_value(d); }
+  };
+  std::visit(Visitor{out}, v);
+  return out;
+}
+
+Result<values::Value> from_proto(const v1::Value& v) {
+  switch (v.kind_case()) {
+    case v1::Value::kStringValue:
+      return values::Value(v.string_value());
+    case v1::Value::kIntValue:
+      return values::Value(static_cast<int64_t>(v.int_value()));
+    case v1::Value::kDoubleValue:
+      return values::Value(v.double_value());
+    case v1::Value::kBoolValue:
+      return values::Value(v.bool_value());
+    case v1::Value::kBytesValue:
+      return values::Value(values::Bytes{v.bytes_value()});
+    case v1::Value::kTensorValue: {
+      const auto& t = v.tensor_value();
+      auto dtype = values::dtype_from_name(t.dtype());
+      if (!dtype) {
+        std::string name = t.dtype().substr(0, 32);
+        for (char& c : name)
+          if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) >= 0x7f)
+            c = '?';
+        return Status::invalid_argument(
+            "unknown tensor dtype '" + name +
+            "' (bool, int8..int64, uint8..uint64, float16, bfloat16, float32, float64)");
+      }
+      // The rank is checked before the shape is copied.
+      if (static_cast<size_t>(t.shape_size()) > values::kMaxTensorRank)
+        return Status::invalid_argument("a tensor has rank " + std::to_string(t.shape_size()) +
+                                        ", at most " + std::to_string(values::kMaxTensorRank) +
+                                        " is allowed");
+      std::vector<int64_t> shape(t.shape().begin(), t.shape().end());
+      auto made = values::Tensor::make(*dtype, std::move(shape), t.data());
+      if (!made.is_ok()) return made.status();
+      return values::Value(std::move(made).value());
+    }
+    case v1::Value::KIND_NOT_SET:
+      break;
+  }
+  return Status::invalid_argument("a value has no kind set");
+}
+
+v1::Instance to_proto(const values::Instance& inst) {
+  v1::Instance out;
+  auto* items = out.mutable_items();
+  for (const auto& [name, value] : inst) (*items)[name] = to_proto(value);
+  return out;
+}
+
+Result<values::Instance> from_proto(const v1::Instance& inst) {
+  values::Instance out;
+  for (const auto& [name, value] : inst.items()) {
+    auto v = from_proto(value);
+    if (!v.is_ok()) {
+      // Names are cut short (at a UTF-8 boundary) so an error stays small.
+      size_t n = std::min<size_t>(name.size(), 64);
+      while (n > 0 && n < name.size() && (static_cast<unsigned char>(name[n]) & 0xC0) == 0x80) --n;
+      return v.status().with_context("input '" + name.substr(0, n) +
+                                     (n < name.size() ? "...'" : "'"));
+    }
+    out.emplace(name, std::move(v).value());
+  }
+  return out;
 }
 
 }  // namespace cairn::rpc

@@ -1,6 +1,7 @@
 // rpc/convert.h — serving types <-> the cairn.v1 protobuf messages.
 // Owns the one mapping between the Backend vocabulary (serving/backend.h) and
-// the wire, used by both ends of every gRPC hop (worker service, remote
+// the wire, the one mapping between servable values (core/value.h) and
+// cairn.v1.Value, used by both ends of every gRPC hop (worker service, remote
 // backend, controller), and the one mapping from a Status to a gRPC status
 // (to_grpc_status) that every gRPC service answers through. Never talks to
 // the network and never runs a model.
@@ -10,8 +11,10 @@
 
 #include <string>
 
+#include "cairn/v1/serving.pb.h"
 #include "cairn/v1/worker.pb.h"
 #include "core/status.h"
+#include "core/value.h"
 #include "serving/backend.h"
 
 namespace cairn::rpc {
@@ -44,6 +47,16 @@ serving::ModelInfo from_proto(const v1::ModelInfo& m);
 v1::WorkerStatus worker_status(const serving::Backend& backend);
 serving::Health health_of(const v1::WorkerStatus& st);
 serving::BackendStats stats_of(const v1::WorkerStatus& st);
+
+// Servable values. A tensor travels as its dtype's name, shape and raw
+// little-endian bytes; from_proto checks all three through Tensor::make (an
+// unknown dtype, a bad shape or data of the wrong length is InvalidArgument)
+// and refuses a Value with no kind set. Instances: every input converted, an
+// error naming the input ("input 'x': ...").
+v1::Value to_proto(const values::Value& v);
+Result<values::Value> from_proto(const v1::Value& v);
+v1::Instance to_proto(const values::Instance& inst);
+Result<values::Instance> from_proto(const v1::Instance& inst);
 
 // The one place a Status becomes a gRPC status (message as the message, param
 // as the details): InvalidArgument INVALID_ARGUMENT, NotFound NOT_FOUND,

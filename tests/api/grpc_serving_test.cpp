@@ -1,15 +1,19 @@
 // The Serving gRPC service in one process: over the FakeBackend for every
-// input check, error code, cancel and deadline, and over a LocalBackend
-// (stories260K when ../shared exists, else the demo model) for real text.
+// input check, error code, cancel and deadline, over a FakeServableRuntime
+// beside it for servables (tensors, per-instance errors, versions, streamed
+// text and final replies, cancels), and over a LocalBackend (stories260K when
+// ../shared exists, else the demo model) for real text.
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <thread>
 
 #include "api/fake_backend.h"
+#include "api/fake_servable_runtime.h"
 #include "api/grpc_serving_service.h"
 #include "cairn/v1/serving.grpc.pb.h"
 #include "modelgen/demo_model.h"
@@ -26,7 +30,8 @@ using Clock = std::chrono::system_clock;
 // The service on a port-0 server of its own, and a stub to it.
 class ServingServer {
  public:
-  explicit ServingServer(serving::Backend& backend) : service_(make_serving_service(backend)) {
+  explicit ServingServer(serving::Backend& backend, servable::ServableRuntime* servables = nullptr)
+      : service_(make_serving_service(backend, servables)) {
     grpc::ServerBuilder b;
     b.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
     b.RegisterService(service_.get());
@@ -455,6 +460,314 @@ TEST_F(GrpcServingFake, ServerShutdownEndsHeldCalls) {
   ASSERT_TRUE(backend.wait_held(1));
   server.reset();  // must return: the held call is cancelled, not waited for
   EXPECT_TRUE(backend.wait_cancelled(1));
+  v1::PredictReply r;
+  while (reader->Read(&r)) {
+  }
+  EXPECT_FALSE(reader->Finish().ok());
+}
+
+// ---- Servables (a FakeServableRuntime beside the FakeBackend) ----
+
+v1::Value tensor(const values::Tensor& t) {
+  v1::Value v;
+  auto* m = v.mutable_tensor_value();
+  m->set_dtype(values::dtype_name(t.dtype));
+  for (auto d : t.shape) m->add_shape(d);
+  m->set_data(t.data);
+  return v;
+}
+v1::Value floats(std::vector<float> data, std::vector<int64_t> shape) {
+  return tensor(values::make_tensor(data, std::move(shape)));
+}
+// An output tensor's floats, or an empty vector when it is not one.
+std::vector<float> out_floats(const v1::Instance& inst, const std::string& name,
+                              std::vector<int64_t>* shape = nullptr) {
+  auto it = inst.items().find(name);
+  if (it == inst.items().end() || !it->second.has_tensor_value()) return {};
+  const auto& t = it->second.tensor_value();
+  if (t.dtype() != "float32" || t.data().size() % 4 != 0) return {};
+  if (shape) shape->assign(t.shape().begin(), t.shape().end());
+  std::vector<float> out(t.data().size() / 4);
+  std::memcpy(out.data(), t.data().data(), t.data().size());
+  return out;
+}
+
+class GrpcServingServables : public GrpcServingFake {
+ protected:
+  test::FakeServableRuntime runtime_;
+  ServingServer servable_server_{backend_, &runtime_};
+  v1::Serving::Stub& stub() { return servable_server_.stub(); }
+  v1::PredictReply predict(const v1::PredictRequest& req) {
+    grpc::ClientContext ctx;
+    deadline(ctx);
+    v1::PredictReply reply;
+    grpc::Status st = stub().Predict(&ctx, req, &reply);
+    EXPECT_TRUE(st.ok()) << st.error_message();
+    return reply;
+  }
+};
+
+TEST_F(GrpcServingServables, ListServablesListsModelsAndServables) {
+  grpc::ClientContext ctx;
+  deadline(ctx);
+  v1::ListServablesReply reply;
+  ASSERT_TRUE(stub().ListServables(&ctx, {}, &reply).ok());
+  ASSERT_EQ(reply.servables_size(), 2);
+  EXPECT_EQ(reply.servables(0).name(), "fake");
+  EXPECT_EQ(reply.servables(0).n_ctx(), 128);
+  const auto& s = reply.servables(1);
+  EXPECT_EQ(s.name(), "calc");
+  EXPECT_EQ(s.n_ctx(), 0);
+  ASSERT_EQ(s.methods_size(), 4);
+  EXPECT_EQ(s.methods(0), "add");
+  EXPECT_EQ(s.methods(2), "stream");
+  ASSERT_EQ(s.versions_size(), 2);
+  EXPECT_EQ(s.versions(0), 1u);
+  EXPECT_EQ(s.versions(1), 2u);
+}
+
+TEST_F(GrpcServingServables, PredictTakesAndReturnsTensorsAndNamesTheVersion) {
+  auto reply = predict(
+      request("calc", "add",
+              {{{"x1", floats({1, 2, 3, 4}, {2, 2})}, {"x2", floats({10, 20, 30, 40}, {2, 2})}},
+               {{"x1", floats({0.5f}, {})}, {"x2", floats({0.25f}, {})}}}));
+  EXPECT_EQ(reply.error_msg_size(), 0);
+  EXPECT_EQ(reply.servable_spec().name(), "calc");
+  EXPECT_EQ(reply.servable_spec().method_name(), "add");
+  EXPECT_EQ(reply.servable_spec().version_number(), 2u);  // 0 asked: the newest
+  ASSERT_EQ(reply.instances_size(), 2);
+  std::vector<int64_t> shape;
+  EXPECT_EQ(out_floats(reply.instances(0), "y", &shape), (std::vector<float>{11, 22, 33, 44}));
+  EXPECT_EQ(shape, (std::vector<int64_t>{2, 2}));
+  EXPECT_EQ(out_floats(reply.instances(1), "y", &shape), std::vector<float>{0.75f});
+  EXPECT_TRUE(shape.empty());
+  EXPECT_EQ(out_int(reply.instances(0), "version"), 2);
+  EXPECT_EQ(runtime_.last_call().version, 0u);
+  EXPECT_EQ(runtime_.last_call().instances.size(), 2u);
+  EXPECT_FALSE(runtime_.last_call().stream);
+
+  auto v1req = request("calc", "add", {{{"x1", floats({1}, {1})}, {"x2", floats({2}, {1})}}});
+  v1req.mutable_servable_spec()->set_version_number(1);
+  auto r1 = predict(v1req);
+  EXPECT_EQ(r1.error_msg_size(), 0);
+  EXPECT_EQ(r1.servable_spec().version_number(), 1u);
+  EXPECT_EQ(out_int(r1.instances(0), "version"), 1);
+  EXPECT_EQ(runtime_.last_call().version, 1u);
+  EXPECT_EQ(backend_.submitted(), 0u);  // nothing went to the model
+}
+
+TEST_F(GrpcServingServables, EveryValueKindRoundTrips) {
+  std::string raw("\0\x01\xff", 3);
+  auto reply =
+      predict(request("calc", "echo",
+                      {{{"s", str("héllo")},
+                        {"i", num(-3)},
+                        {"d", dbl(0.5)},
+                        {"b", boolean(true)},
+                        {"raw",
+                         [&] {
+                           v1::Value v;
+                           v.set_bytes_value(raw);
+                           return v;
+                         }()},
+                        {"t", tensor(values::make_tensor(std::vector<int64_t>{7, -8}, {2}))}}}));
+  ASSERT_EQ(reply.error_msg_size(), 0);
+  ASSERT_EQ(reply.instances_size(), 1);
+  const auto& items = reply.instances(0).items();
+  ASSERT_EQ(items.size(), 6u);
+  EXPECT_EQ(items.at("s").string_value(), "héllo");
+  EXPECT_EQ(items.at("i").int_value(), -3);
+  EXPECT_EQ(items.at("d").double_value(), 0.5);
+  EXPECT_TRUE(items.at("b").bool_value());
+  EXPECT_EQ(items.at("raw").kind_case(), v1::Value::kBytesValue);
+  EXPECT_EQ(items.at("raw").bytes_value(), raw);
+  EXPECT_EQ(items.at("t").tensor_value().dtype(), "int64");
+  EXPECT_EQ(items.at("t").tensor_value().data().size(), 16u);
+}
+
+TEST_F(GrpcServingServables, BadInstancesFailAloneTheOthersRun) {
+  v1::Value bad_dtype = floats({1}, {1});
+  bad_dtype.mutable_tensor_value()->set_dtype("float128");
+  v1::Value bad_size = floats({1, 2}, {2});
+  bad_size.mutable_tensor_value()->add_shape(2);  // [2, 2] with 2 elements
+  auto reply = predict(request("calc", "add",
+                               {{{"x1", floats({1}, {1})}, {"x2", floats({2}, {1})}},
+                                {{"x1", bad_dtype}, {"x2", floats({2}, {1})}},
+                                {{"x1", floats({1}, {1})}, {"x2", floats({2, 3}, {2})}},
+                                {{"x1", floats({1}, {1})}, {"x2", bad_size}},
+                                {{"x1", v1::Value()}, {"x2", floats({2}, {1})}}}));
+  ASSERT_EQ(reply.instances_size(), 5);
+  ASSERT_EQ(reply.error_msg_size(), 5);
+  EXPECT_EQ(reply.error_msg(0).error_code(), 0);
+  EXPECT_EQ(out_floats(reply.instances(0), "y"), std::vector<float>{3});
+  EXPECT_EQ(reply.error_msg(1).error_code(), 400);
+  EXPECT_EQ(reply.error_msg(1).error_msg().rfind("instance 1: input 'x1': unknown tensor dtype", 0),
+            0u)
+      << reply.error_msg(1).error_msg();
+  // The runtime's own refusal of instance 2.
+  EXPECT_EQ(reply.error_msg(2).error_code(), 400);
+  EXPECT_EQ(reply.error_msg(2).error_msg(), "x1 and x2 must be float32 tensors of one shape");
+  EXPECT_EQ(reply.instances(2).items_size(), 0);
+  EXPECT_EQ(reply.error_msg(3).error_code(), 400);
+  EXPECT_NE(reply.error_msg(3).error_msg().find("instance 3: input 'x2': a float32 tensor of 4 "
+                                                "elements needs 16 bytes, got 8"),
+            std::string::npos)
+      << reply.error_msg(3).error_msg();
+  EXPECT_NE(reply.error_msg(4).error_msg().find("instance 4: input 'x1': a value has no kind"),
+            std::string::npos)
+      << reply.error_msg(4).error_msg();
+  // Only the instances that converted reached the runtime.
+  EXPECT_EQ(runtime_.last_call().instances.size(), 2u);
+
+  // None converts: no call at all, every instance has its error.
+  const size_t calls = runtime_.calls();
+  auto none = predict(request("calc", "add", {{{"x1", bad_dtype}}, {{"x2", bad_size}}}));
+  ASSERT_EQ(none.error_msg_size(), 2);
+  EXPECT_EQ(none.error_msg(0).error_code(), 400);
+  EXPECT_EQ(none.error_msg(1).error_code(), 400);
+  EXPECT_EQ(runtime_.calls(), calls);
+}
+
+TEST_F(GrpcServingServables, WholeCallErrorsCarryOneEntryAndModelsStillWork) {
+  auto check = [&](const v1::PredictRequest& req, int code, const std::string& expect) {
+    auto reply = predict(req);
+    EXPECT_EQ(reply.instances_size(), 0);
+    ASSERT_EQ(reply.error_msg_size(), 1);
+    EXPECT_EQ(reply.error_msg(0).error_code(), code);
+    EXPECT_NE(reply.error_msg(0).error_msg().find(expect), std::string::npos)
+        << reply.error_msg(0).error_msg();
+    EXPECT_EQ(reply.servable_spec().name(), req.servable_spec().name());
+  };
+  Items ok = {{"x1", floats({1}, {1})}, {"x2", floats({2}, {1})}};
+  check(request("calc", "mul", {ok}), 404, "unknown method 'mul'");
+  auto v3 = request("calc", "add", {ok});
+  v3.mutable_servable_spec()->set_version_number(3);
+  check(v3, 404, "version 3");
+  check(request("calc", "add", {}), 400, "no instances");
+  check(request("calc", "add", std::vector<Items>(servable::kMaxPredictInstances + 1, ok)), 400,
+        "at most 1024");
+  // A model's name still goes to the model, unchanged.
+  auto reply = predict(request("fake", "generate", {{{"prompt", str("Once")}}}));
+  EXPECT_EQ(reply.error_msg_size(), 0);
+  EXPECT_EQ(out_str(reply.instances(0), "text"), "Hello world");
+  EXPECT_EQ(reply.servable_spec().version_number(), 1u);
+  check(request("nope", "add", {ok}), 404, "unknown servable 'nope'");
+  // A model refuses tensors with a clear error.
+  auto t =
+      predict(request("fake", "generate", {{{"prompt", str("x")}, {"seed", floats({1}, {1})}}}));
+  ASSERT_EQ(t.error_msg_size(), 1);
+  EXPECT_NE(t.error_msg(0).error_msg().find("input 'seed' must not be a tensor"),
+            std::string::npos);
+}
+
+TEST_F(GrpcServingServables, StreamSendsTextThenOneFinalReplyPerInstance) {
+  grpc::ClientContext ctx;
+  deadline(ctx);
+  v1::Value bad;
+  bad.mutable_tensor_value()->set_dtype("nope");
+  auto reader = stub().PredictStream(
+      &ctx, request("calc", "stream",
+                    {{{"prompt", str("p")}}, {{"prompt", bad}}, {{"prompt", str("q")}}}));
+  std::map<uint32_t, std::string> text;
+  std::map<uint32_t, int> finals;
+  std::map<uint32_t, v1::PredictReply> last;
+  v1::PredictReply r;
+  while (reader->Read(&r)) {
+    const uint32_t i = r.instance_index();
+    EXPECT_EQ(finals[i], 0) << "a reply after the final one";
+    if (r.final()) {
+      ++finals[i];
+      last[i] = r;
+      continue;
+    }
+    ASSERT_EQ(r.instances_size(), 1);
+    ASSERT_EQ(r.error_msg_size(), 0);
+    text[i] += out_str(r.instances(0), "text");
+  }
+  ASSERT_TRUE(reader->Finish().ok());
+  EXPECT_EQ(text[0], "p-a-b");
+  EXPECT_EQ(text[2], "q-a-b");
+  EXPECT_EQ(text.count(1), 0u);
+  for (uint32_t i : {0u, 1u, 2u}) EXPECT_EQ(finals[i], 1) << i;
+  ASSERT_EQ(last[0].instances_size(), 1);
+  EXPECT_EQ(out_str(last[0].instances(0), "text"), "p-a-b");
+  EXPECT_EQ(last[0].servable_spec().version_number(), 2u);
+  EXPECT_EQ(last[2].error_msg_size(), 0);
+  ASSERT_EQ(last[1].error_msg_size(), 1);
+  EXPECT_EQ(last[1].instances_size(), 0);
+  EXPECT_EQ(last[1].error_msg(0).error_code(), 400);
+  EXPECT_NE(last[1].error_msg(0).error_msg().find("instance 1: input 'prompt'"), std::string::npos);
+  EXPECT_TRUE(runtime_.last_call().stream);
+}
+
+TEST_F(GrpcServingServables, StreamWholeCallErrorIsTheStatus) {
+  grpc::ClientContext ctx;
+  deadline(ctx);
+  auto reader = stub().PredictStream(&ctx, request("calc", "mul", {{{"prompt", str("x")}}}));
+  v1::PredictReply r;
+  EXPECT_FALSE(reader->Read(&r));
+  auto st = reader->Finish();
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_NE(st.error_message().find("unknown method 'mul'"), std::string::npos);
+}
+
+TEST_F(GrpcServingServables, ClientCancelAndDeadlineCancelTheRuntimeCall) {
+  {
+    grpc::ClientContext ctx;
+    deadline(ctx);
+    v1::PredictReply reply;
+    grpc::Status st;
+    std::thread t([&] {
+      st =
+          stub().Predict(&ctx, request("calc", "hold", {{{"a", num(1)}}, {{"a", num(2)}}}), &reply);
+    });
+    ASSERT_TRUE(runtime_.wait_held(1));
+    ctx.TryCancel();
+    t.join();
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::CANCELLED);
+    EXPECT_TRUE(runtime_.wait_cancelled(1));
+  }
+  {
+    grpc::ClientContext ctx;
+    deadline(ctx);
+    auto reader = stub().PredictStream(&ctx, request("calc", "hold", {{{"a", num(1)}}}));
+    ASSERT_TRUE(runtime_.wait_held(1));
+    ctx.TryCancel();
+    v1::PredictReply r;
+    while (reader->Read(&r)) {
+    }
+    EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
+    EXPECT_TRUE(runtime_.wait_cancelled(2));
+  }
+  {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(Clock::now() + std::chrono::milliseconds(300));
+    v1::PredictReply reply;
+    auto st = stub().Predict(&ctx, request("calc", "hold", {{{"a", num(1)}}}), &reply);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+    EXPECT_TRUE(runtime_.wait_cancelled(3));
+  }
+  {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(Clock::now() + std::chrono::milliseconds(300));
+    auto reader = stub().PredictStream(&ctx, request("calc", "hold", {{{"a", num(1)}}}));
+    v1::PredictReply r;
+    while (reader->Read(&r)) {
+    }
+    EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+    EXPECT_TRUE(runtime_.wait_cancelled(4));
+  }
+}
+
+TEST_F(GrpcServingServables, ServerShutdownEndsHeldServableCalls) {
+  test::FakeServableRuntime runtime;
+  auto server = std::make_unique<ServingServer>(backend_, &runtime);
+  grpc::ClientContext ctx;
+  deadline(ctx);
+  auto reader = server->stub().PredictStream(&ctx, request("calc", "hold", {{{"a", num(1)}}}));
+  ASSERT_TRUE(runtime.wait_held(1));
+  server.reset();  // must return: the held call is cancelled, not waited for
+  EXPECT_TRUE(runtime.wait_cancelled(1));
   v1::PredictReply r;
   while (reader->Read(&r)) {
   }

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "api/fake_backend.h"
+#include "api/fake_servable_runtime.h"
 #include "api/grpc_serving_service.h"
 #include "api/openai_response.h"
 #include "modelgen/demo_model.h"
@@ -30,7 +31,8 @@ using namespace std::chrono_literals;
 
 class ServingServer {
  public:
-  explicit ServingServer(serving::Backend& backend) : service_(api::make_serving_service(backend)) {
+  explicit ServingServer(serving::Backend& backend, servable::ServableRuntime* servables = nullptr)
+      : service_(api::make_serving_service(backend, servables)) {
     grpc::ServerBuilder b;
     b.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
     b.RegisterService(service_.get());
@@ -171,6 +173,98 @@ TEST_F(ClientFake, DeadlineEndsTheCallAndCancelsTheRequest) {
   ASSERT_FALSE(s.is_ok());
   EXPECT_EQ(code(s.status()), 504);
   EXPECT_TRUE(backend_.wait_cancelled(2));
+}
+
+// Servables: tensors and bytes both ways, versions, streamed text.
+class ClientServables : public ::testing::Test {
+ protected:
+  FakeBackend backend_;
+  api::test::FakeServableRuntime runtime_;
+  ServingServer server_{backend_, &runtime_};
+};
+
+TEST_F(ClientServables, TensorsTravelBothWaysWithTheVersion) {
+  Client client(server_.address(), "calc", "add");
+  auto r = client.infer({{{"x1", values::make_tensor(std::vector<float>{1, 2, 3}, {3})},
+                          {"x2", values::make_tensor(std::vector<float>{4, 5, 6}, {3})}},
+                         {{"x1", values::make_tensor(std::vector<float>{1}, {1})},
+                          {"x2", values::make_tensor(std::vector<int32_t>{1}, {1})}}});
+  const auto& out = ok_value(r);
+  ASSERT_EQ(out.size(), 2u);
+  ASSERT_TRUE(out[0].ok());
+  EXPECT_EQ(out[0].version, 2u);
+  const values::Tensor* y = out[0].values.at("y").as_tensor();
+  ASSERT_NE(y, nullptr);
+  EXPECT_EQ(*y, values::make_tensor(std::vector<float>{5, 7, 9}, {3}));
+  EXPECT_EQ(out[0].values.at("version").as_int(), 2);
+  EXPECT_EQ(out[0].values.at("version").as_tensor(), nullptr);
+  ASSERT_FALSE(out[1].ok());
+  EXPECT_EQ(code(*out[1].error), 400);
+
+  client.set_version(1);
+  auto r1 = client.infer({{{"x1", values::make_tensor(std::vector<float>{1}, {1})},
+                           {"x2", values::make_tensor(std::vector<float>{1}, {1})}}});
+  EXPECT_EQ(ok_value(r1).at(0).version, 1u);
+  EXPECT_EQ(runtime_.last_call().version, 1u);
+
+  ClientOptions o;
+  o.version = 3;
+  auto missing = Client(server_.address(), "calc", "add", o).infer({{{"x1", 1}}});
+  ASSERT_FALSE(missing.is_ok());
+  EXPECT_EQ(code(missing.status()), 404);
+  EXPECT_NE(missing.status().message().find("version 3"), std::string::npos);
+}
+
+TEST_F(ClientServables, BytesStayBytesAndEveryKindRoundTrips) {
+  Client client(server_.address(), "calc", "echo");
+  const values::Bytes raw{std::string("\0\x01\xfe", 3)};
+  const values::Tensor t = values::make_tensor(std::vector<int64_t>{1, -2, 3, -4}, {2, 2});
+  InferInstance in{{"raw", raw}, {"t", t}, {"s", "str"}, {"i", 5}, {"d", 0.5}, {"b", true}};
+  auto r = client.infer({in});
+  const auto& out = ok_value(r);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].values, in);
+  ASSERT_NE(out[0].values.at("raw").as_bytes(), nullptr);
+  EXPECT_EQ(*out[0].values.at("raw").as_bytes(), raw);
+  EXPECT_FALSE(out[0].values.at("raw").is_string());
+  EXPECT_TRUE(out[0].values.at("t").is_tensor());
+}
+
+TEST_F(ClientServables, StreamDeliversTextPerOutputThenTheOutputs) {
+  Client client(server_.address(), "calc", "stream");
+  std::vector<StreamEvent> events;
+  auto r = client.infer_stream({{{"prompt", "p"}}, {{"prompt", 3}}},
+                               [&](const StreamEvent& ev) { events.push_back(ev); });
+  const auto& out = ok_value(r);
+  ASSERT_EQ(out.size(), 2u);
+  ASSERT_TRUE(out[0].ok());
+  EXPECT_EQ(out[0].text(), "p-a-b");
+  EXPECT_EQ(out[0].version, 2u);
+  ASSERT_FALSE(out[1].ok());
+  EXPECT_EQ(code(*out[1].error), 400);
+  std::string text0;
+  int lasts = 0;
+  for (const auto& ev : events) {
+    if (ev.instance == 0 && !ev.last) {
+      EXPECT_EQ(ev.output, "text");
+      text0 += ev.text;
+    }
+    lasts += ev.last;
+  }
+  EXPECT_EQ(text0, "p-a-b");
+  EXPECT_EQ(lasts, 2);
+  EXPECT_EQ(events.size(), 4u);  // two texts and a final for 0, a final error for 1
+}
+
+TEST_F(ClientServables, ListServablesHasVersions) {
+  auto r = Client(server_.address(), "", "").list_servables();
+  const auto& list = ok_value(r);
+  ASSERT_EQ(list.size(), 2u);
+  EXPECT_EQ(list[1].name, "calc");
+  EXPECT_EQ(list[1].n_ctx, 0);
+  EXPECT_EQ(list[1].versions, (std::vector<uint64_t>{1, 2}));
+  EXPECT_EQ(list[1].methods.at(0), "add");
+  EXPECT_TRUE(list[0].versions.empty());
 }
 
 TEST(ClientDown, ServerDownIsAClearErrorWithinTheDeadline) {

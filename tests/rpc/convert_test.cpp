@@ -1,0 +1,102 @@
+// tests/rpc/convert_test.cpp — servable values to and from cairn.v1.Value: every kind and dtype,
+// and the refusals (unknown dtype, shape and data that disagree, huge or deep shapes, no kind).
+#include "rpc/convert.h"
+
+#include <gtest/gtest.h>
+
+namespace cairn::rpc {
+namespace {
+
+values::Tensor counting(values::DType dt, std::vector<int64_t> shape) {
+  auto n = values::Tensor::count_of(dt, shape);
+  EXPECT_TRUE(n.is_ok());
+  std::string data(static_cast<size_t>(*n) * values::dtype_size(dt), '\0');
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>(i * 3 + 1);
+  return *values::Tensor::make(dt, std::move(shape), std::move(data));
+}
+
+v1::Value tensor_msg(const std::string& dtype, std::vector<int64_t> shape, std::string data) {
+  v1::Value v;
+  auto* t = v.mutable_tensor_value();
+  t->set_dtype(dtype);
+  for (auto d : shape) t->add_shape(d);
+  t->set_data(std::move(data));
+  return v;
+}
+
+std::string error_of(const v1::Value& v) {
+  auto r = from_proto(v);
+  return r.is_ok() ? "<converted>" : r.status().message();
+}
+
+TEST(ValueConvert, EveryDtypeRoundTrips) {
+  for (values::DType dt : values::kAllDTypes) {
+    for (auto shape : std::vector<std::vector<int64_t>>{{}, {3}, {2, 2}, {0, 5}}) {
+      values::Tensor t = counting(dt, shape);
+      v1::Value m = to_proto(values::Value(t));
+      ASSERT_EQ(m.kind_case(), v1::Value::kTensorValue);
+      EXPECT_EQ(m.tensor_value().dtype(), values::dtype_name(dt));
+      EXPECT_EQ(m.tensor_value().shape_size(), static_cast<int>(shape.size()));
+      // Through the wire bytes, as a peer would see it.
+      v1::Value wire;
+      ASSERT_TRUE(wire.ParseFromString(m.SerializeAsString()));
+      auto back = from_proto(wire);
+      ASSERT_TRUE(back.is_ok()) << back.status().message();
+      ASSERT_TRUE(std::holds_alternative<values::Tensor>(*back));
+      EXPECT_EQ(std::get<values::Tensor>(*back), t) << values::dtype_name(dt);
+    }
+  }
+}
+
+TEST(ValueConvert, ScalarsStringsAndBytesRoundTrip) {
+  const values::Value vals[] = {std::string("héllo"), values::Bytes{std::string("\0\xff", 2)}, true,
+                                int64_t(-7), 2.5};
+  for (const auto& v : vals) {
+    auto back = from_proto(to_proto(v));
+    ASSERT_TRUE(back.is_ok()) << back.status().message();
+    EXPECT_EQ(*back, v) << values::describe(v);
+  }
+  // str and bytes stay apart.
+  EXPECT_EQ(to_proto(values::Value(values::Bytes{"x"})).kind_case(), v1::Value::kBytesValue);
+  EXPECT_EQ(to_proto(values::Value(std::string("x"))).kind_case(), v1::Value::kStringValue);
+}
+
+TEST(ValueConvert, BadValuesAreClearErrors) {
+  EXPECT_NE(error_of(v1::Value()).find("no kind"), std::string::npos);
+  EXPECT_NE(error_of(tensor_msg("float128", {1}, std::string(16, '\0')))
+                .find("unknown tensor dtype 'float128'"),
+            std::string::npos);
+  EXPECT_NE(error_of(tensor_msg("", {1}, "x")).find("unknown tensor dtype"), std::string::npos);
+  EXPECT_NE(
+      error_of(tensor_msg("float32", {2, 2}, std::string(15, '\0'))).find("needs 16 bytes, got 15"),
+      std::string::npos);
+  EXPECT_NE(error_of(tensor_msg("int8", {}, "")).find("needs 1 bytes, got 0"), std::string::npos);
+  EXPECT_NE(error_of(tensor_msg("float32", {2, -2}, "")).find("negative"), std::string::npos);
+  EXPECT_NE(error_of(tensor_msg("float32", {1 << 30, 1 << 30, 1 << 30}, "")).find("larger than"),
+            std::string::npos);
+  EXPECT_NE(error_of(tensor_msg("uint8", {INT64_MAX, INT64_MAX}, "")).find("larger than"),
+            std::string::npos);
+  EXPECT_NE(error_of(tensor_msg("uint8", std::vector<int64_t>(33, 1), "x")).find("rank 33"),
+            std::string::npos);
+  auto long_name = error_of(tensor_msg(std::string(5000, 'q'), {1}, "x"));
+  EXPECT_LT(long_name.size(), 200u);
+}
+
+TEST(ValueConvert, InstancesNameTheBadInput) {
+  values::Instance inst{{"x", values::make_tensor(std::vector<float>{1, 2}, {2})},
+                        {"s", std::string("a")}};
+  auto back = from_proto(to_proto(inst));
+  ASSERT_TRUE(back.is_ok()) << back.status().message();
+  EXPECT_EQ(*back, inst);
+
+  v1::Instance bad;
+  (*bad.mutable_items())["good"].set_int_value(1);
+  (*bad.mutable_items())["img"] = tensor_msg("float32", {3}, "abc");
+  auto r = from_proto(bad);
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_EQ(r.status().code(), StatusCode::InvalidArgument);
+  EXPECT_EQ(r.status().message().rfind("input 'img': ", 0), 0u) << r.status().message();
+}
+
+}  // namespace
+}  // namespace cairn::rpc
