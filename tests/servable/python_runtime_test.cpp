@@ -691,6 +691,21 @@ def generate(prompt):
   ASSERT_FALSE(gone.is_ok());
   EXPECT_NE(gone.status().message().find("unloaded"), std::string::npos) << gone.status().message();
 
+  // Loaded without a caller: model.call() says so.
+  ServableConfig none = load_ok("no_caller", std::string(kHeader) + R"(
+model = register.declare_model("tiny.gguf", "GGUF")
+
+def gen(prompt):
+    return model.call(prompt)
+
+@register.register_method(output_names=["text"])
+def generate(prompt):
+    return register.add_stage(gen, prompt, outputs_count=1)
+)");
+  auto nc = rt()->call(*method(none, "generate").stages.at(0).function, {std::string("p")}, 1);
+  ASSERT_FALSE(nc.is_ok());
+  EXPECT_EQ(nc.status().message(), "RuntimeError: model.call(): this servable was loaded without a model runner");
+
   std::string e = load_error("call_at_load", std::string(kHeader) + R"(
 model = register.declare_model("tiny.gguf", "GGUF")
 model.call("x")

@@ -91,14 +91,14 @@ class Model:
     def call(self, *args, **kwargs):
         """Runs the model (in the server, without the GIL); returns its output,
         or a tuple of them when it has several."""
-        if self._ctx.loading:
-            raise RuntimeError(
-                f"model '{self.model_file}': call() runs only inside a stage function when a "
-                "method is called, not while servable_config.py loads")
         if self._ctx.caller is None:
             raise RuntimeError(
                 f"model '{self.model_file}': call() needs the cairn server; this config was not "
                 "loaded by it")
+        if self._ctx.loading:
+            raise RuntimeError(
+                f"model '{self.model_file}': call() runs only inside a stage function when a "
+                "method is called, not while servable_config.py loads")
         return self._ctx.caller.call(self._index, args, kwargs)
 
     def __repr__(self):
