@@ -85,8 +85,8 @@ Status python_status(py::error_already_set& e) {
     py::object value = e.value();
     if (value && py::hasattr(value, "_cairn_code")) {
       const int code = py::cast<int>(value.attr("_cairn_code"));
-      const auto sc = static_cast<StatusCode>(code);
-      if (sc != StatusCode::Ok) return Status::error(sc, one_line(py::str(value)));
+      if (code > static_cast<int>(StatusCode::Ok) && code <= static_cast<int>(StatusCode::DeadlineExceeded))
+        return Status::error(static_cast<StatusCode>(code), one_line(py::str(value)));
     }
     std::string type = "Exception";
     if (e.type()) type = py::cast<std::string>(e.type().attr("__name__"));
@@ -230,8 +230,9 @@ Value from_python(py::handle obj, const std::string& what) {
     return Bytes{std::string(PyByteArray_AS_STRING(o), PyByteArray_GET_SIZE(o))};
   if (py::isinstance<py::array>(obj)) return array_to_value(py::reinterpret_borrow<py::array>(obj), what);
   // numpy scalars (np.float32(1) ...) before int and float: np.float64 is a float.
-  if (PyObject_IsInstance(o, g->np_generic.ptr()) == 1)
-    return array_to_value(g->numpy.attr("asarray")(obj), what);
+  const int generic = PyObject_IsInstance(o, g->np_generic.ptr());
+  if (generic < 0) throw py::error_already_set();
+  if (generic == 1) return array_to_value(g->numpy.attr("asarray")(obj), what);
   if (PyLong_Check(o)) {
     int overflow = 0;
     const long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
