@@ -1,14 +1,14 @@
-"""cairn — Python side of the cairn model server.
+# cairn/__init__.py — the cairn Python package; imports nothing heavy until a name is used.
+"""cairn's Python package.
 
-Holds the servable `register` API (cairn.server.register, run by the server's
-embedded interpreter) and the gRPC client (cairn.client). Imports nothing
-heavy here: the server imports this package inside its own process, where
-grpc need not be installed, so `cairn.Client` is loaded only when asked for.
+`cairn.Client` (the Serving gRPC client, cairn/client.py) is imported on first
+use, so `import cairn` stays cheap and needs neither grpc nor numpy.
 """
 
 
 def __getattr__(name):
-    if name == "Client":
-        from cairn.client import Client  # noqa: PLC0415 — lazy on purpose
-        return Client
-    raise AttributeError(f"module 'cairn' has no attribute '{name}'")
+    if name in ("Client", "SSLConfig"):
+        from . import client
+
+        return getattr(client, name)
+    raise AttributeError("module 'cairn' has no attribute %r" % name)
