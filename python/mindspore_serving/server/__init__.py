@@ -7,12 +7,7 @@ start_restful_server and stop keep MindSpore's signatures and run the cairn
 binary (see _launcher.py for what differs).
 """
 
-import importlib.util as _importlib_util
-
-# The register package comes with cairn's embedded runtime (helper "py"); until
-# it is there, the start API works on its own.
-if _importlib_util.find_spec(__name__ + ".register") is not None:
-    from . import register  # noqa: F401
+from . import register  # noqa: F401
 
 from ._launcher import (SSLConfig, ServableStartConfig, build_command, command_line,
                         find_binary, start_grpc_server, start_restful_server, start_servables,
