@@ -1,25 +1,27 @@
 // servable/llm_router.cpp — OpenAI requests to the servables' GGUF models.
 #include "servable/llm_router.h"
 
+#include <thread>
+
 namespace cairn::servable {
 
 class LlmRouter::Sink final : public serving::EventSink {
  public:
-  Sink(LlmRouter* router, std::shared_ptr<serving::EventSink> inner)
-      : router_(router), inner_(std::move(inner)) {}
+  Sink(std::shared_ptr<Shared> shared, std::shared_ptr<serving::EventSink> inner)
+      : shared_(std::move(shared)), inner_(std::move(inner)) {}
   void set_id(serving::RequestId id) { id_ = id; }
   void on_token(const serving::TokenEvent& ev) override { inner_->on_token(ev); }
   void on_finish(const serving::FinishEvent& ev) override {
     inner_->on_finish(ev);
-    router_->forget(id_);
+    shared_->forget(id_);
   }
   void on_error(const Status& err) override {
     inner_->on_error(err);
-    router_->forget(id_);
+    shared_->forget(id_);
   }
 
  private:
-  LlmRouter* router_;
+  std::shared_ptr<Shared> shared_;
   std::shared_ptr<serving::EventSink> inner_;
   serving::RequestId id_ = 0;
 };
@@ -43,37 +45,43 @@ Result<LlmRouter::Target> LlmRouter::find(const std::string& model) const {
 Result<serving::RequestId> LlmRouter::submit(serving::GenerateRequest req,
                                              std::shared_ptr<serving::EventSink> sink) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (draining_) return Status::unavailable("the server is shutting down");
+    std::lock_guard<std::mutex> lock(shared_->mu);
+    if (shared_->draining) return Status::unavailable("the server is shutting down");
   }
   CAIRN_ASSIGN_OR_RETURN(Target t, find(req.model));
   req.model = t.model;
-  auto wrapped = std::make_shared<Sink>(this, std::move(sink));
+  auto wrapped = std::make_shared<Sink>(shared_, std::move(sink));
   serving::RequestId id;
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    id = next_id_++;
+    std::lock_guard<std::mutex> lock(shared_->mu);
+    id = shared_->next_id++;
     // Registered before submit: events may arrive before submit returns.
-    running_[id] = {t.version, t.backend, 0};
+    shared_->running[id] = {t.version, t.backend, 0};
   }
   wrapped->set_id(id);
   auto inner = t.backend->submit(std::move(req), wrapped);
   if (!inner.is_ok()) {
-    forget(id);
+    shared_->forget(id);
     return inner.status();
   }
-  std::lock_guard<std::mutex> lock(mu_);
-  if (auto it = running_.find(id); it != running_.end()) it->second.inner = *inner;
+  std::lock_guard<std::mutex> lock(shared_->mu);
+  if (auto it = shared_->running.find(id); it != shared_->running.end()) it->second.inner = *inner;
   return id;
 }
 
-void LlmRouter::forget(serving::RequestId id) {
-  std::shared_ptr<Version> keep;  // released outside the lock
-  std::lock_guard<std::mutex> lock(mu_);
-  if (auto it = running_.find(id); it != running_.end()) {
+void LlmRouter::Shared::forget(serving::RequestId id) {
+  std::shared_ptr<Version> keep;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = running.find(id);
+    if (it == running.end()) return;
     keep = std::move(it->second.version);
-    running_.erase(it);
+    running.erase(it);
   }
+  // This runs on the model's engine thread: if this was the version's last
+  // holder (it was unloaded meanwhile), it must go on another thread, since
+  // unloading joins that engine thread.
+  if (keep.use_count() == 1) std::thread([v = std::move(keep)]() mutable { v.reset(); }).detach();
 }
 
 void LlmRouter::cancel(serving::RequestId id) {
@@ -81,9 +89,9 @@ void LlmRouter::cancel(serving::RequestId id) {
   serving::RequestId inner = 0;
   std::shared_ptr<Version> keep;
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = running_.find(id);
-    if (it == running_.end() || it->second.inner == 0) return;
+    std::lock_guard<std::mutex> lock(shared_->mu);
+    auto it = shared_->running.find(id);
+    if (it == shared_->running.end() || it->second.inner == 0) return;
     backend = it->second.backend;
     inner = it->second.inner;
     keep = it->second.version;
@@ -111,8 +119,8 @@ serving::Health LlmRouter::health() const {
     }
   bool draining;
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    draining = draining_;
+    std::lock_guard<std::mutex> lock(shared_->mu);
+    draining = shared_->draining;
   }
   if (draining) h.state = serving::HealthState::Draining;
   return h;
@@ -168,8 +176,8 @@ Result<std::string> LlmRouter::detokenize(const std::string& model,
 
 void LlmRouter::start_draining() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    draining_ = true;
+    std::lock_guard<std::mutex> lock(shared_->mu);
+    shared_->draining = true;
   }
   for (const auto& v : versions_()) v->start_draining();
 }

@@ -43,20 +43,25 @@ class LlmRouter final : public serving::Backend {
     std::string model;
   };
   Result<Target> find(const std::string& model) const;
-  void forget(serving::RequestId id);
 
   class Sink;
-  VersionsFn versions_;
-  ReadyFn ready_;
-  mutable std::mutex mu_;
-  serving::RequestId next_id_ = 1;
+  // What a request's sink still needs after the router may be gone: the map
+  // of running requests (shared with the sinks).
   struct Running {
     std::shared_ptr<Version> version;
     serving::Backend* backend;
     serving::RequestId inner;
   };
-  std::map<serving::RequestId, Running> running_;
-  bool draining_ = false;
+  struct Shared {
+    std::mutex mu;
+    serving::RequestId next_id = 1;
+    std::map<serving::RequestId, Running> running;
+    bool draining = false;
+    void forget(serving::RequestId id);
+  };
+  VersionsFn versions_;
+  ReadyFn ready_;
+  std::shared_ptr<Shared> shared_ = std::make_shared<Shared>();
 };
 
 }  // namespace cairn::servable

@@ -140,7 +140,9 @@ class RepositoryTest : public ::testing::Test {
     auto sink = std::make_shared<WaitSink>();
     auto id = repo.predict(std::move(c), sink);
     EXPECT_TRUE(id.is_ok()) << id.status().message();
-    if (id.is_ok()) EXPECT_TRUE(sink->wait());
+    if (id.is_ok()) {
+      EXPECT_TRUE(sink->wait());
+    }
     return sink;
   }
 
