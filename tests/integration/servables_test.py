@@ -19,6 +19,7 @@ import os
 import queue
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -318,6 +319,57 @@ run_add_common()
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertEqual(r.stdout.strip(), "[[2.0, 2.0], [2.0, 2.0]]")
         self.assertIs(MsClient, cairn.Client)
+
+    def test_mindspore_start_script(self):
+        # A MindSpore Serving start script, unchanged: it starts cairn and stays up.
+        ports = []
+        for _ in range(2):
+            with socket.socket() as sock:
+                sock.bind(("127.0.0.1", 0))
+                ports.append(sock.getsockname()[1])
+        script = """
+import sys
+from mindspore_serving import server
+
+def start():
+    servable_dir = sys.argv[1]
+    config = server.ServableStartConfig(servable_directory=servable_dir, servable_name="add",
+                                        device_ids=(0, 1))
+    server.start_servables(servable_configs=config)
+    server.start_grpc_server(address="127.0.0.1:%d")
+    server.start_restful_server(address="127.0.0.1:%d")
+
+if __name__ == "__main__":
+    start()
+""" % tuple(ports)
+        env = dict(os.environ, PYTHONPATH=os.path.join(REPO, "python"), CAIRN_BINARY=CAIRN_BIN)
+        log = tempfile.TemporaryFile(mode="w+")
+        proc = subprocess.Popen([sys.executable, "-c", script, self.root], env=env,
+                                stdout=subprocess.DEVNULL, stderr=log, text=True)
+        try:
+            out = None
+            end = time.time() + 120
+            while time.time() < end and proc.poll() is None:
+                try:
+                    req = urllib.request.Request(
+                        "http://127.0.0.1:%d/model/add:add_common" % ports[1],
+                        data=json.dumps({"instances": [{"x1": [1.0], "x2": [2.0]}]}).encode(),
+                        headers={"Content-Type": "application/json"})
+                    with urllib.request.urlopen(req, timeout=10) as r:
+                        out = json.loads(r.read())
+                    break
+                except (urllib.error.URLError, ConnectionError):
+                    time.sleep(0.2)
+            log.seek(0)
+            self.assertEqual(out, {"instances": [{"y": [3.0]}]}, log.read())
+            grpc_out = MsClient("127.0.0.1:%d" % ports[0], "add", "add_common").infer(
+                {"x1": np.ones(2, np.float32), "x2": np.ones(2, np.float32)})
+            np.testing.assert_array_equal(grpc_out[0]["y"], [2.0, 2.0])
+            self.assertIsNone(proc.poll(), "the start script must stay up while cairn serves")
+        finally:
+            proc.terminate()
+            proc.wait(timeout=60)
+            log.close()
 
     def test_version_hot_swap_under_load(self):
         failures, done, stop = [], [0], threading.Event()
