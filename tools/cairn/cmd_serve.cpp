@@ -31,6 +31,7 @@ struct ServeArgs {
   serving::LocalBackendOptions backend;
   int64_t kv_cache_mb = 0;
   int grpc_port = -1;  // -1: no gRPC server
+  int grpc_max_message_mb = 100;
   std::string servable_dir;
   std::vector<std::string> servables;
   double stage_timeout_s = 60;
@@ -102,6 +103,7 @@ Status serve(ServeArgs a) {
   if (a.grpc_port >= 0) {
     serving_service = api::make_serving_service(backend, repo.get());
     api::GrpcServerOptions go;
+    go.max_message_bytes = a.grpc_max_message_mb << 20;
     const std::string& host = a.server.host;
     const bool v6 = host.find(':') != std::string::npos && host.front() != '[';
     go.address = (v6 ? "[" + host + "]" : host) + ":" + std::to_string(a.grpc_port);
@@ -148,6 +150,10 @@ void register_serve(CLI::App& app, CommandResult& result) {
   add_grpc_port_flag(cmd, a->grpc_port,
                      "also serve the Serving gRPC service on this port; 0: any free port "
                      "(default: off)");
+  cmd->add_option("--grpc-max-message-mb", a->grpc_max_message_mb,
+                  "largest gRPC message in MiB, either way (tensors travel in one message)")
+      ->check(CLI::Range(1, 2047))
+      ->capture_default_str();
   cmd->add_option("--servable-dir", a->servable_dir,
                   "serve the servables in this folder (<name>/servable_config.py, <name>/1/, ...)");
   cmd->add_option("--servable", a->servables,

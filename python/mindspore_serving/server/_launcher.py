@@ -178,7 +178,7 @@ def _parse_address(kind, address):
 
 
 def build_command(servable_configs, grpc_address=None, restful_address=None,
-                  restful_max_msg_mb_size=None, binary=None):
+                  restful_max_msg_mb_size=None, binary=None, grpc_max_msg_mb_size=None):
     """The `cairn serve` command line for these configs and addresses (a list).
 
     RuntimeError when the configs name more than one servable directory, the
@@ -212,6 +212,8 @@ def build_command(servable_configs, grpc_address=None, restful_address=None,
         cmd += ["--max-body-bytes", str(restful_max_msg_mb_size << 20)]
     if grpc:
         cmd += ["--grpc-port", str(grpc[1])]
+        if grpc_max_msg_mb_size is not None:
+            cmd += ["--grpc-max-message-mb", str(grpc_max_msg_mb_size)]
     return cmd
 
 
@@ -222,6 +224,7 @@ class _State:
         self.grpc_address = None
         self.restful_address = None
         self.restful_max_msg_mb_size = None
+        self.grpc_max_msg_mb_size = None
         self.child = None
         self.atexit_registered = False
         self.old_handlers = {}
@@ -234,7 +237,8 @@ def command_line():
     """The command line start_*_server runs for what has been started so far."""
     with _state.lock:
         return build_command(_state.configs, _state.grpc_address, _state.restful_address,
-                             _state.restful_max_msg_mb_size)
+                             _state.restful_max_msg_mb_size,
+                             grpc_max_msg_mb_size=_state.grpc_max_msg_mb_size)
 
 
 def _stop_on_error(func):
@@ -306,6 +310,7 @@ def start_grpc_server(address, max_msg_mb_size=100, ssl_config=None):
     _parse_address("gRPC", address)
     with _state.lock:
         _state.grpc_address = address
+        _state.grpc_max_msg_mb_size = max_msg_mb_size
         _launch()
 
 
