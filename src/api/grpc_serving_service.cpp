@@ -502,6 +502,8 @@ class ServingService final : public v1::Serving::CallbackService {
                                           const v1::ListServablesRequest*,
                                           v1::ListServablesReply* reply) override {
     for (const auto& m : backend_.models()) {
+      // A servable's own GGUF model is named after it; the servable's methods win.
+      if (servables_ && servables_->has_servable(m.id)) continue;
       auto* s = reply->add_servables();
       s->set_name(m.id);
       s->add_methods("generate");

@@ -29,8 +29,8 @@
 // reply (final=false, instances[0] = {output: new text}) per streamed piece
 // of text, then one final=true reply per instance with all its outputs or its
 // error. A client cancel or a passed deadline cancels the runtime's call.
-// ListServables lists the served models, then the servables (n_ctx 0, their
-// loaded versions).
+// ListServables lists the served models (but those named like a servable,
+// whose methods win), then the servables (n_ctx 0, their loaded versions).
 #pragma once
 
 #include <cstddef>

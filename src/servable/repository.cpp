@@ -100,19 +100,43 @@ std::vector<uint64_t> Repository::version_folders(const std::string& dir) const 
   return out;
 }
 
-// Loads the newest versions of one servable that are not loaded yet (and
-// have not failed), and drops versions whose folder went or that fall out of
-// the newest max_versions. Called under load_mu_.
+uint64_t Repository::folder_signature(const std::string& dir) {
+  uint64_t h = 1469598103934665603ull;
+  auto mix = [&h](uint64_t v) { h = (h ^ v) * 1099511628211ull; };
+  std::error_code ec;
+  if (fs::is_regular_file(dir, ec)) {
+    mix(fs::file_size(dir, ec));
+    mix(static_cast<uint64_t>(fs::last_write_time(dir, ec).time_since_epoch().count()));
+    return h;
+  }
+  for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::end(it);
+       it.increment(ec)) {
+    if (it.depth() > 2) {
+      it.disable_recursion_pending();
+      continue;
+    }
+    for (char c : it->path().string()) mix(static_cast<unsigned char>(c));
+    std::error_code e2;
+    if (it->is_regular_file(e2)) mix(it->file_size(e2));
+    mix(static_cast<uint64_t>(it->last_write_time(e2).time_since_epoch().count()));
+  }
+  return h;
+}
+
+// Loads the newest versions of one servable that are not loaded yet, and
+// drops versions whose folder went or that fall out of the newest
+// max_versions. Called under load_mu_.
 void Repository::load_servable(const std::string& name) {
   std::string dir;
   std::vector<uint64_t> loaded;
-  std::map<uint64_t, std::string> failed;
+  std::map<uint64_t, uint64_t> failed, seen;
   {
     std::lock_guard<std::mutex> lock(mu_);
     const auto& s = servables_.at(name);
     dir = s.dir;
     for (const auto& [v, _] : s.versions) loaded.push_back(v);
     failed = s.failed;
+    seen = s.seen;
   }
   const auto present = version_folders(dir);
   if (present.empty() && loaded.empty()) {
@@ -127,19 +151,29 @@ void Repository::load_servable(const std::string& name) {
   // The newest `keep` folders are wanted; load those missing, newest first.
   std::vector<uint64_t> wanted(present.end() - static_cast<long>(std::min(keep, present.size())),
                                present.end());
+  std::map<uint64_t, uint64_t> now_seen;
   for (auto it = wanted.rbegin(); it != wanted.rend(); ++it) {
     const uint64_t v = *it;
-    if (std::count(loaded.begin(), loaded.end(), v) || failed.count(v)) continue;
+    if (std::count(loaded.begin(), loaded.end(), v)) continue;
+    // The config is part of every version: a fixed config retries a failed one.
+    const uint64_t sig = folder_signature((fs::path(dir) / std::to_string(v)).string()) * 31 +
+                         folder_signature((fs::path(dir) / "servable_config.py").string());
+    now_seen[v] = sig;
+    if (auto f = failed.find(v); f != failed.end() && f->second == sig) continue;
+    // While serving, a new or changed folder waits one scan to settle.
+    auto prev = seen.find(v);
+    if (ready_ && (prev == seen.end() || prev->second != sig)) continue;
     spdlog::info("servable '{}': loading version {}", name, v);
     auto version = Version::load(name, dir, v, opt_.version);
     std::lock_guard<std::mutex> lock(mu_);
     auto& s = servables_.at(name);
     if (!version.is_ok()) {
       spdlog::error("{}", version.status().message());
-      s.failed[v] = version.status().message();
+      s.failed[v] = sig;
       s.load_error = version.status().message();
       continue;
     }
+    s.failed.erase(v);
     s.versions[v] = std::move(version.value());
     s.load_error.clear();
     spdlog::info("servable '{}': version {} is served{}", name, v,
@@ -166,6 +200,7 @@ void Repository::load_servable(const std::string& name) {
     }
     for (auto it = s.failed.begin(); it != s.failed.end();)
       it = std::count(present.begin(), present.end(), it->first) ? std::next(it) : s.failed.erase(it);
+    s.seen = std::move(now_seen);
   }
   dropped.clear();  // outside the lock: unloading a model joins its engine
 }

@@ -66,13 +66,21 @@ class Repository final : public ServableRuntime {
     std::string name;
     std::string dir;
     std::map<uint64_t, std::shared_ptr<Version>> versions;  // loaded
-    std::map<uint64_t, std::string> failed;                // version -> error (not retried)
+    // Version folders by the contents they had when last looked at (see
+    // folder_signature): one that failed is retried only once its contents
+    // change; a new one is loaded only once they stay the same for a scan
+    // (a model file still being copied is not read half-written).
+    std::map<uint64_t, uint64_t> failed;
+    std::map<uint64_t, uint64_t> seen;
     std::string load_error;
   };
 
   explicit Repository(RepositoryOptions options);
   // Version folders present now, ascending.
   std::vector<uint64_t> version_folders(const std::string& dir) const;
+  // A hash of a folder's file names, sizes and modification times (or of a
+  // file's size and modification time).
+  static uint64_t folder_signature(const std::string& dir);
   void load_servable(const std::string& name);
   void watch();
 

@@ -270,6 +270,8 @@ TEST_F(RepositoryTest, NewVersionIsServedAndOldCallsFinish) {
   ASSERT_TRUE(repo);
   fs::create_directories(root_ / "s" / "main" / "2");
   fs::copy_file(model_, root_ / "s" / "main" / "2" / "model.gguf");
+  repo->rescan();  // a new folder waits one scan, in case it is still being written
+  EXPECT_EQ(repo->servables()[0].versions, (std::vector<uint64_t>{1}));
   repo->rescan();
   auto info = repo->servables();
   ASSERT_EQ(info.size(), 1u);
@@ -281,6 +283,26 @@ TEST_F(RepositoryTest, NewVersionIsServedAndOldCallsFinish) {
   fs::remove_all(root_ / "s" / "main" / "1");
   repo->rescan();
   EXPECT_EQ(repo->servables()[0].versions, (std::vector<uint64_t>{2}));
+}
+
+TEST_F(RepositoryTest, FailedVersionIsRetriedWhenItsFolderChanges) {
+  auto repo = open();
+  ASSERT_TRUE(repo);
+  const fs::path v2 = root_ / "s" / "main" / "2";
+  write(v2 / "model.gguf", "not a gguf file");
+  repo->rescan();
+  repo->rescan();
+  EXPECT_EQ(repo->servables()[0].versions, (std::vector<uint64_t>{1}));
+  EXPECT_NE(repo->servables()[0].load_error.find("version 2"), std::string::npos)
+      << repo->servables()[0].load_error;
+  repo->rescan();  // unchanged: not tried again
+  EXPECT_EQ(repo->servables()[0].versions, (std::vector<uint64_t>{1}));
+  fs::remove(v2 / "model.gguf");
+  fs::copy_file(model_, v2 / "model.gguf");
+  repo->rescan();
+  repo->rescan();
+  EXPECT_EQ(repo->servables()[0].versions, (std::vector<uint64_t>{1, 2}));
+  EXPECT_EQ(repo->servables()[0].load_error, "");
 }
 
 TEST_F(RepositoryTest, BrokenConfigIsReportedAndOthersServe) {
