@@ -187,11 +187,15 @@ class Run {
     const unsigned long thread = job.python_thread;
     const serving::RequestId id = job.llm_id;
     job.state = Job::State::Abandoned;
-    lock.unlock();
-    if (llm && id) llm->cancel(id);
+    // Under the job's lock: its thread cannot finish it and start another
+    // stage meanwhile, so the TimeoutError cannot land in the wrong stage (a
+    // call clears a stale one when it starts). The stage's thread takes this
+    // lock only after giving up the GIL, so waiting for the GIL here is safe.
     if (!llm && running && thread) {
       if (auto py = PythonRuntime::get(); py.is_ok()) (*py)->interrupt(thread);
     }
+    lock.unlock();
+    if (llm && id) llm->cancel(id);
     if (cancelled) return Status::error(StatusCode::Cancelled, "the call was cancelled");
     return Status::error(StatusCode::DeadlineExceeded, timeout_message(m_, st, opt_.stage_timeout_s));
   }
