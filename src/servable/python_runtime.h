@@ -43,7 +43,9 @@ class PythonRuntime {
   // resolved against `version_dir`) and methods (each method body is run once
   // with placeholders to record its stages). The result is validated. Any
   // Python error, or a malformed pipeline, fails with a message naming the
-  // servable (and method and stage when known). `caller` serves model.call().
+  // servable (and method and stage when known). `caller` serves model.call();
+  // it is held weakly (the version that owns the models keeps it alive), so a
+  // model.call() after the version went fails cleanly.
   Result<ServableConfig> load_config(const std::string& servable_name,
                                      const std::string& config_path,
                                      const std::string& version_dir,

@@ -23,8 +23,8 @@ Result<std::vector<Value>> VersionModels::call_model(int model, std::vector<Valu
     defaults = config_->models[model].options;
     name = config_->models[model].file;
   }
-  // The backend outlives this call: the version that owns it cannot go while
-  // a call running on it (this one's caller) has not finished.
+  // The backend outlives this call: it belongs to this object, which the
+  // Python side holds (its weak reference locked) for the call's duration.
   CAIRN_ASSIGN_OR_RETURN(auto req, llm_request(name, args, defaults, kwargs));
   return call_llm(*backend, std::move(req), 1, timeout_s_);
 }
@@ -32,11 +32,6 @@ Result<std::vector<Value>> VersionModels::call_model(int model, std::vector<Valu
 void VersionModels::set(std::vector<std::unique_ptr<serving::Backend>> backends) {
   std::lock_guard<std::mutex> lock(mu_);
   backends_ = std::move(backends);
-}
-
-std::vector<std::unique_ptr<serving::Backend>> VersionModels::take() {
-  std::lock_guard<std::mutex> lock(mu_);
-  return std::move(backends_);
 }
 
 Result<std::shared_ptr<Version>> Version::load(const std::string& servable_name,
@@ -85,13 +80,6 @@ Result<std::shared_ptr<Version>> Version::load(const std::string& servable_name,
   for (auto& b : backends) v->backends_.push_back(b.get());
   v->caller_->set(std::move(backends));
   return v;
-}
-
-Version::~Version() {
-  // Python objects (a stage's globals) may still hold the caller: its models
-  // go now, with the version, not whenever Python collects them.
-  auto backends = caller_ ? caller_->take() : std::vector<std::unique_ptr<serving::Backend>>{};
-  backends.clear();
 }
 
 const MethodSpec* Version::method(const std::string& name) const {

@@ -27,7 +27,7 @@ struct VersionOptions {
 };
 
 // The models of a version, as model.call() and the LLM stages reach them.
-// Emptied when the version goes (Python objects may outlive it).
+// Owned by its Version; Python's Model objects hold it only weakly.
 class VersionModels final : public ModelCaller {
  public:
   VersionModels(const ServableConfig* config, double timeout_s)
@@ -35,7 +35,6 @@ class VersionModels final : public ModelCaller {
   Result<std::vector<Value>> call_model(int model, std::vector<Value> args,
                                         std::map<std::string, Value> kwargs) override;
   void set(std::vector<std::unique_ptr<serving::Backend>> backends);
-  std::vector<std::unique_ptr<serving::Backend>> take();
 
  private:
   std::mutex mu_;
@@ -51,7 +50,6 @@ class Version {
   static Result<std::shared_ptr<Version>> load(const std::string& servable_name,
                                                const std::string& servable_dir, uint64_t number,
                                                const VersionOptions& options);
-  ~Version();
 
   uint64_t number() const { return number_; }
   const ServableConfig& config() const { return config_; }
