@@ -7,6 +7,7 @@
 
 #include "cluster/remote_backend.h"
 #include "rpc/convert.h"
+#include "serving/backend_stats.h"
 #include "serving/prometheus.h"
 
 namespace cairn::cluster {
@@ -316,18 +317,7 @@ serving::Health ClusterBackend::health() const {
 
 serving::BackendStats ClusterBackend::stats() const {
   serving::BackendStats s;
-  for (const auto& w : registry_.list()) {
-    const serving::BackendStats ws = rpc::stats_of(w.status);
-    s.prompt_tokens_total += ws.prompt_tokens_total;
-    s.generated_tokens_total += ws.generated_tokens_total;
-    s.running += ws.running;
-    s.waiting += ws.waiting;
-    s.kv_blocks_used += ws.kv_blocks_used;
-    s.kv_blocks_total += ws.kv_blocks_total;
-    s.prefix_cache_queries += ws.prefix_cache_queries;
-    s.prefix_cache_hits += ws.prefix_cache_hits;
-    s.preemptions += ws.preemptions;
-  }
+  for (const auto& w : registry_.list()) serving::add_stats(s, rpc::stats_of(w.status));
   return s;
 }
 

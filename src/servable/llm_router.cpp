@@ -3,6 +3,8 @@
 
 #include <thread>
 
+#include "serving/backend_stats.h"
+
 namespace cairn::servable {
 
 class LlmRouter::Sink final : public serving::EventSink {
@@ -126,38 +128,12 @@ serving::Health LlmRouter::health() const {
   return h;
 }
 
-namespace {
-void add(serving::Histogram& into, const serving::Histogram& h) {
-  if (into.bounds.empty()) {
-    into = h;
-    return;
-  }
-  if (into.bounds != h.bounds) return;
-  for (size_t i = 0; i < into.counts.size() && i < h.counts.size(); ++i) into.counts[i] += h.counts[i];
-  into.sum += h.sum;
-  into.count += h.count;
-}
-}  // namespace
 
 serving::BackendStats LlmRouter::stats() const {
   serving::BackendStats s;
   for (const auto& v : versions_())
-    for (size_t i = 0; i < v->model_count(); ++i) {
-      auto m = v->model(static_cast<int>(i)).stats();
-      s.prompt_tokens_total += m.prompt_tokens_total;
-      s.generated_tokens_total += m.generated_tokens_total;
-      s.running += m.running;
-      s.waiting += m.waiting;
-      s.kv_blocks_used += m.kv_blocks_used;
-      s.kv_blocks_total += m.kv_blocks_total;
-      s.prefix_cache_queries += m.prefix_cache_queries;
-      s.prefix_cache_hits += m.prefix_cache_hits;
-      s.preemptions += m.preemptions;
-      add(s.time_to_first_token_s, m.time_to_first_token_s);
-      add(s.inter_token_latency_s, m.inter_token_latency_s);
-      add(s.queue_time_s, m.queue_time_s);
-      add(s.e2e_latency_s, m.e2e_latency_s);
-    }
+    for (size_t i = 0; i < v->model_count(); ++i)
+      serving::add_stats(s, v->model(static_cast<int>(i)).stats());
   return s;
 }
 
