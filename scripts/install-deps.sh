@@ -11,6 +11,7 @@ PACKAGES=(
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   python3-grpcio python3-protobuf
   python3-dev python3-numpy pybind11-dev
+  libonnx-dev python3-onnx
 )
 
 # Node.js runs the integration tests (the official `openai` client); many

@@ -1,0 +1,88 @@
+// onnx/op.h — the operator interface between the planner and the kernels.
+// Owns Op (one node's operator, made once at load from its attributes and
+// constant inputs), the arguments a run passes it, and the table of operator
+// factories by op type. An Op never allocates in run(): everything it needs
+// for given shapes it asks for up front through scratch_bytes().
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <span>
+#include <string_view>
+
+#include "core/status.h"
+#include "core/thread_pool.h"
+#include "onnx/node.h"
+#include "onnx/tensor.h"
+
+namespace cairn::onnx {
+
+struct RunArgs {
+  std::span<const TensorView* const> in;  // one per node input; null for an omitted optional input
+  std::span<TensorView* const> out;       // shapes and buffers set as infer() said
+  void* scratch = nullptr;                // scratch_bytes() bytes, 64-byte aligned
+  ThreadPool& pool;
+};
+
+class Op {
+ public:
+  virtual ~Op() = default;
+
+  // Output dtypes and shapes for these inputs (in[i].value set where the
+  // input is known before running; an omitted optional input has dtype
+  // Float32, empty shape and is listed in `present` as false). Called once
+  // per plan (a set of graph input shapes), never while running. The error
+  // names the problem; the planner prefixes the node.
+  virtual Status infer(std::span<const TensorInfo> in, std::span<const bool> present,
+                       std::span<TensorInfo> out) const = 0;
+
+  // Scratch bytes run() needs for these shapes (after infer() accepted them).
+  virtual size_t scratch_bytes(std::span<const TensorInfo> in,
+                               std::span<const TensorInfo> out) const {
+    (void)in;
+    (void)out;
+    return 0;
+  }
+
+  // Output 0 is input 0's bytes under another shape (Reshape, Flatten,
+  // Squeeze, Unsqueeze, Identity): the planner points the output at the
+  // input's buffer and never calls run().
+  virtual bool is_view() const { return false; }
+
+  // Computes the outputs. Shapes were checked by infer(); no allocation, no
+  // failure: anything that can fail must fail in the factory or in infer().
+  // Data-dependent bad values (an index out of range in Gather) are clamped
+  // or zeroed as the op's comment says, never read out of bounds.
+  virtual void run(const RunArgs& args) const = 0;
+};
+
+// What a factory sees: the node, and per input its value when it is a
+// constant of the model (an initializer, a Constant node's output, or folded
+// from them at load), so an operator can prepare (pack weights) once.
+struct NodeContext {
+  const Node& node;
+  std::span<const TensorView* const> constants;  // one per input; null when not constant
+};
+
+using OpFactory = Result<std::unique_ptr<Op>> (*)(const NodeContext&);
+
+// The factory for an op type of the default domain, or null when cairn does
+// not run it.
+OpFactory find_op(std::string_view op_type);
+// Every op type cairn runs, sorted (for docs and errors).
+std::span<const std::string_view> supported_ops();
+
+// Each operator family registers its factories here (onnx/op_registry.cpp
+// calls them in turn); `add` records one op type.
+class OpTable {
+ public:
+  virtual void add(std::string_view op_type, OpFactory factory) = 0;
+
+ protected:
+  ~OpTable() = default;
+};
+void add_math_ops(OpTable& table);    // ops_math.cpp: elementwise, activations, normalisations
+void add_shape_ops(OpTable& table);   // ops_shape.cpp: shapes, data movement, casts, reductions, ArgMax, TopK
+void add_linear_ops(OpTable& table);  // ops_linear.cpp: MatMul, Gemm, Conv, pooling
+
+}  // namespace cairn::onnx
