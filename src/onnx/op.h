@@ -49,11 +49,12 @@ class Op {
   // input's buffer and never calls run().
   virtual bool is_view() const { return false; }
 
-  // Computes the outputs. Shapes were checked by infer(); no allocation, no
-  // failure: anything that can fail must fail in the factory or in infer().
-  // Data-dependent bad values (an index out of range in Gather) are clamped
-  // or zeroed as the op's comment says, never read out of bounds.
-  virtual void run(const RunArgs& args) const = 0;
+  // Computes the outputs. Shapes were checked by infer(); no allocation.
+  // Everything that can be checked from shapes and attributes fails in the
+  // factory or in infer(); run() fails only on bad data values (an index out
+  // of range in Gather: the message names the value), never reading out of
+  // bounds.
+  virtual Status run(const RunArgs& args) const = 0;
 };
 
 // What a factory sees: the node, and per input its value when it is a
