@@ -31,11 +31,14 @@ float scalar_unary(UnOp op, float x) {
     case UnOp::Sigmoid: return 1.0f / (1.0f + std::exp(-x));
     case UnOp::Tanh: return std::tanh(x);
     // 1 + erf(u) as erfc(-u): no cancellation in the negative tail.
-    case UnOp::GeluErf: return 0.5f * x * std::erfc(-x * kSqrt1_2);
-    // 0.5 (1 + tanh(v)) = 1 / (1 + exp(-2v)): the same, without the cancellation.
+    // (in double: the float product x / sqrt(2) would cost 2 u^2 ulps there).
+    case UnOp::GeluErf: return float(0.5 * double(x) * std::erfc(-double(x) * 0.70710678118654752));
+    // 0.5 (1 + tanh(v)) = 1 / (1 + exp(-2v)): the same, without the
+    // cancellation; in double, as exp(-2v) of a rounded v loses |2v| ulps.
     case UnOp::GeluTanh: {
-      const float v = kSqrt2OverPi * (x + 0.044715f * x * x * x);
-      return x / (1.0f + std::exp(-2.0f * v));
+      const double d = x;
+      const double v = 0.79788456080286536 * (d + 0.044715 * d * d * d);
+      return float(d / (1.0 + std::exp(-2.0 * v)));
     }
   }
   return x;
@@ -139,12 +142,14 @@ CAIRN_AVX2 inline __m256 keep_nan8(__m256 x, __m256 y) {
 
 // exp(x): Cody-Waite reduction x = n ln2 + r (|r| <= ln2/2), Cephes' degree-6
 // polynomial for exp(r), and 2^n applied as two halves so that n = 128 (x near
-// ln(FLT_MAX)) and subnormal results both come out right. Below -104 the
-// result is 0 (std::exp would give at most a few subnormal ulps); above
-// ln(FLT_MAX) it is +inf. NaN lanes are not kept here (callers do).
+// ln(FLT_MAX)) and subnormal results both come out right. Below ln(2^-150)
+// the result is 0 (as std::exp's rounds to); above ln(FLT_MAX) it is +inf.
+// NaN lanes are not kept here (callers do).
+constexpr float kExpUnder = -103.972077f;  // ln(2^-150)
 CAIRN_AVX2 inline __m256 exp8(__m256 x) {
   const __m256 over = _mm256_cmp_ps(x, _mm256_set1_ps(88.72283935546875f), _CMP_GT_OQ);
-  x = _mm256_max_ps(_mm256_min_ps(x, _mm256_set1_ps(88.72283935546875f)), _mm256_set1_ps(-104.0f));
+  const __m256 under = _mm256_cmp_ps(x, _mm256_set1_ps(kExpUnder), _CMP_LT_OQ);
+  x = _mm256_max_ps(_mm256_min_ps(x, _mm256_set1_ps(88.72283935546875f)), _mm256_set1_ps(kExpUnder));
   const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
@@ -163,16 +168,16 @@ CAIRN_AVX2 inline __m256 exp8(__m256 x) {
   const __m256i bias = _mm256_set1_epi32(127);
   const __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n1, bias), 23));
   const __m256 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n2, bias), 23));
-  const __m256 res = _mm256_mul_ps(_mm256_mul_ps(y, s1), s2);
+  const __m256 res = _mm256_andnot_ps(under, _mm256_mul_ps(_mm256_mul_ps(y, s1), s2));
   return _mm256_blendv_ps(res, _mm256_set1_ps(std::numeric_limits<float>::infinity()), over);
 }
 
 
 // erfc(z) for z >= 0: Numerical Recipes' erfcc, a Chebyshev fit with relative
-// error under 1.2e-7 in exact arithmetic; z^2 is split exactly with an FMA
-// (z^2 = hi + lo) so that large z lose nothing to its rounding.
-CAIRN_AVX2 inline __m256 erfc_pos8(__m256 z) {
-  z = _mm256_min_ps(z, _mm256_set1_ps(10.0f));  // erfc(10) is 2e-45: 0 in float
+// error under 1.2e-7 in exact arithmetic.
+// z2_hi + z2_lo is z^2 (the caller splits it exactly: a rounded z^2 would
+// cost 2 z^2 ulps of relative error in the tail).
+CAIRN_AVX2 inline __m256 erfc_pos8(__m256 z, __m256 z2_hi, __m256 z2_lo) {
   const __m256 one = _mm256_set1_ps(1.0f);
   const __m256 t = _mm256_div_ps(one, _mm256_fmadd_ps(_mm256_set1_ps(0.5f), z, one));
   __m256 p = _mm256_set1_ps(0.17087277f);
@@ -185,11 +190,17 @@ CAIRN_AVX2 inline __m256 erfc_pos8(__m256 z) {
   p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(0.37409196f));
   p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(1.00002368f));
   p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(-1.26551223f));
-  const __m256 hi = _mm256_mul_ps(z, z);
-  const __m256 lo = _mm256_fmsub_ps(z, z, hi);  // z*z - hi, exactly
-  const __m256 e = exp8(_mm256_sub_ps(p, hi));
-  // exp(p - hi - lo) = exp(p - hi) (1 - lo) to first order; |lo| <= ulp(hi) / 2.
-  return _mm256_mul_ps(_mm256_mul_ps(t, e), _mm256_sub_ps(one, lo));
+  // exp(p - z^2): s = p - hi rounded loses up to ulp(80)/2 = 4e-6 of the
+  // result in the tail, so the rounding error is kept (TwoSum) and applied
+  // with lo to first order: exp(s + err - lo) = exp(s) (1 + err - lo).
+  const __m256 a = _mm256_sub_ps(_mm256_setzero_ps(), z2_hi);
+  const __m256 s = _mm256_add_ps(a, p);
+  const __m256 bb = _mm256_sub_ps(s, a);
+  const __m256 err = _mm256_add_ps(_mm256_sub_ps(a, _mm256_sub_ps(s, bb)), _mm256_sub_ps(p, bb));
+  const __m256 e = exp8(s);
+  const __m256 r = _mm256_mul_ps(_mm256_mul_ps(t, e), _mm256_add_ps(one, _mm256_sub_ps(err, z2_lo)));
+  // erfc(10.5) is 1e-49, 0 in float; z = inf would make z2_lo a NaN.
+  return _mm256_andnot_ps(_mm256_cmp_ps(z, _mm256_set1_ps(10.5f), _CMP_GT_OQ), r);
 }
 
 // erf(x) for |x| < 0.5: its Taylor series to x^15 (the next term is under
@@ -209,7 +220,9 @@ CAIRN_AVX2 inline __m256 erf_small8(__m256 x) {
 
 CAIRN_AVX2 inline __m256 erf8(__m256 x) {
   const __m256 ax = abs8(x);
-  const __m256 big = copysign8(_mm256_sub_ps(_mm256_set1_ps(1.0f), erfc_pos8(ax)), x);
+  const __m256 x2 = _mm256_mul_ps(x, x);
+  const __m256 ec = erfc_pos8(ax, x2, _mm256_fmsub_ps(x, x, x2));
+  const __m256 big = copysign8(_mm256_sub_ps(_mm256_set1_ps(1.0f), ec), x);
   const __m256 small = _mm256_cmp_ps(ax, _mm256_set1_ps(0.5f), _CMP_LT_OQ);
   return keep_nan8(x, _mm256_blendv_ps(big, erf_small8(x), small));
 }
@@ -246,7 +259,10 @@ CAIRN_AVX2 inline __m256 sigmoid8(__m256 x) {
 CAIRN_AVX2 inline __m256 gelu_erf8(__m256 x) {
   const __m256 u = _mm256_mul_ps(x, _mm256_set1_ps(kSqrt1_2));
   const __m256 au = abs8(u);
-  const __m256 ec = erfc_pos8(au);
+  // u^2 = x^2 / 2 from x, exactly split, not from the rounded u.
+  const __m256 half = _mm256_set1_ps(0.5f);
+  const __m256 x2 = _mm256_mul_ps(x, x);
+  const __m256 ec = erfc_pos8(au, _mm256_mul_ps(x2, half), _mm256_mul_ps(_mm256_fmsub_ps(x, x, x2), half));
   const __m256 pos = _mm256_cmp_ps(u, _mm256_setzero_ps(), _CMP_GT_OQ);
   const __m256 big = _mm256_blendv_ps(ec, _mm256_sub_ps(_mm256_set1_ps(2.0f), ec), pos);
   const __m256 mid = _mm256_add_ps(_mm256_set1_ps(1.0f), erf_small8(u));
