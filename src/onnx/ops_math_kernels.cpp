@@ -280,8 +280,10 @@ CAIRN_AVX2 inline __m256 gelu_tanh8(__m256 x) {
   return keep_nan8(x, _mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0f), e)));
 }
 
-CAIRN_AVX2 inline __m256 unary8(UnOp op, __m256 x) {
-  switch (op) {
+// One instantiation per op, so the loop carries no switch.
+template <UnOp Op>
+CAIRN_AVX2 inline __m256 unary8(__m256 x) {
+  switch (Op) {
     case UnOp::Neg: return _mm256_xor_ps(x, _mm256_set1_ps(-0.0f));
     case UnOp::Abs: return abs8(x);
     case UnOp::Sqrt: return _mm256_sqrt_ps(x);
@@ -297,19 +299,37 @@ CAIRN_AVX2 inline __m256 unary8(UnOp op, __m256 x) {
   return x;
 }
 
-CAIRN_AVX2 void unary_avx2(UnOp op, const float* x, float* out, int64_t n) {
+template <UnOp Op>
+CAIRN_AVX2 void unary_loop(const float* x, float* out, int64_t n) {
   int64_t i = 0;
-  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, unary8(op, _mm256_loadu_ps(x + i)));
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, unary8<Op>(_mm256_loadu_ps(x + i)));
   if (i < n) {  // the tail through a padded block: every element gets the same approximation
     alignas(32) float buf[8] = {};
     std::memcpy(buf, x + i, size_t(n - i) * sizeof(float));
-    _mm256_store_ps(buf, unary8(op, _mm256_load_ps(buf)));
+    _mm256_store_ps(buf, unary8<Op>(_mm256_load_ps(buf)));
     std::memcpy(out + i, buf, size_t(n - i) * sizeof(float));
   }
 }
 
-CAIRN_AVX2 inline __m256 binary8(BinOp op, __m256 a, __m256 b) {
+void unary_avx2(UnOp op, const float* x, float* out, int64_t n) {
   switch (op) {
+    case UnOp::Neg: return unary_loop<UnOp::Neg>(x, out, n);
+    case UnOp::Abs: return unary_loop<UnOp::Abs>(x, out, n);
+    case UnOp::Sqrt: return unary_loop<UnOp::Sqrt>(x, out, n);
+    case UnOp::Exp: return unary_loop<UnOp::Exp>(x, out, n);
+    case UnOp::Relu: return unary_loop<UnOp::Relu>(x, out, n);
+    case UnOp::Erf: return unary_loop<UnOp::Erf>(x, out, n);
+    case UnOp::Sigmoid: return unary_loop<UnOp::Sigmoid>(x, out, n);
+    case UnOp::Tanh: return unary_loop<UnOp::Tanh>(x, out, n);
+    case UnOp::GeluErf: return unary_loop<UnOp::GeluErf>(x, out, n);
+    case UnOp::GeluTanh: return unary_loop<UnOp::GeluTanh>(x, out, n);
+    case UnOp::Log: return;  // not vectorised: unary() runs it as Scalar
+  }
+}
+
+template <BinOp Op>
+CAIRN_AVX2 inline __m256 binary8(__m256 a, __m256 b) {
+  switch (Op) {
     case BinOp::Add: return _mm256_add_ps(a, b);
     case BinOp::Sub: return _mm256_sub_ps(a, b);
     case BinOp::Mul: return _mm256_mul_ps(a, b);
@@ -320,21 +340,31 @@ CAIRN_AVX2 inline __m256 binary8(BinOp op, __m256 a, __m256 b) {
 }
 
 // Add/Sub/Mul/Div are single IEEE roundings, so these match the Scalar form bit
-// for bit.
-CAIRN_AVX2 void binary_avx2(BinOp op, const float* a, int64_t sa, const float* b, int64_t sb, float* out,
-                            int64_t n) {
+// for bit. One instantiation per op, so the loops carry no switch.
+template <BinOp Op>
+CAIRN_AVX2 void binary_loop(const float* a, int64_t sa, const float* b, int64_t sb, float* out, int64_t n) {
   int64_t i = 0;
   if (sa && sb) {
     for (; i + 8 <= n; i += 8)
-      _mm256_storeu_ps(out + i, binary8(op, _mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i)));
+      _mm256_storeu_ps(out + i, binary8<Op>(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i)));
   } else if (sa) {
     const __m256 vb = _mm256_set1_ps(b[0]);
-    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, binary8(op, _mm256_loadu_ps(a + i), vb));
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, binary8<Op>(_mm256_loadu_ps(a + i), vb));
   } else if (sb) {
     const __m256 va = _mm256_set1_ps(a[0]);
-    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, binary8(op, va, _mm256_loadu_ps(b + i)));
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, binary8<Op>(va, _mm256_loadu_ps(b + i)));
   }
-  for (; i < n; ++i) out[i] = scalar_binary(op, a[i * sa], b[i * sb]);
+  for (; i < n; ++i) out[i] = scalar_binary(Op, a[i * sa], b[i * sb]);
+}
+
+void binary_avx2(BinOp op, const float* a, int64_t sa, const float* b, int64_t sb, float* out, int64_t n) {
+  switch (op) {
+    case BinOp::Add: return binary_loop<BinOp::Add>(a, sa, b, sb, out, n);
+    case BinOp::Sub: return binary_loop<BinOp::Sub>(a, sa, b, sb, out, n);
+    case BinOp::Mul: return binary_loop<BinOp::Mul>(a, sa, b, sb, out, n);
+    case BinOp::Div: return binary_loop<BinOp::Div>(a, sa, b, sb, out, n);
+    case BinOp::Pow: return;  // not vectorised: binary() runs it as Scalar
+  }
 }
 
 CAIRN_AVX2 inline float hsum8(__m256 v) {
