@@ -25,11 +25,13 @@ Status check_node(const Node& node, size_t min_in, size_t max_in, size_t max_out
   if (n_in < min_in || n_in > max_in)
     return Status::invalid_argument(
         node.op_type + " takes " +
-        (min_in == max_in ? std::to_string(min_in) : std::to_string(min_in) + " to " + std::to_string(max_in)) +
+        (min_in == max_in ? std::to_string(min_in)
+                          : std::to_string(min_in) + " to " + std::to_string(max_in)) +
         " inputs, got " + std::to_string(n_in));
   for (size_t i = 0; i < min_in; ++i)
     if (!node.has_input(i))
-      return Status::invalid_argument(node.op_type + "'s input " + std::to_string(i) + " is required");
+      return Status::invalid_argument(node.op_type + "'s input " + std::to_string(i) +
+                                      " is required");
   if (node.outputs.empty() || node.outputs[0].empty())
     return Status::invalid_argument(node.op_type + " needs its first output");
   if (node.outputs.size() > max_out)
@@ -37,8 +39,10 @@ Status check_node(const Node& node, size_t min_in, size_t max_in, size_t max_out
                                     " outputs, got " + std::to_string(node.outputs.size()));
   for (const auto& [name, attr] : node.attributes) {
     (void)attr;
-    if (std::find_if(attrs.begin(), attrs.end(), [&](const char* a) { return name == a; }) == attrs.end())
-      return Status::invalid_argument("attribute '" + name + "' is not supported by " + node.op_type);
+    if (std::find_if(attrs.begin(), attrs.end(), [&](const char* a) { return name == a; }) ==
+        attrs.end())
+      return Status::invalid_argument("attribute '" + name + "' is not supported by " +
+                                      node.op_type);
   }
   return Status::ok();
 }
@@ -170,12 +174,18 @@ enum class Kind { Add, Sub, Mul, Div, Pow, Equal };
 
 const char* kind_name(Kind k) {
   switch (k) {
-    case Kind::Add: return "Add";
-    case Kind::Sub: return "Sub";
-    case Kind::Mul: return "Mul";
-    case Kind::Div: return "Div";
-    case Kind::Pow: return "Pow";
-    case Kind::Equal: return "Equal";
+    case Kind::Add:
+      return "Add";
+    case Kind::Sub:
+      return "Sub";
+    case Kind::Mul:
+      return "Mul";
+    case Kind::Div:
+      return "Div";
+    case Kind::Pow:
+      return "Pow";
+    case Kind::Equal:
+      return "Equal";
   }
   return "?";
 }
@@ -212,7 +222,8 @@ void equal(const T* a, int64_t sa, const T* b, int64_t sb, uint8_t* out, int64_t
   for (int64_t i = 0; i < n; ++i) out[i] = a[i * sa] == b[i * sb] ? 1 : 0;
 }
 
-void equal_bool(const uint8_t* a, int64_t sa, const uint8_t* b, int64_t sb, uint8_t* out, int64_t n) {
+void equal_bool(const uint8_t* a, int64_t sa, const uint8_t* b, int64_t sb, uint8_t* out,
+                int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = (a[i * sa] != 0) == (b[i * sb] != 0) ? 1 : 0;
 }
 
@@ -235,16 +246,17 @@ class BinaryOp final : public Op {
     const DType a = in[0].dtype, b = in[1].dtype;
     const char* name = kind_name(kind_);
     if (a != b)
-      return Status::invalid_argument(std::string(name) + "'s inputs have different dtypes (" + dtype_str(a) +
-                                      " and " + dtype_str(b) + ")");
+      return Status::invalid_argument(std::string(name) + "'s inputs have different dtypes (" +
+                                      dtype_str(a) + " and " + dtype_str(b) + ")");
     const bool f32 = a == DType::Float32, ints = a == DType::Int64 || a == DType::Int32;
     if (kind_ == Kind::Pow && !f32)
       return Status::invalid_argument("Pow takes float32 inputs, got " + dtype_str(a));
     if (kind_ == Kind::Equal && !(f32 || ints || a == DType::Bool))
-      return Status::invalid_argument("Equal takes float32, int64, int32 or bool inputs, got " + dtype_str(a));
-    if (kind_ != Kind::Pow && kind_ != Kind::Equal && !(f32 || ints))
-      return Status::invalid_argument(std::string(name) + " takes float32, int64 or int32 inputs, got " +
+      return Status::invalid_argument("Equal takes float32, int64, int32 or bool inputs, got " +
                                       dtype_str(a));
+    if (kind_ != Kind::Pow && kind_ != Kind::Equal && !(f32 || ints))
+      return Status::invalid_argument(std::string(name) +
+                                      " takes float32, int64 or int32 inputs, got " + dtype_str(a));
     CAIRN_ASSIGN_OR_RETURN(Shape shape, broadcast_shapes(in[0].shape, in[1].shape));
     out[0].dtype = kind_ == Kind::Equal ? DType::Bool : a;
     CAIRN_RETURN_IF_ERROR(checked_count(shape, values::dtype_size(out[0].dtype)).status());
@@ -271,39 +283,41 @@ class BinaryOp final : public Op {
     const size_t eo = values::dtype_size(out.dtype);
     const Kind kind = kind_;
     const mathk::Path path = path_;
-    for_each_run(loop, args.pool, mathk::kGrainCheap,
-                 [&](const int64_t* offs, int64_t o, int64_t n, const int64_t* st) {
-                   const void* x = pa + size_t(offs[0]) * es;
-                   const void* y = pb + size_t(offs[1]) * es;
-                   void* z = po + size_t(o) * eo;
-                   if (kind == Kind::Equal) {
-                     auto* r = static_cast<uint8_t*>(z);
-                     switch (dt) {
-                       case DType::Float32:
-                         return equal(static_cast<const float*>(x), st[0], static_cast<const float*>(y), st[1], r, n);
-                       case DType::Int64:
-                         return equal(static_cast<const int64_t*>(x), st[0], static_cast<const int64_t*>(y), st[1],
-                                      r, n);
-                       case DType::Int32:
-                         return equal(static_cast<const int32_t*>(x), st[0], static_cast<const int32_t*>(y), st[1],
-                                      r, n);
-                       default:
-                         return equal_bool(static_cast<const uint8_t*>(x), st[0], static_cast<const uint8_t*>(y),
-                                           st[1], r, n);
-                     }
-                   }
-                   switch (dt) {
-                     case DType::Float32:
-                       return mathk::binary(path, BinOp(int(kind)), static_cast<const float*>(x), st[0],
-                                            static_cast<const float*>(y), st[1], static_cast<float*>(z), n);
-                     case DType::Int64:
-                       return int_binary(kind, static_cast<const int64_t*>(x), st[0],
-                                         static_cast<const int64_t*>(y), st[1], static_cast<int64_t*>(z), n);
-                     default:
-                       return int_binary(kind, static_cast<const int32_t*>(x), st[0],
-                                         static_cast<const int32_t*>(y), st[1], static_cast<int32_t*>(z), n);
-                   }
-                 });
+    for_each_run(
+        loop, args.pool, mathk::kGrainCheap,
+        [&](const int64_t* offs, int64_t o, int64_t n, const int64_t* st) {
+          const void* x = pa + size_t(offs[0]) * es;
+          const void* y = pb + size_t(offs[1]) * es;
+          void* z = po + size_t(o) * eo;
+          if (kind == Kind::Equal) {
+            auto* r = static_cast<uint8_t*>(z);
+            switch (dt) {
+              case DType::Float32:
+                return equal(static_cast<const float*>(x), st[0], static_cast<const float*>(y),
+                             st[1], r, n);
+              case DType::Int64:
+                return equal(static_cast<const int64_t*>(x), st[0], static_cast<const int64_t*>(y),
+                             st[1], r, n);
+              case DType::Int32:
+                return equal(static_cast<const int32_t*>(x), st[0], static_cast<const int32_t*>(y),
+                             st[1], r, n);
+              default:
+                return equal_bool(static_cast<const uint8_t*>(x), st[0],
+                                  static_cast<const uint8_t*>(y), st[1], r, n);
+            }
+          }
+          switch (dt) {
+            case DType::Float32:
+              return mathk::binary(path, BinOp(int(kind)), static_cast<const float*>(x), st[0],
+                                   static_cast<const float*>(y), st[1], static_cast<float*>(z), n);
+            case DType::Int64:
+              return int_binary(kind, static_cast<const int64_t*>(x), st[0],
+                                static_cast<const int64_t*>(y), st[1], static_cast<int64_t*>(z), n);
+            default:
+              return int_binary(kind, static_cast<const int32_t*>(x), st[0],
+                                static_cast<const int32_t*>(y), st[1], static_cast<int32_t*>(z), n);
+          }
+        });
     return Status::ok();
   }
 
@@ -324,7 +338,8 @@ Result<std::unique_ptr<Op>> make_binary(const NodeContext& ctx) {
 // ---- Where ------------------------------------------------------------------------
 
 template <typename T>
-void select(const uint8_t* c, int64_t sc, const T* x, int64_t sx, const T* y, int64_t sy, T* out, int64_t n) {
+void select(const uint8_t* c, int64_t sc, const T* x, int64_t sx, const T* y, int64_t sy, T* out,
+            int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = c[i * sc] ? x[i * sx] : y[i * sy];
 }
 
@@ -334,11 +349,12 @@ class WhereOp final : public Op {
                std::span<TensorInfo> out) const override {
     (void)present;
     if (in[0].dtype != DType::Bool)
-      return Status::invalid_argument("Where's condition must be bool, got " + dtype_str(in[0].dtype));
+      return Status::invalid_argument("Where's condition must be bool, got " +
+                                      dtype_str(in[0].dtype));
     const DType t = in[1].dtype;
     if (in[2].dtype != t)
-      return Status::invalid_argument("Where's values have different dtypes (" + dtype_str(t) + " and " +
-                                      dtype_str(in[2].dtype) + ")");
+      return Status::invalid_argument("Where's values have different dtypes (" + dtype_str(t) +
+                                      " and " + dtype_str(in[2].dtype) + ")");
     const size_t es = values::dtype_size(t);
     if (es != 1 && es != 2 && es != 4 && es != 8)
       return Status::invalid_argument("Where does not take " + dtype_str(t) + " values");
@@ -361,28 +377,29 @@ class WhereOp final : public Op {
     const auto* px = static_cast<const char*>(ins[1]->data);
     const auto* py = static_cast<const char*>(ins[2]->data);
     char* po = static_cast<char*>(out.data);
-    for_each_run(loop, args.pool, mathk::kGrainCheap,
-                 [&](const int64_t* offs, int64_t o, int64_t n, const int64_t* st) {
-                   const uint8_t* c = pc + offs[0];
-                   const void* x = px + size_t(offs[1]) * es;
-                   const void* y = py + size_t(offs[2]) * es;
-                   void* z = po + size_t(o) * es;
-                   // Values are moved as bits of their size, whatever their dtype.
-                   switch (es) {
-                     case 1:
-                       return select(c, st[0], static_cast<const uint8_t*>(x), st[1],
-                                     static_cast<const uint8_t*>(y), st[2], static_cast<uint8_t*>(z), n);
-                     case 2:
-                       return select(c, st[0], static_cast<const uint16_t*>(x), st[1],
-                                     static_cast<const uint16_t*>(y), st[2], static_cast<uint16_t*>(z), n);
-                     case 4:
-                       return select(c, st[0], static_cast<const uint32_t*>(x), st[1],
-                                     static_cast<const uint32_t*>(y), st[2], static_cast<uint32_t*>(z), n);
-                     default:
-                       return select(c, st[0], static_cast<const uint64_t*>(x), st[1],
-                                     static_cast<const uint64_t*>(y), st[2], static_cast<uint64_t*>(z), n);
-                   }
-                 });
+    for_each_run(
+        loop, args.pool, mathk::kGrainCheap,
+        [&](const int64_t* offs, int64_t o, int64_t n, const int64_t* st) {
+          const uint8_t* c = pc + offs[0];
+          const void* x = px + size_t(offs[1]) * es;
+          const void* y = py + size_t(offs[2]) * es;
+          void* z = po + size_t(o) * es;
+          // Values are moved as bits of their size, whatever their dtype.
+          switch (es) {
+            case 1:
+              return select(c, st[0], static_cast<const uint8_t*>(x), st[1],
+                            static_cast<const uint8_t*>(y), st[2], static_cast<uint8_t*>(z), n);
+            case 2:
+              return select(c, st[0], static_cast<const uint16_t*>(x), st[1],
+                            static_cast<const uint16_t*>(y), st[2], static_cast<uint16_t*>(z), n);
+            case 4:
+              return select(c, st[0], static_cast<const uint32_t*>(x), st[1],
+                            static_cast<const uint32_t*>(y), st[2], static_cast<uint32_t*>(z), n);
+            default:
+              return select(c, st[0], static_cast<const uint64_t*>(x), st[1],
+                            static_cast<const uint64_t*>(y), st[2], static_cast<uint64_t*>(z), n);
+          }
+        });
     return Status::ok();
   }
 };
@@ -396,17 +413,27 @@ Result<std::unique_ptr<Op>> make_where(const NodeContext& ctx) {
 
 const char* unop_name(UnOp op) {
   switch (op) {
-    case UnOp::Neg: return "Neg";
-    case UnOp::Abs: return "Abs";
-    case UnOp::Sqrt: return "Sqrt";
-    case UnOp::Exp: return "Exp";
-    case UnOp::Log: return "Log";
-    case UnOp::Erf: return "Erf";
-    case UnOp::Relu: return "Relu";
-    case UnOp::Sigmoid: return "Sigmoid";
-    case UnOp::Tanh: return "Tanh";
+    case UnOp::Neg:
+      return "Neg";
+    case UnOp::Abs:
+      return "Abs";
+    case UnOp::Sqrt:
+      return "Sqrt";
+    case UnOp::Exp:
+      return "Exp";
+    case UnOp::Log:
+      return "Log";
+    case UnOp::Erf:
+      return "Erf";
+    case UnOp::Relu:
+      return "Relu";
+    case UnOp::Sigmoid:
+      return "Sigmoid";
+    case UnOp::Tanh:
+      return "Tanh";
     case UnOp::GeluErf:
-    case UnOp::GeluTanh: return "Gelu";
+    case UnOp::GeluTanh:
+      return "Gelu";
   }
   return "?";
 }
@@ -434,8 +461,8 @@ class UnaryOp final : public Op {
     const bool ints_ok = op_ == UnOp::Neg || op_ == UnOp::Abs;
     if (t != DType::Float32 && !(ints_ok && (t == DType::Int64 || t == DType::Int32)))
       return Status::invalid_argument(std::string(unop_name(op_)) + " takes " +
-                                      (ints_ok ? "float32, int64 or int32" : "float32") + " input, got " +
-                                      dtype_str(t));
+                                      (ints_ok ? "float32, int64 or int32" : "float32") +
+                                      " input, got " + dtype_str(t));
     out[0].dtype = t;
     out[0].shape = in[0].shape;
     return Status::ok();
@@ -445,7 +472,8 @@ class UnaryOp final : public Op {
     const TensorView& x = *args.in[0];
     TensorView& out = *args.out[0];
     const int64_t n = out.count();
-    const bool cheap = op_ == UnOp::Neg || op_ == UnOp::Abs || op_ == UnOp::Relu || op_ == UnOp::Sqrt;
+    const bool cheap =
+        op_ == UnOp::Neg || op_ == UnOp::Abs || op_ == UnOp::Relu || op_ == UnOp::Sqrt;
     const UnOp op = op_;
     const mathk::Path path = path_;
     const DType dt = x.dtype;
@@ -455,8 +483,10 @@ class UnaryOp final : public Op {
           switch (dt) {
             case DType::Float32:
               return mathk::unary(path, op, x.as<const float>() + b, out.as<float>() + b, e - b);
-            case DType::Int64: return int_unary(op, x.as<const int64_t>() + b, out.as<int64_t>() + b, e - b);
-            default: return int_unary(op, x.as<const int32_t>() + b, out.as<int32_t>() + b, e - b);
+            case DType::Int64:
+              return int_unary(op, x.as<const int64_t>() + b, out.as<int64_t>() + b, e - b);
+            default:
+              return int_unary(op, x.as<const int32_t>() + b, out.as<int32_t>() + b, e - b);
           }
         },
         cheap ? mathk::kGrainCheap : mathk::kGrainHeavy);

@@ -21,18 +21,28 @@ constexpr float kSqrt2OverPi = 0.79788456080286536f;
 
 float scalar_unary(UnOp op, float x) {
   switch (op) {
-    case UnOp::Neg: return -x;
-    case UnOp::Abs: return std::fabs(x);
-    case UnOp::Sqrt: return std::sqrt(x);
-    case UnOp::Exp: return std::exp(x);
-    case UnOp::Log: return std::log(x);
-    case UnOp::Erf: return std::erf(x);
-    case UnOp::Relu: return x < 0.0f ? 0.0f : x;  // NaN passes through
-    case UnOp::Sigmoid: return 1.0f / (1.0f + std::exp(-x));
-    case UnOp::Tanh: return std::tanh(x);
+    case UnOp::Neg:
+      return -x;
+    case UnOp::Abs:
+      return std::fabs(x);
+    case UnOp::Sqrt:
+      return std::sqrt(x);
+    case UnOp::Exp:
+      return std::exp(x);
+    case UnOp::Log:
+      return std::log(x);
+    case UnOp::Erf:
+      return std::erf(x);
+    case UnOp::Relu:
+      return x < 0.0f ? 0.0f : x;  // NaN passes through
+    case UnOp::Sigmoid:
+      return 1.0f / (1.0f + std::exp(-x));
+    case UnOp::Tanh:
+      return std::tanh(x);
     // 1 + erf(u) as erfc(-u): no cancellation in the negative tail.
     // (in double: the float product x / sqrt(2) would cost 2 u^2 ulps there).
-    case UnOp::GeluErf: return float(0.5 * double(x) * std::erfc(-double(x) * 0.70710678118654752));
+    case UnOp::GeluErf:
+      return float(0.5 * double(x) * std::erfc(-double(x) * 0.70710678118654752));
     // 0.5 (1 + tanh(v)) = 1 / (1 + exp(-2v)): the same, without the
     // cancellation; in double, as exp(-2v) of a rounded v loses |2v| ulps.
     case UnOp::GeluTanh: {
@@ -44,13 +54,18 @@ float scalar_unary(UnOp op, float x) {
   return x;
 }
 
-float scalar_binary(BinOp op, float a, float b) {
+[[maybe_unused]] float scalar_binary(BinOp op, float a, float b) {
   switch (op) {
-    case BinOp::Add: return a + b;
-    case BinOp::Sub: return a - b;
-    case BinOp::Mul: return a * b;
-    case BinOp::Div: return a / b;
-    case BinOp::Pow: return std::pow(a, b);
+    case BinOp::Add:
+      return a + b;
+    case BinOp::Sub:
+      return a - b;
+    case BinOp::Mul:
+      return a * b;
+    case BinOp::Div:
+      return a / b;
+    case BinOp::Pow:
+      return std::pow(a, b);
   }
   return a;
 }
@@ -130,7 +145,8 @@ CAIRN_AVX2 inline __m256 abs8(__m256 x) {
 }
 
 CAIRN_AVX2 inline __m256 copysign8(__m256 mag, __m256 sign_of) {
-  const __m256 sign = _mm256_and_ps(sign_of, _mm256_castsi256_ps(_mm256_set1_epi32(int(0x80000000u))));
+  const __m256 sign =
+      _mm256_and_ps(sign_of, _mm256_castsi256_ps(_mm256_set1_epi32(int(0x80000000u))));
   return _mm256_or_ps(abs8(mag), sign);
 }
 
@@ -149,7 +165,8 @@ constexpr float kExpUnder = -103.972077f;  // ln(2^-150)
 CAIRN_AVX2 inline __m256 exp8(__m256 x) {
   const __m256 over = _mm256_cmp_ps(x, _mm256_set1_ps(88.72283935546875f), _CMP_GT_OQ);
   const __m256 under = _mm256_cmp_ps(x, _mm256_set1_ps(kExpUnder), _CMP_LT_OQ);
-  x = _mm256_max_ps(_mm256_min_ps(x, _mm256_set1_ps(88.72283935546875f)), _mm256_set1_ps(kExpUnder));
+  x = _mm256_max_ps(_mm256_min_ps(x, _mm256_set1_ps(88.72283935546875f)),
+                    _mm256_set1_ps(kExpUnder));
   const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
@@ -171,7 +188,6 @@ CAIRN_AVX2 inline __m256 exp8(__m256 x) {
   const __m256 res = _mm256_andnot_ps(under, _mm256_mul_ps(_mm256_mul_ps(y, s1), s2));
   return _mm256_blendv_ps(res, _mm256_set1_ps(std::numeric_limits<float>::infinity()), over);
 }
-
 
 // erfc(z) for z >= 0: Numerical Recipes' erfcc, a Chebyshev fit with relative
 // error under 1.2e-7 in exact arithmetic.
@@ -198,7 +214,8 @@ CAIRN_AVX2 inline __m256 erfc_pos8(__m256 z, __m256 z2_hi, __m256 z2_lo) {
   const __m256 bb = _mm256_sub_ps(s, a);
   const __m256 err = _mm256_add_ps(_mm256_sub_ps(a, _mm256_sub_ps(s, bb)), _mm256_sub_ps(p, bb));
   const __m256 e = exp8(s);
-  const __m256 r = _mm256_mul_ps(_mm256_mul_ps(t, e), _mm256_add_ps(one, _mm256_sub_ps(err, z2_lo)));
+  const __m256 r =
+      _mm256_mul_ps(_mm256_mul_ps(t, e), _mm256_add_ps(one, _mm256_sub_ps(err, z2_lo)));
   // erfc(10.5) is 1e-49, 0 in float; z = inf would make z2_lo a NaN.
   return _mm256_andnot_ps(_mm256_cmp_ps(z, _mm256_set1_ps(10.5f), _CMP_GT_OQ), r);
 }
@@ -262,7 +279,8 @@ CAIRN_AVX2 inline __m256 gelu_erf8(__m256 x) {
   // u^2 = x^2 / 2 from x, exactly split, not from the rounded u.
   const __m256 half = _mm256_set1_ps(0.5f);
   const __m256 x2 = _mm256_mul_ps(x, x);
-  const __m256 ec = erfc_pos8(au, _mm256_mul_ps(x2, half), _mm256_mul_ps(_mm256_fmsub_ps(x, x, x2), half));
+  const __m256 ec =
+      erfc_pos8(au, _mm256_mul_ps(x2, half), _mm256_mul_ps(_mm256_fmsub_ps(x, x, x2), half));
   const __m256 pos = _mm256_cmp_ps(u, _mm256_setzero_ps(), _CMP_GT_OQ);
   const __m256 big = _mm256_blendv_ps(ec, _mm256_sub_ps(_mm256_set1_ps(2.0f), ec), pos);
   const __m256 mid = _mm256_add_ps(_mm256_set1_ps(1.0f), erf_small8(u));
@@ -284,17 +302,28 @@ CAIRN_AVX2 inline __m256 gelu_tanh8(__m256 x) {
 template <UnOp Op>
 CAIRN_AVX2 inline __m256 unary8(__m256 x) {
   switch (Op) {
-    case UnOp::Neg: return _mm256_xor_ps(x, _mm256_set1_ps(-0.0f));
-    case UnOp::Abs: return abs8(x);
-    case UnOp::Sqrt: return _mm256_sqrt_ps(x);
-    case UnOp::Exp: return keep_nan8(x, exp8(x));
-    case UnOp::Relu: return _mm256_max_ps(_mm256_setzero_ps(), x);  // NaN (second operand) passes
-    case UnOp::Erf: return erf8(x);
-    case UnOp::Sigmoid: return sigmoid8(x);
-    case UnOp::Tanh: return tanh8(x);
-    case UnOp::GeluErf: return gelu_erf8(x);
-    case UnOp::GeluTanh: return gelu_tanh8(x);
-    case UnOp::Log: break;  // not vectorised: unary() runs it as Scalar
+    case UnOp::Neg:
+      return _mm256_xor_ps(x, _mm256_set1_ps(-0.0f));
+    case UnOp::Abs:
+      return abs8(x);
+    case UnOp::Sqrt:
+      return _mm256_sqrt_ps(x);
+    case UnOp::Exp:
+      return keep_nan8(x, exp8(x));
+    case UnOp::Relu:
+      return _mm256_max_ps(_mm256_setzero_ps(), x);  // NaN (second operand) passes
+    case UnOp::Erf:
+      return erf8(x);
+    case UnOp::Sigmoid:
+      return sigmoid8(x);
+    case UnOp::Tanh:
+      return tanh8(x);
+    case UnOp::GeluErf:
+      return gelu_erf8(x);
+    case UnOp::GeluTanh:
+      return gelu_tanh8(x);
+    case UnOp::Log:
+      break;  // not vectorised: unary() runs it as Scalar
   }
   return x;
 }
@@ -313,28 +342,44 @@ CAIRN_AVX2 void unary_loop(const float* x, float* out, int64_t n) {
 
 void unary_avx2(UnOp op, const float* x, float* out, int64_t n) {
   switch (op) {
-    case UnOp::Neg: return unary_loop<UnOp::Neg>(x, out, n);
-    case UnOp::Abs: return unary_loop<UnOp::Abs>(x, out, n);
-    case UnOp::Sqrt: return unary_loop<UnOp::Sqrt>(x, out, n);
-    case UnOp::Exp: return unary_loop<UnOp::Exp>(x, out, n);
-    case UnOp::Relu: return unary_loop<UnOp::Relu>(x, out, n);
-    case UnOp::Erf: return unary_loop<UnOp::Erf>(x, out, n);
-    case UnOp::Sigmoid: return unary_loop<UnOp::Sigmoid>(x, out, n);
-    case UnOp::Tanh: return unary_loop<UnOp::Tanh>(x, out, n);
-    case UnOp::GeluErf: return unary_loop<UnOp::GeluErf>(x, out, n);
-    case UnOp::GeluTanh: return unary_loop<UnOp::GeluTanh>(x, out, n);
-    case UnOp::Log: return;  // not vectorised: unary() runs it as Scalar
+    case UnOp::Neg:
+      return unary_loop<UnOp::Neg>(x, out, n);
+    case UnOp::Abs:
+      return unary_loop<UnOp::Abs>(x, out, n);
+    case UnOp::Sqrt:
+      return unary_loop<UnOp::Sqrt>(x, out, n);
+    case UnOp::Exp:
+      return unary_loop<UnOp::Exp>(x, out, n);
+    case UnOp::Relu:
+      return unary_loop<UnOp::Relu>(x, out, n);
+    case UnOp::Erf:
+      return unary_loop<UnOp::Erf>(x, out, n);
+    case UnOp::Sigmoid:
+      return unary_loop<UnOp::Sigmoid>(x, out, n);
+    case UnOp::Tanh:
+      return unary_loop<UnOp::Tanh>(x, out, n);
+    case UnOp::GeluErf:
+      return unary_loop<UnOp::GeluErf>(x, out, n);
+    case UnOp::GeluTanh:
+      return unary_loop<UnOp::GeluTanh>(x, out, n);
+    case UnOp::Log:
+      return;  // not vectorised: unary() runs it as Scalar
   }
 }
 
 template <BinOp Op>
 CAIRN_AVX2 inline __m256 binary8(__m256 a, __m256 b) {
   switch (Op) {
-    case BinOp::Add: return _mm256_add_ps(a, b);
-    case BinOp::Sub: return _mm256_sub_ps(a, b);
-    case BinOp::Mul: return _mm256_mul_ps(a, b);
-    case BinOp::Div: return _mm256_div_ps(a, b);
-    case BinOp::Pow: break;  // not vectorised: binary() runs it as Scalar
+    case BinOp::Add:
+      return _mm256_add_ps(a, b);
+    case BinOp::Sub:
+      return _mm256_sub_ps(a, b);
+    case BinOp::Mul:
+      return _mm256_mul_ps(a, b);
+    case BinOp::Div:
+      return _mm256_div_ps(a, b);
+    case BinOp::Pow:
+      break;  // not vectorised: binary() runs it as Scalar
   }
   return a;
 }
@@ -342,7 +387,8 @@ CAIRN_AVX2 inline __m256 binary8(__m256 a, __m256 b) {
 // Add/Sub/Mul/Div are single IEEE roundings, so these match the Scalar form bit
 // for bit. One instantiation per op, so the loops carry no switch.
 template <BinOp Op>
-CAIRN_AVX2 void binary_loop(const float* a, int64_t sa, const float* b, int64_t sb, float* out, int64_t n) {
+CAIRN_AVX2 void binary_loop(const float* a, int64_t sa, const float* b, int64_t sb, float* out,
+                            int64_t n) {
   int64_t i = 0;
   if (sa && sb) {
     for (; i + 8 <= n; i += 8)
@@ -357,13 +403,19 @@ CAIRN_AVX2 void binary_loop(const float* a, int64_t sa, const float* b, int64_t 
   for (; i < n; ++i) out[i] = scalar_binary(Op, a[i * sa], b[i * sb]);
 }
 
-void binary_avx2(BinOp op, const float* a, int64_t sa, const float* b, int64_t sb, float* out, int64_t n) {
+void binary_avx2(BinOp op, const float* a, int64_t sa, const float* b, int64_t sb, float* out,
+                 int64_t n) {
   switch (op) {
-    case BinOp::Add: return binary_loop<BinOp::Add>(a, sa, b, sb, out, n);
-    case BinOp::Sub: return binary_loop<BinOp::Sub>(a, sa, b, sb, out, n);
-    case BinOp::Mul: return binary_loop<BinOp::Mul>(a, sa, b, sb, out, n);
-    case BinOp::Div: return binary_loop<BinOp::Div>(a, sa, b, sb, out, n);
-    case BinOp::Pow: return;  // not vectorised: binary() runs it as Scalar
+    case BinOp::Add:
+      return binary_loop<BinOp::Add>(a, sa, b, sb, out, n);
+    case BinOp::Sub:
+      return binary_loop<BinOp::Sub>(a, sa, b, sb, out, n);
+    case BinOp::Mul:
+      return binary_loop<BinOp::Mul>(a, sa, b, sb, out, n);
+    case BinOp::Div:
+      return binary_loop<BinOp::Div>(a, sa, b, sb, out, n);
+    case BinOp::Pow:
+      return;  // not vectorised: binary() runs it as Scalar
   }
 }
 
@@ -399,7 +451,8 @@ CAIRN_AVX2 float exp_sub_sum_avx2(const float* x, float m, float* out, int64_t n
     const int64_t end = std::min(n, i + kSumBlock);
     __m256 acc = _mm256_setzero_ps();
     for (; i + 8 <= end; i += 8) {
-      const __m256 e = keep_nan8(_mm256_loadu_ps(x + i), exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm)));
+      const __m256 e =
+          keep_nan8(_mm256_loadu_ps(x + i), exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm)));
       _mm256_storeu_ps(out + i, e);
       acc = _mm256_add_ps(acc, e);
     }
@@ -425,8 +478,8 @@ CAIRN_AVX2 void affine_avx2(const float* x, float s, float t, float* out, int64_
   for (; i < n; ++i) out[i] = x[i] * s + t;
 }
 
-CAIRN_AVX2 void layer_norm_avx2(const float* x, const float* scale, const float* bias, float eps, float* out,
-                                int64_t n, float* mean_out, float* inv_out) {
+CAIRN_AVX2 void layer_norm_avx2(const float* x, const float* scale, const float* bias, float eps,
+                                float* out, int64_t n, float* mean_out, float* inv_out) {
   double sum = 0.0;
   int64_t i = 0;
   while (i + 8 <= n) {
@@ -457,8 +510,9 @@ CAIRN_AVX2 void layer_norm_avx2(const float* x, const float* scale, const float*
   const __m256 vinv = _mm256_set1_ps(inv);
   i = 0;
   for (; i + 8 <= n; i += 8) {
-    const __m256 y = _mm256_mul_ps(_mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i), vmean), vinv),
-                                   _mm256_loadu_ps(scale + i));
+    const __m256 y =
+        _mm256_mul_ps(_mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i), vmean), vinv),
+                      _mm256_loadu_ps(scale + i));
     _mm256_storeu_ps(out + i, bias ? _mm256_add_ps(y, _mm256_loadu_ps(bias + i)) : y);
   }
   for (; i < n; ++i) {
@@ -470,7 +524,7 @@ CAIRN_AVX2 void layer_norm_avx2(const float* x, const float* scale, const float*
 }
 #endif  // __x86_64__
 
-bool use_avx2(Path p) { return p == Path::Avx2 && supported(Path::Avx2); }
+[[maybe_unused]] bool use_avx2(Path p) { return p == Path::Avx2 && supported(Path::Avx2); }
 
 }  // namespace
 
@@ -524,8 +578,8 @@ void affine(Path p, const float* x, float s, float t, float* out, int64_t n) {
   affine_scalar(x, s, t, out, n);
 }
 
-void layer_norm_row(Path p, const float* x, const float* scale, const float* bias, float eps, float* out,
-                    int64_t n, float* mean, float* inv_std) {
+void layer_norm_row(Path p, const float* x, const float* scale, const float* bias, float eps,
+                    float* out, int64_t n, float* mean, float* inv_std) {
 #if defined(__x86_64__)
   if (use_avx2(p)) return layer_norm_avx2(x, scale, bias, eps, out, n, mean, inv_std);
 #endif

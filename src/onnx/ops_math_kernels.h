@@ -56,7 +56,7 @@ void affine(Path p, const float* x, float s, float t, float* out, int64_t n);
 // out = (x - mean) * inv_std * scale + bias (bias may be null) with mean and
 // the variance (mean of squared deviations, two passes) over the row;
 // returns them through *mean and *inv_std = 1 / sqrt(var + eps).
-void layer_norm_row(Path p, const float* x, const float* scale, const float* bias, float eps, float* out,
-                    int64_t n, float* mean, float* inv_std);
+void layer_norm_row(Path p, const float* x, const float* scale, const float* bias, float eps,
+                    float* out, int64_t n, float* mean, float* inv_std);
 
 }  // namespace cairn::onnx::mathk

@@ -35,7 +35,8 @@ class SoftmaxOp final : public Op {
     (void)present;
     const char* name = log_ ? "LogSoftmax" : "Softmax";
     if (in[0].dtype != DType::Float32)
-      return Status::invalid_argument(std::string(name) + " takes float32 input, got " + dtype_str(in[0].dtype));
+      return Status::invalid_argument(std::string(name) + " takes float32 input, got " +
+                                      dtype_str(in[0].dtype));
     CAIRN_RETURN_IF_ERROR(normalize_axis(axis_, int64_t(in[0].shape.size())).status());
     out[0] = TensorInfo{DType::Float32, in[0].shape, nullptr};
     return Status::ok();
@@ -121,7 +122,8 @@ Result<std::unique_ptr<Op>> make_softmax(const NodeContext& ctx) {
   CAIRN_RETURN_IF_ERROR(mathk::check_node(node, 1, 1, 1, {"axis"}));
   // Before opset 13 the input was flattened to 2-D at `axis` (default 1).
   if (node.opset < 13)
-    return Status::invalid_argument(node.op_type + " before opset 13 (flattening to 2-D) is not supported");
+    return Status::invalid_argument(node.op_type +
+                                    " before opset 13 (flattening to 2-D) is not supported");
   CAIRN_ASSIGN_OR_RETURN(int64_t axis, node.get_int("axis", -1));
   return std::unique_ptr<Op>(new SoftmaxOp(Log, axis));
 }
@@ -141,7 +143,11 @@ bool matches_norm_shape(const Shape& s, const Shape& norm) {
 class LayerNormOp final : public Op {
  public:
   LayerNormOp(int64_t axis, float eps, bool has_bias, bool want_mean, bool want_inv)
-      : axis_(axis), eps_(eps), has_bias_(has_bias), want_mean_(want_mean), want_inv_(want_inv),
+      : axis_(axis),
+        eps_(eps),
+        has_bias_(has_bias),
+        want_mean_(want_mean),
+        want_inv_(want_inv),
         path_(mathk::best_path()) {}
 
   Status infer(std::span<const TensorInfo> in, std::span<const bool> present,
@@ -150,19 +156,21 @@ class LayerNormOp final : public Op {
     for (size_t i = 0; i < in.size(); ++i) {
       if (!present[i]) continue;
       if (in[i].dtype != DType::Float32)
-        return Status::invalid_argument("LayerNormalization takes float32 inputs, input " + std::to_string(i) +
-                                        " is " + dtype_str(in[i].dtype));
+        return Status::invalid_argument("LayerNormalization takes float32 inputs, input " +
+                                        std::to_string(i) + " is " + dtype_str(in[i].dtype));
     }
     CAIRN_ASSIGN_OR_RETURN(int64_t axis, normalize_axis(axis_, int64_t(xs.size())));
     const Shape norm(xs.begin() + axis, xs.end());
     if (prod(norm, 0, norm.size()) == 0)
-      return Status::invalid_argument("LayerNormalization over normalised dims " + shape_string(norm) +
-                                      " with no elements");
+      return Status::invalid_argument("LayerNormalization over normalised dims " +
+                                      shape_string(norm) + " with no elements");
     if (!matches_norm_shape(in[1].shape, norm))
-      return Status::invalid_argument("LayerNormalization's Scale has shape " + shape_string(in[1].shape) +
+      return Status::invalid_argument("LayerNormalization's Scale has shape " +
+                                      shape_string(in[1].shape) +
                                       ", expected the normalised dims " + shape_string(norm));
     if (has_bias_ && present[2] && !matches_norm_shape(in[2].shape, norm))
-      return Status::invalid_argument("LayerNormalization's B has shape " + shape_string(in[2].shape) +
+      return Status::invalid_argument("LayerNormalization's B has shape " +
+                                      shape_string(in[2].shape) +
                                       ", expected the normalised dims " + shape_string(norm));
     out[0] = TensorInfo{DType::Float32, xs, nullptr};
     Shape stat(xs.begin(), xs.begin() + axis);
@@ -177,7 +185,8 @@ class LayerNormOp final : public Op {
     const int64_t rows = prod(xt.shape, 0, axis), n = prod(xt.shape, axis, xt.shape.size());
     const float* x = xt.as<const float>();
     const float* scale = args.in[1]->as<const float>();
-    const float* bias = has_bias_ && args.in.size() > 2 && args.in[2] ? args.in[2]->as<const float>() : nullptr;
+    const float* bias =
+        has_bias_ && args.in.size() > 2 && args.in[2] ? args.in[2]->as<const float>() : nullptr;
     float* y = args.out[0]->as<float>();
     auto stat_out = [&](size_t i, bool want) -> float* {
       return want && args.out.size() > i && args.out[i] ? args.out[i]->as<float>() : nullptr;
@@ -220,7 +229,8 @@ Result<std::unique_ptr<Op>> make_layer_norm(const NodeContext& ctx) {
     return Status::invalid_argument("LayerNormalization's epsilon " + std::to_string(eps) +
                                     " is not a finite non-negative number");
   auto wants = [&](size_t i) { return node.outputs.size() > i && !node.outputs[i].empty(); };
-  return std::unique_ptr<Op>(new LayerNormOp(axis, float(eps), node.has_input(2), wants(1), wants(2)));
+  return std::unique_ptr<Op>(
+      new LayerNormOp(axis, float(eps), node.has_input(2), wants(1), wants(2)));
 }
 
 // ---- BatchNormalization (inference) -----------------------------------------------------
@@ -235,22 +245,23 @@ class BatchNormOp final : public Op {
     static const char* const kNames[] = {"X", "scale", "B", "input_mean", "input_var"};
     for (size_t i = 0; i < 5; ++i)
       if (in[i].dtype != DType::Float32)
-        return Status::invalid_argument(std::string("BatchNormalization takes float32 inputs, ") + kNames[i] +
-                                        " is " + dtype_str(in[i].dtype));
+        return Status::invalid_argument(std::string("BatchNormalization takes float32 inputs, ") +
+                                        kNames[i] + " is " + dtype_str(in[i].dtype));
     const Shape& xs = in[0].shape;
     if (xs.size() < 2)
       return Status::invalid_argument("BatchNormalization's X has shape " + shape_string(xs) +
                                       ", expected [N, C, ...]");
     for (size_t i = 1; i < 5; ++i)
       if (in[i].shape != Shape{xs[1]})
-        return Status::invalid_argument(std::string("BatchNormalization's ") + kNames[i] + " has shape " +
-                                        shape_string(in[i].shape) + ", expected [" + std::to_string(xs[1]) +
-                                        "] (X's channels)");
+        return Status::invalid_argument(std::string("BatchNormalization's ") + kNames[i] +
+                                        " has shape " + shape_string(in[i].shape) + ", expected [" +
+                                        std::to_string(xs[1]) + "] (X's channels)");
     out[0] = TensorInfo{DType::Float32, xs, nullptr};
     return Status::ok();
   }
 
-  size_t scratch_bytes(std::span<const TensorInfo> in, std::span<const TensorInfo> out) const override {
+  size_t scratch_bytes(std::span<const TensorInfo> in,
+                       std::span<const TensorInfo> out) const override {
     (void)out;
     return 2 * size_t(in[0].shape[1]) * sizeof(float);
   }
@@ -278,7 +289,8 @@ class BatchNormOp final : public Op {
     args.pool.parallel_for(
         batch * c,
         [&](int64_t p0, int64_t p1) {
-          for (int64_t p = p0; p < p1; ++p) mathk::affine(path, x + p * inner, a[p % c], b[p % c], y + p * inner, inner);
+          for (int64_t p = p0; p < p1; ++p)
+            mathk::affine(path, x + p * inner, a[p % c], b[p % c], y + p * inner, inner);
         },
         std::max<int64_t>(1, mathk::kGrainCheap / inner));
     return Status::ok();
@@ -294,12 +306,14 @@ Result<std::unique_ptr<Op>> make_batch_norm(const NodeContext& ctx) {
   CAIRN_RETURN_IF_ERROR(mathk::check_node(node, 5, 5, 3, {"epsilon", "momentum", "training_mode"}));
   CAIRN_ASSIGN_OR_RETURN(int64_t training, node.get_int("training_mode", 0));
   if (training != 0)
-    return Status::invalid_argument("BatchNormalization with training_mode=" + std::to_string(training) +
-                                    " is not supported (inference only)");
+    return Status::invalid_argument(
+        "BatchNormalization with training_mode=" + std::to_string(training) +
+        " is not supported (inference only)");
   for (size_t i = 1; i < node.outputs.size(); ++i)
     if (!node.outputs[i].empty())
       return Status::invalid_argument("BatchNormalization in inference has one output; output " +
-                                      std::to_string(i) + " ('" + node.outputs[i] + "') is asked for");
+                                      std::to_string(i) + " ('" + node.outputs[i] +
+                                      "') is asked for");
   CAIRN_ASSIGN_OR_RETURN(double eps, node.get_float("epsilon", 1e-5));
   CAIRN_RETURN_IF_ERROR(node.get_float("momentum", 0.9).status());
   if (!(eps >= 0.0) || !std::isfinite(eps))
