@@ -26,5 +26,7 @@ void register_bench_model(CLI::App& app, CommandResult& result);
 void register_controller(CLI::App& app, CommandResult& result);
 void register_worker(CLI::App& app, CommandResult& result);
 void register_client(CLI::App& app, CommandResult& result);
+void register_run_onnx(CLI::App& app, CommandResult& result);
+void register_bench_onnx(CLI::App& app, CommandResult& result);
 
 }  // namespace cairn::cli
