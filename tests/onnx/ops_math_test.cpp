@@ -243,6 +243,41 @@ TEST(OnnxMathBinary, BroadcastShapesAgainstIndexReference) {
     for (const auto& [sa, sb] : cases) check_binary(op, sa, sb, seed++);
 }
 
+// Random shapes of rank up to 5 (dims 1 to 4, some dropped or set to 1 on
+// one side): every merge of plan() against the index reference, for a
+// binary op and for Where's three inputs.
+TEST(OnnxMathBinary, RandomBroadcastShapes) {
+  std::mt19937 rng(42);
+  auto rnd = [&](int n) { return int(rng() % uint32_t(n)); };
+  for (int iter = 0; iter < 300; ++iter) {
+    const int rank = rnd(6);
+    Shape full(static_cast<size_t>(rank));
+    for (auto& d : full) d = 1 + rnd(4);
+    auto variant = [&]() {
+      Shape s = full;
+      for (auto& d : s)
+        if (rnd(3) == 0) d = 1;
+      const int drop = rnd(int(s.size()) + 1);
+      return Shape(s.begin() + drop, s.end());
+    };
+    const Shape sa = variant(), sb = variant(), sc = variant();
+    SCOPED_TRACE(shape_string(sa) + " " + shape_string(sb) + " " + shape_string(sc));
+    Buf a = random_f32(sa, uint32_t(iter)), b = random_f32(sb, uint32_t(iter) + 1000);
+    Buf sub = run1(make_node("Sub", 2), {&a, &b});
+    for (int64_t o = 0; o < sub.count(); ++o)
+      ASSERT_EQ(sub.as<float>()[o], a.as<float>()[bcast_index(sub.shape, sa, o)] -
+                                        b.as<float>()[bcast_index(sub.shape, sb, o)]);
+    Buf c(DType::Bool, sc);
+    for (int64_t i = 0; i < c.count(); ++i) c.as<uint8_t>()[i] = uint8_t(rng() & 1);
+    Buf w = run1(make_node("Where", 3), {&c, &a, &b});
+    for (int64_t o = 0; o < w.count(); ++o) {
+      const bool cond = c.as<uint8_t>()[bcast_index(w.shape, sc, o)];
+      ASSERT_EQ(w.as<float>()[o], cond ? a.as<float>()[bcast_index(w.shape, sa, o)]
+                                       : b.as<float>()[bcast_index(w.shape, sb, o)]);
+    }
+  }
+}
+
 TEST(OnnxMathBinary, PowSquareIsExact) {
   Buf a = random_f32({1000}, 7);
   Buf two = f32({}, {2.0f});
