@@ -1,19 +1,567 @@
-// onnx/session.cpp — (being written)
+// onnx/session.cpp — loads a parsed graph onto operators and runs it.
+// At load: one Op per node from its factory, and every node whose inputs are
+// all constants run once (folded) so later factories see constant inputs.
+// Per set of input shapes (a plan): every tensor's shape, the small values
+// computable before running (Shape -> Gather -> Concat -> Reshape chains),
+// and one arena where tensors whose lifetimes do not overlap share bytes.
+// A run binds the caller's inputs in place, runs the steps and copies the
+// outputs out; nothing else is allocated.
 #include "onnx/session.h"
+
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+#include <cstring>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <list>
+#include <mutex>
+#include <new>
+#include <unordered_map>
+
+#include "onnx/graph.h"
+#include "onnx/tensor.h"
 
 namespace cairn::onnx {
 
-Result<std::unique_ptr<Session>> Session::load(const std::string& path, SessionOptions options) {
-  (void)options;
-  return Status::error("ONNX models are not supported yet: " + path);
+namespace {
+
+constexpr size_t kAlign = 64;
+// Nodes whose inputs are all known at plan time are run then when their
+// outputs are at most this many elements (shape arithmetic, not data).
+constexpr int64_t kPlanEvalElems = 64 * 1024;
+// Folding at load keeps its outputs for the session's life; bigger results
+// (a ConstantOfShape of a huge shape) are left to run time.
+constexpr uint64_t kLoadFoldBytes = uint64_t(64) << 20;
+
+// Operators whose outputs depend only on their inputs' shapes, never their
+// data: the planner evaluates them (with no input data bound) so the shape
+// arithmetic after them folds too.
+bool reads_shapes_only(const std::string& op_type) { return op_type == "Shape" || op_type == "Size"; }
+
+struct AlignedFree {
+  void operator()(std::byte* p) const { ::operator delete[](p, std::align_val_t(kAlign)); }
+};
+using Buffer = std::unique_ptr<std::byte[], AlignedFree>;
+
+Buffer alloc_aligned(size_t n) {
+  if (n == 0) return {};
+  return Buffer(static_cast<std::byte*>(::operator new[](n, std::align_val_t(kAlign))));
 }
+
+std::string copy_bytes(const TensorView& v) {
+  const size_t n = v.bytes();
+  return n ? std::string(static_cast<const char*>(v.data), n) : std::string();
+}
+
+size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+// Where zero-byte tensors point, so no operator sees a null buffer.
+alignas(kAlign) std::byte g_empty[kAlign];
+
+std::string dims_string(const ValueInfo& v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.dims.size(); ++i) {
+    if (i) s += ", ";
+    if (v.dims[i] >= 0)
+      s += std::to_string(v.dims[i]);
+    else
+      s += i < v.dim_names.size() && !v.dim_names[i].empty() ? v.dim_names[i] : "?";
+  }
+  return s + "]";
+}
+
+// A tensor of the graph, by id.
+struct Value {
+  std::string name;                    // "" for an omitted optional output
+  const TensorView* constant = nullptr;  // initializers and load-time folds
+  int input = -1;                      // graph input index
+};
+
+struct RNode {
+  Node node;
+  std::unique_ptr<Op> op;
+  std::vector<int> in;   // value ids; -1 for an omitted optional input
+  std::vector<int> out;  // value ids
+};
+
+struct Step {
+  const RNode* node = nullptr;
+  bool view = false;
+  int view_src = -1, view_dst = -1;
+  std::vector<const TensorView*> in;
+  std::vector<TensorView*> out;
+};
+
+struct Plan {
+  std::vector<Shape> key;
+  std::vector<TensorView> views;             // per value id; never resized once built
+  std::deque<values::Tensor> values;         // storage of plan-time evaluated tensors
+  std::vector<Step> steps;
+  Buffer arena;
+  size_t arena_bytes = 0;
+  void* scratch = nullptr;
+};
+
+class SessionImpl final : public Session {
+ public:
+  const std::vector<ValueInfo>& inputs() const override { return inputs_; }
+  const std::vector<ValueInfo>& outputs() const override { return outputs_; }
+  int64_t opset() const override { return opset_; }
+  int plans_cached() const override {
+    std::lock_guard lock(mu_);
+    return int(plans_.size());
+  }
+  size_t arena_bytes() const override {
+    std::lock_guard lock(mu_);
+    return last_arena_bytes_;
+  }
+  Result<std::vector<values::Tensor>> run(std::span<const values::Tensor* const> inputs) override;
+
+  Status init(Graph graph, SessionOptions options);
+
+ private:
+  int add_value(std::string name) {
+    values_.push_back({std::move(name), nullptr, -1});
+    return int(values_.size()) - 1;
+  }
+  const TensorView* add_constant(values::Tensor t) {
+    const values::Tensor& stored = const_store_.emplace_back(std::move(t));
+    return &const_views_.emplace_back(
+        TensorView{stored.dtype, stored.shape, const_cast<char*>(stored.data.data())});
+  }
+  Result<bool> fold(const Node& node, const Op& op, const std::vector<int>& in);
+  Status check_inputs(std::span<const values::Tensor* const> inputs) const;
+  Result<std::unique_ptr<Plan>> make_plan(std::span<const values::Tensor* const> inputs) const;
+
+  std::vector<ValueInfo> inputs_, outputs_;
+  std::vector<bool> output_typed_;
+  int64_t opset_ = 0;
+  std::vector<Value> values_;
+  std::deque<values::Tensor> const_store_;  // deques: constants' addresses never move
+  std::deque<TensorView> const_views_;
+  std::vector<RNode> nodes_;  // the nodes left to run (folded ones dropped)
+  std::vector<int> input_ids_, output_ids_;
+  std::unique_ptr<ThreadPool> own_pool_;
+  ThreadPool* pool_ = nullptr;
+  size_t max_plans_ = 16;
+
+  mutable std::mutex mu_;
+  std::list<std::unique_ptr<Plan>> plans_;  // most recently used first
+  size_t last_arena_bytes_ = 0;
+};
+
+// Runs a node whose inputs are all constants once, making its outputs
+// constants. False (not an error) when its outputs are too big to keep.
+Result<bool> SessionImpl::fold(const Node& node, const Op& op, const std::vector<int>& in) {
+  std::vector<TensorInfo> in_info(in.size());
+  std::unique_ptr<bool[]> present(new bool[in.size() + 1]);
+  std::vector<const TensorView*> in_views(in.size(), nullptr);
+  for (size_t i = 0; i < in.size(); ++i) {
+    present[i] = in[i] >= 0;
+    if (in[i] < 0) continue;
+    const TensorView* c = values_[size_t(in[i])].constant;
+    in_info[i] = {c->dtype, c->shape, c};
+    in_views[i] = c;
+  }
+  std::vector<TensorInfo> out_info(node.outputs.size());
+  CAIRN_RETURN_IF_ERROR(
+      op.infer(in_info, std::span<const bool>(present.get(), in.size()), out_info).with_context(node.describe()));
+  uint64_t total = 0;
+  for (const auto& o : out_info) {
+    auto n = checked_count(o.shape, values::dtype_size(o.dtype));
+    if (!n) return n.status().with_context(node.describe());
+    total += uint64_t(*n) * values::dtype_size(o.dtype);
+  }
+  if (op.is_view()) {
+    if (node.outputs.size() != 1 || in_views.empty() || !in_views[0])
+      return Status::internal(node.describe() + ": a view operator needs one input and one output");
+    const TensorView* src = in_views[0];
+    if (TensorView{out_info[0].dtype, out_info[0].shape, nullptr}.bytes() != src->bytes())
+      return Status::internal(node.describe() + ": view output's size differs from its input's");
+    const TensorView* v = &const_views_.emplace_back(TensorView{out_info[0].dtype, out_info[0].shape, src->data});
+    const int id = add_value(node.outputs[0]);
+    values_[size_t(id)].constant = v;
+    return true;
+  }
+  bool all_given = true;
+  for (const auto& o : out_info) all_given = all_given && o.value != nullptr;
+  if (total > kLoadFoldBytes && !all_given) return false;
+
+  std::vector<const TensorView*> outs(node.outputs.size());
+  if (all_given) {
+    // infer() knew the values (a Constant): copy them, the op is dropped.
+    for (size_t i = 0; i < outs.size(); ++i) {
+      const TensorView* v = out_info[i].value;
+      outs[i] = add_constant(values::Tensor{v->dtype, v->shape, copy_bytes(*v)});
+    }
+  } else {
+    std::vector<TensorView*> out_views(node.outputs.size());
+    for (size_t i = 0; i < outs.size(); ++i) {
+      const TensorView* v = add_constant(values::Tensor{out_info[i].dtype, out_info[i].shape,
+                                                         std::string(TensorView{out_info[i].dtype, out_info[i].shape, nullptr}.bytes(), '\0')});
+      outs[i] = v;
+      out_views[i] = const_cast<TensorView*>(v);
+      if (out_views[i]->bytes() == 0) out_views[i]->data = g_empty;
+    }
+    Buffer scratch = alloc_aligned(op.scratch_bytes(in_info, out_info));
+    const RunArgs args{in_views, out_views, scratch.get(), *pool_};
+    CAIRN_RETURN_IF_ERROR(op.run(args).with_context(node.describe()));
+  }
+  for (size_t i = 0; i < outs.size(); ++i) {
+    const int id = add_value(node.outputs[i]);
+    values_[size_t(id)].constant = outs[i];
+  }
+  return true;
+}
+
+Status SessionImpl::init(Graph graph, SessionOptions options) {
+  inputs_ = std::move(graph.inputs);
+  outputs_ = std::move(graph.outputs);
+  output_typed_ = std::move(graph.output_typed);
+  opset_ = graph.opset;
+  max_plans_ = size_t(std::max(options.max_plans, 1));
+  if (options.pool) {
+    pool_ = options.pool;
+  } else {
+    own_pool_ = std::make_unique<ThreadPool>(options.threads);
+    pool_ = own_pool_.get();
+  }
+
+  std::unordered_map<std::string, int> ids;
+  for (auto& init : graph.initializers) {
+    const int id = add_value(init.name);
+    values_[size_t(id)].constant = add_constant(std::move(init.tensor));
+    ids[init.name] = id;
+  }
+  graph.initializers.clear();
+  for (size_t i = 0; i < inputs_.size(); ++i) {
+    const int id = add_value(inputs_[i].name);
+    values_[size_t(id)].input = int(i);
+    ids[inputs_[i].name] = id;
+    input_ids_.push_back(id);
+  }
+
+  for (auto& node : graph.nodes) {
+    OpFactory factory = options.op_lookup ? options.op_lookup(node.op_type) : find_op(node.op_type);
+    if (!factory) {
+      std::string list;
+      for (auto name : supported_ops()) list += (list.empty() ? "" : ", ") + std::string(name);
+      return Status::invalid_argument(node.describe() + ": operator " + node.op_type +
+                                      " is not supported; cairn runs: " + (list.empty() ? "(none)" : list));
+    }
+    std::vector<int> in;
+    std::vector<const TensorView*> constants;
+    bool all_constant = true;
+    for (const auto& name : node.inputs) {
+      if (name.empty()) {
+        in.push_back(-1);
+        constants.push_back(nullptr);
+        continue;
+      }
+      const int id = ids.at(name);  // graph.cpp checked every input is defined earlier
+      in.push_back(id);
+      constants.push_back(values_[size_t(id)].constant);
+      all_constant = all_constant && values_[size_t(id)].constant;
+    }
+    auto op = factory(NodeContext{node, constants});
+    if (!op) return op.status().with_context(node.describe());
+    if (!*op) return Status::internal(node.describe() + ": the operator's factory made nothing");
+    if (all_constant) {
+      const size_t before = values_.size();
+      CAIRN_ASSIGN_OR_RETURN(const bool folded, fold(node, **op, in));
+      if (folded) {
+        for (size_t i = 0; i < node.outputs.size(); ++i)
+          if (!node.outputs[i].empty()) ids[node.outputs[i]] = int(before + i);
+        continue;
+      }
+    }
+    RNode r{std::move(node), std::move(*op), std::move(in), {}};
+    for (const auto& name : r.node.outputs) {
+      const int id = add_value(name);
+      if (!name.empty()) ids[name] = id;
+      r.out.push_back(id);
+    }
+    nodes_.push_back(std::move(r));
+  }
+  for (const auto& o : outputs_) output_ids_.push_back(ids.at(o.name));  // checked by graph.cpp
+  return Status::ok();
+}
+
+Status SessionImpl::check_inputs(std::span<const values::Tensor* const> inputs) const {
+  if (inputs.size() != inputs_.size()) {
+    std::string names;
+    for (const auto& v : inputs_) names += (names.empty() ? "" : ", ") + v.name;
+    return Status::invalid_argument("the model takes " + std::to_string(inputs_.size()) + " inputs (" + names +
+                                    "), got " + std::to_string(inputs.size()));
+  }
+  // Messages are built only on failure: a planned forward allocates nothing here.
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const ValueInfo& want = inputs_[i];
+    const values::Tensor* t = inputs[i];
+    auto what = [&] { return "input '" + want.name + "'"; };
+    if (!t) return Status::invalid_argument(what() + " is missing", want.name);
+    if (t->dtype != want.dtype)
+      return Status::invalid_argument(what() + " is " + values::dtype_name(t->dtype) + ", the model takes " +
+                                          values::dtype_name(want.dtype),
+                                      want.name);
+    const size_t elem = values::dtype_size(t->dtype);
+    auto n = checked_count(t->shape, elem);
+    if (!n) return n.status().with_context(what()).with_param(want.name);
+    if (uint64_t(t->data.size()) != uint64_t(*n) * elem)
+      return Status::invalid_argument(what() + " has " + std::to_string(t->data.size()) + " bytes, its shape " +
+                                          shape_string(t->shape) + " needs " + std::to_string(uint64_t(*n) * elem),
+                                      want.name);
+    if (!want.has_shape) continue;
+    bool ok = t->shape.size() == want.dims.size();
+    for (size_t d = 0; ok && d < want.dims.size(); ++d) ok = want.dims[d] < 0 || want.dims[d] == t->shape[d];
+    if (!ok)
+      return Status::invalid_argument(what() + " has shape " + shape_string(t->shape) + ", the model takes " +
+                                          dims_string(want),
+                                      want.name);
+  }
+  return Status::ok();
+}
+
+Result<std::unique_ptr<Plan>> SessionImpl::make_plan(std::span<const values::Tensor* const> inputs) const {
+  auto plan = std::make_unique<Plan>();
+  const size_t nv = values_.size();
+  plan->views.resize(nv);
+  std::vector<TensorView>& views = plan->views;
+  std::vector<const TensorView*> known(nv, nullptr);  // values known before running
+  std::vector<int> root(nv);                         // whose bytes a tensor is (views alias)
+  std::vector<int> def(nv, -1), last(nv, -1);       // step indices, for arena tensors
+  std::vector<bool> in_arena(nv, false);
+  for (size_t id = 0; id < nv; ++id) {
+    root[id] = int(id);
+    if (values_[id].constant) {
+      views[id] = *values_[id].constant;
+      known[id] = values_[id].constant;
+    } else if (values_[id].input >= 0) {
+      const values::Tensor* t = inputs[size_t(values_[id].input)];
+      views[id] = TensorView{t->dtype, t->shape, nullptr};
+    }
+  }
+
+  size_t scratch = 0;
+  std::vector<TensorInfo> in_info, out_info;
+  std::vector<const TensorView*> in_views;
+  std::vector<TensorView*> out_views;
+  for (const RNode& r : nodes_) {
+    const Node& node = r.node;
+    in_info.assign(r.in.size(), TensorInfo{});
+    std::unique_ptr<bool[]> present(new bool[r.in.size() + 1]);
+    bool all_known = true;
+    for (size_t i = 0; i < r.in.size(); ++i) {
+      present[i] = r.in[i] >= 0;
+      if (r.in[i] < 0) continue;
+      const TensorView& v = views[size_t(r.in[i])];
+      in_info[i] = {v.dtype, v.shape, known[size_t(r.in[i])]};
+      all_known = all_known && known[size_t(r.in[i])];
+    }
+    out_info.assign(r.out.size(), TensorInfo{});
+    CAIRN_RETURN_IF_ERROR(r.op->infer(in_info, std::span<const bool>(present.get(), r.in.size()), out_info)
+                              .with_context(node.describe()));
+    int64_t out_elems = 0;
+    bool all_given = true;
+    for (size_t i = 0; i < r.out.size(); ++i) {
+      auto n = checked_count(out_info[i].shape, values::dtype_size(out_info[i].dtype));
+      if (!n) return n.status().with_context(node.describe() + ": output '" + node.outputs[i] + "'");
+      out_elems += *n;
+      views[size_t(r.out[i])] = TensorView{out_info[i].dtype, out_info[i].shape, nullptr};
+      all_given = all_given && out_info[i].value;
+    }
+    if (all_given) {  // infer() knew the values outright
+      for (size_t i = 0; i < r.out.size(); ++i) {
+        views[size_t(r.out[i])] = *out_info[i].value;
+        known[size_t(r.out[i])] = &views[size_t(r.out[i])];
+      }
+      continue;
+    }
+    if (r.op->is_view()) {
+      if (r.out.size() != 1 || r.in.empty() || r.in[0] < 0)
+        return Status::internal(node.describe() + ": a view operator needs one input and one output");
+      const int src = r.in[0], dst = r.out[0];
+      if (views[size_t(dst)].bytes() != views[size_t(src)].bytes())
+        return Status::internal(node.describe() + ": view output's size differs from its input's");
+      root[size_t(dst)] = root[size_t(src)];
+      views[size_t(dst)].data = views[size_t(src)].data;
+      if (known[size_t(src)]) {
+        known[size_t(dst)] = &views[size_t(dst)];
+        continue;
+      }
+      Step s;
+      s.node = &r;
+      s.view = true;
+      s.view_src = src;
+      s.view_dst = dst;
+      const int at = int(plan->steps.size());
+      if (in_arena[size_t(root[size_t(src)])]) last[size_t(root[size_t(src)])] = at;
+      plan->steps.push_back(std::move(s));
+      continue;
+    }
+    const bool shape_only = reads_shapes_only(node.op_type);
+    if ((all_known || shape_only) && out_elems <= kPlanEvalElems) {
+      // Evaluated now: its outputs become values the next infer() can read.
+      in_views.assign(r.in.size(), nullptr);
+      for (size_t i = 0; i < r.in.size(); ++i)
+        if (r.in[i] >= 0) in_views[i] = &views[size_t(r.in[i])];
+      out_views.assign(r.out.size(), nullptr);
+      for (size_t i = 0; i < r.out.size(); ++i) {
+        TensorView& v = views[size_t(r.out[i])];
+        values::Tensor& t = plan->values.emplace_back(values::Tensor{v.dtype, v.shape, std::string(v.bytes(), '\0')});
+        v.data = v.bytes() ? static_cast<void*>(t.data.data()) : g_empty;
+        out_views[i] = &v;
+        known[size_t(r.out[i])] = &v;
+      }
+      Buffer tmp = alloc_aligned(r.op->scratch_bytes(in_info, out_info));
+      const RunArgs args{in_views, out_views, tmp.get(), *pool_};
+      CAIRN_RETURN_IF_ERROR(r.op->run(args).with_context(node.describe()));
+      continue;
+    }
+    scratch = std::max(scratch, r.op->scratch_bytes(in_info, out_info));
+    const int at = int(plan->steps.size());
+    for (int id : r.in)
+      if (id >= 0 && in_arena[size_t(root[size_t(id)])]) last[size_t(root[size_t(id)])] = at;
+    for (int id : r.out) {
+      in_arena[size_t(id)] = true;
+      def[size_t(id)] = at;
+      last[size_t(id)] = at;
+    }
+    Step s;
+    s.node = &r;
+    plan->steps.push_back(std::move(s));
+  }
+  for (size_t i = 0; i < output_ids_.size(); ++i) {
+    const int id = output_ids_[i];
+    if (output_typed_[i] && views[size_t(id)].dtype != outputs_[i].dtype)
+      return Status::invalid_argument("graph output '" + outputs_[i].name + "' is declared " +
+                                      values::dtype_name(outputs_[i].dtype) + " but computed as " +
+                                      values::dtype_name(views[size_t(id)].dtype));
+    if (in_arena[size_t(root[size_t(id)])]) last[size_t(root[size_t(id)])] = INT_MAX;
+  }
+
+  // Arena layout: biggest tensors first, each at the best-fitting gap among
+  // the tensors already placed whose lifetimes overlap its own.
+  struct Slot {
+    int id;
+    size_t size, offset;
+  };
+  std::vector<Slot> slots;
+  for (size_t id = 0; id < nv; ++id)
+    if (in_arena[id] && views[id].bytes() > 0) slots.push_back({int(id), align_up(views[id].bytes()), 0});
+  std::stable_sort(slots.begin(), slots.end(), [](const Slot& a, const Slot& b) { return a.size > b.size; });
+  size_t total = 0;
+  std::vector<const Slot*> placed, live;
+  for (Slot& s : slots) {
+    live.clear();
+    for (const Slot* p : placed)
+      if (def[size_t(p->id)] <= last[size_t(s.id)] && def[size_t(s.id)] <= last[size_t(p->id)]) live.push_back(p);
+    std::sort(live.begin(), live.end(), [](const Slot* a, const Slot* b) { return a->offset < b->offset; });
+    size_t best = SIZE_MAX, best_gap = SIZE_MAX, cursor = 0;
+    for (const Slot* p : live) {
+      if (p->offset > cursor && p->offset - cursor >= s.size && p->offset - cursor < best_gap) {
+        best = cursor;
+        best_gap = p->offset - cursor;
+      }
+      cursor = std::max(cursor, p->offset + p->size);
+    }
+    s.offset = best != SIZE_MAX ? best : cursor;
+    total = std::max(total, s.offset + s.size);
+    placed.push_back(&s);
+  }
+  const size_t scratch_at = total;
+  plan->arena_bytes = total + align_up(scratch);
+  plan->arena = alloc_aligned(plan->arena_bytes);
+  std::byte* base = plan->arena.get();
+  for (size_t id = 0; id < nv; ++id)
+    if (in_arena[id]) views[id].data = g_empty;
+  for (const Slot& s : slots) views[size_t(s.id)].data = base + s.offset;
+  plan->scratch = scratch ? static_cast<void*>(base + scratch_at) : nullptr;
+  // Views of arena tensors point where their roots now are.
+  for (Step& s : plan->steps)
+    if (s.view && in_arena[size_t(root[size_t(s.view_src)])]) views[size_t(s.view_dst)].data = views[size_t(s.view_src)].data;
+
+  for (Step& s : plan->steps) {
+    if (s.view) continue;
+    for (int id : s.node->in) s.in.push_back(id >= 0 ? &views[size_t(id)] : nullptr);
+    for (int id : s.node->out) s.out.push_back(&views[size_t(id)]);
+  }
+  return plan;
+}
+
+Result<std::vector<values::Tensor>> SessionImpl::run(std::span<const values::Tensor* const> inputs) {
+  std::lock_guard lock(mu_);
+  CAIRN_RETURN_IF_ERROR(check_inputs(inputs));
+  auto it = plans_.begin();
+  for (; it != plans_.end(); ++it) {
+    const auto& key = (*it)->key;
+    bool same = true;
+    for (size_t i = 0; same && i < inputs.size(); ++i) same = key[i] == inputs[i]->shape;
+    if (same) break;
+  }
+  if (it != plans_.end()) {
+    plans_.splice(plans_.begin(), plans_, it);
+  } else {
+    CAIRN_ASSIGN_OR_RETURN(auto plan, make_plan(inputs));
+    for (const auto* t : inputs) plan->key.push_back(t->shape);
+    plans_.push_front(std::move(plan));
+    while (plans_.size() > max_plans_) plans_.pop_back();
+  }
+  Plan& plan = *plans_.front();
+  last_arena_bytes_ = plan.arena_bytes;
+
+  // The caller's bytes are read in place: operators never write their inputs.
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    TensorView& v = plan.views[size_t(input_ids_[i])];
+    v.data = inputs[i]->data.empty() ? static_cast<void*>(g_empty) : const_cast<char*>(inputs[i]->data.data());
+  }
+  for (const Step& s : plan.steps) {
+    if (s.view) {
+      plan.views[size_t(s.view_dst)].data = plan.views[size_t(s.view_src)].data;
+      continue;
+    }
+    const RunArgs args{s.in, s.out, plan.scratch, *pool_};
+    Status st = s.node->op->run(args);
+    if (!st.is_ok()) return st.with_context(s.node->node.describe());  // describe() allocates: only on failure
+  }
+  std::vector<values::Tensor> out;
+  out.reserve(output_ids_.size());
+  for (int id : output_ids_) {
+    const TensorView& v = plan.views[size_t(id)];
+    out.push_back(values::Tensor{v.dtype, v.shape, copy_bytes(v)});
+  }
+  return out;
+}
+
+}  // namespace
 
 Result<std::unique_ptr<Session>> Session::load_bytes(std::string_view bytes, const std::string& base_dir,
                                                      SessionOptions options) {
-  (void)bytes;
-  (void)base_dir;
-  (void)options;
-  return Status::error("ONNX models are not supported yet");
+  CAIRN_ASSIGN_OR_RETURN(Graph graph, parse_model(bytes, base_dir));
+  auto session = std::make_unique<SessionImpl>();
+  CAIRN_RETURN_IF_ERROR(session->init(std::move(graph), std::move(options)));
+  return std::unique_ptr<Session>(std::move(session));
+}
+
+Result<std::unique_ptr<Session>> Session::load(const std::string& path, SessionOptions options) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const auto size = fs::file_size(path, ec);
+  if (ec) return Status::invalid_argument("ONNX model '" + path + "': " + ec.message());
+  if (size > kMaxModelBytes)
+    return Status::invalid_argument("ONNX model '" + path + "' is " + std::to_string(size) +
+                                    " bytes, over protobuf's 2 GiB limit (store the weights as external data)");
+  std::ifstream in(path, std::ios::binary);
+  std::string bytes(size, '\0');
+  if (!in || !in.read(bytes.data(), std::streamsize(size)))
+    return Status::invalid_argument("ONNX model '" + path + "' cannot be read");
+  fs::path dir = fs::path(path).parent_path();
+  if (dir.empty()) dir = ".";
+  auto s = load_bytes(bytes, dir.string(), std::move(options));
+  if (!s) return s.status().with_context("ONNX model '" + path + "'");
+  return s;
 }
 
 }  // namespace cairn::onnx

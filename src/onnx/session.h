@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -17,6 +18,7 @@
 #include "core/status.h"
 #include "core/thread_pool.h"
 #include "core/value.h"
+#include "onnx/op.h"
 
 namespace cairn::onnx {
 
@@ -36,6 +38,9 @@ struct SessionOptions {
   int threads = 0;  // for the session's own pool: 0 = default_size()
   // Plans kept (least recently used dropped first); each holds its arena.
   int max_plans = 16;
+  // Where op types are looked up; empty: find_op (the real table). Tests
+  // inject their own operators through it.
+  std::function<OpFactory(std::string_view)> op_lookup;
 };
 
 class Session {
@@ -63,6 +68,9 @@ class Session {
 
   // Plans currently cached (tests, stats).
   virtual int plans_cached() const = 0;
+  // Bytes of the arena (intermediate tensors and scratch) of the plan the
+  // last run() used, 0 before any run (tests, stats).
+  virtual size_t arena_bytes() const = 0;
 };
 
 }  // namespace cairn::onnx

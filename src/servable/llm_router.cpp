@@ -33,7 +33,8 @@ Result<LlmRouter::Target> LlmRouter::find(const std::string& model) const {
   std::vector<Target> all;
   for (const auto& v : versions_())
     for (size_t i = 0; i < v->model_count(); ++i)
-      all.push_back({v, &v->model(static_cast<int>(i)), v->model_name(static_cast<int>(i))});
+      if (auto* llm = v->llm(static_cast<int>(i)))
+        all.push_back({v, llm, v->model_name(static_cast<int>(i))});
   if (all.empty()) return Status::not_found("no servable has a GGUF model");
   if (model.empty()) {
     if (all.size() == 1) return all.front();
@@ -106,7 +107,8 @@ std::vector<serving::ModelInfo> LlmRouter::models() const {
   if (!ready_()) return out;
   for (const auto& v : versions_())
     for (size_t i = 0; i < v->model_count(); ++i)
-      for (auto m : v->model(static_cast<int>(i)).models()) out.push_back(std::move(m));
+      if (auto* llm = v->llm(static_cast<int>(i)))
+        for (auto m : llm->models()) out.push_back(std::move(m));
   return out;
 }
 
@@ -115,7 +117,9 @@ serving::Health LlmRouter::health() const {
   h.state = ready_() ? serving::HealthState::Ready : serving::HealthState::Loading;
   for (const auto& v : versions_())
     for (size_t i = 0; i < v->model_count(); ++i) {
-      auto mh = v->model(static_cast<int>(i)).health();
+      auto* llm = v->llm(static_cast<int>(i));
+      if (!llm) continue;
+      auto mh = llm->health();
       h.running += mh.running;
       h.waiting += mh.waiting;
     }
@@ -133,7 +137,7 @@ serving::BackendStats LlmRouter::stats() const {
   serving::BackendStats s;
   for (const auto& v : versions_())
     for (size_t i = 0; i < v->model_count(); ++i)
-      serving::add_stats(s, v->model(static_cast<int>(i)).stats());
+      if (auto* llm = v->llm(static_cast<int>(i))) serving::add_stats(s, llm->stats());
   return s;
 }
 

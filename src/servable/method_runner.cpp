@@ -277,9 +277,72 @@ class Run {
     return names;
   }
 
+  // A tensor model's stage: every live instance queued at once on the
+  // model's batcher (which merges them with other calls' instances).
+  void run_tensor(size_t s, TensorModel& model) {
+    const StageSpec& st = m_.stages[s];
+    struct Shared {
+      std::mutex mu;
+      std::condition_variable cv;
+      std::vector<std::optional<Result<Outputs>>> results;
+      size_t remaining = 0;
+    };
+    auto shared = std::make_shared<Shared>();
+    auto abandoned = std::make_shared<std::atomic<bool>>(false);
+    std::vector<size_t> members;
+    std::vector<TensorModel::Job> jobs;
+    for (size_t i = 0; i < errors_.size(); ++i) {
+      if (!alive(i)) continue;
+      TensorModel::Job job;
+      job.args = args(i, st);
+      job.abandoned = abandoned;
+      const size_t k = members.size();
+      job.done = [shared, k](Result<Outputs> r) {
+        std::lock_guard<std::mutex> lock(shared->mu);
+        shared->results[k] = std::move(r);
+        --shared->remaining;
+        shared->cv.notify_all();
+      };
+      members.push_back(i);
+      jobs.push_back(std::move(job));
+    }
+    if (members.empty()) return;
+    shared->results.resize(members.size());
+    shared->remaining = members.size();
+    model.submit(std::move(jobs));
+    const auto until = deadline();
+    std::unique_lock<std::mutex> lock(shared->mu);
+    Status late = Status::ok();
+    while (shared->remaining > 0) {
+      if (control_.cancelled()) {
+        late = Status::error(StatusCode::Cancelled, "the call was cancelled");
+        break;
+      }
+      if (Clock::now() >= until) {
+        late = Status::error(StatusCode::DeadlineExceeded, timeout_message(m_, st, opt_.stage_timeout_s));
+        break;
+      }
+      shared->cv.wait_until(lock, std::min(until, Clock::now() + std::chrono::milliseconds(100)));
+    }
+    *abandoned = true;
+    for (size_t k = 0; k < members.size(); ++k) {
+      auto& r = shared->results[k];
+      if (!r)
+        errors_[members[k]] = late;
+      else if (!r->is_ok())
+        errors_[members[k]] = r->status();
+      else
+        outputs_[members[k]][s] = std::move(r->value());
+    }
+  }
+
   void run_model(size_t s) {
     const StageSpec& st = m_.stages[s];
-    serving::Backend& backend = version_->model(st.model);
+    if (TensorModel* tm = version_->tensor_model(st.model)) {
+      run_tensor(s, *tm);
+      return;
+    }
+    serving::Backend& backend = *version_->llm(st.model);
     const auto& defaults = version_->config().models[st.model].options;
     const auto names = streamed_names(s);
     std::vector<std::pair<size_t, std::shared_ptr<Job>>> jobs;

@@ -3,7 +3,10 @@
 
 #include <spdlog/spdlog.h>
 
+#include <atomic>
+#include <condition_variable>
 #include <filesystem>
+#include <optional>
 
 #include "servable/llm_stage.h"
 
@@ -12,27 +15,87 @@ namespace cairn::servable {
 Result<std::vector<Value>> VersionModels::call_model(int model, std::vector<Value> args,
                                                      std::map<std::string, Value> kwargs) {
   serving::Backend* backend = nullptr;
+  TensorModel* tensor = nullptr;
   std::map<std::string, Value> defaults;
   std::string name;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (backends_.empty()) return Status::unavailable("the servable's models are not loaded");
-    if (model < 0 || model >= static_cast<int>(backends_.size()))
+    if (models_.empty()) return Status::unavailable("the servable's models are not loaded");
+    if (model < 0 || model >= static_cast<int>(models_.size()))
       return Status::invalid_argument("model.call(): no such model");
-    backend = backends_[model].get();
+    backend = models_[model].llm.get();
+    tensor = models_[model].tensor.get();
     defaults = config_->models[model].options;
     name = config_->models[model].file;
   }
-  // The backend outlives this call: it belongs to this object, which the
+  // The model outlives this call: it belongs to this object, which the
   // Python side holds (its weak reference locked) for the call's duration.
+  if (tensor) {
+    if (!kwargs.empty())
+      return Status::invalid_argument("model.call(): model '" + name +
+                                      "' is a tensor model and takes no keyword arguments");
+    return call_tensor_model(*tensor, std::move(args), timeout_s_);
+  }
   CAIRN_ASSIGN_OR_RETURN(auto req, llm_request(name, args, defaults, kwargs));
   return call_llm(*backend, std::move(req), 1, timeout_s_);
 }
 
-void VersionModels::set(std::vector<std::unique_ptr<serving::Backend>> backends) {
+void VersionModels::set(std::vector<LoadedModel> models) {
   std::lock_guard<std::mutex> lock(mu_);
-  backends_ = std::move(backends);
+  models_ = std::move(models);
 }
+
+Result<std::vector<Value>> call_tensor_model(TensorModel& model, std::vector<Value> args,
+                                             double timeout_s) {
+  struct Wait {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::optional<Result<std::vector<Value>>> result;
+  };
+  auto w = std::make_shared<Wait>();
+  auto abandoned = std::make_shared<std::atomic<bool>>(false);
+  TensorModel::Job job;
+  job.args = std::move(args);
+  job.abandoned = abandoned;
+  job.done = [w](Result<std::vector<Value>> r) {
+    std::lock_guard<std::mutex> lock(w->mu);
+    w->result = std::move(r);
+    w->cv.notify_all();
+  };
+  std::vector<TensorModel::Job> jobs;
+  jobs.push_back(std::move(job));
+  model.submit(std::move(jobs));
+  std::unique_lock<std::mutex> lock(w->mu);
+  const auto until = std::chrono::steady_clock::now() +
+                     std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                         std::chrono::duration<double>(timeout_s));
+  if (!w->cv.wait_until(lock, until, [&] { return w->result.has_value(); })) {
+    *abandoned = true;
+    return Status::error(StatusCode::DeadlineExceeded,
+                         "model '" + model.file() + "' did not answer within the " +
+                             std::to_string(static_cast<int64_t>(timeout_s)) + " s stage timeout");
+  }
+  return std::move(*w->result);
+}
+
+namespace {
+
+// The kernel pool of every tensor model in the process, made when the first
+// one loads and gone with the last: forwards of different models take turns
+// on all cores rather than each model owning threads that fight for them.
+std::shared_ptr<ThreadPool> shared_tensor_pool() {
+  static std::mutex mu;
+  static std::weak_ptr<ThreadPool> pool;
+  std::lock_guard<std::mutex> lock(mu);
+  auto p = pool.lock();
+  if (!p) {
+    p = std::make_shared<ThreadPool>(0);
+    pool = p;
+  }
+  return p;
+}
+
+}  // namespace
 
 Result<std::shared_ptr<Version>> Version::load(const std::string& servable_name,
                                                const std::string& servable_dir, uint64_t number,
@@ -54,31 +117,62 @@ Result<std::shared_ptr<Version>> Version::load(const std::string& servable_name,
   int gguf = 0;
   for (const auto& m : v->config_.models)
     if (m.format == "GGUF") ++gguf;
-  std::vector<std::unique_ptr<serving::Backend>> backends;
-  for (const auto& m : v->config_.models) {
-    if (m.format != "GGUF")
+  std::shared_ptr<ThreadPool> tensor_pool = options.tensor_pool;
+  std::vector<LoadedModel> models;
+  for (size_t index = 0; index < v->config_.models.size(); ++index) {
+    const auto& m = v->config_.models[index];
+    LoadedModel loaded;
+    std::string name;
+    if (m.format == "ONNX") {
+      for (const auto& method : v->config_.methods)
+        for (const auto& st : method.stages)
+          if (st.kind == StageSpec::Kind::Model && st.model == static_cast<int>(index) &&
+              !st.kwargs.empty())
+            return Status::invalid_argument(where + " method '" + method.name + "': stage '" +
+                                            st.name + "' passes keyword arguments to tensor model '" +
+                                            m.file + "', which takes only its inputs");
+      if (!tensor_pool) tensor_pool = shared_tensor_pool();
+      auto tm = TensorModel::load(m, tensor_pool);
+      if (!tm.is_ok()) return Status::invalid_argument(where + ": " + tm.status().message());
+      for (const auto& method : v->config_.methods)
+        for (const auto& st : method.stages)
+          if (st.kind == StageSpec::Kind::Model && st.model == static_cast<int>(index) &&
+              static_cast<size_t>(st.outputs_count) != (*tm)->output_count())
+            return Status::invalid_argument(
+                where + " method '" + method.name + "': stage '" + st.name + "' asks for " +
+                std::to_string(st.outputs_count) + " outputs; model '" + m.file + "' has " +
+                std::to_string((*tm)->output_count()));
+      spdlog::info("{}: model '{}' loaded ({} inputs, {} outputs, up to {} instances per forward)",
+                   where, m.file, (*tm)->input_count(), (*tm)->output_count(),
+                   (*tm)->batch_limit());
+      loaded.tensor = std::move(tm.value());
+    } else if (m.format == "GGUF") {
+      for (const auto& method : v->config_.methods)
+        for (const auto& st : method.stages)
+          if (st.kind == StageSpec::Kind::Model && st.model == static_cast<int>(index) &&
+              st.outputs_count > kMaxLlmOutputs)
+            return Status::invalid_argument(
+                where + " method '" + method.name + "': stage '" + st.name + "' asks for " +
+                std::to_string(st.outputs_count) +
+                " outputs; an LLM stage gives at most 3 (text, token ids, finish reason)");
+      const std::string stem = fs::path(m.file).stem().string();
+      name = gguf == 1 ? servable_name : servable_name + "/" + stem;
+      serving::LocalBackendOptions o = options.llm;
+      o.model_path = m.path;
+      o.model_name = name;
+      auto local = serving::LocalBackend::create(o);
+      if (!local.is_ok()) return Status::invalid_argument(where + ": " + local.status().message());
+      spdlog::info("{}: model '{}' loaded (context {} tokens)", where, m.file, (*local)->n_ctx());
+      loaded.llm = std::move(local.value());
+    } else {
       return Status::invalid_argument(where + ": model '" + m.file + "' has format '" + m.format +
-                                      "', which cairn cannot run (formats: GGUF)");
-    for (const auto& method : v->config_.methods)
-      for (const auto& st : method.stages)
-        if (st.kind == StageSpec::Kind::Model && st.outputs_count > kMaxLlmOutputs)
-          return Status::invalid_argument(
-              where + " method '" + method.name + "': stage '" + st.name + "' asks for " +
-              std::to_string(st.outputs_count) +
-              " outputs; an LLM stage gives at most 3 (text, token ids, finish reason)");
-    const std::string stem = fs::path(m.file).stem().string();
-    std::string name = gguf == 1 ? servable_name : servable_name + "/" + stem;
-    serving::LocalBackendOptions o = options.llm;
-    o.model_path = m.path;
-    o.model_name = name;
-    auto local = serving::LocalBackend::create(o);
-    if (!local.is_ok()) return Status::invalid_argument(where + ": " + local.status().message());
-    spdlog::info("{}: model '{}' loaded (context {} tokens)", where, m.file, (*local)->n_ctx());
+                                      "', which cairn cannot run (formats: GGUF, ONNX)");
+    }
     v->names_.push_back(std::move(name));
-    backends.push_back(std::move(local.value()));
+    models.push_back(std::move(loaded));
   }
-  for (auto& b : backends) v->backends_.push_back(b.get());
-  v->caller_->set(std::move(backends));
+  for (auto& m : models) v->models_.push_back({m.llm.get(), m.tensor.get()});
+  v->caller_->set(std::move(models));
   return v;
 }
 
@@ -96,14 +190,15 @@ MethodInfo Version::info(const MethodSpec& m) const {
   for (size_t o = 0; o < m.outputs.size(); ++o) {
     const auto& ref = m.outputs[o];
     if (ref.source == ValueRef::Source::Stage && ref.output == 0 &&
-        m.stages[ref.index].kind == StageSpec::Kind::Model)
+        m.stages[ref.index].kind == StageSpec::Kind::Model && models_[m.stages[ref.index].model].llm)
       info.streamed_outputs.push_back(m.output_names[o]);
   }
   return info;
 }
 
 void Version::start_draining() {
-  for (auto* b : backends_) b->start_draining();
+  for (auto& m : models_)
+    if (m.llm) m.llm->start_draining();
 }
 
 }  // namespace cairn::servable

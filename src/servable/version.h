@@ -1,8 +1,8 @@
 // servable/version.h — one loaded version of a servable.
 // Owns what a version folder becomes: its recorded config (Python functions
-// included) and its models, each a serving::Backend (a GGUF model is a
-// LocalBackend with its own engine), plus the ModelCaller that Python stages'
-// model.call() reaches. Shared by every call that runs on it, so a version
+// included) and its models (a GGUF model is a serving::Backend, a
+// LocalBackend with its own engine; an ONNX model a TensorModel with its
+// batcher), plus the ModelCaller that Python stages' model.call() reaches. Shared by every call that runs on it, so a version
 // replaced by a newer one lives until its last call ends.
 #pragma once
 
@@ -18,12 +18,22 @@
 #include "servable/method_spec.h"
 #include "servable/python_runtime.h"
 #include "servable/runtime.h"
+#include "servable/tensor_model.h"
 
 namespace cairn::servable {
 
 struct VersionOptions {
   serving::LocalBackendOptions llm;  // model_path and model_name are set per model
   double stage_timeout_s = 60;
+  // The kernel threads of the tensor models; null: one pool shared by every
+  // tensor model of the process.
+  std::shared_ptr<ThreadPool> tensor_pool;
+};
+
+// One declared model: exactly one of the two is set.
+struct LoadedModel {
+  std::unique_ptr<serving::Backend> llm;
+  std::unique_ptr<TensorModel> tensor;
 };
 
 // The models of a version, as model.call() and the LLM stages reach them.
@@ -34,14 +44,19 @@ class VersionModels final : public ModelCaller {
       : config_(config), timeout_s_(timeout_s) {}
   Result<std::vector<Value>> call_model(int model, std::vector<Value> args,
                                         std::map<std::string, Value> kwargs) override;
-  void set(std::vector<std::unique_ptr<serving::Backend>> backends);
+  void set(std::vector<LoadedModel> models);
 
  private:
   std::mutex mu_;
-  const ServableConfig* config_;  // valid while backends_ is set
+  const ServableConfig* config_;  // valid while models_ is set
   double timeout_s_;
-  std::vector<std::unique_ptr<serving::Backend>> backends_;
+  std::vector<LoadedModel> models_;
 };
+
+// One instance through a tensor model, waited for up to timeout_s (a
+// Python stage's model.call()).
+Result<std::vector<Value>> call_tensor_model(TensorModel& model, std::vector<Value> args,
+                                             double timeout_s);
 
 class Version {
  public:
@@ -55,10 +70,12 @@ class Version {
   const ServableConfig& config() const { return config_; }
   const MethodSpec* method(const std::string& name) const;
   MethodInfo info(const MethodSpec& m) const;
-  // The model behind a Model stage; never null while the version lives.
-  serving::Backend& model(int index) const { return *backends_[index]; }
-  size_t model_count() const { return backends_.size(); }
-  // The OpenAI name of model `index`: the servable's name for its only GGUF
+  size_t model_count() const { return models_.size(); }
+  // The model behind a Model stage: its LLM backend (GGUF) or its tensor
+  // model (ONNX); the other is null.
+  serving::Backend* llm(int index) const { return models_[index].llm; }
+  TensorModel* tensor_model(int index) const { return models_[index].tensor; }
+  // The OpenAI name of LLM `index`: the servable's name for its only GGUF
   // model, else "<servable>/<file stem>".
   const std::string& model_name(int index) const { return names_[index]; }
   void start_draining();
@@ -68,7 +85,11 @@ class Version {
   uint64_t number_ = 0;
   ServableConfig config_;
   std::shared_ptr<VersionModels> caller_;
-  std::vector<serving::Backend*> backends_;  // owned by caller_
+  struct ModelRef {
+    serving::Backend* llm = nullptr;
+    TensorModel* tensor = nullptr;
+  };
+  std::vector<ModelRef> models_;  // owned by caller_
   std::vector<std::string> names_;
 };
 

@@ -210,7 +210,9 @@ def _ref(method, value, what):
 def declare_model(model_file, model_format, with_batch_dim=True, options=None,
                   without_batch_dim_inputs=None, context=None, config_file=None):
     """Declares a model file of this servable (resolved against the version
-    folder unless absolute) and returns its Model."""
+    folder unless absolute) and returns its Model. model_format "GGUF" (an
+    LLM; options are its generation defaults) or "ONNX" (a tensor model;
+    options: max_batch_size, max_queue_delay_microseconds, batching)."""
     del context, config_file  # device settings: cairn chooses its own
     ctx = _context()
     if ctx.recording is not None:
@@ -225,7 +227,7 @@ def declare_model(model_file, model_format, with_batch_dim=True, options=None,
         raise RegisterError(f"declare_model: model_file must be a file name, not {model_file!r}")
     what = f"declare_model('{model_file}')"
     if not isinstance(model_format, str) or not model_format:
-        raise RegisterError(f"{what}: model_format must be a str such as 'GGUF'")
+        raise RegisterError(f"{what}: model_format must be a str such as 'GGUF' or 'ONNX'")
     if not isinstance(with_batch_dim, bool):
         raise RegisterError(f"{what}: with_batch_dim must be True or False")
     if without_batch_dim_inputs is None:
