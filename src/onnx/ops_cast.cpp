@@ -4,9 +4,11 @@
 // chunks, so there is one reader per source dtype and one writer per
 // destination dtype rather than a loop per pair. Every conversion is defined
 // (no C++ undefined behaviour on any value):
-//   float -> integer: truncates toward zero; NaN gives 0; values beyond the
-//     target's range saturate to its min or max (so -1.5 -> uint8 is 0 and
-//     1e10 -> int32 is INT32_MAX);
+//   float -> integer: truncates toward zero into int32 (for 8/16/32-bit
+//     targets) or int64 (uint32, int64, uint64), then wraps to the target,
+//     as x86-64 code does, so ONNX Runtime gives the same there (-1.5 ->
+//     uint8 is 255, 300.7 -> uint8 is 44); beyond int32/int64 it saturates
+//     (1e10 -> int32 is INT32_MAX) and NaN gives 0;
 //   integer -> integer: two's-complement wrap (C++20 conversion), as a C cast;
 //   anything -> bool: != 0 (NaN is true); bool -> anything: 0 or 1;
 //   -> float32/float16/bfloat16: rounded to nearest even; a double beyond
@@ -15,6 +17,7 @@
 #include <cfloat>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
 #include "core/half.h"
 #include "onnx/ops_shape_common.h"
@@ -117,6 +120,23 @@ T saturate(double d) {
   return static_cast<T>(d);  // in range: truncates toward zero
 }
 
+// float -> integer the way x86-64 code (and so ONNX Runtime there) does it
+// for every value the intermediate integer type holds: truncate into int32
+// (targets of 8 to 32 bits, signed, and unsigned 8/16) or int64 (uint32,
+// int64, and negative values for uint64), then wrap to the target. Beyond
+// the intermediate's range it saturates, and NaN gives 0, where x86 gives
+// the "integer indefinite" value (C++ leaves both undefined).
+template <typename T>
+T float_to_int(double d) {
+  if constexpr (sizeof(T) < 4 || std::is_same_v<T, int32_t>) {
+    return static_cast<T>(saturate<int32_t>(d));
+  } else if constexpr (std::is_same_v<T, uint64_t>) {
+    return d < 0 ? static_cast<uint64_t>(saturate<int64_t>(d)) : saturate<uint64_t>(d);
+  } else {
+    return static_cast<T>(saturate<int64_t>(d));
+  }
+}
+
 template <typename T>
 void store_int(Wide w, const Chunk& c, int64_t n, void* dst) {
   T* y = static_cast<T*>(dst);
@@ -128,7 +148,7 @@ void store_int(Wide w, const Chunk& c, int64_t n, void* dst) {
       for (int64_t i = 0; i < n; ++i) y[i] = static_cast<T>(c.u[i]);
       return;
     case Wide::Real:
-      for (int64_t i = 0; i < n; ++i) y[i] = saturate<T>(c.f[i]);
+      for (int64_t i = 0; i < n; ++i) y[i] = float_to_int<T>(c.f[i]);
       return;
   }
 }

@@ -113,7 +113,8 @@ void reduce_any(const ReducePlan& p, int64_t in_count, int64_t out_count) {
       idx[k] = 0;
     }
   }
-  if (p.mean && out_count > 0) {
+  // The mean of nothing is 0, as ONNX Runtime gives (numpy would say NaN).
+  if (p.mean && out_count > 0 && in_count > 0) {
     const float n = float(in_count / out_count);
     for (int64_t i = 0; i < out_count; ++i) y[i] = T(float(y[i]) / n);
   }
