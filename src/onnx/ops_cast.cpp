@@ -106,14 +106,19 @@ float narrow(double d) {
   return d < 0 ? -big : big;
 }
 
+constexpr double pow2(int bits) {
+  double r = 1;
+  for (int i = 0; i < bits; ++i) r *= 2;
+  return r;
+}
+
 // A float truncated toward zero into the integer range [lo, hi] (given as
 // exact powers of two: lo = -2^(b-1) or 0, hi_excl = 2^(b-1) or 2^b).
 template <typename T>
 T saturate(double d) {
   constexpr bool is_signed = std::numeric_limits<T>::is_signed;
-  constexpr int bits = std::numeric_limits<T>::digits;  // excludes the sign bit
-  const double hi_excl = std::ldexp(1.0, bits);
-  const double lo = is_signed ? -hi_excl : 0.0;
+  constexpr double hi_excl = pow2(std::numeric_limits<T>::digits);  // digits excludes the sign bit
+  constexpr double lo = is_signed ? -hi_excl : 0.0;
   if (std::isnan(d)) return 0;
   if (d >= hi_excl) return std::numeric_limits<T>::max();
   if (d <= lo - 1 || (is_signed && d < lo)) return std::numeric_limits<T>::min();

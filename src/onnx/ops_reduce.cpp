@@ -363,6 +363,10 @@ struct TopKColumn {
     for (int64_t r = 0; r < k; ++r) slot(r) = r;
     for (int64_t j = k / 2; j-- > 0;) sift_down(j, k);
     for (int64_t r = k; r < n; ++r) {
+      // Quick reject against the worst kept value (false for NaN on either
+      // side, which then takes the full comparison).
+      const float v = x[r * st], top = x[slot(0) * st];
+      if (largest ? v < top : v > top) continue;
       if (better(r, slot(0))) {
         slot(0) = r;
         sift_down(0, k);
