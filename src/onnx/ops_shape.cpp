@@ -2,7 +2,7 @@
 // sources. Views (Reshape, Flatten, Squeeze, Unsqueeze, Identity) only
 // compute an output shape: the planner points the output at the input's
 // bytes and never runs them (their run() copies, should it ever be called).
-// Sources (Shape, Constant, ConstantOfShape) make a tensor from a shape or an
+// Sources (Shape, Size, Constant, ConstantOfShape) make a tensor from a shape or an
 // attribute; the planner usually evaluates them before running. Data
 // movement, Cast and the reductions are in their own files.
 #include <algorithm>
@@ -254,6 +254,27 @@ Result<std::unique_ptr<Op>> make_shape(const NodeContext& ctx) {
   return std::unique_ptr<Op>(new ShapeOp(start, end, ctx.node.has("end")));
 }
 
+// Size: the element count as an int64 scalar; like Shape it reads only the
+// input's shape.
+class SizeOp final : public Op {
+ public:
+  Status infer(std::span<const TensorInfo> in, std::span<const bool>, std::span<TensorInfo> out) const override {
+    CAIRN_RETURN_IF_ERROR(checked_count(in[0].shape).status());
+    out[0].dtype = DType::Int64;
+    out[0].shape = {};
+    return Status::ok();
+  }
+  Status run(const RunArgs& args) const override {
+    *args.out[0]->as<int64_t>() = args.in[0]->count();
+    return Status::ok();
+  }
+};
+
+Result<std::unique_ptr<Op>> make_size(const NodeContext& ctx) {
+  CAIRN_RETURN_IF_ERROR(check_arity(ctx.node, 1, 1, 1));
+  return std::unique_ptr<Op>(new SizeOp());
+}
+
 // Constant: the attribute's tensor, copied out on every run (the planner
 // usually keeps the value itself).
 class ConstantOp final : public Op {
@@ -371,6 +392,7 @@ void add_view_ops(OpTable& table) {
 
 void add_source_ops(OpTable& table) {
   table.add("Shape", make_shape);
+  table.add("Size", make_size);
   table.add("Constant", make_constant);
   table.add("ConstantOfShape", make_constant_of_shape);
 }

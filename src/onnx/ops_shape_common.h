@@ -21,7 +21,7 @@ namespace cairn::onnx::shape_ops {
 
 // Registration hooks, one per file of the family.
 void add_view_ops(OpTable& table);      // ops_shape.cpp: Reshape, Flatten, Squeeze, Unsqueeze, Identity
-void add_source_ops(OpTable& table);    // ops_shape.cpp: Shape, Constant, ConstantOfShape
+void add_source_ops(OpTable& table);    // ops_shape.cpp: Shape, Size, Constant, ConstantOfShape
 void add_movement_ops(OpTable& table);  // ops_shape_move.cpp: Transpose, Concat, Split, Slice, Gather
 void add_cast_ops(OpTable& table);      // ops_cast.cpp: Cast
 void add_reduce_ops(OpTable& table);    // ops_reduce.cpp: ReduceMean, ReduceSum, ArgMax, TopK

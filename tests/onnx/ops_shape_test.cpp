@@ -285,6 +285,15 @@ TEST(OnnxShapeOps, ShapeWithStartEnd) {
   EXPECT_EQ(data_of<int64_t>(e[0]), (std::vector<int64_t>{5}));
 }
 
+TEST(OnnxShapeOps, Size) {
+  Tensor x{DType::Float32, {2, 3, 4}, {}};  // data never read
+  ASSERT_RUN(a, make_node("Size", 1, 1), {data(x)});
+  EXPECT_EQ(a[0].shape, Shape{});
+  EXPECT_EQ(data_of<int64_t>(a[0]), (std::vector<int64_t>{24}));
+  ASSERT_RUN(b, make_node("Size", 1, 1), {data(Tensor{DType::Int64, {}, {}})});
+  EXPECT_EQ(data_of<int64_t>(b[0]), (std::vector<int64_t>{1}));
+}
+
 TEST(OnnxShapeOps, ConstantForms) {
   ASSERT_RUN(t, make_node("Constant", 0, 1, 13, {{"value", atensor(f32({1, 2, 3, 4}, {2, 2}))}}), {});
   EXPECT_EQ(t[0].shape, (Shape{2, 2}));
