@@ -164,7 +164,22 @@ class ReduceOp final : public Op {
       p.dims.push(v);
       p.reduced.push(has ? 0 : !noop_);
     }
-    for (size_t i = 0; has && i < axes.n; ++i) p.reduced[size_t(axes[i] < 0 ? axes[i] + int64_t(p.dims.n) : axes[i])] = 1;
+    for (size_t i = 0; has && i < axes.n; ++i) {
+      const int64_t a = axes[i] < 0 ? axes[i] + int64_t(p.dims.n) : axes[i];
+      if (a < 0 || a >= int64_t(p.dims.n)) return changed_axes();
+      p.reduced[size_t(a)] = 1;
+    }
+    // The axes must be the ones infer() saw (a plan is reused for inputs of
+    // the same shapes): the output planned for them is what gets written.
+    {
+      size_t j = 0;
+      bool same = true;
+      for (size_t k = 0; k < p.dims.n && same; ++k) {
+        if (p.reduced[k] && !keepdims_) continue;
+        same = j < y.shape.size() && y.shape[j++] == (p.reduced[k] ? 1 : p.dims[k]);
+      }
+      if (!same || j != y.shape.size()) return changed_axes();
+    }
     // Merge neighbours of the same kind, drop size-1 dims (they change
     // nothing), and see whether one reduced group is left.
     Dims g, gred;
@@ -218,6 +233,9 @@ class ReduceOp final : public Op {
   }
 
  private:
+  static Status changed_axes() {
+    return Status::invalid_argument("axes differ from those the plan was made for");
+  }
   ReduceKind kind_;
   bool keepdims_, noop_;
   IntsArg axes_;

@@ -340,6 +340,12 @@ class SliceOp final : public Op {
     CAIRN_RETURN_IF_ERROR(slice_params({d.v.data(), d.n}, {starts.v.data(), starts.n}, {ends.v.data(), ends.n},
                                        {axes.v.data(), axes.n}, has_axes, {steps.v.data(), steps.n}, has_steps,
                                        start.v.data(), step.v.data(), count.v.data()));
+    // The values must be the ones infer() saw (a plan is reused for inputs
+    // of the same shapes): never write past the output planned for them.
+    const Shape& ys = args.out[0]->shape;
+    for (size_t k = 0; k < d.n; ++k)
+      if (ys.size() != d.n || ys[k] != count[k])
+        return Status::invalid_argument("starts/ends/axes/steps differ from those the plan was made for");
     const int64_t e = int64_t(values::dtype_size(x.dtype));
     Dims st;
     strides_of(x.shape, st);

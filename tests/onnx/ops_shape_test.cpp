@@ -937,6 +937,43 @@ TEST(OnnxShapeOps, TopKBigAndRefusals) {
   EXPECT_EQ(data_of<int64_t>(n[1]), (std::vector<int64_t>{1, 2}));
 }
 
+// A plan made for one value of a known input, run with another (a plan is
+// reused for equal shapes): refused, never written past the output.
+std::string run_with_other_value(const Node& node, const Tensor& x, const Tensor& planned, const Tensor& actual,
+                                 const Tensor* extra = nullptr) {
+  auto op = find_op(node.op_type)(NodeContext{node, {}});
+  if (!op) return op.status().message();
+  TensorView xv{x.dtype, x.shape, const_cast<char*>(x.data.data())};
+  TensorView pv{planned.dtype, planned.shape, const_cast<char*>(planned.data.data())};
+  TensorView av{actual.dtype, actual.shape, const_cast<char*>(actual.data.data())};
+  TensorView ev = extra ? TensorView{extra->dtype, extra->shape, const_cast<char*>(extra->data.data())} : TensorView{};
+  std::vector<TensorInfo> in{{x.dtype, x.shape, nullptr}, {planned.dtype, planned.shape, &pv}};
+  if (extra) in.push_back({ev.dtype, ev.shape, &ev});
+  bool present[] = {true, true, true};
+  std::vector<TensorInfo> out(1);
+  Status st = (*op)->infer(in, std::span<const bool>(present, in.size()), out);
+  if (!st) return st.message();
+  std::string buf(size_t(count(out[0].shape)) * values::dtype_size(out[0].dtype), '\0');
+  TensorView yv{out[0].dtype, out[0].shape, buf.data()};
+  const TensorView* ins[] = {&xv, &av, &ev};
+  TensorView* outs[] = {&yv};
+  st = (*op)->run(RunArgs{std::span<const TensorView* const>(ins, in.size()), outs, nullptr, pool()});
+  return st ? "" : st.message();
+}
+
+TEST(OnnxShapeOps, RunRefusesValuesThePlanWasNotMadeFor) {
+  auto x = f32(iota_f(24), {2, 3, 4});
+  EXPECT_EQ(run_with_other_value(make_node("ReduceSum", 2, 1), x, i64({1}), i64({1})), "");
+  EXPECT_EQ(run_with_other_value(make_node("ReduceSum", 2, 1), x, i64({1}), i64({2})),
+            "axes differ from those the plan was made for");
+  EXPECT_EQ(run_with_other_value(make_node("ReduceSum", 2, 1, 13, {{"keepdims", aint(0)}}), x, i64({1}), i64({7})),
+            "axes differ from those the plan was made for");
+  const Tensor ends = i64({3});
+  EXPECT_EQ(run_with_other_value(make_node("Slice", 3, 1), x, i64({1}), i64({1}), &ends), "");
+  EXPECT_EQ(run_with_other_value(make_node("Slice", 3, 1), x, i64({1}), i64({0}), &ends),
+            "starts/ends/axes/steps differ from those the plan was made for");
+}
+
 TEST(OnnxShapeOps, ShapeChainsOnSmallInt64Tensors) {
   // Shape -> Gather -> Unsqueeze -> Concat -> Reshape, as exported graphs do.
   Tensor x{DType::Float32, {2, 7, 12}, {}};
