@@ -404,6 +404,23 @@ TEST(OnnxShapeOps, TransposeMatchesReference) {
   EXPECT_EQ(data_of<uint8_t>(rb[0]), transpose_ref(xb, {5, 7}, {1, 0}));
 }
 
+TEST(OnnxShapeOps, TransposeRandomShapesAndPerms) {
+  std::mt19937 rng(21);
+  for (int iter = 0; iter < 300; ++iter) {
+    const size_t rank = 1 + rng() % 5;
+    Shape s(rank);
+    for (auto& d : s) d = 1 + rng() % 6;
+    if (iter % 50 == 0) s[rng() % rank] = 0;  // empty now and then
+    std::vector<int64_t> perm(rank);
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), rng);
+    std::vector<int64_t> x(size_t(count(s)));
+    std::iota(x.begin(), x.end(), 1);
+    ASSERT_RUN(r, make_node("Transpose", 1, 1, 13, {{"perm", aints(perm)}}), {data(i64(x, s))});
+    ASSERT_EQ(data_of<int64_t>(r[0]), transpose_ref(x, s, perm)) << shape_string(s) << " perm " << shape_string(perm);
+  }
+}
+
 TEST(OnnxShapeOps, TransposeRefusesBadPerm) {
   auto x = f32(iota_f(6), {2, 3});
   EXPECT_NE(error_of(make_node("Transpose", 1, 1, 13, {{"perm", aints({0, 0})}}), {data(x)}).find("permutation"),
@@ -544,6 +561,55 @@ TEST(OnnxShapeOps, SliceMatchesSpecLoop) {
   ASSERT_EQ(rb[0].shape, (Shape{298, 383}));
   EXPECT_EQ(data_of<float>(rb[0])[0], bx[400 + 7]);
   EXPECT_EQ(data_of<float>(rb[0]).back(), bx[298 * 400 + 389]);
+}
+
+TEST(OnnxShapeOps, SliceRandomParameters) {
+  std::mt19937 rng(33);
+  auto pick = [&](int64_t dim) -> int64_t {
+    switch (rng() % 4) {
+      case 0: return int64_t(rng() % (2 * dim + 5)) - dim - 2;  // in and around the range
+      case 1: return std::numeric_limits<int64_t>::max();
+      case 2: return std::numeric_limits<int64_t>::min();
+      default: return int64_t(rng() % (dim + 1));
+    }
+  };
+  for (int iter = 0; iter < 300; ++iter) {
+    const size_t rank = 1 + rng() % 4;
+    Shape s(rank);
+    for (auto& d : s) d = int64_t(rng() % 7);
+    std::vector<int64_t> axes(rank);
+    std::iota(axes.begin(), axes.end(), 0);
+    std::shuffle(axes.begin(), axes.end(), rng);
+    axes.resize(1 + rng() % rank);
+    std::vector<int64_t> starts, ends, steps;
+    std::vector<std::vector<int64_t>> sel(rank);
+    for (size_t k = 0; k < rank; ++k) sel[k] = slice_indices(s[k], 0, s[k], 1);
+    for (int64_t& a : axes) {
+      const int64_t dim = s[size_t(a)];
+      starts.push_back(pick(dim));
+      ends.push_back(pick(dim));
+      int64_t st = int64_t(rng() % 7) - 3;
+      if (st == 0) st = rng() % 2 ? std::numeric_limits<int64_t>::min() : 5;
+      steps.push_back(st);
+      sel[size_t(a)] = slice_indices(dim, starts.back(), ends.back(), st);
+      if (rng() % 2) a -= int64_t(rank);  // negative axes too
+    }
+    std::vector<float> x = iota_f(count(s));
+    Shape os;
+    for (auto& v : sel) os.push_back(int64_t(v.size()));
+    std::vector<float> want;
+    const Shape str = strides(s);
+    for (int64_t i = 0; i < count(os); ++i) {
+      Shape idx = unflat(i, os);
+      int64_t off = 0;
+      for (size_t k = 0; k < rank; ++k) off += sel[k][size_t(idx[k])] * str[k];
+      want.push_back(x[size_t(off)]);
+    }
+    ASSERT_RUN(r, make_node("Slice", 5, 1),
+               {data(f32(x, s)), known(i64(starts)), known(i64(ends)), known(i64(axes)), known(i64(steps))});
+    ASSERT_EQ(r[0].shape, os) << iter;
+    ASSERT_EQ(data_of<float>(r[0]), want) << iter;
+  }
 }
 
 TEST(OnnxShapeOps, SliceRefusals) {
