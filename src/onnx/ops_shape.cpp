@@ -134,7 +134,7 @@ class SqueezeOp final : public ViewOp {
     const Shape& d = in[0].shape;
     CAIRN_ASSIGN_OR_RETURN(auto axes, axes_.get(in, present, "axes"));
     Shape s;
-    if (!axes.has) {  // every 1-dim goes
+    if (!axes.has || axes.v.empty()) {  // every 1-dim goes (an empty list too, as ONNX Runtime reads it)
       for (int64_t x : d)
         if (x != 1) s.push_back(x);
     } else {

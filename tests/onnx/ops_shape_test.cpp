@@ -243,6 +243,8 @@ TEST(OnnxShapeOps, Squeeze) {
   EXPECT_EQ(some[0].shape, (Shape{2, 1, 3}));
   ASSERT_RUN(omitted, make_node("Squeeze", 2, 1), {data(x), absent()});
   EXPECT_EQ(omitted[0].shape, (Shape{2, 3}));
+  ASSERT_RUN(empty, make_node("Squeeze", 2, 1), {data(x), known(i64({}, {0}))});
+  EXPECT_EQ(empty[0].shape, (Shape{2, 3}));
   EXPECT_NE(error_of(make_node("Squeeze", 2, 1), {data(x), known(i64({1}))}).find("its size is 2, not 1"),
             std::string::npos);
   EXPECT_NE(error_of(make_node("Squeeze", 2, 1), {data(x), known(i64({0, 0}))}).find("twice"), std::string::npos);
@@ -466,10 +468,13 @@ TEST(OnnxShapeOps, SplitForms) {
   EXPECT_EQ(data_of<float>(a[0]), (std::vector<float>{0, 1, 10, 11}));
   EXPECT_EQ(data_of<float>(a[1]), (std::vector<float>{2, 3, 4, 12, 13, 14}));
   EXPECT_EQ(data_of<float>(a[2]), (std::vector<float>{5, 6, 7, 8, 9, 15, 16, 17, 18, 19}));
-  // Even split by output count.
+  // Even split by output count; an empty split is refused (as ONNX Runtime does).
   ASSERT_RUN(b, make_node("Split", 1, 2, 13), {data(x)});
   EXPECT_EQ(b[1].shape, (Shape{1, 10}));
   EXPECT_EQ(data_of<float>(b[1]), iota_f(10, 10));
+  EXPECT_NE(error_of(make_node("Split", 2, 2, 13, {{"axis", aint(1)}}), {data(x), known(i64({}, {0}))})
+                .find("0 sizes for 2 outputs"),
+            std::string::npos);
   // Opset 18: num_outputs, the last chunk smaller (10 -> 4, 4, 2).
   ASSERT_RUN(c, make_node("Split", 1, 3, 18, {{"axis", aint(1)}, {"num_outputs", aint(3)}}), {data(x)});
   EXPECT_EQ(c[0].shape, (Shape{2, 4}));
