@@ -29,24 +29,40 @@ namespace {
 // ONNX TensorProto.DataType numbers.
 Result<DType> dtype_from_onnx(int64_t to) {
   switch (to) {
-    case 1: return DType::Float32;
-    case 2: return DType::UInt8;
-    case 3: return DType::Int8;
-    case 4: return DType::UInt16;
-    case 5: return DType::Int16;
-    case 6: return DType::Int32;
-    case 7: return DType::Int64;
-    case 9: return DType::Bool;
-    case 10: return DType::Float16;
-    case 11: return DType::Float64;
-    case 12: return DType::UInt32;
-    case 13: return DType::UInt64;
-    case 16: return DType::BFloat16;
-    case 8: return Status::invalid_argument("Cast to string is not supported");
+    case 1:
+      return DType::Float32;
+    case 2:
+      return DType::UInt8;
+    case 3:
+      return DType::Int8;
+    case 4:
+      return DType::UInt16;
+    case 5:
+      return DType::Int16;
+    case 6:
+      return DType::Int32;
+    case 7:
+      return DType::Int64;
+    case 9:
+      return DType::Bool;
+    case 10:
+      return DType::Float16;
+    case 11:
+      return DType::Float64;
+    case 12:
+      return DType::UInt32;
+    case 13:
+      return DType::UInt64;
+    case 16:
+      return DType::BFloat16;
+    case 8:
+      return Status::invalid_argument("Cast to string is not supported");
     case 14:
-    case 15: return Status::invalid_argument("Cast to a complex type is not supported");
+    case 15:
+      return Status::invalid_argument("Cast to a complex type is not supported");
     default:
-      return Status::invalid_argument("Cast to data type " + std::to_string(to) + " is not supported");
+      return Status::invalid_argument("Cast to data type " + std::to_string(to) +
+                                      " is not supported");
   }
 }
 
@@ -74,14 +90,30 @@ Wide read(DType t, const void* src, int64_t n, Chunk& c) {
     case DType::Bool:
       for (int64_t i = 0; i < n; ++i) c.u[i] = static_cast<const uint8_t*>(src)[i] != 0;
       return Wide::Unsigned;
-    case DType::Int8: load<int8_t>(src, n, c.s); return Wide::Signed;
-    case DType::Int16: load<int16_t>(src, n, c.s); return Wide::Signed;
-    case DType::Int32: load<int32_t>(src, n, c.s); return Wide::Signed;
-    case DType::Int64: load<int64_t>(src, n, c.s); return Wide::Signed;
-    case DType::UInt8: load<uint8_t>(src, n, c.u); return Wide::Unsigned;
-    case DType::UInt16: load<uint16_t>(src, n, c.u); return Wide::Unsigned;
-    case DType::UInt32: load<uint32_t>(src, n, c.u); return Wide::Unsigned;
-    case DType::UInt64: load<uint64_t>(src, n, c.u); return Wide::Unsigned;
+    case DType::Int8:
+      load<int8_t>(src, n, c.s);
+      return Wide::Signed;
+    case DType::Int16:
+      load<int16_t>(src, n, c.s);
+      return Wide::Signed;
+    case DType::Int32:
+      load<int32_t>(src, n, c.s);
+      return Wide::Signed;
+    case DType::Int64:
+      load<int64_t>(src, n, c.s);
+      return Wide::Signed;
+    case DType::UInt8:
+      load<uint8_t>(src, n, c.u);
+      return Wide::Unsigned;
+    case DType::UInt16:
+      load<uint16_t>(src, n, c.u);
+      return Wide::Unsigned;
+    case DType::UInt32:
+      load<uint32_t>(src, n, c.u);
+      return Wide::Unsigned;
+    case DType::UInt64:
+      load<uint64_t>(src, n, c.u);
+      return Wide::Unsigned;
     case DType::Float16:
       for (int64_t i = 0; i < n; ++i) c.f[i] = f16_to_f32(static_cast<const uint16_t*>(src)[i]);
       return Wide::Real;
@@ -102,7 +134,8 @@ Wide read(DType t, const void* src, int64_t n, Chunk& c) {
 // than half an ulp rounds to FLT_MAX, further to infinity (IEEE rounding).
 float narrow(double d) {
   if (!(std::fabs(d) > double(FLT_MAX))) return static_cast<float>(d);  // also NaN
-  const float big = std::fabs(d) < 0x1.ffffffp127 ? FLT_MAX : std::numeric_limits<float>::infinity();
+  const float big =
+      std::fabs(d) < 0x1.ffffffp127 ? FLT_MAX : std::numeric_limits<float>::infinity();
   return d < 0 ? -big : big;
 }
 
@@ -181,15 +214,33 @@ void write(DType t, Wide w, const Chunk& c, int64_t n, void* dst) {
         y[i] = w == Wide::Real ? c.f[i] != 0 : w == Wide::Signed ? c.s[i] != 0 : c.u[i] != 0;
       return;
     }
-    case DType::Int8: store_int<int8_t>(w, c, n, dst); return;
-    case DType::Int16: store_int<int16_t>(w, c, n, dst); return;
-    case DType::Int32: store_int<int32_t>(w, c, n, dst); return;
-    case DType::Int64: store_int<int64_t>(w, c, n, dst); return;
-    case DType::UInt8: store_int<uint8_t>(w, c, n, dst); return;
-    case DType::UInt16: store_int<uint16_t>(w, c, n, dst); return;
-    case DType::UInt32: store_int<uint32_t>(w, c, n, dst); return;
-    case DType::UInt64: store_int<uint64_t>(w, c, n, dst); return;
-    case DType::Float32: to_float(w, c, n, static_cast<float*>(dst)); return;
+    case DType::Int8:
+      store_int<int8_t>(w, c, n, dst);
+      return;
+    case DType::Int16:
+      store_int<int16_t>(w, c, n, dst);
+      return;
+    case DType::Int32:
+      store_int<int32_t>(w, c, n, dst);
+      return;
+    case DType::Int64:
+      store_int<int64_t>(w, c, n, dst);
+      return;
+    case DType::UInt8:
+      store_int<uint8_t>(w, c, n, dst);
+      return;
+    case DType::UInt16:
+      store_int<uint16_t>(w, c, n, dst);
+      return;
+    case DType::UInt32:
+      store_int<uint32_t>(w, c, n, dst);
+      return;
+    case DType::UInt64:
+      store_int<uint64_t>(w, c, n, dst);
+      return;
+    case DType::Float32:
+      to_float(w, c, n, static_cast<float*>(dst));
+      return;
     case DType::Float16:
     case DType::BFloat16: {
       float f[kChunk];
@@ -214,10 +265,13 @@ class CastOp final : public Op {
  public:
   explicit CastOp(DType to) : to_(to) {}
 
-  Status infer(std::span<const TensorInfo> in, std::span<const bool>, std::span<TensorInfo> out) const override {
+  Status infer(std::span<const TensorInfo> in, std::span<const bool>,
+               std::span<TensorInfo> out) const override {
     out[0].dtype = to_;
     out[0].shape = in[0].shape;
-    return checked_count(in[0].shape, std::max(values::dtype_size(to_), values::dtype_size(in[0].dtype))).status();
+    return checked_count(in[0].shape,
+                         std::max(values::dtype_size(to_), values::dtype_size(in[0].dtype)))
+        .status();
   }
 
   Status run(const RunArgs& args) const override {
@@ -234,7 +288,8 @@ class CastOp final : public Op {
       DType from, to;
       int64_t n;
     };
-    const Job job{static_cast<const char*>(x.data), static_cast<char*>(y.data), x.dtype, to_, x.count()};
+    const Job job{static_cast<const char*>(x.data), static_cast<char*>(y.data), x.dtype, to_,
+                  x.count()};
     auto chunks = [&job](int64_t b, int64_t e) {
       const size_t si = values::dtype_size(job.from), di = values::dtype_size(job.to);
       Chunk c;
