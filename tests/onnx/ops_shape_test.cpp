@@ -818,6 +818,13 @@ TEST(OnnxShapeOps, CastIntegersWrapAndConvert) {
   std::vector<float> wantf;
   for (int64_t v : x) wantf.push_back(float(v));
   EXPECT_EQ(data_of<float>(b[0]), wantf);
+  ASSERT_RUN(w32, make_node("Cast", 1, 1, 13, {{"to", aint(6)}}),
+             {data(i64(x, {n}))});  // int32: wraps
+  std::vector<int32_t> want32;
+  for (int64_t v : x) want32.push_back(int32_t(uint32_t(uint64_t(v))));
+  EXPECT_EQ(data_of<int32_t>(w32[0]), want32);
+  ASSERT_RUN(back64, make_node("Cast", 1, 1, 13, {{"to", aint(7)}}), {data(w32[0])});
+  EXPECT_EQ(data_of<int64_t>(back64[0]), std::vector<int64_t>(want32.begin(), want32.end()));
   ASSERT_RUN(c, make_node("Cast", 1, 1, 13, {{"to", aint(11)}}),
              {data(i32({-3, 7}, {2}))});  // double
   EXPECT_EQ(data_of<double>(c[0]), (std::vector<double>{-3, 7}));
