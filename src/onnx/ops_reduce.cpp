@@ -24,9 +24,12 @@ struct Around {
 Around around_axis(const Shape& s, int64_t axis) {
   Around a;
   for (int64_t k = 0; k < int64_t(s.size()); ++k) {
-    if (k < axis) a.outer *= s[size_t(k)];
-    else if (k == axis) a.n = s[size_t(k)];
-    else a.inner *= s[size_t(k)];
+    if (k < axis)
+      a.outer *= s[size_t(k)];
+    else if (k == axis)
+      a.n = s[size_t(k)];
+    else
+      a.inner *= s[size_t(k)];
   }
   return a;
 }
@@ -51,7 +54,7 @@ using Acc = typename AccOf<T>::type;
 struct ReducePlan {
   const char* src;
   char* dst;
-  Dims dims, reduced;    // the input's dims; reduced[k] != 0 for a reduced axis
+  Dims dims, reduced;       // the input's dims; reduced[k] != 0 for a reduced axis
   int64_t outer, n, inner;  // when one reduced group: [outer, n, inner]
   bool mean;
 };
@@ -69,7 +72,8 @@ void reduce_rows(const ReducePlan& p, int64_t b, int64_t e) {
       for (; i + 8 <= p.n; i += 8)
         for (int j = 0; j < 8; ++j) acc[j] += Acc<T>(r[i + j]);
       for (; i < p.n; ++i) acc[0] += Acc<T>(r[i]);
-      const Acc<T> s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+      const Acc<T> s =
+          ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
       y[o] = p.mean ? T(float(s) / float(p.n)) : T(s);
     }
     return;
@@ -113,7 +117,8 @@ void reduce_any(const ReducePlan& p, int64_t in_count, int64_t out_count) {
       idx[k] = 0;
     }
   }
-  if (p.mean && out_count > 0) {
+  // The mean of nothing is 0, as ONNX Runtime gives (numpy would say NaN).
+  if (p.mean && out_count > 0 && in_count > 0) {
     const float n = float(in_count / out_count);
     for (int64_t i = 0; i < out_count; ++i) y[i] = T(float(y[i]) / n);
   }
@@ -127,11 +132,14 @@ class ReduceOp final : public Op {
   Status infer(std::span<const TensorInfo> in, std::span<const bool> present,
                std::span<TensorInfo> out) const override {
     const DType t = in[0].dtype;
-    if (t != DType::Float32 && (kind_ == ReduceKind::Mean || (t != DType::Int64 && t != DType::Int32)))
-      return Status::invalid_argument(std::string("input type ") + values::dtype_name(t) + " is not supported (" +
-                                      (kind_ == ReduceKind::Mean ? "float32" : "float32, int64, int32") + ")");
+    if (t != DType::Float32 &&
+        (kind_ == ReduceKind::Mean || (t != DType::Int64 && t != DType::Int32)))
+      return Status::invalid_argument(
+          std::string("input type ") + values::dtype_name(t) + " is not supported (" +
+          (kind_ == ReduceKind::Mean ? "float32" : "float32, int64, int32") + ")");
     const Shape& d = in[0].shape;
-    if (d.size() > kMaxRank) return Status::invalid_argument("rank " + std::to_string(d.size()) + " is over the limit");
+    if (d.size() > kMaxRank)
+      return Status::invalid_argument("rank " + std::to_string(d.size()) + " is over the limit");
     CAIRN_ASSIGN_OR_RETURN(auto axes, axes_.get(in, present, "axes"));
     std::vector<bool> reduced(d.size(), false);
     if (axes.v.empty()) {
@@ -142,8 +150,10 @@ class ReduceOp final : public Op {
     }
     Shape s;
     for (size_t k = 0; k < d.size(); ++k) {
-      if (!reduced[k]) s.push_back(d[k]);
-      else if (keepdims_) s.push_back(1);
+      if (!reduced[k])
+        s.push_back(d[k]);
+      else if (keepdims_)
+        s.push_back(1);
     }
     out[0].dtype = t;
     out[0].shape = std::move(s);
@@ -163,7 +173,22 @@ class ReduceOp final : public Op {
       p.dims.push(v);
       p.reduced.push(has ? 0 : !noop_);
     }
-    for (size_t i = 0; has && i < axes.n; ++i) p.reduced[size_t(axes[i] < 0 ? axes[i] + int64_t(p.dims.n) : axes[i])] = 1;
+    for (size_t i = 0; has && i < axes.n; ++i) {
+      const int64_t a = axes[i] < 0 ? axes[i] + int64_t(p.dims.n) : axes[i];
+      if (a < 0 || a >= int64_t(p.dims.n)) return changed_axes();
+      p.reduced[size_t(a)] = 1;
+    }
+    // The axes must be the ones infer() saw (a plan is reused for inputs of
+    // the same shapes): the output planned for them is what gets written.
+    {
+      size_t j = 0;
+      bool same = true;
+      for (size_t k = 0; k < p.dims.n && same; ++k) {
+        if (p.reduced[k] && !keepdims_) continue;
+        same = j < y.shape.size() && y.shape[j++] == (p.reduced[k] ? 1 : p.dims[k]);
+      }
+      if (!same || j != y.shape.size()) return changed_axes();
+    }
     // Merge neighbours of the same kind, drop size-1 dims (they change
     // nothing), and see whether one reduced group is left.
     Dims g, gred;
@@ -185,9 +210,15 @@ class ReduceOp final : public Op {
     }
     if (groups > 1 || in_count == 0) {
       switch (x.dtype) {
-        case DType::Int64: reduce_any<int64_t>(p, in_count, out_count); break;
-        case DType::Int32: reduce_any<int32_t>(p, in_count, out_count); break;
-        default: reduce_any<float>(p, in_count, out_count); break;
+        case DType::Int64:
+          reduce_any<int64_t>(p, in_count, out_count);
+          break;
+        case DType::Int32:
+          reduce_any<int32_t>(p, in_count, out_count);
+          break;
+        default:
+          reduce_any<float>(p, in_count, out_count);
+          break;
       }
       return Status::ok();
     }
@@ -204,9 +235,15 @@ class ReduceOp final : public Op {
     const int64_t items = p.inner == 1 ? p.outer : p.outer * ((p.inner + 255) / 256);
     auto work = [&p, t = x.dtype](int64_t b, int64_t e) {
       switch (t) {
-        case DType::Int64: reduce_rows<int64_t>(p, b, e); break;
-        case DType::Int32: reduce_rows<int32_t>(p, b, e); break;
-        default: reduce_rows<float>(p, b, e); break;
+        case DType::Int64:
+          reduce_rows<int64_t>(p, b, e);
+          break;
+        case DType::Int32:
+          reduce_rows<int32_t>(p, b, e);
+          break;
+        default:
+          reduce_rows<float>(p, b, e);
+          break;
       }
     };
     if (int64_t(x.bytes()) < kParallelBytes || items < 2 || args.pool.size() <= 1)
@@ -217,6 +254,9 @@ class ReduceOp final : public Op {
   }
 
  private:
+  static Status changed_axes() {
+    return Status::invalid_argument("axes differ from those the plan was made for");
+  }
   ReduceKind kind_;
   bool keepdims_, noop_;
   IntsArg axes_;
@@ -224,11 +264,14 @@ class ReduceOp final : public Op {
 
 Result<int64_t> flag(const Node& node, const char* name, int64_t fallback) {
   CAIRN_ASSIGN_OR_RETURN(int64_t v, node.get_int(name, fallback));
-  if (v != 0 && v != 1) return Status::invalid_argument(std::string(name) + " must be 0 or 1, got " + std::to_string(v));
+  if (v != 0 && v != 1)
+    return Status::invalid_argument(std::string(name) + " must be 0 or 1, got " +
+                                    std::to_string(v));
   return v;
 }
 
-Result<std::unique_ptr<Op>> make_reduce(const NodeContext& ctx, ReduceKind kind, int64_t axes_input_since) {
+Result<std::unique_ptr<Op>> make_reduce(const NodeContext& ctx, ReduceKind kind,
+                                        int64_t axes_input_since) {
   const Node& node = ctx.node;
   const bool from_input = node.opset >= axes_input_since;
   CAIRN_RETURN_IF_ERROR(check_arity(node, 1, from_input ? 2 : 1, 1));
@@ -238,8 +281,12 @@ Result<std::unique_ptr<Op>> make_reduce(const NodeContext& ctx, ReduceKind kind,
   return std::unique_ptr<Op>(new ReduceOp(kind, keepdims == 1, noop == 1, std::move(axes)));
 }
 
-Result<std::unique_ptr<Op>> make_reduce_mean(const NodeContext& ctx) { return make_reduce(ctx, ReduceKind::Mean, 18); }
-Result<std::unique_ptr<Op>> make_reduce_sum(const NodeContext& ctx) { return make_reduce(ctx, ReduceKind::Sum, 13); }
+Result<std::unique_ptr<Op>> make_reduce_mean(const NodeContext& ctx) {
+  return make_reduce(ctx, ReduceKind::Mean, 18);
+}
+Result<std::unique_ptr<Op>> make_reduce_sum(const NodeContext& ctx) {
+  return make_reduce(ctx, ReduceKind::Sum, 13);
+}
 
 // --------------------------------------------------------------- ArgMax
 
@@ -270,19 +317,25 @@ void argmax_items(const void* src, int64_t* y, const Around& a, bool last, int64
 
 class ArgMaxOp final : public Op {
  public:
-  ArgMaxOp(int64_t axis, bool keepdims, bool last) : axis_(axis), keepdims_(keepdims), last_(last) {}
+  ArgMaxOp(int64_t axis, bool keepdims, bool last)
+      : axis_(axis), keepdims_(keepdims), last_(last) {}
 
-  Status infer(std::span<const TensorInfo> in, std::span<const bool>, std::span<TensorInfo> out) const override {
+  Status infer(std::span<const TensorInfo> in, std::span<const bool>,
+               std::span<TensorInfo> out) const override {
     const DType t = in[0].dtype;
     if (t != DType::Float32 && t != DType::Int64 && t != DType::Int32)
       return Status::invalid_argument(std::string("input type ") + values::dtype_name(t) +
                                       " is not supported (float32, int64, int32)");
     const Shape& d = in[0].shape;
     CAIRN_ASSIGN_OR_RETURN(int64_t a, normalize_axis(axis_, int64_t(d.size())));
-    if (d[size_t(a)] == 0) return Status::invalid_argument("axis " + std::to_string(a) + " of " + shape_string(d) + " is empty");
+    if (d[size_t(a)] == 0)
+      return Status::invalid_argument("axis " + std::to_string(a) + " of " + shape_string(d) +
+                                      " is empty");
     Shape s = d;
-    if (keepdims_) s[size_t(a)] = 1;
-    else s.erase(s.begin() + a);
+    if (keepdims_)
+      s[size_t(a)] = 1;
+    else
+      s.erase(s.begin() + a);
     out[0].dtype = DType::Int64;
     out[0].shape = std::move(s);
     return Status::ok();
@@ -301,9 +354,15 @@ class ArgMaxOp final : public Op {
     const Job job{x.data, args.out[0]->as<int64_t>(), around_axis(x.shape, axis), last_, x.dtype};
     auto work = [&job](int64_t b, int64_t e) {
       switch (job.t) {
-        case DType::Int64: argmax_items<int64_t>(job.src, job.y, job.a, job.last, b, e); break;
-        case DType::Int32: argmax_items<int32_t>(job.src, job.y, job.a, job.last, b, e); break;
-        default: argmax_items<float>(job.src, job.y, job.a, job.last, b, e); break;
+        case DType::Int64:
+          argmax_items<int64_t>(job.src, job.y, job.a, job.last, b, e);
+          break;
+        case DType::Int32:
+          argmax_items<int32_t>(job.src, job.y, job.a, job.last, b, e);
+          break;
+        default:
+          argmax_items<float>(job.src, job.y, job.a, job.last, b, e);
+          break;
       }
     };
     const int64_t items = job.a.outer * job.a.inner;
@@ -362,6 +421,10 @@ struct TopKColumn {
     for (int64_t r = 0; r < k; ++r) slot(r) = r;
     for (int64_t j = k / 2; j-- > 0;) sift_down(j, k);
     for (int64_t r = k; r < n; ++r) {
+      // Quick reject against the worst kept value (false for NaN on either
+      // side, which then takes the full comparison).
+      const float v = x[r * st], top = x[slot(0) * st];
+      if (largest ? v < top : v > top) continue;
       if (better(r, slot(0))) {
         slot(0) = r;
         sift_down(0, k);
@@ -378,18 +441,21 @@ class TopKOp final : public Op {
  public:
   TopKOp(int64_t axis, bool largest) : axis_(axis), largest_(largest) {}
 
-  Status infer(std::span<const TensorInfo> in, std::span<const bool>, std::span<TensorInfo> out) const override {
+  Status infer(std::span<const TensorInfo> in, std::span<const bool>,
+               std::span<TensorInfo> out) const override {
     if (in[0].dtype != DType::Float32)
       return Status::invalid_argument(std::string("input type ") + values::dtype_name(in[0].dtype) +
                                       " is not supported (float32)");
     const Shape& d = in[0].shape;
     CAIRN_ASSIGN_OR_RETURN(int64_t a, normalize_axis(axis_, int64_t(d.size())));
     CAIRN_ASSIGN_OR_RETURN(auto kv, known_ints(in, 1, "K"));
-    if (kv.size() != 1) return Status::invalid_argument("K must hold one value, got " + std::to_string(kv.size()));
+    if (kv.size() != 1)
+      return Status::invalid_argument("K must hold one value, got " + std::to_string(kv.size()));
     const int64_t k = kv[0];
     if (k < 0 || k > d[size_t(a)])
-      return Status::invalid_argument("k " + std::to_string(k) + " is out of range for axis " + std::to_string(a) +
-                                      " of size " + std::to_string(d[size_t(a)]));
+      return Status::invalid_argument("k " + std::to_string(k) + " is out of range for axis " +
+                                      std::to_string(a) + " of size " +
+                                      std::to_string(d[size_t(a)]));
     Shape s = d;
     s[size_t(a)] = k;
     out[0].dtype = DType::Float32;
@@ -410,8 +476,9 @@ class TopKOp final : public Op {
       int64_t k;
       bool largest;
     };
-    const Job job{x.as<const float>(), args.out[0]->as<float>(), args.out[1]->as<int64_t>(),
-                  around_axis(x.shape, axis), args.out[0]->shape[size_t(axis)], largest_};
+    const Job job{
+        x.as<const float>(),        args.out[0]->as<float>(),         args.out[1]->as<int64_t>(),
+        around_axis(x.shape, axis), args.out[0]->shape[size_t(axis)], largest_};
     auto work = [&job](int64_t b, int64_t e) {
       const Around& a = job.a;
       for (int64_t w = b; w < e; ++w) {

@@ -2,7 +2,7 @@
 // sources. Views (Reshape, Flatten, Squeeze, Unsqueeze, Identity) only
 // compute an output shape: the planner points the output at the input's
 // bytes and never runs them (their run() copies, should it ever be called).
-// Sources (Shape, Constant, ConstantOfShape) make a tensor from a shape or an
+// Sources (Shape, Size, Constant, ConstantOfShape) make a tensor from a shape or an
 // attribute; the planner usually evaluates them before running. Data
 // movement, Cast and the reductions are in their own files.
 #include <algorithm>
@@ -32,55 +32,61 @@ class ReshapeOp final : public ViewOp {
  public:
   explicit ReshapeOp(bool allowzero) : allowzero_(allowzero) {}
 
-  Status infer(std::span<const TensorInfo> in, std::span<const bool>, std::span<TensorInfo> out) const override {
+  Status infer(std::span<const TensorInfo> in, std::span<const bool>,
+               std::span<TensorInfo> out) const override {
     CAIRN_ASSIGN_OR_RETURN(auto want, known_ints(in, 1, "shape"));
     const Shape& d = in[0].shape;
     CAIRN_ASSIGN_OR_RETURN(int64_t count, checked_count(d));
     if (want.size() > kMaxRank)
-      return Status::invalid_argument("shape has rank " + std::to_string(want.size()) + ", over the limit of " +
-                                      std::to_string(kMaxRank));
+      return Status::invalid_argument("shape has rank " + std::to_string(want.size()) +
+                                      ", over the limit of " + std::to_string(kMaxRank));
     Shape s(want.size());
     int64_t infer_at = -1;
     bool has_zero = false;
     for (size_t i = 0; i < want.size(); ++i) {
       const int64_t v = want[i];
       if (v == -1) {
-        if (infer_at >= 0) return Status::invalid_argument("shape " + shape_string(want) + " has more than one -1");
+        if (infer_at >= 0)
+          return Status::invalid_argument("shape " + shape_string(want) + " has more than one -1");
         infer_at = int64_t(i);
         s[i] = 1;
       } else if (v == 0 && !allowzero_) {
         if (i >= d.size())
-          return Status::invalid_argument("shape " + shape_string(want) + " copies dimension " + std::to_string(i) +
-                                          " (a 0) of an input of rank " + std::to_string(d.size()));
+          return Status::invalid_argument("shape " + shape_string(want) + " copies dimension " +
+                                          std::to_string(i) + " (a 0) of an input of rank " +
+                                          std::to_string(d.size()));
         s[i] = d[i];
       } else if (v < 0) {
-        return Status::invalid_argument("shape " + shape_string(want) + " has " + std::to_string(v) +
-                                        " (only -1 may be negative)");
+        return Status::invalid_argument("shape " + shape_string(want) + " has " +
+                                        std::to_string(v) + " (only -1 may be negative)");
       } else {
         s[i] = v;
         has_zero |= v == 0;
       }
     }
     if (allowzero_ && has_zero && infer_at >= 0)
-      return Status::invalid_argument("shape " + shape_string(want) + " has both 0 and -1 with allowzero=1");
+      return Status::invalid_argument("shape " + shape_string(want) +
+                                      " has both 0 and -1 with allowzero=1");
     CAIRN_ASSIGN_OR_RETURN(int64_t known, checked_count(s));
     if (infer_at >= 0) {
       if (known == 0) {
         if (count != 0)
-          return Status::invalid_argument("cannot reshape " + shape_string(d) + " to " + shape_string(want) +
+          return Status::invalid_argument("cannot reshape " + shape_string(d) + " to " +
+                                          shape_string(want) +
                                           ": the other dimensions multiply to 0");
         s[size_t(infer_at)] = 0;
       } else {
         if (count % known != 0)
-          return Status::invalid_argument("cannot reshape " + shape_string(d) + " (" + std::to_string(count) +
-                                          " elements) to " + shape_string(want) + ": " + std::to_string(count) +
+          return Status::invalid_argument("cannot reshape " + shape_string(d) + " (" +
+                                          std::to_string(count) + " elements) to " +
+                                          shape_string(want) + ": " + std::to_string(count) +
                                           " is not a multiple of " + std::to_string(known));
         s[size_t(infer_at)] = count / known;
       }
     } else if (known != count) {
-      return Status::invalid_argument("cannot reshape " + shape_string(d) + " (" + std::to_string(count) +
-                                      " elements) to " + shape_string(s) + " (" + std::to_string(known) +
-                                      " elements)");
+      return Status::invalid_argument("cannot reshape " + shape_string(d) + " (" +
+                                      std::to_string(count) + " elements) to " + shape_string(s) +
+                                      " (" + std::to_string(known) + " elements)");
     }
     out[0].dtype = in[0].dtype;
     out[0].shape = std::move(s);
@@ -102,12 +108,13 @@ Result<std::unique_ptr<Op>> make_reshape(const NodeContext& ctx) {
 class FlattenOp final : public ViewOp {
  public:
   explicit FlattenOp(int64_t axis) : axis_(axis) {}
-  Status infer(std::span<const TensorInfo> in, std::span<const bool>, std::span<TensorInfo> out) const override {
+  Status infer(std::span<const TensorInfo> in, std::span<const bool>,
+               std::span<TensorInfo> out) const override {
     const Shape& d = in[0].shape;
     const int64_t r = int64_t(d.size());
     if (axis_ < -r || axis_ > r)
-      return Status::invalid_argument("axis " + std::to_string(axis_) + " is out of range for rank " +
-                                      std::to_string(r));
+      return Status::invalid_argument("axis " + std::to_string(axis_) +
+                                      " is out of range for rank " + std::to_string(r));
     const int64_t a = axis_ < 0 ? axis_ + r : axis_;
     CAIRN_ASSIGN_OR_RETURN(int64_t outer, checked_count(Shape(d.begin(), d.begin() + a)));
     CAIRN_ASSIGN_OR_RETURN(int64_t inner, checked_count(Shape(d.begin() + a, d.end())));
@@ -134,16 +141,17 @@ class SqueezeOp final : public ViewOp {
     const Shape& d = in[0].shape;
     CAIRN_ASSIGN_OR_RETURN(auto axes, axes_.get(in, present, "axes"));
     Shape s;
-    if (!axes.has) {  // every 1-dim goes
+    if (!axes.has ||
+        axes.v.empty()) {  // every 1-dim goes (an empty list too, as ONNX Runtime reads it)
       for (int64_t x : d)
         if (x != 1) s.push_back(x);
     } else {
       CAIRN_ASSIGN_OR_RETURN(auto norm, normalize_axes(axes.v, int64_t(d.size())));
       for (int64_t a : norm)
         if (d[size_t(a)] != 1)
-          return Status::invalid_argument("cannot squeeze axis " + std::to_string(a) + " of shape " +
-                                          shape_string(d) + ": its size is " + std::to_string(d[size_t(a)]) +
-                                          ", not 1");
+          return Status::invalid_argument("cannot squeeze axis " + std::to_string(a) +
+                                          " of shape " + shape_string(d) + ": its size is " +
+                                          std::to_string(d[size_t(a)]) + ", not 1");
       for (size_t i = 0; i < d.size(); ++i)
         if (std::find(norm.begin(), norm.end(), int64_t(i)) == norm.end()) s.push_back(d[i]);
     }
@@ -172,8 +180,8 @@ class UnsqueezeOp final : public ViewOp {
     if (!axes.has) return Status::invalid_argument("axes are required");
     const int64_t rank = int64_t(d.size() + axes.v.size());
     if (rank > int64_t(kMaxRank))
-      return Status::invalid_argument("the output rank " + std::to_string(rank) + " is over the limit of " +
-                                      std::to_string(kMaxRank));
+      return Status::invalid_argument("the output rank " + std::to_string(rank) +
+                                      " is over the limit of " + std::to_string(kMaxRank));
     CAIRN_ASSIGN_OR_RETURN(auto norm, normalize_axes(axes.v, rank));
     Shape s;
     size_t next = 0;
@@ -189,14 +197,16 @@ class UnsqueezeOp final : public ViewOp {
 };
 
 Result<std::unique_ptr<Op>> make_unsqueeze(const NodeContext& ctx) {
-  CAIRN_RETURN_IF_ERROR(check_arity(ctx.node, ctx.node.opset >= 13 ? 2 : 1, ctx.node.opset >= 13 ? 2 : 1, 1));
+  CAIRN_RETURN_IF_ERROR(
+      check_arity(ctx.node, ctx.node.opset >= 13 ? 2 : 1, ctx.node.opset >= 13 ? 2 : 1, 1));
   CAIRN_ASSIGN_OR_RETURN(auto axes, IntsArg::make(ctx.node, "axes", 13, 1));
   return std::unique_ptr<Op>(new UnsqueezeOp(std::move(axes)));
 }
 
 class IdentityOp final : public ViewOp {
  public:
-  Status infer(std::span<const TensorInfo> in, std::span<const bool>, std::span<TensorInfo> out) const override {
+  Status infer(std::span<const TensorInfo> in, std::span<const bool>,
+               std::span<TensorInfo> out) const override {
     out[0].dtype = in[0].dtype;
     out[0].shape = in[0].shape;
     return Status::ok();
@@ -225,7 +235,8 @@ class ShapeOp final : public Op {
     e = std::max(e, b);
   }
 
-  Status infer(std::span<const TensorInfo> in, std::span<const bool>, std::span<TensorInfo> out) const override {
+  Status infer(std::span<const TensorInfo> in, std::span<const bool>,
+               std::span<TensorInfo> out) const override {
     int64_t b, e;
     range(int64_t(in[0].shape.size()), b, e);
     out[0].dtype = DType::Int64;
@@ -254,12 +265,35 @@ Result<std::unique_ptr<Op>> make_shape(const NodeContext& ctx) {
   return std::unique_ptr<Op>(new ShapeOp(start, end, ctx.node.has("end")));
 }
 
+// Size: the element count as an int64 scalar; like Shape it reads only the
+// input's shape.
+class SizeOp final : public Op {
+ public:
+  Status infer(std::span<const TensorInfo> in, std::span<const bool>,
+               std::span<TensorInfo> out) const override {
+    CAIRN_RETURN_IF_ERROR(checked_count(in[0].shape).status());
+    out[0].dtype = DType::Int64;
+    out[0].shape = {};
+    return Status::ok();
+  }
+  Status run(const RunArgs& args) const override {
+    *args.out[0]->as<int64_t>() = args.in[0]->count();
+    return Status::ok();
+  }
+};
+
+Result<std::unique_ptr<Op>> make_size(const NodeContext& ctx) {
+  CAIRN_RETURN_IF_ERROR(check_arity(ctx.node, 1, 1, 1));
+  return std::unique_ptr<Op>(new SizeOp());
+}
+
 // Constant: the attribute's tensor, copied out on every run (the planner
 // usually keeps the value itself).
 class ConstantOp final : public Op {
  public:
   explicit ConstantOp(std::shared_ptr<const values::Tensor> t) : t_(std::move(t)) {}
-  Status infer(std::span<const TensorInfo>, std::span<const bool>, std::span<TensorInfo> out) const override {
+  Status infer(std::span<const TensorInfo>, std::span<const bool>,
+               std::span<TensorInfo> out) const override {
     out[0].dtype = t_->dtype;
     out[0].shape = t_->shape;
     return Status::ok();
@@ -281,10 +315,12 @@ Result<std::unique_ptr<Op>> make_constant(const NodeContext& ctx) {
       return Status::invalid_argument(std::string("attribute '") + refused +
                                       "' is not supported (only numeric dense tensors)");
   int given = 0;
-  for (const char* a : {"value", "value_float", "value_floats", "value_int", "value_ints"}) given += node.has(a);
+  for (const char* a : {"value", "value_float", "value_floats", "value_int", "value_ints"})
+    given += node.has(a);
   if (given != 1)
-    return Status::invalid_argument("needs exactly one of value, value_float, value_floats, value_int, value_ints; got " +
-                                    std::to_string(given));
+    return Status::invalid_argument(
+        "needs exactly one of value, value_float, value_floats, value_int, value_ints; got " +
+        std::to_string(given));
   std::shared_ptr<const values::Tensor> t;
   if (node.has("value")) {
     CAIRN_ASSIGN_OR_RETURN(const values::Tensor* v, node.require_tensor("value"));
@@ -316,7 +352,8 @@ class ConstantOfShapeOp final : public Op {
  public:
   ConstantOfShapeOp(DType dtype, std::array<char, 8> value) : dtype_(dtype), value_(value) {}
 
-  Status infer(std::span<const TensorInfo> in, std::span<const bool>, std::span<TensorInfo> out) const override {
+  Status infer(std::span<const TensorInfo> in, std::span<const bool>,
+               std::span<TensorInfo> out) const override {
     if (in[0].shape.size() != 1)
       return Status::invalid_argument("input must be 1-D, got shape " + shape_string(in[0].shape));
     CAIRN_ASSIGN_OR_RETURN(auto s, known_ints(in, 0, "input"));
@@ -351,8 +388,8 @@ Result<std::unique_ptr<Op>> make_constant_of_shape(const NodeContext& ctx) {
     const size_t elem = values::dtype_size(v->dtype);
     auto n = values::Tensor::count_of(v->dtype, v->shape);
     if (!n || *n != 1 || v->data.size() != elem || elem > value.size())
-      return Status::invalid_argument("attribute 'value' must hold exactly one element, got shape " +
-                                      shape_string(v->shape));
+      return Status::invalid_argument(
+          "attribute 'value' must hold exactly one element, got shape " + shape_string(v->shape));
     dtype = v->dtype;
     std::memcpy(value.data(), v->data.data(), elem);
   }
@@ -371,6 +408,7 @@ void add_view_ops(OpTable& table) {
 
 void add_source_ops(OpTable& table) {
   table.add("Shape", make_shape);
+  table.add("Size", make_size);
   table.add("Constant", make_constant);
   table.add("ConstantOfShape", make_constant_of_shape);
 }

@@ -20,11 +20,12 @@
 namespace cairn::onnx::shape_ops {
 
 // Registration hooks, one per file of the family.
-void add_view_ops(OpTable& table);      // ops_shape.cpp: Reshape, Flatten, Squeeze, Unsqueeze, Identity
-void add_source_ops(OpTable& table);    // ops_shape.cpp: Shape, Constant, ConstantOfShape
-void add_movement_ops(OpTable& table);  // ops_shape_move.cpp: Transpose, Concat, Split, Slice, Gather
-void add_cast_ops(OpTable& table);      // ops_cast.cpp: Cast
-void add_reduce_ops(OpTable& table);    // ops_reduce.cpp: ReduceMean, ReduceSum, ArgMax, TopK
+void add_view_ops(OpTable& table);  // ops_shape.cpp: Reshape, Flatten, Squeeze, Unsqueeze, Identity
+void add_source_ops(OpTable& table);  // ops_shape.cpp: Shape, Size, Constant, ConstantOfShape
+void add_movement_ops(
+    OpTable& table);                  // ops_shape_move.cpp: Transpose, Concat, Split, Slice, Gather
+void add_cast_ops(OpTable& table);    // ops_cast.cpp: Cast
+void add_reduce_ops(OpTable& table);  // ops_reduce.cpp: ReduceMean, ReduceSum, ArgMax, TopK
 
 // The node has between min_in and max_in inputs listed (trailing omitted
 // ones count as listed) and exactly n_out outputs (n_out < 0: at least one).
@@ -39,7 +40,8 @@ Result<std::vector<int64_t>> normalize_axes(const std::vector<int64_t>& axes, in
 
 // An attribute that a later opset turned into an input: refused from that
 // opset on, with an error saying which input replaced it.
-Status refuse_moved_attribute(const Node& node, const char* attr, int64_t since_opset, int input_index);
+Status refuse_moved_attribute(const Node& node, const char* attr, int64_t since_opset,
+                              int input_index);
 
 // A fixed-capacity list of dims or strides for run(), which may not allocate.
 struct Dims {
@@ -68,14 +70,17 @@ struct IntsArg {
     bool has = false;
     std::vector<int64_t> v;
   };
-  Result<Value> get(std::span<const TensorInfo> in, std::span<const bool> present, const char* name) const;
+  Result<Value> get(std::span<const TensorInfo> in, std::span<const bool> present,
+                    const char* name) const;
   // Reads the values while running (from the input when it is one), without
   // allocating; false when absent.
   bool read(const RunArgs& args, Dims& out) const;
 };
 
 // Whether input i is present in infer()'s arguments.
-inline bool is_present(std::span<const bool> present, size_t i) { return i < present.size() && present[i]; }
+inline bool is_present(std::span<const bool> present, size_t i) {
+  return i < present.size() && present[i];
+}
 
 // Reads up to kMaxRank integers of an int32/int64 tensor into `out` without
 // allocating; false when the dtype is not an integer or there are too many.
@@ -84,8 +89,8 @@ bool read_small_ints(const TensorView& t, Dims& out);
 // Copies n blocks of `block` bytes: block i from src + i * src_stride to
 // dst + i * dst_stride. Splits the work over the pool when it is big
 // (by block, or by pieces of each block when there are few blocks).
-void copy_blocks(ThreadPool& pool, char* dst, int64_t dst_stride, const char* src, int64_t src_stride,
-                 int64_t n, int64_t block);
+void copy_blocks(ThreadPool& pool, char* dst, int64_t dst_stride, const char* src,
+                 int64_t src_stride, int64_t n, int64_t block);
 
 // A strided gather into a contiguous output: for every multi-index over
 // dims[0..rank) (row-major), copies one element of elem bytes from

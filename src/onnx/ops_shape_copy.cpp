@@ -15,22 +15,27 @@ Status check_arity(const Node& node, size_t min_in, size_t max_in, int n_out) {
     return Status::invalid_argument("expects " + want + " inputs, got " + std::to_string(n_in));
   }
   for (size_t i = 0; i < min_in; ++i)
-    if (node.inputs[i].empty()) return Status::invalid_argument("input " + std::to_string(i) + " is required");
+    if (node.inputs[i].empty())
+      return Status::invalid_argument("input " + std::to_string(i) + " is required");
   if (n_out >= 0 && node.outputs.size() != size_t(n_out))
     return Status::invalid_argument("expects " + std::to_string(n_out) + " outputs, got " +
                                     std::to_string(node.outputs.size()));
-  if (n_out < 0 && node.outputs.empty()) return Status::invalid_argument("expects at least one output");
+  if (n_out < 0 && node.outputs.empty())
+    return Status::invalid_argument("expects at least one output");
   return Status::ok();
 }
 
-Result<std::vector<int64_t>> known_ints(std::span<const TensorInfo> in, size_t i, const char* what) {
+Result<std::vector<int64_t>> known_ints(std::span<const TensorInfo> in, size_t i,
+                                        const char* what) {
   if (i >= in.size() || in[i].value == nullptr)
-    return Status::invalid_argument(std::string("input '") + what +
-                                    "' must be known before running (a constant, or computed from shapes)");
+    return Status::invalid_argument(
+        std::string("input '") + what +
+        "' must be known before running (a constant, or computed from shapes)");
   auto v = int_values(*in[i].value);
   if (!v) return v.status().with_context(std::string("input '") + what + "'");
   if (in[i].shape.size() > 1)
-    return Status::invalid_argument(std::string("input '") + what + "' must be a scalar or 1-D, got shape " +
+    return Status::invalid_argument(std::string("input '") + what +
+                                    "' must be a scalar or 1-D, got shape " +
                                     shape_string(in[i].shape));
   return v;
 }
@@ -47,10 +52,12 @@ Result<std::vector<int64_t>> normalize_axes(const std::vector<int64_t>& axes, in
   return out;
 }
 
-Status refuse_moved_attribute(const Node& node, const char* attr, int64_t since_opset, int input_index) {
+Status refuse_moved_attribute(const Node& node, const char* attr, int64_t since_opset,
+                              int input_index) {
   if (node.opset >= since_opset && node.has(attr))
     return Status::invalid_argument(std::string("attribute '") + attr + "' is input " +
-                                    std::to_string(input_index) + " from opset " + std::to_string(since_opset));
+                                    std::to_string(input_index) + " from opset " +
+                                    std::to_string(since_opset));
   return Status::ok();
 }
 
@@ -105,8 +112,8 @@ bool read_small_ints(const TensorView& t, Dims& out) {
   return true;
 }
 
-void copy_blocks(ThreadPool& pool, char* dst, int64_t dst_stride, const char* src, int64_t src_stride,
-                 int64_t n, int64_t block) {
+void copy_blocks(ThreadPool& pool, char* dst, int64_t dst_stride, const char* src,
+                 int64_t src_stride, int64_t n, int64_t block) {
   if (n <= 0 || block <= 0) return;
   if (dst_stride == block && src_stride == block) {  // one contiguous range
     block *= n;
@@ -115,7 +122,8 @@ void copy_blocks(ThreadPool& pool, char* dst, int64_t dst_stride, const char* sr
   const int64_t total = n * block;
   const int64_t threads = pool.size();
   if (total < kParallelBytes || threads <= 1) {
-    for (int64_t i = 0; i < n; ++i) std::memcpy(dst + i * dst_stride, src + i * src_stride, size_t(block));
+    for (int64_t i = 0; i < n; ++i)
+      std::memcpy(dst + i * dst_stride, src + i * src_stride, size_t(block));
     return;
   }
   struct Job {
@@ -134,7 +142,8 @@ void copy_blocks(ThreadPool& pool, char* dst, int64_t dst_stride, const char* sr
       const int64_t from = (j % job.pieces) * job.piece;
       const int64_t len = std::min(job.block - from, job.piece);
       if (len > 0)
-        std::memcpy(job.dst + i * job.dst_stride + from, job.src + i * job.src_stride + from, size_t(len));
+        std::memcpy(job.dst + i * job.dst_stride + from, job.src + i * job.src_stride + from,
+                    size_t(len));
     }
   });
 }
@@ -197,7 +206,8 @@ void copy_rows(const StridedCopy& c, int64_t b, int64_t e) {
 constexpr int64_t kTile = 32;
 
 template <int E>
-void tile_block(const StridedCopy& c, const char* src, char* dst, int64_t i0, int64_t i1, int64_t cols) {
+void tile_block(const StridedCopy& c, const char* src, char* dst, int64_t i0, int64_t i1,
+                int64_t cols) {
   const int64_t s = c.src_stride[c.dims.n - 1];
   for (int64_t j0 = 0; j0 < cols; j0 += kTile) {
     const int64_t j1 = std::min(cols, j0 + kTile);
@@ -234,13 +244,22 @@ void transpose_tiles(ThreadPool& pool, const StridedCopy& c) {
       char* dst = c.dst + batch * job.rows * job.cols * c.elem;
       const int64_t i0 = t * kTile, i1 = std::min(job.rows, i0 + kTile);
       switch (c.elem) {
-        case 1: tile_block<1>(c, src, dst, i0, i1, job.cols); break;
-        case 2: tile_block<2>(c, src, dst, i0, i1, job.cols); break;
-        case 4: tile_block<4>(c, src, dst, i0, i1, job.cols); break;
-        case 8: tile_block<8>(c, src, dst, i0, i1, job.cols); break;
+        case 1:
+          tile_block<1>(c, src, dst, i0, i1, job.cols);
+          break;
+        case 2:
+          tile_block<2>(c, src, dst, i0, i1, job.cols);
+          break;
+        case 4:
+          tile_block<4>(c, src, dst, i0, i1, job.cols);
+          break;
+        case 8:
+          tile_block<8>(c, src, dst, i0, i1, job.cols);
+          break;
         default:
           for (int64_t i = i0; i < i1; ++i)
-            copy_row(dst + i * job.cols * c.elem, src + i * c.elem, c.src_stride[job.r - 1], job.cols, c.elem);
+            copy_row(dst + i * job.cols * c.elem, src + i * c.elem, c.src_stride[job.r - 1],
+                     job.cols, c.elem);
       }
     }
   };

@@ -29,17 +29,21 @@ class TransposeOp final : public Op {
  public:
   explicit TransposeOp(std::vector<int64_t> perm) : perm_(std::move(perm)) {}
 
-  Status infer(std::span<const TensorInfo> in, std::span<const bool>, std::span<TensorInfo> out) const override {
+  Status infer(std::span<const TensorInfo> in, std::span<const bool>,
+               std::span<TensorInfo> out) const override {
     const Shape& d = in[0].shape;
-    if (d.size() > kMaxRank) return Status::invalid_argument("rank " + std::to_string(d.size()) + " is over the limit");
+    if (d.size() > kMaxRank)
+      return Status::invalid_argument("rank " + std::to_string(d.size()) + " is over the limit");
     if (!perm_.empty()) {
       if (perm_.size() != d.size())
-        return Status::invalid_argument("perm " + shape_string(perm_) + " has " + std::to_string(perm_.size()) +
-                                        " entries for an input of rank " + std::to_string(d.size()));
+        return Status::invalid_argument(
+            "perm " + shape_string(perm_) + " has " + std::to_string(perm_.size()) +
+            " entries for an input of rank " + std::to_string(d.size()));
       std::vector<bool> seen(d.size());
       for (int64_t p : perm_) {
         if (p < 0 || p >= int64_t(d.size()) || seen[size_t(p)])
-          return Status::invalid_argument("perm " + shape_string(perm_) + " is not a permutation of 0.." +
+          return Status::invalid_argument("perm " + shape_string(perm_) +
+                                          " is not a permutation of 0.." +
                                           std::to_string(d.size() - 1));
         seen[size_t(p)] = true;
       }
@@ -72,7 +76,9 @@ class TransposeOp final : public Op {
 
  private:
   // The input axis of output axis k (the default reverses the axes).
-  int64_t axis(size_t k, size_t rank) const { return perm_.empty() ? int64_t(rank - 1 - k) : perm_[k]; }
+  int64_t axis(size_t k, size_t rank) const {
+    return perm_.empty() ? int64_t(rank - 1 - k) : perm_[k];
+  }
   std::vector<int64_t> perm_;
 };
 
@@ -100,7 +106,8 @@ class ConcatOp final : public Op {
  public:
   explicit ConcatOp(int64_t axis) : axis_(axis) {}
 
-  Status infer(std::span<const TensorInfo> in, std::span<const bool>, std::span<TensorInfo> out) const override {
+  Status infer(std::span<const TensorInfo> in, std::span<const bool>,
+               std::span<TensorInfo> out) const override {
     const Shape& first = in[0].shape;
     if (first.empty()) return Status::invalid_argument("cannot concatenate scalars");
     CAIRN_ASSIGN_OR_RETURN(int64_t a, normalize_axis(axis_, int64_t(first.size())));
@@ -109,14 +116,15 @@ class ConcatOp final : public Op {
     for (size_t i = 0; i < in.size(); ++i) {
       const Shape& d = in[i].shape;
       if (in[i].dtype != in[0].dtype)
-        return Status::invalid_argument("input " + std::to_string(i) + " is " + values::dtype_name(in[i].dtype) +
-                                        ", input 0 is " + values::dtype_name(in[0].dtype));
+        return Status::invalid_argument("input " + std::to_string(i) + " is " +
+                                        values::dtype_name(in[i].dtype) + ", input 0 is " +
+                                        values::dtype_name(in[0].dtype));
       bool ok = d.size() == first.size();
       for (size_t k = 0; ok && k < d.size(); ++k) ok = int64_t(k) == a || d[k] == first[k];
       if (!ok)
-        return Status::invalid_argument("input " + std::to_string(i) + " has shape " + shape_string(d) +
-                                        ", which does not concatenate with " + shape_string(first) + " on axis " +
-                                        std::to_string(a));
+        return Status::invalid_argument("input " + std::to_string(i) + " has shape " +
+                                        shape_string(d) + ", which does not concatenate with " +
+                                        shape_string(first) + " on axis " + std::to_string(a));
       if (d[size_t(a)] < 0 || s[size_t(a)] > INT64_MAX - d[size_t(a)])
         return Status::invalid_argument("the concatenated axis is too long");
       s[size_t(a)] += d[size_t(a)];
@@ -136,8 +144,8 @@ class ConcatOp final : public Op {
     int64_t offset = 0;
     for (const TensorView* x : args.in) {
       const int64_t row = x->shape[size_t(a)] * inner_bytes;
-      copy_blocks(args.pool, static_cast<char*>(y.data) + offset, out_row, static_cast<const char*>(x->data), row,
-                  as.outer, row);
+      copy_blocks(args.pool, static_cast<char*>(y.data) + offset, out_row,
+                  static_cast<const char*>(x->data), row, as.outer, row);
       offset += row;
     }
     return Status::ok();
@@ -150,7 +158,8 @@ class ConcatOp final : public Op {
 Result<std::unique_ptr<Op>> make_concat(const NodeContext& ctx) {
   CAIRN_RETURN_IF_ERROR(check_arity(ctx.node, 1, SIZE_MAX, 1));
   for (size_t i = 0; i < ctx.node.inputs.size(); ++i)
-    if (ctx.node.inputs[i].empty()) return Status::invalid_argument("input " + std::to_string(i) + " is empty");
+    if (ctx.node.inputs[i].empty())
+      return Status::invalid_argument("input " + std::to_string(i) + " is empty");
   CAIRN_ASSIGN_OR_RETURN(int64_t axis, ctx.node.require_int("axis"));
   return std::unique_ptr<Op>(new ConcatOp(axis));
 }
@@ -172,32 +181,39 @@ class SplitOp final : public Op {
     CAIRN_ASSIGN_OR_RETURN(auto split, split_.get(in, present, "split"));
     std::vector<int64_t> sizes;
     if (split.has) {
-      if (num_outputs_ > 0) return Status::invalid_argument("takes either input 'split' or attribute 'num_outputs', not both");
+      if (num_outputs_ > 0)
+        return Status::invalid_argument(
+            "takes either input 'split' or attribute 'num_outputs', not both");
       if (int64_t(split.v.size()) != n)
-        return Status::invalid_argument("split " + shape_string(split.v) + " has " + std::to_string(split.v.size()) +
-                                        " sizes for " + std::to_string(n) + " outputs");
+        return Status::invalid_argument("split " + shape_string(split.v) + " has " +
+                                        std::to_string(split.v.size()) + " sizes for " +
+                                        std::to_string(n) + " outputs");
       int64_t sum = 0;
       for (int64_t v : split.v) {
-        if (v < 0 || v > dim) return Status::invalid_argument("split " + shape_string(split.v) + " has a bad size");
+        if (v < 0 || v > dim)
+          return Status::invalid_argument("split " + shape_string(split.v) + " has a bad size");
         sum += v;
       }
       if (sum != dim)
-        return Status::invalid_argument("split " + shape_string(split.v) + " adds up to " + std::to_string(sum) +
-                                        ", the axis has " + std::to_string(dim));
+        return Status::invalid_argument("split " + shape_string(split.v) + " adds up to " +
+                                        std::to_string(sum) + ", the axis has " +
+                                        std::to_string(dim));
       sizes = split.v;
     } else if (num_outputs_ > 0) {
       // Opset 18: chunks of ceil(dim / n), the last one smaller.
       const int64_t chunk = (dim + n - 1) / n;
       const int64_t last = dim - chunk * (n - 1);
       if (last < 0)
-        return Status::invalid_argument("an axis of " + std::to_string(dim) + " cannot be split into " +
-                                        std::to_string(n) + " chunks of " + std::to_string(chunk));
+        return Status::invalid_argument("an axis of " + std::to_string(dim) +
+                                        " cannot be split into " + std::to_string(n) +
+                                        " chunks of " + std::to_string(chunk));
       sizes.assign(size_t(n), chunk);
       sizes.back() = last;
     } else {
       if (dim % n != 0)
-        return Status::invalid_argument("an axis of " + std::to_string(dim) + " does not split evenly into " +
-                                        std::to_string(n) + " outputs");
+        return Status::invalid_argument("an axis of " + std::to_string(dim) +
+                                        " does not split evenly into " + std::to_string(n) +
+                                        " outputs");
       sizes.assign(size_t(n), dim / n);
     }
     for (size_t i = 0; i < n_out_; ++i) {
@@ -217,8 +233,8 @@ class SplitOp final : public Op {
     int64_t offset = 0;
     for (TensorView* y : args.out) {
       const int64_t row = y->shape[size_t(a)] * inner_bytes;
-      copy_blocks(args.pool, static_cast<char*>(y->data), row, static_cast<const char*>(x.data) + offset, in_row,
-                  as.outer, row);
+      copy_blocks(args.pool, static_cast<char*>(y->data), row,
+                  static_cast<const char*>(x.data) + offset, in_row, as.outer, row);
       offset += row;
     }
     return Status::ok();
@@ -238,10 +254,12 @@ Result<std::unique_ptr<Op>> make_split(const NodeContext& ctx) {
   CAIRN_ASSIGN_OR_RETURN(auto split, IntsArg::make(node, "split", 13, 1));
   CAIRN_ASSIGN_OR_RETURN(int64_t num_outputs, node.get_int("num_outputs", 0));
   if (node.has("num_outputs")) {
-    if (node.opset < 18) return Status::invalid_argument("attribute 'num_outputs' exists from opset 18");
+    if (node.opset < 18)
+      return Status::invalid_argument("attribute 'num_outputs' exists from opset 18");
     if (num_outputs != int64_t(node.outputs.size()))
-      return Status::invalid_argument("num_outputs is " + std::to_string(num_outputs) + " but the node has " +
-                                      std::to_string(node.outputs.size()) + " outputs");
+      return Status::invalid_argument("num_outputs is " + std::to_string(num_outputs) +
+                                      " but the node has " + std::to_string(node.outputs.size()) +
+                                      " outputs");
   }
   return std::unique_ptr<Op>(new SplitOp(axis, std::move(split), num_outputs, node.outputs.size()));
 }
@@ -253,15 +271,17 @@ Result<std::unique_ptr<Op>> make_split(const NodeContext& ctx) {
 // clamp: [0, d] for a positive step, [-1, d-1] for a negative one). Used by
 // infer() (which reports errors) and run() (which repeats it on the same
 // values, so it cannot fail there), without allocating.
-Status slice_params(std::span<const int64_t> d, std::span<const int64_t> starts, std::span<const int64_t> ends,
-                    std::span<const int64_t> axes, bool has_axes, std::span<const int64_t> steps, bool has_steps,
-                    int64_t* start, int64_t* step, int64_t* count) {
+Status slice_params(std::span<const int64_t> d, std::span<const int64_t> starts,
+                    std::span<const int64_t> ends, std::span<const int64_t> axes, bool has_axes,
+                    std::span<const int64_t> steps, bool has_steps, int64_t* start, int64_t* step,
+                    int64_t* count) {
   const int64_t rank = int64_t(d.size());
   const size_t n = starts.size();
   if (ends.size() != n || (has_axes && axes.size() != n) || (has_steps && steps.size() != n))
     return Status::invalid_argument("starts, ends, axes and steps must have the same length");
   if (int64_t(n) > rank)
-    return Status::invalid_argument(std::to_string(n) + " starts for an input of rank " + std::to_string(rank));
+    return Status::invalid_argument(std::to_string(n) + " starts for an input of rank " +
+                                    std::to_string(rank));
   for (int64_t k = 0; k < rank; ++k) {
     start[k] = 0;
     step[k] = 1;
@@ -271,9 +291,11 @@ Status slice_params(std::span<const int64_t> d, std::span<const int64_t> starts,
   for (size_t i = 0; i < n; ++i) {
     int64_t a = has_axes ? axes[i] : int64_t(i);
     if (a < -rank || a >= rank)
-      return Status::invalid_argument("axis " + std::to_string(a) + " is out of range for rank " + std::to_string(rank));
+      return Status::invalid_argument("axis " + std::to_string(a) + " is out of range for rank " +
+                                      std::to_string(rank));
     if (a < 0) a += rank;
-    if (seen & (uint64_t(1) << a)) return Status::invalid_argument("axis " + std::to_string(a) + " is listed twice");
+    if (seen & (uint64_t(1) << a))
+      return Status::invalid_argument("axis " + std::to_string(a) + " is listed twice");
     seen |= uint64_t(1) << a;
     const int64_t dim = d[size_t(a)];
     int64_t s = has_steps ? steps[i] : 1;
@@ -308,7 +330,8 @@ class SliceOp final : public Op {
   Status infer(std::span<const TensorInfo> in, std::span<const bool> present,
                std::span<TensorInfo> out) const override {
     const Shape& d = in[0].shape;
-    if (d.size() > kMaxRank) return Status::invalid_argument("rank " + std::to_string(d.size()) + " is over the limit");
+    if (d.size() > kMaxRank)
+      return Status::invalid_argument("rank " + std::to_string(d.size()) + " is over the limit");
     CAIRN_ASSIGN_OR_RETURN(auto starts, known_ints(in, 1, "starts"));
     CAIRN_ASSIGN_OR_RETURN(auto ends, known_ints(in, 2, "ends"));
     std::vector<int64_t> axes, steps;
@@ -320,8 +343,8 @@ class SliceOp final : public Op {
       CAIRN_ASSIGN_OR_RETURN(steps, known_ints(in, 4, "steps"));
     }
     Dims start, step, count;
-    CAIRN_RETURN_IF_ERROR(slice_params(d, starts, ends, axes, has_axes, steps, has_steps, start.v.data(),
-                                       step.v.data(), count.v.data()));
+    CAIRN_RETURN_IF_ERROR(slice_params(d, starts, ends, axes, has_axes, steps, has_steps,
+                                       start.v.data(), step.v.data(), count.v.data()));
     out[0].dtype = in[0].dtype;
     out[0].shape.assign(count.v.begin(), count.v.begin() + int64_t(d.size()));
     return Status::ok();
@@ -333,13 +356,22 @@ class SliceOp final : public Op {
     const bool has_axes = args.in.size() > 3 && args.in[3] != nullptr;
     const bool has_steps = args.in.size() > 4 && args.in[4] != nullptr;
     if (!read_small_ints(*args.in[1], starts) || !read_small_ints(*args.in[2], ends) ||
-        (has_axes && !read_small_ints(*args.in[3], axes)) || (has_steps && !read_small_ints(*args.in[4], steps)))
+        (has_axes && !read_small_ints(*args.in[3], axes)) ||
+        (has_steps && !read_small_ints(*args.in[4], steps)))
       return Status::internal("Slice: starts/ends/axes/steps unreadable while running");
     Dims start, step, count, d;
     for (int64_t v : x.shape) d.push(v);
-    CAIRN_RETURN_IF_ERROR(slice_params({d.v.data(), d.n}, {starts.v.data(), starts.n}, {ends.v.data(), ends.n},
-                                       {axes.v.data(), axes.n}, has_axes, {steps.v.data(), steps.n}, has_steps,
-                                       start.v.data(), step.v.data(), count.v.data()));
+    CAIRN_RETURN_IF_ERROR(slice_params({d.v.data(), d.n}, {starts.v.data(), starts.n},
+                                       {ends.v.data(), ends.n}, {axes.v.data(), axes.n}, has_axes,
+                                       {steps.v.data(), steps.n}, has_steps, start.v.data(),
+                                       step.v.data(), count.v.data()));
+    // The values must be the ones infer() saw (a plan is reused for inputs
+    // of the same shapes): never write past the output planned for them.
+    const Shape& ys = args.out[0]->shape;
+    for (size_t k = 0; k < d.n; ++k)
+      if (ys.size() != d.n || ys[k] != count[k])
+        return Status::invalid_argument(
+            "starts/ends/axes/steps differ from those the plan was made for");
     const int64_t e = int64_t(values::dtype_size(x.dtype));
     Dims st;
     strides_of(x.shape, st);
@@ -371,7 +403,8 @@ class GatherOp final : public Op {
  public:
   explicit GatherOp(int64_t axis) : axis_(axis) {}
 
-  Status infer(std::span<const TensorInfo> in, std::span<const bool>, std::span<TensorInfo> out) const override {
+  Status infer(std::span<const TensorInfo> in, std::span<const bool>,
+               std::span<TensorInfo> out) const override {
     const Shape& d = in[0].shape;
     const Shape& ix = in[1].shape;
     if (d.empty()) return Status::invalid_argument("cannot gather from a scalar");
@@ -403,15 +436,21 @@ class GatherOp final : public Op {
       int64_t n_idx, dim, block;
     };
     const AxisSplit as = around(x.shape, a);
-    const Job job{static_cast<const char*>(x.data), static_cast<char*>(args.out[0]->data), ix.data,
-                  ix.dtype == DType::Int64, ix.count(), dim,
+    const Job job{static_cast<const char*>(x.data),
+                  static_cast<char*>(args.out[0]->data),
+                  ix.data,
+                  ix.dtype == DType::Int64,
+                  ix.count(),
+                  dim,
                   as.inner * int64_t(values::dtype_size(x.dtype))};
     auto rows = [&job](int64_t b, int64_t e) {
       for (int64_t w = b; w < e; ++w) {
         const int64_t o = w / job.n_idx, j = w % job.n_idx;
-        int64_t i = job.i64 ? static_cast<const int64_t*>(job.idx)[j] : static_cast<const int32_t*>(job.idx)[j];
+        int64_t i = job.i64 ? static_cast<const int64_t*>(job.idx)[j]
+                            : static_cast<const int32_t*>(job.idx)[j];
         if (i < 0) i += job.dim;
-        std::memcpy(job.dst + w * job.block, job.src + (o * job.dim + i) * job.block, size_t(job.block));
+        std::memcpy(job.dst + w * job.block, job.src + (o * job.dim + i) * job.block,
+                    size_t(job.block));
       }
     };
     const int64_t n = as.outer * job.n_idx;
@@ -430,8 +469,9 @@ class GatherOp final : public Op {
     for (int64_t j = 0; j < n; ++j) {
       const int64_t i = i64 ? ix.as<const int64_t>()[j] : ix.as<const int32_t>()[j];
       if (i < -dim || i >= dim)
-        return Status::invalid_argument("index " + std::to_string(i) + " is out of range for axis " +
-                                        std::to_string(axis) + " of size " + std::to_string(dim));
+        return Status::invalid_argument("index " + std::to_string(i) +
+                                        " is out of range for axis " + std::to_string(axis) +
+                                        " of size " + std::to_string(dim));
     }
     return Status::ok();
   }
