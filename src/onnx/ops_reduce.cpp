@@ -128,6 +128,7 @@ class ReduceOp final : public Op {
  public:
   ReduceOp(ReduceKind kind, bool keepdims, bool noop, IntsArg axes)
       : kind_(kind), keepdims_(keepdims), noop_(noop), axes_(std::move(axes)) {}
+  bool needs_value(size_t i) const override { return axes_.from_input && i == axes_.index; }
 
   Status infer(std::span<const TensorInfo> in, std::span<const bool> present,
                std::span<TensorInfo> out) const override {
@@ -440,6 +441,7 @@ struct TopKColumn {
 class TopKOp final : public Op {
  public:
   TopKOp(int64_t axis, bool largest) : axis_(axis), largest_(largest) {}
+  bool needs_value(size_t i) const override { return i == 1; }
 
   Status infer(std::span<const TensorInfo> in, std::span<const bool>,
                std::span<TensorInfo> out) const override {

@@ -32,6 +32,8 @@ class ReshapeOp final : public ViewOp {
  public:
   explicit ReshapeOp(bool allowzero) : allowzero_(allowzero) {}
 
+  bool needs_value(size_t i) const override { return i == 1; }
+
   Status infer(std::span<const TensorInfo> in, std::span<const bool>,
                std::span<TensorInfo> out) const override {
     CAIRN_ASSIGN_OR_RETURN(auto want, known_ints(in, 1, "shape"));
@@ -136,6 +138,7 @@ Result<std::unique_ptr<Op>> make_flatten(const NodeContext& ctx) {
 class SqueezeOp final : public ViewOp {
  public:
   explicit SqueezeOp(IntsArg axes) : axes_(std::move(axes)) {}
+  bool needs_value(size_t i) const override { return axes_.from_input && i == axes_.index; }
   Status infer(std::span<const TensorInfo> in, std::span<const bool> present,
                std::span<TensorInfo> out) const override {
     const Shape& d = in[0].shape;
@@ -173,6 +176,7 @@ Result<std::unique_ptr<Op>> make_squeeze(const NodeContext& ctx) {
 class UnsqueezeOp final : public ViewOp {
  public:
   explicit UnsqueezeOp(IntsArg axes) : axes_(std::move(axes)) {}
+  bool needs_value(size_t i) const override { return axes_.from_input && i == axes_.index; }
   Status infer(std::span<const TensorInfo> in, std::span<const bool> present,
                std::span<TensorInfo> out) const override {
     const Shape& d = in[0].shape;
@@ -351,6 +355,7 @@ Result<std::unique_ptr<Op>> make_constant(const NodeContext& ctx) {
 class ConstantOfShapeOp final : public Op {
  public:
   ConstantOfShapeOp(DType dtype, std::array<char, 8> value) : dtype_(dtype), value_(value) {}
+  bool needs_value(size_t i) const override { return i == 0; }
 
   Status infer(std::span<const TensorInfo> in, std::span<const bool>,
                std::span<TensorInfo> out) const override {

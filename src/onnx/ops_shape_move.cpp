@@ -170,6 +170,7 @@ class SplitOp final : public Op {
  public:
   SplitOp(int64_t axis, IntsArg split, int64_t num_outputs, size_t n_out)
       : axis_(axis), split_(std::move(split)), num_outputs_(num_outputs), n_out_(n_out) {}
+  bool needs_value(size_t i) const override { return split_.from_input && i == split_.index; }
 
   Status infer(std::span<const TensorInfo> in, std::span<const bool> present,
                std::span<TensorInfo> out) const override {
@@ -327,6 +328,8 @@ Status slice_params(std::span<const int64_t> d, std::span<const int64_t> starts,
 
 class SliceOp final : public Op {
  public:
+  bool needs_value(size_t i) const override { return i >= 1; }
+
   Status infer(std::span<const TensorInfo> in, std::span<const bool> present,
                std::span<TensorInfo> out) const override {
     const Shape& d = in[0].shape;
