@@ -160,9 +160,12 @@ Result<std::unique_ptr<Op>> make_matmul(const NodeContext& ctx) {
     return bad("MatMul takes 2 inputs");
   PackedB packed;
   const TensorView* b = ctx.constants.size() > 1 ? ctx.constants[1] : nullptr;
-  // A constant 2-D B (the weights of a linear layer) is packed once here.
-  if (b && b->dtype == DType::Float32 && b->shape.size() == 2 && b->count() > 0)
-    packed = kernels::pack_b(b->as<const float>(), b->shape[0], b->shape[1], false);
+  // A constant B with one matrix (the weights of a linear layer; leading
+  // dims of 1 allowed) is packed once here.
+  if (b && b->dtype == DType::Float32 && b->shape.size() >= 2 && b->count() > 0 &&
+      b->count() == b->shape[b->shape.size() - 2] * b->shape.back())
+    packed = kernels::pack_b(b->as<const float>(), b->shape[b->shape.size() - 2], b->shape.back(),
+                             false);
   return std::unique_ptr<Op>(new MatMulOp(std::move(packed)));
 }
 
