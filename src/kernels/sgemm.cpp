@@ -4,8 +4,9 @@
 // of A and MR·nr/8 FMAs), then finished by the epilogue. The driver walks
 // N in blocks of kNc columns and K in blocks of 256 (B's block, 256 KiB,
 // stays in L2), then MR-row strips of A (copied to a 6-12 KiB buffer that
-// stays in L1) across the block's panels. Threads split N's panels, and M
-// when N has too few.
+// stays in L1) across the block's panels, each tile requesting a slice of
+// the next block into L2 so that streaming B overlaps the multiply (small M).
+// Threads split N's panels, and M when N has too few.
 // Tiles with fewer than MR rows use kernels instantiated for their row count,
 // so M = 1 costs one row's FMAs, not MR's.
 #include "kernels/sgemm.h"
@@ -13,7 +14,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
-#include <cstdlib>
 #include <new>
 
 #include "core/simd.h"
