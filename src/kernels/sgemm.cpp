@@ -2,7 +2,7 @@
 // One tile of C (MR rows × nr columns) is summed in registers over a K block
 // (kc ≤ 256 steps: per step nr/8 (or /16) vector loads of B, MR broadcasts
 // of A and MR·nr/8 FMAs), then finished by the epilogue. The driver walks
-// N in blocks of kNc columns and K in blocks of 256 (B's block, 256 KiB,
+// N in blocks of 256 or 512 columns and K in blocks of 256 (B's block
 // stays in L2), then MR-row strips of A (copied to a 6-12 KiB buffer that
 // stays in L1) across the block's panels, each tile requesting a slice of
 // the next block into L2 so that streaming B overlaps the multiply (small M).
@@ -22,8 +22,13 @@
 namespace cairn::kernels {
 namespace {
 
-constexpr int64_t kNc = 256;  // columns of B per block: kc·kNc floats (256 KiB) stay in L2,
-                              // next to the next block being fetched
+// Columns of B per block. Few rows of A (up to kFewStrips strips): 256, so
+// the block (256 KiB) and the next one, requested while this one is
+// multiplied, both fit in L2. More rows: the multiply is the bottleneck, no
+// requests ahead, and 512-column blocks halve how often A's strips are
+// copied.
+constexpr int64_t kNcFew = 256, kNcMany = 512;
+constexpr int64_t kFewStrips = 8;
 constexpr int kMaxMr = 12;
 
 struct TileEpi {
@@ -261,9 +266,11 @@ void run_block(const Path& path, int64_t m0, int64_t m1, int64_t p0, int64_t p1,
                int64_t rsa, int64_t csa, const PackedBView& b, float* c, int64_t ldc,
                const SgemmEpilogue& epi) {
   alignas(64) float strip[kMaxMr * kSgemmKc];
-  const int64_t nr = path.nr, npad = round_up(b.n, nr), nc_panels = std::max<int64_t>(1, kNc / nr);
   // Strips of balanced heights (8 rows: 4 + 4, not 6 + 2).
   const int64_t rows = m1 - m0, strips = (rows + path.mr - 1) / path.mr;
+  const bool few = strips <= kFewStrips;
+  const int64_t nr = path.nr, npad = round_up(b.n, nr);
+  const int64_t nc_panels = std::max<int64_t>(1, (few ? kNcFew : kNcMany) / nr);
   for (int64_t q0 = p0; q0 < p1; q0 += nc_panels) {
     const int64_t q1 = std::min(p1, q0 + nc_panels);
     for (int64_t k0 = 0; k0 < b.k; k0 += kSgemmKc) {
@@ -276,7 +283,9 @@ void run_block(const Path& path, int64_t m0, int64_t m1, int64_t p0, int64_t p1,
       // memory and memory on the multiply.
       const char* next = nullptr;  // stays null for the last block: nothing to request
       int64_t next_bytes = 0;
-      if (k0 + kc < b.k) {
+      if (!few) {
+        // nothing requested ahead
+      } else if (k0 + kc < b.k) {
         const int64_t kc2 = std::min(kSgemmKc, b.k - k0 - kc);
         next = reinterpret_cast<const char*>(b.data + (k0 + kc) * npad + q0 * kc2 * nr);
         next_bytes = (q1 - q0) * kc2 * nr * 4;
