@@ -94,7 +94,7 @@ CAIRN_SGEMM_AVX2 void tile_avx2_t(int64_t kc, const float* a, int64_t rsa, int64
     }
     for (; k < k_end; ++k) {
       const __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
-  #pragma GCC unroll 8
+#pragma GCC unroll 8
       for (int i = 0; i < MR; ++i) {
         const __m256 ai = _mm256_broadcast_ss(a + i * rsa);
         acc0[i] = _mm256_fmadd_ps(ai, b0, acc0[i]);
@@ -168,7 +168,7 @@ CAIRN_SGEMM_AVX512 void tile_avx512_t(int64_t kc, const float* a, int64_t rsa, i
     }
     for (; k < k_end; ++k) {
       const __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
-  #pragma GCC unroll 16
+#pragma GCC unroll 16
       for (int i = 0; i < MR; ++i) {
         const __m512 ai = _mm512_set1_ps(a[i * rsa]);
         acc0[i] = _mm512_fmadd_ps(ai, b0, acc0[i]);
