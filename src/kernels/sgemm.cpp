@@ -2,15 +2,17 @@
 // One tile of C (MR rows × nr columns) is summed in registers over a K block
 // (kc ≤ 256 steps: per step nr/8 (or /16) vector loads of B, MR broadcasts
 // of A and MR·nr/8 FMAs), then finished by the epilogue. The driver walks
-// N in blocks of kNc columns and K in blocks of 256 (B's block, 512 KiB,
+// N in blocks of 256 or 512 columns and K in blocks of 256 (B's block
 // stays in L2), then MR-row strips of A (copied to a 6-12 KiB buffer that
-// stays in L1) across the block's panels. Threads split N's panels, and M
-// when N has too few.
+// stays in L1) across the block's panels, each tile requesting a slice of
+// the next block into L2 so that streaming B overlaps the multiply (small M).
+// Threads split N's panels, and M when N has too few.
 // Tiles with fewer than MR rows use kernels instantiated for their row count,
 // so M = 1 costs one row's FMAs, not MR's.
 #include "kernels/sgemm.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <new>
 
@@ -20,13 +22,23 @@
 namespace cairn::kernels {
 namespace {
 
-constexpr int64_t kNc = 512;  // columns of B per block: kc·kNc floats (512 KiB) stay in L2
+// Columns of B per block. Few rows of A (up to kFewStrips strips): 256, so
+// the block (256 KiB) and the next one, requested while this one is
+// multiplied, both fit in L2. More rows: the multiply is the bottleneck, no
+// requests ahead, and 512-column blocks halve how often A's strips are
+// copied.
+constexpr int64_t kNcFew = 256, kNcMany = 512;
+constexpr int64_t kFewStrips = 8;
 constexpr int kMaxMr = 12;
 
 struct TileEpi {
   float alpha, beta;
   const float* col_bias;  // at the tile's first column, or null
   const float* row_bias;  // at the tile's first row, or null
+  // Lines [pf, pf_end) to request into L2, one every pf_step steps of k.
+  const char* pf;
+  const char* pf_end;
+  int64_t pf_step;
 };
 
 // a: the tile's A at its first row and the block's first k.
@@ -72,16 +84,25 @@ CAIRN_SGEMM_AVX2 void tile_avx2_t(int64_t kc, const float* a, int64_t rsa, int64
   __m256 acc0[MR], acc1[MR];
 #pragma GCC unroll 8
   for (int i = 0; i < MR; ++i) acc0[i] = acc1[i] = _mm256_setzero_ps();
-  for (int64_t k = 0; k < kc; ++k) {
-    const __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
-#pragma GCC unroll 8
-    for (int i = 0; i < MR; ++i) {
-      const __m256 ai = _mm256_broadcast_ss(a + i * rsa);
-      acc0[i] = _mm256_fmadd_ps(ai, b0, acc0[i]);
-      acc1[i] = _mm256_fmadd_ps(ai, b1, acc1[i]);
+  // One line of the next B block requested every pf_step steps (see run_block).
+  const char* pf = e.pf;
+  for (int64_t k = 0; k < kc;) {
+    const int64_t k_end = std::min(kc, k + e.pf_step);
+    if (pf != e.pf_end) {
+      _mm_prefetch(pf, _MM_HINT_T1);
+      pf += 64;
     }
-    a += csa;
-    b += 16;
+    for (; k < k_end; ++k) {
+      const __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
+#pragma GCC unroll 8
+      for (int i = 0; i < MR; ++i) {
+        const __m256 ai = _mm256_broadcast_ss(a + i * rsa);
+        acc0[i] = _mm256_fmadd_ps(ai, b0, acc0[i]);
+        acc1[i] = _mm256_fmadd_ps(ai, b1, acc1[i]);
+      }
+      a += csa;
+      b += 16;
+    }
   }
   const __m256 va = _mm256_set1_ps(e.alpha), vb = _mm256_set1_ps(e.beta);
 #pragma GCC unroll 8
@@ -137,16 +158,25 @@ CAIRN_SGEMM_AVX512 void tile_avx512_t(int64_t kc, const float* a, int64_t rsa, i
   __m512 acc0[MR], acc1[MR];
 #pragma GCC unroll 16
   for (int i = 0; i < MR; ++i) acc0[i] = acc1[i] = _mm512_setzero_ps();
-  for (int64_t k = 0; k < kc; ++k) {
-    const __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
-#pragma GCC unroll 16
-    for (int i = 0; i < MR; ++i) {
-      const __m512 ai = _mm512_set1_ps(a[i * rsa]);
-      acc0[i] = _mm512_fmadd_ps(ai, b0, acc0[i]);
-      acc1[i] = _mm512_fmadd_ps(ai, b1, acc1[i]);
+  // One line of the next B block requested every pf_step steps (see run_block).
+  const char* pf = e.pf;
+  for (int64_t k = 0; k < kc;) {
+    const int64_t k_end = std::min(kc, k + e.pf_step);
+    if (pf != e.pf_end) {
+      _mm_prefetch(pf, _MM_HINT_T1);
+      pf += 64;
     }
-    a += csa;
-    b += 32;
+    for (; k < k_end; ++k) {
+      const __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
+#pragma GCC unroll 16
+      for (int i = 0; i < MR; ++i) {
+        const __m512 ai = _mm512_set1_ps(a[i * rsa]);
+        acc0[i] = _mm512_fmadd_ps(ai, b0, acc0[i]);
+        acc1[i] = _mm512_fmadd_ps(ai, b1, acc1[i]);
+      }
+      a += csa;
+      b += 32;
+    }
   }
   const __m512 va = _mm512_set1_ps(e.alpha), vb = _mm512_set1_ps(e.beta);
 #pragma GCC unroll 16
@@ -236,15 +266,45 @@ void run_block(const Path& path, int64_t m0, int64_t m1, int64_t p0, int64_t p1,
                int64_t rsa, int64_t csa, const PackedBView& b, float* c, int64_t ldc,
                const SgemmEpilogue& epi) {
   alignas(64) float strip[kMaxMr * kSgemmKc];
-  const int64_t nr = path.nr, npad = round_up(b.n, nr), nc_panels = std::max<int64_t>(1, kNc / nr);
+  // Strips of balanced heights (8 rows: 4 + 4, not 6 + 2).
+  const int64_t rows = m1 - m0, strips = (rows + path.mr - 1) / path.mr;
+  const bool few = strips <= kFewStrips;
+  const int64_t nr = path.nr, npad = round_up(b.n, nr);
+  const int64_t nc_panels = std::max<int64_t>(1, (few ? kNcFew : kNcMany) / nr);
   for (int64_t q0 = p0; q0 < p1; q0 += nc_panels) {
     const int64_t q1 = std::min(p1, q0 + nc_panels);
     for (int64_t k0 = 0; k0 < b.k; k0 += kSgemmKc) {
       const int64_t kc = std::min(kSgemmKc, b.k - k0);
       const bool first = k0 == 0;
       const float* block = b.data + k0 * npad;
-      for (int64_t i = m0; i < m1; i += path.mr) {
-        const int mr = int(std::min<int64_t>(path.mr, m1 - i));
+      // The block after this one (the same panels' next K block, or the next
+      // panels' first), fetched into L2 a slice per tile while this one is
+      // multiplied: with few rows of A, the multiply would otherwise wait on
+      // memory and memory on the multiply.
+      const char* next = nullptr;  // stays null for the last block: nothing to request
+      int64_t next_bytes = 0;
+      if (!few) {
+        // nothing requested ahead
+      } else if (k0 + kc < b.k) {
+        const int64_t kc2 = std::min(kSgemmKc, b.k - k0 - kc);
+        next = reinterpret_cast<const char*>(b.data + (k0 + kc) * npad + q0 * kc2 * nr);
+        next_bytes = (q1 - q0) * kc2 * nr * 4;
+      } else if (q1 < p1) {
+        const int64_t kc2 = std::min(kSgemmKc, b.k);
+        next = reinterpret_cast<const char*>(b.data + q1 * kc2 * nr);
+        next_bytes = (std::min(p1, q1 + nc_panels) - q1) * kc2 * nr * 4;
+      }
+      // Spread evenly over the block's tile steps: each tile requests a
+      // slice, one line every pf_step of its k steps (a burst of requests
+      // would stall the loads that the tile itself is waiting for).
+      const int64_t tiles = strips * (q1 - q0), lines = next_bytes / 64;
+      const int64_t per_tile = (lines + tiles - 1) / tiles;
+      const int64_t pf_step = per_tile > 0 ? std::max<int64_t>(1, kc / per_tile) : kc;
+      const char* pf_at = next;
+      const char* const pf_stop = next + lines * 64;
+      for (int64_t s = 0; s < strips; ++s) {
+        const int64_t i = m0 + rows * s / strips;
+        const int mr = int(m0 + rows * (s + 1) / strips - i);
         const float* ai = a + i * rsa + k0 * csa;
         for (int r = 0; r < mr; ++r) {
           const float* src = ai + r * rsa;
@@ -256,9 +316,12 @@ void run_block(const Path& path, int64_t m0, int64_t m1, int64_t p0, int64_t p1,
         }
         for (int64_t p = q0; p < q1; ++p) {
           const int64_t j0 = p * nr;
+          const char* pf_end = std::min(pf_stop, pf_at + per_tile * 64);
           const TileEpi te{epi.alpha, first ? epi.beta : 1.0f,
                            first && epi.col_bias ? epi.col_bias + j0 : nullptr,
-                           first && epi.row_bias ? epi.row_bias + i : nullptr};
+                           first && epi.row_bias ? epi.row_bias + i : nullptr,
+                           pf_at, pf_end, pf_step};
+          pf_at = pf_end;
           path.tile(kc, strip, 1, mr, block + p * kc * nr, c + i * ldc + j0, ldc, mr,
                     int(std::min(nr, b.n - j0)), te);
         }
@@ -327,11 +390,17 @@ void sgemm_packed(int64_t m, const float* a, int64_t rsa, int64_t csa, const Pac
   // Below ~2 MFLOP a fork/join costs more than it saves.
   int64_t threads = pool ? pool->size() : 1;
   if (double(m) * double(b.n) * double(b.k) < 1e6) threads = 1;
-  // Split N first (each thread then reads only its share of B, the big
-  // operand when M is small); M takes the threads N cannot use.
+  // A tn × tm grid of (panels × strips) shares: the one whose largest share
+  // has the fewest tiles, ties going to more N shares (each thread then
+  // streams only its part of B, the big operand when M is small).
   const int64_t m_strips = (m + path.mr - 1) / path.mr;
-  const int64_t tn = std::max<int64_t>(1, std::min(threads, panels));
-  const int64_t tm = std::max<int64_t>(1, std::min(threads / tn, m_strips));
+  int64_t tn = 1, tm = 1, best = INT64_MAX;
+  for (int64_t n_shares = threads; n_shares >= 1; --n_shares) {
+    if (threads % n_shares != 0 || n_shares > panels) continue;
+    const int64_t m_shares = std::min(threads / n_shares, m_strips);
+    const int64_t cost = (panels + n_shares - 1) / n_shares * ((m_strips + m_shares - 1) / m_shares);
+    if (cost < best) best = cost, tn = n_shares, tm = m_shares;
+  }
   const int64_t tasks = tn * tm;
   auto task = [&](int64_t t) {
     const int64_t ti = t / tn, tj = t % tn;

@@ -4,8 +4,9 @@
 // (once at load for constant weights, or into caller scratch for operands
 // computed at run time), the register-blocked microkernels (scalar, AVX2+FMA
 // 6×16, AVX-512 12×32, chosen by core/cpu_features.h's active_isa) and the
-// cache-blocked, thread-split driver. A is read in place through strides, so
-// transposed or strided A costs nothing to set up. Never allocates while
+// cache-blocked, thread-split driver. A is read through strides (a strip of
+// rows at a time into a stack buffer), so a transposed or strided A needs no
+// separate pass. Never allocates while
 // multiplying; never checks shapes (callers do).
 #pragma once
 

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <new>
 #include <string>
 
 #include "kernels/sgemm.h"
@@ -31,6 +32,15 @@ Status need_float(const TensorInfo& t, const char* what) {
 }
 
 size_t align64(size_t n) { return (n + 63) / 64 * 64; }
+
+Result<PackedB> pack_constant(const float* b, int64_t k, int64_t n, bool transposed) {
+  try {
+    return kernels::pack_b(b, k, n, transposed);
+  } catch (const std::bad_alloc&) {
+    return Status::internal("out of memory packing a " + std::to_string(k) + "×" +
+                            std::to_string(n) + " weight matrix");
+  }
+}
 
 // ---------------------------------------------------------------- MatMul
 
@@ -160,9 +170,13 @@ Result<std::unique_ptr<Op>> make_matmul(const NodeContext& ctx) {
     return bad("MatMul takes 2 inputs");
   PackedB packed;
   const TensorView* b = ctx.constants.size() > 1 ? ctx.constants[1] : nullptr;
-  // A constant 2-D B (the weights of a linear layer) is packed once here.
-  if (b && b->dtype == DType::Float32 && b->shape.size() == 2 && b->count() > 0)
-    packed = kernels::pack_b(b->as<const float>(), b->shape[0], b->shape[1], false);
+  // A constant B with one matrix (the weights of a linear layer; leading
+  // dims of 1 allowed) is packed once here.
+  if (b && b->dtype == DType::Float32 && b->shape.size() >= 2 && b->count() > 0 &&
+      b->count() == b->shape[b->shape.size() - 2] * b->shape.back()) {
+    CAIRN_ASSIGN_OR_RETURN(packed, pack_constant(b->as<const float>(), b->shape[b->shape.size() - 2],
+                                                 b->shape.back(), false));
+  }
   return std::unique_ptr<Op>(new MatMulOp(std::move(packed)));
 }
 
@@ -264,7 +278,7 @@ Result<std::unique_ptr<Op>> make_gemm(const NodeContext& ctx) {
   const TensorView* b = ctx.constants.size() > 1 ? ctx.constants[1] : nullptr;
   if (b && b->dtype == DType::Float32 && b->shape.size() == 2 && b->count() > 0) {
     const int64_t k = tb ? b->shape[1] : b->shape[0], n = tb ? b->shape[0] : b->shape[1];
-    packed = kernels::pack_b(b->as<const float>(), k, n, tb != 0);
+    CAIRN_ASSIGN_OR_RETURN(packed, pack_constant(b->as<const float>(), k, n, tb != 0));
   }
   return std::unique_ptr<Op>(
       new GemmOp(float(alpha), float(beta), ta != 0, tb != 0, std::move(packed)));

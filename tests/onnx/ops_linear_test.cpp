@@ -204,6 +204,7 @@ TEST(OpsLinear, MatMulShapes) {
     check_matmul({2, 7, 33}, {33, 40}, c);  // batch of rows against one B
     check_matmul({2, 1, 3, 4}, {3, 4, 5}, c);  // batch dims broadcast both ways
     check_matmul({3, 4}, {2, 4, 5}, c);   // A broadcast over B's batch
+    check_matmul({2, 3, 6}, {1, 6, 7}, c);  // B's batch dims all 1
     check_matmul({1, 2, 5, 0}, {0, 3}, c);  // K = 0: zeros
   }
   check_matmul({2, 3, 64, 70}, {2, 3, 70, 64}, false);  // attention-like, threads over batches
