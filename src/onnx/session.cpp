@@ -225,7 +225,7 @@ Status SessionImpl::init(Graph graph, SessionOptions options) {
   if (options.pool) {
     pool_ = options.pool;
   } else {
-    own_pool_ = std::make_unique<ThreadPool>(options.threads);
+    own_pool_ = std::make_unique<ThreadPool>(std::clamp(options.threads, 0, 1024));
     pool_ = own_pool_.get();
   }
 

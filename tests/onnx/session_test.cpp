@@ -358,6 +358,29 @@ TEST(OnnxSession, OmittedOptionalOutputsStillGetBuffers) {
   EXPECT_EQ(to_floats((*r)[0]), (std::vector<float>{-1, -2}));
 }
 
+TEST(OnnxSession, EmptyBatchesConstantOutputsAndOmittedInputs) {
+  ModelBuilder b;
+  b.input("x", {-1, 2}).output("y", {-1, 2}).output("c", {2});
+  b.init("c", {2}, {7, 8});
+  b.node("Neg", {"x"}, {"y"});
+  auto s = load_ok(b);
+  ASSERT_TRUE(s);
+  auto r = run1(*s, floats({}, {0, 2}));
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  EXPECT_EQ((*r)[0].shape, (std::vector<int64_t>{0, 2}));
+  EXPECT_TRUE((*r)[0].data.empty());
+  EXPECT_EQ(to_floats((*r)[1]), (std::vector<float>{7, 8}));
+
+  ModelBuilder o;  // "" marks an omitted input: infer() sees it as absent
+  o.input("x", {2}).output("y", {2});
+  o.node("Add", {"x", ""}, {"y"}, "add");
+  s = load_ok(o);
+  ASSERT_TRUE(s);
+  r = run1(*s, floats({1, 2}, {2}));
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_EQ(r.status().message(), "node 'add' (Add, opset 13): input 1 is required");
+}
+
 TEST(OnnxSession, ConcurrentRunsAreSerialised) {
   ModelBuilder b;
   b.input("x", {-1}).output("y", {-1});
