@@ -45,9 +45,15 @@ struct AlignedFree {
 };
 using Buffer = std::unique_ptr<std::byte[], AlignedFree>;
 
+// Null for n == 0 or when the memory is not there (callers check: a plan
+// for a huge request must fail with an error, not throw).
 Buffer alloc_aligned(size_t n) {
   if (n == 0) return {};
-  return Buffer(static_cast<std::byte*>(::operator new[](n, std::align_val_t(kAlign))));
+  return Buffer(static_cast<std::byte*>(::operator new[](n, std::align_val_t(kAlign), std::nothrow)));
+}
+
+Status no_memory(size_t n, const std::string& what) {
+  return Status::error(StatusCode::Unavailable, "cannot allocate " + std::to_string(n) + " bytes for " + what);
 }
 
 std::string copy_bytes(const TensorView& v) {
@@ -205,7 +211,9 @@ Result<bool> SessionImpl::fold(const Node& node, const Op& op, const std::vector
       out_views[i] = const_cast<TensorView*>(v);
       if (out_views[i]->bytes() == 0) out_views[i]->data = g_empty;
     }
-    Buffer scratch = alloc_aligned(op.scratch_bytes(in_info, out_info));
+    const size_t scratch_bytes = op.scratch_bytes(in_info, out_info);
+    Buffer scratch = alloc_aligned(scratch_bytes);
+    if (scratch_bytes && !scratch) return no_memory(scratch_bytes, node.describe() + "'s scratch");
     const RunArgs args{in_views, out_views, scratch.get(), *pool_};
     CAIRN_RETURN_IF_ERROR(op.run(args).with_context(node.describe()));
   }
@@ -415,7 +423,9 @@ Result<std::unique_ptr<Plan>> SessionImpl::make_plan(std::span<const values::Ten
         out_views[i] = &v;
         known[size_t(r.out[i])] = &v;
       }
-      Buffer tmp = alloc_aligned(r.op->scratch_bytes(in_info, out_info));
+      const size_t tmp_bytes = r.op->scratch_bytes(in_info, out_info);
+      Buffer tmp = alloc_aligned(tmp_bytes);
+      if (tmp_bytes && !tmp) return no_memory(tmp_bytes, node.describe() + "'s scratch");
       const RunArgs args{in_views, out_views, tmp.get(), *pool_};
       CAIRN_RETURN_IF_ERROR(r.op->run(args).with_context(node.describe()));
       continue;
@@ -474,6 +484,7 @@ Result<std::unique_ptr<Plan>> SessionImpl::make_plan(std::span<const values::Ten
   const size_t scratch_at = total;
   plan->arena_bytes = total + align_up(scratch);
   plan->arena = alloc_aligned(plan->arena_bytes);
+  if (plan->arena_bytes && !plan->arena) return no_memory(plan->arena_bytes, "the plan's arena");
   std::byte* base = plan->arena.get();
   for (size_t id = 0; id < nv; ++id)
     if (in_arena[id]) views[id].data = g_empty;
