@@ -329,6 +329,25 @@ Status SessionImpl::check_inputs(std::span<const values::Tensor* const> inputs) 
                                           dims_string(want),
                                       want.name);
   }
+  // A dimension named in several places (a shared "batch") takes one value.
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const ValueInfo& a = inputs_[i];
+    if (!a.has_shape) continue;
+    for (size_t d = 0; d < a.dim_names.size(); ++d) {
+      if (a.dim_names[d].empty()) continue;
+      for (size_t j = 0; j <= i; ++j) {
+        const ValueInfo& b = inputs_[j];
+        if (!b.has_shape) continue;
+        for (size_t e = 0; e < b.dim_names.size() && (j < i || e < d); ++e)
+          if (b.dim_names[e] == a.dim_names[d] && inputs[j]->shape[e] != inputs[i]->shape[d])
+            return Status::invalid_argument(
+                "input '" + a.name + "' has " + a.dim_names[d] + " = " + std::to_string(inputs[i]->shape[d]) +
+                    " (dimension " + std::to_string(d) + ") but input '" + b.name + "' has " + b.dim_names[e] +
+                    " = " + std::to_string(inputs[j]->shape[e]),
+                a.name);
+      }
+    }
+  }
   return Status::ok();
 }
 

@@ -296,6 +296,22 @@ TEST(OnnxSession, RefusesBadInputs) {
   EXPECT_TRUE(run1(*s, good).is_ok());
 }
 
+TEST(OnnxSession, SharedDimensionNamesMustAgree) {
+  ModelBuilder b;  // both inputs' first dimension is "N"
+  b.input("x", {-1, 2}).input("y", {-1, 2}).output("z", {-1, 2});
+  b.node("Add", {"x", "y"}, {"z"});
+  auto s = load_ok(b);
+  ASSERT_TRUE(s);
+  auto x = floats({1, 2}, {1, 2});
+  auto y = floats({1, 2, 3, 4}, {2, 2});
+  const values::Tensor* in[] = {&x, &y};
+  auto r = s->run(in);
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_EQ(r.status().message(), "input 'y' has N = 2 (dimension 0) but input 'x' has N = 1");
+  const values::Tensor* same[] = {&y, &y};
+  EXPECT_TRUE(s->run(same).is_ok());
+}
+
 TEST(OnnxSession, ErrorsNameTheNode) {
   {
     ModelBuilder b;
