@@ -34,6 +34,10 @@ constexpr int64_t kPlanEvalElems = 64 * 1024;
 // Folding at load keeps its outputs for the session's life; bigger results
 // (a ConstantOfShape of a huge shape) are left to run time.
 constexpr uint64_t kLoadFoldBytes = uint64_t(64) << 20;
+// An int32/int64 graph input of at most this many elements may be a value
+// that decides shapes (a Reshape target, Slice bounds, TopK's K): when a plan
+// cannot be made without knowing it, its values join the plan's key.
+constexpr int64_t kKeyedInputElems = 64;
 
 // Operators whose outputs depend only on their inputs' shapes, never their
 // data: the planner evaluates them (with no input data bound) so the shape
@@ -102,6 +106,8 @@ struct Step {
 
 struct Plan {
   std::vector<Shape> key;
+  std::vector<std::string> key_values;  // per input: its bytes when keyed by value, else ""
+  std::vector<bool> keyed;
   std::vector<TensorView> views;             // per value id; never resized once built
   std::deque<values::Tensor> values;         // storage of plan-time evaluated tensors
   std::vector<Step> steps;
@@ -139,7 +145,9 @@ class SessionImpl final : public Session {
   }
   Result<bool> fold(const Node& node, const Op& op, const std::vector<int>& in);
   Status check_inputs(std::span<const values::Tensor* const> inputs) const;
-  Result<std::unique_ptr<Plan>> make_plan(std::span<const values::Tensor* const> inputs) const;
+  Result<std::unique_ptr<Plan>> make_plan(std::span<const values::Tensor* const> inputs,
+                                          const std::vector<bool>& keyed) const;
+  Result<std::unique_ptr<Plan>> plan_for(std::span<const values::Tensor* const> inputs);
 
   std::vector<ValueInfo> inputs_, outputs_;
   std::vector<bool> output_typed_;
@@ -152,6 +160,7 @@ class SessionImpl final : public Session {
   std::unique_ptr<ThreadPool> own_pool_;
   ThreadPool* pool_ = nullptr;
   size_t max_plans_ = 16;
+  std::vector<bool> value_keyed_;  // inputs found to decide shapes (see kKeyedInputElems)
 
   mutable std::mutex mu_;
   std::list<std::unique_ptr<Plan>> plans_;  // most recently used first
@@ -250,6 +259,7 @@ Status SessionImpl::init(Graph graph, SessionOptions options) {
     ids[inputs_[i].name] = id;
     input_ids_.push_back(id);
   }
+  value_keyed_.assign(inputs_.size(), false);
 
   for (auto& node : graph.nodes) {
     OpFactory factory = options.op_lookup ? options.op_lookup(node.op_type) : find_op(node.op_type);
@@ -351,7 +361,8 @@ Status SessionImpl::check_inputs(std::span<const values::Tensor* const> inputs) 
   return Status::ok();
 }
 
-Result<std::unique_ptr<Plan>> SessionImpl::make_plan(std::span<const values::Tensor* const> inputs) const {
+Result<std::unique_ptr<Plan>> SessionImpl::make_plan(std::span<const values::Tensor* const> inputs,
+                                                     const std::vector<bool>& keyed) const {
   auto plan = std::make_unique<Plan>();
   const size_t nv = values_.size();
   plan->views.resize(nv);
@@ -368,6 +379,12 @@ Result<std::unique_ptr<Plan>> SessionImpl::make_plan(std::span<const values::Ten
     } else if (values_[id].input >= 0) {
       const values::Tensor* t = inputs[size_t(values_[id].input)];
       views[id] = TensorView{t->dtype, t->shape, nullptr};
+      if (keyed[size_t(values_[id].input)]) {
+        // Known while planning: a copy, as the plan outlives the caller's tensor.
+        values::Tensor& copy = plan->values.emplace_back(*t);
+        views[id].data = copy.data.empty() ? static_cast<void*>(g_empty) : copy.data.data();
+        known[id] = &views[id];
+      }
     }
   }
 
@@ -521,21 +538,54 @@ Result<std::unique_ptr<Plan>> SessionImpl::make_plan(std::span<const values::Ten
   return plan;
 }
 
+// A plan for these inputs. When none can be made from their shapes alone,
+// small integer inputs are tried as known values (they may decide shapes);
+// if that works, those inputs are keyed by value from then on.
+Result<std::unique_ptr<Plan>> SessionImpl::plan_for(std::span<const values::Tensor* const> inputs) {
+  auto eligible = [&](size_t i) {
+    const values::Tensor* t = inputs[i];
+    return (t->dtype == DType::Int64 || t->dtype == DType::Int32) &&
+           t->data.size() <= size_t(kKeyedInputElems) * values::dtype_size(t->dtype);
+  };
+  std::vector<bool> keyed(inputs.size(), false);
+  for (size_t i = 0; i < inputs.size(); ++i) keyed[i] = value_keyed_[i] && eligible(i);
+  auto plan = make_plan(inputs, keyed);
+  if (!plan) {
+    std::vector<bool> wider = keyed;
+    bool more = false;
+    for (size_t i = 0; i < inputs.size(); ++i)
+      if (!wider[i] && eligible(i)) wider[i] = more = true;
+    if (!more) return plan.status();
+    auto retry = make_plan(inputs, wider);
+    if (!retry) return plan.status();  // the error without guessing
+    for (size_t i = 0; i < inputs.size(); ++i) value_keyed_[i] = value_keyed_[i] || wider[i];
+    keyed = std::move(wider);
+    plan = std::move(retry);
+  }
+  Plan& p = **plan;
+  p.keyed = keyed;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    p.key.push_back(inputs[i]->shape);
+    p.key_values.push_back(keyed[i] ? inputs[i]->data : std::string());
+  }
+  return plan;
+}
+
 Result<std::vector<values::Tensor>> SessionImpl::run(std::span<const values::Tensor* const> inputs) {
   std::lock_guard lock(mu_);
   CAIRN_RETURN_IF_ERROR(check_inputs(inputs));
   auto it = plans_.begin();
   for (; it != plans_.end(); ++it) {
-    const auto& key = (*it)->key;
+    const Plan& p = **it;
     bool same = true;
-    for (size_t i = 0; same && i < inputs.size(); ++i) same = key[i] == inputs[i]->shape;
+    for (size_t i = 0; same && i < inputs.size(); ++i)
+      same = p.key[i] == inputs[i]->shape && (!p.keyed[i] || p.key_values[i] == inputs[i]->data);
     if (same) break;
   }
   if (it != plans_.end()) {
     plans_.splice(plans_.begin(), plans_, it);
   } else {
-    CAIRN_ASSIGN_OR_RETURN(auto plan, make_plan(inputs));
-    for (const auto* t : inputs) plan->key.push_back(t->shape);
+    CAIRN_ASSIGN_OR_RETURN(auto plan, plan_for(inputs));
     plans_.push_front(std::move(plan));
     while (plans_.size() > max_plans_) plans_.pop_back();
   }

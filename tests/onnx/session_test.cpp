@@ -256,6 +256,50 @@ TEST(OnnxSession, ShapeChainsAreEvaluatedAtPlanTime) {
   EXPECT_EQ(test::counters().neg_runs, 3);
 }
 
+TEST(OnnxSession, SmallIntegerInputsThatDecideShapesKeyThePlan) {
+  // Reshape's target comes from the caller: the first plan cannot size y, so
+  // the planner tries the small int64 input as a known value and keys on it.
+  ModelBuilder b;
+  b.input("x", {-1}).input("s", {2}, TP::INT64).output("y", {-1, -1});
+  b.node("Neg", {"x"}, {"n"});
+  b.node("Reshape", {"n", "s"}, {"y"});
+  auto s = load_ok(b);
+  ASSERT_TRUE(s);
+  auto x = floats({1, 2, 3, 4, 5, 6}, {6});
+  auto run_with = [&](std::vector<int64_t> shape) {
+    auto st = values::make_tensor(shape, {2});
+    const values::Tensor* in[] = {&x, &st};
+    return s->run(in);
+  };
+  auto r = run_with({2, 3});
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  EXPECT_EQ((*r)[0].shape, (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(to_floats((*r)[0]), (std::vector<float>{-1, -2, -3, -4, -5, -6}));
+  r = run_with({3, 2});
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  EXPECT_EQ((*r)[0].shape, (std::vector<int64_t>{3, 2}));
+  EXPECT_EQ(s->plans_cached(), 2);
+  r = run_with({2, 3});
+  ASSERT_TRUE(r.is_ok());
+  EXPECT_EQ((*r)[0].shape, (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(s->plans_cached(), 2);
+  r = run_with({4, 3});  // keyed now, so the error is about the value
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_EQ(r.status().message(), "node 'Reshape_1' (Reshape, opset 13): cannot reshape [6] to [4, 3]");
+
+  // A float input never becomes a key: the error stays the planner's own.
+  ModelBuilder c;
+  c.input("x", {2}).input("s", {2}).output("y", {-1, -1});
+  c.node("Reshape", {"x", "s"}, {"y"});
+  s = load_ok(c);
+  ASSERT_TRUE(s);
+  auto fs = floats({1, 2}, {2});
+  const values::Tensor* in[] = {&fs, &fs};
+  r = s->run(in);
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_EQ(r.status().message(), "node 'Reshape_0' (Reshape, opset 13): the shape input must be known before running");
+}
+
 TEST(OnnxSession, RefusesBadInputs) {
   ModelBuilder b;
   b.input("x", {-1, 2}).output("y", {-1, 2});
