@@ -1,7 +1,8 @@
 // onnx/session.cpp — loads a parsed graph onto operators and runs it.
 // At load: one Op per node from its factory, and every node whose inputs are
 // all constants run once (folded) so later factories see constant inputs.
-// Per set of input shapes (a plan): every tensor's shape, the small values
+// Per set of input shapes (a plan; small integer inputs that decide shapes
+// add their values to the key): every tensor's shape, the small values
 // computable before running (Shape -> Gather -> Concat -> Reshape chains),
 // and one arena where tensors whose lifetimes do not overlap share bytes.
 // A run binds the caller's inputs in place, runs the steps and copies the
