@@ -49,6 +49,14 @@ class Op {
   // input's buffer and never calls run().
   virtual bool is_view() const { return false; }
 
+  // Whether infer() needs input i's values, not only its shape (Reshape's
+  // shape, Slice's bounds, TopK's K, axes given as inputs): the planner then
+  // keys plans on the graph inputs those values come from.
+  virtual bool needs_value(size_t input) const {
+    (void)input;
+    return false;
+  }
+
   // Computes the outputs. Shapes were checked by infer(); no allocation.
   // Everything that can be checked from shapes and attributes fails in the
   // factory or in infer(); run() fails only on bad data values (an index out

@@ -35,9 +35,9 @@ constexpr int64_t kPlanEvalElems = 64 * 1024;
 // Folding at load keeps its outputs for the session's life; bigger results
 // (a ConstantOfShape of a huge shape) are left to run time.
 constexpr uint64_t kLoadFoldBytes = uint64_t(64) << 20;
-// An int32/int64 graph input of at most this many elements may be a value
-// that decides shapes (a Reshape target, Slice bounds, TopK's K): when a plan
-// cannot be made without knowing it, its values join the plan's key.
+// An int32/int64 graph input whose values decide shapes (a Reshape target,
+// Slice bounds, TopK's K: Op::needs_value) is keyed by value when it has at
+// most this many elements; a bigger one is refused by the operator's infer().
 constexpr int64_t kKeyedInputElems = 64;
 
 // Operators whose outputs depend only on their inputs' shapes, never their
@@ -161,7 +161,7 @@ class SessionImpl final : public Session {
   std::unique_ptr<ThreadPool> own_pool_;
   ThreadPool* pool_ = nullptr;
   size_t max_plans_ = 16;
-  std::vector<bool> value_keyed_;  // inputs found to decide shapes (see kKeyedInputElems)
+  std::vector<bool> value_keyed_;  // inputs whose values decide shapes (see kKeyedInputElems)
 
   mutable std::mutex mu_;
   std::list<std::unique_ptr<Plan>> plans_;  // most recently used first
@@ -305,6 +305,21 @@ Status SessionImpl::init(Graph graph, SessionOptions options) {
     nodes_.push_back(std::move(r));
   }
   for (const auto& o : outputs_) output_ids_.push_back(ids.at(o.name));  // checked by graph.cpp
+
+  // Which graph inputs' values decide shapes: walking back from the inputs
+  // operators need values of (needs_value), through every node computing
+  // them (Shape and Size read only shapes, so the walk stops there).
+  std::vector<bool> needed(values_.size(), false);
+  for (auto it = nodes_.rbegin(); it != nodes_.rend(); ++it) {
+    bool out_needed = false;
+    for (int o : it->out) out_needed = out_needed || needed[size_t(o)];
+    const bool through = out_needed && !reads_shapes_only(it->node.op_type);
+    for (size_t i = 0; i < it->in.size(); ++i)
+      if (it->in[i] >= 0 && (through || it->op->needs_value(i))) needed[size_t(it->in[i])] = true;
+  }
+  for (size_t i = 0; i < inputs_.size(); ++i)
+    value_keyed_[i] = needed[size_t(input_ids_[i])] &&
+                      (inputs_[i].dtype == DType::Int64 || inputs_[i].dtype == DType::Int32);
   return Status::ok();
 }
 
@@ -539,30 +554,14 @@ Result<std::unique_ptr<Plan>> SessionImpl::make_plan(std::span<const values::Ten
   return plan;
 }
 
-// A plan for these inputs. When none can be made from their shapes alone,
-// small integer inputs are tried as known values (they may decide shapes);
-// if that works, those inputs are keyed by value from then on.
+// A plan for these inputs; the small inputs whose values decide shapes are
+// known while planning and join the key.
 Result<std::unique_ptr<Plan>> SessionImpl::plan_for(std::span<const values::Tensor* const> inputs) {
-  auto eligible = [&](size_t i) {
-    const values::Tensor* t = inputs[i];
-    return (t->dtype == DType::Int64 || t->dtype == DType::Int32) &&
-           t->data.size() <= size_t(kKeyedInputElems) * values::dtype_size(t->dtype);
-  };
   std::vector<bool> keyed(inputs.size(), false);
-  for (size_t i = 0; i < inputs.size(); ++i) keyed[i] = value_keyed_[i] && eligible(i);
+  for (size_t i = 0; i < inputs.size(); ++i)
+    keyed[i] = value_keyed_[i] && inputs[i]->data.size() <= size_t(kKeyedInputElems) * values::dtype_size(inputs[i]->dtype);
   auto plan = make_plan(inputs, keyed);
-  if (!plan) {
-    std::vector<bool> wider = keyed;
-    bool more = false;
-    for (size_t i = 0; i < inputs.size(); ++i)
-      if (!wider[i] && eligible(i)) wider[i] = more = true;
-    if (!more) return plan.status();
-    auto retry = make_plan(inputs, wider);
-    if (!retry) return plan.status();  // the error without guessing
-    for (size_t i = 0; i < inputs.size(); ++i) value_keyed_[i] = value_keyed_[i] || wider[i];
-    keyed = std::move(wider);
-    plan = std::move(retry);
-  }
+  if (!plan) return plan.status();
   Plan& p = **plan;
   p.keyed = keyed;
   for (size_t i = 0; i < inputs.size(); ++i) {

@@ -84,6 +84,7 @@ struct IdentityOp final : Op {
 };
 
 struct ReshapeOp final : Op {
+  bool needs_value(size_t i) const override { return i == 1; }
   Status infer(std::span<const TensorInfo> in, std::span<const bool> present,
                std::span<TensorInfo> out) const override {
     CAIRN_RETURN_IF_ERROR(need_inputs(present, 2));

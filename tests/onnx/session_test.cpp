@@ -257,8 +257,8 @@ TEST(OnnxSession, ShapeChainsAreEvaluatedAtPlanTime) {
 }
 
 TEST(OnnxSession, SmallIntegerInputsThatDecideShapesKeyThePlan) {
-  // Reshape's target comes from the caller: the first plan cannot size y, so
-  // the planner tries the small int64 input as a known value and keys on it.
+  // Reshape's target comes from the caller (Reshape needs_value(1)): the
+  // planner knows the small int64 input's values and keys plans on them.
   ModelBuilder b;
   b.input("x", {-1}).input("s", {2}, TP::INT64).output("y", {-1, -1});
   b.node("Neg", {"x"}, {"n"});
@@ -298,6 +298,37 @@ TEST(OnnxSession, SmallIntegerInputsThatDecideShapesKeyThePlan) {
   r = s->run(in);
   ASSERT_FALSE(r.is_ok());
   EXPECT_EQ(r.status().message(), "node 'Reshape_0' (Reshape, opset 13): the shape input must be known before running");
+}
+
+TEST(OnnxSession, ValueKeysFollowTheChainButStopAtShape) {
+  // s reaches Reshape's shape through an Identity: still keyed by value.
+  ModelBuilder b;
+  b.input("x", {6}).input("s", {2}, TP::INT64).output("y", {-1, -1});
+  b.node("Identity", {"s"}, {"s2"});
+  b.node("Reshape", {"x", "s2"}, {"y"});
+  auto s = load_ok(b);
+  ASSERT_TRUE(s);
+  auto x = floats({1, 2, 3, 4, 5, 6}, {6});
+  auto a = values::make_tensor(std::vector<int64_t>{3, 2}, {2});
+  const values::Tensor* in[] = {&x, &a};
+  auto r = s->run(in);
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  EXPECT_EQ((*r)[0].shape, (std::vector<int64_t>{3, 2}));
+
+  // idx feeds only Shape, which reads its shape: different values, one plan.
+  ModelBuilder c;
+  c.input("x", {2}).input("idx", {2}, TP::INT64).output("y", {2});
+  c.node("Shape", {"idx"}, {"sh"});
+  c.node("Reshape", {"x", "sh"}, {"y"});
+  s = load_ok(c);
+  ASSERT_TRUE(s);
+  auto x2 = floats({1, 2}, {2});
+  for (int64_t v : {1, 5, 9}) {
+    auto idx = values::make_tensor(std::vector<int64_t>{v, v}, {2});
+    const values::Tensor* in2[] = {&x2, &idx};
+    ASSERT_TRUE(s->run(in2).is_ok());
+  }
+  EXPECT_EQ(s->plans_cached(), 1);
 }
 
 TEST(OnnxSession, RefusesBadInputs) {
