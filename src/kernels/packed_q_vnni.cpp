@@ -16,6 +16,13 @@
 #include "kernels/packed_q.h"
 
 #define CAIRN_VNNI CAIRN_SIMD_FN("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c")
+// A lambda inside a CAIRN_VNNI function: GCC inlines it into its caller's
+// target; clang (the fuzz build) wants the target on the lambda itself.
+#if defined(__clang__)
+#define CAIRN_VNNI_LAMBDA CAIRN_VNNI
+#else
+#define CAIRN_VNNI_LAMBDA
+#endif
 
 namespace cairn::kernels {
 
@@ -102,7 +109,7 @@ CAIRN_VNNI __m512 tile_one_blocks(const uint8_t* gw, int64_t n, const uint8_t* a
   const __m512i m4 = _mm512_set1_epi8(0x0F);
   const __m512i mf0 = _mm512_set1_epi8((char)0xF0);
   const auto block = [&](const uint8_t* scales, const uint8_t* chunks, int64_t b)
-      __attribute__((always_inline)) {
+      __attribute__((always_inline)) CAIRN_VNNI_LAMBDA {
     const uint8_t* qs = act + kActRec * (size_t)b;
     __m512i s_lo = _mm512_set1_epi32(act_bias(qs)), s_hi = _mm512_setzero_si512();
     if constexpr (kQ4) {
@@ -170,7 +177,7 @@ template <bool kQ4, int NT>
   // Inlined by force: called three times, GCC made it a function taking the
   // sums through memory (so is tile_one_blocks' block).
   const auto block = [&](const uint8_t* scales, const uint8_t* chunks, int64_t b)
-      __attribute__((always_inline)) {
+      __attribute__((always_inline)) CAIRN_VNNI_LAMBDA {
     const uint8_t* qs = act + kActRec * (size_t)b;  // token t's record: qs + t * stride
     __m512i s_lo[NT], s_hi[NT];
 #pragma GCC unroll 8

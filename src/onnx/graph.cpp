@@ -388,6 +388,8 @@ Result<Graph> parse_model(std::string_view bytes, const std::string& base_dir) {
       if (!node.attributes.emplace(a.name(), std::move(*attr)).second)
         return Status::invalid_argument(node.describe() + ": attribute '" + a.name() + "' is given twice");
     }
+    // Every ONNX operator has an output; operators may rely on out[0].
+    if (n.output_size() == 0) return Status::invalid_argument(node.describe() + ": the node has no outputs");
     for (const auto& out : n.output()) {
       if (!out.empty() && !defined.insert(out).second)
         return Status::invalid_argument(node.describe() + ": output '" + out +

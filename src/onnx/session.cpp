@@ -1,7 +1,8 @@
 // onnx/session.cpp — loads a parsed graph onto operators and runs it.
 // At load: one Op per node from its factory, and every node whose inputs are
 // all constants run once (folded) so later factories see constant inputs.
-// Per set of input shapes (a plan): every tensor's shape, the small values
+// Per set of input shapes (a plan; small integer inputs that decide shapes
+// add their values to the key): every tensor's shape, the small values
 // computable before running (Shape -> Gather -> Concat -> Reshape chains),
 // and one arena where tensors whose lifetimes do not overlap share bytes.
 // A run binds the caller's inputs in place, runs the steps and copies the
@@ -34,6 +35,10 @@ constexpr int64_t kPlanEvalElems = 64 * 1024;
 // Folding at load keeps its outputs for the session's life; bigger results
 // (a ConstantOfShape of a huge shape) are left to run time.
 constexpr uint64_t kLoadFoldBytes = uint64_t(64) << 20;
+// An int32/int64 graph input whose values decide shapes (a Reshape target,
+// Slice bounds, TopK's K: Op::needs_value) is keyed by value when it has at
+// most this many elements; a bigger one is refused by the operator's infer().
+constexpr int64_t kKeyedInputElems = 64;
 
 // Operators whose outputs depend only on their inputs' shapes, never their
 // data: the planner evaluates them (with no input data bound) so the shape
@@ -45,9 +50,15 @@ struct AlignedFree {
 };
 using Buffer = std::unique_ptr<std::byte[], AlignedFree>;
 
+// Null for n == 0 or when the memory is not there (callers check: a plan
+// for a huge request must fail with an error, not throw).
 Buffer alloc_aligned(size_t n) {
   if (n == 0) return {};
-  return Buffer(static_cast<std::byte*>(::operator new[](n, std::align_val_t(kAlign))));
+  return Buffer(static_cast<std::byte*>(::operator new[](n, std::align_val_t(kAlign), std::nothrow)));
+}
+
+Status no_memory(size_t n, const std::string& what) {
+  return Status::error(StatusCode::Unavailable, "cannot allocate " + std::to_string(n) + " bytes for " + what);
 }
 
 std::string copy_bytes(const TensorView& v) {
@@ -96,6 +107,8 @@ struct Step {
 
 struct Plan {
   std::vector<Shape> key;
+  std::vector<std::string> key_values;  // per input: its bytes when keyed by value, else ""
+  std::vector<bool> keyed;
   std::vector<TensorView> views;             // per value id; never resized once built
   std::deque<values::Tensor> values;         // storage of plan-time evaluated tensors
   std::vector<Step> steps;
@@ -133,7 +146,9 @@ class SessionImpl final : public Session {
   }
   Result<bool> fold(const Node& node, const Op& op, const std::vector<int>& in);
   Status check_inputs(std::span<const values::Tensor* const> inputs) const;
-  Result<std::unique_ptr<Plan>> make_plan(std::span<const values::Tensor* const> inputs) const;
+  Result<std::unique_ptr<Plan>> make_plan(std::span<const values::Tensor* const> inputs,
+                                          const std::vector<bool>& keyed) const;
+  Result<std::unique_ptr<Plan>> plan_for(std::span<const values::Tensor* const> inputs);
 
   std::vector<ValueInfo> inputs_, outputs_;
   std::vector<bool> output_typed_;
@@ -146,6 +161,7 @@ class SessionImpl final : public Session {
   std::unique_ptr<ThreadPool> own_pool_;
   ThreadPool* pool_ = nullptr;
   size_t max_plans_ = 16;
+  std::vector<bool> value_keyed_;  // inputs whose values decide shapes (see kKeyedInputElems)
 
   mutable std::mutex mu_;
   std::list<std::unique_ptr<Plan>> plans_;  // most recently used first
@@ -205,7 +221,9 @@ Result<bool> SessionImpl::fold(const Node& node, const Op& op, const std::vector
       out_views[i] = const_cast<TensorView*>(v);
       if (out_views[i]->bytes() == 0) out_views[i]->data = g_empty;
     }
-    Buffer scratch = alloc_aligned(op.scratch_bytes(in_info, out_info));
+    const size_t scratch_bytes = op.scratch_bytes(in_info, out_info);
+    Buffer scratch = alloc_aligned(scratch_bytes);
+    if (scratch_bytes && !scratch) return no_memory(scratch_bytes, node.describe() + "'s scratch");
     const RunArgs args{in_views, out_views, scratch.get(), *pool_};
     CAIRN_RETURN_IF_ERROR(op.run(args).with_context(node.describe()));
   }
@@ -225,7 +243,7 @@ Status SessionImpl::init(Graph graph, SessionOptions options) {
   if (options.pool) {
     pool_ = options.pool;
   } else {
-    own_pool_ = std::make_unique<ThreadPool>(options.threads);
+    own_pool_ = std::make_unique<ThreadPool>(std::clamp(options.threads, 0, 1024));
     pool_ = own_pool_.get();
   }
 
@@ -242,6 +260,7 @@ Status SessionImpl::init(Graph graph, SessionOptions options) {
     ids[inputs_[i].name] = id;
     input_ids_.push_back(id);
   }
+  value_keyed_.assign(inputs_.size(), false);
 
   for (auto& node : graph.nodes) {
     OpFactory factory = options.op_lookup ? options.op_lookup(node.op_type) : find_op(node.op_type);
@@ -286,6 +305,21 @@ Status SessionImpl::init(Graph graph, SessionOptions options) {
     nodes_.push_back(std::move(r));
   }
   for (const auto& o : outputs_) output_ids_.push_back(ids.at(o.name));  // checked by graph.cpp
+
+  // Which graph inputs' values decide shapes: walking back from the inputs
+  // operators need values of (needs_value), through every node computing
+  // them (Shape and Size read only shapes, so the walk stops there).
+  std::vector<bool> needed(values_.size(), false);
+  for (auto it = nodes_.rbegin(); it != nodes_.rend(); ++it) {
+    bool out_needed = false;
+    for (int o : it->out) out_needed = out_needed || needed[size_t(o)];
+    const bool through = out_needed && !reads_shapes_only(it->node.op_type);
+    for (size_t i = 0; i < it->in.size(); ++i)
+      if (it->in[i] >= 0 && (through || it->op->needs_value(i))) needed[size_t(it->in[i])] = true;
+  }
+  for (size_t i = 0; i < inputs_.size(); ++i)
+    value_keyed_[i] = needed[size_t(input_ids_[i])] &&
+                      (inputs_[i].dtype == DType::Int64 || inputs_[i].dtype == DType::Int32);
   return Status::ok();
 }
 
@@ -321,10 +355,30 @@ Status SessionImpl::check_inputs(std::span<const values::Tensor* const> inputs) 
                                           dims_string(want),
                                       want.name);
   }
+  // A dimension named in several places (a shared "batch") takes one value.
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const ValueInfo& a = inputs_[i];
+    if (!a.has_shape) continue;
+    for (size_t d = 0; d < a.dim_names.size(); ++d) {
+      if (a.dim_names[d].empty()) continue;
+      for (size_t j = 0; j <= i; ++j) {
+        const ValueInfo& b = inputs_[j];
+        if (!b.has_shape) continue;
+        for (size_t e = 0; e < b.dim_names.size() && (j < i || e < d); ++e)
+          if (b.dim_names[e] == a.dim_names[d] && inputs[j]->shape[e] != inputs[i]->shape[d])
+            return Status::invalid_argument(
+                "input '" + a.name + "' has " + a.dim_names[d] + " = " + std::to_string(inputs[i]->shape[d]) +
+                    " (dimension " + std::to_string(d) + ") but input '" + b.name + "' has " + b.dim_names[e] +
+                    " = " + std::to_string(inputs[j]->shape[e]),
+                a.name);
+      }
+    }
+  }
   return Status::ok();
 }
 
-Result<std::unique_ptr<Plan>> SessionImpl::make_plan(std::span<const values::Tensor* const> inputs) const {
+Result<std::unique_ptr<Plan>> SessionImpl::make_plan(std::span<const values::Tensor* const> inputs,
+                                                     const std::vector<bool>& keyed) const {
   auto plan = std::make_unique<Plan>();
   const size_t nv = values_.size();
   plan->views.resize(nv);
@@ -341,6 +395,12 @@ Result<std::unique_ptr<Plan>> SessionImpl::make_plan(std::span<const values::Ten
     } else if (values_[id].input >= 0) {
       const values::Tensor* t = inputs[size_t(values_[id].input)];
       views[id] = TensorView{t->dtype, t->shape, nullptr};
+      if (keyed[size_t(values_[id].input)]) {
+        // Known while planning: a copy, as the plan outlives the caller's tensor.
+        values::Tensor& copy = plan->values.emplace_back(*t);
+        views[id].data = copy.data.empty() ? static_cast<void*>(g_empty) : copy.data.data();
+        known[id] = &views[id];
+      }
     }
   }
 
@@ -415,7 +475,9 @@ Result<std::unique_ptr<Plan>> SessionImpl::make_plan(std::span<const values::Ten
         out_views[i] = &v;
         known[size_t(r.out[i])] = &v;
       }
-      Buffer tmp = alloc_aligned(r.op->scratch_bytes(in_info, out_info));
+      const size_t tmp_bytes = r.op->scratch_bytes(in_info, out_info);
+      Buffer tmp = alloc_aligned(tmp_bytes);
+      if (tmp_bytes && !tmp) return no_memory(tmp_bytes, node.describe() + "'s scratch");
       const RunArgs args{in_views, out_views, tmp.get(), *pool_};
       CAIRN_RETURN_IF_ERROR(r.op->run(args).with_context(node.describe()));
       continue;
@@ -474,6 +536,7 @@ Result<std::unique_ptr<Plan>> SessionImpl::make_plan(std::span<const values::Ten
   const size_t scratch_at = total;
   plan->arena_bytes = total + align_up(scratch);
   plan->arena = alloc_aligned(plan->arena_bytes);
+  if (plan->arena_bytes && !plan->arena) return no_memory(plan->arena_bytes, "the plan's arena");
   std::byte* base = plan->arena.get();
   for (size_t id = 0; id < nv; ++id)
     if (in_arena[id]) views[id].data = g_empty;
@@ -491,21 +554,38 @@ Result<std::unique_ptr<Plan>> SessionImpl::make_plan(std::span<const values::Ten
   return plan;
 }
 
+// A plan for these inputs; the small inputs whose values decide shapes are
+// known while planning and join the key.
+Result<std::unique_ptr<Plan>> SessionImpl::plan_for(std::span<const values::Tensor* const> inputs) {
+  std::vector<bool> keyed(inputs.size(), false);
+  for (size_t i = 0; i < inputs.size(); ++i)
+    keyed[i] = value_keyed_[i] && inputs[i]->data.size() <= size_t(kKeyedInputElems) * values::dtype_size(inputs[i]->dtype);
+  auto plan = make_plan(inputs, keyed);
+  if (!plan) return plan.status();
+  Plan& p = **plan;
+  p.keyed = keyed;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    p.key.push_back(inputs[i]->shape);
+    p.key_values.push_back(keyed[i] ? inputs[i]->data : std::string());
+  }
+  return plan;
+}
+
 Result<std::vector<values::Tensor>> SessionImpl::run(std::span<const values::Tensor* const> inputs) {
   std::lock_guard lock(mu_);
   CAIRN_RETURN_IF_ERROR(check_inputs(inputs));
   auto it = plans_.begin();
   for (; it != plans_.end(); ++it) {
-    const auto& key = (*it)->key;
+    const Plan& p = **it;
     bool same = true;
-    for (size_t i = 0; same && i < inputs.size(); ++i) same = key[i] == inputs[i]->shape;
+    for (size_t i = 0; same && i < inputs.size(); ++i)
+      same = p.key[i] == inputs[i]->shape && (!p.keyed[i] || p.key_values[i] == inputs[i]->data);
     if (same) break;
   }
   if (it != plans_.end()) {
     plans_.splice(plans_.begin(), plans_, it);
   } else {
-    CAIRN_ASSIGN_OR_RETURN(auto plan, make_plan(inputs));
-    for (const auto* t : inputs) plan->key.push_back(t->shape);
+    CAIRN_ASSIGN_OR_RETURN(auto plan, plan_for(inputs));
     plans_.push_front(std::move(plan));
     while (plans_.size() > max_plans_) plans_.pop_back();
   }

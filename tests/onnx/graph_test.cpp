@@ -239,6 +239,13 @@ TEST(OnnxGraph, RefusesBadGraphStructure) {
   }
   {
     ModelBuilder b;
+    b.input("x", {1}).output("y", {1});
+    b.node("Neg", {"x"}, {}, "silent");
+    b.node("Neg", {"x"}, {"y"});
+    EXPECT_EQ(load_error(b.bytes()), "node 'silent' (Neg, opset 13): the node has no outputs");
+  }
+  {
+    ModelBuilder b;
     b.input("x", {1}).output("y", {1}).output("z", {1});
     b.node("Neg", {"x"}, {"y"});
     EXPECT_EQ(load_error(b.bytes()), "graph output 'z' is not produced by any node");

@@ -23,10 +23,18 @@ Status need_inputs(std::span<const bool> present, size_t n) {
   return Status::ok();
 }
 
+// The float ops' inputs: present and float32.
+Status need_floats(std::span<const TensorInfo> in, std::span<const bool> present, size_t n) {
+  CAIRN_RETURN_IF_ERROR(need_inputs(present, n));
+  for (size_t i = 0; i < n; ++i)
+    if (in[i].dtype != DType::Float32) return Status::invalid_argument("input " + std::to_string(i) + " is not float32");
+  return Status::ok();
+}
+
 struct AddOp final : Op {
   Status infer(std::span<const TensorInfo> in, std::span<const bool> present,
                std::span<TensorInfo> out) const override {
-    CAIRN_RETURN_IF_ERROR(need_inputs(present, 2));
+    CAIRN_RETURN_IF_ERROR(need_floats(in, present, 2));
     auto nb = checked_count(in[1].shape);
     if (!nb) return nb.status();
     if (in[0].shape != in[1].shape && *nb != 1)
@@ -49,7 +57,7 @@ struct AddOp final : Op {
 struct NegOp final : Op {
   Status infer(std::span<const TensorInfo> in, std::span<const bool> present,
                std::span<TensorInfo> out) const override {
-    CAIRN_RETURN_IF_ERROR(need_inputs(present, 1));
+    CAIRN_RETURN_IF_ERROR(need_floats(in, present, 1));
     out[0] = {DType::Float32, in[0].shape, nullptr};
     return Status::ok();
   }
@@ -76,6 +84,7 @@ struct IdentityOp final : Op {
 };
 
 struct ReshapeOp final : Op {
+  bool needs_value(size_t i) const override { return i == 1; }
   Status infer(std::span<const TensorInfo> in, std::span<const bool> present,
                std::span<TensorInfo> out) const override {
     CAIRN_RETURN_IF_ERROR(need_inputs(present, 2));
@@ -119,7 +128,7 @@ struct ShapeOp final : Op {
 struct TransposeOp final : Op {
   Status infer(std::span<const TensorInfo> in, std::span<const bool> present,
                std::span<TensorInfo> out) const override {
-    CAIRN_RETURN_IF_ERROR(need_inputs(present, 1));
+    CAIRN_RETURN_IF_ERROR(need_floats(in, present, 1));
     if (in[0].shape.size() != 2) return Status::invalid_argument("2-D only");
     out[0] = {DType::Float32, {in[0].shape[1], in[0].shape[0]}, nullptr};
     return Status::ok();
@@ -136,7 +145,7 @@ struct TransposeOp final : Op {
 struct MatMulOp final : Op {
   Status infer(std::span<const TensorInfo> in, std::span<const bool> present,
                std::span<TensorInfo> out) const override {
-    CAIRN_RETURN_IF_ERROR(need_inputs(present, 2));
+    CAIRN_RETURN_IF_ERROR(need_floats(in, present, 2));
     if (in[0].shape.size() != 2 || in[1].shape.size() != 2 || in[0].shape[1] != in[1].shape[0])
       return Status::invalid_argument("cannot multiply " + shape_string(in[0].shape) + " by " +
                                       shape_string(in[1].shape));
@@ -170,7 +179,9 @@ struct ConstantOp final : Op {
 };
 
 struct FailOp final : Op {
-  Status infer(std::span<const TensorInfo> in, std::span<const bool>, std::span<TensorInfo> out) const override {
+  Status infer(std::span<const TensorInfo> in, std::span<const bool> present,
+               std::span<TensorInfo> out) const override {
+    CAIRN_RETURN_IF_ERROR(need_inputs(present, 1));
     out[0] = {in[0].dtype, in[0].shape, nullptr};
     return Status::ok();
   }
