@@ -37,8 +37,8 @@ Status check_node(const Node& node, size_t min_in, size_t max_in, size_t max_out
   if (node.outputs.size() > max_out)
     return Status::invalid_argument(node.op_type + " has at most " + std::to_string(max_out) +
                                     " outputs, got " + std::to_string(node.outputs.size()));
-  for (const auto& [name, attr] : node.attributes) {
-    (void)attr;
+  for (const auto& entry : node.attributes) {
+    const std::string& name = entry.first;  // clang 14 cannot capture a structured binding
     if (std::find_if(attrs.begin(), attrs.end(), [&](const char* a) { return name == a; }) ==
         attrs.end())
       return Status::invalid_argument("attribute '" + name + "' is not supported by " +
