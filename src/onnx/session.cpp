@@ -12,8 +12,12 @@
 #include <algorithm>
 #include <climits>
 #include <cstdint>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <map>
 #include <filesystem>
 #include <fstream>
 #include <list>
@@ -89,6 +93,33 @@ struct Value {
   const TensorView* constant = nullptr;  // initializers and load-time folds
   int input = -1;                      // graph input index
 };
+
+// CAIRN_ONNX_PROFILE=1: each run's steps are timed and the totals per
+// operator type printed to stderr at exit (a developer's tool for finding
+// where a model's time goes; off, it costs one branch per run).
+struct OpProfile {
+  std::mutex mu;
+  std::map<std::string, std::pair<double, int64_t>> ms_calls;  // op_type -> (ms, calls)
+  ~OpProfile() {
+    if (ms_calls.empty()) return;
+    double total = 0;
+    for (const auto& [k, v] : ms_calls) total += v.first;
+    std::fprintf(stderr, "cairn onnx profile (%.1f ms in operators):\n", total);
+    for (const auto& [k, v] : ms_calls)
+      std::fprintf(stderr, "  %-20s %10.1f ms %5.1f %%  %8lld calls\n", k.c_str(), v.first,
+                   total > 0 ? 100.0 * v.first / total : 0.0, static_cast<long long>(v.second));
+  }
+};
+// Null unless CAIRN_ONNX_PROFILE is set (and not "0"); the object lives
+// until exit, when its destructor prints the totals.
+OpProfile* op_profile() {
+  static OpProfile profile;
+  static const bool on = [] {
+    const char* e = std::getenv("CAIRN_ONNX_PROFILE");
+    return e && *e && std::string_view(e) != "0";
+  }();
+  return on ? &profile : nullptr;
+}
 
 struct RNode {
   Node node;
@@ -597,14 +628,23 @@ Result<std::vector<values::Tensor>> SessionImpl::run(std::span<const values::Ten
     TensorView& v = plan.views[size_t(input_ids_[i])];
     v.data = inputs[i]->data.empty() ? static_cast<void*>(g_empty) : const_cast<char*>(inputs[i]->data.data());
   }
+  OpProfile* const prof = op_profile();
   for (const Step& s : plan.steps) {
     if (s.view) {
       plan.views[size_t(s.view_dst)].data = plan.views[size_t(s.view_src)].data;
       continue;
     }
     const RunArgs args{s.in, s.out, plan.scratch, *pool_};
+    const auto t0 = prof ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
     Status st = s.node->op->run(args);
     if (!st.is_ok()) return st.with_context(s.node->node.describe());  // describe() allocates: only on failure
+    if (prof) {
+      const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      std::lock_guard plock(prof->mu);
+      auto& e = prof->ms_calls[s.node->node.op_type];
+      e.first += ms;
+      ++e.second;
+    }
   }
   std::vector<values::Tensor> out;
   out.reserve(output_ids_.size());
