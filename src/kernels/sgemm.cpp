@@ -27,7 +27,7 @@ namespace {
 // multiplied, both fit in L2. More rows: the multiply is the bottleneck, no
 // requests ahead, and 512-column blocks halve how often A's strips are
 // copied.
-constexpr int64_t kNcFew = 256, kNcMany = 512;
+constexpr int64_t kNcFew = 256, kNcMany = 256;
 constexpr int64_t kFewStrips = 8;
 constexpr int kMaxMr = 12;
 
@@ -306,11 +306,15 @@ void run_block(const Path& path, int64_t m0, int64_t m1, int64_t p0, int64_t p1,
         const int64_t i = m0 + rows * s / strips;
         const int mr = int(m0 + rows * (s + 1) / strips - i);
         const float* ai = a + i * rsa + k0 * csa;
-        for (int r = 0; r < mr; ++r) {
-          const float* src = ai + r * rsa;
-          if (csa == 1) {
-            for (int64_t k = 0; k < kc; ++k) strip[k * mr + r] = src[k];
-          } else {
+        // Row-major A: the strip keeps its rows (a memcpy each, read by the
+        // tile with row stride kc); strided A: gathered k-major.
+        int64_t s_rs = 1, s_cs = mr;
+        if (csa == 1) {
+          s_rs = kc, s_cs = 1;
+          for (int r = 0; r < mr; ++r) std::memcpy(strip + r * kc, ai + r * rsa, size_t(kc) * 4);
+        } else {
+          for (int r = 0; r < mr; ++r) {
+            const float* src = ai + r * rsa;
             for (int64_t k = 0; k < kc; ++k) strip[k * mr + r] = src[k * csa];
           }
         }
@@ -322,7 +326,7 @@ void run_block(const Path& path, int64_t m0, int64_t m1, int64_t p0, int64_t p1,
                            first && epi.row_bias ? epi.row_bias + i : nullptr,
                            pf_at, pf_end, pf_step};
           pf_at = pf_end;
-          path.tile(kc, strip, 1, mr, block + p * kc * nr, c + i * ldc + j0, ldc, mr,
+          path.tile(kc, strip, s_rs, s_cs, block + p * kc * nr, c + i * ldc + j0, ldc, mr,
                     int(std::min(nr, b.n - j0)), te);
         }
       }

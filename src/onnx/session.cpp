@@ -121,6 +121,60 @@ OpProfile* op_profile() {
   return on ? &profile : nullptr;
 }
 
+// MatMul -> Add(X, b) with b a constant float [N] and X read by nothing
+// else: the Add is dropped and the MatMul adds b in its GEMM's epilogue
+// (one pass over the product instead of two). A bias of another shape, or
+// a B whose column count is not b's length, is left alone.
+template <class Values>
+void fuse_matmul_bias(Graph& graph, const std::unordered_map<std::string, int>& ids, const Values& values) {
+  std::unordered_map<std::string, int> readers;
+  for (const Node& n : graph.nodes)
+    for (const auto& name : n.inputs)
+      if (!name.empty()) ++readers[name];
+  for (const auto& o : graph.outputs) ++readers[o.name];
+  auto constant = [&](const std::string& name) -> const TensorView* {
+    auto it = ids.find(name);
+    return it == ids.end() ? nullptr : values[size_t(it->second)].constant;
+  };
+  std::unordered_map<std::string, size_t> producer;  // MatMul outputs -> node index
+  std::vector<bool> drop(graph.nodes.size(), false);
+  for (size_t i = 0; i < graph.nodes.size(); ++i) {
+    Node& n = graph.nodes[i];
+    if (!n.domain.empty()) continue;
+    if (n.op_type == "MatMul" && n.inputs.size() == 2 && n.outputs.size() == 1 && !n.outputs[0].empty() &&
+        !n.has(std::string(kFusedBiasAttr))) {
+      producer[n.outputs[0]] = i;
+      continue;
+    }
+    if (n.op_type != "Add" || n.inputs.size() != 2 || n.outputs.size() != 1) continue;
+    for (int side = 0; side < 2; ++side) {
+      const std::string& x = n.inputs[size_t(side)];
+      const std::string& bname = n.inputs[size_t(1 - side)];
+      auto p = producer.find(x);
+      if (p == producer.end() || readers[x] != 1 || x == bname) continue;
+      const TensorView* b = constant(bname);
+      Node& mm = graph.nodes[p->second];
+      const TensorView* w = constant(mm.inputs[1]);
+      if (!b || !w || b->dtype != DType::Float32 || w->dtype != DType::Float32 || b->shape.size() != 1 ||
+          w->shape.size() < 2 || b->shape[0] <= 0 || b->shape[0] != w->shape.back())
+        continue;
+      mm.inputs.push_back(bname);
+      mm.outputs[0] = n.outputs[0];
+      mm.attributes[std::string(kFusedBiasAttr)] = Attribute{};
+      producer.erase(p);
+      drop[i] = true;
+      break;
+    }
+  }
+  size_t kept = 0;
+  for (size_t i = 0; i < graph.nodes.size(); ++i)
+    if (!drop[i]) {
+      if (kept != i) graph.nodes[kept] = std::move(graph.nodes[i]);  // never a self-move
+      ++kept;
+    }
+  graph.nodes.resize(kept);
+}
+
 struct RNode {
   Node node;
   std::unique_ptr<Op> op;
@@ -293,6 +347,7 @@ Status SessionImpl::init(Graph graph, SessionOptions options) {
   }
   value_keyed_.assign(inputs_.size(), false);
 
+  if (!options.op_lookup) fuse_matmul_bias(graph, ids, values_);
   for (auto& node : graph.nodes) {
     OpFactory factory = options.op_lookup ? options.op_lookup(node.op_type) : find_op(node.op_type);
     if (!factory) {
