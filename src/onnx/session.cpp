@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cmath>
 #include <cstdint>
 #include <chrono>
 #include <cstdio>
@@ -163,6 +164,83 @@ void fuse_matmul_bias(Graph& graph, const std::unordered_map<std::string, int>& 
       mm.attributes[std::string(kFusedBiasAttr)] = Attribute{};
       producer.erase(p);
       drop[i] = true;
+      break;
+    }
+  }
+  size_t kept = 0;
+  for (size_t i = 0; i < graph.nodes.size(); ++i)
+    if (!drop[i]) {
+      if (kept != i) graph.nodes[kept] = std::move(graph.nodes[i]);  // never a self-move
+      ++kept;
+    }
+  graph.nodes.resize(kept);
+}
+
+// GELU as exporters write it, x·0.5·(1 + erf(x/√2)) in five nodes
+// (Div(x, √2) or Mul(x, 1/√2); Erf; Add 1; Mul by x; Mul by 0.5, operands
+// in either order), becomes one Gelu node: one pass over the tensor, not
+// five. Every intermediate must be read by the next node only.
+template <class Values>
+void fuse_erf_gelu(Graph& graph, const std::unordered_map<std::string, int>& ids, const Values& values) {
+  std::unordered_map<std::string, int> readers;
+  std::unordered_map<std::string, size_t> made_by;
+  for (size_t i = 0; i < graph.nodes.size(); ++i) {
+    for (const auto& name : graph.nodes[i].inputs)
+      if (!name.empty()) ++readers[name];
+    for (const auto& name : graph.nodes[i].outputs)
+      if (!name.empty()) made_by[name] = i;
+  }
+  for (const auto& o : graph.outputs) ++readers[o.name];
+  // The scalar float constant `name` holds, if it is one and near `want`.
+  auto scalar_is = [&](const std::string& name, double want) {
+    auto it = ids.find(name);
+    if (it == ids.end()) return false;
+    const TensorView* c = values[size_t(it->second)].constant;
+    if (!c || c->dtype != DType::Float32 || c->count() != 1 || c->shape.size() > 1) return false;
+    return std::abs(double(c->as<const float>()[0]) - want) <= 1e-6 * std::abs(want);
+  };
+  // The node making `name` if it is a default-domain `op` with 2 inputs,
+  // one output, and `name` is read once; else null.
+  auto single = [&](const std::string& name, const char* op) -> Node* {
+    auto it = made_by.find(name);
+    if (it == made_by.end() || readers[name] != 1) return nullptr;
+    Node& n = graph.nodes[it->second];
+    if (n.op_type != op || !n.domain.empty() || n.outputs.size() != 1) return nullptr;
+    return &n;
+  };
+  // The operand of a binary node other than the constant one, or "".
+  auto other = [&](const Node& n, double c) -> std::string {
+    if (n.inputs.size() != 2) return "";
+    if (scalar_is(n.inputs[1], c)) return n.inputs[0];
+    if (scalar_is(n.inputs[0], c)) return n.inputs[1];
+    return "";
+  };
+  std::vector<bool> drop(graph.nodes.size(), false);
+  for (size_t i = 0; i < graph.nodes.size(); ++i) {
+    Node& last = graph.nodes[i];
+    if (last.op_type != "Mul" || !last.domain.empty() || last.outputs.size() != 1 || drop[i]) continue;
+    const std::string m_name = other(last, 0.5);  // x·g1, times 0.5
+    if (m_name.empty()) continue;
+    Node* m = single(m_name, "Mul");
+    if (!m || m->inputs.size() != 2) continue;
+    for (int side = 0; side < 2; ++side) {
+      const std::string& x = m->inputs[size_t(side)];
+      Node* g1 = single(m->inputs[size_t(1 - side)], "Add");
+      if (!g1) continue;
+      const std::string e_name = other(*g1, 1.0);
+      Node* e = e_name.empty() ? nullptr : single(e_name, "Erf");
+      if (!e || e->inputs.size() != 1) continue;
+      Node* t = single(e->inputs[0], "Mul");
+      std::string tx = t ? other(*t, 0.70710678118654752) : "";
+      if (!t) {
+        t = single(e->inputs[0], "Div");
+        if (t && t->inputs.size() == 2 && scalar_is(t->inputs[1], 1.4142135623730951)) tx = t->inputs[0];
+      }
+      if (tx.empty() || tx != x) continue;
+      for (Node* d : {t, e, g1, m}) drop[size_t(d - graph.nodes.data())] = true;
+      last.op_type = "Gelu";
+      last.inputs = {x};
+      last.attributes.clear();
       break;
     }
   }
@@ -347,7 +425,10 @@ Status SessionImpl::init(Graph graph, SessionOptions options) {
   }
   value_keyed_.assign(inputs_.size(), false);
 
-  if (!options.op_lookup) fuse_matmul_bias(graph, ids, values_);
+  if (!options.op_lookup) {
+    fuse_matmul_bias(graph, ids, values_);
+    fuse_erf_gelu(graph, ids, values_);
+  }
   for (auto& node : graph.nodes) {
     OpFactory factory = options.op_lookup ? options.op_lookup(node.op_type) : find_op(node.op_type);
     if (!factory) {
