@@ -127,12 +127,13 @@ OpProfile* op_profile() {
 // (one pass over the product instead of two). A bias of another shape, or
 // a B whose column count is not b's length, is left alone.
 template <class Values>
-void fuse_matmul_bias(Graph& graph, const std::unordered_map<std::string, int>& ids, const Values& values) {
+void fuse_matmul_bias(Graph& graph, const std::vector<ValueInfo>& outputs, const std::unordered_map<std::string, int>& ids,
+                      const Values& values) {
   std::unordered_map<std::string, int> readers;
   for (const Node& n : graph.nodes)
     for (const auto& name : n.inputs)
       if (!name.empty()) ++readers[name];
-  for (const auto& o : graph.outputs) ++readers[o.name];
+  for (const auto& o : outputs) ++readers[o.name];  // graph.outputs is moved out by now
   auto constant = [&](const std::string& name) -> const TensorView* {
     auto it = ids.find(name);
     return it == ids.end() ? nullptr : values[size_t(it->second)].constant;
@@ -181,7 +182,8 @@ void fuse_matmul_bias(Graph& graph, const std::unordered_map<std::string, int>& 
 // in either order), becomes one Gelu node: one pass over the tensor, not
 // five. Every intermediate must be read by the next node only.
 template <class Values>
-void fuse_erf_gelu(Graph& graph, const std::unordered_map<std::string, int>& ids, const Values& values) {
+void fuse_erf_gelu(Graph& graph, const std::vector<ValueInfo>& outputs, const std::unordered_map<std::string, int>& ids,
+                      const Values& values) {
   std::unordered_map<std::string, int> readers;
   std::unordered_map<std::string, size_t> made_by;
   for (size_t i = 0; i < graph.nodes.size(); ++i) {
@@ -190,7 +192,7 @@ void fuse_erf_gelu(Graph& graph, const std::unordered_map<std::string, int>& ids
     for (const auto& name : graph.nodes[i].outputs)
       if (!name.empty()) made_by[name] = i;
   }
-  for (const auto& o : graph.outputs) ++readers[o.name];
+  for (const auto& o : outputs) ++readers[o.name];  // graph.outputs is moved out by now
   // The scalar float constant `name` holds, if it is one and near `want`.
   auto scalar_is = [&](const std::string& name, double want) {
     auto it = ids.find(name);
@@ -426,8 +428,8 @@ Status SessionImpl::init(Graph graph, SessionOptions options) {
   value_keyed_.assign(inputs_.size(), false);
 
   if (!options.op_lookup) {
-    fuse_matmul_bias(graph, ids, values_);
-    fuse_erf_gelu(graph, ids, values_);
+    fuse_matmul_bias(graph, outputs_, ids, values_);
+    fuse_erf_gelu(graph, outputs_, ids, values_);
   }
   for (auto& node : graph.nodes) {
     OpFactory factory = options.op_lookup ? options.op_lookup(node.op_type) : find_op(node.op_type);
