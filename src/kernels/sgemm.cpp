@@ -2,7 +2,7 @@
 // One tile of C (MR rows × nr columns) is summed in registers over a K block
 // (kc ≤ 384 steps: per step nr/8 (or /16) vector loads of B, MR broadcasts
 // of A and MR·nr/8 FMAs), then finished by the epilogue. The driver walks
-// N in blocks of 128 or 256 columns and K in blocks of 384 (B's block
+// N in blocks of 256 columns and K in blocks of 384 (B's block
 // stays in L2), then MR-row strips of A (copied to a 9-18 KiB buffer that
 // stays in L1) across the block's panels, each tile requesting a slice of
 // the next block into L2 so that streaming B overlaps the multiply (small M).
@@ -22,12 +22,13 @@
 namespace cairn::kernels {
 namespace {
 
-// Columns of B per block, sized for Zen 3's 512 KiB L2 (kc = 384 rows).
-// Few rows of A (up to kFewStrips strips): 128, so the block (192 KiB) and
-// the next one, requested while this one is multiplied, both fit in L2.
-// More rows: the multiply is the bottleneck, no requests ahead; 256
-// columns (384 KiB) leave L2 room for A's strips and C's lines.
-constexpr int64_t kNcFew = 128, kNcMany = 256;
+// Columns of B per block: 256 (a 384 KiB block of kc = 384 rows, inside
+// Zen 3's 512 KiB L2 with A's strips and C's lines). Few rows of A (up to
+// kFewStrips strips): the next block is requested while this one is
+// multiplied (it partly displaces this one; 128 columns, which would keep
+// both, measured no better on this host: more blocks, more strip copies).
+// More rows: the multiply is the bottleneck, nothing requested ahead.
+constexpr int64_t kNcFew = 256, kNcMany = 256;
 constexpr int64_t kFewStrips = 8;
 constexpr int kMaxMr = 12;
 
