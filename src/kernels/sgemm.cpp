@@ -1,9 +1,9 @@
 // kernels/sgemm.cpp — float32 GEMM (sgemm.h): packers, microkernels, driver.
 // One tile of C (MR rows × nr columns) is summed in registers over a K block
-// (kc ≤ 256 steps: per step nr/8 (or /16) vector loads of B, MR broadcasts
+// (kc ≤ 384 steps: per step nr/8 (or /16) vector loads of B, MR broadcasts
 // of A and MR·nr/8 FMAs), then finished by the epilogue. The driver walks
-// N in blocks of 256 or 512 columns and K in blocks of 256 (B's block
-// stays in L2), then MR-row strips of A (copied to a 6-12 KiB buffer that
+// N in blocks of 256 columns and K in blocks of 384 (B's block
+// stays in L2), then MR-row strips of A (copied to a 9-18 KiB buffer that
 // stays in L1) across the block's panels, each tile requesting a slice of
 // the next block into L2 so that streaming B overlaps the multiply (small M).
 // Threads split N's panels, and M when N has too few.
@@ -22,12 +22,13 @@
 namespace cairn::kernels {
 namespace {
 
-// Columns of B per block. Few rows of A (up to kFewStrips strips): 256, so
-// the block (256 KiB) and the next one, requested while this one is
-// multiplied, both fit in L2. More rows: the multiply is the bottleneck, no
-// requests ahead, and 512-column blocks halve how often A's strips are
-// copied.
-constexpr int64_t kNcFew = 256, kNcMany = 512;
+// Columns of B per block: 256 (a 384 KiB block of kc = 384 rows, inside
+// Zen 3's 512 KiB L2 with A's strips and C's lines). Few rows of A (up to
+// kFewStrips strips): the next block is requested while this one is
+// multiplied (it partly displaces this one; 128 columns, which would keep
+// both, measured no better on this host: more blocks, more strip copies).
+// More rows: the multiply is the bottleneck, nothing requested ahead.
+constexpr int64_t kNcFew = 256, kNcMany = 256;
 constexpr int64_t kFewStrips = 8;
 constexpr int kMaxMr = 12;
 
@@ -84,6 +85,15 @@ CAIRN_SGEMM_AVX2 void tile_avx2_t(int64_t kc, const float* a, int64_t rsa, int64
   __m256 acc0[MR], acc1[MR];
 #pragma GCC unroll 8
   for (int i = 0; i < MR; ++i) acc0[i] = acc1[i] = _mm256_setzero_ps();
+  // A later K block reads the tile's C back (written a whole pass ago, so
+  // out in L3 when M is large): requested now, it arrives while we multiply.
+  if (e.beta != 0.0f) {
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; ++i) {
+      _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(c + i * ldc + 15), _MM_HINT_T0);
+    }
+  }
   // One line of the next B block requested every pf_step steps (see run_block).
   const char* pf = e.pf;
   for (int64_t k = 0; k < kc;) {
@@ -306,11 +316,15 @@ void run_block(const Path& path, int64_t m0, int64_t m1, int64_t p0, int64_t p1,
         const int64_t i = m0 + rows * s / strips;
         const int mr = int(m0 + rows * (s + 1) / strips - i);
         const float* ai = a + i * rsa + k0 * csa;
-        for (int r = 0; r < mr; ++r) {
-          const float* src = ai + r * rsa;
-          if (csa == 1) {
-            for (int64_t k = 0; k < kc; ++k) strip[k * mr + r] = src[k];
-          } else {
+        // Row-major A: the strip keeps its rows (a memcpy each, read by the
+        // tile with row stride kc); strided A: gathered k-major.
+        int64_t s_rs = 1, s_cs = mr;
+        if (csa == 1) {
+          s_rs = kc, s_cs = 1;
+          for (int r = 0; r < mr; ++r) std::memcpy(strip + r * kc, ai + r * rsa, size_t(kc) * 4);
+        } else {
+          for (int r = 0; r < mr; ++r) {
+            const float* src = ai + r * rsa;
             for (int64_t k = 0; k < kc; ++k) strip[k * mr + r] = src[k * csa];
           }
         }
@@ -322,7 +336,7 @@ void run_block(const Path& path, int64_t m0, int64_t m1, int64_t p0, int64_t p1,
                            first && epi.row_bias ? epi.row_bias + i : nullptr,
                            pf_at, pf_end, pf_step};
           pf_at = pf_end;
-          path.tile(kc, strip, 1, mr, block + p * kc * nr, c + i * ldc + j0, ldc, mr,
+          path.tile(kc, strip, s_rs, s_cs, block + p * kc * nr, c + i * ldc + j0, ldc, mr,
                     int(std::min(nr, b.n - j0)), te);
         }
       }

@@ -39,7 +39,7 @@ struct PackedBView {
   Isa isa = Isa::Scalar;
 };
 
-inline constexpr int64_t kSgemmKc = 256;
+inline constexpr int64_t kSgemmKc = 384;
 
 // The kernel level sgemm uses: active_isa() capped at Avx512 (float tiles
 // need nothing above it).

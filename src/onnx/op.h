@@ -17,6 +17,11 @@
 
 namespace cairn::onnx {
 
+// Attribute the session sets on a MatMul into which it fused the following
+// Add of a constant [N] bias (the bias then is the MatMul's third input).
+// The ':' keeps it apart from ONNX's attribute names.
+inline constexpr std::string_view kFusedBiasAttr = "cairn:fused_bias";
+
 struct RunArgs {
   std::span<const TensorView* const> in;  // one per node input; null for an omitted optional input
   std::span<TensorView* const> out;       // shapes and buffers set as infer() said

@@ -95,7 +95,7 @@ int64_t batch_index(int64_t t, const Shape& full, const Shape& part) {
 
 class MatMulOp final : public Op {
  public:
-  explicit MatMulOp(PackedB packed) : packed_(std::move(packed)) {}
+  MatMulOp(PackedB packed, std::vector<float> bias) : packed_(std::move(packed)), bias_(std::move(bias)) {}
 
   Status infer(std::span<const TensorInfo> in, std::span<const bool>,
                std::span<TensorInfo> out) const override {
@@ -104,6 +104,9 @@ class MatMulOp final : public Op {
     CAIRN_ASSIGN_OR_RETURN(MatMulDims d, matmul_dims(in[0].shape, in[1].shape));
     auto count = checked_count(d.out, 4);
     if (!count) return count.status();
+    if (!bias_.empty() && int64_t(bias_.size()) != d.n)
+      return bad("MatMul's fused bias has " + std::to_string(bias_.size()) + " values for " +
+                 std::to_string(d.n) + " columns");
     out[0].dtype = DType::Float32;
     out[0].shape = d.out;
     return Status::ok();
@@ -125,13 +128,15 @@ class MatMulOp final : public Op {
     const int64_t mk = d.m * d.k, mn = d.m * d.n, kn = d.k * d.n;
     if (d.m == 0 || d.n == 0) return Status::ok();
     const int64_t nb_b = product(d.b_batch), nb = product(d.batch);
+    kernels::SgemmEpilogue epi;
+    if (!bias_.empty()) epi.col_bias = bias_.data();
     if (nb_b == 1) {
       // One B for every batch: A's batches (leading, contiguous) are rows of
       // one product.
       PackedBView view = packed_ ? packed_.view()
                                  : kernels::pack_b_into(static_cast<float*>(args.scratch),
                                                         b.as<const float>(), d.n, 1, d.k, d.n);
-      kernels::sgemm_packed(nb * d.m, ap, d.k, 1, view, y, d.n, {}, &args.pool);
+      kernels::sgemm_packed(nb * d.m, ap, d.k, 1, view, y, d.n, epi, &args.pool);
       return Status::ok();
     }
     const size_t pb = kernels::sgemm_packed_bytes(d.k, d.n);
@@ -149,7 +154,7 @@ class MatMulOp final : public Op {
       PackedBView v = view;
       v.data = packed_at(batch_index(t, d.batch, d.b_batch));
       kernels::sgemm_packed(d.m, ap + batch_index(t, d.batch, d.a_batch) * mk, d.k, 1, v,
-                            y + t * mn, d.n, {}, pool);
+                            y + t * mn, d.n, epi, pool);
     };
     if (nb >= args.pool.size()) {
       args.pool.parallel_for(nb, [&](int64_t t0, int64_t t1) {
@@ -163,11 +168,25 @@ class MatMulOp final : public Op {
 
  private:
   PackedB packed_;
+  std::vector<float> bias_;  // [N] added to every row (a fused Add), or empty
 };
 
 Result<std::unique_ptr<Op>> make_matmul(const NodeContext& ctx) {
-  if (ctx.node.inputs.size() != 2 || !ctx.node.has_input(0) || !ctx.node.has_input(1))
+  // The session fuses MatMul -> Add(constant [N]) into one MatMul whose third
+  // input is the bias, marked by kFusedBiasAttr (see session.cpp).
+  const bool fused = ctx.node.has(std::string(kFusedBiasAttr));
+  const size_t want = fused ? 3 : 2;
+  if (ctx.node.inputs.size() != want || !ctx.node.has_input(0) || !ctx.node.has_input(1) ||
+      (fused && !ctx.node.has_input(2)))
     return bad("MatMul takes 2 inputs");
+  std::vector<float> bias;
+  if (fused) {
+    const TensorView* c = ctx.constants.size() > 2 ? ctx.constants[2] : nullptr;
+    if (!c || c->dtype != DType::Float32 || c->shape.size() != 1 || c->count() <= 0)
+      return bad("MatMul's fused bias must be a constant float32 vector");
+    const float* cp = c->as<const float>();
+    bias.assign(cp, cp + c->count());
+  }
   PackedB packed;
   const TensorView* b = ctx.constants.size() > 1 ? ctx.constants[1] : nullptr;
   // A constant B with one matrix (the weights of a linear layer; leading
@@ -177,7 +196,7 @@ Result<std::unique_ptr<Op>> make_matmul(const NodeContext& ctx) {
     CAIRN_ASSIGN_OR_RETURN(packed, pack_constant(b->as<const float>(), b->shape[b->shape.size() - 2],
                                                  b->shape.back(), false));
   }
-  return std::unique_ptr<Op>(new MatMulOp(std::move(packed)));
+  return std::unique_ptr<Op>(new MatMulOp(std::move(packed), std::move(bias)));
 }
 
 // ---------------------------------------------------------------- Gemm

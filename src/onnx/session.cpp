@@ -11,9 +11,14 @@
 
 #include <algorithm>
 #include <climits>
+#include <cmath>
 #include <cstdint>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <map>
 #include <filesystem>
 #include <fstream>
 #include <list>
@@ -89,6 +94,166 @@ struct Value {
   const TensorView* constant = nullptr;  // initializers and load-time folds
   int input = -1;                      // graph input index
 };
+
+// CAIRN_ONNX_PROFILE=1: each run's steps are timed and the totals per
+// operator type printed to stderr at exit (a developer's tool for finding
+// where a model's time goes; off, it costs one branch per run).
+struct OpProfile {
+  std::mutex mu;
+  std::map<std::string, std::pair<double, int64_t>> ms_calls;  // op_type -> (ms, calls)
+  ~OpProfile() {
+    if (ms_calls.empty()) return;
+    double total = 0;
+    for (const auto& [k, v] : ms_calls) total += v.first;
+    std::fprintf(stderr, "cairn onnx profile (%.1f ms in operators):\n", total);
+    for (const auto& [k, v] : ms_calls)
+      std::fprintf(stderr, "  %-20s %10.1f ms %5.1f %%  %8lld calls\n", k.c_str(), v.first,
+                   total > 0 ? 100.0 * v.first / total : 0.0, static_cast<long long>(v.second));
+  }
+};
+// Null unless CAIRN_ONNX_PROFILE is set (and not "0"); the object lives
+// until exit, when its destructor prints the totals.
+OpProfile* op_profile() {
+  static OpProfile profile;
+  static const bool on = [] {
+    const char* e = std::getenv("CAIRN_ONNX_PROFILE");
+    return e && *e && std::string_view(e) != "0";
+  }();
+  return on ? &profile : nullptr;
+}
+
+// MatMul -> Add(X, b) with b a constant float [N] and X read by nothing
+// else: the Add is dropped and the MatMul adds b in its GEMM's epilogue
+// (one pass over the product instead of two). A bias of another shape, or
+// a B whose column count is not b's length, is left alone.
+template <class Values>
+void fuse_matmul_bias(Graph& graph, const std::vector<ValueInfo>& outputs, const std::unordered_map<std::string, int>& ids,
+                      const Values& values) {
+  std::unordered_map<std::string, int> readers;
+  for (const Node& n : graph.nodes)
+    for (const auto& name : n.inputs)
+      if (!name.empty()) ++readers[name];
+  for (const auto& o : outputs) ++readers[o.name];  // graph.outputs is moved out by now
+  auto constant = [&](const std::string& name) -> const TensorView* {
+    auto it = ids.find(name);
+    return it == ids.end() ? nullptr : values[size_t(it->second)].constant;
+  };
+  std::unordered_map<std::string, size_t> producer;  // MatMul outputs -> node index
+  std::vector<bool> drop(graph.nodes.size(), false);
+  for (size_t i = 0; i < graph.nodes.size(); ++i) {
+    Node& n = graph.nodes[i];
+    if (!n.domain.empty()) continue;
+    if (n.op_type == "MatMul" && n.inputs.size() == 2 && n.outputs.size() == 1 && !n.outputs[0].empty() &&
+        !n.has(std::string(kFusedBiasAttr))) {
+      producer[n.outputs[0]] = i;
+      continue;
+    }
+    if (n.op_type != "Add" || n.inputs.size() != 2 || n.outputs.size() != 1) continue;
+    for (int side = 0; side < 2; ++side) {
+      const std::string& x = n.inputs[size_t(side)];
+      const std::string& bname = n.inputs[size_t(1 - side)];
+      auto p = producer.find(x);
+      if (p == producer.end() || readers[x] != 1 || x == bname) continue;
+      const TensorView* b = constant(bname);
+      Node& mm = graph.nodes[p->second];
+      const TensorView* w = constant(mm.inputs[1]);
+      if (!b || !w || b->dtype != DType::Float32 || w->dtype != DType::Float32 || b->shape.size() != 1 ||
+          w->shape.size() < 2 || b->shape[0] <= 0 || b->shape[0] != w->shape.back())
+        continue;
+      mm.inputs.push_back(bname);
+      mm.outputs[0] = n.outputs[0];
+      mm.attributes[std::string(kFusedBiasAttr)] = Attribute{};
+      producer.erase(p);
+      drop[i] = true;
+      break;
+    }
+  }
+  size_t kept = 0;
+  for (size_t i = 0; i < graph.nodes.size(); ++i)
+    if (!drop[i]) {
+      if (kept != i) graph.nodes[kept] = std::move(graph.nodes[i]);  // never a self-move
+      ++kept;
+    }
+  graph.nodes.resize(kept);
+}
+
+// GELU as exporters write it, x·0.5·(1 + erf(x/√2)) in five nodes
+// (Div(x, √2) or Mul(x, 1/√2); Erf; Add 1; Mul by x; Mul by 0.5, operands
+// in either order), becomes one Gelu node: one pass over the tensor, not
+// five. Every intermediate must be read by the next node only.
+template <class Values>
+void fuse_erf_gelu(Graph& graph, const std::vector<ValueInfo>& outputs, const std::unordered_map<std::string, int>& ids,
+                      const Values& values) {
+  std::unordered_map<std::string, int> readers;
+  std::unordered_map<std::string, size_t> made_by;
+  for (size_t i = 0; i < graph.nodes.size(); ++i) {
+    for (const auto& name : graph.nodes[i].inputs)
+      if (!name.empty()) ++readers[name];
+    for (const auto& name : graph.nodes[i].outputs)
+      if (!name.empty()) made_by[name] = i;
+  }
+  for (const auto& o : outputs) ++readers[o.name];  // graph.outputs is moved out by now
+  // The scalar float constant `name` holds, if it is one and near `want`.
+  auto scalar_is = [&](const std::string& name, double want) {
+    auto it = ids.find(name);
+    if (it == ids.end()) return false;
+    const TensorView* c = values[size_t(it->second)].constant;
+    if (!c || c->dtype != DType::Float32 || c->count() != 1 || c->shape.size() > 1) return false;
+    return std::abs(double(c->as<const float>()[0]) - want) <= 1e-6 * std::abs(want);
+  };
+  // The node making `name` if it is a default-domain `op` with 2 inputs,
+  // one output, and `name` is read once; else null.
+  auto single = [&](const std::string& name, const char* op) -> Node* {
+    auto it = made_by.find(name);
+    if (it == made_by.end() || readers[name] != 1) return nullptr;
+    Node& n = graph.nodes[it->second];
+    if (n.op_type != op || !n.domain.empty() || n.outputs.size() != 1) return nullptr;
+    return &n;
+  };
+  // The operand of a binary node other than the constant one, or "".
+  auto other = [&](const Node& n, double c) -> std::string {
+    if (n.inputs.size() != 2) return "";
+    if (scalar_is(n.inputs[1], c)) return n.inputs[0];
+    if (scalar_is(n.inputs[0], c)) return n.inputs[1];
+    return "";
+  };
+  std::vector<bool> drop(graph.nodes.size(), false);
+  for (size_t i = 0; i < graph.nodes.size(); ++i) {
+    Node& last = graph.nodes[i];
+    if (last.op_type != "Mul" || !last.domain.empty() || last.outputs.size() != 1 || drop[i]) continue;
+    const std::string m_name = other(last, 0.5);  // x·g1, times 0.5
+    if (m_name.empty()) continue;
+    Node* m = single(m_name, "Mul");
+    if (!m || m->inputs.size() != 2) continue;
+    for (int side = 0; side < 2; ++side) {
+      const std::string& x = m->inputs[size_t(side)];
+      Node* g1 = single(m->inputs[size_t(1 - side)], "Add");
+      if (!g1) continue;
+      const std::string e_name = other(*g1, 1.0);
+      Node* e = e_name.empty() ? nullptr : single(e_name, "Erf");
+      if (!e || e->inputs.size() != 1) continue;
+      Node* t = single(e->inputs[0], "Mul");
+      std::string tx = t ? other(*t, 0.70710678118654752) : "";
+      if (!t) {
+        t = single(e->inputs[0], "Div");
+        if (t && t->inputs.size() == 2 && scalar_is(t->inputs[1], 1.4142135623730951)) tx = t->inputs[0];
+      }
+      if (tx.empty() || tx != x) continue;
+      for (Node* d : {t, e, g1, m}) drop[size_t(d - graph.nodes.data())] = true;
+      last.op_type = "Gelu";
+      last.inputs = {x};
+      last.attributes.clear();
+      break;
+    }
+  }
+  size_t kept = 0;
+  for (size_t i = 0; i < graph.nodes.size(); ++i)
+    if (!drop[i]) {
+      if (kept != i) graph.nodes[kept] = std::move(graph.nodes[i]);  // never a self-move
+      ++kept;
+    }
+  graph.nodes.resize(kept);
+}
 
 struct RNode {
   Node node;
@@ -262,6 +427,10 @@ Status SessionImpl::init(Graph graph, SessionOptions options) {
   }
   value_keyed_.assign(inputs_.size(), false);
 
+  if (!options.op_lookup) {
+    fuse_matmul_bias(graph, outputs_, ids, values_);
+    fuse_erf_gelu(graph, outputs_, ids, values_);
+  }
   for (auto& node : graph.nodes) {
     OpFactory factory = options.op_lookup ? options.op_lookup(node.op_type) : find_op(node.op_type);
     if (!factory) {
@@ -597,14 +766,23 @@ Result<std::vector<values::Tensor>> SessionImpl::run(std::span<const values::Ten
     TensorView& v = plan.views[size_t(input_ids_[i])];
     v.data = inputs[i]->data.empty() ? static_cast<void*>(g_empty) : const_cast<char*>(inputs[i]->data.data());
   }
+  OpProfile* const prof = op_profile();
   for (const Step& s : plan.steps) {
     if (s.view) {
       plan.views[size_t(s.view_dst)].data = plan.views[size_t(s.view_src)].data;
       continue;
     }
     const RunArgs args{s.in, s.out, plan.scratch, *pool_};
+    const auto t0 = prof ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
     Status st = s.node->op->run(args);
     if (!st.is_ok()) return st.with_context(s.node->node.describe());  // describe() allocates: only on failure
+    if (prof) {
+      const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      std::lock_guard plock(prof->mu);
+      auto& e = prof->ms_calls[s.node->node.op_type];
+      e.first += ms;
+      ++e.second;
+    }
   }
   std::vector<values::Tensor> out;
   out.reserve(output_ids_.size());
