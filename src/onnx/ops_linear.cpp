@@ -611,47 +611,111 @@ class PoolOp final : public Op {
     const TensorView& x = *args.in[0];
     const int64_t planes = x.shape[0] * x.shape[1], h = x.shape[2], w = x.shape[3];
     const Window::Geometry g = *win_.geometry(h, w);
-    const int64_t oh_n = g.out[0], ow_n = g.out[1];
     const float* xp = x.as<const float>();
     float* yp = args.out[0]->as<float>();
-    // count_include_pad counts taps inside the padded input (not past it).
-    const int64_t lo_h = -g.pad_before[0], hi_h = h + g.pad_after[0];
-    const int64_t lo_w = -g.pad_before[1], hi_w = w + g.pad_after[1];
-    args.pool.parallel_for(planes, [&](int64_t q0, int64_t q1) {
+    const int64_t plane_out = g.out[0] * g.out[1];
+    if (planes == 0 || plane_out == 0) return Status::ok();
+    auto body = [&](int64_t q0, int64_t q1) {
       for (int64_t q = q0; q < q1; ++q) {
-        const float* xc = xp + q * h * w;
-        float* out = yp + q * oh_n * ow_n;
-        for (int64_t oh = 0; oh < oh_n; ++oh) {
-          for (int64_t ow = 0; ow < ow_n; ++ow) {
-            float best = -std::numeric_limits<float>::infinity();
-            float sum = 0.0f;
-            int64_t count = 0;
-            for (int64_t i = 0; i < win_.kernel[0]; ++i) {
-              const int64_t ih = oh * win_.stride[0] - g.pad_before[0] + i * win_.dilation[0];
-              const bool row_in = ih >= 0 && ih < h;
-              if (!row_in && !(count_include_pad_ && ih >= lo_h && ih < hi_h)) continue;
-              for (int64_t j = 0; j < win_.kernel[1]; ++j) {
-                const int64_t iw = ow * win_.stride[1] - g.pad_before[1] + j * win_.dilation[1];
-                if (row_in && iw >= 0 && iw < w) {
-                  const float v = xc[ih * w + iw];
-                  best = std::max(best, v);
-                  sum += v;
-                  ++count;
-                } else if (count_include_pad_ && iw >= lo_w && iw < hi_w) {
-                  ++count;
-                }
-              }
-            }
-            out[oh * ow_n + ow] =
-                kind_ == PoolKind::Max ? best : (count > 0 ? sum / float(count) : 0.0f);
-          }
-        }
+        if (kind_ == PoolKind::Max)
+          pool_plane<true>(g, xp + q * h * w, h, w, yp + q * plane_out);
+        else
+          pool_plane<false>(g, xp + q * h * w, h, w, yp + q * plane_out);
       }
-    });
+    };
+    // A few thousand taps take less than handing them to another thread.
+    if (planes * plane_out * win_.kernel[0] * win_.kernel[1] < 16384)
+      body(0, planes);
+    else
+      args.pool.parallel_for(planes, body);
     return Status::ok();
   }
 
  private:
+  // The taps t in [0, k) with lo <= base + t·d < hi: [first, end).
+  static void tap_range(int64_t base, int64_t d, int64_t k, int64_t lo, int64_t hi, int64_t& first,
+                        int64_t& end) {
+    first = base >= lo ? 0 : (lo - base + d - 1) / d;
+    end = base > hi - 1 ? 0 : std::min(k, (hi - 1 - base) / d + 1);
+    if (end < first) end = first;
+  }
+
+  // One output plane. The taps inside the input form a rectangle of rows and
+  // columns per output (the input is a box), so the loops run over that
+  // rectangle with no per-tap bounds checks; taps are summed in row-major
+  // order like the reference.
+  template <bool kMax>
+  void pool_plane(const Window::Geometry& g, const float* xc, int64_t h, int64_t w,
+                  float* out) const {
+    const int64_t sh = win_.stride[0], sw = win_.stride[1];
+    const int64_t dh = win_.dilation[0], dw = win_.dilation[1];
+    const int64_t kh = win_.kernel[0], kw = win_.kernel[1];
+    const int64_t pt = g.pad_before[0], pl = g.pad_before[1];
+    const int64_t ow_n = g.out[1];
+    // count_include_pad counts taps inside the padded input (not past it).
+    const int64_t lo_h = -pt, hi_h = h + g.pad_after[0];
+    const int64_t lo_w = -pl, hi_w = w + g.pad_after[1];
+    // Output columns whose whole window lies inside the row: [ow_a, ow_b).
+    const int64_t last = w - 1 - (kw - 1) * dw + pl;
+    const int64_t ow_b = last < 0 ? 0 : std::min(ow_n, last / sw + 1);
+    const int64_t ow_a = std::min(ow_b, (pl + sw - 1) / sw);
+    for (int64_t oh = 0; oh < g.out[0]; ++oh) {
+      const int64_t base_h = oh * sh - pt;
+      int64_t i0, i1, pi0, pi1;
+      tap_range(base_h, dh, kh, 0, h, i0, i1);
+      tap_range(base_h, dh, kh, lo_h, hi_h, pi0, pi1);
+      const int64_t rows = i1 - i0, pad_rows = pi1 - pi0;
+      const int64_t r0 = rows > 0 ? (base_h + i0 * dh) * w : 0;  // first valid row's offset
+      float* o = out + oh * ow_n;
+      auto one = [&](int64_t ow, int64_t j0, int64_t j1, int64_t count) {
+        const int64_t c0 = r0 + ow * sw - pl;  // + j·dw >= row start for j >= j0
+        float best = -std::numeric_limits<float>::infinity();
+        float sum = 0.0f;
+        for (int64_t i = 0; i < rows; ++i) {
+          const int64_t r = c0 + i * dh * w;
+          for (int64_t j = j0; j < j1; ++j) {
+            if constexpr (kMax) {
+              best = std::max(best, xc[r + j * dw]);
+            } else {
+              sum += xc[r + j * dw];
+            }
+          }
+        }
+        if constexpr (kMax) {
+          (void)count;
+          o[ow] = best;
+        } else {
+          o[ow] = count > 0 ? sum / float(count) : 0.0f;
+        }
+      };
+      auto edge = [&](int64_t ow) {
+        int64_t j0, j1, pj0, pj1;
+        const int64_t base_w = ow * sw - pl;
+        tap_range(base_w, dw, kw, 0, w, j0, j1);
+        tap_range(base_w, dw, kw, lo_w, hi_w, pj0, pj1);
+        one(ow, j0, j1, count_include_pad_ ? pad_rows * (pj1 - pj0) : rows * (j1 - j0));
+      };
+      for (int64_t ow = 0; ow < ow_a; ++ow) edge(ow);
+      const int64_t inner = count_include_pad_ ? pad_rows * kw : rows * kw;
+      if (kMax && rows == 2 && kw == 2 && dw == 1 && sw == 2) {
+        // The common 2×2, stride-2 max pool: four loads per output.
+        for (int64_t ow = ow_a; ow < ow_b; ++ow) {
+          const float* pa = xc + (r0 + 2 * ow - pl);
+          const float* pb = pa + dh * w;
+          float best = -std::numeric_limits<float>::infinity();
+          best = std::max(best, pa[0]);
+          best = std::max(best, pa[1]);
+          best = std::max(best, pb[0]);
+          best = std::max(best, pb[1]);
+          o[ow] = best;
+        }
+      } else {
+        for (int64_t ow = ow_a; ow < ow_b; ++ow) one(ow, 0, kw, inner);
+      }
+      for (int64_t ow = std::max(ow_a, ow_b); ow < ow_n; ++ow) edge(ow);
+    }
+  }
+
   PoolKind kind_;
   Window win_;
   bool count_include_pad_;
