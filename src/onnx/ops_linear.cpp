@@ -3,8 +3,10 @@
 // packed once in the factory; a B computed at run time is packed into the
 // op's scratch. Conv is a GEMM per (image, group) with the weights as A (read
 // in place) and the im2col of the input as B (1×1 convolutions pack the
-// input directly); depthwise convolutions (one input channel per group) and
-// the pools are direct loops over output planes. Everything that depends on
+// input directly); a batch spreads whole images over the pool (each thread
+// with its own scratch slot and single-threaded GEMMs), one image splits its
+// GEMMs. Depthwise convolutions (one input channel per group) and the pools
+// are direct loops over output planes. Everything that depends on
 // shapes only is checked in the factory or infer(); run() only computes.
 #include <algorithm>
 #include <cmath>
@@ -474,8 +476,7 @@ class ConvOp final : public Op {
   size_t scratch_bytes(std::span<const TensorInfo> in, std::span<const TensorInfo>) const override {
     auto d = dims(in[0].shape, in[1].shape);
     if (!d || d->direct) return 0;
-    const size_t packed = align64(kernels::sgemm_packed_bytes(d->kg, d->p));
-    return packed + (d->pointwise ? 0 : align64(size_t(d->kg * d->p) * 4));
+    return size_t(slots(d->n)) * slot_bytes(*d);
   }
 
   Status run(const RunArgs& args) const override {
@@ -489,54 +490,95 @@ class ConvOp final : public Op {
     float* yp = args.out[0]->as<float>();
     if (d.n == 0 || d.m == 0 || d.p == 0) return Status::ok();
     if (d.direct) return run_direct(d, xp, wp, bp, yp, args.pool);
-    float* packed = static_cast<float*>(args.scratch);
-    float* col = reinterpret_cast<float*>(static_cast<char*>(args.scratch) +
-                                          align64(kernels::sgemm_packed_bytes(d.kg, d.p)));
-    for (int64_t n = 0; n < d.n; ++n) {
-      for (int64_t g = 0; g < group_; ++g) {
-        const float* xg = xp + (n * d.c + g * d.cg) * d.h * d.w;
-        PackedBView view;
-        if (d.pointwise) {
-          view = kernels::pack_b_into(packed, xg, d.h * d.w, 1, d.cg, d.p);
-        } else {
-          im2col(d, xg, col, args.pool);
-          view = kernels::pack_b_into(packed, col, d.p, 1, d.kg, d.p);
-        }
-        SgemmEpilogue epi;
-        epi.row_bias = bp ? bp + g * d.mg : nullptr;
-        kernels::sgemm_packed(d.mg, wp + g * d.mg * d.kg, d.kg, 1, view,
-                              yp + (n * d.m + g * d.mg) * d.p, d.p, epi, &args.pool);
-      }
+    auto slot_at = [&](int64_t s) {
+      return reinterpret_cast<float*>(static_cast<char*>(args.scratch) + size_t(s) * slot_bytes(d));
+    };
+    const int64_t used = std::min<int64_t>(slots(d.n), args.pool.size());
+    if (used <= 1) {
+      // One image (or one thread): each GEMM is split over the pool.
+      for (int64_t n = 0; n < d.n; ++n) run_image(d, n, xp, wp, bp, yp, slot_at(0), &args.pool);
+      return Status::ok();
     }
+    // Several images: each thread takes whole images with its own scratch
+    // slot and runs their GEMMs alone, so a batch of small images is not a
+    // chain of tiny pool-split GEMMs.
+    args.pool.parallel_for(used, [&](int64_t s0, int64_t s1) {
+      for (int64_t s = s0; s < s1; ++s)
+        for (int64_t n = s * d.n / used; n < (s + 1) * d.n / used; ++n)
+          run_image(d, n, xp, wp, bp, yp, slot_at(s), nullptr);
+    }, 1);
     return Status::ok();
   }
 
  private:
   friend Result<std::unique_ptr<Op>> make_conv(const NodeContext& ctx);
 
-  // col[(c·kH + i)·kW + j][oh·OW + ow] = x[c][oh·sh - pt + i·dh][ow·sw - pl + j·dw], 0 outside.
-  void im2col(const Dims& d, const float* x, float* col, ThreadPool& pool) const {
-    pool.parallel_for(d.kg, [&](int64_t r0, int64_t r1) {
-      for (int64_t r = r0; r < r1; ++r) {
-        const int64_t c = r / (d.kh * d.kw), i = r / d.kw % d.kh, j = r % d.kw;
-        const float* xc = x + c * d.h * d.w;
-        float* out = col + r * d.p;
-        for (int64_t oh = 0; oh < d.oh; ++oh) {
-          const int64_t ih = oh * win_.stride[0] - d.g.pad_before[0] + i * win_.dilation[0];
-          float* o = out + oh * d.ow;
-          if (ih < 0 || ih >= d.h) {
-            std::fill(o, o + d.ow, 0.0f);
-            continue;
-          }
-          const float* xr = xc + ih * d.w;
-          const int64_t off = j * win_.dilation[1] - d.g.pad_before[1];
-          for (int64_t ow = 0; ow < d.ow; ++ow) {
-            const int64_t iw = ow * win_.stride[1] + off;
-            o[ow] = iw >= 0 && iw < d.w ? xr[iw] : 0.0f;
-          }
-        }
+  // Images handled at once (each with its own scratch slot): a function of
+  // the shapes only, so scratch_bytes() and run() agree; run() uses as many
+  // as the pool has threads.
+  static int64_t slots(int64_t n) { return std::clamp<int64_t>(n, 1, 16); }
+
+  static size_t slot_bytes(const Dims& d) {
+    return align64(kernels::sgemm_packed_bytes(d.kg, d.p)) +
+           (d.pointwise ? 0 : align64(size_t(d.kg * d.p) * 4));
+  }
+
+  // Image n, every group: im2col (or the input itself for 1×1), packed as B,
+  // times the weights as A. `pool` null: the calling thread only.
+  void run_image(const Dims& d, int64_t n, const float* xp, const float* wp, const float* bp,
+                 float* yp, float* slot, ThreadPool* pool) const {
+    float* packed = slot;
+    float* col = reinterpret_cast<float*>(reinterpret_cast<char*>(slot) +
+                                          align64(kernels::sgemm_packed_bytes(d.kg, d.p)));
+    for (int64_t g = 0; g < group_; ++g) {
+      const float* xg = xp + (n * d.c + g * d.cg) * d.h * d.w;
+      PackedBView view;
+      if (d.pointwise) {
+        view = kernels::pack_b_into(packed, xg, d.h * d.w, 1, d.cg, d.p);
+      } else {
+        if (pool && d.kg * d.p >= 16384)
+          pool->parallel_for(d.kg, [&](int64_t r0, int64_t r1) { im2col(d, xg, col, r0, r1); });
+        else
+          im2col(d, xg, col, 0, d.kg);
+        view = kernels::pack_b_into(packed, col, d.p, 1, d.kg, d.p);
       }
-    });
+      SgemmEpilogue epi;
+      epi.row_bias = bp ? bp + g * d.mg : nullptr;
+      kernels::sgemm_packed(d.mg, wp + g * d.mg * d.kg, d.kg, 1, view,
+                            yp + (n * d.m + g * d.mg) * d.p, d.p, epi, pool);
+    }
+  }
+
+  // Rows [r0, r1) of col[(c·kH + i)·kW + j][oh·OW + ow] =
+  // x[c][oh·sh - pt + i·dh][ow·sw - pl + j·dw], 0 outside. The columns that
+  // read inside the row are a range of ow, copied without per-element checks.
+  void im2col(const Dims& d, const float* x, float* col, int64_t r0, int64_t r1) const {
+    const int64_t sw = win_.stride[1];
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t c = r / (d.kh * d.kw), i = r / d.kw % d.kh, j = r % d.kw;
+      const float* xc = x + c * d.h * d.w;
+      float* out = col + r * d.p;
+      const int64_t off = j * win_.dilation[1] - d.g.pad_before[1];
+      // ow in [lo, hi) reads iw = ow·sw + off inside [0, W).
+      const int64_t lo = std::min(d.ow, off >= 0 ? 0 : (-off + sw - 1) / sw);
+      const int64_t hi = std::max(lo, d.w - 1 - off < 0 ? 0 : std::min(d.ow, (d.w - 1 - off) / sw + 1));
+      for (int64_t oh = 0; oh < d.oh; ++oh) {
+        const int64_t ih = oh * win_.stride[0] - d.g.pad_before[0] + i * win_.dilation[0];
+        float* o = out + oh * d.ow;
+        if (ih < 0 || ih >= d.h) {
+          std::fill(o, o + d.ow, 0.0f);
+          continue;
+        }
+        const float* xr = xc + ih * d.w;
+        std::fill(o, o + lo, 0.0f);
+        if (sw == 1) {
+          if (hi > lo) std::memcpy(o + lo, xr + lo + off, size_t(hi - lo) * 4);
+        } else {
+          for (int64_t ow = lo; ow < hi; ++ow) o[ow] = xr[ow * sw + off];
+        }
+        std::fill(o + hi, o + d.ow, 0.0f);
+      }
+    }
   }
 
   // One input channel per group (depthwise): each output plane is a small
