@@ -2,12 +2,13 @@
 // The products run on kernels/sgemm.h: a constant B (MatMul's, Gemm's) is
 // packed once in the factory; a B computed at run time is packed into the
 // op's scratch. Conv is a GEMM per (image, group) with the weights as A (read
-// in place) and the im2col of the input as B (1×1 convolutions pack the
-// input directly); a batch spreads whole images over the pool (each thread
-// with its own scratch slot and single-threaded GEMMs), one image splits its
-// GEMMs. Depthwise convolutions (one input channel per group) and the pools
-// are direct loops over output planes. Everything that depends on
-// shapes only is checked in the factory or infer(); run() only computes.
+// in place) and the im2col of the input as B, written straight in the
+// packed-B layout (1×1 convolutions pack the input directly); a batch spreads
+// whole images over the pool (each thread with its own scratch slot and
+// single-threaded GEMMs), one image splits its GEMMs. Depthwise convolutions
+// (one input channel per group) and the pools are direct loops over output
+// planes. Everything that depends on shapes only is checked in the factory
+// or infer(); run() only computes.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -518,29 +519,26 @@ class ConvOp final : public Op {
   // as the pool has threads.
   static int64_t slots(int64_t n) { return std::clamp<int64_t>(n, 1, 16); }
 
-  static size_t slot_bytes(const Dims& d) {
-    return align64(kernels::sgemm_packed_bytes(d.kg, d.p)) +
-           (d.pointwise ? 0 : align64(size_t(d.kg * d.p) * 4));
-  }
+  static size_t slot_bytes(const Dims& d) { return align64(kernels::sgemm_packed_bytes(d.kg, d.p)); }
 
-  // Image n, every group: im2col (or the input itself for 1×1), packed as B,
-  // times the weights as A. `pool` null: the calling thread only.
+  // Image n, every group: the im2col written straight into the packed-B
+  // layout (1×1: the input itself packed), times the weights as A. `pool`
+  // null: the calling thread only.
   void run_image(const Dims& d, int64_t n, const float* xp, const float* wp, const float* bp,
                  float* yp, float* slot, ThreadPool* pool) const {
-    float* packed = slot;
-    float* col = reinterpret_cast<float*>(reinterpret_cast<char*>(slot) +
-                                          align64(kernels::sgemm_packed_bytes(d.kg, d.p)));
     for (int64_t g = 0; g < group_; ++g) {
       const float* xg = xp + (n * d.c + g * d.cg) * d.h * d.w;
       PackedBView view;
       if (d.pointwise) {
-        view = kernels::pack_b_into(packed, xg, d.h * d.w, 1, d.cg, d.p);
+        view = kernels::pack_b_into(slot, xg, d.h * d.w, 1, d.cg, d.p);
       } else {
+        const Isa isa = kernels::sgemm_isa();
+        const int nr = kernels::sgemm_nr(isa);
         if (pool && d.kg * d.p >= 16384)
-          pool->parallel_for(d.kg, [&](int64_t r0, int64_t r1) { im2col(d, xg, col, r0, r1); });
+          pool->parallel_for(d.kg, [&](int64_t r0, int64_t r1) { im2col(d, xg, slot, nr, r0, r1); });
         else
-          im2col(d, xg, col, 0, d.kg);
-        view = kernels::pack_b_into(packed, col, d.p, 1, d.kg, d.p);
+          im2col(d, xg, slot, nr, 0, d.kg);
+        view = PackedBView{slot, d.kg, d.p, nr, isa};
       }
       SgemmEpilogue epi;
       epi.row_bias = bp ? bp + g * d.mg : nullptr;
@@ -549,34 +547,46 @@ class ConvOp final : public Op {
     }
   }
 
-  // Rows [r0, r1) of col[(c·kH + i)·kW + j][oh·OW + ow] =
-  // x[c][oh·sh - pt + i·dh][ow·sw - pl + j·dw], 0 outside. The columns that
-  // read inside the row are a range of ow, copied without per-element checks.
-  void im2col(const Dims& d, const float* x, float* col, int64_t r0, int64_t r1) const {
+  // Rows [r0, r1) of the im2col B[(c·kH + i)·kW + j][oh·OW + ow] =
+  // x[c][oh·sh - pt + i·dh][ow·sw - pl + j·dw] (0 outside), written in
+  // kernels/sgemm.h's packed-B layout (what pack_b_into would make of it,
+  // without the intermediate matrix): per K block of kSgemmKc rows, panels
+  // of nr columns, each kc×nr row by row, zero past N. The columns that read
+  // inside the input row are a range of ow, copied without per-element checks.
+  void im2col(const Dims& d, const float* x, float* dst, int64_t nr, int64_t r0,
+              int64_t r1) const {
     const int64_t sw = win_.stride[1];
+    const int64_t npad = (d.p + nr - 1) / nr * nr;
     for (int64_t r = r0; r < r1; ++r) {
+      const int64_t k0 = r / kernels::kSgemmKc * kernels::kSgemmKc;
+      const int64_t kc = std::min(kernels::kSgemmKc, d.kg - k0);
+      float* base = dst + k0 * npad + (r - k0) * nr;  // column q at base[q/nr·kc·nr + q%nr]
       const int64_t c = r / (d.kh * d.kw), i = r / d.kw % d.kh, j = r % d.kw;
       const float* xc = x + c * d.h * d.w;
-      float* out = col + r * d.p;
       const int64_t off = j * win_.dilation[1] - d.g.pad_before[1];
       // ow in [lo, hi) reads iw = ow·sw + off inside [0, W).
       const int64_t lo = std::min(d.ow, off >= 0 ? 0 : (-off + sw - 1) / sw);
       const int64_t hi = std::max(lo, d.w - 1 - off < 0 ? 0 : std::min(d.ow, (d.w - 1 - off) / sw + 1));
       for (int64_t oh = 0; oh < d.oh; ++oh) {
         const int64_t ih = oh * win_.stride[0] - d.g.pad_before[0] + i * win_.dilation[0];
-        float* o = out + oh * d.ow;
-        if (ih < 0 || ih >= d.h) {
-          std::fill(o, o + d.ow, 0.0f);
-          continue;
+        const bool row_in = ih >= 0 && ih < d.h;
+        const float* xr = xc + (row_in ? ih * d.w : 0);
+        // The output row's columns, one panel-contiguous run at a time.
+        for (int64_t ow = 0; ow < d.ow;) {
+          const int64_t q = oh * d.ow + ow, panel = q / nr, jj = q - panel * nr;
+          const int64_t end = ow + std::min(nr - jj, d.ow - ow);
+          float* o = base + panel * kc * nr + jj;  // column ow of this run at o[0]
+          const int64_t a = row_in ? std::clamp(lo, ow, end) : end;
+          const int64_t b = row_in ? std::clamp(hi, a, end) : end;
+          for (int64_t t = ow; t < a; ++t) o[t - ow] = 0.0f;
+          for (int64_t t = a; t < b; ++t) o[t - ow] = xr[t * sw + off];
+          for (int64_t t = b; t < end; ++t) o[t - ow] = 0.0f;
+          ow = end;
         }
-        const float* xr = xc + ih * d.w;
-        std::fill(o, o + lo, 0.0f);
-        if (sw == 1) {
-          if (hi > lo) std::memcpy(o + lo, xr + lo + off, size_t(hi - lo) * 4);
-        } else {
-          for (int64_t ow = lo; ow < hi; ++ow) o[ow] = xr[ow * sw + off];
-        }
-        std::fill(o + hi, o + d.ow, 0.0f);
+      }
+      if (npad > d.p) {  // the last panel's columns past N
+        float* o = base + (npad / nr - 1) * kc * nr;
+        for (int64_t t = d.p - (npad - nr); t < nr; ++t) o[t] = 0.0f;
       }
     }
   }
