@@ -567,20 +567,32 @@ class ConvOp final : public Op {
       // ow in [lo, hi) reads iw = ow·sw + off inside [0, W).
       const int64_t lo = std::min(d.ow, off >= 0 ? 0 : (-off + sw - 1) / sw);
       const int64_t hi = std::max(lo, d.w - 1 - off < 0 ? 0 : std::min(d.ow, (d.w - 1 - off) / sw + 1));
+      // Column q = oh·OW + ow sits in panel q/nr at q%nr: tracked as the
+      // columns advance (no division per run).
+      int64_t panel = 0, jj = 0;
       for (int64_t oh = 0; oh < d.oh; ++oh) {
         const int64_t ih = oh * win_.stride[0] - d.g.pad_before[0] + i * win_.dilation[0];
         const bool row_in = ih >= 0 && ih < d.h;
         const float* xr = xc + (row_in ? ih * d.w : 0);
         // The output row's columns, one panel-contiguous run at a time.
         for (int64_t ow = 0; ow < d.ow;) {
-          const int64_t q = oh * d.ow + ow, panel = q / nr, jj = q - panel * nr;
           const int64_t end = ow + std::min(nr - jj, d.ow - ow);
           float* o = base + panel * kc * nr + jj;  // column ow of this run at o[0]
           const int64_t a = row_in ? std::clamp(lo, ow, end) : end;
           const int64_t b = row_in ? std::clamp(hi, a, end) : end;
           for (int64_t t = ow; t < a; ++t) o[t - ow] = 0.0f;
-          for (int64_t t = a; t < b; ++t) o[t - ow] = xr[t * sw + off];
+          if (sw == 1) {
+            const float* src = xr + off;
+            for (int64_t t = a; t < b; ++t) o[t - ow] = src[t];
+          } else {
+            for (int64_t t = a; t < b; ++t) o[t - ow] = xr[t * sw + off];
+          }
           for (int64_t t = b; t < end; ++t) o[t - ow] = 0.0f;
+          jj += end - ow;
+          if (jj == nr) {
+            ++panel;
+            jj = 0;
+          }
           ow = end;
         }
       }
