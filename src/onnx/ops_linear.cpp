@@ -534,10 +534,11 @@ class ConvOp final : public Op {
       } else {
         const Isa isa = kernels::sgemm_isa();
         const int nr = kernels::sgemm_nr(isa);
+        const int64_t panels = (d.p + nr - 1) / nr;
         if (pool && d.kg * d.p >= 16384)
-          pool->parallel_for(d.kg, [&](int64_t r0, int64_t r1) { im2col(d, xg, slot, nr, r0, r1); });
+          pool->parallel_for(panels, [&](int64_t p0, int64_t p1) { im2col(d, xg, slot, nr, p0, p1); });
         else
-          im2col(d, xg, slot, nr, 0, d.kg);
+          im2col(d, xg, slot, nr, 0, panels);
         view = PackedBView{slot, d.kg, d.p, nr, isa};
       }
       SgemmEpilogue epi;
@@ -547,58 +548,74 @@ class ConvOp final : public Op {
     }
   }
 
-  // Rows [r0, r1) of the im2col B[(c·kH + i)·kW + j][oh·OW + ow] =
+  // Panels [p0, p1) of the im2col B[(c·kH + i)·kW + j][oh·OW + ow] =
   // x[c][oh·sh - pt + i·dh][ow·sw - pl + j·dw] (0 outside), written in
   // kernels/sgemm.h's packed-B layout (what pack_b_into would make of it,
   // without the intermediate matrix): per K block of kSgemmKc rows, panels
-  // of nr columns, each kc×nr row by row, zero past N. The columns that read
-  // inside the input row are a range of ow, copied without per-element checks.
-  void im2col(const Dims& d, const float* x, float* dst, int64_t nr, int64_t r0,
-              int64_t r1) const {
-    const int64_t sw = win_.stride[1];
+  // of nr columns, each kc×nr row by row, zero past N. A panel's rows are
+  // written in order (sequential stores); its nr columns are one or more
+  // runs along output rows, the in-bounds part of each copied without
+  // per-element checks.
+  void im2col(const Dims& d, const float* x, float* dst, int64_t nr, int64_t p0,
+              int64_t p1) const {
+    const int64_t sh = win_.stride[0], sw = win_.stride[1];
+    const int64_t dh = win_.dilation[0], dw = win_.dilation[1];
+    const int64_t pt = d.g.pad_before[0], pl = d.g.pad_before[1];
     const int64_t npad = (d.p + nr - 1) / nr * nr;
-    for (int64_t r = r0; r < r1; ++r) {
-      const int64_t k0 = r / kernels::kSgemmKc * kernels::kSgemmKc;
-      const int64_t kc = std::min(kernels::kSgemmKc, d.kg - k0);
-      float* base = dst + k0 * npad + (r - k0) * nr;  // column q at base[q/nr·kc·nr + q%nr]
-      const int64_t c = r / (d.kh * d.kw), i = r / d.kw % d.kh, j = r % d.kw;
-      const float* xc = x + c * d.h * d.w;
-      const int64_t off = j * win_.dilation[1] - d.g.pad_before[1];
-      // ow in [lo, hi) reads iw = ow·sw + off inside [0, W).
-      const int64_t lo = std::min(d.ow, off >= 0 ? 0 : (-off + sw - 1) / sw);
-      const int64_t hi = std::max(lo, d.w - 1 - off < 0 ? 0 : std::min(d.ow, (d.w - 1 - off) / sw + 1));
-      // Column q = oh·OW + ow sits in panel q/nr at q%nr: tracked as the
-      // columns advance (no division per run).
-      int64_t panel = 0, jj = 0;
-      for (int64_t oh = 0; oh < d.oh; ++oh) {
-        const int64_t ih = oh * win_.stride[0] - d.g.pad_before[0] + i * win_.dilation[0];
-        const bool row_in = ih >= 0 && ih < d.h;
-        const float* xr = xc + (row_in ? ih * d.w : 0);
-        // The output row's columns, one panel-contiguous run at a time.
-        for (int64_t ow = 0; ow < d.ow;) {
-          const int64_t end = ow + std::min(nr - jj, d.ow - ow);
-          float* o = base + panel * kc * nr + jj;  // column ow of this run at o[0]
+    for (int64_t p = p0; p < p1; ++p) {
+      const int64_t q0 = p * nr, nv = std::min(nr, d.p - q0);
+      const int64_t oh0 = q0 / d.ow, ow0 = q0 % d.ow;
+      int64_t c = 0, i = 0, j = 0, k0 = 0, kc = std::min(kernels::kSgemmKc, d.kg);
+      for (int64_t r = 0; r < d.kg; ++r) {
+        if (r == k0 + kc) {
+          k0 += kc;
+          kc = std::min(kernels::kSgemmKc, d.kg - k0);
+        }
+        float* o = dst + k0 * npad + p * kc * nr + (r - k0) * nr;
+        const float* xc = x + c * d.h * d.w;
+        const int64_t off = j * dw - pl;
+        // ow in [lo, hi) reads iw = ow·sw + off inside [0, W).
+        int64_t lo, hi;
+        if (sw == 1) {
+          lo = std::min(d.ow, std::max<int64_t>(0, -off));
+          hi = std::max(lo, std::min(d.ow, d.w - off));
+        } else {
+          lo = std::min(d.ow, off >= 0 ? 0 : (-off + sw - 1) / sw);
+          hi = std::max(lo, d.w - 1 - off < 0 ? 0 : std::min(d.ow, (d.w - 1 - off) / sw + 1));
+        }
+        int64_t oh = oh0, ow = ow0;
+        for (int64_t t = 0; t < nv; ++oh, ow = 0) {
+          const int64_t end = ow + std::min(d.ow - ow, nv - t);
+          float* ot = o + t - ow;  // column ow of this run at ot[ow]
+          const int64_t ih = oh * sh - pt + i * dh;
+          const bool row_in = ih >= 0 && ih < d.h;
           const int64_t a = row_in ? std::clamp(lo, ow, end) : end;
           const int64_t b = row_in ? std::clamp(hi, a, end) : end;
-          for (int64_t t = ow; t < a; ++t) o[t - ow] = 0.0f;
-          if (sw == 1) {
-            const float* src = xr + off;
-            for (int64_t t = a; t < b; ++t) o[t - ow] = src[t];
-          } else {
-            for (int64_t t = a; t < b; ++t) o[t - ow] = xr[t * sw + off];
+          for (int64_t u = ow; u < a; ++u) ot[u] = 0.0f;
+          if (a < b) {
+            const float* xr = xc + ih * d.w + off;
+            if (sw == 1) {
+              // Fixed-size copies compile to vector moves (a loop or a
+              // variable memcpy stays scalar or becomes a call per run).
+              int64_t u = a;
+              for (; u + 8 <= b; u += 8) std::memcpy(ot + u, xr + u, 32);
+              for (; u + 4 <= b; u += 4) std::memcpy(ot + u, xr + u, 16);
+              for (; u < b; ++u) ot[u] = xr[u];
+            } else {
+              for (int64_t u = a; u < b; ++u) ot[u] = xr[u * sw];
+            }
           }
-          for (int64_t t = b; t < end; ++t) o[t - ow] = 0.0f;
-          jj += end - ow;
-          if (jj == nr) {
-            ++panel;
-            jj = 0;
-          }
-          ow = end;
+          for (int64_t u = b; u < end; ++u) ot[u] = 0.0f;
+          t += end - ow;
         }
-      }
-      if (npad > d.p) {  // the last panel's columns past N
-        float* o = base + (npad / nr - 1) * kc * nr;
-        for (int64_t t = d.p - (npad - nr); t < nr; ++t) o[t] = 0.0f;
+        for (int64_t u = nv; u < nr; ++u) o[u] = 0.0f;
+        if (++j == d.kw) {
+          j = 0;
+          if (++i == d.kh) {
+            i = 0;
+            ++c;
+          }
+        }
       }
     }
   }
