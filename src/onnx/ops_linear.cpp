@@ -2,10 +2,13 @@
 // The products run on kernels/sgemm.h: a constant B (MatMul's, Gemm's) is
 // packed once in the factory; a B computed at run time is packed into the
 // op's scratch. Conv is a GEMM per (image, group) with the weights as A (read
-// in place) and the im2col of the input as B (1×1 convolutions pack the
-// input directly); depthwise convolutions (one input channel per group) and
-// the pools are direct loops over output planes. Everything that depends on
-// shapes only is checked in the factory or infer(); run() only computes.
+// in place) and the im2col of the input as B, written straight in the
+// packed-B layout (1×1 convolutions pack the input directly); a batch spreads
+// whole images over the pool (each thread with its own scratch slot and
+// single-threaded GEMMs), one image splits its GEMMs. Depthwise convolutions
+// (one input channel per group) and the pools are direct loops over output
+// planes. Everything that depends on shapes only is checked in the factory
+// or infer(); run() only computes.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -493,8 +496,7 @@ class ConvOp final : public Op {
   size_t scratch_bytes(std::span<const TensorInfo> in, std::span<const TensorInfo>) const override {
     auto d = dims(in[0].shape, in[1].shape);
     if (!d || d->direct) return 0;
-    const size_t packed = align64(kernels::sgemm_packed_bytes(d->kg, d->p));
-    return packed + (d->pointwise ? 0 : align64(size_t(d->kg * d->p) * 4));
+    return size_t(slots(d->n)) * slot_bytes(*d);
   }
 
   Status run(const RunArgs& args) const override {
@@ -508,54 +510,133 @@ class ConvOp final : public Op {
     float* yp = args.out[0]->as<float>();
     if (d.n == 0 || d.m == 0 || d.p == 0) return Status::ok();
     if (d.direct) return run_direct(d, xp, wp, bp, yp, args.pool);
-    float* packed = static_cast<float*>(args.scratch);
-    float* col = reinterpret_cast<float*>(static_cast<char*>(args.scratch) +
-                                          align64(kernels::sgemm_packed_bytes(d.kg, d.p)));
-    for (int64_t n = 0; n < d.n; ++n) {
-      for (int64_t g = 0; g < group_; ++g) {
-        const float* xg = xp + (n * d.c + g * d.cg) * d.h * d.w;
-        PackedBView view;
-        if (d.pointwise) {
-          view = kernels::pack_b_into(packed, xg, d.h * d.w, 1, d.cg, d.p);
-        } else {
-          im2col(d, xg, col, args.pool);
-          view = kernels::pack_b_into(packed, col, d.p, 1, d.kg, d.p);
-        }
-        SgemmEpilogue epi;
-        epi.row_bias = bp ? bp + g * d.mg : nullptr;
-        kernels::sgemm_packed(d.mg, wp + g * d.mg * d.kg, d.kg, 1, view,
-                              yp + (n * d.m + g * d.mg) * d.p, d.p, epi, &args.pool);
-      }
+    auto slot_at = [&](int64_t s) {
+      return reinterpret_cast<float*>(static_cast<char*>(args.scratch) + size_t(s) * slot_bytes(d));
+    };
+    const int64_t used = std::min<int64_t>(slots(d.n), args.pool.size());
+    if (used <= 1) {
+      // One image (or one thread): each GEMM is split over the pool.
+      for (int64_t n = 0; n < d.n; ++n) run_image(d, n, xp, wp, bp, yp, slot_at(0), &args.pool);
+      return Status::ok();
     }
+    // Several images: each thread takes whole images with its own scratch
+    // slot and runs their GEMMs alone, so a batch of small images is not a
+    // chain of tiny pool-split GEMMs.
+    args.pool.parallel_for(used, [&](int64_t s0, int64_t s1) {
+      for (int64_t s = s0; s < s1; ++s)
+        for (int64_t n = s * d.n / used; n < (s + 1) * d.n / used; ++n)
+          run_image(d, n, xp, wp, bp, yp, slot_at(s), nullptr);
+    }, 1);
     return Status::ok();
   }
 
  private:
   friend Result<std::unique_ptr<Op>> make_conv(const NodeContext& ctx);
 
-  // col[(c·kH + i)·kW + j][oh·OW + ow] = x[c][oh·sh - pt + i·dh][ow·sw - pl + j·dw], 0 outside.
-  void im2col(const Dims& d, const float* x, float* col, ThreadPool& pool) const {
-    pool.parallel_for(d.kg, [&](int64_t r0, int64_t r1) {
-      for (int64_t r = r0; r < r1; ++r) {
-        const int64_t c = r / (d.kh * d.kw), i = r / d.kw % d.kh, j = r % d.kw;
+  // Images handled at once (each with its own scratch slot): a function of
+  // the shapes only, so scratch_bytes() and run() agree; run() uses as many
+  // as the pool has threads.
+  static int64_t slots(int64_t n) { return std::clamp<int64_t>(n, 1, 16); }
+
+  static size_t slot_bytes(const Dims& d) { return align64(kernels::sgemm_packed_bytes(d.kg, d.p)); }
+
+  // Image n, every group: the im2col written straight into the packed-B
+  // layout (1×1: the input itself packed), times the weights as A. `pool`
+  // null: the calling thread only.
+  void run_image(const Dims& d, int64_t n, const float* xp, const float* wp, const float* bp,
+                 float* yp, float* slot, ThreadPool* pool) const {
+    for (int64_t g = 0; g < group_; ++g) {
+      const float* xg = xp + (n * d.c + g * d.cg) * d.h * d.w;
+      PackedBView view;
+      if (d.pointwise) {
+        view = kernels::pack_b_into(slot, xg, d.h * d.w, 1, d.cg, d.p);
+      } else {
+        const Isa isa = kernels::sgemm_isa();
+        const int nr = kernels::sgemm_nr(isa);
+        const int64_t panels = (d.p + nr - 1) / nr;
+        if (pool && d.kg * d.p >= 16384)
+          pool->parallel_for(panels, [&](int64_t p0, int64_t p1) { im2col(d, xg, slot, nr, p0, p1); });
+        else
+          im2col(d, xg, slot, nr, 0, panels);
+        view = PackedBView{slot, d.kg, d.p, nr, isa};
+      }
+      SgemmEpilogue epi;
+      epi.row_bias = bp ? bp + g * d.mg : nullptr;
+      kernels::sgemm_packed(d.mg, wp + g * d.mg * d.kg, d.kg, 1, view,
+                            yp + (n * d.m + g * d.mg) * d.p, d.p, epi, pool);
+    }
+  }
+
+  // Panels [p0, p1) of the im2col B[(c·kH + i)·kW + j][oh·OW + ow] =
+  // x[c][oh·sh - pt + i·dh][ow·sw - pl + j·dw] (0 outside), written in
+  // kernels/sgemm.h's packed-B layout (what pack_b_into would make of it,
+  // without the intermediate matrix): per K block of kSgemmKc rows, panels
+  // of nr columns, each kc×nr row by row, zero past N. A panel's rows are
+  // written in order (sequential stores); its nr columns are one or more
+  // runs along output rows, the in-bounds part of each copied without
+  // per-element checks.
+  void im2col(const Dims& d, const float* x, float* dst, int64_t nr, int64_t p0,
+              int64_t p1) const {
+    const int64_t sh = win_.stride[0], sw = win_.stride[1];
+    const int64_t dh = win_.dilation[0], dw = win_.dilation[1];
+    const int64_t pt = d.g.pad_before[0], pl = d.g.pad_before[1];
+    const int64_t npad = (d.p + nr - 1) / nr * nr;
+    for (int64_t p = p0; p < p1; ++p) {
+      const int64_t q0 = p * nr, nv = std::min(nr, d.p - q0);
+      const int64_t oh0 = q0 / d.ow, ow0 = q0 % d.ow;
+      int64_t c = 0, i = 0, j = 0, k0 = 0, kc = std::min(kernels::kSgemmKc, d.kg);
+      for (int64_t r = 0; r < d.kg; ++r) {
+        if (r == k0 + kc) {
+          k0 += kc;
+          kc = std::min(kernels::kSgemmKc, d.kg - k0);
+        }
+        float* o = dst + k0 * npad + p * kc * nr + (r - k0) * nr;
         const float* xc = x + c * d.h * d.w;
-        float* out = col + r * d.p;
-        for (int64_t oh = 0; oh < d.oh; ++oh) {
-          const int64_t ih = oh * win_.stride[0] - d.g.pad_before[0] + i * win_.dilation[0];
-          float* o = out + oh * d.ow;
-          if (ih < 0 || ih >= d.h) {
-            std::fill(o, o + d.ow, 0.0f);
-            continue;
+        const int64_t off = j * dw - pl;
+        // ow in [lo, hi) reads iw = ow·sw + off inside [0, W).
+        int64_t lo, hi;
+        if (sw == 1) {
+          lo = std::min(d.ow, std::max<int64_t>(0, -off));
+          hi = std::max(lo, std::min(d.ow, d.w - off));
+        } else {
+          lo = std::min(d.ow, off >= 0 ? 0 : (-off + sw - 1) / sw);
+          hi = std::max(lo, d.w - 1 - off < 0 ? 0 : std::min(d.ow, (d.w - 1 - off) / sw + 1));
+        }
+        int64_t oh = oh0, ow = ow0;
+        for (int64_t t = 0; t < nv; ++oh, ow = 0) {
+          const int64_t end = ow + std::min(d.ow - ow, nv - t);
+          float* ot = o + t - ow;  // column ow of this run at ot[ow]
+          const int64_t ih = oh * sh - pt + i * dh;
+          const bool row_in = ih >= 0 && ih < d.h;
+          const int64_t a = row_in ? std::clamp(lo, ow, end) : end;
+          const int64_t b = row_in ? std::clamp(hi, a, end) : end;
+          for (int64_t u = ow; u < a; ++u) ot[u] = 0.0f;
+          if (a < b) {
+            const float* xr = xc + ih * d.w + off;
+            if (sw == 1) {
+              // Fixed-size copies compile to vector moves (a loop or a
+              // variable memcpy stays scalar or becomes a call per run).
+              int64_t u = a;
+              for (; u + 8 <= b; u += 8) std::memcpy(ot + u, xr + u, 32);
+              for (; u + 4 <= b; u += 4) std::memcpy(ot + u, xr + u, 16);
+              for (; u < b; ++u) ot[u] = xr[u];
+            } else {
+              for (int64_t u = a; u < b; ++u) ot[u] = xr[u * sw];
+            }
           }
-          const float* xr = xc + ih * d.w;
-          const int64_t off = j * win_.dilation[1] - d.g.pad_before[1];
-          for (int64_t ow = 0; ow < d.ow; ++ow) {
-            const int64_t iw = ow * win_.stride[1] + off;
-            o[ow] = iw >= 0 && iw < d.w ? xr[iw] : 0.0f;
+          for (int64_t u = b; u < end; ++u) ot[u] = 0.0f;
+          t += end - ow;
+        }
+        for (int64_t u = nv; u < nr; ++u) o[u] = 0.0f;
+        if (++j == d.kw) {
+          j = 0;
+          if (++i == d.kh) {
+            i = 0;
+            ++c;
           }
         }
       }
-    });
+    }
   }
 
   // One input channel per group (depthwise): each output plane is a small
@@ -630,47 +711,111 @@ class PoolOp final : public Op {
     const TensorView& x = *args.in[0];
     const int64_t planes = x.shape[0] * x.shape[1], h = x.shape[2], w = x.shape[3];
     const Window::Geometry g = *win_.geometry(h, w);
-    const int64_t oh_n = g.out[0], ow_n = g.out[1];
     const float* xp = x.as<const float>();
     float* yp = args.out[0]->as<float>();
-    // count_include_pad counts taps inside the padded input (not past it).
-    const int64_t lo_h = -g.pad_before[0], hi_h = h + g.pad_after[0];
-    const int64_t lo_w = -g.pad_before[1], hi_w = w + g.pad_after[1];
-    args.pool.parallel_for(planes, [&](int64_t q0, int64_t q1) {
+    const int64_t plane_out = g.out[0] * g.out[1];
+    if (planes == 0 || plane_out == 0) return Status::ok();
+    auto body = [&](int64_t q0, int64_t q1) {
       for (int64_t q = q0; q < q1; ++q) {
-        const float* xc = xp + q * h * w;
-        float* out = yp + q * oh_n * ow_n;
-        for (int64_t oh = 0; oh < oh_n; ++oh) {
-          for (int64_t ow = 0; ow < ow_n; ++ow) {
-            float best = -std::numeric_limits<float>::infinity();
-            float sum = 0.0f;
-            int64_t count = 0;
-            for (int64_t i = 0; i < win_.kernel[0]; ++i) {
-              const int64_t ih = oh * win_.stride[0] - g.pad_before[0] + i * win_.dilation[0];
-              const bool row_in = ih >= 0 && ih < h;
-              if (!row_in && !(count_include_pad_ && ih >= lo_h && ih < hi_h)) continue;
-              for (int64_t j = 0; j < win_.kernel[1]; ++j) {
-                const int64_t iw = ow * win_.stride[1] - g.pad_before[1] + j * win_.dilation[1];
-                if (row_in && iw >= 0 && iw < w) {
-                  const float v = xc[ih * w + iw];
-                  best = std::max(best, v);
-                  sum += v;
-                  ++count;
-                } else if (count_include_pad_ && iw >= lo_w && iw < hi_w) {
-                  ++count;
-                }
-              }
-            }
-            out[oh * ow_n + ow] =
-                kind_ == PoolKind::Max ? best : (count > 0 ? sum / float(count) : 0.0f);
-          }
-        }
+        if (kind_ == PoolKind::Max)
+          pool_plane<true>(g, xp + q * h * w, h, w, yp + q * plane_out);
+        else
+          pool_plane<false>(g, xp + q * h * w, h, w, yp + q * plane_out);
       }
-    });
+    };
+    // A few thousand taps take less than handing them to another thread.
+    if (planes * plane_out * win_.kernel[0] * win_.kernel[1] < 16384)
+      body(0, planes);
+    else
+      args.pool.parallel_for(planes, body);
     return Status::ok();
   }
 
  private:
+  // The taps t in [0, k) with lo <= base + t·d < hi: [first, end).
+  static void tap_range(int64_t base, int64_t d, int64_t k, int64_t lo, int64_t hi, int64_t& first,
+                        int64_t& end) {
+    first = base >= lo ? 0 : (lo - base + d - 1) / d;
+    end = base > hi - 1 ? 0 : std::min(k, (hi - 1 - base) / d + 1);
+    if (end < first) end = first;
+  }
+
+  // One output plane. The taps inside the input form a rectangle of rows and
+  // columns per output (the input is a box), so the loops run over that
+  // rectangle with no per-tap bounds checks; taps are summed in row-major
+  // order like the reference.
+  template <bool kMax>
+  void pool_plane(const Window::Geometry& g, const float* xc, int64_t h, int64_t w,
+                  float* out) const {
+    const int64_t sh = win_.stride[0], sw = win_.stride[1];
+    const int64_t dh = win_.dilation[0], dw = win_.dilation[1];
+    const int64_t kh = win_.kernel[0], kw = win_.kernel[1];
+    const int64_t pt = g.pad_before[0], pl = g.pad_before[1];
+    const int64_t ow_n = g.out[1];
+    // count_include_pad counts taps inside the padded input (not past it).
+    const int64_t lo_h = -pt, hi_h = h + g.pad_after[0];
+    const int64_t lo_w = -pl, hi_w = w + g.pad_after[1];
+    // Output columns whose whole window lies inside the row: [ow_a, ow_b).
+    const int64_t last = w - 1 - (kw - 1) * dw + pl;
+    const int64_t ow_b = last < 0 ? 0 : std::min(ow_n, last / sw + 1);
+    const int64_t ow_a = std::min(ow_b, (pl + sw - 1) / sw);
+    for (int64_t oh = 0; oh < g.out[0]; ++oh) {
+      const int64_t base_h = oh * sh - pt;
+      int64_t i0, i1, pi0, pi1;
+      tap_range(base_h, dh, kh, 0, h, i0, i1);
+      tap_range(base_h, dh, kh, lo_h, hi_h, pi0, pi1);
+      const int64_t rows = i1 - i0, pad_rows = pi1 - pi0;
+      const int64_t r0 = rows > 0 ? (base_h + i0 * dh) * w : 0;  // first valid row's offset
+      float* o = out + oh * ow_n;
+      auto one = [&](int64_t ow, int64_t j0, int64_t j1, int64_t count) {
+        const int64_t c0 = r0 + ow * sw - pl;  // + j·dw >= row start for j >= j0
+        float best = -std::numeric_limits<float>::infinity();
+        float sum = 0.0f;
+        for (int64_t i = 0; i < rows; ++i) {
+          const int64_t r = c0 + i * dh * w;
+          for (int64_t j = j0; j < j1; ++j) {
+            if constexpr (kMax) {
+              best = std::max(best, xc[r + j * dw]);
+            } else {
+              sum += xc[r + j * dw];
+            }
+          }
+        }
+        if constexpr (kMax) {
+          (void)count;
+          o[ow] = best;
+        } else {
+          o[ow] = count > 0 ? sum / float(count) : 0.0f;
+        }
+      };
+      auto edge = [&](int64_t ow) {
+        int64_t j0, j1, pj0, pj1;
+        const int64_t base_w = ow * sw - pl;
+        tap_range(base_w, dw, kw, 0, w, j0, j1);
+        tap_range(base_w, dw, kw, lo_w, hi_w, pj0, pj1);
+        one(ow, j0, j1, count_include_pad_ ? pad_rows * (pj1 - pj0) : rows * (j1 - j0));
+      };
+      for (int64_t ow = 0; ow < ow_a; ++ow) edge(ow);
+      const int64_t inner = count_include_pad_ ? pad_rows * kw : rows * kw;
+      if (kMax && rows == 2 && kw == 2 && dw == 1 && sw == 2) {
+        // The common 2×2, stride-2 max pool: four loads per output.
+        for (int64_t ow = ow_a; ow < ow_b; ++ow) {
+          const float* pa = xc + (r0 + 2 * ow - pl);
+          const float* pb = pa + dh * w;
+          float best = -std::numeric_limits<float>::infinity();
+          best = std::max(best, pa[0]);
+          best = std::max(best, pa[1]);
+          best = std::max(best, pb[0]);
+          best = std::max(best, pb[1]);
+          o[ow] = best;
+        }
+      } else {
+        for (int64_t ow = ow_a; ow < ow_b; ++ow) one(ow, 0, kw, inner);
+      }
+      for (int64_t ow = std::max(ow_a, ow_b); ow < ow_n; ++ow) edge(ow);
+    }
+  }
+
   PoolKind kind_;
   Window win_;
   bool count_include_pad_;
