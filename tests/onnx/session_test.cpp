@@ -30,6 +30,19 @@ void* operator new(size_t n) {
 }
 void operator delete(void* p) noexcept { std::free(p); }
 void operator delete(void* p, size_t) noexcept { std::free(p); }
+// Every form that pairs with the deletes above is replaced too, or a
+// sanitizer's own nothrow/array new would be freed here (std::stable_sort
+// takes its buffer with nothrow new).
+void* operator new(size_t n, const std::nothrow_t&) noexcept {
+  if (t_counting) ++t_allocs;
+  return std::malloc(n ? n : 1);
+}
+void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
+void* operator new[](size_t n) { return operator new(n); }
+void* operator new[](size_t n, const std::nothrow_t& t) noexcept { return operator new(n, t); }
+void operator delete[](void* p) noexcept { std::free(p); }
+void operator delete[](void* p, size_t) noexcept { std::free(p); }
+void operator delete[](void* p, const std::nothrow_t&) noexcept { std::free(p); }
 
 namespace cairn::onnx {
 namespace {
