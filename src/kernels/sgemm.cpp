@@ -265,6 +265,7 @@ void finish_empty(int64_t m, int64_t n, float* c, int64_t ldc, const SgemmEpilog
       if (e.beta != 0.0f) v += e.beta * ci[j];
       ci[j] = v;
     }
+    if (e.post) e.post(ci, n, e.post_ctx);
   }
 }
 
@@ -285,7 +286,7 @@ void run_block(const Path& path, int64_t m0, int64_t m1, int64_t p0, int64_t p1,
     const int64_t q1 = std::min(p1, q0 + nc_panels);
     for (int64_t k0 = 0; k0 < b.k; k0 += kSgemmKc) {
       const int64_t kc = std::min(kSgemmKc, b.k - k0);
-      const bool first = k0 == 0;
+      const bool first = k0 == 0, last = k0 + kc >= b.k;
       const float* block = b.data + k0 * npad;
       // The block after this one (the same panels' next K block, or the next
       // panels' first), fetched into L2 a slice per tile while this one is
@@ -338,6 +339,11 @@ void run_block(const Path& path, int64_t m0, int64_t m1, int64_t p0, int64_t p1,
           pf_at = pf_end;
           path.tile(kc, strip, s_rs, s_cs, block + p * kc * nr, c + i * ldc + j0, ldc, mr,
                     int(std::min(nr, b.n - j0)), te);
+        }
+        // The strip's rows across these panels (a few KiB, still in L1).
+        if (last && epi.post) {
+          const int64_t j0 = q0 * nr, nv = std::min(q1 * nr, b.n) - j0;
+          for (int r = 0; r < mr; ++r) epi.post(c + (i + r) * ldc + j0, nv, epi.post_ctx);
         }
       }
     }

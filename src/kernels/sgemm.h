@@ -20,13 +20,19 @@
 namespace cairn::kernels {
 
 // What is done with each product element C[i][j] = sum_k A[i][k]·B[k][j]:
-//   C[i][j] = alpha·sum + row_bias[i] + col_bias[j] + beta·C[i][j]
-// (a null bias adds nothing; beta == 0 never reads C, so C may hold garbage).
+//   C[i][j] = post(alpha·sum + row_bias[i] + col_bias[j] + beta·C[i][j])
+// (a null bias adds nothing, a null post changes nothing; beta == 0 never
+// reads C, so C may hold garbage).
 struct SgemmEpilogue {
   float alpha = 1.0f;
   float beta = 0.0f;
   const float* col_bias = nullptr;  // [N] (Gemm's C of shape [N], MatMul+Add)
   const float* row_bias = nullptr;  // [M] (Conv's bias, output channels as rows)
+  // Applied in place to each finished run of a row of C (after the biases
+  // and beta) while its tile is still in L1: a fused activation, saving a
+  // pass over C through memory.
+  void (*post)(float* row, int64_t n, const void* ctx) = nullptr;
+  const void* post_ctx = nullptr;
 };
 
 // A packed B of K×N: for each K block of up to kSgemmKc rows, the ceil(N/nr)

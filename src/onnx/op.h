@@ -21,6 +21,11 @@ namespace cairn::onnx {
 // Add of a constant [N] bias (the bias then is the MatMul's third input).
 // The ':' keeps it apart from ONNX's attribute names.
 inline constexpr std::string_view kFusedBiasAttr = "cairn:fused_bias";
+// Attribute the session sets on a MatMul, Gemm or Conv into which it fused
+// the activation reading its output; the value (a string) is that node's op
+// type: "Relu", "Sigmoid", "Tanh", "Gelu", or "Gelu:tanh" for Gelu's tanh
+// approximation.
+inline constexpr std::string_view kFusedActivationAttr = "cairn:fused_activation";
 
 struct RunArgs {
   std::span<const TensorView* const> in;  // one per node input; null for an omitted optional input

@@ -18,6 +18,7 @@
 
 #include "kernels/sgemm.h"
 #include "onnx/op.h"
+#include "onnx/ops_math_kernels.h"
 
 namespace cairn::onnx {
 namespace {
@@ -35,6 +36,43 @@ Status need_float(const TensorInfo& t, const char* what) {
 }
 
 size_t align64(size_t n) { return (n + 63) / 64 * 64; }
+
+// The activation the session fused into a MatMul, Gemm or Conv
+// (kFusedActivationAttr), applied to the output as the GEMM finishes it.
+struct FusedActivation {
+  bool on = false;
+  mathk::UnOp op = mathk::UnOp::Relu;
+  mathk::Path path = mathk::best_path();
+
+  static void apply(float* row, int64_t n, const void* self) {
+    const auto* a = static_cast<const FusedActivation*>(self);
+    mathk::unary(a->path, a->op, row, row, n);
+  }
+  void attach(SgemmEpilogue& e) const {
+    if (!on) return;
+    e.post = &FusedActivation::apply;
+    e.post_ctx = this;
+  }
+  // For outputs not made by a GEMM (the direct convolution).
+  void apply_to(float* y, int64_t n) const {
+    if (on) mathk::unary(path, op, y, y, n);
+  }
+};
+
+Result<FusedActivation> fused_activation(const Node& node) {
+  FusedActivation a;
+  const std::string key(kFusedActivationAttr);
+  if (!node.has(key)) return a;
+  CAIRN_ASSIGN_OR_RETURN(std::string name, node.get_string(key, ""));
+  a.on = true;
+  if (name == "Relu") a.op = mathk::UnOp::Relu;
+  else if (name == "Sigmoid") a.op = mathk::UnOp::Sigmoid;
+  else if (name == "Tanh") a.op = mathk::UnOp::Tanh;
+  else if (name == "Gelu") a.op = mathk::UnOp::GeluErf;
+  else if (name == "Gelu:tanh") a.op = mathk::UnOp::GeluTanh;
+  else return bad("unknown fused activation '" + name + "'");
+  return a;
+}
 
 Result<PackedB> pack_constant(const float* b, int64_t k, int64_t n, bool transposed) {
   try {
@@ -98,7 +136,8 @@ int64_t batch_index(int64_t t, const Shape& full, const Shape& part) {
 
 class MatMulOp final : public Op {
  public:
-  MatMulOp(PackedB packed, std::vector<float> bias) : packed_(std::move(packed)), bias_(std::move(bias)) {}
+  MatMulOp(PackedB packed, std::vector<float> bias, FusedActivation act)
+      : packed_(std::move(packed)), bias_(std::move(bias)), act_(act) {}
 
   Status infer(std::span<const TensorInfo> in, std::span<const bool>,
                std::span<TensorInfo> out) const override {
@@ -133,6 +172,7 @@ class MatMulOp final : public Op {
     const int64_t nb_b = product(d.b_batch), nb = product(d.batch);
     kernels::SgemmEpilogue epi;
     if (!bias_.empty()) epi.col_bias = bias_.data();
+    act_.attach(epi);
     if (nb_b == 1) {
       // One B for every batch: A's batches (leading, contiguous) are rows of
       // one product.
@@ -172,6 +212,7 @@ class MatMulOp final : public Op {
  private:
   PackedB packed_;
   std::vector<float> bias_;  // [N] added to every row (a fused Add), or empty
+  FusedActivation act_;
 };
 
 Result<std::unique_ptr<Op>> make_matmul(const NodeContext& ctx) {
@@ -199,15 +240,16 @@ Result<std::unique_ptr<Op>> make_matmul(const NodeContext& ctx) {
     CAIRN_ASSIGN_OR_RETURN(packed, pack_constant(b->as<const float>(), b->shape[b->shape.size() - 2],
                                                  b->shape.back(), false));
   }
-  return std::unique_ptr<Op>(new MatMulOp(std::move(packed), std::move(bias)));
+  CAIRN_ASSIGN_OR_RETURN(FusedActivation act, fused_activation(ctx.node));
+  return std::unique_ptr<Op>(new MatMulOp(std::move(packed), std::move(bias), act));
 }
 
 // ---------------------------------------------------------------- Gemm
 
 class GemmOp final : public Op {
  public:
-  GemmOp(float alpha, float beta, bool ta, bool tb, PackedB packed)
-      : alpha_(alpha), beta_(beta), ta_(ta), tb_(tb), packed_(std::move(packed)) {}
+  GemmOp(float alpha, float beta, bool ta, bool tb, PackedB packed, FusedActivation act)
+      : alpha_(alpha), beta_(beta), ta_(ta), tb_(tb), packed_(std::move(packed)), act_(act) {}
 
   Status infer(std::span<const TensorInfo> in, std::span<const bool> present,
                std::span<TensorInfo> out) const override {
@@ -257,6 +299,7 @@ class GemmOp final : public Op {
     if (m == 0 || n == 0) return Status::ok();
     SgemmEpilogue epi;
     epi.alpha = alpha_;
+    act_.attach(epi);
     if (c && beta_ != 0.0f) {
       const float* cp = c->as<const float>();
       const size_t cr = c->shape.size();
@@ -284,6 +327,7 @@ class GemmOp final : public Op {
   float alpha_, beta_;
   bool ta_, tb_;
   PackedB packed_;
+  FusedActivation act_;
 };
 
 Result<std::unique_ptr<Op>> make_gemm(const NodeContext& ctx) {
@@ -302,8 +346,9 @@ Result<std::unique_ptr<Op>> make_gemm(const NodeContext& ctx) {
     const int64_t k = tb ? b->shape[1] : b->shape[0], n = tb ? b->shape[0] : b->shape[1];
     CAIRN_ASSIGN_OR_RETURN(packed, pack_constant(b->as<const float>(), k, n, tb != 0));
   }
+  CAIRN_ASSIGN_OR_RETURN(FusedActivation act, fused_activation(node));
   return std::unique_ptr<Op>(
-      new GemmOp(float(alpha), float(beta), ta != 0, tb != 0, std::move(packed)));
+      new GemmOp(float(alpha), float(beta), ta != 0, tb != 0, std::move(packed), act));
 }
 
 // ---------------------------------------------------------------- shared 2-D geometry
@@ -562,6 +607,7 @@ class ConvOp final : public Op {
       }
       SgemmEpilogue epi;
       epi.row_bias = bp ? bp + g * d.mg : nullptr;
+      act_.attach(epi);
       kernels::sgemm_packed(d.mg, wp + g * d.mg * d.kg, d.kg, 1, view,
                             yp + (n * d.m + g * d.mg) * d.p, d.p, epi, pool);
     }
@@ -664,6 +710,7 @@ class ConvOp final : public Op {
             out[oh * d.ow + ow] = sum + bias;
           }
         }
+        act_.apply_to(out, d.p);
       }
     });
     return Status::ok();
@@ -672,6 +719,7 @@ class ConvOp final : public Op {
   Window win_;
   int64_t group_;
   bool has_kernel_ = false;
+  FusedActivation act_;
 };
 
 Result<std::unique_ptr<Op>> make_conv(const NodeContext& ctx) {
@@ -683,6 +731,7 @@ Result<std::unique_ptr<Op>> make_conv(const NodeContext& ctx) {
   if (group < 1) return bad("group must be 1 or more, got " + std::to_string(group));
   auto op = std::make_unique<ConvOp>(win, group);
   op->has_kernel_ = node.has("kernel_shape");
+  CAIRN_ASSIGN_OR_RETURN(op->act_, fused_activation(node));
   return std::unique_ptr<Op>(std::move(op));
 }
 

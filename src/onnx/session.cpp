@@ -98,7 +98,9 @@ struct Value {
 // CAIRN_ONNX_PROFILE=1: each run's steps are timed and the totals per
 // operator type printed to stderr at exit (a developer's tool for finding
 // where a model's time goes; off, it costs one branch per run).
+// CAIRN_ONNX_PROFILE=nodes keys the totals by node (type, name, output shape).
 struct OpProfile {
+  bool per_node = false;
   std::mutex mu;
   std::map<std::string, std::pair<double, int64_t>> ms_calls;  // op_type -> (ms, calls)
   ~OpProfile() {
@@ -107,7 +109,7 @@ struct OpProfile {
     for (const auto& [k, v] : ms_calls) total += v.first;
     std::fprintf(stderr, "cairn onnx profile (%.1f ms in operators):\n", total);
     for (const auto& [k, v] : ms_calls)
-      std::fprintf(stderr, "  %-20s %10.1f ms %5.1f %%  %8lld calls\n", k.c_str(), v.first,
+      std::fprintf(stderr, "  %-48s %10.1f ms %5.1f %%  %8lld calls\n", k.c_str(), v.first,
                    total > 0 ? 100.0 * v.first / total : 0.0, static_cast<long long>(v.second));
   }
 };
@@ -117,6 +119,7 @@ OpProfile* op_profile() {
   static OpProfile profile;
   static const bool on = [] {
     const char* e = std::getenv("CAIRN_ONNX_PROFILE");
+    profile.per_node = e && std::string_view(e) == "nodes";
     return e && *e && std::string_view(e) != "0";
   }();
   return on ? &profile : nullptr;
@@ -255,6 +258,65 @@ void fuse_erf_gelu(Graph& graph, const std::vector<ValueInfo>& outputs, const st
   graph.nodes.resize(kept);
 }
 
+// MatMul, Gemm or Conv -> Relu, Sigmoid, Tanh or Gelu that alone reads its
+// output: the activation node is dropped and the GEMM applies it to each
+// row of the output as it finishes it, while the row is in L1 (one pass
+// over the tensor instead of three). Runs after fuse_erf_gelu, so exported
+// GELU chains fuse too.
+void fuse_activation(Graph& graph, const std::vector<ValueInfo>& outputs) {
+  std::unordered_map<std::string, int> readers;
+  std::unordered_map<std::string, size_t> made_by;
+  for (size_t i = 0; i < graph.nodes.size(); ++i) {
+    for (const auto& name : graph.nodes[i].inputs)
+      if (!name.empty()) ++readers[name];
+    for (const auto& name : graph.nodes[i].outputs)
+      if (!name.empty()) made_by[name] = i;
+  }
+  for (const auto& o : outputs) ++readers[o.name];  // graph.outputs is moved out by now
+  const std::string key(kFusedActivationAttr);
+  std::vector<bool> drop(graph.nodes.size(), false);
+  for (size_t i = 0; i < graph.nodes.size(); ++i) {
+    const Node& act = graph.nodes[i];
+    if (!act.domain.empty() || act.inputs.size() != 1 || act.outputs.size() != 1 || act.inputs[0].empty())
+      continue;
+    std::string kind = act.op_type;
+    if (kind == "Gelu") {
+      // Anything but a valid `approximate` is left for the Gelu op to refuse.
+      auto it = act.attributes.find("approximate");
+      if (act.attributes.size() > (it == act.attributes.end() ? 0u : 1u)) continue;
+      if (it != act.attributes.end()) {
+        if (it->second.kind != Attribute::Kind::String) continue;
+        if (it->second.s == "tanh") kind = "Gelu:tanh";
+        else if (it->second.s != "none") continue;
+      }
+    } else if (kind != "Relu" && kind != "Sigmoid" && kind != "Tanh") {
+      continue;
+    } else if (!act.attributes.empty()) {
+      continue;
+    }
+    const std::string& x = act.inputs[0];
+    auto p = made_by.find(x);
+    if (p == made_by.end() || readers[x] != 1 || drop[p->second]) continue;
+    Node& gemm = graph.nodes[p->second];
+    if (!gemm.domain.empty() || gemm.outputs.size() != 1 || gemm.has(key) ||
+        (gemm.op_type != "MatMul" && gemm.op_type != "Gemm" && gemm.op_type != "Conv"))
+      continue;
+    Attribute a;
+    a.kind = Attribute::Kind::String;
+    a.s = kind;
+    gemm.attributes[key] = std::move(a);
+    gemm.outputs[0] = act.outputs[0];
+    drop[i] = true;
+  }
+  size_t kept = 0;
+  for (size_t i = 0; i < graph.nodes.size(); ++i)
+    if (!drop[i]) {
+      if (kept != i) graph.nodes[kept] = std::move(graph.nodes[i]);  // never a self-move
+      ++kept;
+    }
+  graph.nodes.resize(kept);
+}
+
 struct RNode {
   Node node;
   std::unique_ptr<Op> op;
@@ -291,6 +353,7 @@ class SessionImpl final : public Session {
     std::lock_guard lock(mu_);
     return int(plans_.size());
   }
+  size_t node_count() const override { return nodes_.size(); }
   size_t arena_bytes() const override {
     std::lock_guard lock(mu_);
     return last_arena_bytes_;
@@ -430,6 +493,7 @@ Status SessionImpl::init(Graph graph, SessionOptions options) {
   if (!options.op_lookup) {
     fuse_matmul_bias(graph, outputs_, ids, values_);
     fuse_erf_gelu(graph, outputs_, ids, values_);
+    fuse_activation(graph, outputs_);
   }
   for (auto& node : graph.nodes) {
     OpFactory factory = options.op_lookup ? options.op_lookup(node.op_type) : find_op(node.op_type);
@@ -778,8 +842,10 @@ Result<std::vector<values::Tensor>> SessionImpl::run(std::span<const values::Ten
     if (!st.is_ok()) return st.with_context(s.node->node.describe());  // describe() allocates: only on failure
     if (prof) {
       const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      std::string key = s.node->node.op_type;
+      if (prof->per_node && !s.out.empty()) key += " " + s.node->node.name + " " + shape_string(s.out[0]->shape);
       std::lock_guard plock(prof->mu);
-      auto& e = prof->ms_calls[s.node->node.op_type];
+      auto& e = prof->ms_calls[key];
       e.first += ms;
       ++e.second;
     }

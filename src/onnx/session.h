@@ -68,6 +68,8 @@ class Session {
 
   // Plans currently cached (tests, stats).
   virtual int plans_cached() const = 0;
+  // Operator nodes left to run after load-time folding and fusion (tests).
+  virtual size_t node_count() const = 0;
   // Bytes of the arena (intermediate tensors and scratch) of the plan the
   // last run() used, 0 before any run (tests, stats).
   virtual size_t arena_bytes() const = 0;

@@ -44,7 +44,13 @@ struct Case {
   bool trans_a, trans_b;
   SgemmEpilogue epi;
   bool col_bias = false, row_bias = false;
+  bool post = false;  // epi.post = v -> 2v + 1: applied twice, it shows
 };
+
+void double_plus_one(float* row, int64_t n, const void* ctx) {
+  EXPECT_EQ(ctx, &double_plus_one);
+  for (int64_t j = 0; j < n; ++j) row[j] = 2.0f * row[j] + 1.0f;
+}
 
 // Runs one case at one level and checks every element.
 void check(const Case& cs, Isa isa, ThreadPool* pool, bool scratch_form = false) {
@@ -59,6 +65,10 @@ void check(const Case& cs, Isa isa, ThreadPool* pool, bool scratch_form = false)
   SgemmEpilogue epi = cs.epi;
   epi.col_bias = cs.col_bias ? cb.data() : nullptr;
   epi.row_bias = cs.row_bias ? rb.data() : nullptr;
+  if (cs.post) {
+    epi.post = &double_plus_one;
+    epi.post_ctx = reinterpret_cast<const void*>(&double_plus_one);
+  }
   std::vector<float> c = c0;
   if (scratch_form) {
     Aligned scratch(sgemm_scratch_bytes(k, n));
@@ -81,7 +91,8 @@ void check(const Case& cs, Isa isa, ThreadPool* pool, bool scratch_form = false)
       if (epi.row_bias) ref += rb[size_t(i)];
       if (epi.col_bias) ref += cb[size_t(j)];
       if (epi.beta != 0.0f) ref += double(epi.beta) * c0[size_t(i * n + j)];
-      const double tol = 1e-5 * (std::fabs(epi.alpha) * mag + 1.0) + 1e-6;
+      double tol = 1e-5 * (std::fabs(epi.alpha) * mag + 1.0) + 1e-6;
+      if (cs.post) ref = 2.0 * ref + 1.0, tol *= 2.0;
       ASSERT_NEAR(c[size_t(i * n + j)], ref, tol)
           << "isa " << isa_name(isa) << " m " << m << " n " << n << " k " << k << " at (" << i
           << ", " << j << ") transA " << cs.trans_a << " transB " << cs.trans_b;
@@ -128,6 +139,22 @@ TEST(Sgemm, Epilogue) {
   }
 }
 
+// Once per element, after the last K block (three blocks here), with the
+// biases and beta already in; every level, threaded and not.
+TEST(Sgemm, PostRunsOnceOnFinishedRows) {
+  ThreadPool pool(2);
+  for (Isa isa : levels()) {
+    for (int64_t m : {1, 7, 40}) {
+      Case cs{m, 300 + m, 2 * kSgemmKc + 5};
+      cs.post = true;
+      cs.col_bias = true;
+      cs.epi.beta = 0.5f;
+      check(cs, isa, nullptr);
+      check(cs, isa, &pool);
+    }
+  }
+}
+
 TEST(Sgemm, BetaZeroIgnoresNanInC) {
   const int64_t m = 7, n = 19, k = 5;
   const auto a = random_vec(m * k, 1), b = random_vec(k * n, 2);
@@ -149,6 +176,10 @@ TEST(Sgemm, EmptyK) {
   const PackedBView v{nullptr, 0, n, sgemm_nr(sgemm_isa()), sgemm_isa()};
   sgemm_packed(m, nullptr, 0, 1, v, c.data(), n, epi, nullptr);
   for (float x : c) EXPECT_FLOAT_EQ(x, 2.0f);
+  epi.post = &double_plus_one;
+  epi.post_ctx = reinterpret_cast<const void*>(&double_plus_one);
+  sgemm_packed(m, nullptr, 0, 1, v, c.data(), n, epi, nullptr);
+  for (float x : c) EXPECT_FLOAT_EQ(x, 5.0f);  // 2·(0.5·2 + 1) + 1
 }
 
 TEST(Sgemm, LargeThreaded) {

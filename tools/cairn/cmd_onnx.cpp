@@ -146,7 +146,8 @@ struct BenchOnnxArgs {
   std::string model;
   std::string batch = "1,8,32";
   int threads = 0;
-  double seconds = 3;
+  double seconds = 6;
+  int rounds = 3;
   std::vector<std::string> dims;
   bool no_peer = false;
 };
@@ -317,9 +318,10 @@ PeerRun run_node(const std::vector<std::string>& args) {
   return r;
 }
 
-Result<Timing> time_peer(const std::string& script, const BenchOnnxArgs& a, int batch, int threads) {
+Result<Timing> time_peer(const std::string& script, const BenchOnnxArgs& a, int batch, int threads,
+                         double seconds) {
   std::vector<std::string> args = {script,      a.model,  "--batch", std::to_string(batch), "--threads",
-                                   std::to_string(threads), "--seconds", std::to_string(a.seconds)};
+                                   std::to_string(threads), "--seconds", std::to_string(seconds)};
   for (const auto& d : a.dims) {
     args.push_back("--dim");
     args.push_back(d);
@@ -343,6 +345,7 @@ Result<Timing> time_peer(const std::string& script, const BenchOnnxArgs& a, int 
 
 Status bench_onnx(const BenchOnnxArgs& a, int threads) {
   if (!(a.seconds > 0) || a.seconds > 3600) return Status::error("--seconds must be in (0, 3600]");
+  if (a.rounds < 1 || a.rounds > 100) return Status::error("--rounds must be in 1..100");
   auto batches = parse_batches(a.batch);
   if (!batches.is_ok()) return batches.status();
   std::map<std::string, int64_t> dims;
@@ -365,29 +368,46 @@ Status bench_onnx(const BenchOnnxArgs& a, int threads) {
     script = find_peer_script();
     if (script.empty()) no_peer_why = "scripts/onnx/ort_bench.mjs not found (set CAIRN_ORT_BENCH)";
   }
-  std::printf("model: %s  threads: %d  seconds per run: %g\n", a.model.c_str(), threads, a.seconds);
+  std::printf("model: %s  threads: %d  seconds per batch size and runtime: %g in %d alternating rounds (median shown)\n",
+              a.model.c_str(), threads, a.seconds, a.rounds);
   std::printf("%6s %14s %14s %12s %14s %10s\n", "batch", "cairn p50 ms", "cairn inst/s", "ORT p50 ms",
               "ORT inst/s", "cairn/ORT");
   std::fflush(stdout);
+  // Rounds alternate cairn and ORT on the same batch size and each column
+  // shows the round with the median throughput: a shared host's neighbours
+  // come and go within seconds, and alternating gives both runtimes the same
+  // share of the quiet and the busy spells.
+  auto median_of = [](std::vector<Timing> v) {
+    std::sort(v.begin(), v.end(), [](const Timing& x, const Timing& y) { return x.instances_per_s < y.instances_per_s; });
+    return v[v.size() / 2];
+  };
+  const double round_seconds = a.seconds / a.rounds;
   for (int batch : *batches) {
     auto inputs = make_inputs(session, batch, dims);
     if (!inputs.is_ok()) return inputs.status();
-    auto mine = time_cairn(session, *inputs, batch, a.seconds);
-    if (!mine.is_ok()) return mine.status();
-    Result<Timing> peer = Status::error(no_peer_why);
-    if (no_peer_why.empty()) {
-      peer = time_peer(script, a, batch, threads);
+    std::vector<Timing> mine, theirs;
+    for (int r = 0; r < a.rounds; ++r) {
+      auto t = time_cairn(session, *inputs, batch, round_seconds);
+      if (!t.is_ok()) return t.status();
+      mine.push_back(*t);
+      if (!no_peer_why.empty()) continue;
+      auto peer = time_peer(script, a, batch, threads, round_seconds);
       if (!peer.is_ok()) {
         // Missing tools skip the peer for the rest of the run, with one message.
         no_peer_why = peer.status().message();
         spdlog::warn("ONNX Runtime peer skipped: {}", no_peer_why);
+        theirs.clear();
+        continue;
       }
+      theirs.push_back(*peer);
     }
-    if (peer.is_ok()) {
-      std::printf("%6d %14.3f %14.1f %12.3f %14.1f %10.2f\n", batch, mine->p50_ms, mine->instances_per_s,
-                  peer->p50_ms, peer->instances_per_s, mine->instances_per_s / peer->instances_per_s);
+    const Timing m = median_of(mine);
+    if (!theirs.empty()) {
+      const Timing p = median_of(theirs);
+      std::printf("%6d %14.3f %14.1f %12.3f %14.1f %10.2f\n", batch, m.p50_ms, m.instances_per_s, p.p50_ms,
+                  p.instances_per_s, m.instances_per_s / p.instances_per_s);
     } else {
-      std::printf("%6d %14.3f %14.1f %12s %14s %10s\n", batch, mine->p50_ms, mine->instances_per_s, "-", "-", "-");
+      std::printf("%6d %14.3f %14.1f %12s %14s %10s\n", batch, m.p50_ms, m.instances_per_s, "-", "-", "-");
     }
     std::fflush(stdout);
   }
@@ -417,6 +437,8 @@ void register_bench_onnx(CLI::App& app, CommandResult& result) {
   cmd->add_option("--batch", a->batch, "batch sizes, comma-separated")->capture_default_str();
   cmd->add_option("-t,--threads", a->threads, "compute threads for both runtimes (default: one per physical core)");
   cmd->add_option("--seconds", a->seconds, "measured seconds per batch size and runtime")->capture_default_str();
+  cmd->add_option("--rounds", a->rounds, "alternating cairn/ORT rounds the seconds are split into")
+      ->capture_default_str();
   cmd->add_option("--dim", a->dims, "NAME=N for a dynamic dim other than the batch (repeat)");
   cmd->add_flag("--no-peer", a->no_peer, "skip ONNX Runtime");
   cmd->callback([&result, a, cmd] {
