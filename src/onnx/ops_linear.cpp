@@ -617,18 +617,23 @@ class ConvOp final : public Op {
   // x[c][oh·sh - pt + i·dh][ow·sw - pl + j·dw] (0 outside), written in
   // kernels/sgemm.h's packed-B layout (what pack_b_into would make of it,
   // without the intermediate matrix): per K block of kSgemmKc rows, panels
-  // of nr columns, each kc×nr row by row, zero past N. A panel's rows are
-  // written in order (sequential stores); its nr columns are one or more
-  // runs along output rows, the in-bounds part of each copied without
-  // per-element checks.
+  // of nr columns, each kc×nr row by row, zero past N. The columns go a
+  // piece of kPiece at a time: each row of B is first made contiguous for
+  // the piece in a small buffer (whole runs along output rows, the in-bounds
+  // part of each copied without per-element checks), then dealt out to the
+  // piece's panels nr floats at a time. Per-run bookkeeping is then paid per
+  // output row, not per panel (a panel is often shorter than a row).
   void im2col(const Dims& d, const float* x, float* dst, int64_t nr, int64_t p0,
               int64_t p1) const {
+    constexpr int64_t kPiece = 1024;  // a multiple of every nr
+    alignas(64) float row[kPiece];
     const int64_t sh = win_.stride[0], sw = win_.stride[1];
     const int64_t dh = win_.dilation[0], dw = win_.dilation[1];
     const int64_t pt = d.g.pad_before[0], pl = d.g.pad_before[1];
     const int64_t npad = (d.p + nr - 1) / nr * nr;
-    for (int64_t p = p0; p < p1; ++p) {
-      const int64_t q0 = p * nr, nv = std::min(nr, d.p - q0);
+    for (int64_t q0 = p0 * nr; q0 < p1 * nr; q0 += kPiece) {
+      const int64_t q1 = std::min(p1 * nr, q0 + kPiece);
+      const int64_t nv = std::min(q1, d.p) - q0;  // pixels in the piece (the rest is padding)
       const int64_t oh0 = q0 / d.ow, ow0 = q0 % d.ow;
       int64_t c = 0, i = 0, j = 0, k0 = 0, kc = std::min(kernels::kSgemmKc, d.kg);
       for (int64_t r = 0; r < d.kg; ++r) {
@@ -636,7 +641,6 @@ class ConvOp final : public Op {
           k0 += kc;
           kc = std::min(kernels::kSgemmKc, d.kg - k0);
         }
-        float* o = dst + k0 * npad + p * kc * nr + (r - k0) * nr;
         const float* xc = x + c * d.h * d.w;
         const int64_t off = j * dw - pl;
         // ow in [lo, hi) reads iw = ow·sw + off inside [0, W).
@@ -651,7 +655,7 @@ class ConvOp final : public Op {
         int64_t oh = oh0, ow = ow0;
         for (int64_t t = 0; t < nv; ++oh, ow = 0) {
           const int64_t end = ow + std::min(d.ow - ow, nv - t);
-          float* ot = o + t - ow;  // column ow of this run at ot[ow]
+          float* ot = row + t - ow;  // column ow of this run at ot[ow]
           const int64_t ih = oh * sh - pt + i * dh;
           const bool row_in = ih >= 0 && ih < d.h;
           const int64_t a = row_in ? std::clamp(lo, ow, end) : end;
@@ -660,12 +664,7 @@ class ConvOp final : public Op {
           if (a < b) {
             const float* xr = xc + ih * d.w + off;
             if (sw == 1) {
-              // Fixed-size copies compile to vector moves (a loop or a
-              // variable memcpy stays scalar or becomes a call per run).
-              int64_t u = a;
-              for (; u + 8 <= b; u += 8) std::memcpy(ot + u, xr + u, 32);
-              for (; u + 4 <= b; u += 4) std::memcpy(ot + u, xr + u, 16);
-              for (; u < b; ++u) ot[u] = xr[u];
+              std::memcpy(ot + a, xr + a, size_t(b - a) * 4);
             } else {
               for (int64_t u = a; u < b; ++u) ot[u] = xr[u * sw];
             }
@@ -673,7 +672,14 @@ class ConvOp final : public Op {
           for (int64_t u = b; u < end; ++u) ot[u] = 0.0f;
           t += end - ow;
         }
-        for (int64_t u = nv; u < nr; ++u) o[u] = 0.0f;
+        for (int64_t u = nv; u < q1 - q0; ++u) row[u] = 0.0f;
+        // Deal the row out: panel q/nr holds columns [q, q + nr) at row r - k0.
+        float* out = dst + k0 * npad + (r - k0) * nr;
+        for (int64_t q = q0; q < q1; q += nr) {
+          float* o = out + (q / nr) * kc * nr;
+          const float* src = row + (q - q0);
+          for (int64_t u = 0; u < nr; u += 8) std::memcpy(o + u, src + u, 32);
+        }
         if (++j == d.kw) {
           j = 0;
           if (++i == d.kh) {
