@@ -125,6 +125,35 @@ OpProfile* op_profile() {
   return on ? &profile : nullptr;
 }
 
+// How many times each value is read (a graph output counts as a read) and
+// which node makes it: what the fusions check before merging nodes.
+struct ValueUses {
+  std::unordered_map<std::string, int> readers;
+  std::unordered_map<std::string, size_t> made_by;  // value -> node index
+};
+ValueUses value_uses(const Graph& graph, const std::vector<ValueInfo>& outputs) {
+  ValueUses u;
+  for (size_t i = 0; i < graph.nodes.size(); ++i) {
+    for (const auto& name : graph.nodes[i].inputs)
+      if (!name.empty()) ++u.readers[name];
+    for (const auto& name : graph.nodes[i].outputs)
+      if (!name.empty()) u.made_by[name] = i;
+  }
+  for (const auto& o : outputs) ++u.readers[o.name];  // graph.outputs is moved out by now
+  return u;
+}
+
+// Removes the nodes marked in `drop`, the others keeping their order.
+void drop_nodes(Graph& graph, const std::vector<bool>& drop) {
+  size_t kept = 0;
+  for (size_t i = 0; i < graph.nodes.size(); ++i)
+    if (!drop[i]) {
+      if (kept != i) graph.nodes[kept] = std::move(graph.nodes[i]);  // never a self-move
+      ++kept;
+    }
+  graph.nodes.resize(kept);
+}
+
 // MatMul -> Add(X, b) with b a constant float [N] and X read by nothing
 // else: the Add is dropped and the MatMul adds b in its GEMM's epilogue
 // (one pass over the product instead of two). A bias of another shape, or
@@ -132,11 +161,7 @@ OpProfile* op_profile() {
 template <class Values>
 void fuse_matmul_bias(Graph& graph, const std::vector<ValueInfo>& outputs, const std::unordered_map<std::string, int>& ids,
                       const Values& values) {
-  std::unordered_map<std::string, int> readers;
-  for (const Node& n : graph.nodes)
-    for (const auto& name : n.inputs)
-      if (!name.empty()) ++readers[name];
-  for (const auto& o : outputs) ++readers[o.name];  // graph.outputs is moved out by now
+  auto readers = value_uses(graph, outputs).readers;
   auto constant = [&](const std::string& name) -> const TensorView* {
     auto it = ids.find(name);
     return it == ids.end() ? nullptr : values[size_t(it->second)].constant;
@@ -171,13 +196,7 @@ void fuse_matmul_bias(Graph& graph, const std::vector<ValueInfo>& outputs, const
       break;
     }
   }
-  size_t kept = 0;
-  for (size_t i = 0; i < graph.nodes.size(); ++i)
-    if (!drop[i]) {
-      if (kept != i) graph.nodes[kept] = std::move(graph.nodes[i]);  // never a self-move
-      ++kept;
-    }
-  graph.nodes.resize(kept);
+  drop_nodes(graph, drop);
 }
 
 // GELU as exporters write it, x·0.5·(1 + erf(x/√2)) in five nodes
@@ -187,15 +206,7 @@ void fuse_matmul_bias(Graph& graph, const std::vector<ValueInfo>& outputs, const
 template <class Values>
 void fuse_erf_gelu(Graph& graph, const std::vector<ValueInfo>& outputs, const std::unordered_map<std::string, int>& ids,
                       const Values& values) {
-  std::unordered_map<std::string, int> readers;
-  std::unordered_map<std::string, size_t> made_by;
-  for (size_t i = 0; i < graph.nodes.size(); ++i) {
-    for (const auto& name : graph.nodes[i].inputs)
-      if (!name.empty()) ++readers[name];
-    for (const auto& name : graph.nodes[i].outputs)
-      if (!name.empty()) made_by[name] = i;
-  }
-  for (const auto& o : outputs) ++readers[o.name];  // graph.outputs is moved out by now
+  auto [readers, made_by] = value_uses(graph, outputs);
   // The scalar float constant `name` holds, if it is one and near `want`.
   auto scalar_is = [&](const std::string& name, double want) {
     auto it = ids.find(name);
@@ -249,13 +260,7 @@ void fuse_erf_gelu(Graph& graph, const std::vector<ValueInfo>& outputs, const st
       break;
     }
   }
-  size_t kept = 0;
-  for (size_t i = 0; i < graph.nodes.size(); ++i)
-    if (!drop[i]) {
-      if (kept != i) graph.nodes[kept] = std::move(graph.nodes[i]);  // never a self-move
-      ++kept;
-    }
-  graph.nodes.resize(kept);
+  drop_nodes(graph, drop);
 }
 
 // MatMul, Gemm or Conv -> Relu, Sigmoid, Tanh or Gelu that alone reads its
@@ -264,15 +269,7 @@ void fuse_erf_gelu(Graph& graph, const std::vector<ValueInfo>& outputs, const st
 // over the tensor instead of three). Runs after fuse_erf_gelu, so exported
 // GELU chains fuse too.
 void fuse_activation(Graph& graph, const std::vector<ValueInfo>& outputs) {
-  std::unordered_map<std::string, int> readers;
-  std::unordered_map<std::string, size_t> made_by;
-  for (size_t i = 0; i < graph.nodes.size(); ++i) {
-    for (const auto& name : graph.nodes[i].inputs)
-      if (!name.empty()) ++readers[name];
-    for (const auto& name : graph.nodes[i].outputs)
-      if (!name.empty()) made_by[name] = i;
-  }
-  for (const auto& o : outputs) ++readers[o.name];  // graph.outputs is moved out by now
+  auto [readers, made_by] = value_uses(graph, outputs);
   const std::string key(kFusedActivationAttr);
   std::vector<bool> drop(graph.nodes.size(), false);
   for (size_t i = 0; i < graph.nodes.size(); ++i) {
@@ -308,13 +305,7 @@ void fuse_activation(Graph& graph, const std::vector<ValueInfo>& outputs) {
     gemm.outputs[0] = act.outputs[0];
     drop[i] = true;
   }
-  size_t kept = 0;
-  for (size_t i = 0; i < graph.nodes.size(); ++i)
-    if (!drop[i]) {
-      if (kept != i) graph.nodes[kept] = std::move(graph.nodes[i]);  // never a self-move
-      ++kept;
-    }
-  graph.nodes.resize(kept);
+  drop_nodes(graph, drop);
 }
 
 struct RNode {

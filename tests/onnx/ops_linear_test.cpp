@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <cstdlib>
 #include <limits>
 #include <map>
@@ -16,6 +17,7 @@
 
 #include "core/thread_pool.h"
 #include "onnx/op.h"
+#include "op_harness.h"
 
 namespace cairn::onnx {
 namespace {
@@ -41,88 +43,28 @@ Tensor random_tensor(Shape shape, uint32_t seed) {
   return t;
 }
 
-Attribute ints_attr(std::vector<int64_t> v) {
-  Attribute a;
-  a.kind = Attribute::Kind::Ints;
-  a.ints = std::move(v);
-  return a;
-}
-Attribute int_attr(int64_t v) {
-  Attribute a;
-  a.kind = Attribute::Kind::Int;
-  a.i = v;
-  return a;
-}
-Attribute float_attr(double v) {
-  Attribute a;
-  a.kind = Attribute::Kind::Float;
-  a.f = v;
-  return a;
-}
-Attribute string_attr(std::string v) {
-  Attribute a;
-  a.kind = Attribute::Kind::String;
-  a.s = std::move(v);
-  return a;
-}
+using harness::Attrs;
 
-using Attrs = std::map<std::string, Attribute>;
-
-ThreadPool& pool() {
-  static ThreadPool p(2);
-  return p;
-}
-
-Node make_node(const std::string& op, size_t n_in, Attrs attrs, int64_t opset = 17,
-               size_t n_out = 1) {
-  Node n;
-  n.name = op + "_0";
-  n.op_type = op;
-  n.opset = opset;
-  for (size_t i = 0; i < n_in; ++i) n.inputs.push_back("in" + std::to_string(i));
-  for (size_t i = 0; i < n_out; ++i) n.outputs.push_back("out" + std::to_string(i));
-  n.attributes = std::move(attrs);
-  return n;
-}
+Attribute ints_attr(std::vector<int64_t> v) { return harness::attr_ints(std::move(v)); }
+Attribute int_attr(int64_t v) { return harness::attr_int(v); }
+Attribute float_attr(double v) { return harness::attr_float(v); }
+Attribute string_attr(std::string v) { return harness::attr_string(std::move(v)); }
 
 // Makes the op (inputs marked in `constant` are given to the factory), infers,
 // runs; returns the output or the first error.
 Result<Tensor> run_op(const std::string& op, std::vector<const Tensor*> in, Attrs attrs = {},
                       std::vector<bool> constant = {}, int64_t opset = 17) {
-  Node node = make_node(op, in.size(), std::move(attrs), opset);
   std::vector<TensorView> views(in.size());
-  std::vector<const TensorView*> consts(in.size(), nullptr), ptrs(in.size(), nullptr);
-  std::vector<TensorInfo> infos(in.size());
-  std::unique_ptr<bool[]> present(new bool[in.size() + 1]);
+  std::vector<harness::OpInput> ins(in.size());
   for (size_t i = 0; i < in.size(); ++i) {
-    present[i] = in[i] != nullptr;
-    if (!in[i]) {
-      node.inputs[i] = "";
-      continue;
-    }
+    if (!in[i]) continue;
     views[i] = TensorView{DType::Float32, in[i]->shape, const_cast<float*>(in[i]->data.data())};
-    ptrs[i] = &views[i];
-    infos[i].shape = in[i]->shape;
-    if (i < constant.size() && constant[i]) {
-      consts[i] = &views[i];
-      infos[i].value = &views[i];
-    }
+    ins[i] = harness::OpInput{&views[i], i < constant.size() && constant[i]};
   }
-  OpFactory f = find_op(op);
-  if (!f) return Status::invalid_argument("no op " + op);
-  CAIRN_ASSIGN_OR_RETURN(auto made, f(NodeContext{node, consts}));
-  std::vector<TensorInfo> outs(1);
-  CAIRN_RETURN_IF_ERROR(made->infer(infos, std::span<const bool>(present.get(), in.size()), outs));
-  Tensor out{outs[0].shape, {}};
-  out.data.assign(size_t(out.count()), std::nanf(""));
-  const size_t sb = made->scratch_bytes(infos, outs);
-  void* scratch = sb ? std::aligned_alloc(64, (sb + 63) / 64 * 64) : nullptr;
-  TensorView ov{DType::Float32, out.shape, out.data.data()};
-  TensorView* ovp = &ov;
-  RunArgs args{ptrs, std::span<TensorView* const>(&ovp, 1), scratch, pool()};
-  Status st = made->run(args);
-  std::free(scratch);
-  CAIRN_RETURN_IF_ERROR(st);
+  CAIRN_ASSIGN_OR_RETURN(auto outs,
+                         harness::run_op_node(harness::make_node(op, in.size(), 1, std::move(attrs), opset), ins));
+  Tensor out{outs[0].shape, std::vector<float>(outs[0].data.size() / sizeof(float))};
+  if (!out.data.empty()) std::memcpy(out.data.data(), outs[0].data.data(), outs[0].data.size());
   return out;
 }
 
@@ -571,7 +513,7 @@ TEST(OpsLinear, PoolRefusals) {
                  "count_include_pad");
   expect_refused(run_op("MaxPool", {&x}, {{"kernel_shape", ints_attr({9, 9})}}), "larger than");
   // The Indices output.
-  Node node = make_node("MaxPool", 1, {{"kernel_shape", ints_attr({2, 2})}}, 17, 2);
+  Node node = harness::make_node("MaxPool", 1, 2, {{"kernel_shape", ints_attr({2, 2})}});
   std::vector<const TensorView*> consts(1, nullptr);
   auto made = find_op("MaxPool")(NodeContext{node, consts});
   ASSERT_FALSE(made.is_ok());

@@ -15,6 +15,7 @@
 #include "core/thread_pool.h"
 #include "onnx/op.h"
 #include "onnx/ops_math_kernels.h"
+#include "op_harness.h"
 
 namespace cairn::onnx {
 namespace {
@@ -83,73 +84,21 @@ Buf random_f32(Shape s, uint32_t seed, float lo = -3.0f, float hi = 3.0f) {
   return b;
 }
 
-Attribute attr_int(int64_t v) {
-  Attribute a;
-  a.kind = Attribute::Kind::Int;
-  a.i = v;
-  return a;
-}
-Attribute attr_float(double v) {
-  Attribute a;
-  a.kind = Attribute::Kind::Float;
-  a.f = v;
-  return a;
-}
-Attribute attr_string(std::string v) {
-  Attribute a;
-  a.kind = Attribute::Kind::String;
-  a.s = std::move(v);
-  return a;
-}
+using harness::attr_float;
+using harness::attr_int;
+using harness::attr_string;
+using harness::make_node;
 
-Node make_node(const std::string& op, size_t n_in, size_t n_out = 1,
-               std::map<std::string, Attribute> attrs = {}, int64_t opset = 17) {
-  Node n;
-  n.name = op + "_0";
-  n.op_type = op;
-  n.opset = opset;
-  for (size_t i = 0; i < n_in; ++i) n.inputs.push_back("in" + std::to_string(i));
-  for (size_t i = 0; i < n_out; ++i) n.outputs.push_back("out" + std::to_string(i));
-  n.attributes = std::move(attrs);
-  return n;
-}
-
-ThreadPool& pool() {
-  static ThreadPool p(2);
-  return p;
-}
-
-Result<std::unique_ptr<Op>> make_op(const Node& node) {
-  OpFactory f = find_op(node.op_type);
-  if (!f) return Status::not_found("no op " + node.op_type);
-  std::vector<const TensorView*> constants(node.inputs.size(), nullptr);
-  return f(NodeContext{node, constants});
-}
-
-// factory -> infer -> allocate -> run. Inputs given as null are omitted.
+// The harness's run, on Bufs (null: an omitted input).
 Result<std::vector<Buf>> run_node(const Node& node, const std::vector<const Buf*>& inputs) {
-  CAIRN_ASSIGN_OR_RETURN(std::unique_ptr<Op> op, make_op(node));
-  std::vector<TensorInfo> infos(inputs.size());
-  std::unique_ptr<bool[]> present(new bool[inputs.size()]);
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    present[i] = inputs[i] != nullptr;
-    if (inputs[i]) infos[i] = TensorInfo{inputs[i]->dtype, inputs[i]->shape, nullptr};
-  }
-  std::vector<TensorInfo> outs(node.outputs.size());
-  CAIRN_RETURN_IF_ERROR(
-      op->infer(infos, std::span<const bool>(present.get(), inputs.size()), outs));
+  std::vector<harness::OpInput> in(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) in[i].view = inputs[i] ? &inputs[i]->view : nullptr;
+  CAIRN_ASSIGN_OR_RETURN(std::vector<values::Tensor> outs, harness::run_op_node(node, in));
   std::vector<Buf> results;
-  for (const auto& o : outs) results.emplace_back(o.dtype, o.shape);
-  const size_t scratch = op->scratch_bytes(infos, outs);
-  std::vector<uint64_t> scratch_store(scratch / 8 + 16);
-  void* scratch_ptr = reinterpret_cast<void*>(
-      (reinterpret_cast<uintptr_t>(scratch_store.data()) + 63) & ~uintptr_t(63));
-  std::vector<const TensorView*> in_views;
-  for (const Buf* b : inputs) in_views.push_back(b ? &b->view : nullptr);
-  std::vector<TensorView*> out_views;
-  for (auto& r : results) out_views.push_back(&r.view);
-  RunArgs args{in_views, out_views, scratch_ptr, pool()};
-  CAIRN_RETURN_IF_ERROR(op->run(args));
+  for (const auto& o : outs) {
+    results.emplace_back(o.dtype, o.shape);
+    if (!o.data.empty()) std::memcpy(results.back().store.data(), o.data.data(), o.data.size());
+  }
   return results;
 }
 

@@ -13,6 +13,7 @@
 
 #include "core/half.h"
 #include "onnx/op.h"
+#include "op_harness.h"
 #include "test_util.h"
 
 namespace cairn::onnx {
@@ -22,41 +23,14 @@ using values::Tensor;
 
 // ------------------------------------------------------------ helpers
 
-Attribute aint(int64_t v) {
-  Attribute a;
-  a.kind = Attribute::Kind::Int;
-  a.i = v;
-  return a;
-}
-Attribute aints(std::vector<int64_t> v) {
-  Attribute a;
-  a.kind = Attribute::Kind::Ints;
-  a.ints = std::move(v);
-  return a;
-}
-Attribute afloat(double v) {
-  Attribute a;
-  a.kind = Attribute::Kind::Float;
-  a.f = v;
-  return a;
-}
-Attribute atensor(Tensor t) {
-  Attribute a;
-  a.kind = Attribute::Kind::Tensor;
-  a.tensor = std::make_shared<Tensor>(std::move(t));
-  return a;
-}
+using harness::attr_float;
+using harness::attr_int;
+using harness::attr_ints;
+using harness::attr_tensor;
 
 Node make_node(const std::string& op, size_t n_in, size_t n_out, int64_t opset = 13,
                std::map<std::string, Attribute> attrs = {}) {
-  Node n;
-  n.name = "n";
-  n.op_type = op;
-  n.opset = opset;
-  for (size_t i = 0; i < n_in; ++i) n.inputs.push_back("in" + std::to_string(i));
-  for (size_t i = 0; i < n_out; ++i) n.outputs.push_back("out" + std::to_string(i));
-  n.attributes = std::move(attrs);
-  return n;
+  return harness::make_node(op, n_in, n_out, std::move(attrs), opset);
 }
 
 Tensor f32(std::vector<float> v, Shape s) { return values::make_tensor(v, std::move(s)); }
@@ -89,50 +63,21 @@ In data(Tensor t) { return In{std::move(t), false, true}; }
 In known(Tensor t) { return In{std::move(t), true, true}; }
 In absent() { return In{Tensor{}, false, false}; }
 
+// A pool of 3 (not the harness's 2), so odd splits run too.
 ThreadPool& pool() {
   static ThreadPool p(3, ThreadPoolOptions{0, false});
   return p;
 }
 
-// factory -> infer -> allocate -> run. The node's inputs named "" where an
-// input is absent. Outputs are pre-filled with 0xCD so unwritten bytes show.
 Result<std::vector<Tensor>> run_node(Node node, std::vector<In> ins, ThreadPool& tp = pool()) {
-  for (size_t i = 0; i < ins.size() && i < node.inputs.size(); ++i)
-    if (!ins[i].present) node.inputs[i] = "";
-  OpFactory f = find_op(node.op_type);
-  if (!f) return Status::error("no op " + node.op_type);
   std::vector<TensorView> views(ins.size());
-  std::vector<const TensorView*> constants(ins.size(), nullptr), in_ptrs(ins.size(), nullptr);
-  std::vector<TensorInfo> infos(ins.size());
-  std::unique_ptr<bool[]> present(new bool[ins.size() + 1]);
+  std::vector<harness::OpInput> in(ins.size());
   for (size_t i = 0; i < ins.size(); ++i) {
-    present[i] = ins[i].present;
     if (!ins[i].present) continue;
     views[i] = TensorView{ins[i].t.dtype, ins[i].t.shape, ins[i].t.data.data()};
-    in_ptrs[i] = &views[i];
-    infos[i] = TensorInfo{ins[i].t.dtype, ins[i].t.shape, ins[i].known ? &views[i] : nullptr};
-    if (ins[i].known) constants[i] = &views[i];
+    in[i] = harness::OpInput{&views[i], ins[i].known};
   }
-  NodeContext ctx{node, constants};
-  CAIRN_ASSIGN_OR_RETURN(auto op, f(ctx));
-  std::vector<TensorInfo> outs(node.outputs.size());
-  CAIRN_RETURN_IF_ERROR(op->infer(infos, std::span<const bool>(present.get(), ins.size()), outs));
-  std::vector<Tensor> results(outs.size());
-  std::vector<TensorView> out_views(outs.size());
-  std::vector<TensorView*> out_ptrs(outs.size());
-  for (size_t i = 0; i < outs.size(); ++i) {
-    auto n = checked_count(outs[i].shape, values::dtype_size(outs[i].dtype));
-    if (!n) return n.status();
-    results[i].dtype = outs[i].dtype;
-    results[i].shape = outs[i].shape;
-    results[i].data.assign(size_t(*n) * values::dtype_size(outs[i].dtype), char(0xCD));
-    out_views[i] = TensorView{outs[i].dtype, outs[i].shape, results[i].data.data()};
-    out_ptrs[i] = &out_views[i];
-  }
-  std::vector<char> scratch(op->scratch_bytes(infos, outs) + 64);
-  RunArgs args{in_ptrs, out_ptrs, scratch.data(), tp};
-  CAIRN_RETURN_IF_ERROR(op->run(args));
-  return results;
+  return harness::run_op_node(std::move(node), in, tp);
 }
 
 // The error message of a run expected to fail ("" when it succeeded).
@@ -184,13 +129,13 @@ TEST(OnnxShapeOps, ReshapeZeroCopiesMinusOneInfers) {
 
 TEST(OnnxShapeOps, ReshapeAllowzero) {
   // allowzero=1: a 0 is a real 0, so [0, 4] of an empty tensor is kept.
-  ASSERT_RUN(r, make_node("Reshape", 2, 1, 14, {{"allowzero", aint(1)}}),
+  ASSERT_RUN(r, make_node("Reshape", 2, 1, 14, {{"allowzero", attr_int(1)}}),
              {data(f32({}, {0, 2, 2})), known(i64({0, 4}))});
   EXPECT_EQ(r[0].shape, (Shape{0, 4}));
-  EXPECT_NE(error_of(make_node("Reshape", 2, 1, 14, {{"allowzero", aint(1)}}),
+  EXPECT_NE(error_of(make_node("Reshape", 2, 1, 14, {{"allowzero", attr_int(1)}}),
                      {data(f32(iota_f(6), {2, 3})), known(i64({0, 3}))}),
             "");
-  EXPECT_NE(error_of(make_node("Reshape", 2, 1, 14, {{"allowzero", aint(1)}}),
+  EXPECT_NE(error_of(make_node("Reshape", 2, 1, 14, {{"allowzero", attr_int(1)}}),
                      {data(f32({}, {0, 3})), known(i64({0, -1}))})
                 .find("both 0 and -1"),
             std::string::npos);
@@ -232,14 +177,14 @@ TEST(OnnxShapeOps, Flatten) {
   auto x = f32(iota_f(120), {2, 3, 4, 5});
   ASSERT_RUN(a, make_node("Flatten", 1, 1), {data(x)});
   EXPECT_EQ(a[0].shape, (Shape{2, 60}));
-  ASSERT_RUN(b, make_node("Flatten", 1, 1, 13, {{"axis", aint(-1)}}), {data(x)});
+  ASSERT_RUN(b, make_node("Flatten", 1, 1, 13, {{"axis", attr_int(-1)}}), {data(x)});
   EXPECT_EQ(b[0].shape, (Shape{24, 5}));
-  ASSERT_RUN(c, make_node("Flatten", 1, 1, 13, {{"axis", aint(0)}}), {data(x)});
+  ASSERT_RUN(c, make_node("Flatten", 1, 1, 13, {{"axis", attr_int(0)}}), {data(x)});
   EXPECT_EQ(c[0].shape, (Shape{1, 120}));
-  ASSERT_RUN(d, make_node("Flatten", 1, 1, 13, {{"axis", aint(4)}}), {data(x)});
+  ASSERT_RUN(d, make_node("Flatten", 1, 1, 13, {{"axis", attr_int(4)}}), {data(x)});
   EXPECT_EQ(d[0].shape, (Shape{120, 1}));
   EXPECT_EQ(data_of<float>(d[0]), iota_f(120));
-  EXPECT_NE(error_of(make_node("Flatten", 1, 1, 13, {{"axis", aint(5)}}), {data(x)}), "");
+  EXPECT_NE(error_of(make_node("Flatten", 1, 1, 13, {{"axis", attr_int(5)}}), {data(x)}), "");
 }
 
 TEST(OnnxShapeOps, Squeeze) {
@@ -261,7 +206,7 @@ TEST(OnnxShapeOps, Squeeze) {
             std::string::npos);
   // Opset 13 moved axes to an input: the attribute is refused.
   EXPECT_NE(
-      error_of(make_node("Squeeze", 1, 1, 13, {{"axes", aints({0})}}), {data(x)}).find("input 1"),
+      error_of(make_node("Squeeze", 1, 1, 13, {{"axes", attr_ints({0})}}), {data(x)}).find("input 1"),
       std::string::npos);
 }
 
@@ -289,13 +234,13 @@ TEST(OnnxShapeOps, ShapeWithStartEnd) {
   ASSERT_RUN(a, make_node("Shape", 1, 1), {data(x)});
   EXPECT_EQ(data_of<int64_t>(a[0]), (std::vector<int64_t>{2, 3, 4, 5}));
   EXPECT_EQ(a[0].dtype, DType::Int64);
-  ASSERT_RUN(b, make_node("Shape", 1, 1, 15, {{"start", aint(1)}, {"end", aint(-1)}}), {data(x)});
+  ASSERT_RUN(b, make_node("Shape", 1, 1, 15, {{"start", attr_int(1)}, {"end", attr_int(-1)}}), {data(x)});
   EXPECT_EQ(data_of<int64_t>(b[0]), (std::vector<int64_t>{3, 4}));
-  ASSERT_RUN(c, make_node("Shape", 1, 1, 15, {{"start", aint(-10)}, {"end", aint(10)}}), {data(x)});
+  ASSERT_RUN(c, make_node("Shape", 1, 1, 15, {{"start", attr_int(-10)}, {"end", attr_int(10)}}), {data(x)});
   EXPECT_EQ(data_of<int64_t>(c[0]), (std::vector<int64_t>{2, 3, 4, 5}));
-  ASSERT_RUN(d, make_node("Shape", 1, 1, 15, {{"start", aint(3)}, {"end", aint(1)}}), {data(x)});
+  ASSERT_RUN(d, make_node("Shape", 1, 1, 15, {{"start", attr_int(3)}, {"end", attr_int(1)}}), {data(x)});
   EXPECT_EQ(d[0].shape, (Shape{0}));
-  ASSERT_RUN(e, make_node("Shape", 1, 1, 15, {{"start", aint(-1)}}), {data(x)});
+  ASSERT_RUN(e, make_node("Shape", 1, 1, 15, {{"start", attr_int(-1)}}), {data(x)});
   EXPECT_EQ(data_of<int64_t>(e[0]), (std::vector<int64_t>{5}));
 }
 
@@ -309,11 +254,11 @@ TEST(OnnxShapeOps, Size) {
 }
 
 TEST(OnnxShapeOps, ConstantForms) {
-  ASSERT_RUN(t, make_node("Constant", 0, 1, 13, {{"value", atensor(f32({1, 2, 3, 4}, {2, 2}))}}),
+  ASSERT_RUN(t, make_node("Constant", 0, 1, 13, {{"value", attr_tensor(f32({1, 2, 3, 4}, {2, 2}))}}),
              {});
   EXPECT_EQ(t[0].shape, (Shape{2, 2}));
   EXPECT_EQ(data_of<float>(t[0]), (std::vector<float>{1, 2, 3, 4}));
-  ASSERT_RUN(f, make_node("Constant", 0, 1, 13, {{"value_float", afloat(2.5)}}), {});
+  ASSERT_RUN(f, make_node("Constant", 0, 1, 13, {{"value_float", attr_float(2.5)}}), {});
   EXPECT_EQ(f[0].shape, Shape{});
   EXPECT_EQ(data_of<float>(f[0]), (std::vector<float>{2.5f}));
   Attribute fs;
@@ -321,10 +266,10 @@ TEST(OnnxShapeOps, ConstantForms) {
   fs.floats = {1.5, -2};
   ASSERT_RUN(g, make_node("Constant", 0, 1, 13, {{"value_floats", fs}}), {});
   EXPECT_EQ(data_of<float>(g[0]), (std::vector<float>{1.5f, -2.f}));
-  ASSERT_RUN(i, make_node("Constant", 0, 1, 13, {{"value_int", aint(-7)}}), {});
+  ASSERT_RUN(i, make_node("Constant", 0, 1, 13, {{"value_int", attr_int(-7)}}), {});
   EXPECT_EQ(i[0].dtype, DType::Int64);
   EXPECT_EQ(data_of<int64_t>(i[0]), (std::vector<int64_t>{-7}));
-  ASSERT_RUN(is, make_node("Constant", 0, 1, 13, {{"value_ints", aints({3, 4, 5})}}), {});
+  ASSERT_RUN(is, make_node("Constant", 0, 1, 13, {{"value_ints", attr_ints({3, 4, 5})}}), {});
   EXPECT_EQ(is[0].shape, (Shape{3}));
   EXPECT_EQ(data_of<int64_t>(is[0]), (std::vector<int64_t>{3, 4, 5}));
 
@@ -335,12 +280,12 @@ TEST(OnnxShapeOps, ConstantForms) {
       error_of(make_node("Constant", 0, 1, 13, {{"value_string", str}}), {}).find("not supported"),
       std::string::npos);
   EXPECT_NE(
-      error_of(make_node("Constant", 0, 1, 13, {{"sparse_value", atensor(f32({1}, {1}))}}), {}),
+      error_of(make_node("Constant", 0, 1, 13, {{"sparse_value", attr_tensor(f32({1}, {1}))}}), {}),
       "");
   EXPECT_NE(error_of(make_node("Constant", 0, 1, 13, {}), {}).find("exactly one"),
             std::string::npos);
   EXPECT_NE(error_of(make_node("Constant", 0, 1, 13,
-                               {{"value_int", aint(1)}, {"value_float", afloat(1)}}),
+                               {{"value_int", attr_int(1)}, {"value_float", attr_float(1)}}),
                      {}),
             "");
 }
@@ -349,12 +294,12 @@ TEST(OnnxShapeOps, ConstantOfShape) {
   ASSERT_RUN(a, make_node("ConstantOfShape", 1, 1), {known(i64({2, 3}))});
   EXPECT_EQ(a[0].dtype, DType::Float32);
   EXPECT_EQ(data_of<float>(a[0]), std::vector<float>(6, 0.f));
-  ASSERT_RUN(b, make_node("ConstantOfShape", 1, 1, 13, {{"value", atensor(i64({-3}, {1}))}}),
+  ASSERT_RUN(b, make_node("ConstantOfShape", 1, 1, 13, {{"value", attr_tensor(i64({-3}, {1}))}}),
              {known(i64({5, 7, 3}))});
   EXPECT_EQ(b[0].dtype, DType::Int64);
   EXPECT_EQ(b[0].shape, (Shape{5, 7, 3}));
   EXPECT_EQ(data_of<int64_t>(b[0]), std::vector<int64_t>(105, -3));
-  ASSERT_RUN(c, make_node("ConstantOfShape", 1, 1, 13, {{"value", atensor(f32({1.5f}, {1}))}}),
+  ASSERT_RUN(c, make_node("ConstantOfShape", 1, 1, 13, {{"value", attr_tensor(f32({1.5f}, {1}))}}),
              {known(i64({}, {0}))});
   EXPECT_EQ(c[0].shape, Shape{});
   EXPECT_EQ(data_of<float>(c[0]), (std::vector<float>{1.5f}));
@@ -362,7 +307,7 @@ TEST(OnnxShapeOps, ConstantOfShape) {
   EXPECT_EQ(d[0].shape, (Shape{4, 0}));
   EXPECT_NE(error_of(make_node("ConstantOfShape", 1, 1), {known(i64({2, -1}))}).find("negative"),
             std::string::npos);
-  EXPECT_NE(error_of(make_node("ConstantOfShape", 1, 1, 13, {{"value", atensor(f32({1, 2}, {2}))}}),
+  EXPECT_NE(error_of(make_node("ConstantOfShape", 1, 1, 13, {{"value", attr_tensor(f32({1, 2}, {2}))}}),
                      {known(i64({2}))}),
             "");
   EXPECT_NE(error_of(make_node("ConstantOfShape", 1, 1), {data(i64({2}))}), "");
@@ -409,7 +354,7 @@ TEST(OnnxShapeOps, TransposeMatchesReference) {
     const int64_t n = count(c.s);
     auto x = iota_f(n);
     std::map<std::string, Attribute> attrs;
-    if (!c.perm.empty()) attrs["perm"] = aints(c.perm);
+    if (!c.perm.empty()) attrs["perm"] = attr_ints(c.perm);
     ASSERT_RUN(r, make_node("Transpose", 1, 1, 13, attrs), {data(f32(x, c.s))});
     EXPECT_EQ(data_of<float>(r[0]), transpose_ref(x, c.s, c.perm)) << shape_string(c.s);
   }
@@ -439,7 +384,7 @@ TEST(OnnxShapeOps, TransposeRandomShapesAndPerms) {
     std::shuffle(perm.begin(), perm.end(), rng);
     std::vector<int64_t> x(size_t(count(s)));
     std::iota(x.begin(), x.end(), 1);
-    ASSERT_RUN(r, make_node("Transpose", 1, 1, 13, {{"perm", aints(perm)}}), {data(i64(x, s))});
+    ASSERT_RUN(r, make_node("Transpose", 1, 1, 13, {{"perm", attr_ints(perm)}}), {data(i64(x, s))});
     ASSERT_EQ(data_of<int64_t>(r[0]), transpose_ref(x, s, perm))
         << shape_string(s) << " perm " << shape_string(perm);
   }
@@ -447,12 +392,12 @@ TEST(OnnxShapeOps, TransposeRandomShapesAndPerms) {
 
 TEST(OnnxShapeOps, TransposeRefusesBadPerm) {
   auto x = f32(iota_f(6), {2, 3});
-  EXPECT_NE(error_of(make_node("Transpose", 1, 1, 13, {{"perm", aints({0, 0})}}), {data(x)})
+  EXPECT_NE(error_of(make_node("Transpose", 1, 1, 13, {{"perm", attr_ints({0, 0})}}), {data(x)})
                 .find("permutation"),
             std::string::npos);
-  EXPECT_NE(error_of(make_node("Transpose", 1, 1, 13, {{"perm", aints({0, 2})}}), {data(x)}), "");
-  EXPECT_NE(error_of(make_node("Transpose", 1, 1, 13, {{"perm", aints({-1, 0})}}), {data(x)}), "");
-  EXPECT_NE(error_of(make_node("Transpose", 1, 1, 13, {{"perm", aints({0, 1, 2})}}), {data(x)}),
+  EXPECT_NE(error_of(make_node("Transpose", 1, 1, 13, {{"perm", attr_ints({0, 2})}}), {data(x)}), "");
+  EXPECT_NE(error_of(make_node("Transpose", 1, 1, 13, {{"perm", attr_ints({-1, 0})}}), {data(x)}), "");
+  EXPECT_NE(error_of(make_node("Transpose", 1, 1, 13, {{"perm", attr_ints({0, 1, 2})}}), {data(x)}),
             "");
 }
 
@@ -460,16 +405,16 @@ TEST(OnnxShapeOps, TransposeRefusesBadPerm) {
 
 TEST(OnnxShapeOps, Concat) {
   auto a = f32(iota_f(6), {2, 3}), b = f32(iota_f(4, 100), {2, 2});
-  ASSERT_RUN(r, make_node("Concat", 2, 1, 13, {{"axis", aint(-1)}}), {data(a), data(b)});
+  ASSERT_RUN(r, make_node("Concat", 2, 1, 13, {{"axis", attr_int(-1)}}), {data(a), data(b)});
   EXPECT_EQ(r[0].shape, (Shape{2, 5}));
   EXPECT_EQ(data_of<float>(r[0]), (std::vector<float>{0, 1, 2, 100, 101, 3, 4, 5, 102, 103}));
   // int64 shape pieces, as exported graphs build them; an empty input.
-  ASSERT_RUN(s, make_node("Concat", 3, 1, 13, {{"axis", aint(0)}}),
+  ASSERT_RUN(s, make_node("Concat", 3, 1, 13, {{"axis", attr_int(0)}}),
              {known(i64({1})), known(i64({}, {0})), known(i64({-1, 64}))});
   EXPECT_EQ(data_of<int64_t>(s[0]), (std::vector<int64_t>{1, -1, 64}));
   // Big enough for the pool: [3, 40000] ++ [3, 20000] on axis 1.
   auto big1 = iota_f(120000), big2 = iota_f(60000, -1e6f);
-  ASSERT_RUN(g, make_node("Concat", 2, 1, 13, {{"axis", aint(1)}}),
+  ASSERT_RUN(g, make_node("Concat", 2, 1, 13, {{"axis", attr_int(1)}}),
              {data(f32(big1, {3, 40000})), data(f32(big2, {3, 20000}))});
   std::vector<float> want;
   for (int r0 = 0; r0 < 3; ++r0) {
@@ -478,21 +423,21 @@ TEST(OnnxShapeOps, Concat) {
   }
   EXPECT_EQ(data_of<float>(g[0]), want);
   // Refusals: shape mismatch, dtype mismatch, missing axis, scalars.
-  EXPECT_NE(error_of(make_node("Concat", 2, 1, 13, {{"axis", aint(0)}}), {data(a), data(b)})
+  EXPECT_NE(error_of(make_node("Concat", 2, 1, 13, {{"axis", attr_int(0)}}), {data(a), data(b)})
                 .find("does not concatenate"),
             std::string::npos);
-  EXPECT_NE(error_of(make_node("Concat", 2, 1, 13, {{"axis", aint(0)}}),
+  EXPECT_NE(error_of(make_node("Concat", 2, 1, 13, {{"axis", attr_int(0)}}),
                      {data(a), data(i64({1, 2, 3}, {1, 3}))}),
             "");
   EXPECT_NE(error_of(make_node("Concat", 2, 1), {data(a), data(a)}).find("'axis' is required"),
             std::string::npos);
-  EXPECT_NE(error_of(make_node("Concat", 1, 1, 13, {{"axis", aint(2)}}), {data(a)}), "");
+  EXPECT_NE(error_of(make_node("Concat", 1, 1, 13, {{"axis", attr_int(2)}}), {data(a)}), "");
 }
 
 TEST(OnnxShapeOps, SplitForms) {
   auto x = f32(iota_f(20), {2, 10});
   // Opset 13: sizes as input 1.
-  ASSERT_RUN(a, make_node("Split", 2, 3, 13, {{"axis", aint(-1)}}),
+  ASSERT_RUN(a, make_node("Split", 2, 3, 13, {{"axis", attr_int(-1)}}),
              {data(x), known(i64({2, 3, 5}))});
   EXPECT_EQ(a[0].shape, (Shape{2, 2}));
   EXPECT_EQ(data_of<float>(a[0]), (std::vector<float>{0, 1, 10, 11}));
@@ -503,31 +448,31 @@ TEST(OnnxShapeOps, SplitForms) {
   EXPECT_EQ(b[1].shape, (Shape{1, 10}));
   EXPECT_EQ(data_of<float>(b[1]), iota_f(10, 10));
   EXPECT_NE(
-      error_of(make_node("Split", 2, 2, 13, {{"axis", aint(1)}}), {data(x), known(i64({}, {0}))})
+      error_of(make_node("Split", 2, 2, 13, {{"axis", attr_int(1)}}), {data(x), known(i64({}, {0}))})
           .find("0 sizes for 2 outputs"),
       std::string::npos);
   // Opset 18: num_outputs, the last chunk smaller (10 -> 4, 4, 2).
-  ASSERT_RUN(c, make_node("Split", 1, 3, 18, {{"axis", aint(1)}, {"num_outputs", aint(3)}}),
+  ASSERT_RUN(c, make_node("Split", 1, 3, 18, {{"axis", attr_int(1)}, {"num_outputs", attr_int(3)}}),
              {data(x)});
   EXPECT_EQ(c[0].shape, (Shape{2, 4}));
   EXPECT_EQ(c[2].shape, (Shape{2, 2}));
   EXPECT_EQ(data_of<float>(c[2]), (std::vector<float>{8, 9, 18, 19}));
   // Refusals.
   EXPECT_NE(
-      error_of(make_node("Split", 2, 2, 13, {{"axis", aint(1)}}), {data(x), known(i64({3, 3}))})
+      error_of(make_node("Split", 2, 2, 13, {{"axis", attr_int(1)}}), {data(x), known(i64({3, 3}))})
           .find("adds up"),
       std::string::npos);
-  EXPECT_NE(error_of(make_node("Split", 1, 3, 13, {{"axis", aint(1)}}), {data(x)}).find("evenly"),
+  EXPECT_NE(error_of(make_node("Split", 1, 3, 13, {{"axis", attr_int(1)}}), {data(x)}).find("evenly"),
             std::string::npos);
-  EXPECT_NE(error_of(make_node("Split", 1, 3, 13, {{"num_outputs", aint(3)}}), {data(x)})
+  EXPECT_NE(error_of(make_node("Split", 1, 3, 13, {{"num_outputs", attr_int(3)}}), {data(x)})
                 .find("opset 18"),
             std::string::npos);
-  EXPECT_NE(error_of(make_node("Split", 1, 2, 18, {{"num_outputs", aint(3)}}), {data(x)}), "");
+  EXPECT_NE(error_of(make_node("Split", 1, 2, 18, {{"num_outputs", attr_int(3)}}), {data(x)}), "");
   EXPECT_NE(
-      error_of(make_node("Split", 1, 2, 13, {{"split", aints({1, 1})}}), {data(x)}).find("input 1"),
+      error_of(make_node("Split", 1, 2, 13, {{"split", attr_ints({1, 1})}}), {data(x)}).find("input 1"),
       std::string::npos);
   EXPECT_NE(
-      error_of(make_node("Split", 2, 2, 13, {{"axis", aint(1)}}), {data(x), data(i64({5, 5}))}),
+      error_of(make_node("Split", 2, 2, 13, {{"axis", attr_int(1)}}), {data(x), data(i64({5, 5}))}),
       "");
 }
 
@@ -694,7 +639,7 @@ TEST(OnnxShapeOps, GatherAxesAndNegativeIndices) {
   for (int64_t axis : {0, 1, 2, -1}) {
     const int64_t a = axis < 0 ? axis + 3 : axis;
     std::vector<int64_t> idx{2, -1, 0, 1, -2, 2};
-    ASSERT_RUN(r, make_node("Gather", 2, 1, 13, {{"axis", aint(axis)}}),
+    ASSERT_RUN(r, make_node("Gather", 2, 1, 13, {{"axis", attr_int(axis)}}),
                {data(f32(x, s)), data(i64(idx, {2, 3}))});
     Shape os(s.begin(), s.begin() + a);
     os.push_back(2);
@@ -745,7 +690,7 @@ TEST(OnnxShapeOps, GatherIndexOutOfRange) {
   EXPECT_EQ(error_of(make_node("Gather", 2, 1), {data(x), data(i64({0, 3}))}),
             "index 3 is out of range for axis 0 of size 3");
   EXPECT_EQ(
-      error_of(make_node("Gather", 2, 1, 13, {{"axis", aint(1)}}), {data(x), data(i32({-5}, {1}))}),
+      error_of(make_node("Gather", 2, 1, 13, {{"axis", attr_int(1)}}), {data(x), data(i32({-5}, {1}))}),
       "index -5 is out of range for axis 1 of size 4");
   // Known before running: infer() fails.
   EXPECT_NE(error_of(make_node("Gather", 2, 1), {data(x), known(i64({7}))}).find("index 7"),
@@ -753,7 +698,7 @@ TEST(OnnxShapeOps, GatherIndexOutOfRange) {
   EXPECT_NE(
       error_of(make_node("Gather", 2, 1), {data(x), data(f32({0}, {1}))}).find("int64 or int32"),
       std::string::npos);
-  EXPECT_NE(error_of(make_node("Gather", 2, 1, 13, {{"axis", aint(2)}}), {data(x), data(i64({0}))}),
+  EXPECT_NE(error_of(make_node("Gather", 2, 1, 13, {{"axis", attr_int(2)}}), {data(x), data(i64({0}))}),
             "");
 }
 
@@ -774,73 +719,73 @@ TEST(OnnxShapeOps, CastFloatToIntTruncatesWrapsAndSaturates) {
   std::vector<float> x{1.9f, -1.9f, 0.5f,   -0.5f,   3e9f,   -3e9f, nan,
                        inf,  -inf,  127.5f, -128.7f, 255.9f, 1e20f, 300.7f};
   const int64_t n = int64_t(x.size());
-  ASSERT_RUN(a, make_node("Cast", 1, 1, 13, {{"to", aint(6)}}), {data(f32(x, {n}))});  // int32
+  ASSERT_RUN(a, make_node("Cast", 1, 1, 13, {{"to", attr_int(6)}}), {data(f32(x, {n}))});  // int32
   EXPECT_EQ(data_of<int32_t>(a[0]),
             (std::vector<int32_t>{1, -1, 0, 0, INT32_MAX, INT32_MIN, 0, INT32_MAX, INT32_MIN, 127,
                                   -128, 255, INT32_MAX, 300}));
-  ASSERT_RUN(b, make_node("Cast", 1, 1, 13, {{"to", aint(3)}}),
+  ASSERT_RUN(b, make_node("Cast", 1, 1, 13, {{"to", attr_int(3)}}),
              {data(f32(x, {n}))});  // int8: via int32, wraps
   EXPECT_EQ(data_of<int8_t>(b[0]),
             (std::vector<int8_t>{1, -1, 0, 0, -1, 0, 0, -1, 0, 127, -128, -1, -1, 44}));
-  ASSERT_RUN(c, make_node("Cast", 1, 1, 13, {{"to", aint(2)}}), {data(f32(x, {n}))});  // uint8
+  ASSERT_RUN(c, make_node("Cast", 1, 1, 13, {{"to", attr_int(2)}}), {data(f32(x, {n}))});  // uint8
   EXPECT_EQ(data_of<uint8_t>(c[0]),
             (std::vector<uint8_t>{1, 255, 0, 0, 255, 0, 0, 255, 0, 127, 128, 255, 255, 44}));
-  ASSERT_RUN(d, make_node("Cast", 1, 1, 13, {{"to", aint(7)}}), {data(f32(x, {n}))});  // int64
+  ASSERT_RUN(d, make_node("Cast", 1, 1, 13, {{"to", attr_int(7)}}), {data(f32(x, {n}))});  // int64
   EXPECT_EQ(data_of<int64_t>(d[0]),
             (std::vector<int64_t>{1, -1, 0, 0, 3000000000, -3000000000, 0, INT64_MAX, INT64_MIN,
                                   127, -128, 255, INT64_MAX, 300}));
-  ASSERT_RUN(e, make_node("Cast", 1, 1, 13, {{"to", aint(13)}}), {data(f32(x, {n}))});  // uint64
+  ASSERT_RUN(e, make_node("Cast", 1, 1, 13, {{"to", attr_int(13)}}), {data(f32(x, {n}))});  // uint64
   EXPECT_EQ(data_of<uint64_t>(e[0]),
             (std::vector<uint64_t>{1, UINT64_MAX, 0, 0, 3000000000, uint64_t(-3000000000LL), 0,
                                    UINT64_MAX, uint64_t(1) << 63, 127, uint64_t(-128LL), 255,
                                    UINT64_MAX, 300}));
-  ASSERT_RUN(u, make_node("Cast", 1, 1, 13, {{"to", aint(12)}}),
+  ASSERT_RUN(u, make_node("Cast", 1, 1, 13, {{"to", attr_int(12)}}),
              {data(f32(x, {n}))});  // uint32: via int64
   EXPECT_EQ(data_of<uint32_t>(u[0])[1], UINT32_MAX);
   EXPECT_EQ(data_of<uint32_t>(u[0])[4], 3000000000u);
-  ASSERT_RUN(f, make_node("Cast", 1, 1, 13, {{"to", aint(9)}}), {data(f32(x, {n}))});  // bool
+  ASSERT_RUN(f, make_node("Cast", 1, 1, 13, {{"to", attr_int(9)}}), {data(f32(x, {n}))});  // bool
   EXPECT_EQ(data_of<uint8_t>(f[0]),
             (std::vector<uint8_t>{1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}));
-  ASSERT_RUN(z, make_node("Cast", 1, 1, 13, {{"to", aint(9)}}), {data(f32({0.f, -0.f, 2.f}, {3}))});
+  ASSERT_RUN(z, make_node("Cast", 1, 1, 13, {{"to", attr_int(9)}}), {data(f32({0.f, -0.f, 2.f}, {3}))});
   EXPECT_EQ(data_of<uint8_t>(z[0]), (std::vector<uint8_t>{0, 0, 1}));
 }
 
 TEST(OnnxShapeOps, CastIntegersWrapAndConvert) {
   std::vector<int64_t> x{0, 1, -1, 255, 256, -129, INT64_MAX, INT64_MIN, (int64_t(1) << 24) + 1};
   const int64_t n = int64_t(x.size());
-  ASSERT_RUN(a, make_node("Cast", 1, 1, 13, {{"to", aint(3)}}),
+  ASSERT_RUN(a, make_node("Cast", 1, 1, 13, {{"to", attr_int(3)}}),
              {data(i64(x, {n}))});  // int8: wraps
   std::vector<int8_t> want8;
   for (int64_t v : x) want8.push_back(int8_t(uint8_t(uint64_t(v) & 0xff)));
   EXPECT_EQ(data_of<int8_t>(a[0]), want8);
-  ASSERT_RUN(b, make_node("Cast", 1, 1, 13, {{"to", aint(1)}}),
+  ASSERT_RUN(b, make_node("Cast", 1, 1, 13, {{"to", attr_int(1)}}),
              {data(i64(x, {n}))});  // float: one rounding
   std::vector<float> wantf;
   for (int64_t v : x) wantf.push_back(float(v));
   EXPECT_EQ(data_of<float>(b[0]), wantf);
-  ASSERT_RUN(w32, make_node("Cast", 1, 1, 13, {{"to", aint(6)}}),
+  ASSERT_RUN(w32, make_node("Cast", 1, 1, 13, {{"to", attr_int(6)}}),
              {data(i64(x, {n}))});  // int32: wraps
   std::vector<int32_t> want32;
   for (int64_t v : x) want32.push_back(int32_t(uint32_t(uint64_t(v))));
   EXPECT_EQ(data_of<int32_t>(w32[0]), want32);
-  ASSERT_RUN(back64, make_node("Cast", 1, 1, 13, {{"to", aint(7)}}), {data(w32[0])});
+  ASSERT_RUN(back64, make_node("Cast", 1, 1, 13, {{"to", attr_int(7)}}), {data(w32[0])});
   EXPECT_EQ(data_of<int64_t>(back64[0]), std::vector<int64_t>(want32.begin(), want32.end()));
-  ASSERT_RUN(c, make_node("Cast", 1, 1, 13, {{"to", aint(11)}}),
+  ASSERT_RUN(c, make_node("Cast", 1, 1, 13, {{"to", attr_int(11)}}),
              {data(i32({-3, 7}, {2}))});  // double
   EXPECT_EQ(data_of<double>(c[0]), (std::vector<double>{-3, 7}));
-  ASSERT_RUN(d, make_node("Cast", 1, 1, 13, {{"to", aint(12)}}),
+  ASSERT_RUN(d, make_node("Cast", 1, 1, 13, {{"to", attr_int(12)}}),
              {data(i32({-1, 5}, {2}))});  // uint32
   EXPECT_EQ(data_of<uint32_t>(d[0]), (std::vector<uint32_t>{UINT32_MAX, 5}));
   // bool -> float and int64 (attention masks).
   const uint8_t bits[] = {1, 0, 1};
-  ASSERT_RUN(e, make_node("Cast", 1, 1, 13, {{"to", aint(1)}}),
+  ASSERT_RUN(e, make_node("Cast", 1, 1, 13, {{"to", attr_int(1)}}),
              {data(raw(DType::Bool, {3}, bits, 3))});
   EXPECT_EQ(data_of<float>(e[0]), (std::vector<float>{1, 0, 1}));
-  ASSERT_RUN(g, make_node("Cast", 1, 1, 13, {{"to", aint(9)}}), {data(i64({0, 5, -5}, {3}))});
+  ASSERT_RUN(g, make_node("Cast", 1, 1, 13, {{"to", attr_int(9)}}), {data(i64({0, 5, -5}, {3}))});
   EXPECT_EQ(data_of<uint8_t>(g[0]), (std::vector<uint8_t>{0, 1, 1}));
   // uint64 beyond int64 to double and to int64 (wraps).
   const uint64_t u[] = {UINT64_MAX, 1};
-  ASSERT_RUN(h, make_node("Cast", 1, 1, 13, {{"to", aint(7)}}),
+  ASSERT_RUN(h, make_node("Cast", 1, 1, 13, {{"to", attr_int(7)}}),
              {data(raw(DType::UInt64, {2}, u, 16))});
   EXPECT_EQ(data_of<int64_t>(h[0]), (std::vector<int64_t>{-1, 1}));
 }
@@ -848,19 +793,19 @@ TEST(OnnxShapeOps, CastIntegersWrapAndConvert) {
 TEST(OnnxShapeOps, CastHalfTypesAndDoubles) {
   std::vector<float> x{0.f, 1.f, -2.5f, 65504.f, 1e6f, 3.14159f, 1e-8f};
   const int64_t n = int64_t(x.size());
-  ASSERT_RUN(h, make_node("Cast", 1, 1, 13, {{"to", aint(10)}}), {data(f32(x, {n}))});
+  ASSERT_RUN(h, make_node("Cast", 1, 1, 13, {{"to", attr_int(10)}}), {data(f32(x, {n}))});
   std::vector<uint16_t> want;
   for (float v : x) want.push_back(f32_to_f16(v));
   EXPECT_EQ(data_of<uint16_t>(h[0]), want);
   EXPECT_EQ(data_of<uint16_t>(h[0])[4], 0x7c00);  // 1e6 overflows to +inf
   // And back: float16 -> float32 is exact.
-  ASSERT_RUN(back, make_node("Cast", 1, 1, 13, {{"to", aint(1)}}), {data(h[0])});
+  ASSERT_RUN(back, make_node("Cast", 1, 1, 13, {{"to", attr_int(1)}}), {data(h[0])});
   for (size_t i = 0; i < x.size(); ++i) EXPECT_EQ(data_of<float>(back[0])[i], f16_to_f32(want[i]));
-  ASSERT_RUN(bf, make_node("Cast", 1, 1, 13, {{"to", aint(16)}}), {data(f32(x, {n}))});
+  ASSERT_RUN(bf, make_node("Cast", 1, 1, 13, {{"to", attr_int(16)}}), {data(f32(x, {n}))});
   for (size_t i = 0; i < x.size(); ++i) EXPECT_EQ(data_of<uint16_t>(bf[0])[i], f32_to_bf16(x[i]));
   // float64 beyond float's range gives +-inf, NaN stays NaN.
   const double d[] = {1e300, -1e300, std::nan(""), 0.1, 3.4028235e38};
-  ASSERT_RUN(f, make_node("Cast", 1, 1, 13, {{"to", aint(1)}}),
+  ASSERT_RUN(f, make_node("Cast", 1, 1, 13, {{"to", attr_int(1)}}),
              {data(raw(DType::Float64, {5}, d, sizeof d))});
   auto got = data_of<float>(f[0]);
   EXPECT_EQ(got[0], std::numeric_limits<float>::infinity());
@@ -870,22 +815,22 @@ TEST(OnnxShapeOps, CastHalfTypesAndDoubles) {
   EXPECT_EQ(got[4], std::numeric_limits<float>::max());
   // Same dtype: a copy; large: over the pool.
   auto big = test::random_normal(50000, 11, 100.f);
-  ASSERT_RUN(same, make_node("Cast", 1, 1, 13, {{"to", aint(1)}}), {data(f32(big, {50000}))});
+  ASSERT_RUN(same, make_node("Cast", 1, 1, 13, {{"to", attr_int(1)}}), {data(f32(big, {50000}))});
   EXPECT_EQ(data_of<float>(same[0]), big);
-  ASSERT_RUN(bi, make_node("Cast", 1, 1, 13, {{"to", aint(6)}}), {data(f32(big, {50000}))});
+  ASSERT_RUN(bi, make_node("Cast", 1, 1, 13, {{"to", attr_int(6)}}), {data(f32(big, {50000}))});
   auto bg = data_of<int32_t>(bi[0]);
   for (size_t i = 0; i < big.size(); ++i) ASSERT_EQ(bg[i], int32_t(std::trunc(big[i]))) << i;
 }
 
 TEST(OnnxShapeOps, CastRefusals) {
   auto x = f32({1}, {1});
-  EXPECT_EQ(error_of(make_node("Cast", 1, 1, 13, {{"to", aint(8)}}), {data(x)}),
+  EXPECT_EQ(error_of(make_node("Cast", 1, 1, 13, {{"to", attr_int(8)}}), {data(x)}),
             "Cast to string is not supported");
-  EXPECT_NE(error_of(make_node("Cast", 1, 1, 13, {{"to", aint(14)}}), {data(x)}).find("complex"),
+  EXPECT_NE(error_of(make_node("Cast", 1, 1, 13, {{"to", attr_int(14)}}), {data(x)}).find("complex"),
             std::string::npos);
-  EXPECT_NE(error_of(make_node("Cast", 1, 1, 19, {{"to", aint(17)}}), {data(x)}).find("17"),
+  EXPECT_NE(error_of(make_node("Cast", 1, 1, 19, {{"to", attr_int(17)}}), {data(x)}).find("17"),
             std::string::npos);
-  EXPECT_NE(error_of(make_node("Cast", 1, 1, 13, {{"to", aint(0)}}), {data(x)}), "");
+  EXPECT_NE(error_of(make_node("Cast", 1, 1, 13, {{"to", attr_int(0)}}), {data(x)}), "");
   EXPECT_NE(error_of(make_node("Cast", 1, 1, 13), {data(x)}).find("'to' is required"),
             std::string::npos);
 }
@@ -938,10 +883,10 @@ TEST(OnnxShapeOps, ReduceMeanSumMatchReference) {
         Shape want_shape;
         auto want = reduce_ref(x, c.s, c.axes, mean, want_shape, keep);
         // ReduceMean at opset 13 (axes attribute), ReduceSum at 13 (axes input).
-        Node node = mean ? make_node("ReduceMean", 1, 1, 13, {{"keepdims", aint(keep)}})
-                         : make_node("ReduceSum", 2, 1, 13, {{"keepdims", aint(keep)}});
+        Node node = mean ? make_node("ReduceMean", 1, 1, 13, {{"keepdims", attr_int(keep)}})
+                         : make_node("ReduceSum", 2, 1, 13, {{"keepdims", attr_int(keep)}});
         std::vector<In> ins{data(f32(x, c.s))};
-        if (mean && !c.axes.empty()) node.attributes["axes"] = aints(c.axes);
+        if (mean && !c.axes.empty()) node.attributes["axes"] = attr_ints(c.axes);
         if (!mean) ins.push_back(c.axes.empty() ? absent() : known(i64(c.axes)));
         ASSERT_RUN(r, node, ins);
         EXPECT_EQ(r[0].shape, want_shape) << shape_string(c.s);
@@ -958,28 +903,28 @@ TEST(OnnxShapeOps, ReduceMeanSumMatchReference) {
 TEST(OnnxShapeOps, ReduceOpsetForms) {
   auto x = f32(iota_f(24), {2, 3, 4});
   // ReduceMean 18: axes as an input; the attribute refused.
-  ASSERT_RUN(a, make_node("ReduceMean", 2, 1, 18, {{"keepdims", aint(0)}}),
+  ASSERT_RUN(a, make_node("ReduceMean", 2, 1, 18, {{"keepdims", attr_int(0)}}),
              {data(x), known(i64({-1}))});
   EXPECT_EQ(a[0].shape, (Shape{2, 3}));
   EXPECT_EQ(data_of<float>(a[0]), (std::vector<float>{1.5, 5.5, 9.5, 13.5, 17.5, 21.5}));
-  EXPECT_NE(error_of(make_node("ReduceMean", 1, 1, 18, {{"axes", aints({0})}}), {data(x)})
+  EXPECT_NE(error_of(make_node("ReduceMean", 1, 1, 18, {{"axes", attr_ints({0})}}), {data(x)})
                 .find("input 1"),
             std::string::npos);
   EXPECT_NE(
       error_of(make_node("ReduceMean", 2, 1, 13), {data(x), known(i64({0}))}).find("expects 1"),
       std::string::npos);
   EXPECT_NE(
-      error_of(make_node("ReduceSum", 1, 1, 13, {{"axes", aints({0})}}), {data(x)}).find("input 1"),
+      error_of(make_node("ReduceSum", 1, 1, 13, {{"axes", attr_ints({0})}}), {data(x)}).find("input 1"),
       std::string::npos);
   // noop_with_empty_axes: no axes -> the input unchanged.
-  ASSERT_RUN(b, make_node("ReduceSum", 2, 1, 13, {{"noop_with_empty_axes", aint(1)}}),
+  ASSERT_RUN(b, make_node("ReduceSum", 2, 1, 13, {{"noop_with_empty_axes", attr_int(1)}}),
              {data(x), absent()});
   EXPECT_EQ(b[0].shape, (Shape{2, 3, 4}));
   EXPECT_EQ(data_of<float>(b[0]), iota_f(24));
-  ASSERT_RUN(b2, make_node("ReduceSum", 2, 1, 13, {{"noop_with_empty_axes", aint(1)}}),
+  ASSERT_RUN(b2, make_node("ReduceSum", 2, 1, 13, {{"noop_with_empty_axes", attr_int(1)}}),
              {data(x), known(i64({}, {0}))});
   EXPECT_EQ(b2[0].shape, (Shape{2, 3, 4}));
-  ASSERT_RUN(c, make_node("ReduceSum", 1, 1, 13, {{"keepdims", aint(0)}}), {data(x)});
+  ASSERT_RUN(c, make_node("ReduceSum", 1, 1, 13, {{"keepdims", attr_int(0)}}), {data(x)});
   EXPECT_EQ(c[0].shape, Shape{});
   EXPECT_EQ(data_of<float>(c[0]), (std::vector<float>{276}));
   // Integer ReduceSum; ReduceMean of ints refused; axes from data refused.
@@ -999,7 +944,7 @@ TEST(OnnxShapeOps, ReduceOpsetForms) {
   // Empty reduced axis: sum 0, and mean 0 as ONNX Runtime gives (not NaN).
   ASSERT_RUN(z, make_node("ReduceSum", 2, 1), {data(f32({}, {2, 0})), known(i64({1}))});
   EXPECT_EQ(data_of<float>(z[0]), (std::vector<float>{0, 0}));
-  ASSERT_RUN(zm, make_node("ReduceMean", 1, 1, 13, {{"axes", aints({1})}}),
+  ASSERT_RUN(zm, make_node("ReduceMean", 1, 1, 13, {{"axes", attr_ints({1})}}),
              {data(f32({}, {2, 0}))});
   EXPECT_EQ(zm[0].shape, (Shape{2, 1}));
   EXPECT_EQ(data_of<float>(zm[0]), (std::vector<float>{0, 0}));
@@ -1010,12 +955,12 @@ TEST(OnnxShapeOps, ReduceOpsetForms) {
 TEST(OnnxShapeOps, ArgMax) {
   // Ties: first index unless select_last_index.
   auto x = f32({1, 5, 5, 2, 7, 7, 0, 7, 3, 3, 3, 3}, {3, 4});
-  ASSERT_RUN(a, make_node("ArgMax", 1, 1, 13, {{"axis", aint(1)}}), {data(x)});
+  ASSERT_RUN(a, make_node("ArgMax", 1, 1, 13, {{"axis", attr_int(1)}}), {data(x)});
   EXPECT_EQ(a[0].shape, (Shape{3, 1}));
   EXPECT_EQ(data_of<int64_t>(a[0]), (std::vector<int64_t>{1, 0, 0}));
   ASSERT_RUN(b,
              make_node("ArgMax", 1, 1, 13,
-                       {{"axis", aint(-1)}, {"select_last_index", aint(1)}, {"keepdims", aint(0)}}),
+                       {{"axis", attr_int(-1)}, {"select_last_index", attr_int(1)}, {"keepdims", attr_int(0)}}),
              {data(x)});
   EXPECT_EQ(b[0].shape, (Shape{3}));
   EXPECT_EQ(data_of<int64_t>(b[0]), (std::vector<int64_t>{2, 3, 3}));
@@ -1024,16 +969,16 @@ TEST(OnnxShapeOps, ArgMax) {
   EXPECT_EQ(data_of<int64_t>(c[0]), (std::vector<int64_t>{1, 1, 0, 1}));
   // NaN ranks above numbers; int64 input.
   const float nan = std::numeric_limits<float>::quiet_NaN();
-  ASSERT_RUN(d, make_node("ArgMax", 1, 1, 13, {{"axis", aint(0)}}),
+  ASSERT_RUN(d, make_node("ArgMax", 1, 1, 13, {{"axis", attr_int(0)}}),
              {data(f32({1, nan, 9, nan}, {4}))});
   EXPECT_EQ(data_of<int64_t>(d[0]), (std::vector<int64_t>{1}));
-  ASSERT_RUN(e, make_node("ArgMax", 1, 1, 13, {{"keepdims", aint(0)}}),
+  ASSERT_RUN(e, make_node("ArgMax", 1, 1, 13, {{"keepdims", attr_int(0)}}),
              {data(i64({-5, -2, -9}, {3}))});
   EXPECT_EQ(data_of<int64_t>(e[0]), (std::vector<int64_t>{1}));
   // Big, middle axis, against a plain loop.
   const Shape s{16, 500, 9};
   auto big = test::random_normal(size_t(count(s)), 9);
-  ASSERT_RUN(g, make_node("ArgMax", 1, 1, 13, {{"axis", aint(1)}}), {data(f32(big, s))});
+  ASSERT_RUN(g, make_node("ArgMax", 1, 1, 13, {{"axis", attr_int(1)}}), {data(f32(big, s))});
   auto got = data_of<int64_t>(g[0]);
   for (int64_t o = 0; o < 16; ++o)
     for (int64_t i = 0; i < 9; ++i) {
@@ -1042,7 +987,7 @@ TEST(OnnxShapeOps, ArgMax) {
         if (big[size_t((o * 500 + r) * 9 + i)] > big[size_t((o * 500 + best) * 9 + i)]) best = r;
       ASSERT_EQ(got[size_t(o * 9 + i)], best);
     }
-  EXPECT_NE(error_of(make_node("ArgMax", 1, 1, 13, {{"axis", aint(2)}}), {data(x)}), "");
+  EXPECT_NE(error_of(make_node("ArgMax", 1, 1, 13, {{"axis", attr_int(2)}}), {data(x)}), "");
   EXPECT_NE(error_of(make_node("ArgMax", 1, 1), {data(f32({}, {0, 3}))}).find("empty"),
             std::string::npos);
 }
@@ -1058,7 +1003,7 @@ TEST(OnnxShapeOps, TopKMatchesStableSort) {
       for (int largest : {1, 0}) {
         const int64_t a = axis < 0 ? axis + 3 : axis;
         ASSERT_RUN(r,
-                   make_node("TopK", 2, 2, 13, {{"axis", aint(axis)}, {"largest", aint(largest)}}),
+                   make_node("TopK", 2, 2, 13, {{"axis", attr_int(axis)}, {"largest", attr_int(largest)}}),
                    {data(f32(x, s)), known(i64({k}))});
         Shape os = s;
         os[size_t(a)] = k;
@@ -1111,7 +1056,7 @@ TEST(OnnxShapeOps, TopKBigAndRefusals) {
   EXPECT_NE(error_of(make_node("TopK", 2, 1), {data(small), known(i64({1}))}).find("2 outputs"),
             std::string::npos);
   EXPECT_NE(
-      error_of(make_node("TopK", 2, 2, 13, {{"largest", aint(2)}}), {data(small), known(i64({1}))}),
+      error_of(make_node("TopK", 2, 2, 13, {{"largest", attr_int(2)}}), {data(small), known(i64({1}))}),
       "");
   // NaN is the largest value.
   const float nan = std::numeric_limits<float>::quiet_NaN();
@@ -1151,7 +1096,7 @@ TEST(OnnxShapeOps, RunRefusesValuesThePlanWasNotMadeFor) {
   EXPECT_EQ(run_with_other_value(make_node("ReduceSum", 2, 1), x, i64({1}), i64({1})), "");
   EXPECT_EQ(run_with_other_value(make_node("ReduceSum", 2, 1), x, i64({1}), i64({2})),
             "axes differ from those the plan was made for");
-  EXPECT_EQ(run_with_other_value(make_node("ReduceSum", 2, 1, 13, {{"keepdims", aint(0)}}), x,
+  EXPECT_EQ(run_with_other_value(make_node("ReduceSum", 2, 1, 13, {{"keepdims", attr_int(0)}}), x,
                                  i64({1}), i64({7})),
             "axes differ from those the plan was made for");
   const Tensor ends = i64({3});
@@ -1166,7 +1111,7 @@ TEST(OnnxShapeOps, ShapeChainsOnSmallInt64Tensors) {
   ASSERT_RUN(sh, make_node("Shape", 1, 1), {data(x)});
   ASSERT_RUN(g, make_node("Gather", 2, 1), {known(sh[0]), known(i64({0}, {}))});
   ASSERT_RUN(u, make_node("Unsqueeze", 2, 1), {known(g[0]), known(i64({0}))});
-  ASSERT_RUN(c, make_node("Concat", 3, 1, 13, {{"axis", aint(0)}}),
+  ASSERT_RUN(c, make_node("Concat", 3, 1, 13, {{"axis", attr_int(0)}}),
              {known(u[0]), known(i64({-1})), known(i64({3, 4}))});
   EXPECT_EQ(data_of<int64_t>(c[0]), (std::vector<int64_t>{2, -1, 3, 4}));
   ASSERT_RUN(r, make_node("Reshape", 2, 1), {data(f32(iota_f(168), {2, 7, 12})), known(c[0])});
