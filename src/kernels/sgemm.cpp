@@ -421,6 +421,15 @@ void sgemm_packed(int64_t m, const float* a, int64_t rsa, int64_t csa, const Pac
     const int64_t cost = (panels + n_shares - 1) / n_shares * ((m_strips + m_shares - 1) / m_shares);
     if (cost < best) best = cost, tn = n_shares, tm = m_shares;
   }
+  // A product of many strips goes out in 4x as many M shares as threads,
+  // claimed on demand: a thread that loses its core for a while (a shared
+  // host, another process) then holds up one small share, not half the
+  // product. Each share still has dozens of strips to reuse a B block over.
+  bool on_demand = false;
+  if (threads > 1 && m_strips >= 32 * tm) {
+    tm = std::min(m_strips / 8, tm * 4);
+    on_demand = true;
+  }
   const int64_t tasks = tn * tm;
   auto task = [&](int64_t t) {
     const int64_t ti = t / tn, tj = t % tn;
@@ -432,7 +441,7 @@ void sgemm_packed(int64_t m, const float* a, int64_t rsa, int64_t csa, const Pac
   if (tasks == 1) return task(0);
   pool->parallel_for(tasks, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) task(t);
-  });
+  }, on_demand ? 1 : 0);
 }
 
 void sgemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t rsa, int64_t csa,
