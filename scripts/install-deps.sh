@@ -12,6 +12,7 @@ PACKAGES=(
   python3-grpcio python3-protobuf
   python3-dev python3-numpy pybind11-dev
   libonnx-dev python3-onnx
+  libgloo-dev
 )
 
 # Node.js runs the integration tests (the official `openai` client); many

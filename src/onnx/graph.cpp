@@ -370,12 +370,13 @@ Result<Graph> parse_model(std::string_view bytes, const std::string& base_dir) {
     Node node;
     node.op_type = n.op_type();
     node.name = n.name().empty() ? n.op_type() + "_" + std::to_string(i) : n.name();
-    node.domain = n.domain();
-    node.opset = g.opset;
+    node.domain = is_default_domain(n.domain()) ? std::string() : n.domain();
+    node.opset = node.domain.empty() ? g.opset : 1;
     if (node.op_type.empty()) return Status::invalid_argument("node " + std::to_string(i) + " has no op_type");
-    if (!is_default_domain(n.domain()))
+    if (!is_default_domain(n.domain()) && n.domain() != kCairnDomain)
       return Status::invalid_argument("node '" + node.name + "' (" + node.op_type + ") is in domain '" +
-                                      n.domain() + "'; cairn runs only the default ONNX domain");
+                                      n.domain() + "'; cairn runs the default ONNX domain and its own '" +
+                                      std::string(kCairnDomain) + "' (collectives)");
     for (const auto& in : n.input()) {
       if (!in.empty() && !defined.count(in))
         return Status::invalid_argument(node.describe() + ": input '" + in +

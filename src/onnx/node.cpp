@@ -26,7 +26,8 @@ Status wrong_kind(const std::string& attr, const Attribute& a, Attribute::Kind w
 }  // namespace
 
 std::string Node::describe() const {
-  return "node '" + name + "' (" + op_type + ", opset " + std::to_string(opset) + ")";
+  return "node '" + name + "' (" + (domain.empty() ? "" : domain + ".") + op_type + ", opset " +
+         std::to_string(opset) + ")";
 }
 
 Result<int64_t> Node::get_int(const std::string& attr, int64_t fallback) const {

@@ -10,12 +10,16 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/status.h"
 #include "core/value.h"
 
 namespace cairn::onnx {
+
+// The domain of cairn's own operators (the collectives), opset 1.
+inline constexpr std::string_view kCairnDomain = "cairn";
 
 struct Attribute {
   enum class Kind { Float, Int, String, Tensor, Floats, Ints, Strings };
@@ -32,7 +36,7 @@ struct Attribute {
 struct Node {
   std::string name;     // may be empty in the file; graph.cpp names it "<op_type>_<index>" then
   std::string op_type;  // "MatMul"
-  std::string domain;   // "" (ai.onnx) for every operator cairn runs
+  std::string domain;   // "" (ai.onnx), or kCairnDomain for cairn's collectives
   int64_t opset = 0;    // the model's opset_import version for the domain
   std::vector<std::string> inputs;  // "" marks an omitted optional input
   std::vector<std::string> outputs;

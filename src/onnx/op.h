@@ -10,6 +10,7 @@
 #include <span>
 #include <string_view>
 
+#include "collective/group.h"
 #include "core/status.h"
 #include "core/thread_pool.h"
 #include "onnx/node.h"
@@ -81,14 +82,19 @@ class Op {
 struct NodeContext {
   const Node& node;
   std::span<const TensorView* const> constants;  // one per input; null when not constant
+  // The group collective operators (domain "cairn") run over; null when the
+  // session was made without one (they then fail the load).
+  std::shared_ptr<collective::GroupSlot> group = nullptr;
 };
+
 
 using OpFactory = Result<std::unique_ptr<Op>> (*)(const NodeContext&);
 
-// The factory for an op type of the default domain, or null when cairn does
-// not run it.
-OpFactory find_op(std::string_view op_type);
-// Every op type cairn runs, sorted (for docs and errors).
+// The factory for an op type of the default domain (domain "") or of
+// kCairnDomain, or null when cairn does not run it.
+OpFactory find_op(std::string_view op_type, std::string_view domain = {});
+// Every op type cairn runs, sorted (for docs and errors); those of
+// kCairnDomain as "cairn.<op>".
 std::span<const std::string_view> supported_ops();
 
 // Each operator family registers its factories here (onnx/op_registry.cpp
@@ -103,5 +109,6 @@ class OpTable {
 void add_math_ops(OpTable& table);    // ops_math.cpp: elementwise, activations, normalisations
 void add_shape_ops(OpTable& table);   // ops_shape.cpp: shapes, data movement, casts, reductions, ArgMax, TopK
 void add_linear_ops(OpTable& table);  // ops_linear.cpp: MatMul, Gemm, Conv, pooling
+void add_collective_ops(OpTable& table);  // ops_collective.cpp: cairn.AllGather, cairn.AllReduce, cairn.Broadcast
 
 }  // namespace cairn::onnx

@@ -23,6 +23,7 @@ struct Registry final : OpTable {
     add_math_ops(*this);
     add_shape_ops(*this);
     add_linear_ops(*this);
+    add_collective_ops(*this);
     for (const auto& [name, f] : factories) names.push_back(name);
   }
 };
@@ -34,9 +35,9 @@ const Registry& registry() {
 
 }  // namespace
 
-OpFactory find_op(std::string_view op_type) {
+OpFactory find_op(std::string_view op_type, std::string_view domain) {
   const auto& f = registry().factories;
-  auto it = f.find(op_type);
+  auto it = domain.empty() ? f.find(op_type) : f.find(std::string(domain) + "." + std::string(op_type));
   return it == f.end() ? nullptr : it->second;
 }
 

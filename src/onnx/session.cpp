@@ -487,7 +487,7 @@ Status SessionImpl::init(Graph graph, SessionOptions options) {
     fuse_activation(graph, outputs_);
   }
   for (auto& node : graph.nodes) {
-    OpFactory factory = options.op_lookup ? options.op_lookup(node.op_type) : find_op(node.op_type);
+    OpFactory factory = options.op_lookup ? options.op_lookup(node.op_type) : find_op(node.op_type, node.domain);
     if (!factory) {
       std::string list;
       for (auto name : supported_ops()) list += (list.empty() ? "" : ", ") + std::string(name);
@@ -508,7 +508,7 @@ Status SessionImpl::init(Graph graph, SessionOptions options) {
       constants.push_back(values_[size_t(id)].constant);
       all_constant = all_constant && values_[size_t(id)].constant;
     }
-    auto op = factory(NodeContext{node, constants});
+    auto op = factory(NodeContext{node, constants, options.group});
     if (!op) return op.status().with_context(node.describe());
     if (!*op) return Status::internal(node.describe() + ": the operator's factory made nothing");
     if (all_constant) {

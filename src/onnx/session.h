@@ -41,6 +41,9 @@ struct SessionOptions {
   // Where op types are looked up; empty: find_op (the real table). Tests
   // inject their own operators through it.
   std::function<OpFactory(std::string_view)> op_lookup;
+  // The group for the model's collective operators (domain "cairn"): an
+  // agent's shard of a distributed model. Null for an ordinary model.
+  std::shared_ptr<collective::GroupSlot> group;
 };
 
 class Session {
