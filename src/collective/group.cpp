@@ -12,6 +12,7 @@
 
 #include <cstring>
 #include <exception>
+#include <typeinfo>
 #include <stdexcept>
 #include <vector>
 
@@ -53,18 +54,18 @@ class GlooStore final : public gloo::rendezvous::Store {
   GlooStore(collective::Store& store, std::chrono::milliseconds timeout) : store_(store), timeout_(timeout) {}
   void set(const std::string& key, const std::vector<char>& data) override {
     Status st = store_.set(key, std::string(data.begin(), data.end()));
-    if (!st.is_ok()) throw std::runtime_error(st.message());
+    if (!st.is_ok()) throw std::runtime_error("publishing '" + key + "': " + st.message());
   }
   std::vector<char> get(const std::string& key) override {
     auto v = store_.get(key, timeout_);
-    if (!v.is_ok()) throw std::runtime_error(v.status().message());
+    if (!v.is_ok()) throw std::runtime_error("reading '" + key + "': " + v.status().message());
     return std::vector<char>(v->begin(), v->end());
   }
   void wait(const std::vector<std::string>& keys) override { wait(keys, timeout_); }
   void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override {
     for (const auto& k : keys) {
       auto v = store_.get(k, timeout);
-      if (!v.is_ok()) throw std::runtime_error(v.status().message());
+      if (!v.is_ok()) throw std::runtime_error("waiting for '" + k + "': " + v.status().message());
     }
   }
 
@@ -81,7 +82,8 @@ Status guarded(const char* what, F&& f) {
     f();
     return Status::ok();
   } catch (const std::exception& e) {
-    return Status::unavailable(std::string(what) + " failed: " + e.what());
+    const std::string why = e.what();
+    return Status::unavailable(std::string(what) + " failed: " + (why.empty() ? typeid(e).name() : why));
   } catch (...) {
     return Status::unavailable(std::string(what) + " failed");
   }

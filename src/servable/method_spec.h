@@ -39,12 +39,15 @@ class PythonFunction {
 struct ModelDecl {
   std::string file;    // as written in the config
   std::string path;    // resolved against the version folder
-  std::string format;  // upper-cased: "GGUF" (tensor formats come later)
+  std::string format;  // upper-cased: "GGUF", "ONNX", or "DISTRIBUTED" (distributed.declare_servable)
   bool with_batch_dim = true;
   std::vector<int> without_batch_dim_inputs;
   // Generation defaults of an LLM stage (max_tokens, temperature, top_p,
   // top_k, min_p, seed, stop, ignore_eos, ...), from declare_model(options=).
   std::map<std::string, Value> options;
+  // DISTRIBUTED: the agents the model is cut over (file and path are empty).
+  int rank_size = 0;
+  int stage_size = 0;
 };
 
 struct StageSpec {

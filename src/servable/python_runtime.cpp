@@ -396,6 +396,10 @@ ServableConfig read_config(py::handle ctx, const std::string& name, const std::s
     d.format = py::str(m.attr("model_format"));
     d.with_batch_dim = py::cast<bool>(m.attr("with_batch_dim"));
     d.without_batch_dim_inputs = py::cast<std::vector<int>>(m.attr("without_batch_dim_inputs"));
+    if (py::hasattr(m, "rank_size")) {
+      d.rank_size = py::cast<int>(m.attr("rank_size"));
+      d.stage_size = py::cast<int>(m.attr("stage_size"));
+    }
     for (auto [k, v] : py::reinterpret_borrow<py::dict>(m.attr("options"))) {
       const std::string key = py::str(k);
       d.options[key] = from_python(

@@ -102,15 +102,21 @@ Result<BatchSettings> batch_settings(const ModelDecl& decl) {
 
 Result<std::unique_ptr<TensorModel>> TensorModel::load(const ModelDecl& decl,
                                                        std::shared_ptr<ThreadPool> pool) {
-  const std::string where = "model '" + decl.file + "'";
-  CAIRN_ASSIGN_OR_RETURN(const BatchSettings settings, batch_settings(decl));
   onnx::SessionOptions so;
   so.pool = pool.get();
   auto session = onnx::Session::load(decl.path, so);
-  if (!session.is_ok()) return Status::invalid_argument(where + ": " + session.status().message());
+  if (!session.is_ok()) return Status::invalid_argument("model '" + decl.file + "': " + session.status().message());
+  return from_session(decl, std::move(session.value()), std::move(pool));
+}
+
+Result<std::unique_ptr<TensorModel>> TensorModel::from_session(const ModelDecl& decl,
+                                                               std::unique_ptr<onnx::Session> session,
+                                                               std::shared_ptr<ThreadPool> pool) {
+  const std::string where = "model '" + decl.file + "'";
+  CAIRN_ASSIGN_OR_RETURN(const BatchSettings settings, batch_settings(decl));
   std::unique_ptr<TensorModel> m(new TensorModel());
   m->file_ = decl.file;
-  m->session_ = std::move(session.value());
+  m->session_ = std::move(session);
   m->pool_ = std::move(pool);
   const auto& inputs = m->session_->inputs();
   m->shared_input_.assign(inputs.size(), false);

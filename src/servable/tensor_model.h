@@ -59,6 +59,11 @@ class TensorModel {
   // tensor models). The error names the file and what is wrong.
   static Result<std::unique_ptr<TensorModel>> load(const ModelDecl& decl,
                                                    std::shared_ptr<ThreadPool> pool);
+  // Over a session made elsewhere (a distributed model's agents); the same
+  // checks and batching.
+  static Result<std::unique_ptr<TensorModel>> from_session(const ModelDecl& decl,
+                                                           std::unique_ptr<onnx::Session> session,
+                                                           std::shared_ptr<ThreadPool> pool);
   ~TensorModel();  // fails what is still queued (Unavailable), joins the thread
 
   // Queues one instance (args in the order of the model's inputs) and calls

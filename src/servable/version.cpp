@@ -123,7 +123,7 @@ Result<std::shared_ptr<Version>> Version::load(const std::string& servable_name,
     const auto& m = v->config_.models[index];
     LoadedModel loaded;
     std::string name;
-    if (m.format == "ONNX") {
+    if (m.format == "ONNX" || m.format == "DISTRIBUTED") {
       for (const auto& method : v->config_.methods)
         for (const auto& st : method.stages)
           if (st.kind == StageSpec::Kind::Model && st.model == static_cast<int>(index) &&
@@ -132,7 +132,17 @@ Result<std::shared_ptr<Version>> Version::load(const std::string& servable_name,
                                             st.name + "' passes keyword arguments to tensor model '" +
                                             m.file + "', which takes only its inputs");
       if (!tensor_pool) tensor_pool = shared_tensor_pool();
-      auto tm = TensorModel::load(m, tensor_pool);
+      Result<std::unique_ptr<TensorModel>> tm = Status::internal("unset");
+      if (m.format == "ONNX") {
+        tm = TensorModel::load(m, tensor_pool);
+      } else if (!options.distributed_session) {
+        return Status::invalid_argument(where + ": a distributed model (declare_servable) is served only by "
+                                        "`cairn serve --servable-dir`");
+      } else {
+        auto session = options.distributed_session(m);
+        if (!session.is_ok()) return Status::invalid_argument(where + ": " + session.status().message());
+        tm = TensorModel::from_session(m, std::move(session.value()), tensor_pool);
+      }
       if (!tm.is_ok()) return Status::invalid_argument(where + ": " + tm.status().message());
       for (const auto& method : v->config_.methods)
         for (const auto& st : method.stages)
@@ -166,7 +176,7 @@ Result<std::shared_ptr<Version>> Version::load(const std::string& servable_name,
       loaded.llm = std::move(local.value());
     } else {
       return Status::invalid_argument(where + ": model '" + m.file + "' has format '" + m.format +
-                                      "', which cairn cannot run (formats: GGUF, ONNX)");
+                                      "', which cairn cannot run (formats: GGUF, ONNX; distributed.declare_servable for a model over agents)");
     }
     v->names_.push_back(std::move(name));
     models.push_back(std::move(loaded));

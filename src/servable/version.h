@@ -17,6 +17,8 @@
 #include "serving/local_backend.h"
 #include "servable/method_spec.h"
 #include "servable/python_runtime.h"
+#include <functional>
+
 #include "servable/runtime.h"
 #include "servable/tensor_model.h"
 
@@ -28,6 +30,10 @@ struct VersionOptions {
   // The kernel threads of the tensor models; null: one pool shared by every
   // tensor model of the process.
   std::shared_ptr<ThreadPool> tensor_pool;
+  // Makes the session of a distributed model (distributed.declare_servable):
+  // the agents behind onnx::Session's interface, once they have all joined.
+  // Null: such servables are refused.
+  std::function<Result<std::unique_ptr<onnx::Session>>(const ModelDecl&)> distributed_session;
 };
 
 // One declared model: exactly one of the two is set.

@@ -15,6 +15,7 @@
 #include "api/loading_backend.h"
 #include "commands.h"
 #include "core/cpu_features.h"
+#include "distributed/coordinator.h"
 #include "kernels/kernels.h"
 #include "modelgen/demo_model.h"
 #include "server_flags.h"
@@ -37,7 +38,51 @@ struct ServeArgs {
   double stage_timeout_s = 60;
   int max_versions = 2;
   double version_poll_s = 2;
+  std::string distributed_address = "0.0.0.0:6200";
+  double wait_agents_s = 0;  // 0: forever
 };
+
+// The distributed worker of a servable whose model is cut over agents: made
+// when the servable loads (the Agents service starts listening then), kept
+// across its versions. The server goes before the coordinator it serves.
+struct DistributedWorker {
+  std::shared_ptr<distributed::Coordinator> coordinator;
+  std::unique_ptr<api::GrpcServer> server;
+  int rank_size = 0, stage_size = 0;
+  ~DistributedWorker() {
+    if (coordinator) coordinator->shutdown();
+    if (server) server->shutdown(1.0);
+  }
+};
+
+// VersionOptions::distributed_session for `cairn serve`.
+Result<std::unique_ptr<onnx::Session>> distributed_session(const ServeArgs& a, DistributedWorker& w,
+                                                           const servable::ModelDecl& d) {
+  if (!w.coordinator) {
+    distributed::CoordinatorOptions co;
+    co.rank_size = d.rank_size;
+    co.stage_size = d.stage_size;
+    CAIRN_ASSIGN_OR_RETURN(auto made, distributed::Coordinator::create(co));
+    w.coordinator = std::move(made);
+    w.rank_size = d.rank_size;
+    w.stage_size = d.stage_size;
+    api::GrpcServerOptions go;
+    go.address = a.distributed_address;
+    go.max_message_bytes = a.grpc_max_message_mb << 20;
+    auto started = api::GrpcServer::start(go, {w.coordinator.get()});
+    if (!started.is_ok()) return Status::unavailable("--distributed-address: " + started.status().message());
+    w.server = std::move(started.value());
+    std::fprintf(stderr, "cairn: distributed worker listening on %s (port %d) for %d agents in %d stages\n",
+                 a.distributed_address.c_str(), w.server->port(), d.rank_size, d.stage_size);
+    std::fflush(stderr);
+  } else if (w.rank_size != d.rank_size || w.stage_size != d.stage_size) {
+    return Status::invalid_argument("this worker's agents are " + std::to_string(w.rank_size) + " ranks in " +
+                                    std::to_string(w.stage_size) + " stages; a worker serves one distributed model");
+  }
+  spdlog::info("distributed: {}", w.coordinator->state());
+  CAIRN_RETURN_IF_ERROR(w.coordinator->wait_ready(std::chrono::milliseconds(int64_t(a.wait_agents_s * 1000))));
+  return distributed::make_distributed_session(w.coordinator);
+}
 
 // Loads the servables (or the model) and hands the backend over.
 Status load(ServeArgs& a, servable::Repository* repo, api::LoadingBackend& backend) {
@@ -78,6 +123,10 @@ Status serve(ServeArgs a) {
     ro.version.stage_timeout_s = a.stage_timeout_s;
     ro.max_versions = a.max_versions;
     ro.poll_seconds = a.version_poll_s;
+    auto worker = std::make_shared<DistributedWorker>();
+    ro.version.distributed_session = [a, worker](const servable::ModelDecl& d) {
+      return distributed_session(a, *worker, d);
+    };
     auto opened = servable::Repository::open(std::move(ro));
     if (!opened.is_ok()) return opened.status();
     repo = std::move(opened.value());
@@ -169,6 +218,13 @@ void register_serve(CLI::App& app, CommandResult& result) {
   cmd->add_option("--version-poll", a->version_poll_s,
                   "seconds between looks for new version folders; 0: never")
       ->check(CLI::Range(0.0, 1e6))
+      ->capture_default_str();
+  cmd->add_option("--distributed-address", a->distributed_address,
+                  "HOST:PORT where the agents of a distributed servable join (port 0: any free port)")
+      ->capture_default_str();
+  cmd->add_option("--wait-agents-seconds", a->wait_agents_s,
+                  "how long a distributed servable waits for all its agents before it fails to load; 0: forever")
+      ->check(CLI::Range(0.0, 1e7))
       ->capture_default_str();
   cmd->callback([a, &result] { result.status = serve(*a); });
 }

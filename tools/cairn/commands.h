@@ -28,5 +28,6 @@ void register_worker(CLI::App& app, CommandResult& result);
 void register_client(CLI::App& app, CommandResult& result);
 void register_run_onnx(CLI::App& app, CommandResult& result);
 void register_bench_onnx(CLI::App& app, CommandResult& result);
+void register_agent(CLI::App& app, CommandResult& result);
 
 }  // namespace cairn::cli

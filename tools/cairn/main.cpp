@@ -53,6 +53,7 @@ int main(int argc, char** argv) {
     cairn::cli::register_client(app, result);
     cairn::cli::register_run_onnx(app, result);
     cairn::cli::register_bench_onnx(app, result);
+    cairn::cli::register_agent(app, result);
     // Logging must be up before a subcommand's callback runs.
     app.parse_complete_callback([&] { setup_logging(log_level); });
     try {

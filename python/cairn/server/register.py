@@ -24,7 +24,7 @@ import threading
 import numpy as np
 
 __all__ = [
-    "declare_model", "register_method", "add_stage", "Model", "RegisterError",
+    "declare_model", "declare_distributed", "register_method", "add_stage", "Model", "RegisterError",
     "ModelCallError", "Context", "CPUDeviceInfo", "GPUDeviceInfo",
     "AscendDeviceInfo", "AclOptions", "GpuOptions",
 ]
@@ -257,6 +257,33 @@ def declare_model(model_file, model_format, with_batch_dim=True, options=None,
     model = Model(ctx, len(ctx.models), model_file, path, model_format.upper(), with_batch_dim,
                   without, recorded)
     ctx.models.append(model)
+    return model
+
+
+def declare_distributed(rank_size, stage_size, with_batch_dim=True, without_batch_dim_inputs=None,
+                        options=None):
+    """Declares this servable's model as one cut over rank_size agents in
+    stage_size pipeline stages (`cairn agent` processes holding the shards,
+    joining `cairn serve` at its --distributed-address) and returns its
+    Model, a stage of add_stage() like any other. options: the batching
+    settings of declare_model's ONNX models."""
+    ctx = _context()
+    what = "declare_servable"
+    if ctx.recording is not None:
+        raise RegisterError(f"{what}() belongs at the top of servable_config.py, not inside a method")
+    for name, value in (("rank_size", rank_size), ("stage_size", stage_size)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise RegisterError(f"{what}: {name} must be a positive int, not {value!r}")
+    if rank_size % stage_size != 0:
+        raise RegisterError(f"{what}: stage_size {stage_size} does not divide rank_size {rank_size}")
+    if any(m.model_format == "DISTRIBUTED" for m in ctx.models):
+        raise RegisterError(f"{what}: a servable has at most one distributed model")
+    model = declare_model(f"distributed[{rank_size}x{stage_size}]", "ONNX", with_batch_dim, options,
+                          without_batch_dim_inputs)
+    model.model_format = "DISTRIBUTED"
+    model.path = ""
+    model.rank_size = rank_size
+    model.stage_size = stage_size
     return model
 
 

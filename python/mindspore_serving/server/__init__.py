@@ -8,6 +8,7 @@ binary (see _launcher.py for what differs).
 """
 
 from . import register  # noqa: F401
+from . import distributed  # noqa: F401
 
 from ._launcher import (SSLConfig, ServableStartConfig, build_command, command_line,
                         find_binary, start_grpc_server, start_restful_server, start_servables,

@@ -178,7 +178,8 @@ def _parse_address(kind, address):
 
 
 def build_command(servable_configs, grpc_address=None, restful_address=None,
-                  restful_max_msg_mb_size=None, binary=None, grpc_max_msg_mb_size=None):
+                  restful_max_msg_mb_size=None, binary=None, grpc_max_msg_mb_size=None,
+                  distributed=None):
     """The `cairn serve` command line for these configs and addresses (a list).
 
     RuntimeError when the configs name more than one servable directory, the
@@ -214,6 +215,8 @@ def build_command(servable_configs, grpc_address=None, restful_address=None,
         cmd += ["--grpc-port", str(grpc[1])]
         if grpc_max_msg_mb_size is not None:
             cmd += ["--grpc-max-message-mb", str(grpc_max_msg_mb_size)]
+    if distributed is not None:
+        cmd += ["--distributed-address", distributed[0], "--wait-agents-seconds", str(distributed[1])]
     return cmd
 
 
@@ -228,6 +231,7 @@ class _State:
         self.child = None
         self.atexit_registered = False
         self.old_handlers = {}
+        self.distributed = None  # (address, wait seconds) once distributed.start_servable ran
 
 
 _state = _State()
@@ -238,7 +242,8 @@ def command_line():
     with _state.lock:
         return build_command(_state.configs, _state.grpc_address, _state.restful_address,
                              _state.restful_max_msg_mb_size,
-                             grpc_max_msg_mb_size=_state.grpc_max_msg_mb_size)
+                             grpc_max_msg_mb_size=_state.grpc_max_msg_mb_size,
+                             distributed=_state.distributed)
 
 
 def _stop_on_error(func):
