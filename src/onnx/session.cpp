@@ -206,7 +206,9 @@ void fuse_matmul_bias(Graph& graph, const std::vector<ValueInfo>& outputs, const
 template <class Values>
 void fuse_erf_gelu(Graph& graph, const std::vector<ValueInfo>& outputs, const std::unordered_map<std::string, int>& ids,
                       const Values& values) {
-  auto [readers, made_by] = value_uses(graph, outputs);
+  ValueUses uses = value_uses(graph, outputs);
+  auto& readers = uses.readers;
+  auto& made_by = uses.made_by;
   // The scalar float constant `name` holds, if it is one and near `want`.
   auto scalar_is = [&](const std::string& name, double want) {
     auto it = ids.find(name);
@@ -269,7 +271,9 @@ void fuse_erf_gelu(Graph& graph, const std::vector<ValueInfo>& outputs, const st
 // over the tensor instead of three). Runs after fuse_erf_gelu, so exported
 // GELU chains fuse too.
 void fuse_activation(Graph& graph, const std::vector<ValueInfo>& outputs) {
-  auto [readers, made_by] = value_uses(graph, outputs);
+  ValueUses uses = value_uses(graph, outputs);
+  auto& readers = uses.readers;
+  auto& made_by = uses.made_by;
   const std::string key(kFusedActivationAttr);
   std::vector<bool> drop(graph.nodes.size(), false);
   for (size_t i = 0; i < graph.nodes.size(); ++i) {
