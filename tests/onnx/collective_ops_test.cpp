@@ -8,7 +8,6 @@
 
 #include <cmath>
 #include <functional>
-#include <random>
 #include <thread>
 
 #include "onnx/session.h"
@@ -21,13 +20,7 @@ using test::floats;
 using test::ModelBuilder;
 using test::to_floats;
 
-std::vector<float> random_floats(size_t n, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> d(-1, 1);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(rng);
-  return v;
-}
+std::vector<float> random_floats(size_t n, unsigned seed) { return test::random_floats(n, -1, 1, seed); }
 
 ModelBuilder with_cairn_domain() {
   ModelBuilder b;

@@ -7,7 +7,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <random>
 
 #include "onnx/session.h"
 #include "onnx_test_models.h"
@@ -17,15 +16,8 @@ namespace {
 
 using test::floats;
 using test::ModelBuilder;
+using test::random_floats;
 using test::to_floats;
-
-std::vector<float> random_floats(size_t n, float lo, float hi, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> d(lo, hi);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(rng);
-  return v;
-}
 
 std::vector<values::Tensor> run_model(const ModelBuilder& b, const values::Tensor& x) {
   auto s = Session::load_bytes(b.bytes(), "", SessionOptions{});

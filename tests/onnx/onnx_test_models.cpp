@@ -4,6 +4,7 @@
 #include "onnx_test_models.h"
 
 #include <cstring>
+#include <random>
 
 #include "onnx/tensor.h"
 
@@ -239,6 +240,14 @@ SessionOptions fake_options() {
 
 values::Tensor floats(const std::vector<float>& v, std::vector<int64_t> shape) {
   return values::make_tensor(v, std::move(shape));
+}
+
+std::vector<float> random_floats(size_t n, float lo, float hi, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> d(lo, hi);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng);
+  return v;
 }
 
 std::vector<float> to_floats(const values::Tensor& t) {

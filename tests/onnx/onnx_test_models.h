@@ -93,5 +93,7 @@ SessionOptions fake_options();
 
 values::Tensor floats(const std::vector<float>& v, std::vector<int64_t> shape);
 std::vector<float> to_floats(const values::Tensor& t);
+// n floats uniform in [lo, hi), the same for the same seed.
+std::vector<float> random_floats(size_t n, float lo, float hi, unsigned seed);
 
 }  // namespace cairn::onnx::test
