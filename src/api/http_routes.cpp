@@ -156,8 +156,14 @@ Result<HttpRoutes::Outcome> HttpRoutes::health(const HttpRequest&, const char*) 
                       : h.state == serving::HealthState::Loading ? "loading"
                                                                   : "draining";
   if (draining_) state = "draining";
-  const bool ok = h.state == serving::HealthState::Ready && !draining_;
+  bool ok = h.state == serving::HealthState::Ready && !draining_;
+  const std::string unavailable = ok && opt_.unavailable ? opt_.unavailable() : std::string();
+  if (!unavailable.empty()) {
+    state = "unavailable";
+    ok = false;
+  }
   json body = {{"status", state}, {"running", h.running}, {"waiting", h.waiting}};
+  if (!unavailable.empty()) body["reason"] = unavailable;
   if (servables_) {
     // A servable whose config failed to load is reported here; the others serve on.
     json list = json::array();

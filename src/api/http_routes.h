@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <mutex>
+#include <functional>
 #include <string>
 #include <utility>
 #include <variant>
@@ -46,6 +47,10 @@ struct HttpRoutesOptions {
   ParseLimits limits;
   int retry_after_s = 1;    // Retry-After on 503
   ServableJsonLimits servable_limits;
+  // Why a part the server depends on cannot serve now ("" when it can): a
+  // distributed servable missing agents. Non-empty makes /health a 503
+  // with status "unavailable" and this reason. Called from I/O threads.
+  std::function<std::string()> unavailable;
 };
 
 // A generation request that passed validation, with the route it came from.

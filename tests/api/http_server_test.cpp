@@ -312,6 +312,25 @@ TEST_F(ServerTest, ApiKeyGuardsEverythingButHealth) {
   EXPECT_EQ(status_of(exchange(post("/v1/completions", body, "Authorization: Bearer sk-secret\r\n"))), 200);
 }
 
+// A part the server depends on (a distributed servable's agents) that cannot
+// serve makes /health a 503 that says why, and 200 again once it can.
+TEST_F(ServerTest, HealthReportsAnUnavailablePart) {
+  ServerOptions o;
+  auto reason = std::make_shared<std::string>("distributed model: waiting for agent ranks 3");
+  o.routes.unavailable = [reason] { return *reason; };
+  start(o);
+  auto down = exchange(get("/health"));
+  EXPECT_EQ(status_of(down), 503);
+  EXPECT_TRUE(has_header(down, "Retry-After: 1"));
+  const json j = json::parse(body_of(down));
+  EXPECT_EQ(j["status"], "unavailable");
+  EXPECT_EQ(j["reason"], *reason);
+  reason->clear();
+  auto up = exchange(get("/health"));
+  EXPECT_EQ(status_of(up), 200);
+  EXPECT_FALSE(json::parse(body_of(up)).contains("reason"));
+}
+
 TEST_F(ServerTest, CorsOffByDefault) {
   start();
   auto r = exchange(get("/v1/models", "Origin: http://evil.example\r\n"));

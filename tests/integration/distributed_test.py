@@ -13,6 +13,7 @@ Run by ctest with /usr/bin/python3; exit code 77 (skipped) when something it
 needs is absent.
 """
 
+import json
 import os
 import re
 import signal
@@ -22,6 +23,8 @@ import tempfile
 import textwrap
 import time
 import unittest
+import urllib.error
+import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from servables_test import CAIRN_BIN, REPO, Server, skip  # noqa: E402
@@ -77,8 +80,18 @@ class Worker(Server):
         self.lines = []
         self.events = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
+        self.http = self.wait_for(r"listening on http://([\d.]+:\d+)").group(1)
         self.grpc = self.wait_for(r"grpc listening on ([\d.]+:\d+)").group(1)
         self.dist = "127.0.0.1:" + self.wait_for(r"distributed worker listening on \S+ \(port (\d+)\)").group(1)
+
+
+def health(worker):
+    """(HTTP status, body) of the worker's /health."""
+    try:
+        with urllib.request.urlopen("http://%s/health" % worker.http, timeout=10) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
 
 
 def start_agent(dist, rank, model):
@@ -219,7 +232,12 @@ class Faults(unittest.TestCase):
         self.agents[1].wait()
         result = self.fails_within(10)
         self.assertRegex(error_of(result) or "", r"not available|left|agent")
+        code, body = health(self.worker)
+        self.assertEqual(code, 503, body)
+        self.assertEqual(body["status"], "unavailable")
+        self.assertIn("waiting for agent ranks 1", body["reason"])
         self.comes_back()
+        self.assertEqual(health(self.worker)[0], 200)
         self.assertRegex(self.worker.log(), r"agent rank 1 left")
 
     def test_hung_agent(self):

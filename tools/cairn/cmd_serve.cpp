@@ -127,6 +127,13 @@ Status serve(ServeArgs a) {
     ro.version.distributed_session = [a, worker](const servable::ModelDecl& d) {
       return distributed_session(a, *worker, d);
     };
+    // Set before the HTTP server starts; the coordinator appears later, when
+    // the servable loads (and the server does not read it before then).
+    a.server.routes.unavailable = [w = std::weak_ptr<DistributedWorker>(worker)]() -> std::string {
+      auto worker = w.lock();
+      if (!worker || !worker->coordinator || worker->coordinator->ready()) return "";
+      return "distributed model: " + worker->coordinator->state();
+    };
     auto opened = servable::Repository::open(std::move(ro));
     if (!opened.is_ok()) return opened.status();
     repo = std::move(opened.value());
