@@ -76,7 +76,8 @@ class Agent {
     so.threads = o_.threads;
     so.group = slot_;
     auto loaded = onnx::Session::load(o_.model_file, so);
-    if (!loaded.is_ok()) return Status::invalid_argument(o_.model_file + ": " + loaded.status().message());
+    if (!loaded.is_ok())
+      return Status::invalid_argument("agent rank " + std::to_string(o_.rank) + ": " + loaded.status().message());
     session_ = std::move(*loaded);
     const uint64_t rss = resident_bytes();
     spdlog::info("agent rank {}: model {} loaded, {} MiB resident", o_.rank, o_.model_file, rss >> 20);
