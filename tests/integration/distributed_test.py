@@ -15,7 +15,6 @@ needs is absent.
 
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -70,18 +69,9 @@ def make_servable(root, ranks, stages):
 class Worker(Server):
     """`cairn serve` as a distributed worker: ready only once the agents are in."""
 
-    def __init__(self, servable_dir):  # noqa: D107 (Server's reader, without waiting for ready)
-        import queue
-        import threading
-        self.proc = subprocess.Popen(
-            [CAIRN_BIN, "serve", "--servable-dir", servable_dir, "--port", "0", "--grpc-port", "0",
-             "--threads", "1", "--distributed-address", "127.0.0.1:0", "--wait-agents-seconds", "120"],
-            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
-        self.lines = []
-        self.events = queue.Queue()
-        threading.Thread(target=self._read, daemon=True).start()
-        self.http = self.wait_for(r"listening on http://([\d.]+:\d+)").group(1)
-        self.grpc = self.wait_for(r"grpc listening on ([\d.]+:\d+)").group(1)
+    def __init__(self, servable_dir):
+        super().__init__(servable_dir, "--distributed-address", "127.0.0.1:0", "--wait-agents-seconds", "120",
+                         ready=False)
         self.dist = "127.0.0.1:" + self.wait_for(r"distributed worker listening on \S+ \(port (\d+)\)").group(1)
 
 

@@ -56,9 +56,10 @@ from mindspore_serving.client import Client as MsClient  # noqa: E402
 
 
 class Server:
-    """`cairn serve --servable-dir DIR` on free ports; stderr kept for checks."""
+    """`cairn serve --servable-dir DIR` on free ports; stderr kept for checks.
+    ready=False returns once it listens, before its servables have loaded."""
 
-    def __init__(self, servable_dir, *extra):
+    def __init__(self, servable_dir, *extra, ready=True):
         self.proc = subprocess.Popen(
             [CAIRN_BIN, "serve", "--servable-dir", servable_dir, "--port", "0", "--grpc-port", "0",
              "--threads", "1", "--stage-timeout", "3", "--version-poll", "0.2", *extra],
@@ -68,7 +69,8 @@ class Server:
         threading.Thread(target=self._read, daemon=True).start()
         self.http = self.wait_for(r"listening on http://([\d.]+:\d+)").group(1)
         self.grpc = self.wait_for(r"grpc listening on ([\d.]+:\d+)").group(1)
-        self.wait_for(r"cairn: ready")
+        if ready:
+            self.wait_for(r"cairn: ready")
 
     def _read(self):
         for line in self.proc.stderr:
