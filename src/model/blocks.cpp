@@ -82,7 +82,39 @@ Result<std::vector<float>> find_vector(const gguf::File& f, const std::string& n
   return out;
 }
 
-Result<DecoderWeights> load_decoder_weights(const gguf::File& f, const HParams& hp, bool qkv_bias) {
+namespace {
+
+// Rows [begin, begin + n) of m: a view into the same memory.
+kernels::WeightMatrix rows_of(kernels::WeightMatrix m, int64_t begin, int64_t n) {
+  m.data = static_cast<const uint8_t*>(m.data) + (size_t)begin * m.row_stride;
+  m.rows = n;
+  return m;
+}
+
+// Columns [begin, begin + n) of every row: a strided view (the kernels step
+// rows by row_stride), possible only on whole blocks of the type.
+Result<kernels::WeightMatrix> cols_of(kernels::WeightMatrix m, int64_t begin, int64_t n,
+                                      const std::string& name) {
+  const TypeInfo& ti = type_info(m.type);
+  if (begin % ti.block_elems != 0 || n % ti.block_elems != 0)
+    return Status::error("tensor '" + name + "' (" + std::string(ti.name) + ", blocks of " +
+                         std::to_string(ti.block_elems) + ") cannot be cut at columns [" +
+                         std::to_string(begin) + ", " + std::to_string(begin + n) +
+                         "): use fewer tensor-parallel ranks");
+  m.data = static_cast<const uint8_t*>(m.data) + *row_bytes(m.type, begin);
+  m.cols = n;
+  return m;
+}
+
+std::vector<float> slice(const std::vector<float>& v, int64_t begin, int64_t n) {
+  return std::vector<float>(v.begin() + begin, v.begin() + begin + n);
+}
+
+}  // namespace
+
+Result<DecoderWeights> load_decoder_weights(const gguf::File& f, const HParams& hp, bool qkv_bias,
+                                            const ShardSpec& shard) {
+  CAIRN_ASSIGN_OR_RETURN(const HParams local, shard_hparams(hp, shard));
   DecoderWeights w;
   TensorSizes sizes;
   sizes.embd = hp.n_embd;
@@ -98,32 +130,53 @@ Result<DecoderWeights> load_decoder_weights(const gguf::File& f, const HParams& 
   const auto vector = [&](TensorRole role, int64_t layer = -1) {
     return find_vector(f, tensor_name(role, layer), sizes.of(tensor_spec(role).cols));
   };
+  // This rank's share of the heads and of the FFN (the whole of them unless
+  // the model is cut for tensor parallelism).
+  const int64_t nq = local.n_head * hp.head_dim, q0 = shard.tp_rank * nq;
+  const int64_t nkv = local.kv_row_elems(), kv0 = shard.tp_rank * nkv;
+  const int64_t nff = local.n_ff, ff0 = shard.tp_rank * nff;
+  const bool last_stage = shard.layer_begin + local.n_layer == hp.n_layer;
 
   using R = TensorRole;
   CAIRN_ASSIGN_OR_RETURN(w.tok_embd, matrix(R::TokEmbd));
-  CAIRN_ASSIGN_OR_RETURN(w.output_norm, vector(R::OutputNorm));
-  if (hp.tied_output) {
-    w.output = w.tok_embd;
-  } else {
-    CAIRN_ASSIGN_OR_RETURN(w.output, matrix(R::Output));
+  if (last_stage) {
+    CAIRN_ASSIGN_OR_RETURN(w.output_norm, vector(R::OutputNorm));
+    if (hp.tied_output) {
+      w.output = w.tok_embd;
+    } else {
+      CAIRN_ASSIGN_OR_RETURN(w.output, matrix(R::Output));
+    }
+    const auto [v0, v1] = vocab_range(hp.n_vocab, shard.tp_rank, shard.tp_size);
+    w.output = rows_of(w.output, v0, v1 - v0);
   }
-  w.layers.resize((size_t)hp.n_layer);
-  for (int64_t il = 0; il < hp.n_layer; ++il) {
-    LayerWeights& l = w.layers[(size_t)il];
+  w.layers.resize((size_t)local.n_layer);
+  for (int64_t i = 0; i < local.n_layer; ++i) {
+    const int64_t il = shard.layer_begin + i;
+    LayerWeights& l = w.layers[(size_t)i];
     CAIRN_ASSIGN_OR_RETURN(l.attn_norm, vector(R::AttnNorm, il));
     CAIRN_ASSIGN_OR_RETURN(l.attn.wq, matrix(R::AttnQ, il));
     CAIRN_ASSIGN_OR_RETURN(l.attn.wk, matrix(R::AttnK, il));
     CAIRN_ASSIGN_OR_RETURN(l.attn.wv, matrix(R::AttnV, il));
     CAIRN_ASSIGN_OR_RETURN(l.attn.wo, matrix(R::AttnOutput, il));
+    l.attn.wq = rows_of(l.attn.wq, q0, nq);
+    l.attn.wk = rows_of(l.attn.wk, kv0, nkv);
+    l.attn.wv = rows_of(l.attn.wv, kv0, nkv);
+    CAIRN_ASSIGN_OR_RETURN(l.attn.wo, cols_of(l.attn.wo, q0, nq, tensor_name(R::AttnOutput, il)));
     if (qkv_bias) {
       CAIRN_ASSIGN_OR_RETURN(l.attn.bq, vector(R::AttnQBias, il));
       CAIRN_ASSIGN_OR_RETURN(l.attn.bk, vector(R::AttnKBias, il));
       CAIRN_ASSIGN_OR_RETURN(l.attn.bv, vector(R::AttnVBias, il));
+      l.attn.bq = slice(l.attn.bq, q0, nq);
+      l.attn.bk = slice(l.attn.bk, kv0, nkv);
+      l.attn.bv = slice(l.attn.bv, kv0, nkv);
     }
     CAIRN_ASSIGN_OR_RETURN(l.ffn_norm, vector(R::FfnNorm, il));
     CAIRN_ASSIGN_OR_RETURN(l.ffn.gate, matrix(R::FfnGate, il));
     CAIRN_ASSIGN_OR_RETURN(l.ffn.up, matrix(R::FfnUp, il));
     CAIRN_ASSIGN_OR_RETURN(l.ffn.down, matrix(R::FfnDown, il));
+    l.ffn.gate = rows_of(l.ffn.gate, ff0, nff);
+    l.ffn.up = rows_of(l.ffn.up, ff0, nff);
+    CAIRN_ASSIGN_OR_RETURN(l.ffn.down, cols_of(l.ffn.down, ff0, nff, tensor_name(R::FfnDown, il)));
   }
   return w;
 }

@@ -47,13 +47,16 @@ struct LayerWeights {
 struct DecoderWeights {
   kernels::WeightMatrix tok_embd;
   std::vector<float> output_norm;
-  kernels::WeightMatrix output;  // == tok_embd when hp.tied_output
+  kernels::WeightMatrix output;  // == tok_embd when hp.tied_output; a shard's vocabulary rows
   std::vector<LayerWeights> layers;
 };
 
 // Loads the llama-style tensor set, named and shaped as model/tensor_names.h
-// says; `qkv_bias` requires the Q/K/V biases as well.
-Result<DecoderWeights> load_decoder_weights(const gguf::File& f, const HParams& hp, bool qkv_bias);
+// says; `qkv_bias` requires the Q/K/V biases as well. A shard gets its
+// stage's layers only (the output norm and head only on the last stage) and
+// views of its slices of each matrix (model.h's ShardSpec): nothing is copied.
+Result<DecoderWeights> load_decoder_weights(const gguf::File& f, const HParams& hp, bool qkv_bias,
+                                            const ShardSpec& shard = {});
 
 // ---- activations ------------------------------------------------------------
 

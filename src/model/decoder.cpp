@@ -3,6 +3,7 @@
 // attention with RoPE and GQA, SwiGLU FFN, residual adds, output head (tied to
 // the embedding when output.weight is absent). Architectures differ only in
 // the facts DecoderOptions carries, so each stays a few lines.
+#include <algorithm>
 #include <array>
 #include <memory>
 
@@ -14,36 +15,74 @@ namespace {
 
 class DecoderModel final : public Model {
  public:
-  DecoderModel(std::shared_ptr<const gguf::File> file, HParams hp, DecoderWeights w, int n_threads)
-      : Model(std::move(hp)), file_(std::move(file)), w_(std::move(w)), pool_(n_threads) {}
+  DecoderModel(std::shared_ptr<const gguf::File> file, HParams hp, HParams local, ShardSpec shard,
+               DecoderWeights w, int n_threads)
+      : Model(std::move(hp), shard),
+        local_(std::move(local)),
+        file_(std::move(file)),
+        w_(std::move(w)),
+        pool_(n_threads) {
+    out_hp_ = local_;
+    out_hp_.n_vocab = w_.output.rows;
+  }
 
   Status forward(const Batch& batch, KvView& kv, Logits& out) override {
-    CAIRN_RETURN_IF_ERROR(validate_batch(hparams_, batch, kv));
-    const HParams& hp = hparams_;
+    return forward_stage(batch, kv, StageIo{}, out);
+  }
+
+  Status forward_stage(const Batch& batch, KvView& kv, const StageIo& io, Logits& out) override {
+    CAIRN_RETURN_IF_ERROR(validate_batch(local_, batch, kv));
+    const bool first = shard_.layer_begin == 0;
+    const bool last = shard_.layer_begin + local_.n_layer == hparams_.n_layer;
+    if (!first && !io.hidden_in) return Status::error("a later pipeline stage needs the previous stage's rows");
+    if (!last && !io.hidden_out) return Status::error("an earlier pipeline stage needs somewhere to put its rows");
+    const bool tp = shard_.tp_size > 1;
+    if (tp && !io.comm) return Status::error("a tensor-parallel shard needs its ranks' collectives");
+    const HParams& hp = local_;
     const int64_t T = (int64_t)batch.size();
     ws_.reserve(hp, T);
-    embed(w_.tok_embd, batch, ws_.x.data());
+    if (first) {
+      embed(w_.tok_embd, batch, ws_.x.data());
+    } else {
+      std::copy_n(io.hidden_in, (size_t)(T * hp.n_embd), ws_.x.data());
+    }
     rope_tables(hp, batch, ws_, pool_);
+    // The row-parallel projections (output and down) leave each rank a
+    // partial sum of the whole product: the ranks add theirs up.
+    const auto reduce = [&](int64_t rows) -> Status {
+      return tp ? io.comm->all_reduce_sum(ws_.tmp.data(), (size_t)(rows * hp.n_embd)) : Status::ok();
+    };
     // Each block names the weights the next projection reads (a memory hint).
     const auto qkv = [](const LayerWeights& l) {
       return std::array<const kernels::WeightMatrix*, 3>{&l.attn.wq, &l.attn.wk, &l.attn.wv};
     };
     const std::array<const kernels::WeightMatrix*, 1> output = {&w_.output};
-    for (int il = 0; il < (int)hp.n_layer; ++il) {
+    const int n_layer = (int)hp.n_layer;
+    for (int il = 0; il < n_layer; ++il) {
       const LayerWeights& l = w_.layers[(size_t)il];
       const std::array<const kernels::WeightMatrix*, 2> gate_up = {&l.ffn.gate, &l.ffn.up};
       attention(hp, l.attn, l.attn_norm, il, batch, kv, ws_, pool_, gate_up);
+      CAIRN_RETURN_IF_ERROR(reduce(T));
       add_rows(ws_.x.data(), ws_.tmp.data(), T, hp.n_embd, pool_);
-      const int64_t n = il + 1 == (int)hp.n_layer ? keep_output_rows(batch, ws_, hp.n_embd) : T;
-      if (il + 1 < (int)hp.n_layer) {
+      const int64_t n =
+          last && il + 1 == n_layer ? keep_output_rows(batch, ws_, hp.n_embd) : T;
+      if (il + 1 < n_layer) {
         ffn_swiglu(hp, l.ffn, l.ffn_norm, n, ws_, pool_, qkv(w_.layers[(size_t)il + 1]));
       } else {
         ffn_swiglu(hp, l.ffn, l.ffn_norm, n, ws_, pool_, output);
       }
+      CAIRN_RETURN_IF_ERROR(reduce(n));
       add_rows(ws_.x.data(), ws_.tmp.data(), n, hp.n_embd, pool_);
     }
-    output_logits(hp, w_, batch, ws_, pool_, out, qkv(w_.layers[0]));
-    return Status::ok();
+    if (!last) {
+      io.hidden_out->assign(ws_.x.begin(), ws_.x.begin() + T * hp.n_embd);
+      return Status::ok();
+    }
+    if (!tp) {
+      output_logits(hp, w_, batch, ws_, pool_, out, qkv(w_.layers[0]));
+      return Status::ok();
+    }
+    return gather_logits(batch, *io.comm, out);
   }
 
   std::vector<std::span<const uint8_t>> weight_streams() const override {
@@ -53,15 +92,44 @@ class DecoderModel final : public Model {
            {&l.attn.wq, &l.attn.wk, &l.attn.wv, &l.attn.wo, &l.ffn.gate, &l.ffn.up, &l.ffn.down})
         s.push_back(kernels::weight_stream(*m));
     }
-    s.push_back(kernels::weight_stream(w_.output));
+    if (w_.output.rows > 0) s.push_back(kernels::weight_stream(w_.output));
     return s;
   }
 
  private:
+  // Each rank's logits for its vocabulary range, padded to one chunk per
+  // rank, gathered and laid out as the whole vocabulary's rows.
+  Status gather_logits(const Batch& batch, ShardComm& comm, Logits& out) {
+    output_logits(out_hp_, w_, batch, ws_, pool_, local_logits_, {});
+    const int64_t R = (int64_t)local_logits_.rows();
+    const int64_t V = hparams_.n_vocab;
+    const int tp = shard_.tp_size;
+    const int64_t chunk = vocab_range(V, 0, tp).second;
+    padded_.assign((size_t)(R * chunk), 0.0f);
+    for (int64_t r = 0; r < R; ++r)
+      std::copy_n(local_logits_.data.data() + r * out_hp_.n_vocab, out_hp_.n_vocab,
+                  padded_.data() + r * chunk);
+    gathered_.resize((size_t)(tp * R * chunk));
+    CAIRN_RETURN_IF_ERROR(comm.all_gather(padded_.data(), padded_.size(), gathered_.data()));
+    out.n_vocab = V;
+    out.batch_index = local_logits_.batch_index;
+    out.data.resize((size_t)(R * V));
+    for (int rank = 0; rank < tp; ++rank) {
+      const auto [v0, v1] = vocab_range(V, rank, tp);
+      for (int64_t r = 0; r < R; ++r)
+        std::copy_n(gathered_.data() + ((int64_t)rank * R + r) * chunk, v1 - v0,
+                    out.data.data() + r * V + v0);
+    }
+    return Status::ok();
+  }
+  HParams local_;   // this shard's layers, heads and FFN width (the whole model's when not cut)
+  HParams out_hp_;  // local_ with n_vocab = this shard's vocabulary rows
   std::shared_ptr<const gguf::File> file_;  // the weights point into its mapping
   DecoderWeights w_;
   ThreadPool pool_;
   Workspace ws_;
+  Logits local_logits_;
+  std::vector<float> padded_, gathered_;
 };
 
 }  // namespace
@@ -69,29 +137,39 @@ class DecoderModel final : public Model {
 Result<std::unique_ptr<Model>> load_decoder(std::shared_ptr<const gguf::File> file, HParams hp,
                                             const LoadOptions& options,
                                             const DecoderOptions& decoder) {
-  auto w = load_decoder_weights(*file, hp, decoder.qkv_bias);
+  const ShardSpec& shard = options.shard;
+  auto local = shard_hparams(hp, shard);
+  if (!local) return local.status();
+  auto w = load_decoder_weights(*file, hp, decoder.qkv_bias, shard);
   if (!w) return w.status();
+  const bool first = shard.layer_begin == 0;
+  const bool whole = first && local->n_layer == hp.n_layer && shard.tp_size == 1;
   // Repacked copies for the fastest kernels of this CPU; the embedding table
   // is only ever read a row at a time, so it stays as mapped.
   // Once packed, a matrix's mapped bytes are never read again (get_row reads
   // only the embedding table, which a tied output shares), so they leave
-  // resident memory instead of doubling the model's footprint.
+  // resident memory instead of doubling the model's footprint. A shard's
+  // column slices span its rows' whole extent in the file.
   const auto prepare = [&](kernels::WeightMatrix& m, bool keep_mapped) {
-    file->prefetch_pages(m.data, m.row_stride * (size_t)m.rows);
+    if (m.rows == 0) return;
+    const size_t extent = m.row_stride * (size_t)(m.rows - 1) + *row_bytes(m.type, m.cols);
+    file->prefetch_pages(m.data, extent);
     kernels::prepare_weight(m);
-    if (m.packed && !keep_mapped) file->drop_pages(m.data, m.row_stride * (size_t)m.rows);
+    if (m.packed && !keep_mapped) file->drop_pages(m.data, extent);
   };
   for (LayerWeights& l : w->layers) {
     for (kernels::WeightMatrix* m :
          {&l.attn.wq, &l.attn.wk, &l.attn.wv, &l.attn.wo, &l.ffn.gate, &l.ffn.up, &l.ffn.down})
       prepare(*m, false);
   }
-  prepare(w->output, hp.tied_output);
+  prepare(w->output, hp.tied_output && first);
   // Decode reads one embedding row per token, likely on an untouched page:
   // fault the table in now, not one page per decode step (docs/performance.md).
-  file->prefetch_pages(w->tok_embd.data, w->tok_embd.row_stride * (size_t)w->tok_embd.rows);
-  return std::unique_ptr<Model>(
-      new DecoderModel(std::move(file), std::move(hp), std::move(*w), options.n_threads));
+  // A shard leaves it to be paged in as tokens use it: its memory is its share.
+  if (whole)
+    file->prefetch_pages(w->tok_embd.data, w->tok_embd.row_stride * (size_t)w->tok_embd.rows);
+  return std::unique_ptr<Model>(new DecoderModel(std::move(file), std::move(hp), std::move(*local),
+                                                 shard, std::move(*w), options.n_threads));
 }
 
 }  // namespace cairn::model

@@ -1,6 +1,7 @@
 // model/model.cpp — hyper-parameters from GGUF metadata, the architecture table, Model::load.
 #include "model/model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -176,6 +177,68 @@ Result<HParams> Model::read_hparams(const gguf::File& file) {
   hp.n_vocab = embd->dims[1];
   hp.tied_output = file.find_tensor(tensor_name(TensorRole::Output)) == nullptr;
   return hp;
+}
+
+Status Model::forward_stage(const Batch&, KvView&, const StageIo&, Logits&) {
+  return Status::error("this model cannot run as a shard");
+}
+
+kv::KvShape Model::kv_shape() const {
+  auto local = shard_hparams(hparams_, shard_);
+  return local.is_ok() ? local->kv_shape() : hparams_.kv_shape();
+}
+
+Result<HParams> shard_hparams(const HParams& hp, const ShardSpec& s) {
+  const int64_t end = s.layer_end < 0 ? hp.n_layer : s.layer_end;
+  if (s.layer_begin < 0 || s.layer_begin >= end || end > hp.n_layer)
+    return Status::error("layers [" + std::to_string(s.layer_begin) + ", " + std::to_string(end) +
+                         ") are not a range of the model's " + std::to_string(hp.n_layer));
+  if (s.tp_size < 1 || s.tp_rank < 0 || s.tp_rank >= s.tp_size)
+    return Status::error("tensor-parallel rank " + std::to_string(s.tp_rank) + " of " +
+                         std::to_string(s.tp_size) + " is out of range");
+  const auto divides = [&](int64_t n, const char* what) -> Status {
+    if (n % s.tp_size == 0) return Status::ok();
+    return Status::error(std::string("the model's ") + what + " (" + std::to_string(n) +
+                         ") cannot be split over " + std::to_string(s.tp_size) +
+                         " tensor-parallel ranks");
+  };
+  CAIRN_RETURN_IF_ERROR(divides(hp.n_head, "attention heads"));
+  CAIRN_RETURN_IF_ERROR(divides(hp.n_head_kv, "K/V heads"));
+  CAIRN_RETURN_IF_ERROR(divides(hp.n_ff, "feed-forward width"));
+  if (vocab_range(hp.n_vocab, s.tp_size - 1, s.tp_size).first >= hp.n_vocab)
+    return Status::error("a vocabulary of " + std::to_string(hp.n_vocab) + " cannot be split over " +
+                         std::to_string(s.tp_size) + " ranks");
+  HParams local = hp;
+  local.n_layer = end - s.layer_begin;
+  local.n_head = hp.n_head / s.tp_size;
+  local.n_head_kv = hp.n_head_kv / s.tp_size;
+  local.n_ff = hp.n_ff / s.tp_size;
+  return local;
+}
+
+Result<ShardSpec> shard_for_rank(const HParams& hp, int rank, int rank_size, int stage_size) {
+  if (stage_size < 1 || rank_size < stage_size || rank_size % stage_size != 0 || rank < 0 ||
+      rank >= rank_size)
+    return Status::error("rank " + std::to_string(rank) + " of " + std::to_string(rank_size) +
+                         " in " + std::to_string(stage_size) + " stages is not a valid layout");
+  if (stage_size > hp.n_layer)
+    return Status::error("the model's " + std::to_string(hp.n_layer) + " layers cannot fill " +
+                         std::to_string(stage_size) + " pipeline stages");
+  const int per_stage = rank_size / stage_size;
+  const int stage = rank / per_stage;
+  ShardSpec s;
+  s.tp_rank = rank % per_stage;
+  s.tp_size = per_stage;
+  s.layer_begin = stage * hp.n_layer / stage_size;
+  s.layer_end = (stage + 1) * hp.n_layer / stage_size;
+  CAIRN_RETURN_IF_ERROR(shard_hparams(hp, s).status());
+  return s;
+}
+
+std::pair<int64_t, int64_t> vocab_range(int64_t n_vocab, int tp_rank, int tp_size) {
+  const int64_t chunk = (n_vocab + tp_size - 1) / tp_size;
+  const int64_t begin = std::min<int64_t>(n_vocab, chunk * tp_rank);
+  return {begin, std::min<int64_t>(n_vocab, begin + chunk)};
 }
 
 Result<std::unique_ptr<Model>> Model::load(std::shared_ptr<const gguf::File> file,

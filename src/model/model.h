@@ -11,6 +11,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "core/status.h"
@@ -82,8 +83,43 @@ struct Logits {
   }
 };
 
+// One agent's part of a model cut for tensor and pipeline parallelism
+// (src/distributed): the layers of its pipeline stage and, in each, its
+// tensor-parallel rank's slice: query and K/V heads [r * n / tp, (r + 1) * n
+// / tp) (rows of Q/K/V, columns of the output projection), the same share of
+// the FFN (rows of gate and up, columns of down), and a contiguous range of
+// the vocabulary (rows of the output head). The default is the whole model.
+struct ShardSpec {
+  int tp_rank = 0;
+  int tp_size = 1;
+  int64_t layer_begin = 0;
+  int64_t layer_end = -1;  // -1: through the last layer
+};
+
+// Collectives over the tensor-parallel ranks of one stage (rank order).
+class ShardComm {
+ public:
+  virtual ~ShardComm() = default;
+  // data[i] = the sum over ranks of their data[i].
+  virtual Status all_reduce_sum(float* data, size_t n) = 0;
+  // out[r * n + i] = rank r's in[i].
+  virtual Status all_gather(const float* in, size_t n, float* out) = 0;
+};
+
+// What a shard's forward takes and gives besides the batch and its K/V.
+struct StageIo {
+  // The residual rows [T, n_embd] the previous stage made; null on the first
+  // stage, which embeds the batch's tokens.
+  const float* hidden_in = nullptr;
+  // Every stage but the last: receives the rows [T, n_embd] for the next
+  // one (and no logits are made).
+  std::vector<float>* hidden_out = nullptr;
+  ShardComm* comm = nullptr;  // required when the shard's tp_size > 1
+};
+
 struct LoadOptions {
   int n_threads = 0;  // threads of the model's kernel pool, caller included; <=0: hardware
+  ShardSpec shard;    // the whole model unless set
 };
 
 class Model {
@@ -106,6 +142,18 @@ class Model {
   // view's capacity, malformed batch) are reported before any K/V is written.
   virtual Status forward(const Batch& batch, KvView& kv, Logits& out) = 0;
 
+  // A shard's part of a forward (see ShardSpec): the first stage embeds the
+  // tokens, the others start from io.hidden_in; the last stage fills `out`
+  // with the whole vocabulary's logits (gathered from its tensor-parallel
+  // ranks), the others io.hidden_out. `kv` holds this shard's layers and K/V
+  // heads only (kv_shape()). A model that cannot be cut says so.
+  virtual Status forward_stage(const Batch& batch, KvView& kv, const StageIo& io, Logits& out);
+
+  // The shard this model was loaded as, and the K/V geometry it computes with
+  // (the whole model's hparams().kv_shape() unless it is a shard).
+  const ShardSpec& shard() const { return shard_; }
+  kv::KvShape kv_shape() const;
+
   // The bytes one token's forward reads from its weight matrices (packed
   // copies where they exist), in the forward's order; the embedding table,
   // read one row per token, is left out (a tied output head, read whole, is
@@ -114,12 +162,29 @@ class Model {
   virtual std::vector<std::span<const uint8_t>> weight_streams() const = 0;
 
  protected:
-  explicit Model(HParams hp) : hparams_(std::move(hp)) {}
+  explicit Model(HParams hp, ShardSpec shard = {}) : hparams_(std::move(hp)), shard_(shard) {}
   HParams hparams_;
+  ShardSpec shard_;
 };
 
 // Names of the architectures load() understands ("llama", "qwen2", ...).
 std::vector<std::string_view> supported_architectures();
+
+// The hyper-parameters one shard computes with: its stage's layer count, its
+// heads and FFN width (n_vocab stays the whole vocabulary's). Errors (one
+// line) when the model cannot be cut so: heads or FFN width not divisible by
+// tp_size, a layer range outside the model, a vocabulary smaller than tp_size.
+Result<HParams> shard_hparams(const HParams& hp, const ShardSpec& shard);
+
+// Agent `rank` of rank_size in stage_size pipeline stages (MindSpore's
+// layout: stage = rank / (rank_size / stage_size), tensor-parallel rank the
+// remainder); stage s holds layers [s * n_layer / S, (s + 1) * n_layer / S).
+// Errors as shard_hparams, and when there are more stages than layers.
+Result<ShardSpec> shard_for_rank(const HParams& hp, int rank, int rank_size, int stage_size);
+
+// The vocabulary rows [begin, end) of rank tp_rank's output head: chunks of
+// ceil(n_vocab / tp_size), the last one shorter.
+std::pair<int64_t, int64_t> vocab_range(int64_t n_vocab, int tp_rank, int tp_size);
 
 }  // namespace model
 }  // namespace cairn

@@ -76,7 +76,7 @@ Result<std::unique_ptr<LocalBackend>> LocalBackend::create(const LocalBackendOpt
 
   std::unique_ptr<LocalBackend> b(new LocalBackend());
   b->options_ = options;
-  auto loaded = model::load_model(options.model_path, model::LoadOptions{options.threads});
+  auto loaded = model::load_model(options.model_path, model::LoadOptions{options.threads, {}});
   if (!loaded.is_ok()) return loaded.status();
   b->loaded_ = std::move(*loaded);
   b->model_id_ = options.model_name.empty()

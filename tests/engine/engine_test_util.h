@@ -25,7 +25,7 @@ inline model::LoadedModel& demo() {
   static model::LoadedModel* m = [] {
     auto path = modelgen::ensure_demo_model(cairn::test::temp_dir("engine-demo"));
     if (!path.is_ok()) return static_cast<model::LoadedModel*>(nullptr);
-    auto loaded = model::load_model(*path, model::LoadOptions{2});
+    auto loaded = model::load_model(*path, model::LoadOptions{2, {}});
     return loaded.is_ok() ? new model::LoadedModel(std::move(*loaded)) : nullptr;
   }();
   return *m;

@@ -82,7 +82,7 @@ Loaded tiny_model(const std::string& arch) {
   EXPECT_TRUE(f.is_ok()) << f.status().message();
   if (!f.is_ok()) return out;
   out.file = std::shared_ptr<const gguf::File>(std::move(f.value()));
-  auto m = Model::load(out.file, model::LoadOptions{2});
+  auto m = Model::load(out.file, model::LoadOptions{2, {}});
   EXPECT_TRUE(m.is_ok()) << m.status().message();
   if (m.is_ok()) out.model = std::move(m.value());
   return out;

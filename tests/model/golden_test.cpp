@@ -85,7 +85,7 @@ Loaded load(const GoldenModel& g) {
     return l;
   }
   l.file = std::shared_ptr<const gguf::File>(std::move(*f));
-  auto m = Model::load(l.file, LoadOptions{2});
+  auto m = Model::load(l.file, LoadOptions{2, {}});
   if (!m) {
     ADD_FAILURE() << g.name << ": " << m.status().message();
     return l;

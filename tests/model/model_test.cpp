@@ -32,7 +32,7 @@ Built build(const SynthSpec& spec, SynthWeights* w = nullptr) {
   EXPECT_TRUE(f) << f.status().message();
   if (!f) return b;
   b.file = std::shared_ptr<const gguf::File>(std::move(*f));
-  auto m = Model::load(b.file, LoadOptions{2});
+  auto m = Model::load(b.file, LoadOptions{2, {}});
   EXPECT_TRUE(m) << m.status().message();
   if (m) b.model = std::move(*m);
   return b;
