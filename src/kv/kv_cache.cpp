@@ -40,6 +40,8 @@ class Paged final : public PagedKvCache {
         shift_(std::countr_zero((uint32_t)cfg.block_tokens)),
         prefix_cache_(cfg.prefix_cache),
         hash_(cfg.hash_for_testing ? cfg.hash_for_testing : &hash_block),
+        generation_fn_(cfg.storage_generation),
+        generation_(generation_fn_ ? generation_fn_() : 0),
         block_bytes_((size_t)block_bytes),
         row_bytes_((size_t)shape.row_elems * 2),
         f16_from_float_(type_ops(TensorType::F16)->from_float),
@@ -58,7 +60,7 @@ class Paged final : public PagedKvCache {
     return s ? s->reserved : 0;
   }
   void write(int layer, SeqId seq, int32_t pos, const float* k, const float* v) override {
-    const Seq* s = find(seq);
+    const Seq* s = pool_ ? find(seq) : nullptr;
     // Full blocks are immutable: they may be shared or findable by others.
     if (!s || layer < 0 || layer >= shape_.n_layer || pos < s->n_frozen * bt_ ||
         pos >= s->reserved) {
@@ -87,6 +89,7 @@ class Paged final : public PagedKvCache {
 
   // --- scheduler side ---
   int32_t reuse_prefix(SeqId seq, std::span<const Token> prompt) override {
+    check_generation();
     if (const Seq* s = find(seq); s && (!s->tokens.empty() || !s->blocks.empty())) return 0;
     const size_t n_prompt = std::min<size_t>(prompt.size(), std::numeric_limits<int32_t>::max());
     prefix_queries_ += n_prompt;
@@ -107,6 +110,7 @@ class Paged final : public PagedKvCache {
 
     const int32_t reused = (int32_t)std::min<size_t>(matched.size() * (size_t)bt_, n_prompt - 1);
     Seq& s = seqs_[seq];
+    s.generation = generation_;
     for (int32_t b : matched) acquire(b);
     s.blocks = std::move(matched);
     s.tokens.assign(prompt.begin(), prompt.begin() + reused);
@@ -128,7 +132,9 @@ class Paged final : public PagedKvCache {
     const int64_t extra = std::max<int64_t>(0, blocks_for((int32_t)need) - have);
     if (extra > free_blocks()) return false;
     if (!s) {
+      check_generation();
       s = &seqs_[seq];
+      s->generation = generation_;
       rebuild_slots();
     }
     for (int64_t i = 0; i < extra; ++i) {
@@ -193,6 +199,12 @@ class Paged final : public PagedKvCache {
   int32_t free_blocks() const override { return (int32_t)free_.size() + n_lru_; }
   int32_t block_tokens() const override { return bt_; }
 
+  SeqLayout layout(SeqId seq) const override {
+    const Seq* s = find(seq);
+    if (!s) return {};
+    return {s->blocks, s->n_frozen * bt_, s->reserved, s->generation};
+  }
+
  private:
   struct Seq {
     std::vector<int32_t> blocks;  // the block table
@@ -201,6 +213,7 @@ class Paged final : public PagedKvCache {
     int32_t n_frozen = 0;         // leading full blocks, never written again
     uint64_t last_key = 0;        // chain key of block n_frozen - 1 (0: none)
     uint64_t last_serial = 0;     // serial of the cached block holding that prefix (0: none)
+    uint64_t generation = 0;      // of the storage when the sequence started
   };
   struct Block {
     int32_t ref = 0;
@@ -281,6 +294,23 @@ class Paged final : public PagedKvCache {
     s.last_serial = blk.serial;
   }
 
+  // The storage behind the blocks was replaced: no block's content may be
+  // found by prefix any more. Cached blocks with no holder become blank.
+  void check_generation() {
+    if (!generation_fn_) return;
+    const uint64_t g = generation_fn_();
+    if (g == generation_) return;
+    generation_ = g;
+    for (int32_t b = 0; b < (int32_t)blocks_.size(); ++b) {
+      if (blocks_[(size_t)b].serial == 0) continue;
+      if (blocks_[(size_t)b].ref == 0) {
+        lru_remove(b);
+        free_.push_back(b);
+      }
+      forget(b);
+    }
+  }
+
   void forget(int32_t b) {
     Block& blk = blocks_[(size_t)b];
     auto [lo, hi] = index_.equal_range(blk.key);
@@ -356,6 +386,8 @@ class Paged final : public PagedKvCache {
   const int shift_;
   const bool prefix_cache_;
   const BlockHashFn hash_;
+  const std::function<uint64_t()> generation_fn_;
+  uint64_t generation_;
   const size_t block_bytes_;
   const size_t row_bytes_;
   // The type table's F16 quantizer: the scalar bits, vectorised where the CPU allows.
@@ -410,8 +442,9 @@ Result<std::unique_ptr<PagedKvCache>> PagedKvCache::create(const KvShape& shape,
     return Status::error("KV pool of " + std::to_string(n_blocks) + " blocks is too many");
   // Uninitialised on purpose: pages are committed as blocks are first written,
   // and a position is never read before a forward wrote it.
-  std::unique_ptr<uint8_t[]> pool(new (std::nothrow) uint8_t[(size_t)(n_blocks * bb)]);
-  if (!pool)
+  std::unique_ptr<uint8_t[]> pool;
+  if (!cfg.tables_only) pool.reset(new (std::nothrow) uint8_t[(size_t)(n_blocks * bb)]);
+  if (!pool && !cfg.tables_only)
     return Status::error("cannot allocate a KV pool of " + std::to_string(n_blocks * bb) +
                          " bytes");
   return std::unique_ptr<PagedKvCache>(

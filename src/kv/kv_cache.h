@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 
@@ -42,6 +43,24 @@ struct KvConfig {
   int32_t block_tokens = 16;  // a power of two in [1, 1024]
   bool prefix_cache = true;
   BlockHashFn hash_for_testing = nullptr;  // tests only: replaces hash_block
+  // K/V computed and stored elsewhere (a distributed model's agents, which
+  // keep their rows at the block ids this cache hands out): the cache keeps
+  // the block tables and the prefix index but allocates no pool, and its
+  // KvView rows must not be read or written (write() counts a skip).
+  bool tables_only = false;
+  // Optional: a number that changes when that storage is replaced (agents
+  // restarted): before the next reuse_prefix() or new sequence, every block
+  // stops being findable by prefix, and sequences started from then on carry
+  // the new generation (SeqLayout::generation).
+  std::function<uint64_t()> storage_generation = {};
+};
+
+// Where one sequence's K/V rows are: what a remote holder of the rows needs.
+struct SeqLayout {
+  std::span<const int32_t> blocks;  // the block table; position p is in blocks[p / block_tokens]
+  int32_t writable_from = 0;        // earlier positions are in full blocks, never written again
+  int32_t capacity = 0;             // positions reserved
+  uint64_t generation = 0;          // KvConfig::storage_generation() when the sequence started
 };
 
 // The smallest pool create() accepts, in blocks.
@@ -83,6 +102,8 @@ class PagedKvCache : public KvView {
   virtual int32_t blocks_for(int32_t n_tokens) const = 0;
   virtual int32_t free_blocks() const = 0;             // free + evictable
   virtual int32_t block_tokens() const { return 16; }  // tokens per block
+  // Empty (no blocks, capacity 0) for an unknown sequence.
+  virtual SeqLayout layout(SeqId seq) const = 0;
 };
 
 // MemAvailable from /proc/meminfo in bytes, or -1 when it cannot be read.
