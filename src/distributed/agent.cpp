@@ -14,6 +14,8 @@
 
 #include "cairn/v1/agents.grpc.pb.h"
 #include "collective/group.h"
+#include "distributed/llm_shard.h"
+#include "distributed/llm_step.h"
 #include "distributed/wire.h"
 #include "onnx/session.h"
 #include "rpc/convert.h"
@@ -72,15 +74,28 @@ class Agent {
   explicit Agent(const AgentOptions& o) : o_(o) {}
 
   Status run() {
-    onnx::SessionOptions so;
-    so.threads = o_.threads;
-    so.group = slot_;
-    auto loaded = onnx::Session::load(o_.model_file, so);
-    if (!loaded.is_ok())
-      return Status::invalid_argument("agent rank " + std::to_string(o_.rank) + ": " + loaded.status().message());
-    session_ = std::move(*loaded);
+    // An ONNX shard is loaded before joining; a GGUF model's shard depends
+    // on the layout the worker tells (after the Welcome).
+    std::string fingerprint;
+    if (is_gguf_file(o_.model_file)) {
+      auto file = gguf::File::open(o_.model_file);
+      if (!file.is_ok()) return Status::invalid_argument("agent rank " + std::to_string(o_.rank) + ": " + file.status().message());
+      auto hp = model::Model::read_hparams(**file);
+      if (!hp.is_ok())
+        return Status::invalid_argument("agent rank " + std::to_string(o_.rank) + ": " + o_.model_file + ": " +
+                                        hp.status().message());
+      fingerprint = llm_fingerprint(*hp);
+    } else {
+      onnx::SessionOptions so;
+      so.threads = o_.threads;
+      so.group = slot_;
+      auto loaded = onnx::Session::load(o_.model_file, so);
+      if (!loaded.is_ok())
+        return Status::invalid_argument("agent rank " + std::to_string(o_.rank) + ": " + loaded.status().message());
+      session_ = std::move(*loaded);
+    }
     const uint64_t rss = resident_bytes();
-    spdlog::info("agent rank {}: model {} loaded, {} MiB resident", o_.rank, o_.model_file, rss >> 20);
+    if (session_) spdlog::info("agent rank {}: model {} loaded, {} MiB resident", o_.rank, o_.model_file, rss >> 20);
 
     grpc::ChannelArguments args;
     args.SetMaxReceiveMessageSize(-1);
@@ -99,11 +114,14 @@ class Agent {
     auto* h = hello.mutable_hello();
     h->set_rank(uint32_t(o_.rank));
     h->set_model_file(o_.model_file);
-    for (const auto& v : session_->inputs()) *h->add_inputs() = to_spec(v);
-    for (const auto& v : session_->outputs()) *h->add_outputs() = to_spec(v);
+    if (session_) {
+      for (const auto& v : session_->inputs()) *h->add_inputs() = to_spec(v);
+      for (const auto& v : session_->outputs()) *h->add_outputs() = to_spec(v);
+      h->set_opset(session_->opset());
+    }
+    h->set_fingerprint(fingerprint);
     h->set_resident_bytes(rss);
     h->set_pid(uint32_t(getpid()));
-    h->set_opset(session_->opset());
     if (!write(hello)) return Status::unavailable("the distributed worker closed the stream");
     v1::WorkerMessage first;
     if (!stream_->Read(&first)) return finish("the distributed worker ended the session before welcoming this agent");
@@ -117,10 +135,17 @@ class Agent {
     spdlog::info("agent rank {}: joined {} (rank_size {}, stage_size {}: stage {}, position {})", o_.rank,
                  o_.distributed_address, rank_size_, stage_size_, o_.rank / per_stage_, o_.rank % per_stage_);
 
-    // Reads on their own thread so pings are answered while a forward runs.
+    // Reads on their own thread so pings are answered while a shard loads
+    // and while a forward runs.
     std::thread reader([this] { read_loop(); });
-    work_loop();
+    Status loaded = session_ ? Status::ok() : load_shard(first.welcome());
+    if (loaded.is_ok()) work_loop();
+    ctx_.TryCancel();  // (a no-op once the worker has ended the stream)
     reader.join();
+    if (!loaded.is_ok()) {
+      (void)stream_->Finish();
+      return loaded;
+    }
     return finish("the distributed worker ended the session");
   }
 
@@ -129,6 +154,27 @@ class Agent {
     grpc::Status st = stream_->Finish();
     if (!st.ok()) return Status::unavailable(what + ": " + st.error_message());
     spdlog::info("agent rank {}: {}", o_.rank, what);
+    return Status::ok();
+  }
+
+  // This rank's shard of the GGUF model, for the layout the worker sent;
+  // the worker hears Loaded either way (with the error when it failed).
+  Status load_shard(const v1::Welcome& w) {
+    auto shard = LlmShard::load(o_.model_file, o_.rank, rank_size_, stage_size_, o_.threads, int32_t(w.kv_blocks()),
+                                int32_t(w.kv_block_tokens()));
+    v1::AgentMessage msg;
+    auto* l = msg.mutable_loaded();
+    if (!shard.is_ok()) {
+      *l->mutable_error() = error_msg(shard.status());
+      write(msg);
+      return Status::invalid_argument("agent rank " + std::to_string(o_.rank) + ": " + shard.status().message());
+    }
+    llm_ = std::move(*shard);
+    const uint64_t rss = resident_bytes();
+    spdlog::info("agent rank {}: {} loaded: {}; {} MiB resident", o_.rank, o_.model_file, llm_->describe(), rss >> 20);
+    l->set_resident_bytes(rss);
+    l->set_shard(llm_->describe());
+    write(msg);
     return Status::ok();
   }
 
@@ -215,6 +261,7 @@ class Agent {
   }
 
   Status forward(const v1::Run& run, v1::Done& done) {
+    if (llm_) return forward_llm(run, done);
     const int stage = o_.rank / per_stage_;
     const bool last = stage == stage_size_ - 1;
     v1::Run received;
@@ -254,6 +301,47 @@ class Agent {
     return Status::ok();
   }
 
+  // An LLM step: every agent has the batch and block tables; a later stage
+  // waits for the previous stage's rows (raw floats in a frame).
+  Status forward_llm(const v1::Run& run, v1::Done& done) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const int stage = o_.rank / per_stage_;
+    const bool last = stage == stage_size_ - 1;
+    std::vector<values::Tensor> inputs;
+    for (const auto& t : run.inputs()) {
+      auto v = from_proto(t);
+      if (!v.is_ok()) return fail_onward(last, v.status());
+      inputs.push_back(std::move(*v));
+    }
+    std::vector<float> hidden_in, hidden_out;
+    if (stage > 0) {
+      if (!world_) return Status::unavailable("not in a group");
+      uint64_t n = 0;
+      CAIRN_RETURN_IF_ERROR(world_->recv(&n, sizeof n, o_.rank - per_stage_, kStageTag));
+      if (n == 0) return fail_onward(last, Status::unavailable("stage " + std::to_string(stage - 1) + " failed"));
+      if (n % sizeof(float) != 0 || n > (uint64_t(1) << 34))
+        return fail_onward(last, Status::internal("a stage frame of " + std::to_string(n) + " bytes"));
+      hidden_in.resize(n / sizeof(float));
+      CAIRN_RETURN_IF_ERROR(world_->recv(hidden_in.data(), n, o_.rank - per_stage_, kStageTag));
+    }
+    CommStats comm;
+    model::Logits logits;
+    Status st = llm_->forward(inputs, &hidden_in, slot_->get(), &hidden_out, &logits, &comm);
+    done.set_comm_ns(comm.ns);
+    done.set_comm_bytes(comm.bytes);
+    if (!st.is_ok()) return fail_onward(last, st);
+    if (!last) {
+      CAIRN_RETURN_IF_ERROR(send_frame(std::string(reinterpret_cast<const char*>(hidden_out.data()),
+                                                   hidden_out.size() * sizeof(float)),
+                                       o_.rank + per_stage_));
+    } else if (o_.rank % per_stage_ == 0) {
+      for (const auto& t : encode_logits(logits)) *done.add_outputs() = to_proto(t);
+    }
+    done.set_forward_ns(uint64_t(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count()));
+    return Status::ok();
+  }
+
   // A failed stage tells the next one, which would otherwise wait for its
   // activations until the group's timeout.
   Status fail_onward(bool last, Status st) {
@@ -264,7 +352,8 @@ class Agent {
   AgentOptions o_;
   std::shared_ptr<collective::GroupSlot> slot_ = std::make_shared<collective::GroupSlot>();
   std::unique_ptr<collective::Group> world_;
-  std::unique_ptr<onnx::Session> session_;
+  std::unique_ptr<onnx::Session> session_;  // an ONNX shard, or
+  std::unique_ptr<LlmShard> llm_;            // a GGUF model's
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Agents::Stub> stub_;
   std::unique_ptr<RemoteStore> store_;

@@ -1,6 +1,7 @@
 // distributed/agent.h — one shard of a distributed model (`cairn agent`):
 // loads its model file (an ONNX graph whose cairn.AllGather / AllReduce /
-// Broadcast nodes join the shards of its stage), joins the distributed
+// Broadcast nodes join the shards of its stage, or its slice of a GGUF
+// LLM once the worker has said the layout: llm_shard.h), joins the distributed
 // worker, forms the groups the worker asks for (its stage's, for the
 // collectives, and all ranks', for passing activations from stage to
 // stage), and runs the forwards it is sent until the worker goes away.

@@ -32,6 +32,7 @@ struct Coordinator::Member {
   clock::time_point last_heard;
   std::mutex write_mu;
   bool closed = false;  // the Join handler has returned: the stream is gone
+  bool loaded = true;   // an LLM agent has its shard (Loaded)
 
   bool write(const v1::WorkerMessage& msg) {
     std::lock_guard lock(write_mu);
@@ -72,11 +73,29 @@ std::string Coordinator::missing_locked() const {
   return out;
 }
 
+bool Coordinator::all_loaded_locked() const {
+  if (int(members_.size()) < options_.rank_size) return false;
+  for (const auto& [rank, m] : members_)
+    if (!m->loaded) return false;
+  return true;
+}
+
 std::string Coordinator::state() const {
   std::lock_guard lock(mu_);
   if (ready_) return "ready (" + std::to_string(options_.rank_size) + " agents, epoch " + std::to_string(epoch_) + ")";
   if (int(members_.size()) < options_.rank_size) return "waiting for agent ranks " + missing_locked();
+  std::string loading;
+  for (const auto& [rank, m] : members_)
+    if (!m->loaded) loading += (loading.empty() ? "" : ", ") + std::to_string(rank);
+  if (!loading.empty()) return "agent ranks " + loading + " are loading their shards";
   return "forming the agents' group (epoch " + std::to_string(epoch_) + ")";
+}
+
+uint64_t Coordinator::epoch() const { return epoch_seen_.load(); }
+
+RunStats Coordinator::stats() const {
+  std::lock_guard lock(mu_);
+  return stats_;
 }
 
 bool Coordinator::ready() const {
@@ -101,7 +120,7 @@ Status Coordinator::wait_ready(std::chrono::milliseconds timeout) {
 
 void Coordinator::start_forming_locked() {
   if (epoch_ > 0) store_.erase_prefix("e" + std::to_string(epoch_) + "/");
-  ++epoch_;
+  epoch_seen_ = ++epoch_;
   formed_.clear();
   ready_ = false;
   retry_form_at_ = {};
@@ -121,7 +140,7 @@ void Coordinator::drop(int rank, const std::shared_ptr<Member>& m, const std::st
   ready_ = false;
   formed_.clear();
   store_.erase_prefix("e" + std::to_string(epoch_) + "/");
-  ++epoch_;  // Formed answers of the old epoch are ignored from now on
+  epoch_seen_ = ++epoch_;  // Formed answers of the old epoch are ignored from now on
   if (pending_ && !pending_->error)
     pending_->error = Status::unavailable("agent rank " + std::to_string(rank) + " left during the forward (" + why + ")");
   if (pending_) pending_->waiting.erase(rank);
@@ -140,6 +159,12 @@ grpc::Status Coordinator::Join(grpc::ServerContext* ctx,
   if (h.rank() >= uint32_t(options_.rank_size))
     return refuse(stream, "rank " + std::to_string(h.rank()) + " is outside this servable's rank_size " +
                               std::to_string(options_.rank_size));
+  if (llm() && h.fingerprint() != options_.llm_fingerprint)
+    return refuse(stream, "rank " + std::to_string(rank) + "'s model " + h.model_file() + " is " +
+                              (h.fingerprint().empty() ? std::string("not a GGUF model") : h.fingerprint()) +
+                              "; this servable's is " + options_.llm_fingerprint);
+  if (!llm() && !h.fingerprint().empty())
+    return refuse(stream, "rank " + std::to_string(rank) + " holds a GGUF model; this servable's shards are ONNX");
   std::vector<onnx::ValueInfo> ins, outs;
   for (const auto& s : h.inputs()) {
     auto v = from_spec(s);
@@ -157,6 +182,7 @@ grpc::Status Coordinator::Join(grpc::ServerContext* ctx,
   m->stream = stream;
   m->hello = h;
   m->last_heard = clock::now();
+  m->loaded = !llm();
   {
     std::lock_guard lock(mu_);
     if (stopping_) return refuse(stream, "the distributed worker is shutting down");
@@ -186,11 +212,17 @@ grpc::Status Coordinator::Join(grpc::ServerContext* ctx,
     v1::WorkerMessage welcome;
     welcome.mutable_welcome()->set_rank_size(uint32_t(options_.rank_size));
     welcome.mutable_welcome()->set_stage_size(uint32_t(options_.stage_size));
+    welcome.mutable_welcome()->set_kv_blocks(options_.kv_blocks);
+    welcome.mutable_welcome()->set_kv_block_tokens(options_.kv_block_tokens);
     if (!m->write(welcome)) return grpc::Status::CANCELLED;
     members_[rank] = m;
-    spdlog::info("distributed: agent rank {} joined (pid {}, model {}, {} MiB resident)", rank, h.pid(),
-                 h.model_file(), h.resident_bytes() >> 20);
-    if (int(members_.size()) == options_.rank_size) start_forming_locked();
+    if (llm())
+      spdlog::info("distributed: agent rank {} joined (pid {}, model {}); loading its shard", rank, h.pid(),
+                   h.model_file());
+    else
+      spdlog::info("distributed: agent rank {} joined (pid {}, model {}, {} MiB resident)", rank, h.pid(),
+                   h.model_file(), h.resident_bytes() >> 20);
+    if (all_loaded_locked()) start_forming_locked();
   }
   v1::AgentMessage msg;
   std::string why = "its stream ended";
@@ -198,7 +230,17 @@ grpc::Status Coordinator::Join(grpc::ServerContext* ctx,
     std::lock_guard lock(mu_);
     m->last_heard = clock::now();
     if (members_.count(rank) == 0 || members_[rank] != m) break;
-    if (msg.kind_case() == v1::AgentMessage::kFormed) {
+    if (msg.kind_case() == v1::AgentMessage::kLoaded) {
+      const auto& l = msg.loaded();
+      if (l.has_error()) {
+        why = "its shard did not load: " + error_text(l.error());
+        break;
+      }
+      m->loaded = true;
+      spdlog::info("distributed: agent rank {} loaded {} ({} MiB resident)", rank, l.shard(),
+                   l.resident_bytes() >> 20);
+      if (all_loaded_locked()) start_forming_locked();
+    } else if (msg.kind_case() == v1::AgentMessage::kFormed) {
       const auto& f = msg.formed();
       if (f.epoch() != epoch_) continue;  // an old epoch's answer
       if (f.has_error()) {
@@ -217,6 +259,9 @@ grpc::Status Coordinator::Join(grpc::ServerContext* ctx,
       const auto& d = msg.done();
       if (!pending_ || pending_->id != d.id() || !pending_->waiting.count(rank)) continue;
       pending_->waiting.erase(rank);
+      stats_.agent_forward_ns += d.forward_ns();
+      stats_.agent_comm_ns += d.comm_ns();
+      stats_.agent_comm_bytes += d.comm_bytes();
       if (d.has_error() && !pending_->error)
         pending_->error = Status::unavailable("agent rank " + std::to_string(rank) + ": " + error_text(d.error()));
       if (d.outputs_size() > 0 && !pending_->error) {
@@ -259,7 +304,7 @@ void Coordinator::watch() {
       }
       m->write(ping);
     }
-    if (!ready_ && int(members_.size()) == options_.rank_size && retry_form_at_ != clock::time_point{} &&
+    if (!ready_ && all_loaded_locked() && retry_form_at_ != clock::time_point{} &&
         now >= retry_form_at_)
       start_forming_locked();
   }
@@ -280,17 +325,22 @@ grpc::Status Coordinator::StoreGet(grpc::ServerContext*, const v1::StoreGetReque
   return grpc::Status::OK;
 }
 
-Result<std::vector<values::Tensor>> Coordinator::run(std::vector<values::Tensor> inputs) {
+Result<std::vector<values::Tensor>> Coordinator::run(std::vector<values::Tensor> inputs,
+                                                     std::optional<uint64_t> epoch) {
   std::lock_guard serial(run_mu_);
   std::unique_lock lock(mu_);
   // A group being (re-)formed with every agent present is worth a short wait.
-  if (!ready_ && int(members_.size()) == options_.rank_size && !stopping_)
+  if (!ready_ && all_loaded_locked() && !stopping_)
     cv_.wait_for(lock, options_.group_timeout, [&] { return ready_ || stopping_; });
   if (!ready_ || stopping_) {
     const std::string why = int(members_.size()) < options_.rank_size ? "waiting for agent ranks " + missing_locked()
                                                                       : "the agents' group is being formed";
     return Status::unavailable("the distributed model is not available: " + why);
   }
+  if (epoch && *epoch != epoch_)
+    return Status::unavailable("the agents' group re-formed (epoch " + std::to_string(epoch_) +
+                               "); the K/V of sequences started before it is gone");
+  ++stats_.forwards;
   Pending p;
   p.id = ++next_run_;
   for (const auto& [rank, m] : members_) p.waiting.insert(rank);
@@ -300,7 +350,7 @@ Result<std::vector<values::Tensor>> Coordinator::run(std::vector<values::Tensor>
   without_inputs.mutable_run()->set_id(pending_->id);
   for (const auto& t : inputs) *with_inputs.mutable_run()->add_inputs() = to_proto(t);
   for (auto& [rank, m] : members_)
-    if (!m->write(rank < per_stage() ? with_inputs : without_inputs) && !pending_->error)
+    if (!m->write(rank < per_stage() || llm() ? with_inputs : without_inputs) && !pending_->error)
       pending_->error = Status::unavailable("agent rank " + std::to_string(rank) + " could not be reached");
   // Every agent answers (or leaves) before the next forward: after a failure
   // some may still be inside a collective until the group's timeout.
@@ -313,10 +363,10 @@ Result<std::vector<values::Tensor>> Coordinator::run(std::vector<values::Tensor>
   if (done.error) {
     // Ranks may have stopped at different collectives: only a fresh group
     // is in step again.
-    if (int(members_.size()) == options_.rank_size && !stopping_) start_forming_locked();
+    if (all_loaded_locked() && !stopping_) start_forming_locked();
     return *done.error;
   }
-  if (done.outputs.size() != outputs_.size())
+  if (!llm() && done.outputs.size() != outputs_.size())
     return Status::internal("the last stage returned " + std::to_string(done.outputs.size()) + " outputs, expected " +
                             std::to_string(outputs_.size()));
   return std::move(done.outputs);

@@ -8,11 +8,13 @@
 // the first stage's agents, outputs from the last stage's first agent, an
 // error if any agent fails or leaves. DistributedSession puts it behind
 // onnx::Session's interface, so a servable's batcher drives it as it drives
-// a local model.
+// a local model; an LLM's shards are driven by a DistributedLlm
+// (distributed_llm.h) under a local engine.
 #pragma once
 
 #include <grpcpp/grpcpp.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <map>
@@ -40,6 +42,20 @@ struct CoordinatorOptions {
   int missed_pings = 3;  // an agent silent this many intervals is dropped
   // A forward that takes longer than this fails (a guard, not a budget).
   std::chrono::milliseconds run_timeout{600000};
+  // An LLM (GGUF) cut over the agents: the model's fingerprint
+  // (llm_step.h), which every agent's file must have, and the K/V pool each
+  // agent keeps. Empty: ONNX shards, checked by their inputs and outputs.
+  std::string llm_fingerprint;
+  uint32_t kv_blocks = 0;
+  uint32_t kv_block_tokens = 16;
+};
+
+// Totals over the forwards run so far, summed over the agents.
+struct RunStats {
+  uint64_t forwards = 0;
+  uint64_t agent_forward_ns = 0;  // each agent's whole forward
+  uint64_t agent_comm_ns = 0;     // inside its stage's collectives
+  uint64_t agent_comm_bytes = 0;  // payload handed to them
 };
 
 class Coordinator final : public v1::Agents::Service {
@@ -61,8 +77,14 @@ class Coordinator final : public v1::Agents::Service {
   std::string state() const;
 
   // One forward (serialised with the others). Unavailable when the group is
-  // not ready or breaks during the forward.
-  Result<std::vector<values::Tensor>> run(std::vector<values::Tensor> inputs);
+  // not ready or breaks during the forward, or when `epoch` is given and the
+  // group formed since is another.
+  Result<std::vector<values::Tensor>> run(std::vector<values::Tensor> inputs,
+                                          std::optional<uint64_t> epoch = std::nullopt);
+  // The epoch being formed or formed: it changes whenever an agent leaves
+  // or the group re-forms (an LLM's K/V held by the agents is then lost).
+  uint64_t epoch() const;
+  RunStats stats() const;
 
   // The model's inputs (the first stage's) and outputs (the last stage's),
   // from the agents' Hellos; empty until they have joined.
@@ -82,6 +104,8 @@ class Coordinator final : public v1::Agents::Service {
   void watch();
   int per_stage() const { return options_.rank_size / options_.stage_size; }
   std::string missing_locked() const;
+  bool all_loaded_locked() const;
+  bool llm() const { return !options_.llm_fingerprint.empty(); }
 
   CoordinatorOptions options_;
   collective::MemoryStore store_;
@@ -107,6 +131,8 @@ class Coordinator final : public v1::Agents::Service {
     std::vector<values::Tensor> outputs;
   };
   std::optional<Pending> pending_;  // under mu_
+  RunStats stats_;                  // under mu_
+  std::atomic<uint64_t> epoch_seen_{0};  // epoch_, for epoch() without the lock
 
   std::thread watcher_;
 };

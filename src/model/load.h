@@ -3,6 +3,7 @@
 // the two agree on the vocabulary. Never generates (engine/ does that).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -19,7 +20,13 @@ struct LoadedModel {
   std::unique_ptr<Tokenizer> tokenizer;
 };
 
-// Opens, validates and loads `path`. The error is one line naming the file.
-Result<LoadedModel> load_model(const std::string& path, const LoadOptions& options = {});
+// Makes the network of a model computed elsewhere (a distributed model's
+// agents) from the file's hyper-parameters, instead of loading its weights.
+using RemoteModelFn = std::function<Result<std::unique_ptr<Model>>(const HParams&)>;
+
+// Opens, validates and loads `path` (its network from `remote` when given).
+// The error is one line naming the file.
+Result<LoadedModel> load_model(const std::string& path, const LoadOptions& options = {},
+                               const RemoteModelFn& remote = {});
 
 }  // namespace cairn::model

@@ -114,16 +114,20 @@ Result<std::shared_ptr<Version>> Version::load(const std::string& servable_name,
   if (!config.is_ok()) return config.status();
   v->config_ = std::move(config.value());
 
+  // A distributed model with a model_file is a GGUF LLM cut over agents.
+  const auto is_llm = [](const ModelDecl& m) {
+    return m.format == "GGUF" || (m.format == "DISTRIBUTED" && !m.file.empty() && !m.path.empty());
+  };
   int gguf = 0;
   for (const auto& m : v->config_.models)
-    if (m.format == "GGUF") ++gguf;
+    if (is_llm(m)) ++gguf;
   std::shared_ptr<ThreadPool> tensor_pool = options.tensor_pool;
   std::vector<LoadedModel> models;
   for (size_t index = 0; index < v->config_.models.size(); ++index) {
     const auto& m = v->config_.models[index];
     LoadedModel loaded;
     std::string name;
-    if (m.format == "ONNX" || m.format == "DISTRIBUTED") {
+    if ((m.format == "ONNX" || m.format == "DISTRIBUTED") && !is_llm(m)) {
       for (const auto& method : v->config_.methods)
         for (const auto& st : method.stages)
           if (st.kind == StageSpec::Kind::Model && st.model == static_cast<int>(index) &&
@@ -156,7 +160,7 @@ Result<std::shared_ptr<Version>> Version::load(const std::string& servable_name,
                    where, m.file, (*tm)->input_count(), (*tm)->output_count(),
                    (*tm)->batch_limit());
       loaded.tensor = std::move(tm.value());
-    } else if (m.format == "GGUF") {
+    } else if (is_llm(m)) {
       for (const auto& method : v->config_.methods)
         for (const auto& st : method.stages)
           if (st.kind == StageSpec::Kind::Model && st.model == static_cast<int>(index) &&
@@ -170,10 +174,20 @@ Result<std::shared_ptr<Version>> Version::load(const std::string& servable_name,
       serving::LocalBackendOptions o = options.llm;
       o.model_path = m.path;
       o.model_name = name;
-      auto local = serving::LocalBackend::create(o);
-      if (!local.is_ok()) return Status::invalid_argument(where + ": " + local.status().message());
-      spdlog::info("{}: model '{}' loaded (context {} tokens)", where, m.file, (*local)->n_ctx());
-      loaded.llm = std::move(local.value());
+      if (m.format == "DISTRIBUTED") {
+        if (!options.distributed_llm)
+          return Status::invalid_argument(where + ": a distributed model (declare_servable) is served only by "
+                                          "`cairn serve --servable-dir`");
+        auto backend = options.distributed_llm(m, o);
+        if (!backend.is_ok()) return Status::invalid_argument(where + ": " + backend.status().message());
+        spdlog::info("{}: model '{}' served by {} agents in {} stages", where, m.file, m.rank_size, m.stage_size);
+        loaded.llm = std::move(backend.value());
+      } else {
+        auto local = serving::LocalBackend::create(o);
+        if (!local.is_ok()) return Status::invalid_argument(where + ": " + local.status().message());
+        spdlog::info("{}: model '{}' loaded (context {} tokens)", where, m.file, (*local)->n_ctx());
+        loaded.llm = std::move(local.value());
+      }
     } else {
       return Status::invalid_argument(where + ": model '" + m.file + "' has format '" + m.format +
                                       "', which cairn cannot run (formats: GGUF, ONNX; distributed.declare_servable for a model over agents)");

@@ -34,6 +34,11 @@ struct VersionOptions {
   // the agents behind onnx::Session's interface, once they have all joined.
   // Null: such servables are refused.
   std::function<Result<std::unique_ptr<onnx::Session>>(const ModelDecl&)> distributed_session;
+  // The same for a distributed LLM (declare_servable with a GGUF
+  // model_file): its backend, an engine here over the agents' shards, made
+  // from these options (model_path and model_name set). Null: refused.
+  std::function<Result<std::unique_ptr<serving::Backend>>(const ModelDecl&, serving::LocalBackendOptions)>
+      distributed_llm;
 };
 
 // One declared model: exactly one of the two is set.

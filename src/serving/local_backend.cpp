@@ -67,6 +67,22 @@ std::string sampling_param(const std::string& message) {
 
 }  // namespace
 
+Result<LocalBackend::KvPlan> LocalBackend::kv_plan(const LocalBackendOptions& options,
+                                                   const model::HParams& hp) {
+  const int64_t train = hp.n_ctx_train > 0 ? hp.n_ctx_train : INT32_MAX;
+  if (options.n_ctx > train)
+    return Status::error("n_ctx " + std::to_string(options.n_ctx) +
+                         " exceeds the model's context of " + std::to_string(train) + " tokens");
+  KvPlan p;
+  p.n_ctx = static_cast<int32_t>(options.n_ctx > 0 ? options.n_ctx
+                                                   : std::min<int64_t>(kDefaultCtx, train));
+  p.pool_bytes = options.kv_pool_bytes > 0 ? options.kv_pool_bytes
+                                           : kv::default_pool_bytes(hp.kv_shape(), p.n_ctx);
+  const int64_t bb = kv::PagedKvCache::block_bytes(hp.kv_shape());
+  p.blocks = bb > 0 ? static_cast<int32_t>(std::min<int64_t>(p.pool_bytes / bb, INT32_MAX)) : 0;
+  return p;
+}
+
 Result<std::unique_ptr<LocalBackend>> LocalBackend::create(const LocalBackendOptions& options) {
   if (options.max_batch_tokens < 1) return Status::error("max_batch_tokens must be >= 1");
   if (options.max_seqs < 1) return Status::error("max_seqs must be >= 1");
@@ -76,7 +92,8 @@ Result<std::unique_ptr<LocalBackend>> LocalBackend::create(const LocalBackendOpt
 
   std::unique_ptr<LocalBackend> b(new LocalBackend());
   b->options_ = options;
-  auto loaded = model::load_model(options.model_path, model::LoadOptions{options.threads, {}});
+  auto loaded =
+      model::load_model(options.model_path, model::LoadOptions{options.threads, {}}, options.remote_model);
   if (!loaded.is_ok()) return loaded.status();
   b->loaded_ = std::move(*loaded);
   b->model_id_ = options.model_name.empty()
@@ -97,18 +114,13 @@ Result<std::unique_ptr<LocalBackend>> LocalBackend::create(const LocalBackendOpt
   }
 
   const model::HParams& hp = b->loaded_.model->hparams();
-  const int64_t train = hp.n_ctx_train > 0 ? hp.n_ctx_train : INT32_MAX;
-  if (options.n_ctx > train)
-    return Status::error("n_ctx " + std::to_string(options.n_ctx) +
-                         " exceeds the model's context of " + std::to_string(train) + " tokens");
-  const int32_t n_ctx = static_cast<int32_t>(
-      options.n_ctx > 0 ? options.n_ctx : std::min<int64_t>(kDefaultCtx, train));
-
-  const kv::KvShape shape{static_cast<int32_t>(hp.n_layer),
-                          static_cast<int32_t>(hp.kv_row_elems())};
-  int64_t pool =
-      options.kv_pool_bytes > 0 ? options.kv_pool_bytes : kv::default_pool_bytes(shape, n_ctx);
-  auto cache = kv::PagedKvCache::create(shape, kv::KvConfig{pool, 16, true});
+  CAIRN_ASSIGN_OR_RETURN(const KvPlan plan, kv_plan(options, hp));
+  const int32_t n_ctx = plan.n_ctx;
+  const kv::KvShape shape = hp.kv_shape();
+  kv::KvConfig kv_config{plan.pool_bytes, 16, true};
+  kv_config.tables_only = static_cast<bool>(options.remote_model);
+  kv_config.storage_generation = options.kv_generation;
+  auto cache = kv::PagedKvCache::create(shape, kv_config);
   if (!cache.is_ok()) return cache.status().with_context("KV cache");
   b->kv_ = std::move(*cache);
   const int32_t blocks = b->kv_->stats().blocks_total;
@@ -116,8 +128,10 @@ Result<std::unique_ptr<LocalBackend>> LocalBackend::create(const LocalBackendOpt
   if (b->kv_->blocks_for(n_ctx) > blocks)
     return Status::error("the KV pool (" + std::to_string(blocks) + " blocks of 16 tokens) " +
                          "cannot hold one full context of " + std::to_string(n_ctx) + " tokens");
-  spdlog::info("{}: KV cache {:.1f} MiB ({} blocks of 16 tokens, {} tokens), context {}",
-               b->model_id_, b->kv_pool_bytes_ / 1048576.0, blocks, blocks * 16, n_ctx);
+  spdlog::info("{}: KV cache {:.1f} MiB ({} blocks of 16 tokens, {} tokens{}), context {}",
+               b->model_id_, b->kv_pool_bytes_ / 1048576.0, blocks, blocks * 16,
+               options.remote_model ? "; the agents hold it, each its share" : "", n_ctx);
+  b->kv_blocks_ = blocks;
 
   engine::EngineConfig ec{options.max_batch_tokens, options.max_seqs, n_ctx};
   b->engine_ =

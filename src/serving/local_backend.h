@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -31,6 +32,12 @@ struct LocalBackendOptions {
   int32_t max_seqs = 64;           // sequences running at once
   int32_t max_queue = 256;         // requests waiting to run; more get Unavailable
   int threads = 0;                 // kernel threads; <= 0: all cores
+  // A model computed elsewhere (a distributed LLM's agents): its network is
+  // made by this from the file's hyper-parameters, no weight is loaded
+  // here, and the K/V cache keeps block tables only (kv::KvConfig::
+  // tables_only), their contents lost whenever kv_generation() changes.
+  model::RemoteModelFn remote_model = {};
+  std::function<uint64_t()> kv_generation = {};
 };
 
 class LocalBackend final : public Backend {
@@ -38,6 +45,16 @@ class LocalBackend final : public Backend {
   // Loads the model, sizes the KV pool (logging its size) and starts the
   // engine. The error is one line naming the file or the bad option.
   static Result<std::unique_ptr<LocalBackend>> create(const LocalBackendOptions& options);
+
+  // The context and K/V pool create() gives a model of these
+  // hyper-parameters (blocks of 16 tokens): a distributed model's agents
+  // are told the same before its backend exists.
+  struct KvPlan {
+    int32_t n_ctx = 0;
+    int64_t pool_bytes = 0;
+    int32_t blocks = 0;
+  };
+  static Result<KvPlan> kv_plan(const LocalBackendOptions& options, const model::HParams& hp);
   ~LocalBackend() override;
 
   Result<RequestId> submit(GenerateRequest req, std::shared_ptr<EventSink> sink) override;
@@ -54,6 +71,7 @@ class LocalBackend final : public Backend {
   const std::string& model_id() const { return model_id_; }
   int32_t n_ctx() const { return engine_->n_ctx(); }
   int64_t kv_pool_bytes() const { return kv_pool_bytes_; }
+  int32_t kv_blocks() const { return kv_blocks_; }  // of 16 tokens
   const Tokenizer& tokenizer() const { return *loaded_.tokenizer; }
 
   // The chat prompt `req` renders to (for tests and `cairn chat`).
@@ -68,6 +86,7 @@ class LocalBackend final : public Backend {
   std::string model_id_;
   int64_t created_ = 0;
   int64_t kv_pool_bytes_ = 0;
+  int32_t kv_blocks_ = 0;
   std::atomic<bool> draining_{false};
   model::LoadedModel loaded_;
   std::optional<chat::ChatTemplate> template_;  // absent: ChatML

@@ -16,6 +16,10 @@
 #include "commands.h"
 #include "core/cpu_features.h"
 #include "distributed/coordinator.h"
+#include "distributed/distributed_llm.h"
+#include "distributed/llm_step.h"
+#include "gguf/gguf.h"
+#include "model/model.h"
 #include "kernels/kernels.h"
 #include "modelgen/demo_model.h"
 #include "server_flags.h"
@@ -48,24 +52,20 @@ struct ServeArgs {
 struct DistributedWorker {
   std::shared_ptr<distributed::Coordinator> coordinator;
   std::unique_ptr<api::GrpcServer> server;
-  int rank_size = 0, stage_size = 0;
+  distributed::CoordinatorOptions options;
   ~DistributedWorker() {
     if (coordinator) coordinator->shutdown();
     if (server) server->shutdown(1.0);
   }
 };
 
-// VersionOptions::distributed_session for `cairn serve`.
-Result<std::unique_ptr<onnx::Session>> distributed_session(const ServeArgs& a, DistributedWorker& w,
-                                                           const servable::ModelDecl& d) {
+// Starts the worker's Agents service for `co` (once; a later version must
+// be the same model over the same layout) and waits for the agents.
+Status start_distributed_worker(const ServeArgs& a, DistributedWorker& w, const distributed::CoordinatorOptions& co) {
   if (!w.coordinator) {
-    distributed::CoordinatorOptions co;
-    co.rank_size = d.rank_size;
-    co.stage_size = d.stage_size;
     CAIRN_ASSIGN_OR_RETURN(auto made, distributed::Coordinator::create(co));
     w.coordinator = std::move(made);
-    w.rank_size = d.rank_size;
-    w.stage_size = d.stage_size;
+    w.options = co;
     api::GrpcServerOptions go;
     go.address = a.distributed_address;
     go.max_message_bytes = a.grpc_max_message_mb << 20;
@@ -73,15 +73,60 @@ Result<std::unique_ptr<onnx::Session>> distributed_session(const ServeArgs& a, D
     if (!started.is_ok()) return Status::unavailable("--distributed-address: " + started.status().message());
     w.server = std::move(started.value());
     std::fprintf(stderr, "cairn: distributed worker listening on %s (port %d) for %d agents in %d stages\n",
-                 a.distributed_address.c_str(), w.server->port(), d.rank_size, d.stage_size);
+                 a.distributed_address.c_str(), w.server->port(), co.rank_size, co.stage_size);
     std::fflush(stderr);
-  } else if (w.rank_size != d.rank_size || w.stage_size != d.stage_size) {
-    return Status::invalid_argument("this worker's agents are " + std::to_string(w.rank_size) + " ranks in " +
-                                    std::to_string(w.stage_size) + " stages; a worker serves one distributed model");
+  } else if (w.options.rank_size != co.rank_size || w.options.stage_size != co.stage_size ||
+             w.options.llm_fingerprint != co.llm_fingerprint || w.options.kv_blocks != co.kv_blocks) {
+    return Status::invalid_argument("this worker's agents are " + std::to_string(w.options.rank_size) + " ranks in " +
+                                    std::to_string(w.options.stage_size) +
+                                    " stages of one model; a worker serves one distributed model");
   }
   spdlog::info("distributed: {}", w.coordinator->state());
-  CAIRN_RETURN_IF_ERROR(w.coordinator->wait_ready(std::chrono::milliseconds(int64_t(a.wait_agents_s * 1000))));
+  return w.coordinator->wait_ready(std::chrono::milliseconds(int64_t(a.wait_agents_s * 1000)));
+}
+
+// VersionOptions::distributed_session for `cairn serve`.
+Result<std::unique_ptr<onnx::Session>> distributed_session(const ServeArgs& a, DistributedWorker& w,
+                                                           const servable::ModelDecl& d) {
+  distributed::CoordinatorOptions co;
+  co.rank_size = d.rank_size;
+  co.stage_size = d.stage_size;
+  CAIRN_RETURN_IF_ERROR(start_distributed_worker(a, w, co));
   return distributed::make_distributed_session(w.coordinator);
+}
+
+// VersionOptions::distributed_llm: the engine runs here over a tables-only
+// K/V cache; the agents hold the weights and the K/V, and are told the
+// pool's size (the one a local backend would have) when they join.
+Result<std::unique_ptr<serving::Backend>> distributed_llm(const ServeArgs& a, DistributedWorker& w,
+                                                          const servable::ModelDecl& d,
+                                                          serving::LocalBackendOptions o) {
+  auto file = gguf::File::open(d.path);
+  if (!file.is_ok()) return file.status();
+  CAIRN_ASSIGN_OR_RETURN(const model::HParams hp, model::Model::read_hparams(**file));
+  // Every rank's cut, before any agent is waited for.
+  for (int r = 0; r < d.rank_size; ++r) {
+    auto shard = model::shard_for_rank(hp, r, d.rank_size, d.stage_size);
+    if (!shard.is_ok())
+      return Status::invalid_argument(d.file + " cannot be cut over " + std::to_string(d.rank_size) + " agents in " +
+                                      std::to_string(d.stage_size) + " stages: " + shard.status().message());
+  }
+  CAIRN_ASSIGN_OR_RETURN(const auto plan, serving::LocalBackend::kv_plan(o, hp));
+  distributed::CoordinatorOptions co;
+  co.rank_size = d.rank_size;
+  co.stage_size = d.stage_size;
+  co.llm_fingerprint = distributed::llm_fingerprint(hp);
+  co.kv_blocks = uint32_t(plan.blocks);
+  co.kv_block_tokens = 16;
+  CAIRN_RETURN_IF_ERROR(start_distributed_worker(a, w, co));
+  std::shared_ptr<distributed::Coordinator> c = w.coordinator;
+  o.kv_pool_bytes = plan.pool_bytes;
+  o.remote_model = [c](const model::HParams& h) -> Result<std::unique_ptr<model::Model>> {
+    return distributed::make_distributed_llm(c, h);
+  };
+  o.kv_generation = [c] { return c->epoch(); };
+  CAIRN_ASSIGN_OR_RETURN(auto backend, serving::LocalBackend::create(o));
+  return std::unique_ptr<serving::Backend>(std::move(backend));
 }
 
 // Loads the servables (or the model) and hands the backend over.
@@ -126,6 +171,9 @@ Status serve(ServeArgs a) {
     auto worker = std::make_shared<DistributedWorker>();
     ro.version.distributed_session = [a, worker](const servable::ModelDecl& d) {
       return distributed_session(a, *worker, d);
+    };
+    ro.version.distributed_llm = [a, worker](const servable::ModelDecl& d, serving::LocalBackendOptions o) {
+      return distributed_llm(a, *worker, d, std::move(o));
     };
     // Set before the HTTP server starts; the coordinator appears later, when
     // the servable loads (and the server does not read it before then).

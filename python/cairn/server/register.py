@@ -261,12 +261,16 @@ def declare_model(model_file, model_format, with_batch_dim=True, options=None,
 
 
 def declare_distributed(rank_size, stage_size, with_batch_dim=True, without_batch_dim_inputs=None,
-                        options=None):
+                        options=None, model_file=None):
     """Declares this servable's model as one cut over rank_size agents in
     stage_size pipeline stages (`cairn agent` processes holding the shards,
     joining `cairn serve` at its --distributed-address) and returns its
     Model, a stage of add_stage() like any other. options: the batching
-    settings of declare_model's ONNX models."""
+    settings of declare_model's ONNX models (or an LLM's stage options).
+    model_file: a GGUF LLM (in the version folder unless absolute) that
+    every agent maps, each computing its slice of every layer of its stage;
+    the worker reads only its tokenizer and shape. Without it the agents
+    hold ONNX shards of their own."""
     ctx = _context()
     what = "declare_servable"
     if ctx.recording is not None:
@@ -278,10 +282,15 @@ def declare_distributed(rank_size, stage_size, with_batch_dim=True, without_batc
         raise RegisterError(f"{what}: stage_size {stage_size} does not divide rank_size {rank_size}")
     if any(m.model_format == "DISTRIBUTED" for m in ctx.models):
         raise RegisterError(f"{what}: a servable has at most one distributed model")
-    model = declare_model(f"distributed[{rank_size}x{stage_size}]", "ONNX", with_batch_dim, options,
-                          without_batch_dim_inputs)
+    if model_file is not None:
+        if not isinstance(model_file, str) or not model_file.lower().endswith(".gguf"):
+            raise RegisterError(f"{what}: model_file must name a .gguf file, not {model_file!r}")
+        model = declare_model(model_file, "GGUF", with_batch_dim, options, without_batch_dim_inputs)
+    else:
+        model = declare_model(f"distributed[{rank_size}x{stage_size}]", "ONNX", with_batch_dim,
+                              options, without_batch_dim_inputs)
+        model.path = ""
     model.model_format = "DISTRIBUTED"
-    model.path = ""
     model.rank_size = rank_size
     model.stage_size = stage_size
     return model

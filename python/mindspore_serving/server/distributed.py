@@ -7,7 +7,8 @@ start_servable() starts the distributed worker (`cairn serve` with
 startup_agents() starts one `cairn agent` per model file on this host and
 waits for them. Model files are ONNX graphs, one per rank (rank r's is
 model_files[r - rank_start]), whose cairn.AllGather / AllReduce / Broadcast
-nodes join the shards of a stage. group_config_files, rank tables, devices
+nodes join the shards of a stage, or, for an LLM, the one GGUF file named
+once per rank. group_config_files, rank tables, devices
 and decryption keys do not apply: cairn's agents form their groups with gloo
 through the worker.
 """
@@ -28,12 +29,16 @@ _log = logging.getLogger("mindspore_serving")
 
 
 def declare_servable(rank_size, stage_size, with_batch_dim=True, without_batch_dim_inputs=None,
-                     enable_pipeline_infer=False):
-    """The servable's model, cut over rank_size agents in stage_size stages."""
+                     enable_pipeline_infer=False, model_file=None, options=None):
+    """The servable's model, cut over rank_size agents in stage_size stages.
+    model_file and options (cairn's additions): a GGUF LLM every agent maps,
+    each computing its tensor-parallel slice of its stage's layers, and the
+    settings declare_model takes (an LLM's sampling defaults)."""
     if enable_pipeline_infer:
         _log.warning("declare_servable: enable_pipeline_infer is ignored (cairn runs one forward "
                      "at a time over the stages)")
-    return declare_distributed(rank_size, stage_size, with_batch_dim, without_batch_dim_inputs)
+    return declare_distributed(rank_size, stage_size, with_batch_dim, without_batch_dim_inputs,
+                               options=options, model_file=model_file)
 
 
 @_launcher._stop_on_error
