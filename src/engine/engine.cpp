@@ -170,7 +170,8 @@ bool Engine::step() {
       scheduler_.commit(plan_, kv_);
       sample_and_check_stops(plan_);
     } else {
-      for (const ScheduledChunk& c : plan_.chunks) fail(*c.seq, "forward failed: " + st.message());
+      for (const ScheduledChunk& c : plan_.chunks) fail(*c.seq, "forward failed: " + st.message(),
+                                                         st.code() == StatusCode::Unavailable ? st.code() : StatusCode::Internal);
     }
     ++counters_.steps;
   }
@@ -257,11 +258,11 @@ void Engine::sample_and_check_stops(const ScheduledBatch& plan) {
   }
 }
 
-void Engine::fail(Sequence& seq, const std::string& message) {
+void Engine::fail(Sequence& seq, const std::string& message, StatusCode code) {
   if (seq.done) return;
   seq.done = true;
   if (seq.failure.empty()) seq.failure = message;
-  seq.sink->on_error(message);
+  seq.sink->on_error(Status::error(code, message));
   ++counters_.requests_failed;
 }
 

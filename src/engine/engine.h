@@ -88,7 +88,7 @@ class Engine {
   void take_new_and_cancelled_requests();
   void observe_queue_times(const ScheduledBatch& plan);
   void sample_and_check_stops(const ScheduledBatch& plan);
-  void fail(Sequence& seq, const std::string& message);
+  void fail(Sequence& seq, const std::string& message, StatusCode code = StatusCode::Internal);
   void free_finished();
   void publish_stats();
 

@@ -50,7 +50,9 @@ class SequenceSink {
   virtual ~SequenceSink() = default;
   virtual void on_token(const TokenOutput& out) = 0;
   virtual void on_end(const EndOutput& out) = 0;
-  virtual void on_error(const std::string& message) = 0;
+  // Internal unless the cause says otherwise (Unavailable: the model's
+  // agents are gone, a retry may succeed).
+  virtual void on_error(const Status& error) = 0;
 };
 
 }  // namespace cairn::engine

@@ -45,7 +45,7 @@ class SinkAdapter final : public engine::SequenceSink {
     ev.usage = {out.prompt_tokens, out.completion_tokens, out.cached_prompt_tokens};
     sink_->on_finish(ev);
   }
-  void on_error(const std::string& message) override { sink_->on_error(Status::internal(message)); }
+  void on_error(const Status& error) override { sink_->on_error(error); }
 
  private:
   std::shared_ptr<EventSink> sink_;

@@ -62,10 +62,10 @@ class RecordingSink final : public SequenceSink {
     text += out.text;
     cv_.notify_all();
   }
-  void on_error(const std::string& message) override {
+  void on_error(const Status& err) override {
     std::lock_guard lk(mu_);
     ++ends;
-    error = message;
+    error = err.message();
     cv_.notify_all();
   }
   // Waits until the request ended (true) or `seconds` passed (false).

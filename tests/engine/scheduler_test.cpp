@@ -17,7 +17,7 @@ class NullSink final : public SequenceSink {
  public:
   void on_token(const TokenOutput&) override {}
   void on_end(const EndOutput&) override {}
-  void on_error(const std::string&) override {}
+  void on_error(const Status&) override {}
 };
 
 std::unique_ptr<Sequence> make_seq(RequestId id, int32_t n_prompt, Token first = 10) {
