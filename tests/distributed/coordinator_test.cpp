@@ -62,10 +62,13 @@ struct Fixture {
   std::vector<std::thread> agents;
   std::vector<Status> results;
 
-  Fixture(int ranks, int stages) {
+  Fixture(int ranks, int stages) : Fixture([&] {
     CoordinatorOptions o;
     o.rank_size = ranks;
     o.stage_size = stages;
+    return o;
+  }()) {}
+  explicit Fixture(CoordinatorOptions o) {
     o.group_timeout = 3000ms;
     auto c = Coordinator::create(o);
     EXPECT_TRUE(c.is_ok()) << c.status().message();
