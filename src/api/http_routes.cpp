@@ -190,6 +190,7 @@ Result<HttpRoutes::Outcome> HttpRoutes::metrics(const HttpRequest&, const char*)
   r.content_type = "text/plain; version=0.0.4; charset=utf-8";
   r.body = metrics_text(backend_.stats(), counts, models.empty() ? "" : models.front().id);
   r.body += backend_.extra_metrics();
+  if (opt_.extra_metrics) r.body += opt_.extra_metrics();
   return Outcome(std::move(r));
 }
 

@@ -51,6 +51,9 @@ struct HttpRoutesOptions {
   // distributed servable missing agents. Non-empty makes /health a 503
   // with status "unavailable" and this reason. Called from I/O threads.
   std::function<std::string()> unavailable;
+  // More Prometheus text for /metrics (a distributed worker's agent
+  // counters); called from I/O threads.
+  std::function<std::string()> extra_metrics;
 };
 
 // A generation request that passed validation, with the route it came from.

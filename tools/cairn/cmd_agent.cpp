@@ -1,4 +1,5 @@
-// `cairn agent`: one shard of a distributed model. Loads its ONNX file,
+// `cairn agent`: one shard of a distributed model. Loads its ONNX file (or,
+// given the LLM's GGUF file, the slice the worker assigns to its rank),
 // joins the distributed worker (`cairn serve --servable-dir ...
 // --distributed-address`) and runs the forwards it is sent until the
 // worker goes away.
@@ -14,7 +15,9 @@ void register_agent(CLI::App& app, CommandResult& result) {
                   "HOST:PORT of the worker's --distributed-address")
       ->required();
   cmd->add_option("--rank", a->rank, "this shard's rank (0 .. rank_size-1)")->required()->check(CLI::Range(0, 4095));
-  cmd->add_option("-m,--model", a->model_file, "this rank's ONNX model file")->required();
+  cmd->add_option("-m,--model", a->model_file,
+                  "this rank's ONNX model file, or the distributed LLM's GGUF file (every rank maps the same one)")
+      ->required();
   cmd->add_option("-t,--threads", a->threads, "compute threads (default: one per physical core)")
       ->check(CLI::Range(0, 1024));
   cmd->add_option("--host", a->host, "address this agent's collective transport listens on (reachable by the other agents)")

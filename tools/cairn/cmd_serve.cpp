@@ -182,6 +182,23 @@ Status serve(ServeArgs a) {
       if (!worker || !worker->coordinator || worker->coordinator->ready()) return "";
       return "distributed model: " + worker->coordinator->state();
     };
+    a.server.routes.extra_metrics = [w = std::weak_ptr<DistributedWorker>(worker)]() -> std::string {
+      auto worker = w.lock();
+      if (!worker || !worker->coordinator) return "";
+      const distributed::RunStats s = worker->coordinator->stats();
+      const auto counter = [](const char* name, const char* help, double v) {
+        return std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " counter\n" + name + " " +
+               std::to_string(v) + "\n";
+      };
+      return counter("cairn_distributed_forwards_total", "Forwards run over the agents.", double(s.forwards)) +
+             counter("cairn_distributed_agent_forward_seconds_total",
+                     "The agents' time in forwards, summed over agents.", double(s.agent_forward_ns) * 1e-9) +
+             counter("cairn_distributed_agent_comm_seconds_total",
+                     "The agents' time inside their stage's collectives, summed over agents.",
+                     double(s.agent_comm_ns) * 1e-9) +
+             counter("cairn_distributed_agent_comm_bytes_total",
+                     "Payload bytes the agents handed to their stage's collectives.", double(s.agent_comm_bytes));
+    };
     auto opened = servable::Repository::open(std::move(ro));
     if (!opened.is_ok()) return opened.status();
     repo = std::move(opened.value());
