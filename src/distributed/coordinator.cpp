@@ -141,9 +141,11 @@ void Coordinator::drop(int rank, const std::shared_ptr<Member>& m, const std::st
   formed_.clear();
   store_.erase_prefix("e" + std::to_string(epoch_) + "/");
   epoch_seen_ = ++epoch_;  // Formed answers of the old epoch are ignored from now on
-  if (pending_ && !pending_->error)
-    pending_->error = Status::unavailable("agent rank " + std::to_string(rank) + " left during the forward (" + why + ")");
-  if (pending_) pending_->waiting.erase(rank);
+  for (auto& [id, p] : pending_) {
+    if (!p.error)
+      p.error = Status::unavailable("agent rank " + std::to_string(rank) + " left during the forward (" + why + ")");
+    p.waiting.erase(rank);
+  }
   spdlog::warn("distributed: agent rank {} left ({}); {}", rank, why,
                was_ready ? "the model is unavailable until it is back" : "still waiting");
   cv_.notify_all();
@@ -257,22 +259,24 @@ grpc::Status Coordinator::Join(grpc::ServerContext* ctx,
       }
     } else if (msg.kind_case() == v1::AgentMessage::kDone) {
       const auto& d = msg.done();
-      if (!pending_ || pending_->id != d.id() || !pending_->waiting.count(rank)) continue;
-      pending_->waiting.erase(rank);
+      auto found = pending_.find(d.id());
+      if (found == pending_.end() || !found->second.waiting.count(rank)) continue;
+      Pending& p = found->second;
+      p.waiting.erase(rank);
       stats_.agent_forward_ns += d.forward_ns();
       stats_.agent_comm_ns += d.comm_ns();
       stats_.agent_comm_bytes += d.comm_bytes();
-      if (d.has_error() && !pending_->error)
-        pending_->error = Status::unavailable("agent rank " + std::to_string(rank) + ": " + error_text(d.error()));
-      if (d.outputs_size() > 0 && !pending_->error) {
+      if (d.has_error() && !p.error)
+        p.error = Status::unavailable("agent rank " + std::to_string(rank) + ": " + error_text(d.error()));
+      if (d.outputs_size() > 0 && !p.error) {
         for (const auto& t : d.outputs()) {
           auto v = from_proto(t);
           if (!v.is_ok()) {
-            pending_->error = Status::internal("agent rank " + std::to_string(rank) + " sent a bad output: " +
+            p.error = Status::internal("agent rank " + std::to_string(rank) + " sent a bad output: " +
                                                v.status().message());
             break;
           }
-          pending_->outputs.push_back(std::move(*v));
+          p.outputs.push_back(std::move(*v));
         }
       }
       cv_.notify_all();
@@ -327,6 +331,14 @@ grpc::Status Coordinator::StoreGet(grpc::ServerContext*, const v1::StoreGetReque
 
 Result<std::vector<values::Tensor>> Coordinator::run(std::vector<values::Tensor> inputs,
                                                      std::optional<uint64_t> epoch) {
+  std::vector<std::vector<values::Tensor>> one;
+  one.push_back(std::move(inputs));
+  CAIRN_ASSIGN_OR_RETURN(auto outputs, run_pipelined(std::move(one), epoch));
+  return std::move(outputs[0]);
+}
+
+Result<std::vector<std::vector<values::Tensor>>> Coordinator::run_pipelined(
+    std::vector<std::vector<values::Tensor>> micro, std::optional<uint64_t> epoch) {
   std::lock_guard serial(run_mu_);
   std::unique_lock lock(mu_);
   // A group being (re-)formed with every agent present is worth a short wait.
@@ -340,36 +352,54 @@ Result<std::vector<values::Tensor>> Coordinator::run(std::vector<values::Tensor>
   if (epoch && *epoch != epoch_)
     return Status::unavailable("the agents' group re-formed (epoch " + std::to_string(epoch_) +
                                "); the K/V of sequences started before it is gone");
-  ++stats_.forwards;
-  Pending p;
-  p.id = ++next_run_;
-  for (const auto& [rank, m] : members_) p.waiting.insert(rank);
-  pending_ = std::move(p);
-  v1::WorkerMessage with_inputs, without_inputs;
-  with_inputs.mutable_run()->set_id(pending_->id);
-  without_inputs.mutable_run()->set_id(pending_->id);
-  for (const auto& t : inputs) *with_inputs.mutable_run()->add_inputs() = to_proto(t);
-  for (auto& [rank, m] : members_)
-    if (!m->write(rank < per_stage() || llm() ? with_inputs : without_inputs) && !pending_->error)
-      pending_->error = Status::unavailable("agent rank " + std::to_string(rank) + " could not be reached");
+  // Every Run goes out at once: an agent works through its Runs in order,
+  // so a stage starts the next micro-batch while the next stage has this one.
+  std::vector<uint64_t> ids;
+  for (auto& inputs : micro) {
+    ++stats_.forwards;
+    Pending p;
+    p.id = ++next_run_;
+    for (const auto& [rank, m] : members_) p.waiting.insert(rank);
+    ids.push_back(p.id);
+    v1::WorkerMessage with_inputs, without_inputs;
+    with_inputs.mutable_run()->set_id(p.id);
+    without_inputs.mutable_run()->set_id(p.id);
+    for (const auto& t : inputs) *with_inputs.mutable_run()->add_inputs() = to_proto(t);
+    for (auto& [rank, m] : members_)
+      if (!m->write(rank < per_stage() || llm() ? with_inputs : without_inputs) && !p.error)
+        p.error = Status::unavailable("agent rank " + std::to_string(rank) + " could not be reached");
+    pending_.emplace(p.id, std::move(p));
+  }
   // Every agent answers (or leaves) before the next forward: after a failure
   // some may still be inside a collective until the group's timeout.
-  const bool finished = cv_.wait_for(lock, options_.run_timeout, [&] { return pending_->waiting.empty(); });
-  Pending done = std::move(*pending_);
-  pending_.reset();
-  if (!finished && !done.error)
-    done.error = Status::unavailable("the agents did not finish the forward within " +
-                                     std::to_string(options_.run_timeout.count() / 1000) + " s");
-  if (done.error) {
+  const auto all_answered = [&] {
+    for (uint64_t id : ids)
+      if (!pending_.at(id).waiting.empty()) return false;
+    return true;
+  };
+  const bool finished = cv_.wait_for(lock, options_.run_timeout, all_answered);
+  std::optional<Status> error;
+  std::vector<std::vector<values::Tensor>> outputs;
+  for (uint64_t id : ids) {
+    Pending done = std::move(pending_.at(id));
+    pending_.erase(id);
+    if (done.error && !error) error = done.error;
+    outputs.push_back(std::move(done.outputs));
+  }
+  if (!finished && !error)
+    error = Status::unavailable("the agents did not finish the forward within " +
+                                std::to_string(options_.run_timeout.count() / 1000) + " s");
+  if (error) {
     // Ranks may have stopped at different collectives: only a fresh group
     // is in step again.
     if (all_loaded_locked() && !stopping_) start_forming_locked();
-    return *done.error;
+    return *error;
   }
-  if (!llm() && done.outputs.size() != outputs_.size())
-    return Status::internal("the last stage returned " + std::to_string(done.outputs.size()) + " outputs, expected " +
-                            std::to_string(outputs_.size()));
-  return std::move(done.outputs);
+  for (const auto& o : outputs)
+    if (!llm() && o.size() != outputs_.size())
+      return Status::internal("the last stage returned " + std::to_string(o.size()) + " outputs, expected " +
+                              std::to_string(outputs_.size()));
+  return outputs;
 }
 
 std::vector<onnx::ValueInfo> Coordinator::inputs() const {

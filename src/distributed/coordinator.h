@@ -81,6 +81,11 @@ class Coordinator final : public v1::Agents::Service {
   // group formed since is another.
   Result<std::vector<values::Tensor>> run(std::vector<values::Tensor> inputs,
                                           std::optional<uint64_t> epoch = std::nullopt);
+  // Several forwards sent together (micro-batches of one step): each stage
+  // starts the next while the next stage has this one. All fail if one does.
+  Result<std::vector<std::vector<values::Tensor>>> run_pipelined(std::vector<std::vector<values::Tensor>> micro,
+                                                                 std::optional<uint64_t> epoch = std::nullopt);
+  int stage_size() const { return options_.stage_size; }
   // The epoch being formed or formed: it changes whenever an agent leaves
   // or the group re-forms (an LLM's K/V held by the agents is then lost).
   uint64_t epoch() const;
@@ -121,7 +126,7 @@ class Coordinator final : public v1::Agents::Service {
   bool stopping_ = false;
   std::chrono::steady_clock::time_point retry_form_at_{};  // a failed forming is retried then
 
-  // The forward in flight (at most one).
+  // The forwards in flight (those of one run_pipelined call).
   std::mutex run_mu_;
   uint64_t next_run_ = 0;
   struct Pending {
@@ -130,7 +135,7 @@ class Coordinator final : public v1::Agents::Service {
     std::optional<Status> error;
     std::vector<values::Tensor> outputs;
   };
-  std::optional<Pending> pending_;  // under mu_
+  std::map<uint64_t, Pending> pending_;  // under mu_
   RunStats stats_;                  // under mu_
   std::atomic<uint64_t> epoch_seen_{0};  // epoch_, for epoch() without the lock
 

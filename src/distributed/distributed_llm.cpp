@@ -1,6 +1,8 @@
 // distributed/distributed_llm.cpp — see distributed_llm.h.
 #include "distributed/distributed_llm.h"
 
+#include <algorithm>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "distributed/llm_step.h"
@@ -41,8 +43,7 @@ class DistributedLlm final : public model::Model {
       step.tables.push_back(kv::SeqTable{batch.seqs[i], std::vector<int32_t>(l.blocks.begin(), l.blocks.end()),
                                          l.writable_from, l.capacity});
     }
-    CAIRN_ASSIGN_OR_RETURN(auto outputs, c_->run(encode_step(step), epoch));
-    CAIRN_ASSIGN_OR_RETURN(out, decode_logits(outputs, hparams_.n_vocab));
+    CAIRN_RETURN_IF_ERROR(run(std::move(step), epoch, out));
     size_t wanted = 0;
     for (uint8_t w : batch.wants_logits) wanted += w != 0;
     if (out.rows() != wanted)
@@ -51,6 +52,70 @@ class DistributedLlm final : public model::Model {
     for (size_t r = 0; r < out.rows(); ++r)
       if (out.batch_index[r] < 0 || (size_t)out.batch_index[r] >= n || !batch.wants_logits[(size_t)out.batch_index[r]])
         return Status::internal("the last stage's logits name a batch row that asked for none");
+    return Status::ok();
+  }
+
+  // With pipeline stages and several sequences, the step goes as up to one
+  // micro-batch per stage (whole sequences each, about equal in tokens), so
+  // every stage has work once the first has passed its first one on.
+  Status run(LlmStep step, uint64_t epoch, model::Logits& out) {
+    const size_t parts = std::min<size_t>((size_t)c_->stage_size(), step.tables.size());
+    if (parts <= 1) {
+      CAIRN_ASSIGN_OR_RETURN(auto outputs, c_->run(encode_step(step), epoch));
+      CAIRN_ASSIGN_OR_RETURN(out, decode_logits(outputs, hparams_.n_vocab));
+      return Status::ok();
+    }
+    // Sequences in order of first appearance, dealt out by token count.
+    std::unordered_map<SeqId, size_t> part_of;
+    std::vector<size_t> tokens_of(step.tables.size(), 0);
+    std::unordered_map<SeqId, size_t> table_of;
+    for (size_t i = 0; i < step.tables.size(); ++i) table_of[step.tables[i].seq] = i;
+    for (SeqId s : step.batch.seqs) ++tokens_of[table_of[s]];
+    const size_t total = step.batch.size();
+    size_t done = 0, part = 0;
+    std::vector<LlmStep> micro(parts);
+    for (size_t i = 0; i < step.tables.size(); ++i) {
+      // The next part starts once this one has its share of the tokens, or
+      // when each part still to come needs one of the sequences left.
+      const size_t left = step.tables.size() - i, parts_after = parts - part - 1;
+      if (parts_after > 0 && !micro[part].tables.empty() &&
+          (done >= (part + 1) * total / parts || left <= parts_after))
+        ++part;
+      part_of[step.tables[i].seq] = part;
+      done += tokens_of[i];
+      micro[part].tables.push_back(std::move(step.tables[i]));
+    }
+    std::vector<std::vector<int32_t>> origin(parts);  // micro-batch row -> step row
+    for (size_t t = 0; t < total; ++t) {
+      const size_t p = part_of[step.batch.seqs[t]];
+      micro[p].batch.add(step.batch.tokens[t], step.batch.positions[t], step.batch.seqs[t],
+                         step.batch.wants_logits[t] != 0);
+      origin[p].push_back((int32_t)t);
+    }
+    std::vector<std::vector<values::Tensor>> inputs;
+    for (const LlmStep& m : micro) inputs.push_back(encode_step(m));
+    CAIRN_ASSIGN_OR_RETURN(auto outputs, c_->run_pipelined(std::move(inputs), epoch));
+    // Rows back in step order.
+    std::vector<std::pair<int32_t, std::span<const float>>> rows;
+    std::vector<model::Logits> parts_out(parts);
+    for (size_t p = 0; p < parts; ++p) {
+      CAIRN_ASSIGN_OR_RETURN(parts_out[p], decode_logits(outputs[p], hparams_.n_vocab));
+      for (size_t r = 0; r < parts_out[p].rows(); ++r) {
+        const int32_t local = parts_out[p].batch_index[r];
+        if (local < 0 || (size_t)local >= origin[p].size())
+          return Status::internal("the last stage's logits name a batch row that does not exist");
+        rows.emplace_back(origin[p][(size_t)local], parts_out[p].row(r));
+      }
+    }
+    std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    out.n_vocab = hparams_.n_vocab;
+    out.batch_index.clear();
+    out.data.clear();
+    out.data.reserve(rows.size() * (size_t)hparams_.n_vocab);
+    for (const auto& [index, row] : rows) {
+      out.batch_index.push_back(index);
+      out.data.insert(out.data.end(), row.begin(), row.end());
+    }
     return Status::ok();
   }
 

@@ -179,8 +179,28 @@ TEST(DistributedLlm, TwoByTwoAgentsGiveTheWholeModelsTokens) {
   EXPECT_LT(greedy_both(w, whole, 2, prompt, 4, &again), 1e-3);
   EXPECT_EQ(w.cache->stats().prefix_hits, 32u);
   EXPECT_EQ(std::vector<Token>(got.begin(), got.begin() + 4), again);
+  // Two sequences in one step: one micro-batch per stage, sent together;
+  // each row's logits are the whole model's for that sequence.
+  model::Batch both;
+  for (int i = 0; i < 9; ++i) both.add((Token)(40 + i), i, 3, i == 8);
+  for (int i = 0; i < 5; ++i) both.add((Token)(90 + i), i, 4, i == 4);
+  ASSERT_TRUE(w.cache->reserve(3, 9));
+  ASSERT_TRUE(w.cache->reserve(4, 5));
+  model::Logits ld, l3, l4;
+  ASSERT_TRUE(w.model->forward(both, *w.cache, ld).is_ok());
+  model::Batch b3, b4;
+  for (int i = 0; i < 9; ++i) b3.add((Token)(40 + i), i, 3, i == 8);
+  for (int i = 0; i < 5; ++i) b4.add((Token)(90 + i), i, 0, i == 4);
+  ASSERT_TRUE(whole.model->forward(b3, *whole.kv, l3).is_ok());
+  ASSERT_TRUE(whole.model->forward(b4, *whole.kv, l4).is_ok());
+  ASSERT_EQ(ld.rows(), 2u);
+  EXPECT_EQ(ld.batch_index, (std::vector<int32_t>{8, 13}));
+  for (size_t i = 0; i < l3.row(0).size(); ++i) {
+    EXPECT_NEAR(ld.row(0)[i], l3.row(0)[i], 1e-3);
+    EXPECT_NEAR(ld.row(1)[i], l4.row(0)[i], 1e-3);
+  }
   const RunStats st = w.coordinator->stats();
-  EXPECT_EQ(st.forwards, 12u);
+  EXPECT_EQ(st.forwards, 14u);
   EXPECT_GT(st.agent_comm_bytes, 0u);
   EXPECT_GT(st.agent_comm_ns, 0u);
 }
