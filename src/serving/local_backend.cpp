@@ -267,8 +267,12 @@ std::vector<ModelInfo> LocalBackend::models() const {
 
 Health LocalBackend::health() const {
   const engine::EngineStats s = engine_->stats();
-  return Health{draining_.load() ? HealthState::Draining : HealthState::Ready, s.running,
-                engine_->queued()};
+  HealthState state = HealthState::Ready;
+  if (draining_.load())
+    state = HealthState::Draining;
+  else if (options_.remote_ready && !options_.remote_ready())
+    state = HealthState::Loading;
+  return Health{state, s.running, engine_->queued()};
 }
 
 BackendStats LocalBackend::stats() const {

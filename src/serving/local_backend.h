@@ -38,6 +38,9 @@ struct LocalBackendOptions {
   // tables_only), their contents lost whenever kv_generation() changes.
   model::RemoteModelFn remote_model = {};
   std::function<uint64_t()> kv_generation = {};
+  // With remote_model: whether the remote side can compute now; health()
+  // says Loading while it cannot (a controller then routes elsewhere).
+  std::function<bool()> remote_ready = {};
 };
 
 class LocalBackend final : public Backend {

@@ -6,7 +6,9 @@ OpenAI route get the text a single-process server gives for the same
 prompts (stories260K from ../shared; a generated model otherwise, whose text
 is then only checked for being there); an agent killed with SIGKILL in the
 middle of streams ends every request within 10 s, /health says why, and a
-restarted agent brings the model back without restarting the worker.
+restarted agent brings the model back without restarting the worker. Under
+a controller, `cairn worker --rank-size 2` is reported not ready while an
+agent is missing, and traffic goes to the other worker meanwhile.
 
 Run by ctest with /usr/bin/python3; exit code 77 (skipped) when something it
 needs is absent.
@@ -15,6 +17,7 @@ needs is absent.
 import json
 import os
 import queue
+import re
 import shutil
 import subprocess
 import sys
@@ -73,9 +76,9 @@ def make_model(path):
     return False
 
 
-def complete(http, prompt, max_tokens, timeout=60):
+def complete(http, prompt, max_tokens, timeout=60, model="llm"):
     """(HTTP status, text or error) of a non-streaming completion."""
-    body = json.dumps({"model": "llm", "prompt": prompt, "max_tokens": max_tokens, "temperature": 0}).encode()
+    body = json.dumps({"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0}).encode()
     req = urllib.request.Request("http://%s/v1/completions" % http, data=body,
                                  headers={"Content-Type": "application/json"})
     try:
@@ -209,6 +212,96 @@ class DistributedLlm(unittest.TestCase):
             if self.meaningful:
                 self.assertEqual(text, ref, prompt)
         self.assertRegex(self.worker.log(), r"agent rank 3 left")
+
+
+class Proc:
+    """A cairn process whose stderr lines are kept and can be waited on."""
+
+    def __init__(self, *args):
+        self.proc = subprocess.Popen([CAIRN_BIN, *args], stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                     text=True)
+        self.lines = []
+        self.events = queue.Queue()
+        threading.Thread(target=Server._read, args=(self,), daemon=True).start()
+
+    wait_for = Server.wait_for
+    stop = Server.stop
+
+
+def worker_up(controller_http):
+    """{worker name: 1 or 0} from the controller's cairn_worker_up gauge."""
+    with urllib.request.urlopen("http://%s/metrics" % controller_http, timeout=10) as r:
+        text = r.read().decode()
+    return {m.group(1): int(float(m.group(2)))
+            for m in re.finditer(r'^cairn_worker_up\{[^}]*name="([^"]+)"[^}]*\} (\S+)$', text, re.M)}
+
+
+def routed(controller_http, name):
+    with urllib.request.urlopen("http://%s/metrics" % controller_http, timeout=10) as r:
+        text = r.read().decode()
+    m = re.search(r'^cairn_worker_routed_total\{[^}]*name="%s"[^}]*\} (\S+)$' % name, text, re.M)
+    return float(m.group(1)) if m else 0.0
+
+
+class UnderAController(unittest.TestCase):
+    """`cairn worker --rank-size 2` beside a plain worker: while an agent is
+    missing the controller sees the distributed worker as not ready and
+    sends everything to the other one."""
+
+    def setUp(self):
+        self.root = tempfile.mkdtemp(prefix="cairn-dllm-ctl-")
+        self.model = os.path.join(self.root, "model.gguf")
+        make_model(self.model)
+        self.procs = []
+        self.controller = Proc("controller", "--host", "127.0.0.1", "--http-port", "0", "--grpc-port", "0",
+                               "--heartbeat-ms", "300", "--worker-timeout-ms", "1500", "--route", "round-robin")
+        self.procs.append(self.controller)
+        self.http = self.controller.wait_for(r"listening on http://(\S+)").group(1)
+        grpc = self.controller.wait_for(r"grpc listening on (\S+)").group(1)
+        plain = Proc("worker", "-m", self.model, "--controller", grpc, "--name", "plain", "--heartbeat-ms", "300",
+                     "-t", "1")
+        self.dist = Proc("worker", "-m", self.model, "--controller", grpc, "--name", "dist", "--heartbeat-ms", "300",
+                         "-t", "1", "--rank-size", "2", "--distributed-address", "127.0.0.1:0")
+        self.procs += [plain, self.dist]
+        self.address = "127.0.0.1:" + self.dist.wait_for(r"distributed worker listening on \S+ \(port (\d+)\)").group(1)
+        self.agents = [start_agent(self.address, r, self.model) for r in range(2)]
+        self.wait_up({"plain": 1, "dist": 1})
+
+    def tearDown(self):
+        for p in self.procs:
+            p.stop()
+        stop_all(self.agents)
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def wait_up(self, want, seconds=30):
+        deadline = time.time() + seconds
+        up = {}
+        while time.time() < deadline:
+            up = worker_up(self.http)
+            if all(up.get(k) == v for k, v in want.items()):
+                return
+            time.sleep(0.1)
+        self.fail("workers up %s, wanted %s" % (up, want))
+
+    def all_succeed(self, n):
+        for code, text in run_concurrently(complete, [(self.http, p, 8, 60, "model") for p in PROMPTS[:n]]):
+            self.assertEqual(code, 200, text)
+
+    def test_traffic_goes_elsewhere_while_an_agent_is_missing(self):
+        self.all_succeed(8)
+        self.assertGreater(routed(self.http, "dist"), 0)
+        self.agents[1].kill()
+        self.agents[1].wait()
+        start = time.time()
+        self.wait_up({"plain": 1, "dist": 0}, seconds=10)
+        self.assertLess(time.time() - start, 5)
+        before = routed(self.http, "dist")
+        self.all_succeed(8)
+        self.assertEqual(routed(self.http, "dist"), before)
+        self.agents[1] = start_agent(self.address, 1, self.model)
+        self.wait_up({"plain": 1, "dist": 1})
+        self.all_succeed(8)
+        self.assertGreater(routed(self.http, "dist"), before)
 
 
 if __name__ == "__main__":

@@ -16,10 +16,7 @@
 #include "commands.h"
 #include "core/cpu_features.h"
 #include "distributed/coordinator.h"
-#include "distributed/distributed_llm.h"
-#include "distributed/llm_step.h"
-#include "gguf/gguf.h"
-#include "model/model.h"
+#include "distributed_worker.h"
 #include "kernels/kernels.h"
 #include "modelgen/demo_model.h"
 #include "server_flags.h"
@@ -42,91 +39,17 @@ struct ServeArgs {
   double stage_timeout_s = 60;
   int max_versions = 2;
   double version_poll_s = 2;
-  std::string distributed_address = "0.0.0.0:6200";
-  double wait_agents_s = 0;  // 0: forever
+  DistributedFlags distributed;
 };
-
-// The distributed worker of a servable whose model is cut over agents: made
-// when the servable loads (the Agents service starts listening then), kept
-// across its versions. The server goes before the coordinator it serves.
-struct DistributedWorker {
-  std::shared_ptr<distributed::Coordinator> coordinator;
-  std::unique_ptr<api::GrpcServer> server;
-  distributed::CoordinatorOptions options;
-  ~DistributedWorker() {
-    if (coordinator) coordinator->shutdown();
-    if (server) server->shutdown(1.0);
-  }
-};
-
-// Starts the worker's Agents service for `co` (once; a later version must
-// be the same model over the same layout) and waits for the agents.
-Status start_distributed_worker(const ServeArgs& a, DistributedWorker& w, const distributed::CoordinatorOptions& co) {
-  if (!w.coordinator) {
-    CAIRN_ASSIGN_OR_RETURN(auto made, distributed::Coordinator::create(co));
-    w.coordinator = std::move(made);
-    w.options = co;
-    api::GrpcServerOptions go;
-    go.address = a.distributed_address;
-    go.max_message_bytes = a.grpc_max_message_mb << 20;
-    auto started = api::GrpcServer::start(go, {w.coordinator.get()});
-    if (!started.is_ok()) return Status::unavailable("--distributed-address: " + started.status().message());
-    w.server = std::move(started.value());
-    std::fprintf(stderr, "cairn: distributed worker listening on %s (port %d) for %d agents in %d stages\n",
-                 a.distributed_address.c_str(), w.server->port(), co.rank_size, co.stage_size);
-    std::fflush(stderr);
-  } else if (w.options.rank_size != co.rank_size || w.options.stage_size != co.stage_size ||
-             w.options.llm_fingerprint != co.llm_fingerprint || w.options.kv_blocks != co.kv_blocks) {
-    return Status::invalid_argument("this worker's agents are " + std::to_string(w.options.rank_size) + " ranks in " +
-                                    std::to_string(w.options.stage_size) +
-                                    " stages of one model; a worker serves one distributed model");
-  }
-  spdlog::info("distributed: {}", w.coordinator->state());
-  return w.coordinator->wait_ready(std::chrono::milliseconds(int64_t(a.wait_agents_s * 1000)));
-}
 
 // VersionOptions::distributed_session for `cairn serve`.
-Result<std::unique_ptr<onnx::Session>> distributed_session(const ServeArgs& a, DistributedWorker& w,
+Result<std::unique_ptr<onnx::Session>> distributed_session(const DistributedFlags& flags, DistributedWorker& w,
                                                            const servable::ModelDecl& d) {
   distributed::CoordinatorOptions co;
   co.rank_size = d.rank_size;
   co.stage_size = d.stage_size;
-  CAIRN_RETURN_IF_ERROR(start_distributed_worker(a, w, co));
+  CAIRN_RETURN_IF_ERROR(start_distributed_worker(flags, w, co, true));
   return distributed::make_distributed_session(w.coordinator);
-}
-
-// VersionOptions::distributed_llm: the engine runs here over a tables-only
-// K/V cache; the agents hold the weights and the K/V, and are told the
-// pool's size (the one a local backend would have) when they join.
-Result<std::unique_ptr<serving::Backend>> distributed_llm(const ServeArgs& a, DistributedWorker& w,
-                                                          const servable::ModelDecl& d,
-                                                          serving::LocalBackendOptions o) {
-  auto file = gguf::File::open(d.path);
-  if (!file.is_ok()) return file.status();
-  CAIRN_ASSIGN_OR_RETURN(const model::HParams hp, model::Model::read_hparams(**file));
-  // Every rank's cut, before any agent is waited for.
-  for (int r = 0; r < d.rank_size; ++r) {
-    auto shard = model::shard_for_rank(hp, r, d.rank_size, d.stage_size);
-    if (!shard.is_ok())
-      return Status::invalid_argument(d.file + " cannot be cut over " + std::to_string(d.rank_size) + " agents in " +
-                                      std::to_string(d.stage_size) + " stages: " + shard.status().message());
-  }
-  CAIRN_ASSIGN_OR_RETURN(const auto plan, serving::LocalBackend::kv_plan(o, hp));
-  distributed::CoordinatorOptions co;
-  co.rank_size = d.rank_size;
-  co.stage_size = d.stage_size;
-  co.llm_fingerprint = distributed::llm_fingerprint(hp);
-  co.kv_blocks = uint32_t(plan.blocks);
-  co.kv_block_tokens = 16;
-  CAIRN_RETURN_IF_ERROR(start_distributed_worker(a, w, co));
-  std::shared_ptr<distributed::Coordinator> c = w.coordinator;
-  o.kv_pool_bytes = plan.pool_bytes;
-  o.remote_model = [c](const model::HParams& h) -> Result<std::unique_ptr<model::Model>> {
-    return distributed::make_distributed_llm(c, h);
-  };
-  o.kv_generation = [c] { return c->epoch(); };
-  CAIRN_ASSIGN_OR_RETURN(auto backend, serving::LocalBackend::create(o));
-  return std::unique_ptr<serving::Backend>(std::move(backend));
 }
 
 // Loads the servables (or the model) and hands the backend over.
@@ -169,11 +92,16 @@ Status serve(ServeArgs a) {
     ro.max_versions = a.max_versions;
     ro.poll_seconds = a.version_poll_s;
     auto worker = std::make_shared<DistributedWorker>();
-    ro.version.distributed_session = [a, worker](const servable::ModelDecl& d) {
-      return distributed_session(a, *worker, d);
+    DistributedFlags flags = a.distributed;
+    flags.grpc_max_message_mb = a.grpc_max_message_mb;
+    ro.version.distributed_session = [flags, worker](const servable::ModelDecl& d) {
+      return distributed_session(flags, *worker, d);
     };
-    ro.version.distributed_llm = [a, worker](const servable::ModelDecl& d, serving::LocalBackendOptions o) {
-      return distributed_llm(a, *worker, d, std::move(o));
+    ro.version.distributed_llm = [flags, worker](const servable::ModelDecl& d, serving::LocalBackendOptions o)
+        -> Result<std::unique_ptr<serving::Backend>> {
+      CAIRN_ASSIGN_OR_RETURN(auto backend, distributed_llm_backend(flags, *worker, d.path, d.rank_size, d.stage_size,
+                                                                   std::move(o), true));
+      return std::unique_ptr<serving::Backend>(std::move(backend));
     };
     // Set before the HTTP server starts; the coordinator appears later, when
     // the servable loads (and the server does not read it before then).
@@ -184,20 +112,7 @@ Status serve(ServeArgs a) {
     };
     a.server.routes.extra_metrics = [w = std::weak_ptr<DistributedWorker>(worker)]() -> std::string {
       auto worker = w.lock();
-      if (!worker || !worker->coordinator) return "";
-      const distributed::RunStats s = worker->coordinator->stats();
-      const auto counter = [](const char* name, const char* help, double v) {
-        return std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " counter\n" + name + " " +
-               std::to_string(v) + "\n";
-      };
-      return counter("cairn_distributed_forwards_total", "Forwards run over the agents.", double(s.forwards)) +
-             counter("cairn_distributed_agent_forward_seconds_total",
-                     "The agents' time in forwards, summed over agents.", double(s.agent_forward_ns) * 1e-9) +
-             counter("cairn_distributed_agent_comm_seconds_total",
-                     "The agents' time inside their stage's collectives, summed over agents.",
-                     double(s.agent_comm_ns) * 1e-9) +
-             counter("cairn_distributed_agent_comm_bytes_total",
-                     "Payload bytes the agents handed to their stage's collectives.", double(s.agent_comm_bytes));
+      return worker ? distributed_metrics(*worker) : "";
     };
     auto opened = servable::Repository::open(std::move(ro));
     if (!opened.is_ok()) return opened.status();
@@ -291,10 +206,10 @@ void register_serve(CLI::App& app, CommandResult& result) {
                   "seconds between looks for new version folders; 0: never")
       ->check(CLI::Range(0.0, 1e6))
       ->capture_default_str();
-  cmd->add_option("--distributed-address", a->distributed_address,
+  cmd->add_option("--distributed-address", a->distributed.address,
                   "HOST:PORT where the agents of a distributed servable join (port 0: any free port)")
       ->capture_default_str();
-  cmd->add_option("--wait-agents-seconds", a->wait_agents_s,
+  cmd->add_option("--wait-agents-seconds", a->distributed.wait_agents_s,
                   "how long a distributed servable waits for all its agents before it fails to load; 0: forever")
       ->check(CLI::Range(0.0, 1e7))
       ->capture_default_str();

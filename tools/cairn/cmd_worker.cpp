@@ -4,7 +4,9 @@
 // registered with CONTROLLER as ID" each time it does) and heartbeats. On
 // SIGTERM/SIGINT it deregisters first (so no new work is routed here), stops
 // accepting, lets running requests finish within --drain-seconds and exits 0;
-// a second signal exits at once.
+// a second signal exits at once. With --rank-size the model is computed by
+// that many `cairn agent` processes (docs/distributed.md); the worker reports
+// itself loading to the controller whenever their group is not whole.
 #include <grpcpp/impl/service_type.h>  // destroys the worker service
 #include <pthread.h>
 #include <spdlog/spdlog.h>
@@ -21,6 +23,7 @@
 #include "api/grpc_worker_service.h"
 #include "cluster/worker_agent.h"
 #include "commands.h"
+#include "distributed_worker.h"
 #include "modelgen/demo_model.h"
 #include "server_flags.h"
 #include "serving/local_backend.h"
@@ -40,6 +43,10 @@ struct WorkerArgs {
   int heartbeat_ms = 2000;
   double drain_seconds = 30;
   int max_message_mb = 16;
+  // A distributed LLM: the model computed by rank_size `cairn agent`s.
+  int rank_size = 0;
+  int stage_size = 1;
+  DistributedFlags distributed;
 };
 
 // Waits up to `seconds` for SIGTERM or SIGINT (blocked in every thread, so
@@ -90,7 +97,12 @@ Status run_worker(WorkerArgs a) {
   const std::string path = *resolved;
   a.backend.model_path = path;
   a.backend.kv_pool_bytes = a.kv_cache_mb * (int64_t(1) << 20);
-  auto local = serving::LocalBackend::create(a.backend);
+  // With agents, the worker registers at once and reports Loading (so the
+  // controller routes elsewhere) whenever their group is not whole.
+  DistributedWorker agents;
+  auto local = a.rank_size > 0 ? distributed_llm_backend(a.distributed, agents, path, a.rank_size, a.stage_size,
+                                                         a.backend, false)
+                               : serving::LocalBackend::create(a.backend);
   if (!local.is_ok()) return local.status();
   serving::LocalBackend& backend = **local;
   spdlog::info("worker model '{}' (context {} tokens, KV pool {} MiB)", backend.model_id(),
@@ -194,6 +206,15 @@ void register_worker(CLI::App& app, CommandResult& result) {
       ->capture_default_str();
   cmd->add_option("--max-message-mb", a->max_message_mb, "largest gRPC message in MiB")
       ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  cmd->add_option("--rank-size", a->rank_size,
+                  "serve the model over this many `cairn agent`s (tensor x pipeline parallel; 0: in this process)")
+      ->check(CLI::Range(0, 4096));
+  cmd->add_option("--stage-size", a->stage_size, "pipeline stages of the agents (dividing --rank-size)")
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
+  cmd->add_option("--distributed-address", a->distributed.address,
+                  "HOST:PORT the agents join (with --rank-size); port 0: any free port")
       ->capture_default_str();
   add_engine_flags(cmd, b, a->kv_cache_mb);
   cmd->add_option("--max-queue", b.max_queue, "requests waiting to run (refused beyond)")
