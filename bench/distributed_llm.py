@@ -2,13 +2,13 @@
 `cairn serve` as a distributed worker with R `cairn agent` processes in S
 pipeline stages (tensor parallel R/S), against the same file served by one
 `cairn serve --model` process. For each layout it prints prefill and decode
-tokens/s through the OpenAI route, and from the worker's /metrics the time
+tokens/s through the OpenAI route (one stream, then the aggregate of several), and from the worker's /metrics the time
 the agents spent inside their collectives and the payload they handed them,
 per token, plus each agent's resident memory after loading its shard. A
 benchmark, not a test: the numbers are this host's.
 
     /usr/bin/python3 bench/distributed_llm.py [--model FILE] [--layouts local,1x1,2x1,2x2]
-        [--prompt-tokens 128] [--decode-tokens 64] [--cores 2]
+        [--prompt-tokens 128] [--decode-tokens 64] [--cores 2] [--streams 8]
 
 Without --model it makes the TinyLlama-shaped Q4_0 model of docs/performance.md
 (random weights, Llama 2's vocabulary from ../shared/tokenizer when present).
@@ -123,7 +123,7 @@ def stream_times(http, prompt, max_tokens):
     return times
 
 
-def measure(http, prompt_text, prompt_tokens, decode_tokens, distributed):
+def measure(http, prompt_text, decode_tokens, streams, distributed):
     post(http, {"model": "m", "prompt": "warm up", "max_tokens": 4, "temperature": 0})
     before = metrics(http) if distributed else {}
     t0 = time.time()
@@ -139,6 +139,18 @@ def measure(http, prompt_text, prompt_tokens, decode_tokens, distributed):
     n_decode = len(times) - 1
     row = {"prompt_tokens": n_prompt, "prefill_tok_s": n_prompt / prefill_s,
            "decode_tok_s": n_decode / decode_s if decode_s > 0 else 0.0}
+    # Several streams at once: continuous batching (and, with stages, one
+    # micro-batch per stage) for the aggregate rate.
+    results = [None] * streams
+    threads = [threading.Thread(target=lambda i=i: results.__setitem__(
+        i, stream_times(http, "Stream %d %s" % (i, prompt_text[:16]), decode_tokens))) for i in range(streams)]
+    t0 = time.time()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    row["streams"] = streams
+    row["aggregate_tok_s"] = sum(len(r) for r in results) / (time.time() - t0)
     if distributed:
         def per(a, b, key, n):
             return (b.get(key, 0) - a.get(key, 0)) / max(1, n)
@@ -160,7 +172,7 @@ def run_layout(layout, model, root, args, prompt_text):
         http = server.wait_for(r"listening on http://([\d.]+:\d+)").group(1)
         server.wait_for(r"cairn: ready")
         try:
-            return measure(http, prompt_text, args.prompt_tokens, args.decode_tokens, False), []
+            return measure(http, prompt_text, args.decode_tokens, args.streams, False), []
         finally:
             server.stop()
     ranks, stages = (int(x) for x in layout.split("x"))
@@ -180,7 +192,7 @@ def run_layout(layout, model, root, args, prompt_text):
         worker.wait_for(r"cairn: ready")
         memory = [int(m.group(1)) for m in
                   (re.search(r"agent rank \d+ loaded .*\((\d+) MiB resident\)", line) for line in worker.lines) if m]
-        return measure(http, prompt_text, args.prompt_tokens, args.decode_tokens, True), memory
+        return measure(http, prompt_text, args.decode_tokens, args.streams, True), memory
     finally:
         worker.stop()
         for a in agents:
@@ -194,6 +206,7 @@ def main():
     ap.add_argument("--prompt-tokens", type=int, default=128)
     ap.add_argument("--decode-tokens", type=int, default=64)
     ap.add_argument("--cores", type=int, default=2)
+    ap.add_argument("--streams", type=int, default=8, help="concurrent streams for the aggregate decode rate")
     args = ap.parse_args()
     model = args.model
     if not model:
@@ -210,8 +223,9 @@ def main():
             row, memory = run_layout(layout, model, root, args, prompt_text)
             name = "one process" if layout == "local" else "%s agents (TP %d x PP %d)" % (
                 layout.split("x")[0], int(layout.split("x")[0]) // int(layout.split("x")[1]), int(layout.split("x")[1]))
-            print("%-26s prefill %7.1f tok/s (%d tokens), decode %6.2f tok/s" %
-                  (name, row["prefill_tok_s"], row["prompt_tokens"], row["decode_tok_s"]))
+            print("%-26s prefill %7.1f tok/s (%d tokens), decode %6.2f tok/s, %d streams %6.2f tok/s" %
+                  (name, row["prefill_tok_s"], row["prompt_tokens"], row["decode_tok_s"], row["streams"],
+                   row["aggregate_tok_s"]))
             if "decode_forwards" in row:
                 print("%26s decode: agents %.1f ms per token forward, %.2f ms in collectives, %.1f KiB to them"
                       " (summed over agents); prefill: %.3f ms, %.1f KiB per token" %

@@ -331,9 +331,16 @@ class Agent {
     done.set_comm_bytes(comm.bytes);
     if (!st.is_ok()) return fail_onward(last, st);
     if (!last) {
+      // The stage hop counts as communication: the time to hand the rows
+      // over (not the wait for them, which is the pipeline's bubble).
+      const auto s0 = std::chrono::steady_clock::now();
       CAIRN_RETURN_IF_ERROR(send_frame(std::string(reinterpret_cast<const char*>(hidden_out.data()),
                                                    hidden_out.size() * sizeof(float)),
                                        o_.rank + per_stage_));
+      done.set_comm_ns(comm.ns + uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                              std::chrono::steady_clock::now() - s0)
+                                              .count()));
+      done.set_comm_bytes(comm.bytes + hidden_out.size() * sizeof(float));
     } else if (o_.rank % per_stage_ == 0) {
       for (const auto& t : encode_logits(logits)) *done.add_outputs() = to_proto(t);
     }

@@ -54,8 +54,8 @@ struct CoordinatorOptions {
 struct RunStats {
   uint64_t forwards = 0;
   uint64_t agent_forward_ns = 0;  // each agent's whole forward
-  uint64_t agent_comm_ns = 0;     // inside its stage's collectives
-  uint64_t agent_comm_bytes = 0;  // payload handed to them
+  uint64_t agent_comm_ns = 0;     // inside its stage's collectives, and sending to the next stage
+  uint64_t agent_comm_bytes = 0;  // payload handed to both
 };
 
 class Coordinator final : public v1::Agents::Service {

@@ -86,9 +86,10 @@ std::string distributed_metrics(const DistributedWorker& w) {
          counter("cairn_distributed_agent_forward_seconds_total", "The agents' time in forwards, summed over agents.",
                  double(s.agent_forward_ns) * 1e-9) +
          counter("cairn_distributed_agent_comm_seconds_total",
-                 "The agents' time inside their stage's collectives, summed over agents.",
+                 "The agents' time inside their stage's collectives and sending to the next stage, summed over agents.",
                  double(s.agent_comm_ns) * 1e-9) +
-         counter("cairn_distributed_agent_comm_bytes_total", "Payload bytes the agents handed to their stage's collectives.",
+         counter("cairn_distributed_agent_comm_bytes_total",
+                 "Payload bytes the agents handed to their stage's collectives and to the next stage.",
                  double(s.agent_comm_bytes));
 }
 
