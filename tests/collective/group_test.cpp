@@ -121,21 +121,27 @@ TEST(CollectiveGroup, GroupReformsAfterARankIsReplaced) {
   MemoryStore store;
   std::unique_ptr<Group> kept[2];
   {
-    std::thread t([&] {
-      auto g = Group::connect(store, "epoch1/", 1, 3, quick(1000ms));
-      ASSERT_TRUE(g.is_ok()) << g.status().message();
-      kept[1] = std::move(*g);
-    });
-    std::thread gone([&] {
-      auto g = Group::connect(store, "epoch1/", 2, 3, quick(1000ms));
-      ASSERT_TRUE(g.is_ok()) << g.status().message();
-      // destroyed at once: rank 2 dies
-    });
-    auto g = Group::connect(store, "epoch1/", 0, 3, quick(1000ms));
-    ASSERT_TRUE(g.is_ok()) << g.status().message();
-    kept[0] = std::move(*g);
-    t.join();
-    gone.join();
+    // Rank 2 leaves only once all three joined: a rank that closes while the
+    // others still handshake with it fails their rendezvous instead.
+    std::atomic<int> joined{0};
+    std::atomic<bool> ok[3] = {false, false, false};
+    std::vector<std::thread> ranks;
+    for (int r = 0; r < 3; ++r) {
+      ranks.emplace_back([&, r] {
+        auto g = Group::connect(store, "epoch1/", r, 3, quick(2000ms));
+        ok[r] = g.is_ok();
+        ++joined;
+        if (!g.is_ok()) {
+          ADD_FAILURE() << g.status().message();
+          return;
+        }
+        if (r < 2) kept[r] = std::move(*g);
+        else
+          while (joined.load() < 3) std::this_thread::sleep_for(1ms);  // then destroyed: rank 2 dies
+      });
+    }
+    for (auto& t : ranks) t.join();
+    ASSERT_TRUE(ok[0] && ok[1] && ok[2]);
   }
   std::thread t([&] {
     float v = 1;
