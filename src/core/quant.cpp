@@ -1,4 +1,6 @@
 // core/quant.cpp — the scalar per-type table, and the plain float types (F32, F16, BF16).
+// The quantized types' row functions: quant_legacy.cpp (32-element blocks),
+// quant_k.cpp (K-quants), quant_nonlinear.cpp (table-valued IQ4_NL, IQ4_XS, MXFP4).
 #include "core/quant.h"
 
 #include <array>
@@ -74,7 +76,7 @@ float bf16_dot(int64_t n, const void* w, const void* act) {
   return static_cast<float>(sum);
 }
 
-constexpr std::array<TypeOps, 8> kScalarOps = {{
+constexpr std::array<TypeOps, 18> kScalarOps = {{
     {TensorType::F32, f32_to_float, f32_from_float, TensorType::F32, f32_dot},
     {TensorType::F16, f16_to_float, f16_from_float, TensorType::F32, f16_dot},
     {TensorType::BF16, bf16_to_float, bf16_from_float, TensorType::BF16, bf16_dot},
@@ -83,11 +85,21 @@ constexpr std::array<TypeOps, 8> kScalarOps = {{
     {TensorType::Q4_0, q4_0_to_float, q4_0_from_float, TensorType::Q8_0, q4_0_dot_q8_0},
     {TensorType::Q4_K, q4_k_to_float, q4_k_from_float, TensorType::Q8_K, q4_k_dot_q8_k},
     {TensorType::Q6_K, q6_k_to_float, q6_k_from_float, TensorType::Q8_K, q6_k_dot_q8_k},
-    // Activation-only type: no weight is ever stored as Q8_K, so no vec_dot.
+    {TensorType::Q4_1, q4_1_to_float, q4_1_from_float, TensorType::Q8_1, q4_1_dot_q8_1},
+    {TensorType::Q5_0, q5_0_to_float, q5_0_from_float, TensorType::Q8_0, q5_0_dot_q8_0},
+    {TensorType::Q5_1, q5_1_to_float, q5_1_from_float, TensorType::Q8_1, q5_1_dot_q8_1},
+    {TensorType::IQ4_NL, iq4_nl_to_float, iq4_nl_from_float, TensorType::Q8_0, iq4_nl_dot_q8_0},
+    {TensorType::MXFP4, mxfp4_to_float, mxfp4_from_float, TensorType::Q8_0, mxfp4_dot_q8_0},
+    {TensorType::Q2_K, q2_k_to_float, q2_k_from_float, TensorType::Q8_K, q2_k_dot_q8_k},
+    {TensorType::Q3_K, q3_k_to_float, q3_k_from_float, TensorType::Q8_K, q3_k_dot_q8_k},
+    {TensorType::Q5_K, q5_k_to_float, q5_k_from_float, TensorType::Q8_K, q5_k_dot_q8_k},
+    {TensorType::IQ4_XS, iq4_xs_to_float, iq4_xs_from_float, TensorType::Q8_K, iq4_xs_dot_q8_k},
+    // Activation-only types: cairn never multiplies weights stored as Q8_K or Q8_1.
     {TensorType::Q8_K, q8_k_to_float, q8_k_from_float, TensorType::Q8_K, nullptr},
+    {TensorType::Q8_1, q8_1_to_float, q8_1_from_float, TensorType::Q8_1, nullptr},
 }};
 
-const TypeOps* find(const std::array<TypeOps, 8>& table, TensorType t) {
+const TypeOps* find(const std::array<TypeOps, 18>& table, TensorType t) {
   for (const TypeOps& ops : table) {
     if (ops.type == t) return &ops;
   }

@@ -55,6 +55,123 @@ struct BlockQ8_K {
 };
 static_assert(sizeof(BlockQ8_K) == 292);
 
+// x = q * d + m, q 4 bits (as Q4_0's nibbles).
+struct BlockQ4_1 {
+  uint16_t d;  // f16
+  uint16_t m;  // f16
+  uint8_t qs[kQK4_0 / 2];
+};
+static_assert(sizeof(BlockQ4_1) == 20);
+
+// x = (q - 16) * d, q 5 bits: the low four as Q4_0's nibbles, bit 4 of
+// element j in bit j of qh (little-endian).
+struct BlockQ5_0 {
+  uint16_t d;  // f16
+  uint8_t qh[4];
+  uint8_t qs[kQK4_0 / 2];
+};
+static_assert(sizeof(BlockQ5_0) == 22);
+
+// x = q * d + m, q 5 bits as in Q5_0.
+struct BlockQ5_1 {
+  uint16_t d;  // f16
+  uint16_t m;  // f16
+  uint8_t qh[4];
+  uint8_t qs[kQK4_0 / 2];
+};
+static_assert(sizeof(BlockQ5_1) == 24);
+
+// Activation type of Q4_1/Q5_1: x = q * d, and s = d * sum(q) for their offsets.
+struct BlockQ8_1 {
+  uint16_t d;  // f16
+  uint16_t s;  // f16
+  int8_t qs[kQK8_0];
+};
+static_assert(sizeof(BlockQ8_1) == 36);
+
+// x = d * kIq4nlValues[q]: a 4-bit index into a non-linear table; nibbles as Q4_0.
+struct BlockIQ4_NL {
+  uint16_t d;  // f16
+  uint8_t qs[kQK4_0 / 2];
+};
+static_assert(sizeof(BlockIQ4_NL) == 18);
+
+// Microscaling FP4 (OCP MX): x = 2^(e - 127) * fp4(q), the E2M1 values kept
+// doubled as integers (kFp4Values) and the scale halved (e8m0_half).
+struct BlockMXFP4 {
+  uint8_t e;  // E8M0 exponent
+  uint8_t qs[kQK4_0 / 2];
+};
+static_assert(sizeof(BlockMXFP4) == 17);
+
+// 16 sub-blocks of 16: x = d * (sc & 15) * q - dmin * (sc >> 4), q 2 bits.
+// Codes: element 32*k + l of a 128-element half sits at bits 2k of qs[l] (that half's 32 bytes).
+struct BlockQ2_K {
+  uint8_t scales[kQK_K / 16];
+  uint8_t qs[kQK_K / 4];
+  uint16_t d;     // f16
+  uint16_t dmin;  // f16
+};
+static_assert(sizeof(BlockQ2_K) == 84);
+
+// 16 sub-blocks of 16: x = d * (sc - 32) * (q - (hmask bit ? 0 : 4)), q 2 low
+// bits as in Q2_K, the high bit of element 32*k + l (k = 0..7 over the block) in bit k of hmask[l];
+// 6-bit scales packed in 12 bytes.
+struct BlockQ3_K {
+  uint8_t hmask[kQK_K / 8];
+  uint8_t qs[kQK_K / 4];
+  uint8_t scales[12];
+  uint16_t d;  // f16
+};
+static_assert(sizeof(BlockQ3_K) == 110);
+
+// Q4_K with a fifth bit per code: bit (2j or 2j+1) of qh[l] for element l of sub-block 2j / 2j+1.
+struct BlockQ5_K {
+  uint16_t d;     // f16
+  uint16_t dmin;  // f16
+  uint8_t scales[12];
+  uint8_t qh[kQK_K / 8];
+  uint8_t qs[kQK_K / 2];
+};
+static_assert(sizeof(BlockQ5_K) == 176);
+
+// 8 sub-blocks of 32: x = d * (ls - 32) * kIq4nlValues[q], ls 6 bits (low
+// four in scales_l nibbles, high two in scales_h), nibbles per sub-block as Q4_0.
+struct BlockIQ4_XS {
+  uint16_t d;  // f16
+  uint16_t scales_h;
+  uint8_t scales_l[kQK_K / 64];
+  uint8_t qs[kQK_K / 2];
+};
+static_assert(sizeof(BlockIQ4_XS) == 136);
+
+// The non-linear 4-bit grid of IQ4_NL / IQ4_XS, and the E2M1 values of MXFP4
+// doubled (0, 0.5, 1, 1.5, 2, 3, 4, 6 and their negatives, times 2).
+inline constexpr int8_t kIq4nlValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                            1,    13,   25,  38,  53,  69,  89,  113};
+inline constexpr int8_t kFp4Values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+// Half of the E8M0 scale 2^(e - 127) (pairs with kFp4Values' doubling), exact
+// for every e but 255 (NaN in the format; here 2^127).
+inline float e8m0_half(uint8_t e) {
+  const uint32_t bits = e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+// The 6-bit signed scales of a Q3_K block, each minus 32, as bytes.
+inline void q3k_scales(const uint8_t* packed, int8_t out[16]) {
+  uint32_t a[3], u[4];
+  std::memcpy(a, packed, 12);
+  u[0] = (a[0] & 0x0f0f0f0fu) | ((a[2] & 0x03030303u) << 4);
+  u[1] = (a[1] & 0x0f0f0f0fu) | (((a[2] >> 2) & 0x03030303u) << 4);
+  u[2] = ((a[0] >> 4) & 0x0f0f0f0fu) | (((a[2] >> 4) & 0x03030303u) << 4);
+  u[3] = ((a[1] >> 4) & 0x0f0f0f0fu) | (((a[2] >> 6) & 0x03030303u) << 4);
+  std::memcpy(out, u, 16);
+  for (int j = 0; j < 16; ++j) out[j] = (int8_t)(out[j] - 32);
+}
+
 // The 6-bit scale and min of sub-block j (0..7) of a Q4_K block.
 inline void q4k_scale_min(int j, const uint8_t* s, uint8_t* sc, uint8_t* m) {
   if (j < 4) {
@@ -105,6 +222,39 @@ void q6_k_from_float(const float* src, void* dst, int64_t n);
 float q6_k_dot_q8_k(int64_t n, const void* w, const void* act);
 void q8_k_to_float(const void* src, float* dst, int64_t n);
 void q8_k_from_float(const float* src, void* dst, int64_t n);
+
+void q4_1_to_float(const void* src, float* dst, int64_t n);
+void q4_1_from_float(const float* src, void* dst, int64_t n);
+float q4_1_dot_q8_1(int64_t n, const void* w, const void* act);
+void q5_0_to_float(const void* src, float* dst, int64_t n);
+void q5_0_from_float(const float* src, void* dst, int64_t n);
+float q5_0_dot_q8_0(int64_t n, const void* w, const void* act);
+void q5_1_to_float(const void* src, float* dst, int64_t n);
+void q5_1_from_float(const float* src, void* dst, int64_t n);
+float q5_1_dot_q8_1(int64_t n, const void* w, const void* act);
+void q8_1_to_float(const void* src, float* dst, int64_t n);
+// As the reference's SIMD quantize_row_q8_1 (Q8_0's activation rounding, s = d * sum).
+void q8_1_from_float(const float* src, void* dst, int64_t n);
+
+void iq4_nl_to_float(const void* src, float* dst, int64_t n);
+void iq4_nl_from_float(const float* src, void* dst, int64_t n);
+float iq4_nl_dot_q8_0(int64_t n, const void* w, const void* act);
+void mxfp4_to_float(const void* src, float* dst, int64_t n);
+void mxfp4_from_float(const float* src, void* dst, int64_t n);
+float mxfp4_dot_q8_0(int64_t n, const void* w, const void* act);
+void iq4_xs_to_float(const void* src, float* dst, int64_t n);
+void iq4_xs_from_float(const float* src, void* dst, int64_t n);
+float iq4_xs_dot_q8_k(int64_t n, const void* w, const void* act);
+
+void q2_k_to_float(const void* src, float* dst, int64_t n);
+void q2_k_from_float(const float* src, void* dst, int64_t n);
+float q2_k_dot_q8_k(int64_t n, const void* w, const void* act);
+void q3_k_to_float(const void* src, float* dst, int64_t n);
+void q3_k_from_float(const float* src, void* dst, int64_t n);
+float q3_k_dot_q8_k(int64_t n, const void* w, const void* act);
+void q5_k_to_float(const void* src, float* dst, int64_t n);
+void q5_k_from_float(const float* src, void* dst, int64_t n);
+float q5_k_dot_q8_k(int64_t n, const void* w, const void* act);
 
 // f16 -> f32 through a 64K-entry table (the hot loops of F16 weights).
 float f16_lut(uint16_t h);

@@ -1,5 +1,6 @@
-// core/quant_k.cpp — the scalar Q4_K, Q6_K and Q8_K row functions.
-// The 256-element K-quant types Q4_K and Q6_K, and their activation type Q8_K.
+// core/quant_k.cpp — the scalar K-quant row functions (Q2_K to Q6_K) and Q8_K.
+// The 256-element K-quant types Q2_K, Q3_K, Q4_K, Q5_K and Q6_K, and their
+// activation type Q8_K.
 // The dot products do their integer math as ggml does (per sub-block int sums
 // times the sub-block scale; Q4_K mins through the Q8_K bsums), and their float
 // math in the reference's order (see kKQuantOrder below), so logits land where
@@ -119,41 +120,53 @@ void q4_k_to_float(const void* src, float* dst, int64_t n) {
   }
 }
 
+namespace {
+
+// The scale/min fit of a Q4_K or Q5_K super-block: eight sub-blocks of 32
+// fitted as x ~= scale * l - min with l in [0, nmax], the scales and mins put
+// on 6-bit grids under two f16 super-scales; l[256] receives the codes chosen
+// against the scales as stored (6-bit, f16), not the fitted ones.
+void fit_k_min_block(const float* src, int nmax, uint16_t* d_out, uint16_t* dmin_out,
+                     uint8_t scales_out[12], uint8_t l[kQK_K]) {
+  float scales[8], mins[8], max_scale = 0.0f, max_min = 0.0f;
+  for (int j = 0; j < 8; ++j) {
+    fit_scale_min(src + 32 * j, 32, nmax, &scales[j], &mins[j]);
+    max_scale = std::max(max_scale, scales[j]);
+    max_min = std::max(max_min, mins[j]);
+  }
+  const float inv_scale = max_scale > 0 ? 63.0f / max_scale : 0.0f;
+  const float inv_min = max_min > 0 ? 63.0f / max_min : 0.0f;
+  uint8_t ls[8], lm[8];
+  for (int j = 0; j < 8; ++j) {
+    ls[j] = static_cast<uint8_t>(std::min(63, nearest_int(inv_scale * scales[j])));
+    lm[j] = static_cast<uint8_t>(std::min(63, nearest_int(inv_min * mins[j])));
+  }
+  *d_out = f32_to_f16(max_scale / 63.0f);
+  *dmin_out = f32_to_f16(max_min / 63.0f);
+  for (int j = 0; j < 4; ++j) {
+    scales_out[j] = static_cast<uint8_t>(ls[j] | ((ls[j + 4] >> 4) << 6));
+    scales_out[j + 4] = static_cast<uint8_t>(lm[j] | ((lm[j + 4] >> 4) << 6));
+    scales_out[j + 8] = static_cast<uint8_t>((ls[j + 4] & 0xF) | ((lm[j + 4] & 0xF) << 4));
+  }
+  const float d = f16_lut(*d_out), dmin = f16_lut(*dmin_out);
+  for (int j = 0; j < 8; ++j) {
+    uint8_t sc, m;
+    q4k_scale_min(j, scales_out, &sc, &m);
+    const float dl = d * sc, ml = dmin * m;
+    for (int k = 0; k < 32; ++k) {
+      const float v = dl != 0.0f ? (src[32 * j + k] + ml) / dl : 0.0f;
+      l[32 * j + k] = static_cast<uint8_t>(std::clamp(nearest_int(v), 0, nmax));
+    }
+  }
+}
+
+}  // namespace
+
 void q4_k_from_float(const float* src, void* dst, int64_t n) {
   BlockQ4_K* b = static_cast<BlockQ4_K*>(dst);
   for (int64_t i = 0; i < n / kQK_K; ++i, src += kQK_K) {
-    float scales[8], mins[8], max_scale = 0.0f, max_min = 0.0f;
-    for (int j = 0; j < 8; ++j) {
-      fit_scale_min(src + 32 * j, 32, 15, &scales[j], &mins[j]);
-      max_scale = std::max(max_scale, scales[j]);
-      max_min = std::max(max_min, mins[j]);
-    }
-    const float inv_scale = max_scale > 0 ? 63.0f / max_scale : 0.0f;
-    const float inv_min = max_min > 0 ? 63.0f / max_min : 0.0f;
-    uint8_t ls[8], lm[8];
-    for (int j = 0; j < 8; ++j) {
-      ls[j] = static_cast<uint8_t>(std::min(63, nearest_int(inv_scale * scales[j])));
-      lm[j] = static_cast<uint8_t>(std::min(63, nearest_int(inv_min * mins[j])));
-    }
-    b[i].d = f32_to_f16(max_scale / 63.0f);
-    b[i].dmin = f32_to_f16(max_min / 63.0f);
-    for (int j = 0; j < 4; ++j) {
-      b[i].scales[j] = static_cast<uint8_t>(ls[j] | ((ls[j + 4] >> 4) << 6));
-      b[i].scales[j + 4] = static_cast<uint8_t>(lm[j] | ((lm[j + 4] >> 4) << 6));
-      b[i].scales[j + 8] = static_cast<uint8_t>((ls[j + 4] & 0xF) | ((lm[j + 4] & 0xF) << 4));
-    }
-    // Codes are chosen against the scales as stored (6-bit, f16), not the fitted ones.
-    const float d = f16_lut(b[i].d), dmin = f16_lut(b[i].dmin);
     uint8_t l[kQK_K];
-    for (int j = 0; j < 8; ++j) {
-      uint8_t sc, m;
-      q4k_scale_min(j, b[i].scales, &sc, &m);
-      const float dl = d * sc, ml = dmin * m;
-      for (int k = 0; k < 32; ++k) {
-        const float v = dl != 0.0f ? (src[32 * j + k] + ml) / dl : 0.0f;
-        l[32 * j + k] = static_cast<uint8_t>(std::clamp(nearest_int(v), 0, 15));
-      }
-    }
+    fit_k_min_block(src, 15, &b[i].d, &b[i].dmin, b[i].scales, l);
     for (int j = 0; j < kQK_K / 64; ++j) {
       for (int k = 0; k < 32; ++k) {
         b[i].qs[32 * j + k] = static_cast<uint8_t>(l[64 * j + k] | (l[64 * j + 32 + k] << 4));
@@ -279,6 +292,214 @@ float q6_k_dot_q8_k(int64_t n, const void* w, const void* act) {
         for (int l = 16; l < 32; ++l) s1 += (q6_code(ql, qh, l, k) - 32) * q8[32 * k + l];
         sum_q += sc[2 * k] * s0 + sc[2 * k + 1] * s1;
       }
+    }
+    sum = fma_lane(y[i].d * f16_lut(x[i].d), static_cast<float>(sum_q), sum);
+  }
+  return sum;
+}
+
+// ---- Q5_K -------------------------------------------------------------------
+
+namespace {
+// The 5-bit code of element 64*j + 32*h + l (j = 0..3, h = 0/1) of a Q5_K block.
+inline int q5k_code(const BlockQ5_K& b, int j, int h, int l) {
+  const uint8_t q = b.qs[32 * j + l];
+  const int low = h ? q >> 4 : q & 0xF;
+  return low | (((b.qh[l] >> (2 * j + h)) & 1) << 4);
+}
+}  // namespace
+
+void q5_k_to_float(const void* src, float* dst, int64_t n) {
+  const BlockQ5_K* b = static_cast<const BlockQ5_K*>(src);
+  for (int64_t i = 0; i < n / kQK_K; ++i) {
+    const float d = f16_lut(b[i].d), dmin = f16_lut(b[i].dmin);
+    for (int j = 0; j < kQK_K / 64; ++j) {
+      for (int h = 0; h < 2; ++h, dst += 32) {
+        uint8_t sc, m;
+        q4k_scale_min(2 * j + h, b[i].scales, &sc, &m);
+        const float dl = d * sc, ml = dmin * m;
+        for (int l = 0; l < 32; ++l) dst[l] = dl * q5k_code(b[i], j, h, l) - ml;
+      }
+    }
+  }
+}
+
+void q5_k_from_float(const float* src, void* dst, int64_t n) {
+  BlockQ5_K* b = static_cast<BlockQ5_K*>(dst);
+  for (int64_t i = 0; i < n / kQK_K; ++i, src += kQK_K) {
+    uint8_t l[kQK_K];
+    fit_k_min_block(src, 31, &b[i].d, &b[i].dmin, b[i].scales, l);
+    std::memset(b[i].qh, 0, sizeof b[i].qh);
+    for (int j = 0; j < kQK_K / 64; ++j) {
+      for (int k = 0; k < 32; ++k) {
+        const uint8_t lo = l[64 * j + k], hi = l[64 * j + 32 + k];
+        b[i].qs[32 * j + k] = static_cast<uint8_t>((lo & 0xF) | ((hi & 0xF) << 4));
+        b[i].qh[k] |= static_cast<uint8_t>(((lo >> 4) << (2 * j)) | ((hi >> 4) << (2 * j + 1)));
+      }
+    }
+  }
+}
+
+// kKQuantOrder, as Q4_K.
+float q5_k_dot_q8_k(int64_t n, const void* w, const void* act) {
+  const BlockQ5_K* x = static_cast<const BlockQ5_K*>(w);
+  const BlockQ8_K* y = static_cast<const BlockQ8_K*>(act);
+  float sum = 0.0f;
+  for (int64_t i = 0; i < n / kQK_K; ++i) {
+    uint8_t sc[8], m[8];
+    for (int j = 0; j < 8; ++j) q4k_scale_min(j, x[i].scales, &sc[j], &m[j]);
+    int32_t sum_mins = 0;
+    for (int j = 0; j < kQK_K / 16; ++j) sum_mins += y[i].bsums[j] * m[j / 2];
+    int32_t sum_q = 0;
+    for (int j = 0; j < kQK_K / 64; ++j) {
+      for (int h = 0; h < 2; ++h) {
+        const int8_t* q8 = y[i].qs + 64 * j + 32 * h;
+        int32_t s = 0;
+        for (int l = 0; l < 32; ++l) s += q5k_code(x[i], j, h, l) * q8[l];
+        sum_q += sc[2 * j + h] * s;
+      }
+    }
+    sum = fma_lane(y[i].d * f16_lut(x[i].d), static_cast<float>(sum_q), sum);
+    sum = fma_lane(-y[i].d * f16_lut(x[i].dmin), static_cast<float>(sum_mins), sum);
+  }
+  return sum;
+}
+
+// ---- Q2_K -------------------------------------------------------------------
+
+namespace {
+// The 2-bit code of element e (0..255) of a Q2_K or Q3_K block: half e / 128,
+// shift 2 * ((e % 128) / 32), byte e % 32 of that half's 32.
+inline int q2_bits(const uint8_t* qs, int e) {
+  return (qs[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3;
+}
+}  // namespace
+
+void q2_k_to_float(const void* src, float* dst, int64_t n) {
+  const BlockQ2_K* b = static_cast<const BlockQ2_K*>(src);
+  for (int64_t i = 0; i < n / kQK_K; ++i, dst += kQK_K) {
+    const float d = f16_lut(b[i].d), dmin = f16_lut(b[i].dmin);
+    for (int e = 0; e < kQK_K; ++e) {
+      const uint8_t sc = b[i].scales[e / 16];
+      dst[e] = d * (sc & 0xF) * q2_bits(b[i].qs, e) - dmin * (sc >> 4);
+    }
+  }
+}
+
+void q2_k_from_float(const float* src, void* dst, int64_t n) {
+  BlockQ2_K* b = static_cast<BlockQ2_K*>(dst);
+  for (int64_t i = 0; i < n / kQK_K; ++i, src += kQK_K) {
+    float scales[16], mins[16], max_scale = 0.0f, max_min = 0.0f;
+    for (int j = 0; j < 16; ++j) {
+      fit_scale_min(src + 16 * j, 16, 3, &scales[j], &mins[j]);
+      max_scale = std::max(max_scale, scales[j]);
+      max_min = std::max(max_min, mins[j]);
+    }
+    std::memset(&b[i], 0, sizeof(BlockQ2_K));
+    b[i].d = f32_to_f16(max_scale / 15.0f);
+    b[i].dmin = f32_to_f16(max_min / 15.0f);
+    const float d = f16_lut(b[i].d), dmin = f16_lut(b[i].dmin);
+    for (int j = 0; j < 16; ++j) {
+      const int ls = d > 0 ? std::clamp(nearest_int(scales[j] / d), 0, 15) : 0;
+      const int lm = dmin > 0 ? std::clamp(nearest_int(mins[j] / dmin), 0, 15) : 0;
+      b[i].scales[j] = static_cast<uint8_t>(ls | (lm << 4));
+      const float dl = d * ls, ml = dmin * lm;
+      for (int k = 0; k < 16; ++k) {
+        const int e = 16 * j + k;
+        const int q = dl != 0.0f ? std::clamp(nearest_int((src[e] + ml) / dl), 0, 3) : 0;
+        b[i].qs[32 * (e / 128) + e % 32] |= static_cast<uint8_t>(q << (2 * ((e % 128) / 32)));
+      }
+    }
+  }
+}
+
+// kKQuantOrder, as Q4_K: scaled code sums, then the mins through the bsums.
+float q2_k_dot_q8_k(int64_t n, const void* w, const void* act) {
+  const BlockQ2_K* x = static_cast<const BlockQ2_K*>(w);
+  const BlockQ8_K* y = static_cast<const BlockQ8_K*>(act);
+  float sum = 0.0f;
+  for (int64_t i = 0; i < n / kQK_K; ++i) {
+    int32_t sum_mins = 0, sum_q = 0;
+    for (int j = 0; j < kQK_K / 16; ++j) {
+      sum_mins += y[i].bsums[j] * (x[i].scales[j] >> 4);
+      int32_t s = 0;
+      for (int k = 0; k < 16; ++k) s += q2_bits(x[i].qs, 16 * j + k) * y[i].qs[16 * j + k];
+      sum_q += (x[i].scales[j] & 0xF) * s;
+    }
+    sum = fma_lane(y[i].d * f16_lut(x[i].d), static_cast<float>(sum_q), sum);
+    sum = fma_lane(-y[i].d * f16_lut(x[i].dmin), static_cast<float>(sum_mins), sum);
+  }
+  return sum;
+}
+
+// ---- Q3_K -------------------------------------------------------------------
+
+namespace {
+// The signed 3-bit code (-4..3) of element e of a Q3_K block.
+inline int q3_code(const BlockQ3_K& b, int e) {
+  const int high = (b.hmask[e % 32] >> (e / 32)) & 1;
+  return q2_bits(b.qs, e) - (high ? 0 : 4);
+}
+}  // namespace
+
+void q3_k_to_float(const void* src, float* dst, int64_t n) {
+  const BlockQ3_K* b = static_cast<const BlockQ3_K*>(src);
+  for (int64_t i = 0; i < n / kQK_K; ++i, dst += kQK_K) {
+    const float d = f16_lut(b[i].d);
+    int8_t sc[16];
+    q3k_scales(b[i].scales, sc);
+    for (int e = 0; e < kQK_K; ++e) dst[e] = d * sc[e / 16] * q3_code(b[i], e);
+  }
+}
+
+void q3_k_from_float(const float* src, void* dst, int64_t n) {
+  BlockQ3_K* b = static_cast<BlockQ3_K*>(dst);
+  for (int64_t i = 0; i < n / kQK_K; ++i, src += kQK_K) {
+    float scales[16], amax = 0.0f, max = 0.0f;
+    for (int j = 0; j < 16; ++j) {
+      scales[j] = fit_scale_signed(src + 16 * j, 16, 4);
+      if (std::fabs(scales[j]) > amax) {
+        amax = std::fabs(scales[j]);
+        max = scales[j];
+      }
+    }
+    std::memset(&b[i], 0, sizeof(BlockQ3_K));
+    if (amax == 0.0f) {
+      for (int j = 8; j < 12; ++j) b[i].scales[j] = 0xAA;  // every scale 32: zero after the offset
+      continue;
+    }
+    const float iscale = -32.0f / max;
+    b[i].d = f32_to_f16(1.0f / iscale);
+    int ls[16];
+    for (int j = 0; j < 16; ++j) {
+      ls[j] = std::clamp(nearest_int(iscale * scales[j]), -32, 31);
+      const int u = ls[j] + 32;
+      if (j < 8) b[i].scales[j] |= static_cast<uint8_t>(u & 0xF);
+      else b[i].scales[j - 8] |= static_cast<uint8_t>((u & 0xF) << 4);
+      b[i].scales[8 + j % 4] |= static_cast<uint8_t>((u >> 4) << (2 * (j / 4)));
+    }
+    const float d = f16_lut(b[i].d);
+    for (int e = 0; e < kQK_K; ++e) {
+      const float dl = d * ls[e / 16];
+      const int q = (dl != 0.0f ? std::clamp(nearest_int(src[e] / dl), -4, 3) : 0) + 4;
+      b[i].qs[32 * (e / 128) + e % 32] |= static_cast<uint8_t>((q & 3) << (2 * ((e % 128) / 32)));
+      b[i].hmask[e % 32] |= static_cast<uint8_t>((q >> 2) << (e / 32));
+    }
+  }
+}
+
+float q3_k_dot_q8_k(int64_t n, const void* w, const void* act) {
+  const BlockQ3_K* x = static_cast<const BlockQ3_K*>(w);
+  const BlockQ8_K* y = static_cast<const BlockQ8_K*>(act);
+  float sum = 0.0f;
+  for (int64_t i = 0; i < n / kQK_K; ++i) {
+    int8_t sc[16];
+    q3k_scales(x[i].scales, sc);
+    int32_t sum_q = 0;
+    for (int j = 0; j < kQK_K / 16; ++j) {
+      int32_t s = 0;
+      for (int k = 0; k < 16; ++k) s += q3_code(x[i], 16 * j + k) * y[i].qs[16 * j + k];
+      sum_q += sc[j] * s;
     }
     sum = fma_lane(y[i].d * f16_lut(x[i].d), static_cast<float>(sum_q), sum);
   }

@@ -6,8 +6,8 @@
 namespace cairn {
 namespace {
 
-// Block layouts of every ggml type (ids 4, 5 and 31-33 were retired upstream).
-constexpr std::array<TypeInfo, 31> kTypes = {{
+// Block layouts of every ggml type (ids 4, 5 and 31-33, 36-38 were retired upstream).
+constexpr std::array<TypeInfo, 35> kTypes = {{
     {TensorType::F32, "f32", 1, 4},
     {TensorType::F16, "f16", 1, 2},
     {TensorType::Q4_0, "q4_0", 32, 18},
@@ -39,6 +39,10 @@ constexpr std::array<TypeInfo, 31> kTypes = {{
     {TensorType::BF16, "bf16", 1, 2},
     {TensorType::TQ1_0, "tq1_0", 256, 54},
     {TensorType::TQ2_0, "tq2_0", 256, 66},
+    {TensorType::MXFP4, "mxfp4", 32, 17},
+    {TensorType::NVFP4, "nvfp4", 64, 36},
+    {TensorType::Q1_0, "q1_0", 128, 18},
+    {TensorType::Q2_0, "q2_0", 64, 18},
 }};
 
 }  // namespace

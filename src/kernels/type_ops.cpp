@@ -11,7 +11,7 @@
 namespace cairn {
 namespace {
 
-constexpr size_t kTypes = 8;
+constexpr size_t kTypes = 18;
 
 // The scalar table with SIMD entries swapped in where this CPU has them.
 // CAIRN_ISA=scalar (or CAIRN_SCALAR=1) keeps the scalar one (see
