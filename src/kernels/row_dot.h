@@ -5,7 +5,7 @@
 // (core/quant_blocks.h, scalar_type_ops()). Never allocates, never checks
 // sizes; each must only be called where its instruction level runs (the table
 // in type_ops.cpp checks):
-// - avx2:: (row_dot_avx2.cpp): AVX2+FMA+F16C, when avx2::supported(). The
+// - avx2:: (row_dot_avx2.cpp, row_dot_avx2_q.cpp, row_dot_avx2_k.cpp): AVX2+FMA+F16C, when avx2::supported(). The
 //   quantized ones return the scalar reference's bits (same exact integer sums
 //   per block, same float operations in the same order); the float types
 //   differ only in summation order.
@@ -36,6 +36,16 @@ float q8_0_dot_q8_0(int64_t n, const void* w, const void* act);
 float q4_0_dot_q8_0(int64_t n, const void* w, const void* act);
 float q4_k_dot_q8_k(int64_t n, const void* w, const void* act);
 float q6_k_dot_q8_k(int64_t n, const void* w, const void* act);
+// row_dot_avx2_q.cpp and row_dot_avx2_k.cpp: the scalar reference's bits.
+float q4_1_dot_q8_1(int64_t n, const void* w, const void* act);
+float q5_0_dot_q8_0(int64_t n, const void* w, const void* act);
+float q5_1_dot_q8_1(int64_t n, const void* w, const void* act);
+float iq4_nl_dot_q8_0(int64_t n, const void* w, const void* act);
+float mxfp4_dot_q8_0(int64_t n, const void* w, const void* act);
+float q2_k_dot_q8_k(int64_t n, const void* w, const void* act);
+float q3_k_dot_q8_k(int64_t n, const void* w, const void* act);
+float q5_k_dot_q8_k(int64_t n, const void* w, const void* act);
+float iq4_xs_dot_q8_k(int64_t n, const void* w, const void* act);
 
 float bf16_dot(int64_t n, const void* w, const void* act);
 // out[r] = bf16_dot(n, (const char*)w + r * w_stride, act) to rounding, r < n_rows.

@@ -12,12 +12,8 @@
 #include "core/half.h"
 #include "core/quant_blocks.h"
 #include "core/simd.h"
+#include "kernels/avx2_int8.h"
 #include "kernels/row_dot.h"
-
-// No fp contraction: with FMA enabled the compiler would fuse the per-block
-// `sum += d * sumi` into an fma, which the scalar reference (built without FMA)
-// cannot match.
-#define CAIRN_AVX2 CAIRN_SIMD_FN("avx2,fma,f16c")
 
 namespace cairn::quant::avx2 {
 namespace {
@@ -27,27 +23,6 @@ CAIRN_AVX2 inline float hsum_ps(__m256 v) {
   s = _mm_add_ps(s, _mm_movehl_ps(s, s));
   s = _mm_add_ss(s, _mm_movehdup_ps(s));
   return _mm_cvtss_f32(s);
-}
-
-CAIRN_AVX2 inline int32_t hsum_epi32(__m256i v) {
-  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
-  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));
-  return _mm_cvtsi128_si32(s);
-}
-
-// Sum of x[i]*y[i] over 32 signed bytes, as 8 int32 lanes. maddubs wants one
-// unsigned operand: move x's sign onto y. Neither side is ever -128 (the
-// quantizers clamp to +-127; Q4_0 codes are -8..7).
-CAIRN_AVX2 inline __m256i dot_i8(__m256i x, __m256i y) {
-  const __m256i ax = _mm256_sign_epi8(x, x);
-  const __m256i sy = _mm256_sign_epi8(y, x);
-  return _mm256_madd_epi16(_mm256_maddubs_epi16(ax, sy), _mm256_set1_epi16(1));
-}
-
-// a * b + c rounded once, as std::fma in the scalar reference.
-CAIRN_AVX2 inline float fma_ss(float a, float b, float c) {
-  return _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(a), _mm_set_ss(b), _mm_set_ss(c)));
 }
 
 CAIRN_AVX2 inline __m256 load_f16(const uint16_t* p) {

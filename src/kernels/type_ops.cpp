@@ -33,6 +33,15 @@ std::array<TypeOps, kTypes> build_active() {
       {TensorType::Q4_0, quant::avx2::q4_0_dot_q8_0},
       {TensorType::Q4_K, quant::avx2::q4_k_dot_q8_k},
       {TensorType::Q6_K, quant::avx2::q6_k_dot_q8_k},
+      {TensorType::Q4_1, quant::avx2::q4_1_dot_q8_1},
+      {TensorType::Q5_0, quant::avx2::q5_0_dot_q8_0},
+      {TensorType::Q5_1, quant::avx2::q5_1_dot_q8_1},
+      {TensorType::IQ4_NL, quant::avx2::iq4_nl_dot_q8_0},
+      {TensorType::MXFP4, quant::avx2::mxfp4_dot_q8_0},
+      {TensorType::Q2_K, quant::avx2::q2_k_dot_q8_k},
+      {TensorType::Q3_K, quant::avx2::q3_k_dot_q8_k},
+      {TensorType::Q5_K, quant::avx2::q5_k_dot_q8_k},
+      {TensorType::IQ4_XS, quant::avx2::iq4_xs_dot_q8_k},
   };
   for (TypeOps& ops : table) {
     for (const Swap& s : swaps) {

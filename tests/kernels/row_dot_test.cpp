@@ -41,13 +41,22 @@ std::vector<unsigned char> random_blocks(TensorType t, int64_t n, uint32_t seed)
       const uint16_t h = f32_to_f16(d(rng));
       std::memcpy(&v[off + at], &h, 2);
     };
-    if (t == TensorType::Q4_K) {
-      put(0);
-      put(2);
-    } else if (t == TensorType::Q6_K) {
-      put(208);
-    } else {
-      put(0);
+    switch (t) {
+      case TensorType::Q4_K:
+      case TensorType::Q5_K:
+      case TensorType::Q4_1:
+      case TensorType::Q5_1:
+        put(0);  // d, then dmin / m
+        put(2);
+        break;
+      case TensorType::Q6_K: put(208); break;
+      case TensorType::Q3_K: put(108); break;
+      case TensorType::Q2_K:
+        put(80);
+        put(82);
+        break;
+      case TensorType::MXFP4: v[off] = static_cast<unsigned char>(100 + rng() % 30); break;  // E8M0
+      default: put(0);
     }
   }
   return v;
@@ -82,11 +91,21 @@ TEST_F(SimdDot, QuantizedAreBitIdenticalToScalar) {
       {TensorType::Q4_0, quant::avx2::q4_0_dot_q8_0},
       {TensorType::Q4_K, quant::avx2::q4_k_dot_q8_k},
       {TensorType::Q6_K, quant::avx2::q6_k_dot_q8_k},
+      {TensorType::Q4_1, quant::avx2::q4_1_dot_q8_1},
+      {TensorType::Q5_0, quant::avx2::q5_0_dot_q8_0},
+      {TensorType::Q5_1, quant::avx2::q5_1_dot_q8_1},
+      {TensorType::IQ4_NL, quant::avx2::iq4_nl_dot_q8_0},
+      {TensorType::MXFP4, quant::avx2::mxfp4_dot_q8_0},
+      {TensorType::Q2_K, quant::avx2::q2_k_dot_q8_k},
+      {TensorType::Q3_K, quant::avx2::q3_k_dot_q8_k},
+      {TensorType::Q5_K, quant::avx2::q5_k_dot_q8_k},
+      {TensorType::IQ4_XS, quant::avx2::iq4_xs_dot_q8_k},
   };
   for (const Case& c : cases) {
     const TypeOps* ops = scalar_type_ops(c.t);
     const TypeOps* act_ops = type_ops(ops->vec_dot_type);
-    for (int64_t n : {int64_t{256}, int64_t{768}, int64_t{4096}}) {
+    for (int64_t n : {int64_t{32}, int64_t{96}, int64_t{256}, int64_t{768}, int64_t{4096}}) {
+      if (n % type_info(c.t).block_elems != 0) continue;  // 32 and 96: the 32-element types only
       for (uint32_t seed = 0; seed < 8; ++seed) {
         std::vector<unsigned char> w;
         if (seed % 2 == 0) {

@@ -1,0 +1,149 @@
+// kernels/row_dot_avx2_k.cpp — AVX2 row dot products (row_dot.h) of the
+// 256-element types beyond Q4_K/Q6_K: Q2_K, Q3_K, Q5_K and IQ4_XS. Exact
+// integer sums per super-block in vector lanes (scaled per sub-block with
+// madd), then the scalar reference's float operations in its order
+// (core/quant_k.cpp's kKQuantOrder, core/quant_nonlinear.cpp): the same bits.
+#include <cstring>
+
+#include "core/half.h"
+#include "core/quant_blocks.h"
+#include "kernels/avx2_int8.h"
+#include "kernels/row_dot.h"
+
+namespace cairn::quant::avx2 {
+namespace {
+
+CAIRN_AVX2 inline __m256i load_256(const void* p) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+}
+
+// Two sub-blocks of 16: int16 lanes 0-7 take scale a, 8-15 scale b.
+CAIRN_AVX2 inline __m256i pair_scales(int a, int b) {
+  return _mm256_set_m128i(_mm_set1_epi16(static_cast<int16_t>(b)), _mm_set1_epi16(static_cast<int16_t>(a)));
+}
+
+// Sum over j of bsums[j] * m[j] for 16 int16 mins.
+CAIRN_AVX2 inline int32_t bsums_dot(const int16_t* bsums, __m256i mins16) {
+  return hsum_epi32(_mm256_madd_epi16(load_256(bsums), mins16));
+}
+
+}  // namespace
+
+CAIRN_AVX2 float q2_k_dot_q8_k(int64_t n, const void* w, const void* act) {
+  const BlockQ2_K* x = static_cast<const BlockQ2_K*>(w);
+  const BlockQ8_K* y = static_cast<const BlockQ8_K*>(act);
+  const __m256i three = _mm256_set1_epi8(3);
+  const __m128i low4 = _mm_set1_epi8(0xF);
+  float sum = 0.0f;
+  for (int64_t i = 0; i < n / kQK_K; ++i) {
+    const __m128i sc_bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[i].scales));
+    const __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc_bytes, 4), low4));
+    const int32_t sum_mins = bsums_dot(y[i].bsums, mins);
+    __m256i acc = _mm256_setzero_si256();
+    for (int h = 0; h < 2; ++h) {
+      const __m256i q = load_256(x[i].qs + 32 * h);
+      for (int k = 0; k < 4; ++k) {
+        const __m256i codes = _mm256_and_si256(_mm256_srli_epi16(q, 2 * k), three);
+        const __m256i q8 = load_256(y[i].qs + 128 * h + 32 * k);
+        const int s = 8 * h + 2 * k;
+        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(codes, q8),
+                                                      pair_scales(x[i].scales[s] & 0xF, x[i].scales[s + 1] & 0xF)));
+      }
+    }
+    const int32_t sum_q = hsum_epi32(acc);
+    sum = fma_ss(y[i].d * f16_lut(x[i].d), static_cast<float>(sum_q), sum);
+    sum = fma_ss(-y[i].d * f16_lut(x[i].dmin), static_cast<float>(sum_mins), sum);
+  }
+  return sum;
+}
+
+// (code - 4) * q8 as code * q8 - 4 * q8, with code = low two bits | high bit << 2 (0..7).
+CAIRN_AVX2 float q3_k_dot_q8_k(int64_t n, const void* w, const void* act) {
+  const BlockQ3_K* x = static_cast<const BlockQ3_K*>(w);
+  const BlockQ8_K* y = static_cast<const BlockQ8_K*>(act);
+  const __m256i three = _mm256_set1_epi8(3);
+  const __m256i one = _mm256_set1_epi8(1);
+  const __m256i four = _mm256_set1_epi8(4);
+  float sum = 0.0f;
+  for (int64_t i = 0; i < n / kQK_K; ++i) {
+    int8_t sc[16];
+    q3k_scales(x[i].scales, sc);
+    const __m256i hm = load_256(x[i].hmask);
+    __m256i acc = _mm256_setzero_si256();
+    for (int h = 0; h < 2; ++h) {
+      const __m256i q = load_256(x[i].qs + 32 * h);
+      for (int k = 0; k < 4; ++k) {
+        const __m256i low = _mm256_and_si256(_mm256_srli_epi16(q, 2 * k), three);
+        const __m256i high = _mm256_and_si256(_mm256_srli_epi16(hm, 4 * h + k), one);
+        const __m256i codes = _mm256_or_si256(low, _mm256_slli_epi16(high, 2));
+        const __m256i q8 = load_256(y[i].qs + 128 * h + 32 * k);
+        const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(codes, q8), _mm256_maddubs_epi16(four, q8));
+        const int s = 8 * h + 2 * k;
+        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, pair_scales(sc[s], sc[s + 1])));
+      }
+    }
+    const int32_t sum_q = hsum_epi32(acc);
+    sum = fma_ss(y[i].d * f16_lut(x[i].d), static_cast<float>(sum_q), sum);
+  }
+  return sum;
+}
+
+CAIRN_AVX2 float q5_k_dot_q8_k(int64_t n, const void* w, const void* act) {
+  const BlockQ5_K* x = static_cast<const BlockQ5_K*>(w);
+  const BlockQ8_K* y = static_cast<const BlockQ8_K*>(act);
+  const __m256i low4 = _mm256_set1_epi8(0xF);
+  const __m256i one = _mm256_set1_epi8(1);
+  float sum = 0.0f;
+  for (int64_t i = 0; i < n / kQK_K; ++i) {
+    // Scales and mins as Q4_K's: int16 sc0..7 | m0..7.
+    uint32_t u[4];
+    q4k_scales_mins(x[i].scales, u);
+    const __m256i sm = _mm256_cvtepu8_epi16(
+        _mm_set_epi32(static_cast<int>(u[3]), static_cast<int>(u[2]), static_cast<int>(u[1]), static_cast<int>(u[0])));
+    alignas(16) int16_t sc[8];
+    _mm_store_si128(reinterpret_cast<__m128i*>(sc), _mm256_castsi256_si128(sm));
+    const __m256i bs = load_256(y[i].bsums);
+    const __m128i pairs = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
+    __m128i mins = _mm_madd_epi16(_mm256_extracti128_si256(sm, 1), pairs);
+    mins = _mm_add_epi32(mins, _mm_shuffle_epi32(mins, _MM_SHUFFLE(1, 0, 3, 2)));
+    mins = _mm_add_epi32(mins, _mm_shuffle_epi32(mins, _MM_SHUFFLE(2, 3, 0, 1)));
+    const int32_t sum_mins = _mm_cvtsi128_si32(mins);
+    const __m256i qh = load_256(x[i].qh);
+    __m256i acc = _mm256_setzero_si256();
+    for (int j = 0; j < kQK_K / 64; ++j) {
+      const __m256i bytes = load_256(x[i].qs + 32 * j);
+      const __m256i hlo = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * j), one), 4);
+      const __m256i hhi = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * j + 1), one), 4);
+      const __m256i lo = _mm256_or_si256(_mm256_and_si256(bytes, low4), hlo);
+      const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bytes, 4), low4), hhi);
+      const __m256i plo = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, load_256(y[i].qs + 64 * j)),
+                                            _mm256_set1_epi16(sc[2 * j]));
+      const __m256i phi = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, load_256(y[i].qs + 64 * j + 32)),
+                                            _mm256_set1_epi16(sc[2 * j + 1]));
+      acc = _mm256_add_epi32(acc, _mm256_add_epi32(plo, phi));
+    }
+    const int32_t sum_q = hsum_epi32(acc);
+    sum = fma_ss(y[i].d * f16_lut(x[i].d), static_cast<float>(sum_q), sum);
+    sum = fma_ss(-y[i].d * f16_lut(x[i].dmin), static_cast<float>(sum_mins), sum);
+  }
+  return sum;
+}
+
+CAIRN_AVX2 float iq4_xs_dot_q8_k(int64_t n, const void* w, const void* act) {
+  const BlockIQ4_XS* x = static_cast<const BlockIQ4_XS*>(w);
+  const BlockQ8_K* y = static_cast<const BlockQ8_K*>(act);
+  float sum = 0.0f;
+  for (int64_t i = 0; i < n / kQK_K; ++i) {
+    __m256i acc = _mm256_setzero_si256();
+    for (int ib = 0; ib < kQK_K / 32; ++ib) {
+      const int ls = (((x[i].scales_l[ib / 2] >> (4 * (ib % 2))) & 0xF) | (((x[i].scales_h >> (2 * ib)) & 3) << 4)) - 32;
+      const __m256i qx = lookup_16(kIq4nlValues, nibbles_32(x[i].qs + 16 * ib));
+      acc = _mm256_add_epi32(acc, dot_i8_scaled(qx, load_256(y[i].qs + 32 * ib), _mm256_set1_epi16(static_cast<int16_t>(ls))));
+    }
+    const int32_t sum_q = hsum_epi32(acc);
+    sum = fma_ss(y[i].d * f16_lut(x[i].d), static_cast<float>(sum_q), sum);
+  }
+  return sum;
+}
+
+}  // namespace cairn::quant::avx2
