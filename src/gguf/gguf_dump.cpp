@@ -105,7 +105,7 @@ std::string describe_value(const Value& v) {
   return v.type == ValueType::ARRAY ? array(v) : scalar(v);
 }
 
-std::string describe(const File& file) {
+std::string describe(const File& file, const std::function<bool(const TensorInfo&)>& computes) {
   std::string out;
   out += "GGUF version " + std::to_string(file.version()) + ", " + grouped(file.file_size()) +
          " bytes, alignment " + std::to_string(file.alignment()) + ", data section at offset " +
@@ -130,8 +130,9 @@ std::string describe(const File& file) {
   }
   if (!file.tensors().empty()) {
     out += "  " + pad("name", name_width) + "  " + pad("type", 8) + "  " + pad("dims", 22) + "  " +
-           lpad("offset", 14) + "  " + lpad("bytes", 14) + "\n";
+           lpad("offset", 14) + "  " + lpad("bytes", 14) + (computes ? "  computes" : "") + "\n";
   }
+  uint64_t not_computed = 0;
   uint64_t total_bytes = 0;
   uint64_t total_elements = 0;
   std::map<std::string, uint64_t> per_type;  // sorted, so the summary is stable
@@ -139,7 +140,13 @@ std::string describe(const File& file) {
     const std::string type(type_info(t.type).name);
     out += "  " + pad(printable(t.name), name_width) + "  " + pad(type, 8) + "  " +
            pad(dims_string(t.dims), 22) + "  " + lpad(grouped(t.offset), 14) + "  " +
-           lpad(grouped(t.n_bytes), 14) + "\n";
+           lpad(grouped(t.n_bytes), 14);
+    if (computes) {
+      const bool ok = computes(t);
+      out += ok ? "  yes" : "  NO";
+      not_computed += !ok;
+    }
+    out += "\n";
     total_bytes += t.n_bytes;  // each at most the file size, so no realistic overflow
     total_elements += t.n_elements;
     ++per_type[type];
@@ -156,6 +163,11 @@ std::string describe(const File& file) {
     out += ")";
   }
   out += "\n";
+  if (computes) {
+    out += not_computed == 0 ? "cairn computes every tensor of this file\n"
+                             : "cairn cannot compute " + std::to_string(not_computed) +
+                                   " of the tensors (marked NO): it will refuse this file\n";
+  }
   return out;
 }
 

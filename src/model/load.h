@@ -24,6 +24,14 @@ struct LoadedModel {
 // agents) from the file's hyper-parameters, instead of loading its weights.
 using RemoteModelFn = std::function<Result<std::unique_ptr<Model>>(const HParams&)>;
 
+// Whether cairn computes with a tensor of this file: a matrix (2-D or more)
+// of a type the kernels multiply, or a vector it can read as floats.
+bool tensor_computable(const gguf::TensorInfo& t);
+
+// Every tensor of `file` cairn cannot compute, at once: an error listing them
+// by type (a few names each) and the types cairn computes; ok when none.
+Status check_computable(const gguf::File& file);
+
 // Opens, validates and loads `path` (its network from `remote` when given).
 // The error is one line naming the file.
 Result<LoadedModel> load_model(const std::string& path, const LoadOptions& options = {},

@@ -57,6 +57,16 @@ TEST(GgufDump, DescribesMetadataAndTensors) {
   EXPECT_HAS(d, "q8_0");
   EXPECT_HAS(d, "total: 2 tensors, 8,064 elements, 32,068 bytes (f32: 1, q8_0: 1)");
   EXPECT_LT(d.size(), 3000u);
+  EXPECT_EQ(d.find("computes"), std::string::npos);
+
+  // With a judge of what can be computed: a column, and the verdict.
+  const std::string c = describe(**f, [](const TensorInfo& t) { return t.type == TensorType::F32; });
+  EXPECT_HAS(c, "  computes\n");
+  EXPECT_HAS(c, "32,000  yes\n");
+  EXPECT_HAS(c, "68  NO\n");
+  EXPECT_HAS(c, "cairn cannot compute 1 of the tensors (marked NO): it will refuse this file");
+  const std::string all = describe(**f, [](const TensorInfo&) { return true; });
+  EXPECT_HAS(all, "cairn computes every tensor of this file");
 }
 
 TEST(GgufDump, DescribesEveryValueType) {

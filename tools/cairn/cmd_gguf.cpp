@@ -1,9 +1,11 @@
-// `cairn gguf MODEL`: metadata and tensor table of a GGUF file.
+// `cairn gguf MODEL`: metadata and tensor table of a GGUF file, and whether
+// cairn computes each tensor.
 #include <cstdio>
 
 #include "commands.h"
 #include "gguf/gguf.h"
 #include "gguf/gguf_dump.h"
+#include "model/load.h"
 
 namespace cairn::cli {
 
@@ -17,7 +19,7 @@ void register_gguf(CLI::App& app, CommandResult& result) {
       result.status = file.status();  // already names the file
       return;
     }
-    const std::string text = gguf::describe(**file);
+    const std::string text = gguf::describe(**file, model::tensor_computable);
     std::fwrite(text.data(), 1, text.size(), stdout);
     std::fflush(stdout);
   });
