@@ -1,0 +1,48 @@
+// model/moe.h — internal to src/model: a mixture-of-experts FFN (qwen2moe,
+// qwen3moe). A router picks, per token, n_used of n_expert expert FFNs; their
+// outputs are summed with the router's weights; an optional shared expert
+// (qwen2moe) runs on every token, scaled by its own sigmoid gate. Tokens are
+// grouped by expert, so each expert's weights are read once per forward
+// however many tokens chose it, and an expert nobody chose is not read.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/status.h"
+#include "core/thread_pool.h"
+#include "gguf/gguf.h"
+#include "kernels/kernels.h"
+
+namespace cairn::model {
+
+struct MoeWeights {
+  int64_t n_expert = 0, n_used = 0;
+  int64_t n_embd = 0, n_ff = 0;  // n_ff: one expert's feed-forward length
+  // Router weights after the softmax: renormalized to sum 1 over the chosen
+  // experts (qwen3moe) or not (qwen2moe); then times `scale` (0 or 1: none).
+  bool norm_topk = false;
+  float scale = 0.0f;
+  kernels::WeightMatrix router;  // n_expert rows of n_embd
+  // Expert e's matrices: views of the 3-D GGUF tensors (one slab per expert).
+  std::vector<kernels::WeightMatrix> gate, up, down;  // n_ff x n_embd, n_ff x n_embd, n_embd x n_ff
+  // The shared expert (all empty / null when the model has none).
+  bool shared = false;
+  int64_t n_ff_shared = 0;
+  kernels::WeightMatrix shared_gate, shared_up, shared_down;
+  kernels::WeightMatrix shared_gate_inp;  // one row of n_embd: the shared expert's gate logit
+};
+
+// Expert e's view of a 3-D expert tensor [cols, rows, n_expert] of `t`.
+Result<std::vector<kernels::WeightMatrix>> expert_views(const gguf::File& f, const std::string& name,
+                                                         int64_t cols, int64_t rows, int64_t n_expert);
+
+// The experts a token's router logits choose: indices of the n_used largest
+// softmax probabilities (ties to the lower index), and their weights.
+void route_token(const float* logits, int64_t n_expert, int64_t n_used, bool norm_topk, float scale,
+                 int32_t* experts, float* weights);
+
+// out[t] = the MoE FFN of x[t] ([n_tokens, n_embd] each; out may not alias x).
+void moe_forward(const MoeWeights& w, const float* x, int64_t n_tokens, float* out, ThreadPool& pool);
+
+}  // namespace cairn::model
