@@ -399,6 +399,16 @@ BENCHMARK_CAPTURE(BM_DecodeMatmulsVsLoads, q6_k_tinyllama, TensorType::Q6_K)
     ->UseRealTime();
 BENCHMARK_CAPTURE(BM_Matmul, q4_k_5632x2048, TensorType::Q4_K, 5632, 2048)->Apply(Args);
 BENCHMARK_CAPTURE(BM_Matmul, q6_k_5632x2048, TensorType::Q6_K, 5632, 2048)->Apply(Args);
+// The types of downloaded files beyond those (type-table kernels: row dot products).
+BENCHMARK_CAPTURE(BM_Matmul, q4_1_5632x2048, TensorType::Q4_1, 5632, 2048)->Apply(Args);
+BENCHMARK_CAPTURE(BM_Matmul, q5_0_5632x2048, TensorType::Q5_0, 5632, 2048)->Apply(Args);
+BENCHMARK_CAPTURE(BM_Matmul, q5_1_5632x2048, TensorType::Q5_1, 5632, 2048)->Apply(Args);
+BENCHMARK_CAPTURE(BM_Matmul, iq4_nl_5632x2048, TensorType::IQ4_NL, 5632, 2048)->Apply(Args);
+BENCHMARK_CAPTURE(BM_Matmul, mxfp4_5632x2048, TensorType::MXFP4, 5632, 2048)->Apply(Args);
+BENCHMARK_CAPTURE(BM_Matmul, q2_k_5632x2048, TensorType::Q2_K, 5632, 2048)->Apply(Args);
+BENCHMARK_CAPTURE(BM_Matmul, q3_k_5632x2048, TensorType::Q3_K, 5632, 2048)->Apply(Args);
+BENCHMARK_CAPTURE(BM_Matmul, q5_k_5632x2048, TensorType::Q5_K, 5632, 2048)->Apply(Args);
+BENCHMARK_CAPTURE(BM_Matmul, iq4_xs_5632x2048, TensorType::IQ4_XS, 5632, 2048)->Apply(Args);
 BENCHMARK_CAPTURE(BM_Matmul, f16_2048x2048, TensorType::F16, 2048, 2048)->Apply(Args);
 BENCHMARK_CAPTURE(BM_Matmul, bf16_5632x2048, TensorType::BF16, 5632, 2048)->Apply(Args);
 BENCHMARK_CAPTURE(BM_Matmul, f16_32768x4096, TensorType::F16, 32768, 4096)

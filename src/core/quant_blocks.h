@@ -203,6 +203,27 @@ inline void q4k_scales_mins(const uint8_t* scales, uint32_t u[4]) {
 // every SIMD variant runs it natively: all give identical bits.
 inline float fma_lane(float a, float b, float c) { return std::fma(a, b, c); }
 
+// The 32-element types without a golden bit pattern to keep (Q4_1, Q5_0,
+// Q5_1, IQ4_NL, MXFP4) take the float order an 8-lane SIMD loop gets without
+// a horizontal sum per block: lane l holds the exact integer sum of elements
+// 4l..4l+3 of each block, fma'd with the block's scale into lane l's
+// accumulator; the lanes are summed at the end as ((0+4)+(2+6))+((1+5)+(3+7)).
+struct Lanes8 {
+  float acc[8] = {};
+  // x, y: a block's 32 codes (weights as signed values, activations).
+  template <typename X>
+  void add_block(const X* x, const int8_t* y, float d) {
+    for (int l = 0; l < 8; ++l) {
+      int s = 0;
+      for (int i = 4 * l; i < 4 * l + 4; ++i) s += (int)x[i] * y[i];
+      acc[l] = fma_lane(static_cast<float>(s), d, acc[l]);
+    }
+  }
+  float sum() const {
+    return ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
+  }
+};
+
 // Scalar row functions (n is a multiple of the block size).
 void q4_0_to_float(const void* src, float* dst, int64_t n);
 void q4_0_from_float(const float* src, void* dst, int64_t n);

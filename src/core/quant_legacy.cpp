@@ -185,22 +185,23 @@ void q4_1_from_float(const float* src, void* dst, int64_t n) {
   }
 }
 
-// Per block: the exact integer sum times d_w * d_a, then the offset m_w times
-// the activations' d * sum(q), each fma'd into the row's one float.
+// Per block: the products in Lanes8's order (quant_blocks.h), and the offset
+// m_w times the activations' d * sum(q) fma'd into a float of its own, added last.
 float q4_1_dot_q8_1(int64_t n, const void* w, const void* act) {
   const BlockQ4_1* x = static_cast<const BlockQ4_1*>(w);
   const BlockQ8_1* y = static_cast<const BlockQ8_1*>(act);
-  float sum = 0.0f;
+  Lanes8 lanes;
+  float offsets = 0.0f;
   for (int64_t i = 0; i < n / kQK4_0; ++i) {
-    int sumi = 0;
+    uint8_t codes[32];
     for (int j = 0; j < 16; ++j) {
-      sumi += (x[i].qs[j] & 0xF) * y[i].qs[j];
-      sumi += (x[i].qs[j] >> 4) * y[i].qs[j + 16];
+      codes[j] = x[i].qs[j] & 0xF;
+      codes[j + 16] = x[i].qs[j] >> 4;
     }
-    sum = fma_lane(static_cast<float>(sumi), f16_lut(x[i].d) * f16_lut(y[i].d), sum);
-    sum = fma_lane(f16_lut(x[i].m), f16_lut(y[i].s), sum);
+    lanes.add_block(codes, y[i].qs, f16_lut(x[i].d) * f16_lut(y[i].d));
+    offsets = fma_lane(f16_lut(x[i].m), f16_lut(y[i].s), offsets);
   }
-  return sum;
+  return lanes.sum() + offsets;
 }
 
 void q5_0_to_float(const void* src, float* dst, int64_t n) {
@@ -235,14 +236,14 @@ void q5_0_from_float(const float* src, void* dst, int64_t n) {
 float q5_0_dot_q8_0(int64_t n, const void* w, const void* act) {
   const BlockQ5_0* x = static_cast<const BlockQ5_0*>(w);
   const BlockQ8_0* y = static_cast<const BlockQ8_0*>(act);
-  float sum = 0.0f;
+  Lanes8 lanes;
   for (int64_t i = 0; i < n / kQK4_0; ++i) {
     const uint32_t qh = load_qh(x[i].qh);
-    int sumi = 0;
-    for (int j = 0; j < kQK4_0; ++j) sumi += (q5_code(x[i].qs, qh, j) - 16) * y[i].qs[j];
-    sum = fma_lane(static_cast<float>(sumi), f16_lut(x[i].d) * f16_lut(y[i].d), sum);
+    int8_t codes[32];
+    for (int j = 0; j < kQK4_0; ++j) codes[j] = (int8_t)(q5_code(x[i].qs, qh, j) - 16);
+    lanes.add_block(codes, y[i].qs, f16_lut(x[i].d) * f16_lut(y[i].d));
   }
-  return sum;
+  return lanes.sum();
 }
 
 void q5_1_to_float(const void* src, float* dst, int64_t n) {
@@ -272,15 +273,16 @@ void q5_1_from_float(const float* src, void* dst, int64_t n) {
 float q5_1_dot_q8_1(int64_t n, const void* w, const void* act) {
   const BlockQ5_1* x = static_cast<const BlockQ5_1*>(w);
   const BlockQ8_1* y = static_cast<const BlockQ8_1*>(act);
-  float sum = 0.0f;
+  Lanes8 lanes;
+  float offsets = 0.0f;
   for (int64_t i = 0; i < n / kQK4_0; ++i) {
     const uint32_t qh = load_qh(x[i].qh);
-    int sumi = 0;
-    for (int j = 0; j < kQK4_0; ++j) sumi += q5_code(x[i].qs, qh, j) * y[i].qs[j];
-    sum = fma_lane(static_cast<float>(sumi), f16_lut(x[i].d) * f16_lut(y[i].d), sum);
-    sum = fma_lane(f16_lut(x[i].m), f16_lut(y[i].s), sum);
+    uint8_t codes[32];
+    for (int j = 0; j < kQK4_0; ++j) codes[j] = (uint8_t)q5_code(x[i].qs, qh, j);
+    lanes.add_block(codes, y[i].qs, f16_lut(x[i].d) * f16_lut(y[i].d));
+    offsets = fma_lane(f16_lut(x[i].m), f16_lut(y[i].s), offsets);
   }
-  return sum;
+  return lanes.sum() + offsets;
 }
 
 void q8_1_to_float(const void* src, float* dst, int64_t n) {

@@ -1,8 +1,8 @@
 // core/quant_nonlinear.cpp — the scalar IQ4_NL, IQ4_XS and MXFP4 row functions:
 // 4-bit indices into a fixed table of values (a non-linear grid; FP4's E2M1
-// numbers) with a per-block scale. Their dot products take each block's exact
-// integer sum of table values times activation codes, then the scales, in the
-// same fma order as the other integer types.
+// numbers) with a per-block scale. Their dot products take exact integer sums
+// of table values times activation codes, then the scales: Lanes8's order for
+// the 32-element ones, IQ4_XS per super-block as the K-quants.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -70,6 +70,14 @@ void pack_indices(const int8_t* table, float d, const float* x, uint8_t* qs) {
   }
 }
 
+// A block's 32 table values in element order.
+inline void table_values(const int8_t* table, const uint8_t* qs, int8_t* v) {
+  for (int j = 0; j < 16; ++j) {
+    v[j] = table[qs[j] & 0xF];
+    v[j + 16] = table[qs[j] >> 4];
+  }
+}
+
 // Exact sum of table[code] * q over one 32-element block.
 inline int table_dot(const int8_t* table, const uint8_t* qs, const int8_t* q8) {
   int sumi = 0;
@@ -110,12 +118,13 @@ void iq4_nl_from_float(const float* src, void* dst, int64_t n) {
 float iq4_nl_dot_q8_0(int64_t n, const void* w, const void* act) {
   const BlockIQ4_NL* x = static_cast<const BlockIQ4_NL*>(w);
   const BlockQ8_0* y = static_cast<const BlockQ8_0*>(act);
-  float sum = 0.0f;
+  Lanes8 lanes;
   for (int64_t i = 0; i < n / kQK4_0; ++i) {
-    const int sumi = table_dot(kIq4nlValues, x[i].qs, y[i].qs);
-    sum = fma_lane(static_cast<float>(sumi), f16_lut(x[i].d) * f16_lut(y[i].d), sum);
+    int8_t v[32];
+    table_values(kIq4nlValues, x[i].qs, v);
+    lanes.add_block(v, y[i].qs, f16_lut(x[i].d) * f16_lut(y[i].d));
   }
-  return sum;
+  return lanes.sum();
 }
 
 // ---- MXFP4 --------------------------------------------------------------------
@@ -152,12 +161,13 @@ void mxfp4_from_float(const float* src, void* dst, int64_t n) {
 float mxfp4_dot_q8_0(int64_t n, const void* w, const void* act) {
   const BlockMXFP4* x = static_cast<const BlockMXFP4*>(w);
   const BlockQ8_0* y = static_cast<const BlockQ8_0*>(act);
-  float sum = 0.0f;
+  Lanes8 lanes;
   for (int64_t i = 0; i < n / kQK4_0; ++i) {
-    const int sumi = table_dot(kFp4Values, x[i].qs, y[i].qs);
-    sum = fma_lane(static_cast<float>(sumi), f16_lut(y[i].d) * e8m0_half(x[i].e), sum);
+    int8_t v[32];
+    table_values(kFp4Values, x[i].qs, v);
+    lanes.add_block(v, y[i].qs, f16_lut(y[i].d) * e8m0_half(x[i].e));
   }
-  return sum;
+  return lanes.sum();
 }
 
 // ---- IQ4_XS -------------------------------------------------------------------

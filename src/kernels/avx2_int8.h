@@ -35,6 +35,10 @@ CAIRN_AVX2 inline __m256i dot_i8(__m256i x, __m256i y) {
   return dot_i8_scaled(x, y, _mm256_set1_epi16(1));
 }
 
+// An f16 scale as float with F16C: exact, as core's f16_lut, but inline (a
+// call per block spills every vector register around it).
+CAIRN_AVX2 inline float f16(uint16_t h) { return _cvtsh_ss(h); }
+
 // a * b + c rounded once, as std::fma in the scalar reference.
 CAIRN_AVX2 inline float fma_ss(float a, float b, float c) {
   return _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(a), _mm_set_ss(b), _mm_set_ss(c)));

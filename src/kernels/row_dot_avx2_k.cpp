@@ -5,7 +5,6 @@
 // (core/quant_k.cpp's kKQuantOrder, core/quant_nonlinear.cpp): the same bits.
 #include <cstring>
 
-#include "core/half.h"
 #include "core/quant_blocks.h"
 #include "kernels/avx2_int8.h"
 #include "kernels/row_dot.h"
@@ -17,9 +16,40 @@ CAIRN_AVX2 inline __m256i load_256(const void* p) {
   return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
 }
 
-// Two sub-blocks of 16: int16 lanes 0-7 take scale a, 8-15 scale b.
-CAIRN_AVX2 inline __m256i pair_scales(int a, int b) {
-  return _mm256_set_m128i(_mm_set1_epi16(static_cast<int16_t>(b)), _mm_set1_epi16(static_cast<int16_t>(a)));
+// 16 sub-block scales as int16 (from 16 signed bytes), kept in registers:
+// pair(h, k) gives lanes 0-7 scale 8h + 2k and lanes 8-15 scale 8h + 2k + 1
+// (a run of 32 codes covers two 16-element sub-blocks), with shuffles rather
+// than byte loads of a just-stored array (which stall store forwarding).
+struct Scales16 {
+  __m256i halves[2];  // scales 0-7 in both 128-bit lanes; scales 8-15 in both
+  CAIRN_AVX2 explicit Scales16(__m128i bytes) {
+    const __m256i v = _mm256_cvtepi8_epi16(bytes);
+    halves[0] = _mm256_permute2x128_si256(v, v, 0x00);
+    halves[1] = _mm256_permute2x128_si256(v, v, 0x11);
+  }
+  CAIRN_AVX2 __m256i pair(int h, int k) const {
+    return _mm256_shuffle_epi8(halves[h], _mm256_load_si256(reinterpret_cast<const __m256i*>(kPick[k])));
+  }
+  // Byte pairs of int16 2k (lanes 0-7) and 2k + 1 (lanes 8-15), repeated.
+  alignas(32) static constexpr int8_t kPick[4][32] = {
+      {0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3},
+      {4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7},
+      {8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11},
+      {12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13,
+       14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15},
+  };
+};
+
+// The 16 signed 6-bit scales of a Q3_K block (q3k_scales), computed in
+// general registers and handed over as one vector.
+CAIRN_AVX2 inline __m128i q3k_scales_vec(const uint8_t* packed) {
+  uint32_t a[3];
+  std::memcpy(a, packed, 12);
+  const uint32_t u0 = (a[0] & 0x0f0f0f0fu) | ((a[2] & 0x03030303u) << 4);
+  const uint32_t u1 = (a[1] & 0x0f0f0f0fu) | (((a[2] >> 2) & 0x03030303u) << 4);
+  const uint32_t u2 = ((a[0] >> 4) & 0x0f0f0f0fu) | (((a[2] >> 4) & 0x03030303u) << 4);
+  const uint32_t u3 = ((a[1] >> 4) & 0x0f0f0f0fu) | (((a[2] >> 6) & 0x03030303u) << 4);
+  return _mm_sub_epi8(_mm_set_epi32((int)u3, (int)u2, (int)u1, (int)u0), _mm_set1_epi8(32));
 }
 
 // Sum over j of bsums[j] * m[j] for 16 int16 mins.
@@ -39,20 +69,19 @@ CAIRN_AVX2 float q2_k_dot_q8_k(int64_t n, const void* w, const void* act) {
     const __m128i sc_bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[i].scales));
     const __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc_bytes, 4), low4));
     const int32_t sum_mins = bsums_dot(y[i].bsums, mins);
+    const Scales16 scales(_mm_and_si128(sc_bytes, low4));
     __m256i acc = _mm256_setzero_si256();
     for (int h = 0; h < 2; ++h) {
       const __m256i q = load_256(x[i].qs + 32 * h);
       for (int k = 0; k < 4; ++k) {
         const __m256i codes = _mm256_and_si256(_mm256_srli_epi16(q, 2 * k), three);
         const __m256i q8 = load_256(y[i].qs + 128 * h + 32 * k);
-        const int s = 8 * h + 2 * k;
-        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(codes, q8),
-                                                      pair_scales(x[i].scales[s] & 0xF, x[i].scales[s + 1] & 0xF)));
+        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(codes, q8), scales.pair(h, k)));
       }
     }
     const int32_t sum_q = hsum_epi32(acc);
-    sum = fma_ss(y[i].d * f16_lut(x[i].d), static_cast<float>(sum_q), sum);
-    sum = fma_ss(-y[i].d * f16_lut(x[i].dmin), static_cast<float>(sum_mins), sum);
+    sum = fma_ss(y[i].d * f16(x[i].d), static_cast<float>(sum_q), sum);
+    sum = fma_ss(-y[i].d * f16(x[i].dmin), static_cast<float>(sum_mins), sum);
   }
   return sum;
 }
@@ -66,8 +95,7 @@ CAIRN_AVX2 float q3_k_dot_q8_k(int64_t n, const void* w, const void* act) {
   const __m256i four = _mm256_set1_epi8(4);
   float sum = 0.0f;
   for (int64_t i = 0; i < n / kQK_K; ++i) {
-    int8_t sc[16];
-    q3k_scales(x[i].scales, sc);
+    const Scales16 scales(q3k_scales_vec(x[i].scales));
     const __m256i hm = load_256(x[i].hmask);
     __m256i acc = _mm256_setzero_si256();
     for (int h = 0; h < 2; ++h) {
@@ -78,12 +106,11 @@ CAIRN_AVX2 float q3_k_dot_q8_k(int64_t n, const void* w, const void* act) {
         const __m256i codes = _mm256_or_si256(low, _mm256_slli_epi16(high, 2));
         const __m256i q8 = load_256(y[i].qs + 128 * h + 32 * k);
         const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(codes, q8), _mm256_maddubs_epi16(four, q8));
-        const int s = 8 * h + 2 * k;
-        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, pair_scales(sc[s], sc[s + 1])));
+        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, scales.pair(h, k)));
       }
     }
     const int32_t sum_q = hsum_epi32(acc);
-    sum = fma_ss(y[i].d * f16_lut(x[i].d), static_cast<float>(sum_q), sum);
+    sum = fma_ss(y[i].d * f16(x[i].d), static_cast<float>(sum_q), sum);
   }
   return sum;
 }
@@ -123,8 +150,8 @@ CAIRN_AVX2 float q5_k_dot_q8_k(int64_t n, const void* w, const void* act) {
       acc = _mm256_add_epi32(acc, _mm256_add_epi32(plo, phi));
     }
     const int32_t sum_q = hsum_epi32(acc);
-    sum = fma_ss(y[i].d * f16_lut(x[i].d), static_cast<float>(sum_q), sum);
-    sum = fma_ss(-y[i].d * f16_lut(x[i].dmin), static_cast<float>(sum_mins), sum);
+    sum = fma_ss(y[i].d * f16(x[i].d), static_cast<float>(sum_q), sum);
+    sum = fma_ss(-y[i].d * f16(x[i].dmin), static_cast<float>(sum_mins), sum);
   }
   return sum;
 }
@@ -141,7 +168,7 @@ CAIRN_AVX2 float iq4_xs_dot_q8_k(int64_t n, const void* w, const void* act) {
       acc = _mm256_add_epi32(acc, dot_i8_scaled(qx, load_256(y[i].qs + 32 * ib), _mm256_set1_epi16(static_cast<int16_t>(ls))));
     }
     const int32_t sum_q = hsum_epi32(acc);
-    sum = fma_ss(y[i].d * f16_lut(x[i].d), static_cast<float>(sum_q), sum);
+    sum = fma_ss(y[i].d * f16(x[i].d), static_cast<float>(sum_q), sum);
   }
   return sum;
 }

@@ -1,12 +1,11 @@
 // kernels/row_dot_avx2_q.cpp — AVX2 row dot products (row_dot.h) of the
 // 32-element block types downloaded files mix in: Q4_1, Q5_0, Q5_1 (llama.cpp's
 // fallbacks for rows that are not whole K-quant blocks), IQ4_NL and MXFP4.
-// Each block's exact integer sum in vector lanes, then the scalar reference's
-// float operations (core/quant_legacy.cpp, core/quant_nonlinear.cpp) in its
-// order: the same bits.
+// The exact integer sums of each block's 8 groups of 4 in vector lanes, the
+// float lanes accumulated as core/quant_blocks.h's Lanes8 (the scalar
+// reference's order): the same bits.
 #include <cstring>
 
-#include "core/half.h"
 #include "core/quant_blocks.h"
 #include "kernels/avx2_int8.h"
 #include "kernels/row_dot.h"
@@ -18,9 +17,22 @@ CAIRN_AVX2 inline __m256i load_32(const int8_t* p) {
   return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
 }
 
-// Sum of u[i] * y[i] with u unsigned (0..31) and y signed bytes.
-CAIRN_AVX2 inline int32_t dot_u8(__m256i u, __m256i y) {
-  return hsum_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(u, y), _mm256_set1_epi16(1)));
+// Lanes8 (core/quant_blocks.h): 8 int32 lanes of a block's products, each
+// fma'd with the block's scale into its own float lane; summed at the end.
+CAIRN_AVX2 inline __m256 lanes_fma(__m256i sums, float d, __m256 acc) {
+  return _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), _mm256_set1_ps(d), acc);
+}
+
+CAIRN_AVX2 inline float lanes_sum(__m256 acc) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));  // (0+4) (1+5) (2+6) (3+7)
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));                                            // ((0+4)+(2+6)) ((1+5)+(3+7))
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// Products of u (unsigned, 0..31) and y (signed) as 8 int32 lanes of 4.
+CAIRN_AVX2 inline __m256i dot_u8_lanes(__m256i u, __m256i y) {
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(u, y), _mm256_set1_epi16(1));
 }
 
 CAIRN_AVX2 inline uint32_t load_u32(const uint8_t* p) {
@@ -34,13 +46,13 @@ CAIRN_AVX2 inline uint32_t load_u32(const uint8_t* p) {
 CAIRN_AVX2 float q4_1_dot_q8_1(int64_t n, const void* w, const void* act) {
   const BlockQ4_1* x = static_cast<const BlockQ4_1*>(w);
   const BlockQ8_1* y = static_cast<const BlockQ8_1*>(act);
-  float sum = 0.0f;
+  __m256 acc = _mm256_setzero_ps();
+  float offsets = 0.0f;
   for (int64_t i = 0; i < n / kQK4_0; ++i) {
-    const float sumi = static_cast<float>(dot_u8(nibbles_32(x[i].qs), load_32(y[i].qs)));
-    sum = fma_ss(sumi, f16_lut(x[i].d) * f16_lut(y[i].d), sum);
-    sum = fma_ss(f16_lut(x[i].m), f16_lut(y[i].s), sum);
+    acc = lanes_fma(dot_u8_lanes(nibbles_32(x[i].qs), load_32(y[i].qs)), f16(x[i].d) * f16(y[i].d), acc);
+    offsets = fma_ss(f16(x[i].m), f16(y[i].s), offsets);
   }
-  return sum;
+  return lanes_sum(acc) + offsets;
 }
 
 // code - 16 = nibble - (bit 4 clear ? 16 : 0), as signed bytes.
@@ -48,53 +60,50 @@ CAIRN_AVX2 float q5_0_dot_q8_0(int64_t n, const void* w, const void* act) {
   const BlockQ5_0* x = static_cast<const BlockQ5_0*>(w);
   const BlockQ8_0* y = static_cast<const BlockQ8_0*>(act);
   const __m256i sixteen = _mm256_set1_epi8(16);
-  float sum = 0.0f;
+  __m256 acc = _mm256_setzero_ps();
   for (int64_t i = 0; i < n / kQK4_0; ++i) {
     const __m256i high = bits_to_bytes(load_u32(x[i].qh));
     const __m256i qx = _mm256_sub_epi8(nibbles_32(x[i].qs), _mm256_andnot_si256(high, sixteen));
-    const float sumi = static_cast<float>(hsum_epi32(dot_i8(qx, load_32(y[i].qs))));
-    sum = fma_ss(sumi, f16_lut(x[i].d) * f16_lut(y[i].d), sum);
+    acc = lanes_fma(dot_i8(qx, load_32(y[i].qs)), f16(x[i].d) * f16(y[i].d), acc);
   }
-  return sum;
+  return lanes_sum(acc);
 }
 
 CAIRN_AVX2 float q5_1_dot_q8_1(int64_t n, const void* w, const void* act) {
   const BlockQ5_1* x = static_cast<const BlockQ5_1*>(w);
   const BlockQ8_1* y = static_cast<const BlockQ8_1*>(act);
   const __m256i sixteen = _mm256_set1_epi8(16);
-  float sum = 0.0f;
+  __m256 acc = _mm256_setzero_ps();
+  float offsets = 0.0f;
   for (int64_t i = 0; i < n / kQK4_0; ++i) {
     const __m256i high = bits_to_bytes(load_u32(x[i].qh));
     const __m256i qx = _mm256_or_si256(nibbles_32(x[i].qs), _mm256_and_si256(high, sixteen));
-    const float sumi = static_cast<float>(dot_u8(qx, load_32(y[i].qs)));
-    sum = fma_ss(sumi, f16_lut(x[i].d) * f16_lut(y[i].d), sum);
-    sum = fma_ss(f16_lut(x[i].m), f16_lut(y[i].s), sum);
+    acc = lanes_fma(dot_u8_lanes(qx, load_32(y[i].qs)), f16(x[i].d) * f16(y[i].d), acc);
+    offsets = fma_ss(f16(x[i].m), f16(y[i].s), offsets);
   }
-  return sum;
+  return lanes_sum(acc) + offsets;
 }
 
 CAIRN_AVX2 float iq4_nl_dot_q8_0(int64_t n, const void* w, const void* act) {
   const BlockIQ4_NL* x = static_cast<const BlockIQ4_NL*>(w);
   const BlockQ8_0* y = static_cast<const BlockQ8_0*>(act);
-  float sum = 0.0f;
+  __m256 acc = _mm256_setzero_ps();
   for (int64_t i = 0; i < n / kQK4_0; ++i) {
     const __m256i qx = lookup_16(kIq4nlValues, nibbles_32(x[i].qs));
-    const float sumi = static_cast<float>(hsum_epi32(dot_i8(qx, load_32(y[i].qs))));
-    sum = fma_ss(sumi, f16_lut(x[i].d) * f16_lut(y[i].d), sum);
+    acc = lanes_fma(dot_i8(qx, load_32(y[i].qs)), f16(x[i].d) * f16(y[i].d), acc);
   }
-  return sum;
+  return lanes_sum(acc);
 }
 
 CAIRN_AVX2 float mxfp4_dot_q8_0(int64_t n, const void* w, const void* act) {
   const BlockMXFP4* x = static_cast<const BlockMXFP4*>(w);
   const BlockQ8_0* y = static_cast<const BlockQ8_0*>(act);
-  float sum = 0.0f;
+  __m256 acc = _mm256_setzero_ps();
   for (int64_t i = 0; i < n / kQK4_0; ++i) {
     const __m256i qx = lookup_16(kFp4Values, nibbles_32(x[i].qs));
-    const float sumi = static_cast<float>(hsum_epi32(dot_i8(qx, load_32(y[i].qs))));
-    sum = fma_ss(sumi, f16_lut(y[i].d) * e8m0_half(x[i].e), sum);
+    acc = lanes_fma(dot_i8(qx, load_32(y[i].qs)), f16(y[i].d) * e8m0_half(x[i].e), acc);
   }
-  return sum;
+  return lanes_sum(acc);
 }
 
 }  // namespace cairn::quant::avx2
