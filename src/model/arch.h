@@ -1,5 +1,5 @@
 // model/arch.h — internal to src/model: the table of architectures.
-// Each architecture file (llama.cpp, qwen2.cpp) provides a loader; the table
+// Each architecture file (llama.cpp, qwen2.cpp, qwen3.cpp, ...) provides a loader; the table
 // maps general.architecture to it and to the per-architecture facts that the
 // hyper-parameter reader needs. Adding an architecture = one file + one row.
 #pragma once
@@ -10,6 +10,7 @@
 #include "core/status.h"
 #include "gguf/gguf.h"
 #include "kernels/kernels.h"
+#include "model/blocks.h"
 #include "model/model.h"
 
 namespace cairn::model {
@@ -26,10 +27,7 @@ struct ArchSpec {
 // nullptr when the architecture is unknown.
 const ArchSpec* find_arch(std::string_view name);
 
-// What distinguishes one llama-family decoder from another beyond hparams.
-struct DecoderOptions {
-  bool qkv_bias = false;  // Q/K/V projections carry biases (qwen2)
-};
+// DecoderOptions (model/blocks.h): what sets one llama-family decoder apart.
 Result<std::unique_ptr<Model>> load_decoder(std::shared_ptr<const gguf::File> file, HParams hp,
                                             const LoadOptions& options,
                                             const DecoderOptions& decoder);
@@ -37,6 +35,8 @@ Result<std::unique_ptr<Model>> load_decoder(std::shared_ptr<const gguf::File> fi
 Result<std::unique_ptr<Model>> load_llama(std::shared_ptr<const gguf::File> file, HParams hp,
                                           const LoadOptions& options);
 Result<std::unique_ptr<Model>> load_qwen2(std::shared_ptr<const gguf::File> file, HParams hp,
+                                          const LoadOptions& options);
+Result<std::unique_ptr<Model>> load_qwen3(std::shared_ptr<const gguf::File> file, HParams hp,
                                           const LoadOptions& options);
 
 }  // namespace cairn::model

@@ -112,7 +112,8 @@ std::vector<float> slice(const std::vector<float>& v, int64_t begin, int64_t n) 
 
 }  // namespace
 
-Result<DecoderWeights> load_decoder_weights(const gguf::File& f, const HParams& hp, bool qkv_bias,
+Result<DecoderWeights> load_decoder_weights(const gguf::File& f, const HParams& hp,
+                                            const DecoderOptions& options,
                                             const ShardSpec& shard) {
   CAIRN_ASSIGN_OR_RETURN(const HParams local, shard_hparams(hp, shard));
   DecoderWeights w;
@@ -122,6 +123,7 @@ Result<DecoderWeights> load_decoder_weights(const gguf::File& f, const HParams& 
   sizes.q = hp.n_head * hp.head_dim;
   sizes.kv = hp.kv_row_elems();
   sizes.ff = hp.n_ff;
+  sizes.head = hp.head_dim;
   // Each tensor by its table row: name and shape come from model/tensor_names.h.
   const auto matrix = [&](TensorRole role, int64_t layer = -1) {
     const TensorSpec& s = tensor_spec(role);
@@ -162,7 +164,11 @@ Result<DecoderWeights> load_decoder_weights(const gguf::File& f, const HParams& 
     l.attn.wk = rows_of(l.attn.wk, kv0, nkv);
     l.attn.wv = rows_of(l.attn.wv, kv0, nkv);
     CAIRN_ASSIGN_OR_RETURN(l.attn.wo, cols_of(l.attn.wo, q0, nq, tensor_name(R::AttnOutput, il)));
-    if (qkv_bias) {
+    if (options.qk_norm) {  // one weight per head element, the same for every head
+      CAIRN_ASSIGN_OR_RETURN(l.attn.q_norm, vector(R::AttnQNorm, il));
+      CAIRN_ASSIGN_OR_RETURN(l.attn.k_norm, vector(R::AttnKNorm, il));
+    }
+    if (options.qkv_bias) {
       CAIRN_ASSIGN_OR_RETURN(l.attn.bq, vector(R::AttnQBias, il));
       CAIRN_ASSIGN_OR_RETURN(l.attn.bk, vector(R::AttnKBias, il));
       CAIRN_ASSIGN_OR_RETURN(l.attn.bv, vector(R::AttnVBias, il));
@@ -291,11 +297,20 @@ void attention(const HParams& hp, const AttentionWeights& w, const std::vector<f
   // RoPE and the K/V write per token are independent (KvView allows concurrent
   // writes of different rows): spread a prefill's cold-line stores over the pool.
   const int64_t pairs = kernels::rope_pairs(hd, hp.n_rot);
+  const float q_scale = 1.0f / std::sqrt((float)hd);
   const auto rope_and_write = [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
+      float* q = ws.q.data() + t * nq;
+      float* k = ws.k.data() + t * nkv;
+      if (!w.q_norm.empty()) {  // qwen3: each head's vector normed on its own
+        for (int64_t h = 0; h < hp.n_head; ++h)
+          kernels::rms_norm(q + h * hd, w.q_norm.data(), hd, hp.norm_eps, q + h * hd);
+        for (int64_t h = 0; h < hp.n_head_kv; ++h)
+          kernels::rms_norm(k + h * hd, w.k_norm.data(), hd, hp.norm_eps, k + h * hd);
+      }
       const float* cs = ws.rope_cs.data() + t * 2 * pairs;
-      kernels::rope_qk_angles(ws.q.data() + t * nq, hp.n_head, ws.k.data() + t * nkv, hp.n_head_kv,
-                              hd, hp.n_rot, cs, cs + pairs, hp.rope_style);
+      kernels::rope_qk_angles(q, hp.n_head, k, hp.n_head_kv, hd, hp.n_rot, cs, cs + pairs,
+                              hp.rope_style);
       kv.write(layer, batch.seqs[(size_t)t], batch.positions[(size_t)t], ws.k.data() + t * nkv,
                ws.v.data() + t * nkv);
     }
@@ -306,7 +321,7 @@ void attention(const HParams& hp, const AttentionWeights& w, const std::vector<f
   shape.n_head = hp.n_head;
   shape.n_head_kv = hp.n_head_kv;
   shape.head_dim = hd;
-  shape.scale = 1.0f / std::sqrt((float)hd);
+  shape.scale = q_scale;
   attend(kv, layer, batch.seqs, batch.positions, ws.q.data(), shape, ws.attn.data(), pool);
 
   project(w.wo, ws.attn.data(), T, ws.tmp.data(), pool, next);

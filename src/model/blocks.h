@@ -31,6 +31,7 @@ Result<std::vector<float>> find_vector(const gguf::File& f, const std::string& n
 struct AttentionWeights {
   kernels::WeightMatrix wq, wk, wv, wo;
   std::vector<float> bq, bk, bv;  // empty when the architecture has no QKV bias
+  std::vector<float> q_norm, k_norm;  // head_dim each; empty without per-head norms
 };
 
 struct FfnWeights {
@@ -51,11 +52,19 @@ struct DecoderWeights {
   std::vector<LayerWeights> layers;
 };
 
+// What distinguishes one llama-family decoder from another beyond hparams:
+// the tensors it adds (a tied head is read from the file).
+struct DecoderOptions {
+  bool qkv_bias = false;   // Q/K/V projections carry biases (qwen2)
+  bool qk_norm = false;    // per-head RMSNorm of Q and K before RoPE (qwen3)
+};
+
 // Loads the llama-style tensor set, named and shaped as model/tensor_names.h
-// says; `qkv_bias` requires the Q/K/V biases as well. A shard gets its
-// stage's layers only (the output norm and head only on the last stage) and
-// views of its slices of each matrix (model.h's ShardSpec): nothing is copied.
-Result<DecoderWeights> load_decoder_weights(const gguf::File& f, const HParams& hp, bool qkv_bias,
+// says, with the tensors `options` adds. A shard gets its stage's layers
+// only (the output norm and head only on the last stage) and views of its
+// slices of each matrix (model.h's ShardSpec): nothing is copied.
+Result<DecoderWeights> load_decoder_weights(const gguf::File& f, const HParams& hp,
+                                            const DecoderOptions& options,
                                             const ShardSpec& shard = {});
 
 // ---- activations ------------------------------------------------------------
@@ -94,7 +103,8 @@ void rope_tables(const HParams& hp, const Batch& batch, Workspace& ws, ThreadPoo
 using NextWeights = std::span<const kernels::WeightMatrix* const>;
 
 // Self-attention of layer `layer` for every token of the batch, on
-// rms_norm(ws.x) * norm: projections (+ bias), RoPE (angles from rope_tables),
+// rms_norm(ws.x) * norm: projections (+ bias), per-head Q/K norms where the
+// weights have them, RoPE (angles from rope_tables),
 // K/V written to `kv`, causal attention per sequence over the view, output
 // projection into ws.tmp. `next`: what follows the output projection.
 // The normed rows are made as the projections quantize them (kernels::RowMaker);

@@ -14,6 +14,7 @@ namespace {
 constexpr ArchSpec kArchs[] = {
     {"llama", kernels::RopeStyle::Norm, &load_llama},
     {"qwen2", kernels::RopeStyle::Neox, &load_qwen2},
+    {"qwen3", kernels::RopeStyle::Neox, &load_qwen3},
 };
 
 // Generous ceilings: they keep products of sizes far from overflow while
@@ -21,6 +22,7 @@ constexpr ArchSpec kArchs[] = {
 constexpr int64_t kMaxEmbd = int64_t{1} << 20;
 constexpr int64_t kMaxLayers = 4096;
 constexpr int64_t kMaxHeads = 4096;
+constexpr int64_t kMaxHeadDim = 4096;
 constexpr int64_t kMaxFf = int64_t{1} << 22;
 constexpr int64_t kMaxCtx = int64_t{1} << 28;
 
@@ -30,13 +32,14 @@ class MetaReader {
 
   std::string key(std::string_view suffix) const { return arch_ + "." + std::string(suffix); }
 
-  // A positive integer in [1, max]; `fallback` when absent (0: required).
+  // A positive integer in [1, max]; `fallback` when absent (0: required; a
+  // negative fallback says "absent" to the caller).
   Result<int64_t> count(std::string_view suffix, int64_t max, int64_t fallback = 0) const {
     const std::string k = key(suffix);
     auto v = f_.get_uint(k);
     if (!v) return v.status().with_context("metadata '" + k + "'");
     if (!v->has_value()) {
-      if (fallback > 0) return fallback;
+      if (fallback != 0) return fallback;
       return Status::error("metadata '" + k + "' is missing");
     }
     const uint64_t n = **v;
@@ -134,20 +137,21 @@ Result<HParams> Model::read_hparams(const gguf::File& file) {
     return Status::error("metadata '" + m.key("attention.head_count") + "' = " +
                          std::to_string(hp.n_head) + " is not a multiple of '" +
                          m.key("attention.head_count_kv") + "' = " + std::to_string(hp.n_head_kv));
-  if (hp.n_embd % hp.n_head != 0)
+  // The head size: attention.key_length where the file has it (Qwen3's heads
+  // are wider than embedding_length / head_count), else that quotient. One
+  // size serves K, V and Q, so value_length must equal it.
+  int64_t key_len = 0, value_len = 0;
+  CAIRN_ASSIGN_OR_RETURN(key_len, m.count("attention.key_length", kMaxHeadDim, -1));
+  CAIRN_ASSIGN_OR_RETURN(value_len, m.count("attention.value_length", kMaxHeadDim, -1));
+  if (key_len < 0 && hp.n_embd % hp.n_head != 0)
     return Status::error("metadata '" + m.key("embedding_length") + "' = " +
                          std::to_string(hp.n_embd) + " is not a multiple of '" +
                          m.key("attention.head_count") + "' = " + std::to_string(hp.n_head));
-  hp.head_dim = hp.n_embd / hp.n_head;
-  // Present in some files; they must agree with the head size we compute.
-  for (const char* k : {"attention.key_length", "attention.value_length"}) {
-    int64_t len = 0;
-    CAIRN_ASSIGN_OR_RETURN(len, m.count(k, kMaxEmbd, hp.head_dim));
-    if (len != hp.head_dim)
-      return Status::error("metadata '" + m.key(k) + "' = " + std::to_string(len) +
-                           " differs from embedding_length / head_count = " +
-                           std::to_string(hp.head_dim) + " (not supported)");
-  }
+  hp.head_dim = key_len > 0 ? key_len : hp.n_embd / hp.n_head;
+  if (value_len > 0 && value_len != hp.head_dim)
+    return Status::error("metadata '" + m.key("attention.value_length") + "' = " +
+                         std::to_string(value_len) + " differs from the key head size " +
+                         std::to_string(hp.head_dim) + " (not supported)");
   CAIRN_ASSIGN_OR_RETURN(hp.n_rot, m.count("rope.dimension_count", kMaxEmbd, hp.head_dim));
   if (hp.n_rot > hp.head_dim || hp.n_rot % 2 != 0)
     return Status::error("metadata '" + m.key("rope.dimension_count") + "' = " +

@@ -25,7 +25,7 @@ namespace cairn {
 namespace model {
 
 struct HParams {
-  std::string arch;         // general.architecture, e.g. "llama", "qwen2"
+  std::string arch;         // general.architecture, e.g. "llama", "qwen2", "qwen3"
   int64_t n_vocab = 0;      // rows of token_embd.weight
   int64_t n_embd = 0;       // <arch>.embedding_length
   int64_t n_layer = 0;      // <arch>.block_count
@@ -33,7 +33,7 @@ struct HParams {
   int64_t n_head_kv = 0;    // <arch>.attention.head_count_kv (default n_head)
   int64_t n_ff = 0;         // <arch>.feed_forward_length
   int64_t n_ctx_train = 0;  // <arch>.context_length
-  int64_t head_dim = 0;     // n_embd / n_head
+  int64_t head_dim = 0;     // <arch>.attention.key_length, default n_embd / n_head
   int64_t n_rot = 0;        // <arch>.rope.dimension_count (default head_dim)
   float rope_freq_base = 10000.0f;
   float rope_freq_scale = 1.0f;  // 1 / <arch>.rope.scaling.factor for linear scaling

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace cairn::model {
@@ -24,6 +25,8 @@ enum class TensorRole {
   AttnQBias,
   AttnKBias,
   AttnVBias,
+  AttnQNorm,
+  AttnKNorm,
   AttnOutput,
   FfnNorm,
   FfnGate,
@@ -41,12 +44,21 @@ enum class TensorDim {
   Q,      // n_head * head_dim
   Kv,     // n_head_kv * head_dim
   Ff,     // feed-forward length
+  Head,   // head_dim: per-head norm weights (qwen3)
 };
 
 enum class TensorPresence {
   Always,
-  QkvBias,  // only in architectures whose Q/K/V projections carry biases (qwen2)
-  Untied,   // absent when the output head is tied to token_embd.weight
+  QkvBias,    // only in architectures whose Q/K/V projections carry biases (qwen2)
+  Untied,     // absent when the output head is tied to token_embd.weight
+  QkNorm,     // per-head RMSNorm of Q and K after the projections (qwen3)
+};
+
+// Which of the optional or alternative tensors a model holds.
+struct TensorFeatures {
+  bool qkv_bias = false;
+  bool tied_output = false;
+  bool qk_norm = false;
 };
 
 struct TensorSpec {
@@ -58,7 +70,7 @@ struct TensorSpec {
   TensorPresence presence;
 };
 
-inline constexpr std::array<TensorSpec, 15> kTensorTable = {{
+inline constexpr std::array<TensorSpec, 17> kTensorTable = {{
     {TensorRole::TokEmbd, "token_embd.weight", false, TensorDim::Embd, TensorDim::Vocab,
      TensorPresence::Always},
     {TensorRole::AttnNorm, "attn_norm.weight", true, TensorDim::Embd, TensorDim::None,
@@ -75,6 +87,10 @@ inline constexpr std::array<TensorSpec, 15> kTensorTable = {{
      TensorPresence::QkvBias},
     {TensorRole::AttnVBias, "attn_v.bias", true, TensorDim::Kv, TensorDim::None,
      TensorPresence::QkvBias},
+    {TensorRole::AttnQNorm, "attn_q_norm.weight", true, TensorDim::Head, TensorDim::None,
+     TensorPresence::QkNorm},
+    {TensorRole::AttnKNorm, "attn_k_norm.weight", true, TensorDim::Head, TensorDim::None,
+     TensorPresence::QkNorm},
     {TensorRole::AttnOutput, "attn_output.weight", true, TensorDim::Q, TensorDim::Embd,
      TensorPresence::Always},
     {TensorRole::FfnNorm, "ffn_norm.weight", true, TensorDim::Embd, TensorDim::None,
@@ -106,6 +122,7 @@ inline std::string tensor_name(TensorRole role, int64_t layer = -1) {
 // The sizes TensorDim names, for one model.
 struct TensorSizes {
   int64_t embd = 0, vocab = 0, q = 0, kv = 0, ff = 0;
+  int64_t head = 0;        // head_dim
 
   int64_t of(TensorDim d) const {
     switch (d) {
@@ -119,6 +136,8 @@ struct TensorSizes {
         return kv;
       case TensorDim::Ff:
         return ff;
+      case TensorDim::Head:
+        return head;
       case TensorDim::None:
         break;
     }
@@ -133,15 +152,17 @@ inline std::vector<int64_t> tensor_dims(TensorRole role, const TensorSizes& size
   return {sizes.of(s.cols), sizes.of(s.rows)};
 }
 
-// Whether a model with (or without) Q/K/V biases and a tied head has `role`.
-constexpr bool tensor_present(TensorRole role, bool qkv_bias, bool tied_output) {
+// Whether a model with `features` holds `role`.
+constexpr bool tensor_present(TensorRole role, const TensorFeatures& f) {
   switch (tensor_spec(role).presence) {
     case TensorPresence::Always:
       return true;
     case TensorPresence::QkvBias:
-      return qkv_bias;
+      return f.qkv_bias;
     case TensorPresence::Untied:
-      return !tied_output;
+      return !f.tied_output;
+    case TensorPresence::QkNorm:
+      return f.qk_norm;
   }
   return true;
 }
@@ -149,11 +170,9 @@ constexpr bool tensor_present(TensorRole role, bool qkv_bias, bool tied_output) 
 // Calls f(role, layer) for every tensor such a model holds, in file order
 // (layer is -1 for the tensors outside the blocks).
 template <typename F>
-void for_each_tensor(int64_t n_layer, bool qkv_bias, bool tied_output, F&& f) {
+void for_each_tensor(int64_t n_layer, const TensorFeatures& features, F&& f) {
   size_t i = 0;
-  const auto present = [&](const TensorSpec& s) {
-    return tensor_present(s.role, qkv_bias, tied_output);
-  };
+  const auto present = [&](const TensorSpec& s) { return tensor_present(s.role, features); };
   for (; i < kTensorTable.size() && !kTensorTable[i].per_layer; ++i)
     if (present(kTensorTable[i])) f(kTensorTable[i].role, int64_t{-1});
   const size_t first_layer = i;
@@ -164,6 +183,16 @@ void for_each_tensor(int64_t n_layer, bool qkv_bias, bool tied_output, F&& f) {
       if (present(kTensorTable[j])) f(kTensorTable[j].role, l);
   for (i = end_layer; i < kTensorTable.size(); ++i)
     if (present(kTensorTable[i])) f(kTensorTable[i].role, int64_t{-1});
+}
+
+// The llama/qwen2 forms: Q/K/V biases or not, a tied head or not.
+constexpr bool tensor_present(TensorRole role, bool qkv_bias, bool tied_output) {
+  return tensor_present(role, TensorFeatures{.qkv_bias = qkv_bias, .tied_output = tied_output});
+}
+template <typename F>
+void for_each_tensor(int64_t n_layer, bool qkv_bias, bool tied_output, F&& f) {
+  for_each_tensor(n_layer, TensorFeatures{.qkv_bias = qkv_bias, .tied_output = tied_output},
+                  std::forward<F>(f));
 }
 
 // Rows are in TensorRole order, so tensor_spec() can index the table.

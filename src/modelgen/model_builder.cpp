@@ -32,10 +32,12 @@ struct ArchDefaults {
   float rope_base;
   float norm_eps;
   bool qkv_bias;
+  bool qk_norm = false;    // qwen3
 };
-constexpr std::array<ArchDefaults, 2> kArchs = {{
+constexpr std::array<ArchDefaults, 3> kArchs = {{
     {"llama", 10000.0f, 1e-5f, false},
     {"qwen2", 1000000.0f, 1e-6f, true},
+    {"qwen3", 1000000.0f, 1e-6f, false, true},
 }};
 
 const ArchDefaults* find_arch(std::string_view a) {
@@ -60,7 +62,9 @@ constexpr std::array<FileType, 7> kFileTypes = {{
 }};
 
 // How a tensor's values are made.
-enum class Fill { Uniform, Ones, UniformZeroByteRows };
+// NearOne: 1 + uniform(-stddev, stddev) (per-head norms, so a swapped or
+// skipped weight shows).
+enum class Fill { Uniform, Ones, UniformZeroByteRows, NearOne };
 
 struct TensorPlan {
   std::string name;
@@ -94,23 +98,35 @@ uint64_t fnv1a(std::string_view s) {
 
 bool is_k_quant(TensorType t) { return type_info(t).block_elems == 256; }
 
+int64_t head_dim_of(const RandomModelSpec& s) {
+  return s.head_dim > 0 ? s.head_dim : s.dim / s.heads;
+}
+
 std::vector<TensorPlan> plan_tensors(const RandomModelSpec& s, int64_t n_vocab) {
-  const int64_t head_dim = s.dim / s.heads;
+  const int64_t head_dim = head_dim_of(s);
+  const ArchDefaults& ad = *find_arch(s.arch);
   model::TensorSizes sizes;
   sizes.embd = s.dim;
   sizes.vocab = n_vocab;
   sizes.q = s.heads * head_dim;
   sizes.kv = s.kv_heads * head_dim;
   sizes.ff = s.ffn;
+  sizes.head = head_dim;
+  model::TensorFeatures features;
+  features.qkv_bias = ad.qkv_bias;
+  features.qk_norm = ad.qk_norm;
   std::vector<TensorPlan> p;
   // Names, shapes and order come from the loader's table; only how each
   // tensor's values are made and stored is decided here.
   model::for_each_tensor(
-      s.layers, find_arch(s.arch)->qkv_bias, /*tied_output=*/false,
-      [&](model::TensorRole role, int64_t layer) {
+      s.layers, features, [&](model::TensorRole role, int64_t layer) {
         using R = model::TensorRole;
         std::vector<int64_t> dims = model::tensor_dims(role, sizes);
         std::string name = model::tensor_name(role, layer);
+        if (role == R::AttnQNorm || role == R::AttnKNorm) {
+          p.push_back({std::move(name), std::move(dims), TensorType::F32, Fill::NearOne, 0.25f});
+          return;
+        }
         if (dims.size() == 1) {  // norms (ones) and biases (small), always F32
           const bool norm = role == R::AttnNorm || role == R::FfnNorm || role == R::OutputNorm;
           p.push_back({std::move(name), std::move(dims), TensorType::F32,
@@ -175,7 +191,10 @@ Status write_tensor(std::FILE* f, const TensorPlan& t, const VocabSource& vocab,
                         vocab.is_byte_token[r0 + r];
       for (int64_t i = 0; i < row; ++i) {
         const float u = rng.uniform_pm1();  // drawn even for zero rows: the stream stays aligned
-        dst[i] = t.fill == Fill::Ones ? 1.0f : zero ? 0.0f : u * scale;
+        dst[i] = t.fill == Fill::Ones      ? 1.0f
+                 : t.fill == Fill::NearOne ? 1.0f + u * t.stddev
+                 : zero                    ? 0.0f
+                                           : u * scale;
       }
     }
     // Values are drawn in order above; only quantizing (the slow part for
@@ -216,12 +235,14 @@ Result<VocabSource> vocab_from_gguf(std::shared_ptr<const gguf::File> file) {
 
 Status validate(const RandomModelSpec& s) {
   auto bad = [](const std::string& m) { return Status::error("make-model: " + m); };
-  if (!find_arch(s.arch)) return bad("unknown --arch '" + s.arch + "' (llama or qwen2)");
+  if (!find_arch(s.arch))
+    return bad("unknown --arch '" + s.arch + "' (llama, qwen2 or qwen3)");
   if (s.dim < 1 || s.dim > kMaxDim) return bad("--dim must be in [1, 65536]");
   if (s.layers < 1 || s.layers > kMaxLayers) return bad("--layers must be in [1, 1024]");
   if (s.heads < 1 || s.heads > s.dim) return bad("--heads must be in [1, dim]");
-  if (s.dim % s.heads != 0) return bad("--dim must be a multiple of --heads");
-  if ((s.dim / s.heads) % 2 != 0) return bad("head size (dim / heads) must be even for RoPE");
+  if (s.head_dim < 0 || s.head_dim > 4096) return bad("--head-dim must be in [0, 4096]");
+  if (s.head_dim == 0 && s.dim % s.heads != 0) return bad("--dim must be a multiple of --heads");
+  if (head_dim_of(s) % 2 != 0) return bad("the head size must be even for RoPE");
   if (s.kv_heads < 1 || s.heads % s.kv_heads != 0)
     return bad("--heads must be a multiple of --kv-heads");
   if (s.ffn < 1 || s.ffn > kMaxFfn) return bad("--ffn must be in [1, 1048576]");
@@ -271,7 +292,11 @@ Result<BuildSummary> write_random_model(const RandomModelSpec& spec, const Vocab
   w.set_uint32(a + ".feed_forward_length", static_cast<uint32_t>(spec.ffn));
   w.set_uint32(a + ".attention.head_count", static_cast<uint32_t>(spec.heads));
   w.set_uint32(a + ".attention.head_count_kv", static_cast<uint32_t>(spec.kv_heads));
-  w.set_uint32(a + ".rope.dimension_count", static_cast<uint32_t>(spec.dim / spec.heads));
+  w.set_uint32(a + ".rope.dimension_count", static_cast<uint32_t>(head_dim_of(spec)));
+  if (spec.head_dim > 0) {
+    w.set_uint32(a + ".attention.key_length", static_cast<uint32_t>(spec.head_dim));
+    w.set_uint32(a + ".attention.value_length", static_cast<uint32_t>(spec.head_dim));
+  }
   w.set_float32(a + ".rope.freq_base", ad.rope_base);
   w.set_float32(a + ".attention.layer_norm_rms_epsilon", ad.norm_eps);
   vocab.write_metadata(w);

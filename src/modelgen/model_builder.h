@@ -22,7 +22,9 @@
 namespace cairn::modelgen {
 
 struct RandomModelSpec {
-  std::string arch = "llama";  // "llama" or "qwen2" (q/k/v biases, NeoX RoPE, base 1e6)
+  // "llama", "qwen2" (q/k/v biases, NeoX RoPE, base 1e6) or "qwen3" (per-head
+  // Q/K norms, NeoX, base 1e6)
+  std::string arch = "llama";
   std::string name;            // general.name; a default names the shape
   int64_t dim = 256;           // embedding length
   int64_t layers = 2;
@@ -30,6 +32,9 @@ struct RandomModelSpec {
   int64_t kv_heads = 4;
   int64_t ffn = 512;
   int64_t ctx = 2048;                 // <arch>.context_length
+  // Head size; 0: dim / heads. Another value is written as
+  // attention.key_length / value_length (Qwen3's heads are wider).
+  int64_t head_dim = 0;
   TensorType type = TensorType::F32;  // of every 2-D weight; norms and biases stay F32
   // With type Q4_K: llama.cpp's Q4_K_M choices instead (output, and attn_v and
   // ffn_down of the layers more_bits_layer names, in Q6_K), the mix most

@@ -330,6 +330,46 @@ TEST(Shards, TensorParallelRanksAgreeWithTheWholeModel) {
   }
 }
 
+// qwen3 (per-head norms, wide heads): pipeline stages keep the bits,
+// tensor-parallel ranks stay within the float bound.
+TEST(Shards, NewArchitecturesCutLikeLlama) {
+  struct Case {
+    const char* arch;
+    int64_t head_dim;
+  };
+  for (const Case& c : {Case{"qwen3", 48}}) {
+    SCOPED_TRACE(c.arch);
+    modelgen::RandomModelSpec spec = small_spec(TensorType::F32);
+    spec.arch = c.arch;
+    spec.head_dim = c.head_dim;
+    const std::string path = random_model(std::string("arch_") + c.arch, spec);
+    auto whole = load_whole(path);
+    ASSERT_TRUE(whole);
+    auto kv = kv::ContiguousKvCache::create(whole->kv_shape(), 1, 64);
+    ASSERT_TRUE(kv.is_ok());
+    std::vector<std::vector<float>> want, got;
+    const auto ref = greedy([&](const Batch& b, Logits& lg) { return whole->forward(b, **kv, lg); },
+                            kPrompt, 8, &want);
+    std::string error;
+    auto staged = ShardedModel::load(path, 1, 2, 64, &error);
+    ASSERT_TRUE(staged) << error;
+    EXPECT_EQ(greedy([&](const Batch& b, Logits& lg) { return staged->forward(b, lg); }, kPrompt, 8,
+                     &got),
+              ref);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i)
+      EXPECT_EQ(0, std::memcmp(got[i].data(), want[i].data(), got[i].size() * sizeof(float)));
+    auto cut = ShardedModel::load(path, 2, 2, 64, &error);
+    ASSERT_TRUE(cut) << error;
+    std::vector<Token> forced;
+    for (int i = 0; i < 12; ++i) forced.push_back((Token)((i * 37 + 5) % 300));
+    const Agreement a = compare_teacher_forced(*whole, *cut, kPrompt, forced);
+    EXPECT_EQ(a.steps, 13);
+    EXPECT_EQ(a.top1, a.steps);
+    EXPECT_LT(a.max_dev, 1e-3);
+  }
+}
+
 TEST(Shards, CutsThatCannotBeMadeAreRefused) {
   const std::string path = random_model("refuse_q4k", [] {
     auto s = small_spec(TensorType::Q4_K);

@@ -58,13 +58,15 @@ void register_make_model(CLI::App& app, CommandResult& result) {
   auto a = std::make_shared<MakeModelArgs>();
   auto& s = a->spec;
   cmd->add_option("OUT", a->out, "output GGUF path")->required();
-  cmd->add_option("--arch", s.arch, "llama or qwen2")->capture_default_str();
+  cmd->add_option("--arch", s.arch, "llama, qwen2 or qwen3")->capture_default_str();
   cmd->add_option("--dim", s.dim, "embedding length")->capture_default_str();
   cmd->add_option("--layers", s.layers, "transformer blocks")->capture_default_str();
   cmd->add_option("--heads", s.heads, "attention heads")->capture_default_str();
   cmd->add_option("--kv-heads", s.kv_heads, "key/value heads")->capture_default_str();
   cmd->add_option("--ffn", s.ffn, "feed-forward length")->capture_default_str();
   cmd->add_option("--ctx", s.ctx, "context length written to the file")->capture_default_str();
+  cmd->add_option("--head-dim", s.head_dim,
+                  "head size, written as attention.key_length/value_length (default: dim / heads)");
   cmd->add_option("--vocab-from", a->vocab_from,
                   "GGUF whose tokenizer.* metadata is copied (default: demo vocabulary)");
   cmd->add_option("--type", a->type,

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Makes one golden file of tests/model/golden (tests/model/arch_golden_test.cpp):
+# writes a random F32 model with `cairn make-model` (the vocabulary of
+# ../shared/models/stories260K.gguf), serves it with the reference's
+# llama-server, asks it the prompts of ../shared/golden/stories260K.json
+# (golden_from_server.py) and stores the answers with the make-model spec and
+# the model file's sha256.
+#
+# Usage: arch_golden.sh NAME PORT MAKE_MODEL_ARGS...
+#   CAIRN=path of cairn (default build-arch/cairn)
+#   LLAMA_SERVER=path of llama-server (default /tmp/ref2026/build/bin/llama-server)
+# Example:
+#   scripts/reference-oracle/arch_golden.sh syn-qwen3-f32 18231 --arch qwen3 --dim 128 \
+#     --layers 2 --heads 4 --kv-heads 2 --head-dim 48 --ffn 320 --ctx 512 --seed 3
+# (The reference sets token attributes by general.name: a name containing
+# "phi3" makes it look up Phi-3's special tokens, which stories260K's
+# vocabulary lacks, so phi3 models get another --name.)
+set -euo pipefail
+name=$1 port=$2
+shift 2
+root=$(cd "$(dirname "$0")/../.." && pwd)
+shared=${CAIRN_SHARED_DIR:-$root/../shared}
+cairn=${CAIRN:-$root/build-arch/cairn}
+server=${LLAMA_SERVER:-/tmp/ref2026/build/bin/llama-server}
+work=$(mktemp -d)
+pid=
+trap '[ -n "$pid" ] && kill $pid 2>/dev/null || true; rm -rf "$work"' EXIT
+
+mkdir -p "$root/tests/model/golden"
+"$cairn" make-model "$work/$name.gguf" "$@" --type f32 --vocab-from "$shared/models/stories260K.gguf" -t 1
+# -fa off: cairn computes attention as the reference's unfused path does
+# (scores, softmax, weighted sum), not its flash-attention kernel.
+"$server" -m "$work/$name.gguf" -t 1 --port "$port" -fa off -c 512 >"$work/server.log" 2>&1 &
+pid=$!
+for _ in $(seq 120); do
+  curl -sf "http://127.0.0.1:$port/health" >/dev/null && break
+  kill -0 $pid 2>/dev/null || { cat "$work/server.log"; exit 1; }
+  sleep 1
+done
+/usr/bin/python3 "$root/scripts/reference-oracle/golden_from_server.py" "$shared" stories260K "$port" "$work/out.json"
+version=$("$server" --version 2>&1 | grep -m1 -i version || true)
+/usr/bin/python3 - "$work/out.json" "$work/$name.gguf" "$root/tests/model/golden/$name.json" "$version" "$@" <<'EOF'
+import argparse, hashlib, json, os, sys
+src, model, out, version, args = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5:]
+p = argparse.ArgumentParser()
+for opt, typ, default in [('--arch', str, 'llama'), ('--dim', int, 256), ('--layers', int, 2),
+                          ('--heads', int, 4), ('--kv-heads', int, 4), ('--ffn', int, 512),
+                          ('--ctx', int, 2048), ('--head-dim', int, 0), ('--rope-freqs', str, ''),
+                          ('--seed', int, 0), ('--name', str, '')]:
+    p.add_argument(opt, type=typ, default=default)
+a = p.parse_args(args)
+g = json.load(open(src))
+g['model'] = os.path.basename(model)
+g['reference'] = ('llama.cpp llama-server from node-llama-cpp 3.21.1 (source of September 2026, '
+                  f'{version.strip()}), -t 1 -fa off, greedy (temperature 0), top-5 log-probabilities '
+                  'of the full distribution at each step')
+g['make_model'] = {
+    'command': 'cairn make-model OUT ' + ' '.join(args) +
+               ' --type f32 --vocab-from ../shared/models/stories260K.gguf',
+    'spec': {'arch': a.arch, 'dim': a.dim, 'layers': a.layers, 'heads': a.heads,
+             'kv_heads': a.kv_heads, 'ffn': a.ffn, 'ctx': a.ctx, 'head_dim': a.head_dim,
+             'rope_freqs': a.rope_freqs, 'seed': a.seed, 'name': a.name},
+}
+g['sha256'] = hashlib.sha256(open(model, 'rb').read()).hexdigest()
+json.dump(g, open(out, 'w'), indent=1)
+print(f'wrote {out}')
+EOF

@@ -1,0 +1,423 @@
+// The architectures and tensors added to the shared decoder (qwen3) on
+// models the tests write themselves: each against a
+// plain double-precision forward written from the definitions, layouts of
+// the same weights against each other, and the errors of malformed files.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gguf/gguf.h"
+#include "gguf/gguf_writer.h"
+#include "kernels/kernels.h"
+#include "kv/contiguous_kv.h"
+#include "model/model.h"
+#include "modelgen/model_builder.h"
+#include "test_util.h"
+
+namespace cairn::model {
+namespace {
+
+// A model's shape and which of the optional tensors it has. Weights are
+// always made in split form (attn_q/k/v, ffn_gate/up); the writer fuses them
+// for phi3.
+struct ArchSpec {
+  std::string arch = "qwen3";
+  int64_t embd = 64, layers = 2, heads = 4, kv_heads = 2, ff = 96, vocab = 48;
+  int64_t head_dim = 16;     // written as key_length/value_length when != embd / heads
+  bool qk_norm = false;      // attn_q_norm / attn_k_norm (qwen3)
+  bool qkv_bias = false;     // attn_q/k/v.bias (qwen2)
+  bool fuse_qkv = false;     // write attn_qkv instead of attn_q/k/v
+  bool fuse_ffn = false;     // write ffn_up as [gate; up], no ffn_gate
+  bool neox = true;          // the RoPE style the architecture implies
+  bool prescale_q = false;   // phi3: for the reference, nothing changes in exact arithmetic
+  std::vector<float> rope_freqs;  // written when not empty
+  float eps = 1e-6f;
+  float rope_base = 10000.0f;
+  uint32_t seed = 11;
+};
+
+using Weights = std::map<std::string, std::vector<float>>;
+
+std::string blk(int64_t l, const char* name) { return "blk." + std::to_string(l) + "." + name; }
+
+Weights make_weights(const ArchSpec& s) {
+  std::mt19937 rng(s.seed);
+  Weights w;
+  const auto fill = [&](const std::string& name, int64_t n, float scale, float bias) {
+    std::uniform_real_distribution<float> u(-scale, scale);
+    std::vector<float> v((size_t)n);
+    for (float& x : v) x = bias + u(rng);
+    w[name] = std::move(v);
+  };
+  const int64_t q = s.heads * s.head_dim, kv = s.kv_heads * s.head_dim;
+  const float ws = 2.0f / std::sqrt((float)s.embd);
+  fill("token_embd.weight", s.embd * s.vocab, 1.0f, 0.0f);
+  fill("output_norm.weight", s.embd, 0.2f, 1.0f);
+  fill("output.weight", s.embd * s.vocab, ws, 0.0f);
+  for (int64_t l = 0; l < s.layers; ++l) {
+    fill(blk(l, "attn_norm.weight"), s.embd, 0.2f, 1.0f);
+    fill(blk(l, "attn_q.weight"), s.embd * q, ws, 0.0f);
+    fill(blk(l, "attn_k.weight"), s.embd * kv, ws, 0.0f);
+    fill(blk(l, "attn_v.weight"), s.embd * kv, ws, 0.0f);
+    fill(blk(l, "attn_output.weight"), q * s.embd, 1.0f / std::sqrt((float)q), 0.0f);
+    if (s.qkv_bias) {
+      fill(blk(l, "attn_q.bias"), q, 0.3f, 0.0f);
+      fill(blk(l, "attn_k.bias"), kv, 0.3f, 0.0f);
+      fill(blk(l, "attn_v.bias"), kv, 0.3f, 0.0f);
+    }
+    if (s.qk_norm) {
+      fill(blk(l, "attn_q_norm.weight"), s.head_dim, 0.5f, 1.0f);
+      fill(blk(l, "attn_k_norm.weight"), s.head_dim, 0.5f, 1.0f);
+    }
+    fill(blk(l, "ffn_norm.weight"), s.embd, 0.2f, 1.0f);
+    fill(blk(l, "ffn_gate.weight"), s.embd * s.ff, ws, 0.0f);
+    fill(blk(l, "ffn_up.weight"), s.embd * s.ff, ws, 0.0f);
+    fill(blk(l, "ffn_down.weight"), s.ff * s.embd, 1.0f / std::sqrt((float)s.ff), 0.0f);
+  }
+  if (!s.rope_freqs.empty()) w["rope_freqs.weight"] = s.rope_freqs;
+  return w;
+}
+
+std::vector<uint8_t> f32_bytes(const std::vector<float>& v) {
+  std::vector<uint8_t> b(v.size() * sizeof(float));
+  std::copy_n(reinterpret_cast<const uint8_t*>(v.data()), b.size(), b.data());
+  return b;
+}
+
+// The file of `w` in `s`'s layout, with `extra_meta` written after the
+// shape keys, the tensors in `reshape` given other dims (values padded with
+// 1s) and those in `omit` left out.
+std::vector<uint8_t> write_model(const ArchSpec& s, const Weights& w,
+                                 const std::function<void(gguf::Writer&)>& extra_meta = {},
+                                 const std::map<std::string, std::vector<int64_t>>& reshape = {},
+                                 const std::vector<std::string>& omit = {}) {
+  gguf::Writer g;
+  const std::string a = s.arch;
+  g.set_string("general.architecture", a);
+  g.set_uint32(a + ".embedding_length", (uint32_t)s.embd);
+  g.set_uint32(a + ".block_count", (uint32_t)s.layers);
+  g.set_uint32(a + ".attention.head_count", (uint32_t)s.heads);
+  g.set_uint32(a + ".attention.head_count_kv", (uint32_t)s.kv_heads);
+  g.set_uint32(a + ".feed_forward_length", (uint32_t)s.ff);
+  g.set_uint32(a + ".context_length", 256);
+  g.set_float32(a + ".attention.layer_norm_rms_epsilon", s.eps);
+  g.set_float32(a + ".rope.freq_base", s.rope_base);
+  if (s.head_dim * s.heads != s.embd) {
+    g.set_uint32(a + ".attention.key_length", (uint32_t)s.head_dim);
+    g.set_uint32(a + ".attention.value_length", (uint32_t)s.head_dim);
+  }
+  if (extra_meta) extra_meta(g);
+  const auto add = [&](const std::string& name, std::vector<float> v,
+                       std::vector<int64_t> dims) {
+    if (std::find(omit.begin(), omit.end(), name) != omit.end()) return;
+    if (auto it = reshape.find(name); it != reshape.end()) {
+      dims = it->second;
+      int64_t n = 1;
+      for (int64_t d : dims) n *= d;
+      v.resize((size_t)n, 1.0f);
+    }
+    ASSERT_TRUE(g.add_tensor(name, TensorType::F32, dims, f32_bytes(v)).is_ok()) << name;
+  };
+  const int64_t q = s.heads * s.head_dim, kv = s.kv_heads * s.head_dim;
+  const auto cat = [](std::vector<float> x, const std::vector<float>& y) {
+    x.insert(x.end(), y.begin(), y.end());
+    return x;
+  };
+  add("token_embd.weight", w.at("token_embd.weight"), {s.embd, s.vocab});
+  if (w.count("rope_freqs.weight"))
+    add("rope_freqs.weight", w.at("rope_freqs.weight"),
+        {(int64_t)w.at("rope_freqs.weight").size()});
+  for (int64_t l = 0; l < s.layers; ++l) {
+    add(blk(l, "attn_norm.weight"), w.at(blk(l, "attn_norm.weight")), {s.embd});
+    if (s.fuse_qkv) {
+      add(blk(l, "attn_qkv.weight"),
+          cat(cat(w.at(blk(l, "attn_q.weight")), w.at(blk(l, "attn_k.weight"))),
+              w.at(blk(l, "attn_v.weight"))),
+          {s.embd, q + 2 * kv});
+    } else {
+      add(blk(l, "attn_q.weight"), w.at(blk(l, "attn_q.weight")), {s.embd, q});
+      add(blk(l, "attn_k.weight"), w.at(blk(l, "attn_k.weight")), {s.embd, kv});
+      add(blk(l, "attn_v.weight"), w.at(blk(l, "attn_v.weight")), {s.embd, kv});
+    }
+    for (const char* b : {"attn_q.bias", "attn_k.bias", "attn_v.bias"})
+      if (w.count(blk(l, b))) add(blk(l, b), w.at(blk(l, b)), {(int64_t)w.at(blk(l, b)).size()});
+    for (const char* n : {"attn_q_norm.weight", "attn_k_norm.weight"})
+      if (w.count(blk(l, n))) add(blk(l, n), w.at(blk(l, n)), {s.head_dim});
+    add(blk(l, "attn_output.weight"), w.at(blk(l, "attn_output.weight")), {q, s.embd});
+    add(blk(l, "ffn_norm.weight"), w.at(blk(l, "ffn_norm.weight")), {s.embd});
+    if (s.fuse_ffn) {
+      add(blk(l, "ffn_up.weight"),
+          cat(w.at(blk(l, "ffn_gate.weight")), w.at(blk(l, "ffn_up.weight"))), {s.embd, 2 * s.ff});
+    } else {
+      add(blk(l, "ffn_gate.weight"), w.at(blk(l, "ffn_gate.weight")), {s.embd, s.ff});
+      add(blk(l, "ffn_up.weight"), w.at(blk(l, "ffn_up.weight")), {s.embd, s.ff});
+    }
+    add(blk(l, "ffn_down.weight"), w.at(blk(l, "ffn_down.weight")), {s.ff, s.embd});
+  }
+  add("output_norm.weight", w.at("output_norm.weight"), {s.embd});
+  add("output.weight", w.at("output.weight"), {s.embd, s.vocab});
+  return g.to_bytes();
+}
+
+struct Loaded {
+  std::shared_ptr<const gguf::File> file;
+  std::unique_ptr<Model> model;
+};
+
+Result<Loaded> load_bytes(std::vector<uint8_t> bytes) {
+  auto f = gguf::File::parse(std::move(bytes));
+  if (!f) return f.status();
+  Loaded l;
+  l.file = std::shared_ptr<const gguf::File>(std::move(*f));
+  auto m = Model::load(l.file, LoadOptions{2, {}});
+  if (!m) return m.status();
+  l.model = std::move(*m);
+  return l;
+}
+
+std::string load_error(std::vector<uint8_t> bytes) {
+  auto l = load_bytes(std::move(bytes));
+  return l ? std::string("(loaded)") : l.status().message();
+}
+
+const std::vector<Token> kPrompt = {1, 5, 9, 17, 33, 2, 40, 11, 7, 3, 22, 47};
+
+// Logits of every position, the prompt in one batch (F32 K/V).
+std::vector<std::vector<float>> run(Model& m) {
+  auto kv = kv::ContiguousKvCache::create(m.hparams().kv_shape(), 1, 64, TensorType::F32);
+  EXPECT_TRUE(kv) << kv.status().message();
+  Batch b;
+  for (size_t i = 0; i < kPrompt.size(); ++i) b.add(kPrompt[i], (int32_t)i, 0, true);
+  Logits lg;
+  Status st = m.forward(b, **kv, lg);
+  EXPECT_TRUE(st.is_ok()) << st.message();
+  std::vector<std::vector<float>> rows;
+  for (size_t r = 0; r < lg.rows(); ++r) rows.emplace_back(lg.row(r).begin(), lg.row(r).end());
+  return rows;
+}
+
+// ---- the plain reference --------------------------------------------------------
+
+using Vec = std::vector<double>;
+
+Vec matvec(const std::vector<float>& w, int64_t cols, const Vec& x) {
+  const int64_t rows = (int64_t)w.size() / cols;
+  Vec y((size_t)rows, 0.0);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c)
+      y[(size_t)r] += (double)w[(size_t)(r * cols + c)] * x[(size_t)c];
+  return y;
+}
+
+void rmsnorm(double* x, int64_t n, const std::vector<float>& w, double eps) {
+  double ss = 0;
+  for (int64_t i = 0; i < n; ++i) ss += x[i] * x[i];
+  const double s = 1.0 / std::sqrt(ss / (double)n + eps);
+  for (int64_t i = 0; i < n; ++i) x[i] = x[i] * s * w[(size_t)i];
+}
+
+void rope(Vec& x, int64_t heads, int64_t hd, int pos, const ArchSpec& s) {
+  for (int64_t h = 0; h < heads; ++h)
+    for (int64_t i = 0; i < hd / 2; ++i) {
+      double theta = pos * std::pow((double)s.rope_base, -2.0 * (double)i / (double)hd);
+      if (!s.rope_freqs.empty()) theta /= s.rope_freqs[(size_t)i];
+      const size_t a = (size_t)(h * hd + (s.neox ? i : 2 * i));
+      const size_t b = (size_t)(h * hd + (s.neox ? i + hd / 2 : 2 * i + 1));
+      const double x0 = x[a], x1 = x[b];
+      x[a] = x0 * std::cos(theta) - x1 * std::sin(theta);
+      x[b] = x0 * std::sin(theta) + x1 * std::cos(theta);
+    }
+}
+
+std::vector<Vec> reference(const ArchSpec& s, const Weights& w) {
+  const int64_t E = s.embd, hd = s.head_dim, T = (int64_t)kPrompt.size();
+  const int64_t nq = s.heads * hd;
+  std::vector<Vec> x((size_t)T);
+  const auto& emb = w.at("token_embd.weight");
+  for (int64_t t = 0; t < T; ++t)
+    x[(size_t)t].assign(emb.begin() + kPrompt[(size_t)t] * E,
+                        emb.begin() + (kPrompt[(size_t)t] + 1) * E);
+  for (int64_t l = 0; l < s.layers; ++l) {
+    std::vector<Vec> q((size_t)T), k((size_t)T), v((size_t)T);
+    for (int64_t t = 0; t < T; ++t) {
+      Vec xn = x[(size_t)t];
+      rmsnorm(xn.data(), E, w.at(blk(l, "attn_norm.weight")), s.eps);
+      q[t] = matvec(w.at(blk(l, "attn_q.weight")), E, xn);
+      k[t] = matvec(w.at(blk(l, "attn_k.weight")), E, xn);
+      v[t] = matvec(w.at(blk(l, "attn_v.weight")), E, xn);
+      if (s.qkv_bias) {
+        for (size_t i = 0; i < q[t].size(); ++i) q[t][i] += w.at(blk(l, "attn_q.bias"))[i];
+        for (size_t i = 0; i < k[t].size(); ++i) k[t][i] += w.at(blk(l, "attn_k.bias"))[i];
+        for (size_t i = 0; i < v[t].size(); ++i) v[t][i] += w.at(blk(l, "attn_v.bias"))[i];
+      }
+      if (s.qk_norm) {
+        for (int64_t h = 0; h < s.heads; ++h)
+          rmsnorm(q[t].data() + h * hd, hd, w.at(blk(l, "attn_q_norm.weight")), s.eps);
+        for (int64_t h = 0; h < s.kv_heads; ++h)
+          rmsnorm(k[t].data() + h * hd, hd, w.at(blk(l, "attn_k_norm.weight")), s.eps);
+      }
+      rope(q[t], s.heads, hd, (int)t, s);
+      rope(k[t], s.kv_heads, hd, (int)t, s);
+    }
+    for (int64_t t = 0; t < T; ++t) {
+      Vec attn((size_t)nq, 0.0);
+      for (int64_t h = 0; h < s.heads; ++h) {
+        const int64_t kvh = h * s.kv_heads / s.heads;
+        Vec sc((size_t)t + 1);
+        double mx = -1e300;
+        for (int64_t j = 0; j <= t; ++j) {
+          double d = 0;
+          for (int64_t i = 0; i < hd; ++i)
+            d += q[t][(size_t)(h * hd + i)] * k[j][(size_t)(kvh * hd + i)];
+          sc[(size_t)j] = d / std::sqrt((double)hd);
+          mx = std::max(mx, sc[(size_t)j]);
+        }
+        double sum = 0;
+        for (double& e : sc) sum += (e = std::exp(e - mx));
+        for (int64_t j = 0; j <= t; ++j)
+          for (int64_t i = 0; i < hd; ++i)
+            attn[(size_t)(h * hd + i)] += sc[(size_t)j] / sum * v[j][(size_t)(kvh * hd + i)];
+      }
+      const Vec o = matvec(w.at(blk(l, "attn_output.weight")), nq, attn);
+      for (int64_t i = 0; i < E; ++i) x[(size_t)t][(size_t)i] += o[(size_t)i];
+      Vec xn = x[(size_t)t];
+      rmsnorm(xn.data(), E, w.at(blk(l, "ffn_norm.weight")), s.eps);
+      const Vec g = matvec(w.at(blk(l, "ffn_gate.weight")), E, xn);
+      const Vec u = matvec(w.at(blk(l, "ffn_up.weight")), E, xn);
+      Vec h(g.size());
+      for (size_t i = 0; i < g.size(); ++i) h[i] = g[i] / (1.0 + std::exp(-g[i])) * u[i];
+      const Vec d = matvec(w.at(blk(l, "ffn_down.weight")), s.ff, h);
+      for (int64_t i = 0; i < E; ++i) x[(size_t)t][(size_t)i] += d[(size_t)i];
+    }
+  }
+  std::vector<Vec> logits;
+  for (int64_t t = 0; t < T; ++t) {
+    Vec xn = x[(size_t)t];
+    rmsnorm(xn.data(), E, w.at("output_norm.weight"), s.eps);
+    logits.push_back(matvec(w.at("output.weight"), E, xn));
+  }
+  return logits;
+}
+
+// max |got - want| relative to the largest logit (> 0.1, so not trivially 0).
+double rel_diff(const std::vector<std::vector<float>>& got, const std::vector<Vec>& want) {
+  EXPECT_EQ(got.size(), want.size());
+  double diff = 0, mx = 0;
+  for (size_t t = 0; t < std::min(got.size(), want.size()); ++t)
+    for (size_t i = 0; i < want[t].size(); ++i) {
+      diff = std::max(diff, std::fabs(got[t][i] - want[t][i]));
+      mx = std::max(mx, std::fabs(want[t][i]));
+    }
+  EXPECT_GT(mx, 0.1);
+  return diff / std::max(1.0, mx);
+}
+
+ArchSpec qwen3_spec() {
+  ArchSpec s;
+  s.arch = "qwen3";
+  s.qk_norm = true;
+  s.rope_base = 1e6f;
+  return s;
+}
+
+// ---- qwen3 -----------------------------------------------------------------
+
+TEST(Qwen3, MatchesPlainReferenceWithHeadNorms) {
+  for (int64_t hd : {16, 24}) {  // 24: heads wider than embd / heads, as Qwen3's are
+    SCOPED_TRACE("head_dim " + std::to_string(hd));
+    ArchSpec s = qwen3_spec();
+    s.head_dim = hd;
+    const Weights w = make_weights(s);
+    auto l = load_bytes(write_model(s, w));
+    ASSERT_TRUE(l) << l.status().message();
+    const HParams& hp = l->model->hparams();
+    EXPECT_EQ(hp.head_dim, hd);
+    EXPECT_EQ(hp.n_rot, hd);
+    EXPECT_EQ(hp.rope_style, kernels::RopeStyle::Neox);
+    EXPECT_EQ(hp.kv_row_elems(), 2 * hd);
+    EXPECT_LT(rel_diff(run(*l->model), reference(s, w)), 1e-4);
+    // The head norms matter: the same weights read without them (as a
+    // bias-free qwen2-style forward) are far from the model.
+    ArchSpec no_norm = s;
+    no_norm.qk_norm = false;
+    EXPECT_GT(rel_diff(run(*l->model), reference(no_norm, w)), 1e-2);
+  }
+}
+
+TEST(Qwen3, MalformedFilesAreRefusedByName) {
+  const ArchSpec s = qwen3_spec();
+  const Weights w = make_weights(s);
+  EXPECT_EQ(load_error(write_model(s, w, {}, {}, {"blk.1.attn_k_norm.weight"})),
+            "tensor 'blk.1.attn_k_norm.weight' is missing");
+  EXPECT_EQ(load_error(write_model(s, w, {}, {{"blk.0.attn_q_norm.weight", {8}}})),
+            "tensor 'blk.0.attn_q_norm.weight' has shape [8], expected [16]");
+  const auto value_len = [](gguf::Writer& g) {
+    g.set_uint32("qwen3.attention.key_length", 16);
+    g.set_uint32("qwen3.attention.value_length", 32);
+  };
+  EXPECT_EQ(load_error(write_model(s, w, value_len)),
+            "metadata 'qwen3.attention.value_length' = 32 differs from the key head size 16 "
+            "(not supported)");
+  const auto odd_heads = [](gguf::Writer& g) { g.set_uint32("qwen3.attention.head_count", 5); };
+  EXPECT_NE(load_error(write_model(s, w, odd_heads)).find("is not a multiple"), std::string::npos);
+  ArchSpec biased = s;
+  biased.qkv_bias = true;
+  EXPECT_EQ(load_error(write_model(biased, make_weights(biased))),
+            "tensor 'blk.0.attn_q.bias': Q/K/V biases in a qwen3 model are not supported");
+}
+
+// ---- make-model writes each of them -----------------------------------------------
+
+TEST(ArchModelgen, WritesEachArchitecture) {
+  modelgen::VocabSource vocab;
+  vocab.n_vocab = 64;
+  vocab.is_byte_token.assign(64, 0);
+  vocab.write_metadata = [](gguf::Writer&) {};
+  const auto dir = test::temp_dir("arch-modelgen");
+  struct Case {
+    std::string arch;
+    int64_t head_dim;
+    std::vector<std::string> has, lacks;
+  };
+  const std::vector<Case> cases = {
+      {"qwen3", 48, {"blk.0.attn_q_norm.weight", "blk.1.attn_k_norm.weight"}, {"blk.0.attn_q.bias"}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.arch);
+    modelgen::RandomModelSpec spec;
+    spec.arch = c.arch;
+    spec.dim = 128;
+    spec.layers = 2;
+    spec.heads = 4;
+    spec.kv_heads = 2;
+    spec.ffn = 160;
+    spec.ctx = 128;
+    spec.head_dim = c.head_dim;
+    const std::string path = (dir / (c.arch + ".gguf")).string();
+    auto sum = modelgen::write_random_model(spec, vocab, path);
+    ASSERT_TRUE(sum) << sum.status().message();
+    auto f = gguf::File::open(path);
+    ASSERT_TRUE(f) << f.status().message();
+    for (const std::string& n : c.has) EXPECT_NE((*f)->find_tensor(n), nullptr) << n;
+    for (const std::string& n : c.lacks) EXPECT_EQ((*f)->find_tensor(n), nullptr) << n;
+    auto l = Model::load(std::shared_ptr<const gguf::File>(std::move(*f)), LoadOptions{1, {}});
+    ASSERT_TRUE(l) << l.status().message();
+    EXPECT_EQ((*l)->hparams().head_dim, c.head_dim > 0 ? c.head_dim : 32);
+    run(**l);
+  }
+  modelgen::RandomModelSpec bad;
+  bad.head_dim = 7;
+  EXPECT_EQ(modelgen::validate(bad).message(), "make-model: the head size must be even for RoPE");
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace cairn::model
