@@ -124,19 +124,24 @@ void rms_norm(const float* x, const float* weight, int64_t n, float eps, float* 
 // Rotary position embedding in place on `n_heads` heads of `head_dim` each.
 // NORM style rotates adjacent pairs (x[2i], x[2i+1]) (llama); NEOX style rotates
 // (x[i], x[i + head_dim/2]) (qwen2, neox). theta_i = pos * freq_scale * base^(-2i/n_rot).
+// `freq_factors` (optional, one per rotated pair: rope_pairs() floats) divide
+// each pair's angle before the scale, as Llama 3.1's rope_freqs.weight does:
+// theta_i = freq_scale * (pos * base^(-2i/n_rot) / freq_factors[i]). Null
+// leaves the angles (and their bits) as without it.
 enum class RopeStyle { Norm, Neox };
 void rope(float* x, int64_t n_heads, int64_t head_dim, int64_t n_rot, int32_t pos, float base,
-          float freq_scale, RopeStyle style);
+          float freq_scale, RopeStyle style, const float* freq_factors = nullptr);
 // rope() of one token's queries and keys (same position) with the angles
 // computed once; the same bits as two rope() calls. q or k may be null.
 void rope_qk(float* q, int64_t n_head_q, float* k, int64_t n_head_k, int64_t head_dim,
-             int64_t n_rot, int32_t pos, float base, float freq_scale, RopeStyle style);
+             int64_t n_rot, int32_t pos, float base, float freq_scale, RopeStyle style,
+             const float* freq_factors = nullptr);
 // The same in two steps, so a forward computes a position's angles once for
 // all its layers: rope_pairs() cos and sin values (0: nothing rotates), then
 // the rotation with them; rope_qk's bits.
 int64_t rope_pairs(int64_t head_dim, int64_t n_rot);
 void rope_angles(int64_t head_dim, int64_t n_rot, int32_t pos, float base, float freq_scale,
-                 float* cos, float* sin);
+                 float* cos, float* sin, const float* freq_factors = nullptr);
 void rope_qk_angles(float* q, int64_t n_head_q, float* k, int64_t n_head_k, int64_t head_dim,
                     int64_t n_rot, const float* cos, const float* sin, RopeStyle style);
 

@@ -60,7 +60,7 @@ int64_t rope_pairs(int64_t head_dim, int64_t n_rot) {
 }
 
 void rope_angles(int64_t head_dim, int64_t n_rot, int32_t pos, float base, float freq_scale,
-                 float* c, float* s) {
+                 float* c, float* s, const float* freq_factors) {
   const int64_t pairs = rope_pairs(head_dim, n_rot);
   if (pairs == 0) return;
   // ggml steps theta by repeated multiplication (not pow per pair); do the same
@@ -68,18 +68,22 @@ void rope_angles(int64_t head_dim, int64_t n_rot, int32_t pos, float base, float
   const float theta_scale = std::pow(base, -2.0f / static_cast<float>(2 * pairs));
   float theta = static_cast<float>(pos);
   for (int64_t i = 0; i < pairs; ++i, theta *= theta_scale) {
-    c[i] = std::cos(freq_scale * theta);
-    s[i] = std::sin(freq_scale * theta);
+    // The factor divides the unscaled angle, then the scale applies (ggml's
+    // order; a factor of 1 gives the same bits as none).
+    const float t = freq_factors ? theta / freq_factors[i] : theta;
+    c[i] = std::cos(freq_scale * t);
+    s[i] = std::sin(freq_scale * t);
   }
 }
 
 void rope(float* x, int64_t n_heads, int64_t head_dim, int64_t n_rot, int32_t pos, float base,
-          float freq_scale, RopeStyle style) {
-  rope_qk(x, n_heads, nullptr, 0, head_dim, n_rot, pos, base, freq_scale, style);
+          float freq_scale, RopeStyle style, const float* freq_factors) {
+  rope_qk(x, n_heads, nullptr, 0, head_dim, n_rot, pos, base, freq_scale, style, freq_factors);
 }
 
 void rope_qk(float* q, int64_t n_head_q, float* k, int64_t n_head_k, int64_t head_dim,
-             int64_t n_rot, int32_t pos, float base, float freq_scale, RopeStyle style) {
+             int64_t n_rot, int32_t pos, float base, float freq_scale, RopeStyle style,
+             const float* freq_factors) {
   const int64_t pairs = rope_pairs(head_dim, n_rot);
   if (pairs == 0) return;
   float cs_stack[kMaxStackRot];
@@ -89,7 +93,7 @@ void rope_qk(float* q, int64_t n_head_q, float* k, int64_t n_head_k, int64_t hea
     cs_heap.resize((size_t)(2 * pairs));
     cs = cs_heap.data();
   }
-  rope_angles(head_dim, n_rot, pos, base, freq_scale, cs, cs + pairs);
+  rope_angles(head_dim, n_rot, pos, base, freq_scale, cs, cs + pairs, freq_factors);
   rope_qk_angles(q, n_head_q, k, n_head_k, head_dim, n_rot, cs, cs + pairs, style);
 }
 

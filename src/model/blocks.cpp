@@ -124,6 +124,7 @@ Result<DecoderWeights> load_decoder_weights(const gguf::File& f, const HParams& 
   sizes.kv = hp.kv_row_elems();
   sizes.ff = hp.n_ff;
   sizes.head = hp.head_dim;
+  sizes.rope_pairs = kernels::rope_pairs(hp.head_dim, hp.n_rot);
   // Each tensor by its table row: name and shape come from model/tensor_names.h.
   const auto matrix = [&](TensorRole role, int64_t layer = -1) {
     const TensorSpec& s = tensor_spec(role);
@@ -141,6 +142,22 @@ Result<DecoderWeights> load_decoder_weights(const gguf::File& f, const HParams& 
 
   using R = TensorRole;
   CAIRN_ASSIGN_OR_RETURN(w.tok_embd, matrix(R::TokEmbd));
+  // Llama 3.1/3.2's per-pair RoPE divisors, where the file has them; the
+  // long/short factors of long-context Phi-3 files are another scheme.
+  if (f.find_tensor(tensor_name(R::RopeFreqs))) {
+    if (sizes.rope_pairs == 0)
+      return Status::error("tensor '" + tensor_name(R::RopeFreqs) +
+                           "' is present but the model rotates no dimensions");
+    CAIRN_ASSIGN_OR_RETURN(w.rope_freqs, vector(R::RopeFreqs));
+    for (float x : w.rope_freqs)
+      if (!(x > 0.0f) || !std::isfinite(x))
+        return Status::error("tensor '" + tensor_name(R::RopeFreqs) +
+                             "' holds a factor that is not a positive finite number");
+  }
+  for (const char* name : {"rope_factors_long.weight", "rope_factors_short.weight"})
+    if (f.find_tensor(name))
+      return Status::error(std::string("tensor '") + name +
+                           "': long-context RoPE factors (LongRoPE) are not supported");
   if (last_stage) {
     CAIRN_ASSIGN_OR_RETURN(w.output_norm, vector(R::OutputNorm));
     if (hp.tied_output) {
@@ -263,16 +280,19 @@ void add_rows(float* x, const float* y, int64_t n_tokens, int64_t n, ThreadPool&
   });
 }
 
-void rope_tables(const HParams& hp, const Batch& batch, Workspace& ws, ThreadPool& pool) {
+void rope_tables(const HParams& hp, const std::vector<float>& freq_factors, const Batch& batch,
+                 Workspace& ws, ThreadPool& pool) {
   const int64_t pairs = kernels::rope_pairs(hp.head_dim, hp.n_rot);
   const int64_t T = (int64_t)batch.size();
   ws.rope_cs.resize((size_t)(T * 2 * pairs));
   if (pairs == 0) return;
+  // The loader checked its size (rope_pairs floats).
+  const float* factors = freq_factors.empty() ? nullptr : freq_factors.data();
   for_token_rows(pool, T, [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
       float* cs = ws.rope_cs.data() + t * 2 * pairs;
       kernels::rope_angles(hp.head_dim, hp.n_rot, batch.positions[(size_t)t], hp.rope_freq_base,
-                           hp.rope_freq_scale, cs, cs + pairs);
+                           hp.rope_freq_scale, cs, cs + pairs, factors);
     }
   });
 }

@@ -50,10 +50,12 @@ struct DecoderWeights {
   std::vector<float> output_norm;
   kernels::WeightMatrix output;  // == tok_embd when hp.tied_output; a shard's vocabulary rows
   std::vector<LayerWeights> layers;
+  std::vector<float> rope_freqs;  // rope_freqs.weight (rope_pairs floats); empty when absent
 };
 
 // What distinguishes one llama-family decoder from another beyond hparams:
-// the tensors it adds (a tied head is read from the file).
+// the tensors it adds (a tied head and rope_freqs.weight are read from the
+// file).
 struct DecoderOptions {
   bool qkv_bias = false;   // Q/K/V projections carry biases (qwen2)
   bool qk_norm = false;    // per-head RMSNorm of Q and K before RoPE (qwen3)
@@ -95,8 +97,10 @@ void embed(const kernels::WeightMatrix& tok_embd, const Batch& batch, float* x);
 void add_rows(float* x, const float* y, int64_t n_tokens, int64_t n, ThreadPool& pool);
 
 // Each token's RoPE cos/sin into ws.rope_cs, once per forward: every layer
-// rotates by the same angles, so no layer recomputes them.
-void rope_tables(const HParams& hp, const Batch& batch, Workspace& ws, ThreadPool& pool);
+// rotates by the same angles, so no layer recomputes them. `freq_factors`:
+// rope_freqs.weight's per-pair divisors, or empty.
+void rope_tables(const HParams& hp, const std::vector<float>& freq_factors, const Batch& batch,
+                 Workspace& ws, ThreadPool& pool);
 
 // The weights of the projection that follows a block's last one (see
 // kernels::matmul_many's `next`): only a hint for the memory, never for results.

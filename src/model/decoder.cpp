@@ -46,7 +46,7 @@ class DecoderModel final : public Model {
     } else {
       std::copy_n(io.hidden_in, (size_t)(T * hp.n_embd), ws_.x.data());
     }
-    rope_tables(hp, batch, ws_, pool_);
+    rope_tables(hp, w_.rope_freqs, batch, ws_, pool_);
     // The row-parallel projections (output and down) leave each rank a
     // partial sum of the whole product: the ranks add theirs up.
     const auto reduce = [&](int64_t rows) -> Status {

@@ -18,6 +18,7 @@ namespace cairn::model {
 
 enum class TensorRole {
   TokEmbd,
+  RopeFreqs,
   AttnNorm,
   AttnQ,
   AttnK,
@@ -45,6 +46,7 @@ enum class TensorDim {
   Kv,     // n_head_kv * head_dim
   Ff,     // feed-forward length
   Head,   // head_dim: per-head norm weights (qwen3)
+  RopePairs,  // n_rot / 2: one RoPE frequency factor per rotated pair
 };
 
 enum class TensorPresence {
@@ -52,6 +54,7 @@ enum class TensorPresence {
   QkvBias,    // only in architectures whose Q/K/V projections carry biases (qwen2)
   Untied,     // absent when the output head is tied to token_embd.weight
   QkNorm,     // per-head RMSNorm of Q and K after the projections (qwen3)
+  RopeFreqs,  // optional per-pair RoPE frequency divisors (Llama 3.1/3.2)
 };
 
 // Which of the optional or alternative tensors a model holds.
@@ -59,6 +62,7 @@ struct TensorFeatures {
   bool qkv_bias = false;
   bool tied_output = false;
   bool qk_norm = false;
+  bool rope_freqs = false;
 };
 
 struct TensorSpec {
@@ -70,9 +74,11 @@ struct TensorSpec {
   TensorPresence presence;
 };
 
-inline constexpr std::array<TensorSpec, 17> kTensorTable = {{
+inline constexpr std::array<TensorSpec, 18> kTensorTable = {{
     {TensorRole::TokEmbd, "token_embd.weight", false, TensorDim::Embd, TensorDim::Vocab,
      TensorPresence::Always},
+    {TensorRole::RopeFreqs, "rope_freqs.weight", false, TensorDim::RopePairs, TensorDim::None,
+     TensorPresence::RopeFreqs},
     {TensorRole::AttnNorm, "attn_norm.weight", true, TensorDim::Embd, TensorDim::None,
      TensorPresence::Always},
     {TensorRole::AttnQ, "attn_q.weight", true, TensorDim::Embd, TensorDim::Q,
@@ -123,6 +129,7 @@ inline std::string tensor_name(TensorRole role, int64_t layer = -1) {
 struct TensorSizes {
   int64_t embd = 0, vocab = 0, q = 0, kv = 0, ff = 0;
   int64_t head = 0;        // head_dim
+  int64_t rope_pairs = 0;  // n_rot / 2
 
   int64_t of(TensorDim d) const {
     switch (d) {
@@ -138,6 +145,8 @@ struct TensorSizes {
         return ff;
       case TensorDim::Head:
         return head;
+      case TensorDim::RopePairs:
+        return rope_pairs;
       case TensorDim::None:
         break;
     }
@@ -163,6 +172,8 @@ constexpr bool tensor_present(TensorRole role, const TensorFeatures& f) {
       return !f.tied_output;
     case TensorPresence::QkNorm:
       return f.qk_norm;
+    case TensorPresence::RopeFreqs:
+      return f.rope_freqs;
   }
   return true;
 }

@@ -63,8 +63,8 @@ constexpr std::array<FileType, 7> kFileTypes = {{
 
 // How a tensor's values are made.
 // NearOne: 1 + uniform(-stddev, stddev) (per-head norms, so a swapped or
-// skipped weight shows).
-enum class Fill { Uniform, Ones, UniformZeroByteRows, NearOne };
+// skipped weight shows); Given: TensorPlan::values.
+enum class Fill { Uniform, Ones, UniformZeroByteRows, NearOne, Given };
 
 struct TensorPlan {
   std::string name;
@@ -73,6 +73,7 @@ struct TensorPlan {
   Fill fill;
   float stddev;
   TensorType wanted = TensorType::F32;  // 2-D: the type asked for (type differs on a fallback)
+  std::vector<float> values = {};       // Fill::Given
 };
 
 // splitmix64: a small, fully specified generator, so a seed gives the same
@@ -112,9 +113,11 @@ std::vector<TensorPlan> plan_tensors(const RandomModelSpec& s, int64_t n_vocab) 
   sizes.kv = s.kv_heads * head_dim;
   sizes.ff = s.ffn;
   sizes.head = head_dim;
+  sizes.rope_pairs = head_dim / 2;
   model::TensorFeatures features;
   features.qkv_bias = ad.qkv_bias;
   features.qk_norm = ad.qk_norm;
+  features.rope_freqs = !s.rope_freqs.empty();
   std::vector<TensorPlan> p;
   // Names, shapes and order come from the loader's table; only how each
   // tensor's values are made and stored is decided here.
@@ -123,6 +126,11 @@ std::vector<TensorPlan> plan_tensors(const RandomModelSpec& s, int64_t n_vocab) 
         using R = model::TensorRole;
         std::vector<int64_t> dims = model::tensor_dims(role, sizes);
         std::string name = model::tensor_name(role, layer);
+        if (role == R::RopeFreqs) {
+          p.push_back({std::move(name), std::move(dims), TensorType::F32, Fill::Given, 0.0f,
+                       TensorType::F32, llama3_rope_factors(head_dim, ad.rope_base)});
+          return;
+        }
         if (role == R::AttnQNorm || role == R::AttnKNorm) {
           p.push_back({std::move(name), std::move(dims), TensorType::F32, Fill::NearOne, 0.25f});
           return;
@@ -193,6 +201,7 @@ Status write_tensor(std::FILE* f, const TensorPlan& t, const VocabSource& vocab,
         const float u = rng.uniform_pm1();  // drawn even for zero rows: the stream stays aligned
         dst[i] = t.fill == Fill::Ones      ? 1.0f
                  : t.fill == Fill::NearOne ? 1.0f + u * t.stddev
+                 : t.fill == Fill::Given   ? t.values[(size_t)((r0 + r) * row + i)]
                  : zero                    ? 0.0f
                                            : u * scale;
       }
@@ -243,6 +252,8 @@ Status validate(const RandomModelSpec& s) {
   if (s.head_dim < 0 || s.head_dim > 4096) return bad("--head-dim must be in [0, 4096]");
   if (s.head_dim == 0 && s.dim % s.heads != 0) return bad("--dim must be a multiple of --heads");
   if (head_dim_of(s) % 2 != 0) return bad("the head size must be even for RoPE");
+  if (!s.rope_freqs.empty() && s.rope_freqs != "llama3")
+    return bad("unknown --rope-freqs '" + s.rope_freqs + "' (llama3)");
   if (s.kv_heads < 1 || s.heads % s.kv_heads != 0)
     return bad("--heads must be a multiple of --kv-heads");
   if (s.ffn < 1 || s.ffn > kMaxFfn) return bad("--ffn must be in [1, 1048576]");
@@ -251,6 +262,33 @@ Status validate(const RandomModelSpec& s) {
   if (!ops || !ops->from_float)
     return bad("cairn cannot quantize to " + std::string(type_info(s.type).name));
   return Status::ok();
+}
+
+std::vector<float> llama3_rope_factors(int64_t n_rot, double base, double factor,
+                                       double low_freq_factor, double high_freq_factor,
+                                       double original_ctx) {
+  // A pair's wavelength in positions decides how much its frequency is
+  // stretched: short ones (local detail) keep theirs, long ones are slowed by
+  // `factor`, and between the two thresholds the inverse stretch moves
+  // linearly with original_ctx / wavelength.
+  const double pi = 3.14159265358979323846;
+  const double long_wavelen = original_ctx / low_freq_factor;
+  const double short_wavelen = original_ctx / high_freq_factor;
+  std::vector<float> out;
+  for (int64_t i = 0; i < n_rot / 2; ++i) {
+    const double freq = std::pow(base, -2.0 * (double)i / (double)n_rot);
+    const double wavelen = 2.0 * pi / freq;
+    double divisor = 1.0;
+    if (wavelen > long_wavelen) {
+      divisor = factor;
+    } else if (wavelen >= short_wavelen) {
+      const double t =
+          (original_ctx / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor);
+      divisor = 1.0 / ((1.0 - t) / factor + t);
+    }
+    out.push_back((float)divisor);
+  }
+  return out;
 }
 
 bool more_bits_layer(int64_t layer, int64_t n_layers) {

@@ -35,6 +35,10 @@ struct RandomModelSpec {
   // Head size; 0: dim / heads. Another value is written as
   // attention.key_length / value_length (Qwen3's heads are wider).
   int64_t head_dim = 0;
+  // "llama3": a rope_freqs.weight of Llama 3.1's per-pair frequency divisors
+  // (factor 8, low/high frequency factors 1 and 4, original context 8192);
+  // empty: none.
+  std::string rope_freqs;
   TensorType type = TensorType::F32;  // of every 2-D weight; norms and biases stay F32
   // With type Q4_K: llama.cpp's Q4_K_M choices instead (output, and attn_v and
   // ffn_down of the layers more_bits_layer names, in Q6_K), the mix most
@@ -69,6 +73,14 @@ struct BuildSummary {
 
 // One-line error naming the bad field, or ok.
 Status validate(const RandomModelSpec& spec);
+
+// Llama 3.1's RoPE frequency divisors for n_rot rotated dimensions (n_rot / 2
+// values): 1 for wavelengths under original_ctx / high_freq_factor, `factor`
+// above original_ctx / low_freq_factor, a smooth blend between.
+std::vector<float> llama3_rope_factors(int64_t n_rot, double base, double factor = 8.0,
+                                       double low_freq_factor = 1.0,
+                                       double high_freq_factor = 4.0,
+                                       double original_ctx = 8192.0);
 
 // The type a 2-D tensor of row length `row` gets when `wanted` is asked for.
 // Like llama.cpp, a row that is not a multiple of the block size falls back:

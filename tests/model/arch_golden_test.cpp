@@ -52,6 +52,7 @@ modelgen::RandomModelSpec spec_of(const json& j) {
   s.ffn = j.at("ffn").get<int64_t>();
   s.ctx = j.at("ctx").get<int64_t>();
   s.head_dim = j.value("head_dim", int64_t{0});
+  s.rope_freqs = j.value("rope_freqs", std::string());
   s.seed = j.at("seed").get<uint64_t>();
   s.name = j.value("name", std::string());
   s.type = TensorType::F32;

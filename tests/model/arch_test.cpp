@@ -1,5 +1,5 @@
-// The architectures and tensors added to the shared decoder (qwen3) on
-// models the tests write themselves: each against a
+// The architectures and tensors added to the shared decoder (qwen3,
+// rope_freqs.weight) on models the tests write themselves: each against a
 // plain double-precision forward written from the definitions, layouts of
 // the same weights against each other, and the errors of malformed files.
 #include <gtest/gtest.h>
@@ -320,6 +320,14 @@ double rel_diff(const std::vector<std::vector<float>>& got, const std::vector<Ve
   return diff / std::max(1.0, mx);
 }
 
+double max_abs_diff(const std::vector<std::vector<float>>& a,
+                    const std::vector<std::vector<float>>& b) {
+  double d = 0;
+  for (size_t t = 0; t < a.size(); ++t)
+    for (size_t i = 0; i < a[t].size(); ++i) d = std::max(d, (double)std::fabs(a[t][i] - b[t][i]));
+  return d;
+}
+
 ArchSpec qwen3_spec() {
   ArchSpec s;
   s.arch = "qwen3";
@@ -374,6 +382,113 @@ TEST(Qwen3, MalformedFilesAreRefusedByName) {
             "tensor 'blk.0.attn_q.bias': Q/K/V biases in a qwen3 model are not supported");
 }
 
+// ---- rope_freqs.weight -------------------------------------------------------
+
+TEST(RopeFreqs, FactorsOfOneKeepTheBitsAndRealOnesMatchTheReference) {
+  ArchSpec s;
+  s.arch = "llama";
+  s.neox = false;
+  s.eps = 1e-5f;
+  const Weights plain = make_weights(s);
+  auto without = load_bytes(write_model(s, plain));
+  ASSERT_TRUE(without) << without.status().message();
+  const auto base_logits = run(*without->model);
+
+  ArchSpec ones = s;
+  ones.rope_freqs.assign(8, 1.0f);
+  Weights w1 = plain;
+  w1["rope_freqs.weight"] = ones.rope_freqs;
+  auto with_ones = load_bytes(write_model(ones, w1));
+  ASSERT_TRUE(with_ones) << with_ones.status().message();
+  EXPECT_EQ(run(*with_ones->model), base_logits);  // bit for bit
+
+  // Llama 3.1's factors for a small base, so several pairs are stretched
+  // within the prompt's positions.
+  ArchSpec real = s;
+  real.rope_base = 100.0f;
+  real.rope_freqs = modelgen::llama3_rope_factors(16, 100.0, 8.0, 1.0, 4.0, 16.0);
+  Weights w2 = plain;
+  w2["rope_freqs.weight"] = real.rope_freqs;
+  auto with_real = load_bytes(write_model(real, w2));
+  ASSERT_TRUE(with_real) << with_real.status().message();
+  ArchSpec real_off = real;
+  real_off.rope_freqs.clear();
+  auto same_base = load_bytes(write_model(real_off, plain));
+  ASSERT_TRUE(same_base);
+  const auto got = run(*with_real->model);
+  EXPECT_GT(max_abs_diff(got, run(*same_base->model)), 1e-3);
+  EXPECT_LT(rel_diff(got, reference(real, w2)), 1e-4);
+  // ... and for the NeoX style (qwen2).
+  ArchSpec q = real;
+  q.arch = "qwen2";
+  q.neox = true;
+  q.qkv_bias = true;
+  Weights wq = make_weights(q);
+  auto qm = load_bytes(write_model(q, wq));
+  ASSERT_TRUE(qm) << qm.status().message();
+  EXPECT_LT(rel_diff(run(*qm->model), reference(q, wq)), 1e-4);
+}
+
+TEST(RopeFreqs, KernelFactorsDivideTheAnglesAndOnesChangeNothing) {
+  std::vector<float> c0(8), s0(8), c1(8), s1(8), c2(8), s2(8);
+  const std::vector<float> ones(8, 1.0f), twos(8, 2.0f);
+  for (int32_t pos : {0, 1, 7, 1000, 100000}) {
+    kernels::rope_angles(16, 16, pos, 10000.0f, 0.5f, c0.data(), s0.data());
+    kernels::rope_angles(16, 16, pos, 10000.0f, 0.5f, c1.data(), s1.data(), ones.data());
+    EXPECT_EQ(c0, c1);
+    EXPECT_EQ(s0, s1);
+    // Dividing every angle by 2 equals halving the scale.
+    kernels::rope_angles(16, 16, pos, 10000.0f, 1.0f, c2.data(), s2.data(), twos.data());
+    for (size_t i = 0; i < 8; ++i) {
+      EXPECT_NEAR(c2[i], c0[i], 1e-6);
+      EXPECT_NEAR(s2[i], s0[i], 1e-6);
+    }
+  }
+}
+
+TEST(RopeFreqs, Llama3FactorsFollowTheWavelengthBands) {
+  // Llama 3.1 8B: base 500000, 128 rotated dims.
+  const std::vector<float> f = modelgen::llama3_rope_factors(128, 500000.0);
+  ASSERT_EQ(f.size(), 64u);
+  EXPECT_EQ(f.front(), 1.0f);  // the fastest pairs are left alone
+  EXPECT_EQ(f.back(), 8.0f);   // the slowest are stretched by the factor
+  for (size_t i = 1; i < f.size(); ++i) EXPECT_GE(f[i], f[i - 1]);
+  const auto between = std::count_if(f.begin(), f.end(), [](float x) { return x > 1 && x < 8; });
+  EXPECT_GT(between, 0);
+}
+
+TEST(RopeFreqs, BadTensorsAreRefused) {
+  ArchSpec s;
+  s.arch = "llama";
+  s.neox = false;
+  s.rope_freqs.assign(8, 1.0f);
+  const Weights w = make_weights(s);
+  EXPECT_EQ(load_error(write_model(s, w, {}, {{"rope_freqs.weight", {5}}})),
+            "tensor 'rope_freqs.weight' has shape [5], expected [8]");
+  Weights zero = w;
+  zero["rope_freqs.weight"][3] = 0.0f;
+  EXPECT_EQ(load_error(write_model(s, zero)),
+            "tensor 'rope_freqs.weight' holds a factor that is not a positive finite number");
+  Weights nan = w;
+  nan["rope_freqs.weight"][0] = std::nanf("");
+  EXPECT_NE(load_error(write_model(s, nan)).find("not a positive finite"), std::string::npos);
+  // LongRoPE's factor pair (Phi-3's long-context files) is another scheme:
+  // refused, not ignored.
+  ArchSpec plain = s;
+  plain.rope_freqs.clear();
+  const auto long_rope = [](gguf::Writer& g) {
+    std::vector<float> v(8, 1.0f);
+    ASSERT_TRUE(g.add_tensor("rope_factors_long.weight", TensorType::F32, {8}, f32_bytes(v)).is_ok());
+  };
+  EXPECT_EQ(load_error(write_model(plain, make_weights(plain), long_rope)),
+            "tensor 'rope_factors_long.weight': long-context RoPE factors (LongRoPE) are not "
+            "supported");
+  const auto long_type = [](gguf::Writer& g) { g.set_string("llama.rope.scaling.type", "longrope"); };
+  EXPECT_NE(load_error(write_model(plain, make_weights(plain), long_type))
+                .find("'longrope' is not supported"),
+            std::string::npos);
+}
+
 // ---- make-model writes each of them -----------------------------------------------
 
 TEST(ArchModelgen, WritesEachArchitecture) {
@@ -385,10 +500,12 @@ TEST(ArchModelgen, WritesEachArchitecture) {
   struct Case {
     std::string arch;
     int64_t head_dim;
+    std::string rope_freqs;
     std::vector<std::string> has, lacks;
   };
   const std::vector<Case> cases = {
-      {"qwen3", 48, {"blk.0.attn_q_norm.weight", "blk.1.attn_k_norm.weight"}, {"blk.0.attn_q.bias"}},
+      {"qwen3", 48, "", {"blk.0.attn_q_norm.weight", "blk.1.attn_k_norm.weight"}, {"blk.0.attn_q.bias"}},
+      {"llama", 0, "llama3", {"rope_freqs.weight", "blk.0.attn_q.weight"}, {"blk.0.attn_qkv.weight"}},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.arch);
@@ -401,6 +518,7 @@ TEST(ArchModelgen, WritesEachArchitecture) {
     spec.ffn = 160;
     spec.ctx = 128;
     spec.head_dim = c.head_dim;
+    spec.rope_freqs = c.rope_freqs;
     const std::string path = (dir / (c.arch + ".gguf")).string();
     auto sum = modelgen::write_random_model(spec, vocab, path);
     ASSERT_TRUE(sum) << sum.status().message();
@@ -414,8 +532,8 @@ TEST(ArchModelgen, WritesEachArchitecture) {
     run(**l);
   }
   modelgen::RandomModelSpec bad;
-  bad.head_dim = 7;
-  EXPECT_EQ(modelgen::validate(bad).message(), "make-model: the head size must be even for RoPE");
+  bad.rope_freqs = "yarn";
+  EXPECT_EQ(modelgen::validate(bad).message(), "make-model: unknown --rope-freqs 'yarn' (llama3)");
   std::filesystem::remove_all(dir);
 }
 

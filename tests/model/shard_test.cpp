@@ -330,18 +330,20 @@ TEST(Shards, TensorParallelRanksAgreeWithTheWholeModel) {
   }
 }
 
-// qwen3 (per-head norms, wide heads): pipeline stages keep the bits,
-// tensor-parallel ranks stay within the float bound.
+// qwen3 (per-head norms, wide heads) and rope_freqs.weight: pipeline stages
+// keep the bits, tensor-parallel ranks stay within the float bound.
 TEST(Shards, NewArchitecturesCutLikeLlama) {
   struct Case {
     const char* arch;
     int64_t head_dim;
+    const char* rope_freqs;
   };
-  for (const Case& c : {Case{"qwen3", 48}}) {
+  for (const Case& c : {Case{"qwen3", 48, ""}, Case{"llama", 0, "llama3"}}) {
     SCOPED_TRACE(c.arch);
     modelgen::RandomModelSpec spec = small_spec(TensorType::F32);
     spec.arch = c.arch;
     spec.head_dim = c.head_dim;
+    spec.rope_freqs = c.rope_freqs;
     const std::string path = random_model(std::string("arch_") + c.arch, spec);
     auto whole = load_whole(path);
     ASSERT_TRUE(whole);

@@ -67,6 +67,8 @@ void register_make_model(CLI::App& app, CommandResult& result) {
   cmd->add_option("--ctx", s.ctx, "context length written to the file")->capture_default_str();
   cmd->add_option("--head-dim", s.head_dim,
                   "head size, written as attention.key_length/value_length (default: dim / heads)");
+  cmd->add_option("--rope-freqs", s.rope_freqs,
+                  "llama3: write rope_freqs.weight with Llama 3.1's RoPE frequency factors");
   cmd->add_option("--vocab-from", a->vocab_from,
                   "GGUF whose tokenizer.* metadata is copied (default: demo vocabulary)");
   cmd->add_option("--type", a->type,
