@@ -38,5 +38,7 @@ Result<std::unique_ptr<Model>> load_qwen2(std::shared_ptr<const gguf::File> file
                                           const LoadOptions& options);
 Result<std::unique_ptr<Model>> load_qwen3(std::shared_ptr<const gguf::File> file, HParams hp,
                                           const LoadOptions& options);
+Result<std::unique_ptr<Model>> load_phi3(std::shared_ptr<const gguf::File> file, HParams hp,
+                                         const LoadOptions& options);
 
 }  // namespace cairn::model

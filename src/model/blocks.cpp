@@ -173,18 +173,28 @@ Result<DecoderWeights> load_decoder_weights(const gguf::File& f, const HParams& 
     const int64_t il = shard.layer_begin + i;
     LayerWeights& l = w.layers[(size_t)i];
     CAIRN_ASSIGN_OR_RETURN(l.attn_norm, vector(R::AttnNorm, il));
-    CAIRN_ASSIGN_OR_RETURN(l.attn.wq, matrix(R::AttnQ, il));
-    CAIRN_ASSIGN_OR_RETURN(l.attn.wk, matrix(R::AttnK, il));
-    CAIRN_ASSIGN_OR_RETURN(l.attn.wv, matrix(R::AttnV, il));
+    if (options.fused_qkv) {
+      // Views of the rows of one [Q; K; V] matrix: nothing is copied.
+      kernels::WeightMatrix qkv;
+      CAIRN_ASSIGN_OR_RETURN(qkv, matrix(R::AttnQkv, il));
+      l.attn.wq = rows_of(qkv, q0, nq);
+      l.attn.wk = rows_of(qkv, sizes.q + kv0, nkv);
+      l.attn.wv = rows_of(qkv, sizes.q + sizes.kv + kv0, nkv);
+    } else {
+      CAIRN_ASSIGN_OR_RETURN(l.attn.wq, matrix(R::AttnQ, il));
+      CAIRN_ASSIGN_OR_RETURN(l.attn.wk, matrix(R::AttnK, il));
+      CAIRN_ASSIGN_OR_RETURN(l.attn.wv, matrix(R::AttnV, il));
+      l.attn.wq = rows_of(l.attn.wq, q0, nq);
+      l.attn.wk = rows_of(l.attn.wk, kv0, nkv);
+      l.attn.wv = rows_of(l.attn.wv, kv0, nkv);
+    }
     CAIRN_ASSIGN_OR_RETURN(l.attn.wo, matrix(R::AttnOutput, il));
-    l.attn.wq = rows_of(l.attn.wq, q0, nq);
-    l.attn.wk = rows_of(l.attn.wk, kv0, nkv);
-    l.attn.wv = rows_of(l.attn.wv, kv0, nkv);
     CAIRN_ASSIGN_OR_RETURN(l.attn.wo, cols_of(l.attn.wo, q0, nq, tensor_name(R::AttnOutput, il)));
     if (options.qk_norm) {  // one weight per head element, the same for every head
       CAIRN_ASSIGN_OR_RETURN(l.attn.q_norm, vector(R::AttnQNorm, il));
       CAIRN_ASSIGN_OR_RETURN(l.attn.k_norm, vector(R::AttnKNorm, il));
     }
+    l.attn.prescale_q = options.prescale_q;
     if (options.qkv_bias) {
       CAIRN_ASSIGN_OR_RETURN(l.attn.bq, vector(R::AttnQBias, il));
       CAIRN_ASSIGN_OR_RETURN(l.attn.bk, vector(R::AttnKBias, il));
@@ -194,11 +204,18 @@ Result<DecoderWeights> load_decoder_weights(const gguf::File& f, const HParams& 
       l.attn.bv = slice(l.attn.bv, kv0, nkv);
     }
     CAIRN_ASSIGN_OR_RETURN(l.ffn_norm, vector(R::FfnNorm, il));
-    CAIRN_ASSIGN_OR_RETURN(l.ffn.gate, matrix(R::FfnGate, il));
-    CAIRN_ASSIGN_OR_RETURN(l.ffn.up, matrix(R::FfnUp, il));
+    if (options.fused_ffn) {  // [gate; up] in one matrix: two views of its rows
+      kernels::WeightMatrix gate_up;
+      CAIRN_ASSIGN_OR_RETURN(gate_up, matrix(R::FfnGateUp, il));
+      l.ffn.gate = rows_of(gate_up, ff0, nff);
+      l.ffn.up = rows_of(gate_up, sizes.ff + ff0, nff);
+    } else {
+      CAIRN_ASSIGN_OR_RETURN(l.ffn.gate, matrix(R::FfnGate, il));
+      CAIRN_ASSIGN_OR_RETURN(l.ffn.up, matrix(R::FfnUp, il));
+      l.ffn.gate = rows_of(l.ffn.gate, ff0, nff);
+      l.ffn.up = rows_of(l.ffn.up, ff0, nff);
+    }
     CAIRN_ASSIGN_OR_RETURN(l.ffn.down, matrix(R::FfnDown, il));
-    l.ffn.gate = rows_of(l.ffn.gate, ff0, nff);
-    l.ffn.up = rows_of(l.ffn.up, ff0, nff);
     CAIRN_ASSIGN_OR_RETURN(l.ffn.down, cols_of(l.ffn.down, ff0, nff, tensor_name(R::FfnDown, il)));
   }
   return w;
@@ -331,6 +348,8 @@ void attention(const HParams& hp, const AttentionWeights& w, const std::vector<f
       const float* cs = ws.rope_cs.data() + t * 2 * pairs;
       kernels::rope_qk_angles(q, hp.n_head, k, hp.n_head_kv, hd, hp.n_rot, cs, cs + pairs,
                               hp.rope_style);
+      if (w.prescale_q)
+        for (int64_t i = 0; i < nq; ++i) q[i] *= q_scale;
       kv.write(layer, batch.seqs[(size_t)t], batch.positions[(size_t)t], ws.k.data() + t * nkv,
                ws.v.data() + t * nkv);
     }
@@ -341,7 +360,7 @@ void attention(const HParams& hp, const AttentionWeights& w, const std::vector<f
   shape.n_head = hp.n_head;
   shape.n_head_kv = hp.n_head_kv;
   shape.head_dim = hd;
-  shape.scale = q_scale;
+  shape.scale = w.prescale_q ? 1.0f : q_scale;
   attend(kv, layer, batch.seqs, batch.positions, ws.q.data(), shape, ws.attn.data(), pool);
 
   project(w.wo, ws.attn.data(), T, ws.tmp.data(), pool, next);

@@ -29,13 +29,14 @@ Result<kernels::WeightMatrix> find_matrix(const gguf::File& f, const std::string
 Result<std::vector<float>> find_vector(const gguf::File& f, const std::string& name, int64_t n);
 
 struct AttentionWeights {
-  kernels::WeightMatrix wq, wk, wv, wo;
+  kernels::WeightMatrix wq, wk, wv, wo;  // wq/wk/wv: views of one attn_qkv when fused
   std::vector<float> bq, bk, bv;  // empty when the architecture has no QKV bias
   std::vector<float> q_norm, k_norm;  // head_dim each; empty without per-head norms
+  bool prescale_q = false;  // Q *= 1/sqrt(head_dim) after RoPE, attention scale 1 (phi3)
 };
 
 struct FfnWeights {
-  kernels::WeightMatrix gate, up, down;
+  kernels::WeightMatrix gate, up, down;  // gate/up: views of one ffn_up when fused
 };
 
 struct LayerWeights {
@@ -54,17 +55,23 @@ struct DecoderWeights {
 };
 
 // What distinguishes one llama-family decoder from another beyond hparams:
-// the tensors it adds (a tied head and rope_freqs.weight are read from the
-// file).
+// the tensors it adds or fuses (a tied head and rope_freqs.weight are read
+// from the file) and where Q's scale is applied.
 struct DecoderOptions {
   bool qkv_bias = false;   // Q/K/V projections carry biases (qwen2)
   bool qk_norm = false;    // per-head RMSNorm of Q and K before RoPE (qwen3)
+  bool fused_qkv = false;  // one attn_qkv matrix, rows Q, K, V (phi3)
+  bool fused_ffn = false;  // gate and up stacked in ffn_up, gate first (phi3)
+  // Q is multiplied by 1/sqrt(head_dim) after RoPE and attention scales by 1
+  // (phi3's graph: the same product, rounded at another place).
+  bool prescale_q = false;
 };
 
 // Loads the llama-style tensor set, named and shaped as model/tensor_names.h
-// says, with the tensors `options` adds. A shard gets its stage's layers
-// only (the output norm and head only on the last stage) and views of its
-// slices of each matrix (model.h's ShardSpec): nothing is copied.
+// says, with the tensors `options` adds or fuses. A shard gets its stage's
+// layers only (the output norm and head only on the last stage) and views of
+// its slices of each matrix (model.h's ShardSpec): nothing is copied; fused
+// matrices are cut into views the same way.
 Result<DecoderWeights> load_decoder_weights(const gguf::File& f, const HParams& hp,
                                             const DecoderOptions& options,
                                             const ShardSpec& shard = {});

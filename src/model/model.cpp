@@ -15,6 +15,7 @@ constexpr ArchSpec kArchs[] = {
     {"llama", kernels::RopeStyle::Norm, &load_llama},
     {"qwen2", kernels::RopeStyle::Neox, &load_qwen2},
     {"qwen3", kernels::RopeStyle::Neox, &load_qwen3},
+    {"phi3", kernels::RopeStyle::Neox, &load_phi3},
 };
 
 // Generous ceilings: they keep products of sizes far from overflow while

@@ -23,6 +23,7 @@ enum class TensorRole {
   AttnQ,
   AttnK,
   AttnV,
+  AttnQkv,
   AttnQBias,
   AttnKBias,
   AttnVBias,
@@ -32,6 +33,7 @@ enum class TensorRole {
   FfnNorm,
   FfnGate,
   FfnUp,
+  FfnGateUp,
   FfnDown,
   OutputNorm,
   Output,
@@ -45,6 +47,8 @@ enum class TensorDim {
   Q,      // n_head * head_dim
   Kv,     // n_head_kv * head_dim
   Ff,     // feed-forward length
+  Qkv,    // Q + 2 * Kv: the fused Q/K/V projection's rows (phi3)
+  Ff2,    // 2 * Ff: gate and up stacked in one matrix (phi3)
   Head,   // head_dim: per-head norm weights (qwen3)
   RopePairs,  // n_rot / 2: one RoPE frequency factor per rotated pair
 };
@@ -53,7 +57,11 @@ enum class TensorPresence {
   Always,
   QkvBias,    // only in architectures whose Q/K/V projections carry biases (qwen2)
   Untied,     // absent when the output head is tied to token_embd.weight
+  SplitQkv,   // separate Q, K and V projections (all but phi3)
+  FusedQkv,   // one Q/K/V projection, rows Q then K then V (phi3)
   QkNorm,     // per-head RMSNorm of Q and K after the projections (qwen3)
+  SplitFfn,   // separate gate and up projections (all but phi3)
+  FusedFfn,   // gate and up stacked in ffn_up.weight, gate first (phi3)
   RopeFreqs,  // optional per-pair RoPE frequency divisors (Llama 3.1/3.2)
 };
 
@@ -61,7 +69,9 @@ enum class TensorPresence {
 struct TensorFeatures {
   bool qkv_bias = false;
   bool tied_output = false;
+  bool fused_qkv = false;
   bool qk_norm = false;
+  bool fused_ffn = false;
   bool rope_freqs = false;
 };
 
@@ -74,7 +84,7 @@ struct TensorSpec {
   TensorPresence presence;
 };
 
-inline constexpr std::array<TensorSpec, 18> kTensorTable = {{
+inline constexpr std::array<TensorSpec, 20> kTensorTable = {{
     {TensorRole::TokEmbd, "token_embd.weight", false, TensorDim::Embd, TensorDim::Vocab,
      TensorPresence::Always},
     {TensorRole::RopeFreqs, "rope_freqs.weight", false, TensorDim::RopePairs, TensorDim::None,
@@ -82,11 +92,13 @@ inline constexpr std::array<TensorSpec, 18> kTensorTable = {{
     {TensorRole::AttnNorm, "attn_norm.weight", true, TensorDim::Embd, TensorDim::None,
      TensorPresence::Always},
     {TensorRole::AttnQ, "attn_q.weight", true, TensorDim::Embd, TensorDim::Q,
-     TensorPresence::Always},
+     TensorPresence::SplitQkv},
     {TensorRole::AttnK, "attn_k.weight", true, TensorDim::Embd, TensorDim::Kv,
-     TensorPresence::Always},
+     TensorPresence::SplitQkv},
     {TensorRole::AttnV, "attn_v.weight", true, TensorDim::Embd, TensorDim::Kv,
-     TensorPresence::Always},
+     TensorPresence::SplitQkv},
+    {TensorRole::AttnQkv, "attn_qkv.weight", true, TensorDim::Embd, TensorDim::Qkv,
+     TensorPresence::FusedQkv},
     {TensorRole::AttnQBias, "attn_q.bias", true, TensorDim::Q, TensorDim::None,
      TensorPresence::QkvBias},
     {TensorRole::AttnKBias, "attn_k.bias", true, TensorDim::Kv, TensorDim::None,
@@ -102,9 +114,11 @@ inline constexpr std::array<TensorSpec, 18> kTensorTable = {{
     {TensorRole::FfnNorm, "ffn_norm.weight", true, TensorDim::Embd, TensorDim::None,
      TensorPresence::Always},
     {TensorRole::FfnGate, "ffn_gate.weight", true, TensorDim::Embd, TensorDim::Ff,
-     TensorPresence::Always},
+     TensorPresence::SplitFfn},
     {TensorRole::FfnUp, "ffn_up.weight", true, TensorDim::Embd, TensorDim::Ff,
-     TensorPresence::Always},
+     TensorPresence::SplitFfn},
+    {TensorRole::FfnGateUp, "ffn_up.weight", true, TensorDim::Embd, TensorDim::Ff2,
+     TensorPresence::FusedFfn},
     {TensorRole::FfnDown, "ffn_down.weight", true, TensorDim::Ff, TensorDim::Embd,
      TensorPresence::Always},
     {TensorRole::OutputNorm, "output_norm.weight", false, TensorDim::Embd, TensorDim::None,
@@ -143,6 +157,10 @@ struct TensorSizes {
         return kv;
       case TensorDim::Ff:
         return ff;
+      case TensorDim::Qkv:
+        return q + 2 * kv;
+      case TensorDim::Ff2:
+        return 2 * ff;
       case TensorDim::Head:
         return head;
       case TensorDim::RopePairs:
@@ -170,8 +188,16 @@ constexpr bool tensor_present(TensorRole role, const TensorFeatures& f) {
       return f.qkv_bias;
     case TensorPresence::Untied:
       return !f.tied_output;
+    case TensorPresence::SplitQkv:
+      return !f.fused_qkv;
+    case TensorPresence::FusedQkv:
+      return f.fused_qkv;
     case TensorPresence::QkNorm:
       return f.qk_norm;
+    case TensorPresence::SplitFfn:
+      return !f.fused_ffn;
+    case TensorPresence::FusedFfn:
+      return f.fused_ffn;
     case TensorPresence::RopeFreqs:
       return f.rope_freqs;
   }

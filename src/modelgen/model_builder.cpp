@@ -33,11 +33,13 @@ struct ArchDefaults {
   float norm_eps;
   bool qkv_bias;
   bool qk_norm = false;    // qwen3
+  bool fused = false;      // phi3: attn_qkv, and gate/up stacked in ffn_up
 };
-constexpr std::array<ArchDefaults, 3> kArchs = {{
+constexpr std::array<ArchDefaults, 4> kArchs = {{
     {"llama", 10000.0f, 1e-5f, false},
     {"qwen2", 1000000.0f, 1e-6f, true},
     {"qwen3", 1000000.0f, 1e-6f, false, true},
+    {"phi3", 10000.0f, 1e-5f, false, false, true},
 }};
 
 const ArchDefaults* find_arch(std::string_view a) {
@@ -117,6 +119,8 @@ std::vector<TensorPlan> plan_tensors(const RandomModelSpec& s, int64_t n_vocab) 
   model::TensorFeatures features;
   features.qkv_bias = ad.qkv_bias;
   features.qk_norm = ad.qk_norm;
+  features.fused_qkv = ad.fused;
+  features.fused_ffn = ad.fused;
   features.rope_freqs = !s.rope_freqs.empty();
   std::vector<TensorPlan> p;
   // Names, shapes and order come from the loader's table; only how each
@@ -245,13 +249,15 @@ Result<VocabSource> vocab_from_gguf(std::shared_ptr<const gguf::File> file) {
 Status validate(const RandomModelSpec& s) {
   auto bad = [](const std::string& m) { return Status::error("make-model: " + m); };
   if (!find_arch(s.arch))
-    return bad("unknown --arch '" + s.arch + "' (llama, qwen2 or qwen3)");
+    return bad("unknown --arch '" + s.arch + "' (llama, qwen2, qwen3 or phi3)");
   if (s.dim < 1 || s.dim > kMaxDim) return bad("--dim must be in [1, 65536]");
   if (s.layers < 1 || s.layers > kMaxLayers) return bad("--layers must be in [1, 1024]");
   if (s.heads < 1 || s.heads > s.dim) return bad("--heads must be in [1, dim]");
   if (s.head_dim < 0 || s.head_dim > 4096) return bad("--head-dim must be in [0, 4096]");
   if (s.head_dim == 0 && s.dim % s.heads != 0) return bad("--dim must be a multiple of --heads");
   if (head_dim_of(s) % 2 != 0) return bad("the head size must be even for RoPE");
+  if (s.arch == "phi3" && s.heads * head_dim_of(s) != s.dim)
+    return bad("phi3 needs heads * head size == dim");
   if (!s.rope_freqs.empty() && s.rope_freqs != "llama3")
     return bad("unknown --rope-freqs '" + s.rope_freqs + "' (llama3)");
   if (s.kv_heads < 1 || s.heads % s.kv_heads != 0)

@@ -22,8 +22,8 @@
 namespace cairn::modelgen {
 
 struct RandomModelSpec {
-  // "llama", "qwen2" (q/k/v biases, NeoX RoPE, base 1e6) or "qwen3" (per-head
-  // Q/K norms, NeoX, base 1e6)
+  // "llama", "qwen2" (q/k/v biases, NeoX RoPE, base 1e6), "qwen3" (per-head
+  // Q/K norms, NeoX, base 1e6) or "phi3" (fused attn_qkv and gate/up, NeoX)
   std::string arch = "llama";
   std::string name;            // general.name; a default names the shape
   int64_t dim = 256;           // embedding length

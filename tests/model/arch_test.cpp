@@ -1,4 +1,4 @@
-// The architectures and tensors added to the shared decoder (qwen3,
+// The architectures and tensors added to the shared decoder (qwen3, phi3,
 // rope_freqs.weight) on models the tests write themselves: each against a
 // plain double-precision forward written from the definitions, layouts of
 // the same weights against each other, and the errors of malformed files.
@@ -336,6 +336,16 @@ ArchSpec qwen3_spec() {
   return s;
 }
 
+ArchSpec phi3_spec() {
+  ArchSpec s;
+  s.arch = "phi3";
+  s.fuse_qkv = true;
+  s.fuse_ffn = true;
+  s.prescale_q = true;
+  s.eps = 1e-5f;
+  return s;
+}
+
 // ---- qwen3 -----------------------------------------------------------------
 
 TEST(Qwen3, MatchesPlainReferenceWithHeadNorms) {
@@ -489,6 +499,63 @@ TEST(RopeFreqs, BadTensorsAreRefused) {
             std::string::npos);
 }
 
+// ---- phi3 --------------------------------------------------------------------
+
+TEST(Phi3, FusedMatricesMatchTheSplitWeights) {
+  const ArchSpec s = phi3_spec();
+  const Weights w = make_weights(s);
+  auto fused = load_bytes(write_model(s, w));
+  ASSERT_TRUE(fused) << fused.status().message();
+  const auto got = run(*fused->model);
+  EXPECT_LT(rel_diff(got, reference(s, w)), 1e-4);
+  // Q/K/V as three matrices (the reference accepts both): the same bits.
+  ArchSpec split = s;
+  split.fuse_qkv = false;
+  auto unfused = load_bytes(write_model(split, w));
+  ASSERT_TRUE(unfused) << unfused.status().message();
+  EXPECT_EQ(run(*unfused->model), got);
+  // A qwen2 model of the same split weights with zero biases is the same
+  // network but for where Q's 1/sqrt(head_dim) is rounded.
+  ArchSpec q = s;
+  q.arch = "qwen2";
+  q.fuse_qkv = q.fuse_ffn = false;
+  q.qkv_bias = true;
+  Weights wq = w;
+  for (int64_t l = 0; l < s.layers; ++l) {
+    wq[blk(l, "attn_q.bias")].assign(64, 0.0f);
+    wq[blk(l, "attn_k.bias")].assign(32, 0.0f);
+    wq[blk(l, "attn_v.bias")].assign(32, 0.0f);
+  }
+  auto qwen = load_bytes(write_model(q, wq));
+  ASSERT_TRUE(qwen) << qwen.status().message();
+  const auto qwen_logits = run(*qwen->model);
+  EXPECT_LT(max_abs_diff(qwen_logits, got), 1e-4);
+  // The gate is the first half of ffn_up: swapping the halves is another model.
+  Weights swapped = w;
+  for (int64_t l = 0; l < s.layers; ++l)
+    std::swap(swapped[blk(l, "ffn_gate.weight")], swapped[blk(l, "ffn_up.weight")]);
+  auto other = load_bytes(write_model(s, swapped));
+  ASSERT_TRUE(other);
+  EXPECT_GT(max_abs_diff(run(*other->model), got), 1e-3);
+}
+
+TEST(Phi3, MalformedFilesAreRefusedByName) {
+  const ArchSpec s = phi3_spec();
+  const Weights w = make_weights(s);
+  EXPECT_EQ(load_error(write_model(s, w, {}, {{"blk.0.attn_qkv.weight", {64, 96}}})),
+            "tensor 'blk.0.attn_qkv.weight' has shape [64, 96], expected [64, 128]");
+  EXPECT_EQ(load_error(write_model(s, w, {}, {{"blk.1.ffn_up.weight", {64, 96}}})),
+            "tensor 'blk.1.ffn_up.weight' has shape [64, 96], expected [64, 192]");
+  ArchSpec gate = s;
+  gate.fuse_ffn = false;
+  EXPECT_EQ(load_error(write_model(gate, w)),
+            "tensor 'blk.0.ffn_gate.weight': a phi3 model keeps its gate inside ffn_up.weight");
+  ArchSpec wide = s;
+  wide.head_dim = 24;
+  EXPECT_EQ(load_error(write_model(wide, make_weights(wide))),
+            "phi3: head_count * head size (4 * 24) must equal embedding_length 64");
+}
+
 // ---- make-model writes each of them -----------------------------------------------
 
 TEST(ArchModelgen, WritesEachArchitecture) {
@@ -505,6 +572,7 @@ TEST(ArchModelgen, WritesEachArchitecture) {
   };
   const std::vector<Case> cases = {
       {"qwen3", 48, "", {"blk.0.attn_q_norm.weight", "blk.1.attn_k_norm.weight"}, {"blk.0.attn_q.bias"}},
+      {"phi3", 0, "", {"blk.0.attn_qkv.weight"}, {"blk.0.attn_q.weight", "blk.0.ffn_gate.weight"}},
       {"llama", 0, "llama3", {"rope_freqs.weight", "blk.0.attn_q.weight"}, {"blk.0.attn_qkv.weight"}},
   };
   for (const Case& c : cases) {
@@ -534,6 +602,12 @@ TEST(ArchModelgen, WritesEachArchitecture) {
   modelgen::RandomModelSpec bad;
   bad.rope_freqs = "yarn";
   EXPECT_EQ(modelgen::validate(bad).message(), "make-model: unknown --rope-freqs 'yarn' (llama3)");
+  bad = {};
+  bad.arch = "phi3";
+  bad.head_dim = 32;
+  bad.dim = 256;
+  bad.heads = 4;
+  EXPECT_EQ(modelgen::validate(bad).message(), "make-model: phi3 needs heads * head size == dim");
   std::filesystem::remove_all(dir);
 }
 

@@ -330,15 +330,16 @@ TEST(Shards, TensorParallelRanksAgreeWithTheWholeModel) {
   }
 }
 
-// qwen3 (per-head norms, wide heads) and rope_freqs.weight: pipeline stages
-// keep the bits, tensor-parallel ranks stay within the float bound.
+// qwen3 (per-head norms, wide heads), phi3 (views of fused matrices, cut
+// again per rank) and rope_freqs.weight: pipeline stages keep the bits,
+// tensor-parallel ranks stay within the float bound.
 TEST(Shards, NewArchitecturesCutLikeLlama) {
   struct Case {
     const char* arch;
     int64_t head_dim;
     const char* rope_freqs;
   };
-  for (const Case& c : {Case{"qwen3", 48, ""}, Case{"llama", 0, "llama3"}}) {
+  for (const Case& c : {Case{"qwen3", 48, ""}, Case{"phi3", 0, ""}, Case{"llama", 0, "llama3"}}) {
     SCOPED_TRACE(c.arch);
     modelgen::RandomModelSpec spec = small_spec(TensorType::F32);
     spec.arch = c.arch;

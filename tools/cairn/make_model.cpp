@@ -58,7 +58,7 @@ void register_make_model(CLI::App& app, CommandResult& result) {
   auto a = std::make_shared<MakeModelArgs>();
   auto& s = a->spec;
   cmd->add_option("OUT", a->out, "output GGUF path")->required();
-  cmd->add_option("--arch", s.arch, "llama, qwen2 or qwen3")->capture_default_str();
+  cmd->add_option("--arch", s.arch, "llama, qwen2, qwen3 or phi3")->capture_default_str();
   cmd->add_option("--dim", s.dim, "embedding length")->capture_default_str();
   cmd->add_option("--layers", s.layers, "transformer blocks")->capture_default_str();
   cmd->add_option("--heads", s.heads, "attention heads")->capture_default_str();
