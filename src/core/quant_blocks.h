@@ -203,11 +203,14 @@ inline void q4k_scales_mins(const uint8_t* scales, uint32_t u[4]) {
 // every SIMD variant runs it natively: all give identical bits.
 inline float fma_lane(float a, float b, float c) { return std::fma(a, b, c); }
 
-// The 32-element types without a golden bit pattern to keep (Q4_1, Q5_0,
-// Q5_1, IQ4_NL, MXFP4) take the float order an 8-lane SIMD loop gets without
-// a horizontal sum per block: lane l holds the exact integer sum of elements
-// 4l..4l+3 of each block, fma'd with the block's scale into lane l's
-// accumulator; the lanes are summed at the end as ((0+4)+(2+6))+((1+5)+(3+7)).
+// The types without a golden bit pattern to keep (Q4_1, Q5_0, Q5_1, IQ4_NL,
+// MXFP4, Q2_K, Q3_K, Q5_K, IQ4_XS) take the float order an 8-lane SIMD loop
+// gets without a horizontal sum per block: lane l holds the exact integer sum
+// of the (scaled) products of the elements e with (e % 32) / 4 == l over a
+// block (32 elements) or super-block (256: each sub-block's products times its
+// scale), fma'd with the block's float scale into lane l's accumulator; the
+// lanes are summed at the end as ((0+4)+(2+6))+((1+5)+(3+7)). The K-quants'
+// min terms go into a float of their own, one fma per super-block, subtracted last.
 struct Lanes8 {
   float acc[8] = {};
   // x, y: a block's 32 codes (weights as signed values, activations).
@@ -219,10 +222,17 @@ struct Lanes8 {
       acc[l] = fma_lane(static_cast<float>(s), d, acc[l]);
     }
   }
+  // A super-block's lane sums (exact integers), scaled by d.
+  void add_lanes(const int32_t* s, float d) {
+    for (int l = 0; l < 8; ++l) acc[l] = fma_lane(static_cast<float>(s[l]), d, acc[l]);
+  }
   float sum() const {
     return ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
   }
 };
+
+// The lane of element e (within its block or super-block) in Lanes8's order.
+inline int lane_of(int e) { return (e % 32) / 4; }
 
 // Scalar row functions (n is a multiple of the block size).
 void q4_0_to_float(const void* src, float* dst, int64_t n);

@@ -2,9 +2,10 @@
 // The 256-element K-quant types Q2_K, Q3_K, Q4_K, Q5_K and Q6_K, and their
 // activation type Q8_K.
 // The dot products do their integer math as ggml does (per sub-block int sums
-// times the sub-block scale; Q4_K mins through the Q8_K bsums), and their float
-// math in the reference's order (see kKQuantOrder below), so logits land where
-// llama.cpp's do.
+// times the sub-block scale; mins through the Q8_K bsums). Q4_K and Q6_K do
+// their float math in the order of the reference that made the golden files
+// (kKQuantOrder below), so logits land where llama.cpp's do; Q2_K, Q3_K and
+// Q5_K in the SIMD-friendly Lanes8 order (quant_blocks.h).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -340,29 +341,29 @@ void q5_k_from_float(const float* src, void* dst, int64_t n) {
   }
 }
 
-// kKQuantOrder, as Q4_K.
+// Lanes8's order (quant_blocks.h): sub-block sums scaled, per lane; the mins
+// through the bsums into their own float.
 float q5_k_dot_q8_k(int64_t n, const void* w, const void* act) {
   const BlockQ5_K* x = static_cast<const BlockQ5_K*>(w);
   const BlockQ8_K* y = static_cast<const BlockQ8_K*>(act);
-  float sum = 0.0f;
+  Lanes8 lanes;
+  float mins = 0.0f;
   for (int64_t i = 0; i < n / kQK_K; ++i) {
     uint8_t sc[8], m[8];
     for (int j = 0; j < 8; ++j) q4k_scale_min(j, x[i].scales, &sc[j], &m[j]);
     int32_t sum_mins = 0;
     for (int j = 0; j < kQK_K / 16; ++j) sum_mins += y[i].bsums[j] * m[j / 2];
-    int32_t sum_q = 0;
+    int32_t lane[8] = {};
     for (int j = 0; j < kQK_K / 64; ++j) {
       for (int h = 0; h < 2; ++h) {
         const int8_t* q8 = y[i].qs + 64 * j + 32 * h;
-        int32_t s = 0;
-        for (int l = 0; l < 32; ++l) s += q5k_code(x[i], j, h, l) * q8[l];
-        sum_q += sc[2 * j + h] * s;
+        for (int l = 0; l < 32; ++l) lane[lane_of(l)] += sc[2 * j + h] * q5k_code(x[i], j, h, l) * q8[l];
       }
     }
-    sum = fma_lane(y[i].d * f16_lut(x[i].d), static_cast<float>(sum_q), sum);
-    sum = fma_lane(-y[i].d * f16_lut(x[i].dmin), static_cast<float>(sum_mins), sum);
+    lanes.add_lanes(lane, y[i].d * f16_lut(x[i].d));
+    mins = fma_lane(y[i].d * f16_lut(x[i].dmin), static_cast<float>(sum_mins), mins);
   }
-  return sum;
+  return lanes.sum() - mins;
 }
 
 // ---- Q2_K -------------------------------------------------------------------
@@ -413,23 +414,25 @@ void q2_k_from_float(const float* src, void* dst, int64_t n) {
   }
 }
 
-// kKQuantOrder, as Q4_K: scaled code sums, then the mins through the bsums.
+// Lanes8's order, as Q5_K.
 float q2_k_dot_q8_k(int64_t n, const void* w, const void* act) {
   const BlockQ2_K* x = static_cast<const BlockQ2_K*>(w);
   const BlockQ8_K* y = static_cast<const BlockQ8_K*>(act);
-  float sum = 0.0f;
+  Lanes8 lanes;
+  float mins = 0.0f;
   for (int64_t i = 0; i < n / kQK_K; ++i) {
-    int32_t sum_mins = 0, sum_q = 0;
+    int32_t sum_mins = 0, lane[8] = {};
     for (int j = 0; j < kQK_K / 16; ++j) {
       sum_mins += y[i].bsums[j] * (x[i].scales[j] >> 4);
-      int32_t s = 0;
-      for (int k = 0; k < 16; ++k) s += q2_bits(x[i].qs, 16 * j + k) * y[i].qs[16 * j + k];
-      sum_q += (x[i].scales[j] & 0xF) * s;
+      for (int k = 0; k < 16; ++k) {
+        const int e = 16 * j + k;
+        lane[lane_of(e)] += (x[i].scales[j] & 0xF) * q2_bits(x[i].qs, e) * y[i].qs[e];
+      }
     }
-    sum = fma_lane(y[i].d * f16_lut(x[i].d), static_cast<float>(sum_q), sum);
-    sum = fma_lane(-y[i].d * f16_lut(x[i].dmin), static_cast<float>(sum_mins), sum);
+    lanes.add_lanes(lane, y[i].d * f16_lut(x[i].d));
+    mins = fma_lane(y[i].d * f16_lut(x[i].dmin), static_cast<float>(sum_mins), mins);
   }
-  return sum;
+  return lanes.sum() - mins;
 }
 
 // ---- Q3_K -------------------------------------------------------------------
@@ -488,22 +491,19 @@ void q3_k_from_float(const float* src, void* dst, int64_t n) {
   }
 }
 
+// Lanes8's order, as Q5_K (no mins).
 float q3_k_dot_q8_k(int64_t n, const void* w, const void* act) {
   const BlockQ3_K* x = static_cast<const BlockQ3_K*>(w);
   const BlockQ8_K* y = static_cast<const BlockQ8_K*>(act);
-  float sum = 0.0f;
+  Lanes8 lanes;
   for (int64_t i = 0; i < n / kQK_K; ++i) {
     int8_t sc[16];
     q3k_scales(x[i].scales, sc);
-    int32_t sum_q = 0;
-    for (int j = 0; j < kQK_K / 16; ++j) {
-      int32_t s = 0;
-      for (int k = 0; k < 16; ++k) s += q3_code(x[i], 16 * j + k) * y[i].qs[16 * j + k];
-      sum_q += sc[j] * s;
-    }
-    sum = fma_lane(y[i].d * f16_lut(x[i].d), static_cast<float>(sum_q), sum);
+    int32_t lane[8] = {};
+    for (int e = 0; e < kQK_K; ++e) lane[lane_of(e)] += sc[e / 16] * q3_code(x[i], e) * y[i].qs[e];
+    lanes.add_lanes(lane, y[i].d * f16_lut(x[i].d));
   }
-  return sum;
+  return lanes.sum();
 }
 
 // ---- Q8_K -------------------------------------------------------------------

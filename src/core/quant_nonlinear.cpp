@@ -2,7 +2,7 @@
 // 4-bit indices into a fixed table of values (a non-linear grid; FP4's E2M1
 // numbers) with a per-block scale. Their dot products take exact integer sums
 // of table values times activation codes, then the scales: Lanes8's order for
-// the 32-element ones, IQ4_XS per super-block as the K-quants.
+// the 32-element ones and, per super-block, IQ4_XS.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -76,16 +76,6 @@ inline void table_values(const int8_t* table, const uint8_t* qs, int8_t* v) {
     v[j] = table[qs[j] & 0xF];
     v[j + 16] = table[qs[j] >> 4];
   }
-}
-
-// Exact sum of table[code] * q over one 32-element block.
-inline int table_dot(const int8_t* table, const uint8_t* qs, const int8_t* q8) {
-  int sumi = 0;
-  for (int j = 0; j < 16; ++j) {
-    sumi += table[qs[j] & 0xF] * q8[j];
-    sumi += table[qs[j] >> 4] * q8[j + 16];
-  }
-  return sumi;
 }
 
 inline int iq4_xs_scale(const BlockIQ4_XS& b, int ib) {
@@ -213,17 +203,22 @@ void iq4_xs_from_float(const float* src, void* dst, int64_t n) {
   }
 }
 
+// Lanes8's order, as the K-quants.
 float iq4_xs_dot_q8_k(int64_t n, const void* w, const void* act) {
   const BlockIQ4_XS* x = static_cast<const BlockIQ4_XS*>(w);
   const BlockQ8_K* y = static_cast<const BlockQ8_K*>(act);
-  float sum = 0.0f;
+  Lanes8 lanes;
   for (int64_t i = 0; i < n / kQK_K; ++i) {
-    int32_t sum_q = 0;
-    for (int ib = 0; ib < kQK_K / 32; ++ib)
-      sum_q += iq4_xs_scale(x[i], ib) * table_dot(kIq4nlValues, x[i].qs + 16 * ib, y[i].qs + 32 * ib);
-    sum = fma_lane(y[i].d * f16_lut(x[i].d), static_cast<float>(sum_q), sum);
+    int32_t lane[8] = {};
+    for (int ib = 0; ib < kQK_K / 32; ++ib) {
+      int8_t v[32];
+      table_values(kIq4nlValues, x[i].qs + 16 * ib, v);
+      const int ls = iq4_xs_scale(x[i], ib);
+      for (int e = 0; e < 32; ++e) lane[lane_of(e)] += ls * v[e] * y[i].qs[32 * ib + e];
+    }
+    lanes.add_lanes(lane, y[i].d * f16_lut(x[i].d));
   }
-  return sum;
+  return lanes.sum();
 }
 
 }  // namespace cairn::quant

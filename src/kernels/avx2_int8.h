@@ -35,6 +35,19 @@ CAIRN_AVX2 inline __m256i dot_i8(__m256i x, __m256i y) {
   return dot_i8_scaled(x, y, _mm256_set1_epi16(1));
 }
 
+// Lanes8 (core/quant_blocks.h): 8 int32 lanes of a block's products, each
+// fma'd with the block's scale into its own float lane; summed at the end.
+CAIRN_AVX2 inline __m256 lanes_fma(__m256i sums, float d, __m256 acc) {
+  return _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), _mm256_set1_ps(d), acc);
+}
+
+CAIRN_AVX2 inline float lanes_sum(__m256 acc) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));  // (0+4) (1+5) (2+6) (3+7)
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));                                            // ((0+4)+(2+6)) ((1+5)+(3+7))
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
 // An f16 scale as float with F16C: exact, as core's f16_lut, but inline (a
 // call per block spills every vector register around it).
 CAIRN_AVX2 inline float f16(uint16_t h) { return _cvtsh_ss(h); }

@@ -1,8 +1,8 @@
 // kernels/row_dot_avx2_k.cpp — AVX2 row dot products (row_dot.h) of the
 // 256-element types beyond Q4_K/Q6_K: Q2_K, Q3_K, Q5_K and IQ4_XS. Exact
 // integer sums per super-block in vector lanes (scaled per sub-block with
-// madd), then the scalar reference's float operations in its order
-// (core/quant_k.cpp's kKQuantOrder, core/quant_nonlinear.cpp): the same bits.
+// madd), the float lanes accumulated as core/quant_blocks.h's Lanes8 (the
+// scalar reference's order): the same bits.
 #include <cstring>
 
 #include "core/quant_blocks.h"
@@ -40,6 +40,16 @@ struct Scales16 {
   };
 };
 
+// Shuffle masks that broadcast int16 lane s (of each 128-bit lane) everywhere.
+alignas(32) constexpr int8_t kBroadcast16[8][32] = {
+#define CAIRN_B16(s) {2 * s, 2 * s + 1, 2 * s, 2 * s + 1, 2 * s, 2 * s + 1, 2 * s, 2 * s + 1, \
+                      2 * s, 2 * s + 1, 2 * s, 2 * s + 1, 2 * s, 2 * s + 1, 2 * s, 2 * s + 1, \
+                      2 * s, 2 * s + 1, 2 * s, 2 * s + 1, 2 * s, 2 * s + 1, 2 * s, 2 * s + 1, \
+                      2 * s, 2 * s + 1, 2 * s, 2 * s + 1, 2 * s, 2 * s + 1, 2 * s, 2 * s + 1}
+    CAIRN_B16(0), CAIRN_B16(1), CAIRN_B16(2), CAIRN_B16(3), CAIRN_B16(4), CAIRN_B16(5), CAIRN_B16(6), CAIRN_B16(7),
+#undef CAIRN_B16
+};
+
 // The 16 signed 6-bit scales of a Q3_K block (q3k_scales), computed in
 // general registers and handed over as one vector.
 CAIRN_AVX2 inline __m128i q3k_scales_vec(const uint8_t* packed) {
@@ -64,7 +74,8 @@ CAIRN_AVX2 float q2_k_dot_q8_k(int64_t n, const void* w, const void* act) {
   const BlockQ8_K* y = static_cast<const BlockQ8_K*>(act);
   const __m256i three = _mm256_set1_epi8(3);
   const __m128i low4 = _mm_set1_epi8(0xF);
-  float sum = 0.0f;
+  __m256 lanes = _mm256_setzero_ps();
+  float min_acc = 0.0f;
   for (int64_t i = 0; i < n / kQK_K; ++i) {
     const __m128i sc_bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[i].scales));
     const __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc_bytes, 4), low4));
@@ -79,11 +90,10 @@ CAIRN_AVX2 float q2_k_dot_q8_k(int64_t n, const void* w, const void* act) {
         acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(codes, q8), scales.pair(h, k)));
       }
     }
-    const int32_t sum_q = hsum_epi32(acc);
-    sum = fma_ss(y[i].d * f16(x[i].d), static_cast<float>(sum_q), sum);
-    sum = fma_ss(-y[i].d * f16(x[i].dmin), static_cast<float>(sum_mins), sum);
+    lanes = lanes_fma(acc, y[i].d * f16(x[i].d), lanes);
+    min_acc = fma_ss(y[i].d * f16(x[i].dmin), static_cast<float>(sum_mins), min_acc);
   }
-  return sum;
+  return lanes_sum(lanes) - min_acc;
 }
 
 // (code - 4) * q8 as code * q8 - 4 * q8, with code = low two bits | high bit << 2 (0..7).
@@ -93,7 +103,7 @@ CAIRN_AVX2 float q3_k_dot_q8_k(int64_t n, const void* w, const void* act) {
   const __m256i three = _mm256_set1_epi8(3);
   const __m256i one = _mm256_set1_epi8(1);
   const __m256i four = _mm256_set1_epi8(4);
-  float sum = 0.0f;
+  __m256 lanes = _mm256_setzero_ps();
   for (int64_t i = 0; i < n / kQK_K; ++i) {
     const Scales16 scales(q3k_scales_vec(x[i].scales));
     const __m256i hm = load_256(x[i].hmask);
@@ -109,10 +119,9 @@ CAIRN_AVX2 float q3_k_dot_q8_k(int64_t n, const void* w, const void* act) {
         acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, scales.pair(h, k)));
       }
     }
-    const int32_t sum_q = hsum_epi32(acc);
-    sum = fma_ss(y[i].d * f16(x[i].d), static_cast<float>(sum_q), sum);
+    lanes = lanes_fma(acc, y[i].d * f16(x[i].d), lanes);
   }
-  return sum;
+  return lanes_sum(lanes);
 }
 
 CAIRN_AVX2 float q5_k_dot_q8_k(int64_t n, const void* w, const void* act) {
@@ -120,15 +129,16 @@ CAIRN_AVX2 float q5_k_dot_q8_k(int64_t n, const void* w, const void* act) {
   const BlockQ8_K* y = static_cast<const BlockQ8_K*>(act);
   const __m256i low4 = _mm256_set1_epi8(0xF);
   const __m256i one = _mm256_set1_epi8(1);
-  float sum = 0.0f;
+  __m256 lanes = _mm256_setzero_ps();
+  float min_acc = 0.0f;
   for (int64_t i = 0; i < n / kQK_K; ++i) {
     // Scales and mins as Q4_K's: int16 sc0..7 | m0..7.
     uint32_t u[4];
     q4k_scales_mins(x[i].scales, u);
     const __m256i sm = _mm256_cvtepu8_epi16(
         _mm_set_epi32(static_cast<int>(u[3]), static_cast<int>(u[2]), static_cast<int>(u[1]), static_cast<int>(u[0])));
-    alignas(16) int16_t sc[8];
-    _mm_store_si128(reinterpret_cast<__m128i*>(sc), _mm256_castsi256_si128(sm));
+    // sc0..7 in both 128-bit lanes, each one broadcast by a shuffle below.
+    const __m256i sc2 = _mm256_permute2x128_si256(sm, sm, 0x00);
     const __m256i bs = load_256(y[i].bsums);
     const __m128i pairs = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
     __m128i mins = _mm_madd_epi16(_mm256_extracti128_si256(sm, 1), pairs);
@@ -144,22 +154,21 @@ CAIRN_AVX2 float q5_k_dot_q8_k(int64_t n, const void* w, const void* act) {
       const __m256i lo = _mm256_or_si256(_mm256_and_si256(bytes, low4), hlo);
       const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bytes, 4), low4), hhi);
       const __m256i plo = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, load_256(y[i].qs + 64 * j)),
-                                            _mm256_set1_epi16(sc[2 * j]));
+                                            _mm256_shuffle_epi8(sc2, load_256(kBroadcast16[2 * j])));
       const __m256i phi = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, load_256(y[i].qs + 64 * j + 32)),
-                                            _mm256_set1_epi16(sc[2 * j + 1]));
+                                            _mm256_shuffle_epi8(sc2, load_256(kBroadcast16[2 * j + 1])));
       acc = _mm256_add_epi32(acc, _mm256_add_epi32(plo, phi));
     }
-    const int32_t sum_q = hsum_epi32(acc);
-    sum = fma_ss(y[i].d * f16(x[i].d), static_cast<float>(sum_q), sum);
-    sum = fma_ss(-y[i].d * f16(x[i].dmin), static_cast<float>(sum_mins), sum);
+    lanes = lanes_fma(acc, y[i].d * f16(x[i].d), lanes);
+    min_acc = fma_ss(y[i].d * f16(x[i].dmin), static_cast<float>(sum_mins), min_acc);
   }
-  return sum;
+  return lanes_sum(lanes) - min_acc;
 }
 
 CAIRN_AVX2 float iq4_xs_dot_q8_k(int64_t n, const void* w, const void* act) {
   const BlockIQ4_XS* x = static_cast<const BlockIQ4_XS*>(w);
   const BlockQ8_K* y = static_cast<const BlockQ8_K*>(act);
-  float sum = 0.0f;
+  __m256 lanes = _mm256_setzero_ps();
   for (int64_t i = 0; i < n / kQK_K; ++i) {
     __m256i acc = _mm256_setzero_si256();
     for (int ib = 0; ib < kQK_K / 32; ++ib) {
@@ -167,10 +176,9 @@ CAIRN_AVX2 float iq4_xs_dot_q8_k(int64_t n, const void* w, const void* act) {
       const __m256i qx = lookup_16(kIq4nlValues, nibbles_32(x[i].qs + 16 * ib));
       acc = _mm256_add_epi32(acc, dot_i8_scaled(qx, load_256(y[i].qs + 32 * ib), _mm256_set1_epi16(static_cast<int16_t>(ls))));
     }
-    const int32_t sum_q = hsum_epi32(acc);
-    sum = fma_ss(y[i].d * f16(x[i].d), static_cast<float>(sum_q), sum);
+    lanes = lanes_fma(acc, y[i].d * f16(x[i].d), lanes);
   }
-  return sum;
+  return lanes_sum(lanes);
 }
 
 }  // namespace cairn::quant::avx2

@@ -17,19 +17,6 @@ CAIRN_AVX2 inline __m256i load_32(const int8_t* p) {
   return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
 }
 
-// Lanes8 (core/quant_blocks.h): 8 int32 lanes of a block's products, each
-// fma'd with the block's scale into its own float lane; summed at the end.
-CAIRN_AVX2 inline __m256 lanes_fma(__m256i sums, float d, __m256 acc) {
-  return _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), _mm256_set1_ps(d), acc);
-}
-
-CAIRN_AVX2 inline float lanes_sum(__m256 acc) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));  // (0+4) (1+5) (2+6) (3+7)
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));                                            // ((0+4)+(2+6)) ((1+5)+(3+7))
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
 // Products of u (unsigned, 0..31) and y (signed) as 8 int32 lanes of 4.
 CAIRN_AVX2 inline __m256i dot_u8_lanes(__m256i u, __m256i y) {
   return _mm256_madd_epi16(_mm256_maddubs_epi16(u, y), _mm256_set1_epi16(1));

@@ -120,11 +120,13 @@ TEST(Matmul, RowStrideIsHonoured) {
 }
 
 TEST(Matmul, UnsupportedTypeGivesNaN) {
-  EXPECT_FALSE(matmul_supported(TensorType::Q5_K));
+  EXPECT_FALSE(matmul_supported(TensorType::IQ2_XS));
   EXPECT_FALSE(matmul_supported(TensorType::Q8_K));
+  EXPECT_FALSE(matmul_supported(TensorType::Q8_1));
   EXPECT_TRUE(matmul_supported(TensorType::Q6_K));
-  std::vector<unsigned char> data(176);
-  WeightMatrix w{TensorType::Q5_K, data.data(), 1, 256, 176, nullptr};
+  EXPECT_TRUE(matmul_supported(TensorType::Q5_K));
+  std::vector<unsigned char> data(74);
+  WeightMatrix w{TensorType::IQ2_XS, data.data(), 1, 256, 74, nullptr};
   std::vector<float> x(256, 1.0f), out(1, 0.0f);
   ThreadPool pool(1);
   matmul(w, x.data(), 1, out.data(), pool);

@@ -42,6 +42,11 @@ TEST(TypeTable, HasEveryComputeType) {
       {TensorType::BF16, TensorType::BF16, true}, {TensorType::Q8_0, TensorType::Q8_0, true},
       {TensorType::Q4_0, TensorType::Q8_0, true}, {TensorType::Q4_K, TensorType::Q8_K, true},
       {TensorType::Q6_K, TensorType::Q8_K, true}, {TensorType::Q8_K, TensorType::Q8_K, false},
+      {TensorType::Q4_1, TensorType::Q8_1, true}, {TensorType::Q5_0, TensorType::Q8_0, true},
+      {TensorType::Q5_1, TensorType::Q8_1, true}, {TensorType::Q2_K, TensorType::Q8_K, true},
+      {TensorType::Q3_K, TensorType::Q8_K, true}, {TensorType::Q5_K, TensorType::Q8_K, true},
+      {TensorType::IQ4_NL, TensorType::Q8_0, true}, {TensorType::IQ4_XS, TensorType::Q8_K, true},
+      {TensorType::MXFP4, TensorType::Q8_0, true}, {TensorType::Q8_1, TensorType::Q8_1, false},
   };
   for (const Want& w : wants) {
     for (const TypeOps* ops : {type_ops(w.t), scalar_type_ops(w.t)}) {
@@ -53,14 +58,25 @@ TEST(TypeTable, HasEveryComputeType) {
       EXPECT_EQ(ops->vec_dot != nullptr, w.dot);
     }
   }
-  EXPECT_EQ(type_ops(TensorType::Q5_K), nullptr);
-  EXPECT_EQ(type_ops(TensorType::IQ4_NL), nullptr);
+  for (TensorType t : {TensorType::IQ2_XXS, TensorType::IQ3_S, TensorType::IQ1_M, TensorType::TQ2_0,
+                       TensorType::NVFP4, TensorType::Q1_0})
+    EXPECT_EQ(type_ops(t), nullptr) << type_info(t).name;
   // The structs agree with the size table every reader bounds-checks with.
   EXPECT_EQ(sizeof(BlockQ4_0), type_info(TensorType::Q4_0).block_bytes);
   EXPECT_EQ(sizeof(BlockQ8_0), type_info(TensorType::Q8_0).block_bytes);
   EXPECT_EQ(sizeof(BlockQ4_K), type_info(TensorType::Q4_K).block_bytes);
   EXPECT_EQ(sizeof(BlockQ6_K), type_info(TensorType::Q6_K).block_bytes);
   EXPECT_EQ(sizeof(BlockQ8_K), type_info(TensorType::Q8_K).block_bytes);
+  EXPECT_EQ(sizeof(BlockQ4_1), type_info(TensorType::Q4_1).block_bytes);
+  EXPECT_EQ(sizeof(BlockQ5_0), type_info(TensorType::Q5_0).block_bytes);
+  EXPECT_EQ(sizeof(BlockQ5_1), type_info(TensorType::Q5_1).block_bytes);
+  EXPECT_EQ(sizeof(BlockQ8_1), type_info(TensorType::Q8_1).block_bytes);
+  EXPECT_EQ(sizeof(BlockQ2_K), type_info(TensorType::Q2_K).block_bytes);
+  EXPECT_EQ(sizeof(BlockQ3_K), type_info(TensorType::Q3_K).block_bytes);
+  EXPECT_EQ(sizeof(BlockQ5_K), type_info(TensorType::Q5_K).block_bytes);
+  EXPECT_EQ(sizeof(BlockIQ4_NL), type_info(TensorType::IQ4_NL).block_bytes);
+  EXPECT_EQ(sizeof(BlockIQ4_XS), type_info(TensorType::IQ4_XS).block_bytes);
+  EXPECT_EQ(sizeof(BlockMXFP4), type_info(TensorType::MXFP4).block_bytes);
 }
 
 // ---- quantize -> dequantize error -------------------------------------------
