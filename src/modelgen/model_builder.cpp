@@ -53,14 +53,13 @@ struct FileType {
   TensorType type;
   uint32_t ftype;
 };
-constexpr std::array<FileType, 7> kFileTypes = {{
-    {TensorType::F32, 0},
-    {TensorType::F16, 1},
-    {TensorType::Q4_0, 2},
-    {TensorType::Q8_0, 7},
-    {TensorType::Q4_K, 14},
-    {TensorType::Q6_K, 18},
-    {TensorType::BF16, 32},
+constexpr std::array<FileType, 16> kFileTypes = {{
+    {TensorType::F32, 0},     {TensorType::F16, 1},     {TensorType::Q4_0, 2},
+    {TensorType::Q4_1, 3},    {TensorType::Q8_0, 7},    {TensorType::Q5_0, 8},
+    {TensorType::Q5_1, 9},    {TensorType::Q2_K, 10},   {TensorType::Q3_K, 11},
+    {TensorType::Q4_K, 14},   {TensorType::Q5_K, 16},   {TensorType::Q6_K, 18},
+    {TensorType::IQ4_NL, 25}, {TensorType::IQ4_XS, 30}, {TensorType::BF16, 32},
+    {TensorType::MXFP4, 38},
 }};
 
 // How a tensor's values are made.
@@ -98,8 +97,6 @@ uint64_t fnv1a(std::string_view s) {
   for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ull;
   return h;
 }
-
-bool is_k_quant(TensorType t) { return type_info(t).block_elems == 256; }
 
 int64_t head_dim_of(const RandomModelSpec& s) {
   return s.head_dim > 0 ? s.head_dim : s.dim / s.heads;
@@ -154,10 +151,13 @@ std::vector<TensorPlan> plan_tensors(const RandomModelSpec& s, int64_t n_vocab) 
                        1.0f, s.type});
           return;
         }
-        // more_bits: a tensor Q4_K_M stores in Q6_K.
-        const bool more_bits = role == R::Output || ((role == R::AttnV || role == R::FfnDown) &&
-                                                     more_bits_layer(layer, s.layers));
-        const TensorType t = s.q4_k_m && more_bits ? TensorType::Q6_K : s.type;
+        const char* mix_role = role == R::Output      ? "output"
+                               : role == R::AttnV     ? "attn_v"
+                               : role == R::AttnOutput ? "attn_output"
+                               : role == R::AttnQkv   ? "attn_qkv"
+                               : role == R::FfnDown   ? "ffn_down"
+                                                      : "";
+        const TensorType t = mix_type(s.mix, s.type, mix_role, layer, s.layers);
         p.push_back({std::move(name), std::move(dims), storage_type(t, in),
                      role == R::Output ? Fill::UniformZeroByteRows : Fill::Uniform,
                      1.0f / std::sqrt(static_cast<float>(in)), t});
@@ -303,8 +303,34 @@ bool more_bits_layer(int64_t layer, int64_t n_layers) {
 
 TensorType storage_type(TensorType wanted, int64_t row) {
   if (row_bytes(wanted, row)) return wanted;
-  if (is_k_quant(wanted) && row_bytes(TensorType::Q8_0, row)) return TensorType::Q8_0;
+  struct Fallback {
+    TensorType from, to;
+  };
+  constexpr Fallback kFallbacks[] = {
+      {TensorType::Q2_K, TensorType::Q4_0}, {TensorType::Q3_K, TensorType::Q4_0},
+      {TensorType::Q4_K, TensorType::Q5_0}, {TensorType::Q5_K, TensorType::Q5_1},
+      {TensorType::Q6_K, TensorType::Q8_0}, {TensorType::IQ4_XS, TensorType::IQ4_NL},
+  };
+  for (const Fallback& f : kFallbacks)
+    if (f.from == wanted && row_bytes(f.to, row)) return f.to;
   return TensorType::F16;
+}
+
+TensorType mix_type(KMix mix, TensorType base, std::string_view role, int64_t layer,
+                    int64_t n_layers) {
+  if (mix == KMix::None) return base;
+  if (role == "output") return TensorType::Q6_K;
+  if (role == "attn_qkv")  // fused Q/K/V: one step up from the base
+    return mix == KMix::Q3_K_M ? TensorType::Q4_K : mix == KMix::Q4_K_M ? TensorType::Q5_K : TensorType::Q6_K;
+  if (mix == KMix::Q3_K_M) {
+    if (role == "attn_output") return TensorType::Q4_K;
+    if (role == "attn_v") return layer < 2 ? TensorType::Q5_K : TensorType::Q4_K;
+    if (role == "ffn_down") return layer < n_layers / 16 ? TensorType::Q5_K : TensorType::Q4_K;
+    return base;
+  }
+  if ((role == "attn_v" || role == "ffn_down") && more_bits_layer(layer, n_layers))
+    return TensorType::Q6_K;
+  return base;
 }
 
 Result<BuildSummary> write_random_model(const RandomModelSpec& spec, const VocabSource& vocab,
@@ -322,9 +348,11 @@ Result<BuildSummary> write_random_model(const RandomModelSpec& spec, const Vocab
                                    ? spec.name
                                    : "cairn-random-" + a + "-" + std::to_string(spec.dim) + "x" +
                                          std::to_string(spec.layers));
-  constexpr uint32_t kFileTypeQ4KM = 15;  // llama.cpp's LLAMA_FTYPE_MOSTLY_Q4_K_M
-  if (spec.q4_k_m) {
-    w.set_uint32("general.file_type", kFileTypeQ4KM);
+  // llama.cpp's LLAMA_FTYPE_MOSTLY_Q3_K_M, _Q4_K_M, _Q5_K_M.
+  if (spec.mix != KMix::None) {
+    w.set_uint32("general.file_type", spec.mix == KMix::Q3_K_M   ? 12
+                                      : spec.mix == KMix::Q4_K_M ? 15
+                                                                 : 17);
   } else {
     for (const auto& ft : kFileTypes)
       if (ft.type == spec.type) w.set_uint32("general.file_type", ft.ftype);

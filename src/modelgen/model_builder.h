@@ -21,6 +21,9 @@
 
 namespace cairn::modelgen {
 
+// llama.cpp's mixed K-quant file types, the ones most published models ship in.
+enum class KMix { None, Q3_K_M, Q4_K_M, Q5_K_M };
+
 struct RandomModelSpec {
   // "llama", "qwen2" (q/k/v biases, NeoX RoPE, base 1e6), "qwen3" (per-head
   // Q/K norms, NeoX, base 1e6) or "phi3" (fused attn_qkv and gate/up, NeoX)
@@ -40,10 +43,9 @@ struct RandomModelSpec {
   // empty: none.
   std::string rope_freqs;
   TensorType type = TensorType::F32;  // of every 2-D weight; norms and biases stay F32
-  // With type Q4_K: llama.cpp's Q4_K_M choices instead (output, and attn_v and
-  // ffn_down of the layers more_bits_layer names, in Q6_K), the mix most
-  // published models ship in.
-  bool q4_k_m = false;
+  // A llama.cpp K-quant mix instead of one type (`type` is then its base:
+  // Q3_K, Q4_K or Q5_K): the per-tensor choices of mix_type below.
+  KMix mix = KMix::None;
   uint64_t seed = 0;
 };
 
@@ -83,10 +85,20 @@ std::vector<float> llama3_rope_factors(int64_t n_rot, double base, double factor
                                        double original_ctx = 8192.0);
 
 // The type a 2-D tensor of row length `row` gets when `wanted` is asked for.
-// Like llama.cpp, a row that is not a multiple of the block size falls back:
-// K-quants (256-element blocks) to Q8_0 when the row is a multiple of 32
-// (llama.cpp picks Q5_0/Q5_1, which cairn does not compute), else F16.
+// Like llama.cpp's quantizer, a row that is not a multiple of the block size
+// falls back: Q2_K/Q3_K to Q4_0, Q4_K to Q5_0, Q5_K to Q5_1, Q6_K to Q8_0,
+// IQ4_XS to IQ4_NL, and to F16 when even that block does not fit.
 TensorType storage_type(TensorType wanted, int64_t row);
+
+// A mix's type for one tensor before any fallback, as llama.cpp's quantizer
+// picks it for a llama-family model: Q4_K_M and Q5_K_M put the output, and
+// attn_v and ffn_down of the layers more_bits_layer names, in Q6_K; Q3_K_M
+// puts the output in Q6_K, attn_output in Q4_K, attn_v in Q5_K for the first
+// two layers and Q4_K after, ffn_down in Q5_K for the first sixteenth of the
+// layers and Q4_K after; a fused attn_qkv goes one step up (Q4_K, Q5_K, Q6_K).
+// `role` is one of "output", "attn_v", "attn_output", "attn_qkv", "ffn_down",
+// or anything else (the base type).
+TensorType mix_type(KMix mix, TensorType base, std::string_view role, int64_t layer, int64_t n_layers);
 
 // llama.cpp's rule for the layers whose attn_v and ffn_down Q4_K_M stores in
 // Q6_K: the first and last eighth of the layers, and every third in between.

@@ -124,7 +124,12 @@ TEST(ModelBuilder, Qwen2HasBiasesAndItsRopeBase) {
 
 TEST(ModelBuilder, RowsThatDoNotFitFallBack) {
   EXPECT_EQ(storage_type(TensorType::Q4_K, 512), TensorType::Q4_K);
-  EXPECT_EQ(storage_type(TensorType::Q4_K, 64), TensorType::Q8_0);
+  // llama.cpp's quantizer's fallbacks.
+  EXPECT_EQ(storage_type(TensorType::Q4_K, 64), TensorType::Q5_0);
+  EXPECT_EQ(storage_type(TensorType::Q5_K, 896), TensorType::Q5_1);
+  EXPECT_EQ(storage_type(TensorType::Q3_K, 896), TensorType::Q4_0);
+  EXPECT_EQ(storage_type(TensorType::Q2_K, 96), TensorType::Q4_0);
+  EXPECT_EQ(storage_type(TensorType::IQ4_XS, 96), TensorType::IQ4_NL);
   EXPECT_EQ(storage_type(TensorType::Q6_K, 96), TensorType::Q8_0);
   EXPECT_EQ(storage_type(TensorType::Q6_K, 100), TensorType::F16);
   EXPECT_EQ(storage_type(TensorType::Q4_0, 48), TensorType::F16);
@@ -138,10 +143,10 @@ TEST(ModelBuilder, RowsThatDoNotFitFallBack) {
   ASSERT_TRUE(summary.is_ok()) << summary.status().message();
   ASSERT_EQ(summary->fallbacks.size(), 2u);
   EXPECT_EQ(summary->fallbacks[0].tensor, "blk.0.ffn_down.weight");
-  EXPECT_EQ(summary->fallbacks[0].used, TensorType::Q8_0);
+  EXPECT_EQ(summary->fallbacks[0].used, TensorType::Q5_0);
   auto file = gguf::File::open(path);
   ASSERT_TRUE(file.is_ok());
-  EXPECT_EQ((*file)->find_tensor("blk.1.ffn_down.weight")->type, TensorType::Q8_0);
+  EXPECT_EQ((*file)->find_tensor("blk.1.ffn_down.weight")->type, TensorType::Q5_0);
   EXPECT_EQ((*file)->find_tensor("blk.1.ffn_up.weight")->type, TensorType::Q4_K);
 }
 
@@ -155,7 +160,7 @@ TEST(ModelBuilder, Q4KMStoresTheMoreBitsTensorsInQ6K) {
 
   auto dir = test::temp_dir("builder-q4km");
   auto spec = small_spec(TensorType::Q4_K);
-  spec.q4_k_m = true;
+  spec.mix = KMix::Q4_K_M;
   spec.layers = 9;  // more bits: 0 (first eighth), 3 and 6 (every third), 7 and 8 (last eighth)
   auto path = (dir / "m.gguf").string();
   auto summary = write_random_model(spec, demo_vocab(), path);
@@ -175,6 +180,39 @@ TEST(ModelBuilder, Q4KMStoresTheMoreBitsTensorsInQ6K) {
     EXPECT_EQ(type_of(b + "attn_q.weight"), TensorType::Q4_K) << l;
     EXPECT_EQ(type_of(b + "ffn_up.weight"), TensorType::Q4_K) << l;
   }
+}
+
+// Q3_K_M and Q5_K_M as llama.cpp's quantizer makes them for a llama model.
+TEST(ModelBuilder, Q3KMAndQ5KMMixes) {
+  EXPECT_EQ(mix_type(KMix::Q5_K_M, TensorType::Q5_K, "ffn_down", 0, 9), TensorType::Q6_K);
+  EXPECT_EQ(mix_type(KMix::Q5_K_M, TensorType::Q5_K, "ffn_down", 1, 9), TensorType::Q5_K);
+  EXPECT_EQ(mix_type(KMix::Q5_K_M, TensorType::Q5_K, "attn_q", 0, 9), TensorType::Q5_K);
+  EXPECT_EQ(mix_type(KMix::Q3_K_M, TensorType::Q3_K, "attn_v", 1, 32), TensorType::Q5_K);
+  EXPECT_EQ(mix_type(KMix::Q3_K_M, TensorType::Q3_K, "attn_v", 2, 32), TensorType::Q4_K);
+  EXPECT_EQ(mix_type(KMix::Q3_K_M, TensorType::Q3_K, "ffn_down", 1, 32), TensorType::Q5_K);
+  EXPECT_EQ(mix_type(KMix::Q3_K_M, TensorType::Q3_K, "ffn_down", 2, 32), TensorType::Q4_K);
+  EXPECT_EQ(mix_type(KMix::Q3_K_M, TensorType::Q3_K, "attn_output", 5, 32), TensorType::Q4_K);
+  EXPECT_EQ(mix_type(KMix::Q3_K_M, TensorType::Q3_K, "ffn_up", 5, 32), TensorType::Q3_K);
+  EXPECT_EQ(mix_type(KMix::Q3_K_M, TensorType::Q3_K, "output", 0, 32), TensorType::Q6_K);
+
+  auto dir = test::temp_dir("builder-q3km");
+  auto spec = small_spec(TensorType::Q3_K);
+  spec.mix = KMix::Q3_K_M;
+  spec.layers = 3;
+  spec.ffn = 384;  // ffn_down rows of 384: Q4_K falls back to Q5_0, Q5_K to Q5_1
+  auto path = (dir / "m.gguf").string();
+  auto summary = write_random_model(spec, demo_vocab(), path);
+  ASSERT_TRUE(summary.is_ok()) << summary.status().message();
+  auto file = gguf::File::open(path);
+  ASSERT_TRUE(file.is_ok());
+  const auto type_of = [&](const std::string& name) { return (*file)->find_tensor(name)->type; };
+  EXPECT_EQ(type_of("blk.0.ffn_down.weight"), TensorType::Q5_0);  // Q4_K (0 < 3/16 is false)
+  EXPECT_EQ(type_of("blk.0.attn_v.weight"), TensorType::Q5_K);
+  EXPECT_EQ(type_of("blk.2.attn_v.weight"), TensorType::Q4_K);
+  EXPECT_EQ(type_of("blk.1.attn_output.weight"), TensorType::Q4_K);
+  EXPECT_EQ(type_of("blk.1.ffn_up.weight"), TensorType::Q3_K);
+  EXPECT_EQ(type_of("output.weight"), TensorType::Q6_K);
+  EXPECT_EQ(*(*file)->get_uint("general.file_type").value(), 12u);
 }
 
 TEST(ModelBuilder, SameSeedSameBytes) {
@@ -209,7 +247,7 @@ TEST(ModelBuilder, RejectsBadSpecs) {
   rejects([](RandomModelSpec& s) { s.layers = 0; }, "--layers");
   rejects([](RandomModelSpec& s) { s.ffn = -1; }, "--ffn");
   rejects([](RandomModelSpec& s) { s.ctx = 0; }, "--ctx");
-  rejects([](RandomModelSpec& s) { s.type = TensorType::Q5_K; }, "quantize");
+  rejects([](RandomModelSpec& s) { s.type = TensorType::IQ2_XS; }, "quantize");
   EXPECT_FALSE(std::filesystem::exists(path));
   auto s = small_spec(TensorType::F32);
   EXPECT_FALSE(

@@ -23,9 +23,22 @@ struct MakeModelArgs {
 };
 
 Status make_model(MakeModelArgs& a) {
-  // q4_k_m: Q4_K with llama.cpp's Q4_K_M choice of Q6_K tensors.
-  a.spec.q4_k_m = a.type == "q4_k_m";
-  auto type = a.spec.q4_k_m ? std::optional<TensorType>(TensorType::Q4_K) : type_from_name(a.type);
+  // The K-quant mixes: their base type plus llama.cpp's per-tensor choices.
+  struct Mix {
+    const char* name;
+    modelgen::KMix mix;
+    TensorType base;
+  };
+  constexpr Mix kMixes[] = {{"q3_k_m", modelgen::KMix::Q3_K_M, TensorType::Q3_K},
+                            {"q4_k_m", modelgen::KMix::Q4_K_M, TensorType::Q4_K},
+                            {"q5_k_m", modelgen::KMix::Q5_K_M, TensorType::Q5_K}};
+  std::optional<TensorType> type = type_from_name(a.type);
+  for (const Mix& m : kMixes) {
+    if (a.type == m.name) {
+      a.spec.mix = m.mix;
+      type = m.base;
+    }
+  }
   if (!type) return Status::error("unknown --type '" + a.type + "'");
   a.spec.type = *type;
   CAIRN_RETURN_IF_ERROR(modelgen::validate(a.spec));
@@ -72,8 +85,9 @@ void register_make_model(CLI::App& app, CommandResult& result) {
   cmd->add_option("--vocab-from", a->vocab_from,
                   "GGUF whose tokenizer.* metadata is copied (default: demo vocabulary)");
   cmd->add_option("--type", a->type,
-                  "f32, f16, bf16, q8_0, q4_0, q4_k, q6_k, or q4_k_m (q4_k with llama.cpp's Q4_K_M "
-                  "choice of q6_k tensors); norms and biases stay f32")
+                  "f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k, "
+                  "iq4_nl, iq4_xs, mxfp4, or a mix as llama.cpp's quantizer makes it: q3_k_m, "
+                  "q4_k_m, q5_k_m; norms and biases stay f32")
       ->capture_default_str();
   cmd->add_option("--seed", s.seed, "weight seed")->capture_default_str();
   cmd->add_option("--name", s.name, "general.name");
