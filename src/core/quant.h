@@ -40,7 +40,15 @@ struct TypeOps {
   // for bit. Lets a kernel keep the activation block in registers across rows.
   void (*vec_dot_rows)(int64_t n, const void* w, size_t w_stride, int64_t n_rows, const void* act,
                        float* out) = nullptr;
+  // Optional (nullptr: call vec_dot per token). One weight row against
+  // n_act <= kMaxDotTokens activation rows, row t at (const char*)act + t *
+  // act_stride: out[t * out_stride] = vec_dot(n, w, act row t), bit for bit.
+  // Lets a kernel decode each weight block once for several tokens (prompts).
+  void (*vec_dot_tokens)(int64_t n, const void* w, const void* act, size_t act_stride, int64_t n_act,
+                         float* out, size_t out_stride) = nullptr;
 };
+
+inline constexpr int64_t kMaxDotTokens = 4;
 
 // The quantizer for activations of `ops`' type (from_float_act or from_float).
 inline auto act_from_float(const TypeOps& ops) {

@@ -112,13 +112,25 @@ void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* out,
   const auto vec_dot = ops->vec_dot;
   // Rows go in runs small enough to stay in L2 while every token passes over
   // them, so a weight row leaves memory once per batch; a type with a
-  // many-rows kernel (vec_dot_rows) does a whole run per call.
+  // many-rows kernel (vec_dot_rows) does a whole run per call, one with a
+  // many-tokens kernel (vec_dot_tokens) decodes each row once per few tokens.
   constexpr int64_t kRowRun = 64;
   const auto vec_dot_rows = ops->vec_dot_rows;
+  const auto vec_dot_tokens = n_tokens > 1 ? ops->vec_dot_tokens : nullptr;
   pool.parallel_for(w.rows, [&](int64_t b, int64_t e) {
     for (int64_t r0 = b; r0 < e; r0 += kRowRun) {
       const int64_t r1 = std::min(e, r0 + kRowRun);
       const unsigned char* wrun = wdata + static_cast<size_t>(r0) * w.row_stride;
+      if (vec_dot_tokens) {
+        for (int64_t t = 0; t < n_tokens; t += kMaxDotTokens) {
+          const int64_t nt = std::min(kMaxDotTokens, n_tokens - t);
+          const unsigned char* at = adata + static_cast<size_t>(t) * act_stride;
+          for (int64_t r = r0; r < r1; ++r)
+            vec_dot_tokens(w.cols, wdata + static_cast<size_t>(r) * w.row_stride, at, act_stride, nt,
+                           out + t * w.rows + r, (size_t)w.rows);
+        }
+        continue;
+      }
       for (int64_t t = 0; t < n_tokens; ++t) {
         const unsigned char* at = adata + static_cast<size_t>(t) * act_stride;
         float* o = out + t * w.rows;

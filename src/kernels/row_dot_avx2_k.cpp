@@ -165,6 +165,70 @@ CAIRN_AVX2 float q5_k_dot_q8_k(int64_t n, const void* w, const void* act) {
   return lanes_sum(lanes) - min_acc;
 }
 
+// Q5_K against up to 4 tokens: each super-block's scales and codes decoded once.
+template <int NT>
+CAIRN_AVX2 inline void q5_k_tokens(int64_t n, const BlockQ5_K* x, const uint8_t* act, size_t stride, float* out,
+                                   size_t out_stride) {
+  const __m256i low4 = _mm256_set1_epi8(0xF);
+  const __m256i one = _mm256_set1_epi8(1);
+  __m256 lanes[NT];
+  float min_acc[NT];
+  for (int t = 0; t < NT; ++t) {
+    lanes[t] = _mm256_setzero_ps();
+    min_acc[t] = 0.0f;
+  }
+  for (int64_t i = 0; i < n / kQK_K; ++i) {
+    uint32_t u[4];
+    q4k_scales_mins(x[i].scales, u);
+    const __m256i sm = _mm256_cvtepu8_epi16(
+        _mm_set_epi32(static_cast<int>(u[3]), static_cast<int>(u[2]), static_cast<int>(u[1]), static_cast<int>(u[0])));
+    const __m256i sc2 = _mm256_permute2x128_si256(sm, sm, 0x00);
+    const __m128i m8 = _mm256_extracti128_si256(sm, 1);
+    const float dx = f16(x[i].d), dminx = f16(x[i].dmin);
+    const __m256i qh = load_256(x[i].qh);
+    __m256i acc[NT];
+    for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_si256();
+    for (int j = 0; j < kQK_K / 64; ++j) {
+      const __m256i bytes = load_256(x[i].qs + 32 * j);
+      const __m256i hlo = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * j), one), 4);
+      const __m256i hhi = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * j + 1), one), 4);
+      const __m256i lo = _mm256_or_si256(_mm256_and_si256(bytes, low4), hlo);
+      const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bytes, 4), low4), hhi);
+      const __m256i slo = _mm256_shuffle_epi8(sc2, load_256(kBroadcast16[2 * j]));
+      const __m256i shi = _mm256_shuffle_epi8(sc2, load_256(kBroadcast16[2 * j + 1]));
+      for (int t = 0; t < NT; ++t) {
+        const BlockQ8_K& y = reinterpret_cast<const BlockQ8_K*>(act + t * stride)[i];
+        const __m256i plo = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, load_256(y.qs + 64 * j)), slo);
+        const __m256i phi = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, load_256(y.qs + 64 * j + 32)), shi);
+        acc[t] = _mm256_add_epi32(acc[t], _mm256_add_epi32(plo, phi));
+      }
+    }
+    for (int t = 0; t < NT; ++t) {
+      const BlockQ8_K& y = reinterpret_cast<const BlockQ8_K*>(act + t * stride)[i];
+      const __m256i bs = load_256(y.bsums);
+      const __m128i pairs = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
+      __m128i mins = _mm_madd_epi16(m8, pairs);
+      mins = _mm_add_epi32(mins, _mm_shuffle_epi32(mins, _MM_SHUFFLE(1, 0, 3, 2)));
+      mins = _mm_add_epi32(mins, _mm_shuffle_epi32(mins, _MM_SHUFFLE(2, 3, 0, 1)));
+      lanes[t] = lanes_fma(acc[t], y.d * dx, lanes[t]);
+      min_acc[t] = fma_ss(y.d * dminx, static_cast<float>(_mm_cvtsi128_si32(mins)), min_acc[t]);
+    }
+  }
+  for (int t = 0; t < NT; ++t) out[t * out_stride] = lanes_sum(lanes[t]) - min_acc[t];
+}
+
+CAIRN_AVX2 void q5_k_dot_tokens(int64_t n, const void* w, const void* act, size_t act_stride, int64_t n_act,
+                                float* out, size_t out_stride) {
+  const auto* x = static_cast<const BlockQ5_K*>(w);
+  const auto* a = static_cast<const uint8_t*>(act);
+  switch (n_act) {
+    case 1: return q5_k_tokens<1>(n, x, a, act_stride, out, out_stride);
+    case 2: return q5_k_tokens<2>(n, x, a, act_stride, out, out_stride);
+    case 3: return q5_k_tokens<3>(n, x, a, act_stride, out, out_stride);
+    default: return q5_k_tokens<4>(n, x, a, act_stride, out, out_stride);
+  }
+}
+
 CAIRN_AVX2 float iq4_xs_dot_q8_k(int64_t n, const void* w, const void* act) {
   const BlockIQ4_XS* x = static_cast<const BlockIQ4_XS*>(w);
   const BlockQ8_K* y = static_cast<const BlockQ8_K*>(act);

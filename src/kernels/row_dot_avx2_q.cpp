@@ -56,6 +56,37 @@ CAIRN_AVX2 float q5_0_dot_q8_0(int64_t n, const void* w, const void* act) {
   return lanes_sum(acc);
 }
 
+// Q5_0 against up to 4 tokens: each block decoded once.
+template <int NT>
+CAIRN_AVX2 inline void q5_0_tokens(int64_t n, const BlockQ5_0* x, const uint8_t* act, size_t stride, float* out,
+                                   size_t out_stride) {
+  const __m256i sixteen = _mm256_set1_epi8(16);
+  __m256 acc[NT];
+  for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
+  for (int64_t i = 0; i < n / kQK4_0; ++i) {
+    const __m256i high = bits_to_bytes(load_u32(x[i].qh));
+    const __m256i qx = _mm256_sub_epi8(nibbles_32(x[i].qs), _mm256_andnot_si256(high, sixteen));
+    const float dx = f16(x[i].d);
+    for (int t = 0; t < NT; ++t) {
+      const BlockQ8_0& y = reinterpret_cast<const BlockQ8_0*>(act + t * stride)[i];
+      acc[t] = lanes_fma(dot_i8(qx, load_32(y.qs)), dx * f16(y.d), acc[t]);
+    }
+  }
+  for (int t = 0; t < NT; ++t) out[t * out_stride] = lanes_sum(acc[t]);
+}
+
+CAIRN_AVX2 void q5_0_dot_tokens(int64_t n, const void* w, const void* act, size_t act_stride, int64_t n_act,
+                                float* out, size_t out_stride) {
+  const auto* x = static_cast<const BlockQ5_0*>(w);
+  const auto* a = static_cast<const uint8_t*>(act);
+  switch (n_act) {
+    case 1: return q5_0_tokens<1>(n, x, a, act_stride, out, out_stride);
+    case 2: return q5_0_tokens<2>(n, x, a, act_stride, out, out_stride);
+    case 3: return q5_0_tokens<3>(n, x, a, act_stride, out, out_stride);
+    default: return q5_0_tokens<4>(n, x, a, act_stride, out, out_stride);
+  }
+}
+
 CAIRN_AVX2 float q5_1_dot_q8_1(int64_t n, const void* w, const void* act) {
   const BlockQ5_1* x = static_cast<const BlockQ5_1*>(w);
   const BlockQ8_1* y = static_cast<const BlockQ8_1*>(act);

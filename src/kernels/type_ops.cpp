@@ -47,6 +47,8 @@ std::array<TypeOps, kTypes> build_active() {
     for (const Swap& s : swaps) {
       if (ops.type == s.type) ops.vec_dot = s.vec_dot;
     }
+    if (ops.type == TensorType::Q5_0) ops.vec_dot_tokens = quant::avx2::q5_0_dot_tokens;
+    if (ops.type == TensorType::Q5_K) ops.vec_dot_tokens = quant::avx2::q5_k_dot_tokens;
     if (ops.type == TensorType::F16) ops.from_float = quant::avx2::f16_from_float;
     // BF16 has no scalar-exact SIMD form to keep (the reference sums in
     // double); these sum in float, all in vdpbf16ps's order.

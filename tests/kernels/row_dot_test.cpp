@@ -129,6 +129,42 @@ TEST_F(SimdDot, QuantizedAreBitIdenticalToScalar) {
   }
 }
 
+// The many-tokens entries (TypeOps::vec_dot_tokens) give every token the bits
+// of the scalar single dot, for 1..kMaxDotTokens tokens, strided rows of both.
+TEST_F(SimdDot, TokensEntriesGiveEachTokensScalarBits) {
+  int checked = 0;
+  for (const TypeOps& scalar : scalar_type_table()) {
+    const TypeOps* ops = type_ops(scalar.type);
+    if (!ops || !ops->vec_dot_tokens) continue;
+    const TypeOps* act_ops = type_ops(ops->vec_dot_type);
+    for (int64_t n : {int64_t{256}, int64_t{2048}}) {
+      const auto wf = random_vec(size_t(n), 11);
+      std::vector<unsigned char> w = random_blocks(scalar.type, n, 5);
+      if (n == 2048) {
+        w.resize(*row_bytes(scalar.type, n));
+        scalar.from_float(wf.data(), w.data(), n);
+      }
+      const size_t stride = *row_bytes(act_ops->type, n) + 64;  // rows apart, as a batch's are
+      std::vector<unsigned char> a(stride * kMaxDotTokens);
+      for (int t = 0; t < kMaxDotTokens; ++t) {
+        const auto af = random_vec(size_t(n), 100 + t);
+        act_from_float(*act_ops)(af.data(), a.data() + t * stride, n);
+      }
+      for (int64_t nt = 1; nt <= kMaxDotTokens; ++nt) {
+        float out[2 * kMaxDotTokens] = {};
+        ops->vec_dot_tokens(n, w.data(), a.data(), stride, nt, out, 2);
+        for (int64_t t = 0; t < nt; ++t)
+          ASSERT_EQ(out[2 * t], scalar.vec_dot(n, w.data(), a.data() + t * stride))
+              << type_info(scalar.type).name << " n " << n << " tokens " << nt << " token " << t;
+        ++checked;
+      }
+    }
+  }
+  if (isa_enabled(Isa::Avx2)) {
+    EXPECT_GT(checked, 0);
+  }
+}
+
 TEST_F(SimdDot, FloatTypesAgreeToRounding) {
   for (int64_t n :
        {int64_t{1}, int64_t{7}, int64_t{8}, int64_t{33}, int64_t{1000}, int64_t{4096}}) {
