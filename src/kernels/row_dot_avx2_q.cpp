@@ -56,37 +56,6 @@ CAIRN_AVX2 float q5_0_dot_q8_0(int64_t n, const void* w, const void* act) {
   return lanes_sum(acc);
 }
 
-// Q5_0 against up to 4 tokens: each block decoded once.
-template <int NT>
-CAIRN_AVX2 inline void q5_0_tokens(int64_t n, const BlockQ5_0* x, const uint8_t* act, size_t stride, float* out,
-                                   size_t out_stride) {
-  const __m256i sixteen = _mm256_set1_epi8(16);
-  __m256 acc[NT];
-  for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
-  for (int64_t i = 0; i < n / kQK4_0; ++i) {
-    const __m256i high = bits_to_bytes(load_u32(x[i].qh));
-    const __m256i qx = _mm256_sub_epi8(nibbles_32(x[i].qs), _mm256_andnot_si256(high, sixteen));
-    const float dx = f16(x[i].d);
-    for (int t = 0; t < NT; ++t) {
-      const BlockQ8_0& y = reinterpret_cast<const BlockQ8_0*>(act + t * stride)[i];
-      acc[t] = lanes_fma(dot_i8(qx, load_32(y.qs)), dx * f16(y.d), acc[t]);
-    }
-  }
-  for (int t = 0; t < NT; ++t) out[t * out_stride] = lanes_sum(acc[t]);
-}
-
-CAIRN_AVX2 void q5_0_dot_tokens(int64_t n, const void* w, const void* act, size_t act_stride, int64_t n_act,
-                                float* out, size_t out_stride) {
-  const auto* x = static_cast<const BlockQ5_0*>(w);
-  const auto* a = static_cast<const uint8_t*>(act);
-  switch (n_act) {
-    case 1: return q5_0_tokens<1>(n, x, a, act_stride, out, out_stride);
-    case 2: return q5_0_tokens<2>(n, x, a, act_stride, out, out_stride);
-    case 3: return q5_0_tokens<3>(n, x, a, act_stride, out, out_stride);
-    default: return q5_0_tokens<4>(n, x, a, act_stride, out, out_stride);
-  }
-}
-
 CAIRN_AVX2 float q5_1_dot_q8_1(int64_t n, const void* w, const void* act) {
   const BlockQ5_1* x = static_cast<const BlockQ5_1*>(w);
   const BlockQ8_1* y = static_cast<const BlockQ8_1*>(act);
@@ -122,6 +91,124 @@ CAIRN_AVX2 float mxfp4_dot_q8_0(int64_t n, const void* w, const void* act) {
     acc = lanes_fma(dot_i8(qx, load_32(y[i].qs)), f16(y[i].d) * e8m0_half(x[i].e), acc);
   }
   return lanes_sum(acc);
+}
+
+// ---- many tokens (TypeOps::vec_dot_tokens) ------------------------------------
+// Each type's block decoding as a policy: its codes as bytes (signed: dot_i8;
+// unsigned: dot_u8_lanes), its scale, and for the offset types the min that
+// meets the activations' d * sum(q); the loop below decodes each block once
+// for up to kMaxDotTokens tokens, each token's float steps as its single dot.
+namespace {
+
+struct Q4_1Policy {
+  using W = BlockQ4_1;
+  using A = BlockQ8_1;
+  static constexpr bool kSigned = false, kOffset = true;
+  CAIRN_AVX2 static __m256i codes(const W& b) { return nibbles_32(b.qs); }
+  CAIRN_AVX2 static float scale(const W& b) { return f16(b.d); }
+  CAIRN_AVX2 static float act_scale(const A& y) { return f16(y.d); }
+  CAIRN_AVX2 static float min(const W& b) { return f16(b.m); }
+};
+struct Q5_0Policy {
+  using W = BlockQ5_0;
+  using A = BlockQ8_0;
+  static constexpr bool kSigned = true, kOffset = false;
+  CAIRN_AVX2 static __m256i codes(const W& b) {
+    const __m256i high = bits_to_bytes(load_u32(b.qh));
+    return _mm256_sub_epi8(nibbles_32(b.qs), _mm256_andnot_si256(high, _mm256_set1_epi8(16)));
+  }
+  CAIRN_AVX2 static float scale(const W& b) { return f16(b.d); }
+  CAIRN_AVX2 static float act_scale(const A& y) { return f16(y.d); }
+  CAIRN_AVX2 static float min(const W&) { return 0.0f; }
+};
+struct Q5_1Policy {
+  using W = BlockQ5_1;
+  using A = BlockQ8_1;
+  static constexpr bool kSigned = false, kOffset = true;
+  CAIRN_AVX2 static __m256i codes(const W& b) {
+    const __m256i high = bits_to_bytes(load_u32(b.qh));
+    return _mm256_or_si256(nibbles_32(b.qs), _mm256_and_si256(high, _mm256_set1_epi8(16)));
+  }
+  CAIRN_AVX2 static float scale(const W& b) { return f16(b.d); }
+  CAIRN_AVX2 static float act_scale(const A& y) { return f16(y.d); }
+  CAIRN_AVX2 static float min(const W& b) { return f16(b.m); }
+};
+struct Iq4NlPolicy {
+  using W = BlockIQ4_NL;
+  using A = BlockQ8_0;
+  static constexpr bool kSigned = true, kOffset = false;
+  CAIRN_AVX2 static __m256i codes(const W& b) { return lookup_16(kIq4nlValues, nibbles_32(b.qs)); }
+  CAIRN_AVX2 static float scale(const W& b) { return f16(b.d); }
+  CAIRN_AVX2 static float act_scale(const A& y) { return f16(y.d); }
+  CAIRN_AVX2 static float min(const W&) { return 0.0f; }
+};
+struct Mxfp4Policy {
+  using W = BlockMXFP4;
+  using A = BlockQ8_0;
+  static constexpr bool kSigned = true, kOffset = false;
+  CAIRN_AVX2 static __m256i codes(const W& b) { return lookup_16(kFp4Values, nibbles_32(b.qs)); }
+  CAIRN_AVX2 static float scale(const W& b) { return e8m0_half(b.e); }
+  CAIRN_AVX2 static float act_scale(const A& y) { return f16(y.d); }
+  CAIRN_AVX2 static float min(const W&) { return 0.0f; }
+};
+
+template <class P, int NT>
+CAIRN_AVX2 inline void tokens_32(int64_t n, const typename P::W* x, const uint8_t* act, size_t stride, float* out,
+                                 size_t out_stride) {
+  __m256 acc[NT];
+  float offsets[NT];
+  for (int t = 0; t < NT; ++t) {
+    acc[t] = _mm256_setzero_ps();
+    offsets[t] = 0.0f;
+  }
+  for (int64_t i = 0; i < n / kQK4_0; ++i) {
+    const __m256i q = P::codes(x[i]);
+    const float dx = P::scale(x[i]);
+    for (int t = 0; t < NT; ++t) {
+      const typename P::A& y = reinterpret_cast<const typename P::A*>(act + t * stride)[i];
+      const __m256i yq = load_32(y.qs);
+      const __m256i p = P::kSigned ? dot_i8(q, yq) : dot_u8_lanes(q, yq);
+      acc[t] = lanes_fma(p, dx * P::act_scale(y), acc[t]);
+      if constexpr (P::kOffset) offsets[t] = fma_ss(P::min(x[i]), f16(y.s), offsets[t]);
+    }
+  }
+  for (int t = 0; t < NT; ++t) out[t * out_stride] = P::kOffset ? lanes_sum(acc[t]) + offsets[t] : lanes_sum(acc[t]);
+}
+
+template <class P>
+CAIRN_AVX2 void dot_tokens_32(int64_t n, const void* w, const void* act, size_t act_stride, int64_t n_act,
+                              float* out, size_t out_stride) {
+  const auto* x = static_cast<const typename P::W*>(w);
+  const auto* a = static_cast<const uint8_t*>(act);
+  switch (n_act) {
+    case 1: return tokens_32<P, 1>(n, x, a, act_stride, out, out_stride);
+    case 2: return tokens_32<P, 2>(n, x, a, act_stride, out, out_stride);
+    case 3: return tokens_32<P, 3>(n, x, a, act_stride, out, out_stride);
+    default: return tokens_32<P, 4>(n, x, a, act_stride, out, out_stride);
+  }
+}
+
+}  // namespace
+
+CAIRN_AVX2 void q4_1_dot_tokens(int64_t n, const void* w, const void* act, size_t act_stride, int64_t n_act,
+                                float* out, size_t out_stride) {
+  dot_tokens_32<Q4_1Policy>(n, w, act, act_stride, n_act, out, out_stride);
+}
+CAIRN_AVX2 void q5_0_dot_tokens(int64_t n, const void* w, const void* act, size_t act_stride, int64_t n_act,
+                                float* out, size_t out_stride) {
+  dot_tokens_32<Q5_0Policy>(n, w, act, act_stride, n_act, out, out_stride);
+}
+CAIRN_AVX2 void q5_1_dot_tokens(int64_t n, const void* w, const void* act, size_t act_stride, int64_t n_act,
+                                float* out, size_t out_stride) {
+  dot_tokens_32<Q5_1Policy>(n, w, act, act_stride, n_act, out, out_stride);
+}
+CAIRN_AVX2 void iq4_nl_dot_tokens(int64_t n, const void* w, const void* act, size_t act_stride, int64_t n_act,
+                                  float* out, size_t out_stride) {
+  dot_tokens_32<Iq4NlPolicy>(n, w, act, act_stride, n_act, out, out_stride);
+}
+CAIRN_AVX2 void mxfp4_dot_tokens(int64_t n, const void* w, const void* act, size_t act_stride, int64_t n_act,
+                                 float* out, size_t out_stride) {
+  dot_tokens_32<Mxfp4Policy>(n, w, act, act_stride, n_act, out, out_stride);
 }
 
 }  // namespace cairn::quant::avx2

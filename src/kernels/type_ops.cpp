@@ -43,12 +43,22 @@ std::array<TypeOps, kTypes> build_active() {
       {TensorType::Q5_K, quant::avx2::q5_k_dot_q8_k},
       {TensorType::IQ4_XS, quant::avx2::iq4_xs_dot_q8_k},
   };
+  struct Tokens {
+    TensorType type;
+    void (*fn)(int64_t, const void*, const void*, size_t, int64_t, float*, size_t);
+  };
+  const Tokens tokens[] = {
+      {TensorType::Q4_1, quant::avx2::q4_1_dot_tokens},     {TensorType::Q5_0, quant::avx2::q5_0_dot_tokens},
+      {TensorType::Q5_1, quant::avx2::q5_1_dot_tokens},     {TensorType::IQ4_NL, quant::avx2::iq4_nl_dot_tokens},
+      {TensorType::MXFP4, quant::avx2::mxfp4_dot_tokens},   {TensorType::Q5_K, quant::avx2::q5_k_dot_tokens},
+  };
   for (TypeOps& ops : table) {
     for (const Swap& s : swaps) {
       if (ops.type == s.type) ops.vec_dot = s.vec_dot;
     }
-    if (ops.type == TensorType::Q5_0) ops.vec_dot_tokens = quant::avx2::q5_0_dot_tokens;
-    if (ops.type == TensorType::Q5_K) ops.vec_dot_tokens = quant::avx2::q5_k_dot_tokens;
+    for (const Tokens& t : tokens) {
+      if (ops.type == t.type) ops.vec_dot_tokens = t.fn;
+    }
     if (ops.type == TensorType::F16) ops.from_float = quant::avx2::f16_from_float;
     // BF16 has no scalar-exact SIMD form to keep (the reference sums in
     // double); these sum in float, all in vdpbf16ps's order.
