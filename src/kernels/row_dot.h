@@ -60,6 +60,12 @@ void mxfp4_dot_tokens(int64_t n, const void* w, const void* act, size_t act_stri
                       size_t out_stride);
 void q5_k_dot_tokens(int64_t n, const void* w, const void* act, size_t act_stride, int64_t n_act, float* out,
                      size_t out_stride);
+void q2_k_dot_tokens(int64_t n, const void* w, const void* act, size_t act_stride, int64_t n_act, float* out,
+                     size_t out_stride);
+void q3_k_dot_tokens(int64_t n, const void* w, const void* act, size_t act_stride, int64_t n_act, float* out,
+                     size_t out_stride);
+void iq4_xs_dot_tokens(int64_t n, const void* w, const void* act, size_t act_stride, int64_t n_act, float* out,
+                       size_t out_stride);
 
 float bf16_dot(int64_t n, const void* w, const void* act);
 // out[r] = bf16_dot(n, (const char*)w + r * w_stride, act) to rounding, r < n_rows.

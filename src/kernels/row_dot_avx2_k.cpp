@@ -245,4 +245,134 @@ CAIRN_AVX2 float iq4_xs_dot_q8_k(int64_t n, const void* w, const void* act) {
   return lanes_sum(lanes);
 }
 
+// ---- many tokens: Q2_K, Q3_K, IQ4_XS ---------------------------------------------
+// Each super-block's codes and scales decoded once into registers (the 32-code
+// runs one at a time), then met by up to kMaxDotTokens tokens.
+namespace {
+
+template <int NT>
+CAIRN_AVX2 inline void q2_k_tokens(int64_t n, const BlockQ2_K* x, const uint8_t* act, size_t stride, float* out,
+                                   size_t out_stride) {
+  const __m256i three = _mm256_set1_epi8(3);
+  const __m128i low4 = _mm_set1_epi8(0xF);
+  __m256 lanes[NT];
+  float min_acc[NT];
+  for (int t = 0; t < NT; ++t) {
+    lanes[t] = _mm256_setzero_ps();
+    min_acc[t] = 0.0f;
+  }
+  for (int64_t i = 0; i < n / kQK_K; ++i) {
+    const __m128i sc_bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[i].scales));
+    const __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc_bytes, 4), low4));
+    const Scales16 scales(_mm_and_si128(sc_bytes, low4));
+    const float dx = f16(x[i].d), dminx = f16(x[i].dmin);
+    __m256i acc[NT];
+    for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_si256();
+    for (int h = 0; h < 2; ++h) {
+      const __m256i q = load_256(x[i].qs + 32 * h);
+      for (int k = 0; k < 4; ++k) {
+        const __m256i codes = _mm256_and_si256(_mm256_srli_epi16(q, 2 * k), three);
+        const __m256i sc = scales.pair(h, k);
+        for (int t = 0; t < NT; ++t) {
+          const BlockQ8_K& y = reinterpret_cast<const BlockQ8_K*>(act + t * stride)[i];
+          acc[t] = _mm256_add_epi32(
+              acc[t], _mm256_madd_epi16(_mm256_maddubs_epi16(codes, load_256(y.qs + 128 * h + 32 * k)), sc));
+        }
+      }
+    }
+    for (int t = 0; t < NT; ++t) {
+      const BlockQ8_K& y = reinterpret_cast<const BlockQ8_K*>(act + t * stride)[i];
+      lanes[t] = lanes_fma(acc[t], y.d * dx, lanes[t]);
+      min_acc[t] = fma_ss(y.d * dminx, static_cast<float>(bsums_dot(y.bsums, mins)), min_acc[t]);
+    }
+  }
+  for (int t = 0; t < NT; ++t) out[t * out_stride] = lanes_sum(lanes[t]) - min_acc[t];
+}
+
+template <int NT>
+CAIRN_AVX2 inline void q3_k_tokens(int64_t n, const BlockQ3_K* x, const uint8_t* act, size_t stride, float* out,
+                                   size_t out_stride) {
+  const __m256i three = _mm256_set1_epi8(3);
+  const __m256i one = _mm256_set1_epi8(1);
+  const __m256i four = _mm256_set1_epi8(4);
+  __m256 lanes[NT];
+  for (int t = 0; t < NT; ++t) lanes[t] = _mm256_setzero_ps();
+  for (int64_t i = 0; i < n / kQK_K; ++i) {
+    const Scales16 scales(q3k_scales_vec(x[i].scales));
+    const __m256i hm = load_256(x[i].hmask);
+    const float dx = f16(x[i].d);
+    __m256i acc[NT];
+    for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_si256();
+    for (int h = 0; h < 2; ++h) {
+      const __m256i q = load_256(x[i].qs + 32 * h);
+      for (int k = 0; k < 4; ++k) {
+        const __m256i low = _mm256_and_si256(_mm256_srli_epi16(q, 2 * k), three);
+        const __m256i high = _mm256_and_si256(_mm256_srli_epi16(hm, 4 * h + k), one);
+        const __m256i codes = _mm256_or_si256(low, _mm256_slli_epi16(high, 2));
+        const __m256i sc = scales.pair(h, k);
+        for (int t = 0; t < NT; ++t) {
+          const BlockQ8_K& y = reinterpret_cast<const BlockQ8_K*>(act + t * stride)[i];
+          const __m256i q8 = load_256(y.qs + 128 * h + 32 * k);
+          const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(codes, q8), _mm256_maddubs_epi16(four, q8));
+          acc[t] = _mm256_add_epi32(acc[t], _mm256_madd_epi16(p, sc));
+        }
+      }
+    }
+    for (int t = 0; t < NT; ++t) {
+      const BlockQ8_K& y = reinterpret_cast<const BlockQ8_K*>(act + t * stride)[i];
+      lanes[t] = lanes_fma(acc[t], y.d * dx, lanes[t]);
+    }
+  }
+  for (int t = 0; t < NT; ++t) out[t * out_stride] = lanes_sum(lanes[t]);
+}
+
+template <int NT>
+CAIRN_AVX2 inline void iq4_xs_tokens(int64_t n, const BlockIQ4_XS* x, const uint8_t* act, size_t stride, float* out,
+                                     size_t out_stride) {
+  __m256 lanes[NT];
+  for (int t = 0; t < NT; ++t) lanes[t] = _mm256_setzero_ps();
+  for (int64_t i = 0; i < n / kQK_K; ++i) {
+    const float dx = f16(x[i].d);
+    __m256i acc[NT];
+    for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_si256();
+    for (int ib = 0; ib < kQK_K / 32; ++ib) {
+      const int ls = (((x[i].scales_l[ib / 2] >> (4 * (ib % 2))) & 0xF) | (((x[i].scales_h >> (2 * ib)) & 3) << 4)) - 32;
+      const __m256i qx = lookup_16(kIq4nlValues, nibbles_32(x[i].qs + 16 * ib));
+      const __m256i ax = _mm256_sign_epi8(qx, qx);
+      const __m256i scale = _mm256_set1_epi16(static_cast<int16_t>(ls));
+      for (int t = 0; t < NT; ++t) {
+        const BlockQ8_K& y = reinterpret_cast<const BlockQ8_K*>(act + t * stride)[i];
+        const __m256i sy = _mm256_sign_epi8(load_256(y.qs + 32 * ib), qx);
+        acc[t] = _mm256_add_epi32(acc[t], _mm256_madd_epi16(_mm256_maddubs_epi16(ax, sy), scale));
+      }
+    }
+    for (int t = 0; t < NT; ++t) {
+      const BlockQ8_K& y = reinterpret_cast<const BlockQ8_K*>(act + t * stride)[i];
+      lanes[t] = lanes_fma(acc[t], y.d * dx, lanes[t]);
+    }
+  }
+  for (int t = 0; t < NT; ++t) out[t * out_stride] = lanes_sum(lanes[t]);
+}
+
+// Dispatches n_act to the template instance.
+#define CAIRN_TOKENS_ENTRY(name, impl, Block)                                                                  \
+  CAIRN_AVX2 void name(int64_t n, const void* w, const void* act, size_t act_stride, int64_t n_act, float* out, \
+                       size_t out_stride) {                                                                    \
+    const auto* x = static_cast<const Block*>(w);                                                              \
+    const auto* a = static_cast<const uint8_t*>(act);                                                          \
+    switch (n_act) {                                                                                           \
+      case 1: return impl<1>(n, x, a, act_stride, out, out_stride);                                            \
+      case 2: return impl<2>(n, x, a, act_stride, out, out_stride);                                            \
+      case 3: return impl<3>(n, x, a, act_stride, out, out_stride);                                            \
+      default: return impl<4>(n, x, a, act_stride, out, out_stride);                                           \
+    }                                                                                                          \
+  }
+
+}  // namespace
+
+CAIRN_TOKENS_ENTRY(q2_k_dot_tokens, q2_k_tokens, BlockQ2_K)
+CAIRN_TOKENS_ENTRY(q3_k_dot_tokens, q3_k_tokens, BlockQ3_K)
+CAIRN_TOKENS_ENTRY(iq4_xs_dot_tokens, iq4_xs_tokens, BlockIQ4_XS)
+#undef CAIRN_TOKENS_ENTRY
+
 }  // namespace cairn::quant::avx2

@@ -51,6 +51,8 @@ std::array<TypeOps, kTypes> build_active() {
       {TensorType::Q4_1, quant::avx2::q4_1_dot_tokens},     {TensorType::Q5_0, quant::avx2::q5_0_dot_tokens},
       {TensorType::Q5_1, quant::avx2::q5_1_dot_tokens},     {TensorType::IQ4_NL, quant::avx2::iq4_nl_dot_tokens},
       {TensorType::MXFP4, quant::avx2::mxfp4_dot_tokens},   {TensorType::Q5_K, quant::avx2::q5_k_dot_tokens},
+      {TensorType::Q2_K, quant::avx2::q2_k_dot_tokens},     {TensorType::Q3_K, quant::avx2::q3_k_dot_tokens},
+      {TensorType::IQ4_XS, quant::avx2::iq4_xs_dot_tokens},
   };
   for (TypeOps& ops : table) {
     for (const Swap& s : swaps) {
