@@ -48,6 +48,12 @@ float q5_k_dot_q8_k(int64_t n, const void* w, const void* act);
 float iq4_xs_dot_q8_k(int64_t n, const void* w, const void* act);
 // TypeOps::vec_dot_tokens: one row against up to kMaxDotTokens tokens, each
 // token's bits as the single dot above.
+// TypeOps::vec_dot_rows: two rows at a time (two accumulator chains).
+void q4_1_dot_rows(int64_t n, const void* w, size_t w_stride, int64_t n_rows, const void* act, float* out);
+void q5_0_dot_rows(int64_t n, const void* w, size_t w_stride, int64_t n_rows, const void* act, float* out);
+void q5_1_dot_rows(int64_t n, const void* w, size_t w_stride, int64_t n_rows, const void* act, float* out);
+void iq4_nl_dot_rows(int64_t n, const void* w, size_t w_stride, int64_t n_rows, const void* act, float* out);
+void mxfp4_dot_rows(int64_t n, const void* w, size_t w_stride, int64_t n_rows, const void* act, float* out);
 void q4_1_dot_tokens(int64_t n, const void* w, const void* act, size_t act_stride, int64_t n_act, float* out,
                      size_t out_stride);
 void q5_0_dot_tokens(int64_t n, const void* w, const void* act, size_t act_stride, int64_t n_act, float* out,

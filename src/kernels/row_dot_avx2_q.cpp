@@ -188,7 +188,61 @@ CAIRN_AVX2 void dot_tokens_32(int64_t n, const void* w, const void* act, size_t 
   }
 }
 
+// Two weight rows against one token: two independent accumulator chains, the
+// activation block loaded once; each row's bits as its single dot.
+template <class P>
+CAIRN_AVX2 inline void rows2_32(int64_t n, const typename P::W* x0, const typename P::W* x1, const typename P::A* y,
+                                float* out) {
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  float off0 = 0.0f, off1 = 0.0f;
+  for (int64_t i = 0; i < n / kQK4_0; ++i) {
+    const __m256i yq = load_32(y[i].qs);
+    const float dy = P::act_scale(y[i]);
+    const __m256i q0 = P::codes(x0[i]), q1 = P::codes(x1[i]);
+    const __m256i p0 = P::kSigned ? dot_i8(q0, yq) : dot_u8_lanes(q0, yq);
+    const __m256i p1 = P::kSigned ? dot_i8(q1, yq) : dot_u8_lanes(q1, yq);
+    acc0 = lanes_fma(p0, P::scale(x0[i]) * dy, acc0);
+    acc1 = lanes_fma(p1, P::scale(x1[i]) * dy, acc1);
+    if constexpr (P::kOffset) {
+      off0 = fma_ss(P::min(x0[i]), f16(y[i].s), off0);
+      off1 = fma_ss(P::min(x1[i]), f16(y[i].s), off1);
+    }
+  }
+  out[0] = P::kOffset ? lanes_sum(acc0) + off0 : lanes_sum(acc0);
+  out[1] = P::kOffset ? lanes_sum(acc1) + off1 : lanes_sum(acc1);
+}
+
+template <class P>
+CAIRN_AVX2 void dot_rows_32(int64_t n, const void* w, size_t w_stride, int64_t n_rows, const void* act, float* out) {
+  const auto* base = static_cast<const uint8_t*>(w);
+  const auto* y = static_cast<const typename P::A*>(act);
+  int64_t r = 0;
+  for (; r + 2 <= n_rows; r += 2)
+    rows2_32<P>(n, reinterpret_cast<const typename P::W*>(base + r * w_stride),
+                reinterpret_cast<const typename P::W*>(base + (r + 1) * w_stride), y, out + r);
+  if (r < n_rows) tokens_32<P, 1>(n, reinterpret_cast<const typename P::W*>(base + r * w_stride),
+                                  static_cast<const uint8_t*>(act), 0, out + r, 1);
+}
+
 }  // namespace
+
+CAIRN_AVX2 void q4_1_dot_rows(int64_t n, const void* w, size_t w_stride, int64_t n_rows, const void* act, float* out) {
+  dot_rows_32<Q4_1Policy>(n, w, w_stride, n_rows, act, out);
+}
+CAIRN_AVX2 void q5_0_dot_rows(int64_t n, const void* w, size_t w_stride, int64_t n_rows, const void* act, float* out) {
+  dot_rows_32<Q5_0Policy>(n, w, w_stride, n_rows, act, out);
+}
+CAIRN_AVX2 void q5_1_dot_rows(int64_t n, const void* w, size_t w_stride, int64_t n_rows, const void* act, float* out) {
+  dot_rows_32<Q5_1Policy>(n, w, w_stride, n_rows, act, out);
+}
+CAIRN_AVX2 void iq4_nl_dot_rows(int64_t n, const void* w, size_t w_stride, int64_t n_rows, const void* act,
+                                float* out) {
+  dot_rows_32<Iq4NlPolicy>(n, w, w_stride, n_rows, act, out);
+}
+CAIRN_AVX2 void mxfp4_dot_rows(int64_t n, const void* w, size_t w_stride, int64_t n_rows, const void* act,
+                               float* out) {
+  dot_rows_32<Mxfp4Policy>(n, w, w_stride, n_rows, act, out);
+}
 
 CAIRN_AVX2 void q4_1_dot_tokens(int64_t n, const void* w, const void* act, size_t act_stride, int64_t n_act,
                                 float* out, size_t out_stride) {

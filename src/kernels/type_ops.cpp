@@ -54,12 +54,24 @@ std::array<TypeOps, kTypes> build_active() {
       {TensorType::Q2_K, quant::avx2::q2_k_dot_tokens},     {TensorType::Q3_K, quant::avx2::q3_k_dot_tokens},
       {TensorType::IQ4_XS, quant::avx2::iq4_xs_dot_tokens},
   };
+  struct Rows {
+    TensorType type;
+    void (*fn)(int64_t, const void*, size_t, int64_t, const void*, float*);
+  };
+  const Rows rows[] = {
+      {TensorType::Q4_1, quant::avx2::q4_1_dot_rows},     {TensorType::Q5_0, quant::avx2::q5_0_dot_rows},
+      {TensorType::Q5_1, quant::avx2::q5_1_dot_rows},     {TensorType::IQ4_NL, quant::avx2::iq4_nl_dot_rows},
+      {TensorType::MXFP4, quant::avx2::mxfp4_dot_rows},
+  };
   for (TypeOps& ops : table) {
     for (const Swap& s : swaps) {
       if (ops.type == s.type) ops.vec_dot = s.vec_dot;
     }
     for (const Tokens& t : tokens) {
       if (ops.type == t.type) ops.vec_dot_tokens = t.fn;
+    }
+    for (const Rows& r : rows) {
+      if (ops.type == r.type) ops.vec_dot_rows = r.fn;
     }
     if (ops.type == TensorType::F16) ops.from_float = quant::avx2::f16_from_float;
     // BF16 has no scalar-exact SIMD form to keep (the reference sums in

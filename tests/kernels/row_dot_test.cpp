@@ -165,6 +165,33 @@ TEST_F(SimdDot, TokensEntriesGiveEachTokensScalarBits) {
   }
 }
 
+// The many-rows entries of the integer types give each row the scalar bits
+// (odd row counts included: the last row goes alone).
+TEST_F(SimdDot, RowsEntriesGiveEachRowsScalarBits) {
+  for (const TypeOps& scalar : scalar_type_table()) {
+    const TypeOps* ops = type_ops(scalar.type);
+    if (!ops || !ops->vec_dot_rows || scalar.type == TensorType::BF16) continue;
+    const TypeOps* act_ops = type_ops(ops->vec_dot_type);
+    const int64_t n = 512, rows = 5;
+    const size_t rb = *row_bytes(scalar.type, n), stride = rb + 32;
+    std::vector<unsigned char> w(stride * rows);
+    for (int64_t r = 0; r < rows; ++r) {
+      const auto blocks = random_blocks(scalar.type, n, 40 + (uint32_t)r);
+      std::memcpy(w.data() + r * stride, blocks.data(), rb);
+    }
+    std::vector<unsigned char> a(*row_bytes(act_ops->type, n));
+    const auto af = random_vec(size_t(n), 77);
+    act_from_float(*act_ops)(af.data(), a.data(), n);
+    for (int64_t nr = 1; nr <= rows; ++nr) {
+      std::vector<float> out(nr);
+      ops->vec_dot_rows(n, w.data(), stride, nr, a.data(), out.data());
+      for (int64_t r = 0; r < nr; ++r)
+        ASSERT_EQ(out[r], scalar.vec_dot(n, w.data() + r * stride, a.data()))
+            << type_info(scalar.type).name << " rows " << nr << " row " << r;
+    }
+  }
+}
+
 TEST_F(SimdDot, FloatTypesAgreeToRounding) {
   for (int64_t n :
        {int64_t{1}, int64_t{7}, int64_t{8}, int64_t{33}, int64_t{1000}, int64_t{4096}}) {
