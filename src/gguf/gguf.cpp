@@ -489,6 +489,7 @@ void File::drop_pages(const void* data, size_t n) const {
 }
 
 void File::prefetch_pages(const void* data, size_t n) const {
+  prefetched_.fetch_add(n, std::memory_order_relaxed);
   const auto [first, last] = inner_pages(map_, map_size_, data, n);
   if (last <= first) return;
   // MADV_POPULATE_READ (Linux 5.14) fills the page tables; older kernels

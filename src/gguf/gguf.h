@@ -10,6 +10,7 @@
 // which readers must treat as absent.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -96,6 +97,9 @@ class File {
   // Maps the pages of [data, data + n) in with one call before a pass reads
   // them all (a page fault per 4 KiB costs more than the reading).
   void prefetch_pages(const void* data, size_t n) const;
+  // Bytes passed to prefetch_pages so far, from any thread: how far a load
+  // that prefetches each matrix before building it has come (progress bars).
+  uint64_t prefetched_bytes() const { return prefetched_.load(std::memory_order_relaxed); }
 
   const Value* find(std::string_view key) const;
   const TensorInfo* find_tensor(std::string_view name) const;
@@ -129,6 +133,7 @@ class File {
   void* map_ = nullptr;
   size_t map_size_ = 0;
   std::vector<uint8_t> owned_;  // the bytes, when parsed from an owned buffer
+  mutable std::atomic<uint64_t> prefetched_{0};
 };
 
 }  // namespace cairn::gguf

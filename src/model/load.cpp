@@ -1,7 +1,15 @@
 // model/load.cpp — load_model: a GGUF file's network and tokenizer, checked against each other.
 #include "model/load.h"
 
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
 #include <map>
+#include <mutex>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -43,6 +51,59 @@ Status check_computable(const gguf::File& file) {
   return Status::error(msg);
 }
 
+namespace {
+
+// A progress bar on stderr while a load takes more than a second and stderr
+// is a terminal: the share of the file's tensor bytes the loader has
+// prefetched (it prefetches each matrix before building it).
+class LoadProgress {
+ public:
+  LoadProgress(const gguf::File& file, std::string name) : file_(file), name_(std::move(name)) {
+    if (!::isatty(STDERR_FILENO)) return;
+    for (const gguf::TensorInfo& t : file.tensors()) total_ += t.n_bytes;
+    if (total_ == 0) return;
+    thread_ = std::thread([this] { run(); });
+  }
+  ~LoadProgress() {
+    if (!thread_.joinable()) return;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      done_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+
+ private:
+  void run() {
+    const auto start = std::chrono::steady_clock::now();
+    std::unique_lock<std::mutex> lock(mu_);
+    if (cv_.wait_for(lock, std::chrono::seconds(1), [this] { return done_; })) return;
+    bool drawn = false;
+    for (;;) {
+      const bool finished = cv_.wait_for(lock, std::chrono::milliseconds(100), [this] { return done_; });
+      const double share = finished ? 1.0 : std::min(1.0, (double)file_.prefetched_bytes() / (double)total_);
+      const int filled = (int)(share * 30);
+      const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      std::fprintf(stderr, "\rloading %s [%.*s%*s] %3d%% %.1f s", name_.c_str(), filled,
+                   "##############################", 30 - filled, "", (int)(share * 100), secs);
+      drawn = true;
+      if (finished) break;
+    }
+    if (drawn) std::fprintf(stderr, "\n");
+  }
+
+  const gguf::File& file_;
+  std::string name_;
+  uint64_t total_ = 0;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::thread thread_;
+};
+
+}  // namespace
+
 Result<LoadedModel> load_model(const std::string& path, const LoadOptions& options,
                                const RemoteModelFn& remote) {
   auto file = gguf::File::open(path);
@@ -59,6 +120,8 @@ Result<LoadedModel> load_model(const std::string& path, const LoadOptions& optio
     if (!hp.is_ok()) return hp.status().with_context(path);
     net = remote(*hp);
   } else {
+    const size_t slash = path.find_last_of('/');
+    LoadProgress progress(*m.file, slash == std::string::npos ? path : path.substr(slash + 1));
     net = Model::load(m.file, options);
   }
   if (!net.is_ok()) return net.status().with_context(path);
