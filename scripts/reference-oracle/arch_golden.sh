@@ -12,6 +12,9 @@
 # Example:
 #   scripts/reference-oracle/arch_golden.sh syn-qwen3-f32 18231 --arch qwen3 --dim 128 \
 #     --layers 2 --heads 4 --kv-heads 2 --head-dim 48 --ffn 320 --ctx 512 --seed 3
+#   scripts/reference-oracle/arch_golden.sh syn-qwen3moe-f32 18233 --arch qwen3moe --dim 128 \
+#     --layers 2 --heads 4 --kv-heads 2 --head-dim 48 --ffn 320 --experts 8 --experts-used 2 \
+#     --expert-ffn 96 --ctx 512 --seed 5
 # (The reference sets token attributes by general.name: a name containing
 # "phi3" makes it look up Phi-3's special tokens, which stories260K's
 # vocabulary lacks, so phi3 models get another --name.)
@@ -46,6 +49,8 @@ p = argparse.ArgumentParser()
 for opt, typ, default in [('--arch', str, 'llama'), ('--dim', int, 256), ('--layers', int, 2),
                           ('--heads', int, 4), ('--kv-heads', int, 4), ('--ffn', int, 512),
                           ('--ctx', int, 2048), ('--head-dim', int, 0), ('--rope-freqs', str, ''),
+                          ('--experts', int, 0), ('--experts-used', int, 0),
+                          ('--expert-ffn', int, 0), ('--shared-ffn', int, 0),
                           ('--seed', int, 0), ('--name', str, '')]:
     p.add_argument(opt, type=typ, default=default)
 a = p.parse_args(args)
@@ -61,6 +66,9 @@ g['make_model'] = {
              'kv_heads': a.kv_heads, 'ffn': a.ffn, 'ctx': a.ctx, 'head_dim': a.head_dim,
              'rope_freqs': a.rope_freqs, 'seed': a.seed, 'name': a.name},
 }
+if a.experts or a.experts_used or a.expert_ffn or a.shared_ffn:  # the MoE architectures
+    g['make_model']['spec'].update({'experts': a.experts, 'experts_used': a.experts_used,
+                                    'expert_ffn': a.expert_ffn, 'shared_ffn': a.shared_ffn})
 g['sha256'] = hashlib.sha256(open(model, 'rb').read()).hexdigest()
 json.dump(g, open(out, 'w'), indent=1)
 print(f'wrote {out}')

@@ -22,6 +22,9 @@ struct ArchSpec {
   std::string_view name;           // general.architecture
   kernels::RopeStyle rope_style;   // llama's converter permutes Q/K for Norm; qwen2 is Neox
   ArchLoader load;
+  // A mixture-of-experts FFN: the expert_* keys are read, feed_forward_length
+  // is optional.
+  bool moe = false;
 };
 
 // nullptr when the architecture is unknown.
@@ -38,6 +41,10 @@ Result<std::unique_ptr<Model>> load_qwen2(std::shared_ptr<const gguf::File> file
                                           const LoadOptions& options);
 Result<std::unique_ptr<Model>> load_qwen3(std::shared_ptr<const gguf::File> file, HParams hp,
                                           const LoadOptions& options);
+Result<std::unique_ptr<Model>> load_qwen2moe(std::shared_ptr<const gguf::File> file, HParams hp,
+                                             const LoadOptions& options);
+Result<std::unique_ptr<Model>> load_qwen3moe(std::shared_ptr<const gguf::File> file, HParams hp,
+                                             const LoadOptions& options);
 Result<std::unique_ptr<Model>> load_phi3(std::shared_ptr<const gguf::File> file, HParams hp,
                                          const LoadOptions& options);
 

@@ -36,14 +36,11 @@ void add_bias(float* rows, const std::vector<float>& bias, int64_t n_tokens) {
 
 }  // namespace
 
-Result<kernels::WeightMatrix> find_matrix(const gguf::File& f, const std::string& name,
+namespace {
+
+// The tensor's data as `rows` rows of `cols`, once its shape was checked.
+Result<kernels::WeightMatrix> matrix_view(const gguf::TensorInfo* t, const std::string& name,
                                           int64_t cols, int64_t rows) {
-  const gguf::TensorInfo* t = f.find_tensor(name);
-  if (!t) return Status::error("tensor '" + name + "' is missing");
-  const std::vector<int64_t> want = {cols, rows};
-  if (t->dims != want)
-    return Status::error("tensor '" + name + "' has shape " + dims_str(t->dims) + ", expected " +
-                         dims_str(want));
   const TypeOps* ops = type_ops(t->type);
   if (!ops || !ops->vec_dot || !ops->to_float || !kernels::matmul_supported(t->type))
     return Status::error("tensor '" + name + "' has type " + std::string(type_info(t->type).name) +
@@ -62,6 +59,29 @@ Result<kernels::WeightMatrix> find_matrix(const gguf::File& f, const std::string
   w.cols = cols;
   w.row_stride = *stride;
   return w;
+}
+
+// The 1-D tensor `name` of n elements as a matrix of one row (a gate's weights).
+Result<kernels::WeightMatrix> find_row(const gguf::File& f, const std::string& name, int64_t n) {
+  const gguf::TensorInfo* t = f.find_tensor(name);
+  if (!t) return Status::error("tensor '" + name + "' is missing");
+  if (t->dims != std::vector<int64_t>{n})
+    return Status::error("tensor '" + name + "' has shape " + dims_str(t->dims) + ", expected [" +
+                         std::to_string(n) + "]");
+  return matrix_view(t, name, n, 1);
+}
+
+}  // namespace
+
+Result<kernels::WeightMatrix> find_matrix(const gguf::File& f, const std::string& name,
+                                          int64_t cols, int64_t rows) {
+  const gguf::TensorInfo* t = f.find_tensor(name);
+  if (!t) return Status::error("tensor '" + name + "' is missing");
+  const std::vector<int64_t> want = {cols, rows};
+  if (t->dims != want)
+    return Status::error("tensor '" + name + "' has shape " + dims_str(t->dims) + ", expected " +
+                         dims_str(want));
+  return matrix_view(t, name, cols, rows);
 }
 
 Result<std::vector<float>> find_vector(const gguf::File& f, const std::string& name, int64_t n) {
@@ -125,6 +145,19 @@ Result<DecoderWeights> load_decoder_weights(const gguf::File& f, const HParams& 
   sizes.ff = hp.n_ff;
   sizes.head = hp.head_dim;
   sizes.rope_pairs = kernels::rope_pairs(hp.head_dim, hp.n_rot);
+  sizes.expert = hp.n_expert;
+  sizes.ff_exp = hp.n_ff_exp;
+  sizes.ff_shexp = hp.n_ff_shexp;
+  if (options.moe && (hp.n_expert < 1 || hp.n_expert_used < 1 || hp.n_expert_used > hp.n_expert ||
+                      hp.n_ff_exp < 1))
+    return Status::error("a mixture-of-experts model needs expert_count, expert_used_count in [1, "
+                         "expert_count] and an expert feed-forward length");
+  if (options.moe && options.shared_expert && hp.n_ff_shexp < 1)
+    return Status::error("metadata '" + hp.arch +
+                         ".expert_shared_feed_forward_length' is missing, and so is '" + hp.arch +
+                         ".feed_forward_length' that would stand in for it");
+  if (options.moe && shard.tp_size > 1)
+    return Status::error("a mixture-of-experts model cannot be split over tensor-parallel ranks");
   // Each tensor by its table row: name and shape come from model/tensor_names.h.
   const auto matrix = [&](TensorRole role, int64_t layer = -1) {
     const TensorSpec& s = tensor_spec(role);
@@ -204,6 +237,35 @@ Result<DecoderWeights> load_decoder_weights(const gguf::File& f, const HParams& 
       l.attn.bv = slice(l.attn.bv, kv0, nkv);
     }
     CAIRN_ASSIGN_OR_RETURN(l.ffn_norm, vector(R::FfnNorm, il));
+    if (options.moe) {
+      MoeWeights& m = l.moe;
+      m.n_expert = hp.n_expert;
+      m.n_used = hp.n_expert_used;
+      m.n_embd = hp.n_embd;
+      m.n_ff = hp.n_ff_exp;
+      m.norm_topk = options.norm_topk;
+      m.scale = 0.0f;  // the reference applies no expert_weights_scale to these architectures
+      CAIRN_ASSIGN_OR_RETURN(m.router, matrix(R::FfnGateInp, il));
+      const auto experts = [&](TensorRole role) {
+        const TensorSpec& s = tensor_spec(role);
+        return expert_views(f, tensor_name(role, il), sizes.of(s.cols), sizes.of(s.rows),
+                            sizes.of(s.slabs));
+      };
+      CAIRN_ASSIGN_OR_RETURN(m.gate, experts(R::FfnGateExps));
+      CAIRN_ASSIGN_OR_RETURN(m.up, experts(R::FfnUpExps));
+      CAIRN_ASSIGN_OR_RETURN(m.down, experts(R::FfnDownExps));
+      if (options.shared_expert) {
+        m.shared = true;
+        m.n_ff_shared = hp.n_ff_shexp;
+        // The gate's weights are a vector in the file: one row of a matrix here.
+        CAIRN_ASSIGN_OR_RETURN(m.shared_gate_inp,
+                               find_row(f, tensor_name(R::FfnGateInpShexp, il), hp.n_embd));
+        CAIRN_ASSIGN_OR_RETURN(m.shared_gate, matrix(R::FfnGateShexp, il));
+        CAIRN_ASSIGN_OR_RETURN(m.shared_up, matrix(R::FfnUpShexp, il));
+        CAIRN_ASSIGN_OR_RETURN(m.shared_down, matrix(R::FfnDownShexp, il));
+      }
+      continue;
+    }
     if (options.fused_ffn) {  // [gate; up] in one matrix: two views of its rows
       kernels::WeightMatrix gate_up;
       CAIRN_ASSIGN_OR_RETURN(gate_up, matrix(R::FfnGateUp, il));
@@ -378,6 +440,16 @@ void ffn_swiglu(const HParams& hp, const FfnWeights& w, const std::vector<float>
   const kernels::MatmulJob down_job{&w.down, ws.tmp.data()};
   kernels::matmul_many({&down_job, 1}, kernels::SwigluRows(ws.gate.data(), ws.up.data(), hp.n_ff),
                        ws.gate.data(), T, pool, next);
+}
+
+void ffn_moe(const HParams& hp, const MoeWeights& w, const std::vector<float>& norm, int64_t T,
+             Workspace& ws, ThreadPool& pool) {
+  for_token_rows(pool, T, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t)
+      kernels::rms_norm(ws.x.data() + t * hp.n_embd, norm.data(), hp.n_embd, hp.norm_eps,
+                        ws.xn.data() + t * hp.n_embd);
+  });
+  moe_forward(w, ws.xn.data(), T, ws.tmp.data(), pool);
 }
 
 int64_t keep_output_rows(const Batch& batch, Workspace& ws, int64_t n_embd) {

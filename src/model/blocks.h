@@ -15,6 +15,7 @@
 #include "gguf/gguf.h"
 #include "kernels/kernels.h"
 #include "model/model.h"
+#include "model/moe.h"
 #include "model/tensor_names.h"
 
 namespace cairn::model {
@@ -43,7 +44,8 @@ struct LayerWeights {
   std::vector<float> attn_norm;
   AttentionWeights attn;
   std::vector<float> ffn_norm;
-  FfnWeights ffn;
+  FfnWeights ffn;  // empty in a mixture-of-experts model
+  MoeWeights moe;  // n_expert == 0 unless DecoderOptions::moe
 };
 
 struct DecoderWeights {
@@ -65,6 +67,11 @@ struct DecoderOptions {
   // Q is multiplied by 1/sqrt(head_dim) after RoPE and attention scales by 1
   // (phi3's graph: the same product, rounded at another place).
   bool prescale_q = false;
+  // A mixture-of-experts FFN (model/moe.h) instead of one SwiGLU FFN: the
+  // router and the 3-D expert tensors, sized by hparams' expert fields.
+  bool moe = false;
+  bool norm_topk = false;      // the chosen experts' weights renormalized to sum 1 (qwen3moe)
+  bool shared_expert = false;  // plus a shared expert with a sigmoid gate (qwen2moe)
 };
 
 // Loads the llama-style tensor set, named and shaped as model/tensor_names.h
@@ -129,6 +136,11 @@ void attention(const HParams& hp, const AttentionWeights& w, const std::vector<f
 // `next`: what follows the down projection.
 void ffn_swiglu(const HParams& hp, const FfnWeights& w, const std::vector<float>& norm,
                 int64_t n_tokens, Workspace& ws, ThreadPool& pool, NextWeights next);
+
+// The mixture-of-experts FFN (model/moe.h) of x = rms_norm(ws.x) * norm into
+// ws.tmp, for the first n_tokens rows.
+void ffn_moe(const HParams& hp, const MoeWeights& w, const std::vector<float>& norm,
+             int64_t n_tokens, Workspace& ws, ThreadPool& pool);
 
 // Before the last layer's FFN: moves the residual rows of the tokens that want
 // logits to the front of ws.x, in batch order, and returns their count. The

@@ -1,8 +1,9 @@
 // model/decoder.cpp — the llama-family decoder model: its forward pass over the shared blocks.
 // The pre-norm decoder shared by the llama-family architectures: RMSNorm,
 // attention with RoPE and GQA, SwiGLU FFN, residual adds, output head (tied to
-// the embedding when output.weight is absent). Architectures differ only in
-// the facts DecoderOptions carries, so each stays a few lines.
+// the embedding when output.weight is absent), or a mixture-of-experts FFN
+// (model/moe.h) in its place. Architectures differ only in the facts
+// DecoderOptions carries, so each stays a few lines.
 #include <algorithm>
 #include <array>
 #include <memory>
@@ -60,13 +61,17 @@ class DecoderModel final : public Model {
     const int n_layer = (int)hp.n_layer;
     for (int il = 0; il < n_layer; ++il) {
       const LayerWeights& l = w_.layers[(size_t)il];
+      const bool moe = l.moe.n_expert > 0;
       const std::array<const kernels::WeightMatrix*, 2> gate_up = {&l.ffn.gate, &l.ffn.up};
-      attention(hp, l.attn, l.attn_norm, il, batch, kv, ws_, pool_, gate_up);
+      attention(hp, l.attn, l.attn_norm, il, batch, kv, ws_, pool_,
+                moe ? NextWeights{} : NextWeights{gate_up});
       CAIRN_RETURN_IF_ERROR(reduce(T));
       add_rows(ws_.x.data(), ws_.tmp.data(), T, hp.n_embd, pool_);
       const int64_t n =
           last && il + 1 == n_layer ? keep_output_rows(batch, ws_, hp.n_embd) : T;
-      if (il + 1 < n_layer) {
+      if (moe) {  // never cut for tensor parallelism: nothing to reduce
+        ffn_moe(hp, l.moe, l.ffn_norm, n, ws_, pool_);
+      } else if (il + 1 < n_layer) {
         ffn_swiglu(hp, l.ffn, l.ffn_norm, n, ws_, pool_, qkv(w_.layers[(size_t)il + 1]));
       } else {
         ffn_swiglu(hp, l.ffn, l.ffn_norm, n, ws_, pool_, output);
@@ -88,9 +93,23 @@ class DecoderModel final : public Model {
   std::vector<std::span<const uint8_t>> weight_streams() const override {
     std::vector<std::span<const uint8_t>> s;
     for (const LayerWeights& l : w_.layers) {
-      for (const kernels::WeightMatrix* m :
-           {&l.attn.wq, &l.attn.wk, &l.attn.wv, &l.attn.wo, &l.ffn.gate, &l.ffn.up, &l.ffn.down})
+      for (const kernels::WeightMatrix* m : {&l.attn.wq, &l.attn.wk, &l.attn.wv, &l.attn.wo})
         s.push_back(kernels::weight_stream(*m));
+      if (l.moe.n_expert == 0) {
+        for (const kernels::WeightMatrix* m : {&l.ffn.gate, &l.ffn.up, &l.ffn.down})
+          s.push_back(kernels::weight_stream(*m));
+        continue;
+      }
+      // A token reads the router, n_used experts (here the first ones) and
+      // the shared expert.
+      s.push_back(kernels::weight_stream(l.moe.router));
+      for (int64_t e = 0; e < l.moe.n_used; ++e)
+        for (const auto* m : {&l.moe.gate, &l.moe.up, &l.moe.down})
+          s.push_back(kernels::weight_stream((*m)[(size_t)e]));
+      if (l.moe.shared)
+        for (const kernels::WeightMatrix* m :
+             {&l.moe.shared_gate_inp, &l.moe.shared_gate, &l.moe.shared_up, &l.moe.shared_down})
+          s.push_back(kernels::weight_stream(*m));
     }
     if (w_.output.rows > 0) s.push_back(kernels::weight_stream(w_.output));
     return s;
@@ -160,6 +179,12 @@ Result<std::unique_ptr<Model>> load_decoder(std::shared_ptr<const gguf::File> fi
   for (LayerWeights& l : w->layers) {
     for (kernels::WeightMatrix* m :
          {&l.attn.wq, &l.attn.wk, &l.attn.wv, &l.attn.wo, &l.ffn.gate, &l.ffn.up, &l.ffn.down})
+      prepare(*m, false);
+    MoeWeights& moe = l.moe;  // each expert's slab is a matrix of its own
+    for (auto* experts : {&moe.gate, &moe.up, &moe.down})
+      for (kernels::WeightMatrix& m : *experts) prepare(m, false);
+    for (kernels::WeightMatrix* m :
+         {&moe.router, &moe.shared_gate, &moe.shared_up, &moe.shared_down, &moe.shared_gate_inp})
       prepare(*m, false);
   }
   prepare(w->output, hp.tied_output && first);

@@ -16,6 +16,8 @@ constexpr ArchSpec kArchs[] = {
     {"qwen2", kernels::RopeStyle::Neox, &load_qwen2},
     {"qwen3", kernels::RopeStyle::Neox, &load_qwen3},
     {"phi3", kernels::RopeStyle::Neox, &load_phi3},
+    {"qwen2moe", kernels::RopeStyle::Neox, &load_qwen2moe, /*moe=*/true},
+    {"qwen3moe", kernels::RopeStyle::Neox, &load_qwen3moe, /*moe=*/true},
 };
 
 // Generous ceilings: they keep products of sizes far from overflow while
@@ -26,6 +28,7 @@ constexpr int64_t kMaxHeads = 4096;
 constexpr int64_t kMaxHeadDim = 4096;
 constexpr int64_t kMaxFf = int64_t{1} << 22;
 constexpr int64_t kMaxCtx = int64_t{1} << 28;
+constexpr int64_t kMaxExperts = 1024;  // the reference's limit too
 
 class MetaReader {
  public:
@@ -97,6 +100,40 @@ Status read_rope_scaling(const MetaReader& m, HParams& hp) {
   return Status::ok();
 }
 
+// The expert counts and widths of a mixture-of-experts model. Like the
+// reference for qwen2moe/qwen3moe, expert_weights_scale and
+// expert_gating_func are not read (softmax routing, no scale); expert groups
+// (DeepSeek's group-limited routing) are refused rather than ignored.
+Status read_experts(const MetaReader& m, HParams& hp) {
+  CAIRN_ASSIGN_OR_RETURN(hp.n_expert, m.count("expert_count", kMaxExperts));
+  CAIRN_ASSIGN_OR_RETURN(hp.n_expert_used, m.count("expert_used_count", kMaxExperts));
+  if (hp.n_expert_used > hp.n_expert)
+    return Status::error("metadata '" + m.key("expert_used_count") + "' = " +
+                         std::to_string(hp.n_expert_used) + " exceeds '" + m.key("expert_count") +
+                         "' = " + std::to_string(hp.n_expert));
+  int64_t groups = 0;
+  CAIRN_ASSIGN_OR_RETURN(groups, m.count("expert_group_count", kMaxExperts, -1));
+  if (groups > 1)
+    return Status::error("metadata '" + m.key("expert_group_count") + "' = " +
+                         std::to_string(groups) + ": grouped expert routing is not supported");
+  const auto needs_ff = [&](const char* key) -> Status {
+    if (hp.n_ff > 0) return Status::ok();
+    return Status::error("metadata '" + m.key(key) + "' is missing, and so is '" +
+                         m.key("feed_forward_length") + "' that would stand in for it");
+  };
+  CAIRN_ASSIGN_OR_RETURN(hp.n_ff_exp, m.count("expert_feed_forward_length", kMaxFf, -1));
+  if (hp.n_ff_exp < 0) {
+    CAIRN_RETURN_IF_ERROR(needs_ff("expert_feed_forward_length"));
+    hp.n_ff_exp = hp.n_ff / hp.n_expert_used;  // the reference's default
+    if (hp.n_ff_exp == 0)
+      return Status::error("metadata '" + m.key("expert_feed_forward_length") +
+                           "' is missing and feed_forward_length / expert_used_count is 0");
+  }
+  CAIRN_ASSIGN_OR_RETURN(hp.n_ff_shexp, m.count("expert_shared_feed_forward_length", kMaxFf, -1));
+  if (hp.n_ff_shexp < 0) hp.n_ff_shexp = hp.n_ff;  // 0 when that is absent too
+  return Status::ok();
+}
+
 }  // namespace
 
 const ArchSpec* find_arch(std::string_view name) {
@@ -131,7 +168,10 @@ Result<HParams> Model::read_hparams(const gguf::File& file) {
   CAIRN_ASSIGN_OR_RETURN(hp.n_layer, m.count("block_count", kMaxLayers));
   CAIRN_ASSIGN_OR_RETURN(hp.n_head, m.count("attention.head_count", kMaxHeads));
   CAIRN_ASSIGN_OR_RETURN(hp.n_head_kv, m.count("attention.head_count_kv", kMaxHeads, hp.n_head));
-  CAIRN_ASSIGN_OR_RETURN(hp.n_ff, m.count("feed_forward_length", kMaxFf));
+  // A mixture-of-experts model's FFN widths are the expert_* keys; its
+  // feed_forward_length only stands in for those that are absent.
+  CAIRN_ASSIGN_OR_RETURN(hp.n_ff, m.count("feed_forward_length", kMaxFf, spec->moe ? -1 : 0));
+  if (hp.n_ff < 0) hp.n_ff = 0;
   CAIRN_ASSIGN_OR_RETURN(hp.n_ctx_train, m.count("context_length", kMaxCtx));
 
   if (hp.n_head % hp.n_head_kv != 0)
@@ -158,6 +198,8 @@ Result<HParams> Model::read_hparams(const gguf::File& file) {
     return Status::error("metadata '" + m.key("rope.dimension_count") + "' = " +
                          std::to_string(hp.n_rot) + " must be even and at most the head size " +
                          std::to_string(hp.head_dim));
+
+  if (spec->moe) CAIRN_RETURN_IF_ERROR(read_experts(m, hp));
 
   double base = 0;
   CAIRN_ASSIGN_OR_RETURN(base, m.real("rope.freq_base", 10000.0));
@@ -201,6 +243,9 @@ Result<HParams> shard_hparams(const HParams& hp, const ShardSpec& s) {
   if (s.tp_size < 1 || s.tp_rank < 0 || s.tp_rank >= s.tp_size)
     return Status::error("tensor-parallel rank " + std::to_string(s.tp_rank) + " of " +
                          std::to_string(s.tp_size) + " is out of range");
+  if (hp.n_expert > 0 && s.tp_size > 1)
+    return Status::error("a mixture-of-experts model (" + hp.arch +
+                         ") cannot be split over tensor-parallel ranks; pipeline stages can");
   const auto divides = [&](int64_t n, const char* what) -> Status {
     if (n % s.tp_size == 0) return Status::ok();
     return Status::error(std::string("the model's ") + what + " (" + std::to_string(n) +

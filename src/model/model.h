@@ -40,6 +40,11 @@ struct HParams {
   float norm_eps = 1e-5f;        // <arch>.attention.layer_norm_rms_epsilon
   kernels::RopeStyle rope_style = kernels::RopeStyle::Norm;
   bool tied_output = false;  // output.weight absent: token_embd.weight is used
+  // Mixture of experts (qwen2moe, qwen3moe; all 0 in a dense model).
+  int64_t n_expert = 0;       // <arch>.expert_count
+  int64_t n_expert_used = 0;  // <arch>.expert_used_count, in [1, n_expert]
+  int64_t n_ff_exp = 0;       // <arch>.expert_feed_forward_length (default n_ff / n_expert_used)
+  int64_t n_ff_shexp = 0;     // <arch>.expert_shared_feed_forward_length (default n_ff)
 
   int64_t kv_row_elems() const { return n_head_kv * head_dim; }  // one K (or V) row per token
   kv::KvShape kv_shape() const { return {(int32_t)n_layer, (int32_t)kv_row_elems()}; }
@@ -173,7 +178,8 @@ std::vector<std::string_view> supported_architectures();
 // The hyper-parameters one shard computes with: its stage's layer count, its
 // heads and FFN width (n_vocab stays the whole vocabulary's). Errors (one
 // line) when the model cannot be cut so: heads or FFN width not divisible by
-// tp_size, a layer range outside the model, a vocabulary smaller than tp_size.
+// tp_size, a layer range outside the model, a vocabulary smaller than tp_size,
+// a mixture-of-experts model cut for tensor parallelism (its stages may be cut).
 Result<HParams> shard_hparams(const HParams& hp, const ShardSpec& shard);
 
 // Agent `rank` of rank_size in stage_size pipeline stages (MindSpore's

@@ -35,6 +35,14 @@ enum class TensorRole {
   FfnUp,
   FfnGateUp,
   FfnDown,
+  FfnGateInp,       // the router (MoE)
+  FfnGateExps,      // the experts' gate, up and down: 3-D, one slab per expert
+  FfnUpExps,
+  FfnDownExps,
+  FfnGateInpShexp,  // the shared expert's gate logit weights (qwen2moe)
+  FfnGateShexp,
+  FfnUpShexp,
+  FfnDownShexp,
   OutputNorm,
   Output,
 };
@@ -51,6 +59,9 @@ enum class TensorDim {
   Ff2,    // 2 * Ff: gate and up stacked in one matrix (phi3)
   Head,   // head_dim: per-head norm weights (qwen3)
   RopePairs,  // n_rot / 2: one RoPE frequency factor per rotated pair
+  Expert,     // expert_count: the router's rows, the experts' slabs (MoE)
+  FfExp,      // expert_feed_forward_length: one expert's FFN width
+  FfShexp,    // expert_shared_feed_forward_length: the shared expert's FFN width
 };
 
 enum class TensorPresence {
@@ -60,9 +71,12 @@ enum class TensorPresence {
   SplitQkv,   // separate Q, K and V projections (all but phi3)
   FusedQkv,   // one Q/K/V projection, rows Q then K then V (phi3)
   QkNorm,     // per-head RMSNorm of Q and K after the projections (qwen3)
-  SplitFfn,   // separate gate and up projections (all but phi3)
+  SplitFfn,   // separate gate and up projections (all but phi3 and the MoE models)
   FusedFfn,   // gate and up stacked in ffn_up.weight, gate first (phi3)
   RopeFreqs,  // optional per-pair RoPE frequency divisors (Llama 3.1/3.2)
+  DenseFfn,   // the one FFN's down projection (all but the MoE models)
+  Moe,        // the router and the experts (qwen2moe, qwen3moe)
+  SharedExpert,  // the MoE's shared expert and its gate (qwen2moe)
 };
 
 // Which of the optional or alternative tensors a model holds.
@@ -73,6 +87,8 @@ struct TensorFeatures {
   bool qk_norm = false;
   bool fused_ffn = false;
   bool rope_freqs = false;
+  bool moe = false;            // router and experts instead of one FFN
+  bool shared_expert = false;  // with moe: a shared expert (qwen2moe)
 };
 
 struct TensorSpec {
@@ -82,9 +98,10 @@ struct TensorSpec {
   TensorDim cols;  // GGUF dims[0], the row length
   TensorDim rows;  // GGUF dims[1]; None for a 1-D tensor
   TensorPresence presence;
+  TensorDim slabs = TensorDim::None;  // GGUF dims[2] of a 3-D tensor (the experts); else None
 };
 
-inline constexpr std::array<TensorSpec, 20> kTensorTable = {{
+inline constexpr std::array<TensorSpec, 28> kTensorTable = {{
     {TensorRole::TokEmbd, "token_embd.weight", false, TensorDim::Embd, TensorDim::Vocab,
      TensorPresence::Always},
     {TensorRole::RopeFreqs, "rope_freqs.weight", false, TensorDim::RopePairs, TensorDim::None,
@@ -120,7 +137,23 @@ inline constexpr std::array<TensorSpec, 20> kTensorTable = {{
     {TensorRole::FfnGateUp, "ffn_up.weight", true, TensorDim::Embd, TensorDim::Ff2,
      TensorPresence::FusedFfn},
     {TensorRole::FfnDown, "ffn_down.weight", true, TensorDim::Ff, TensorDim::Embd,
-     TensorPresence::Always},
+     TensorPresence::DenseFfn},
+    {TensorRole::FfnGateInp, "ffn_gate_inp.weight", true, TensorDim::Embd, TensorDim::Expert,
+     TensorPresence::Moe},
+    {TensorRole::FfnGateExps, "ffn_gate_exps.weight", true, TensorDim::Embd, TensorDim::FfExp,
+     TensorPresence::Moe, TensorDim::Expert},
+    {TensorRole::FfnUpExps, "ffn_up_exps.weight", true, TensorDim::Embd, TensorDim::FfExp,
+     TensorPresence::Moe, TensorDim::Expert},
+    {TensorRole::FfnDownExps, "ffn_down_exps.weight", true, TensorDim::FfExp, TensorDim::Embd,
+     TensorPresence::Moe, TensorDim::Expert},
+    {TensorRole::FfnGateInpShexp, "ffn_gate_inp_shexp.weight", true, TensorDim::Embd,
+     TensorDim::None, TensorPresence::SharedExpert},
+    {TensorRole::FfnGateShexp, "ffn_gate_shexp.weight", true, TensorDim::Embd, TensorDim::FfShexp,
+     TensorPresence::SharedExpert},
+    {TensorRole::FfnUpShexp, "ffn_up_shexp.weight", true, TensorDim::Embd, TensorDim::FfShexp,
+     TensorPresence::SharedExpert},
+    {TensorRole::FfnDownShexp, "ffn_down_shexp.weight", true, TensorDim::FfShexp, TensorDim::Embd,
+     TensorPresence::SharedExpert},
     {TensorRole::OutputNorm, "output_norm.weight", false, TensorDim::Embd, TensorDim::None,
      TensorPresence::Always},
     {TensorRole::Output, "output.weight", false, TensorDim::Embd, TensorDim::Vocab,
@@ -144,6 +177,7 @@ struct TensorSizes {
   int64_t embd = 0, vocab = 0, q = 0, kv = 0, ff = 0;
   int64_t head = 0;        // head_dim
   int64_t rope_pairs = 0;  // n_rot / 2
+  int64_t expert = 0, ff_exp = 0, ff_shexp = 0;  // MoE: expert count, expert and shared FFN widths
 
   int64_t of(TensorDim d) const {
     switch (d) {
@@ -165,6 +199,12 @@ struct TensorSizes {
         return head;
       case TensorDim::RopePairs:
         return rope_pairs;
+      case TensorDim::Expert:
+        return expert;
+      case TensorDim::FfExp:
+        return ff_exp;
+      case TensorDim::FfShexp:
+        return ff_shexp;
       case TensorDim::None:
         break;
     }
@@ -172,11 +212,13 @@ struct TensorSizes {
   }
 };
 
-// The GGUF dims of `role` ([cols] or [cols, rows]) for a model of `sizes`.
+// The GGUF dims of `role` ([cols], [cols, rows] or [cols, rows, slabs]) for a
+// model of `sizes`.
 inline std::vector<int64_t> tensor_dims(TensorRole role, const TensorSizes& sizes) {
   const TensorSpec& s = tensor_spec(role);
   if (s.rows == TensorDim::None) return {sizes.of(s.cols)};
-  return {sizes.of(s.cols), sizes.of(s.rows)};
+  if (s.slabs == TensorDim::None) return {sizes.of(s.cols), sizes.of(s.rows)};
+  return {sizes.of(s.cols), sizes.of(s.rows), sizes.of(s.slabs)};
 }
 
 // Whether a model with `features` holds `role`.
@@ -195,11 +237,17 @@ constexpr bool tensor_present(TensorRole role, const TensorFeatures& f) {
     case TensorPresence::QkNorm:
       return f.qk_norm;
     case TensorPresence::SplitFfn:
-      return !f.fused_ffn;
+      return !f.fused_ffn && !f.moe;
     case TensorPresence::FusedFfn:
       return f.fused_ffn;
     case TensorPresence::RopeFreqs:
       return f.rope_freqs;
+    case TensorPresence::DenseFfn:
+      return !f.moe;
+    case TensorPresence::Moe:
+      return f.moe;
+    case TensorPresence::SharedExpert:
+      return f.moe && f.shared_expert;
   }
   return true;
 }

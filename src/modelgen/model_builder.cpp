@@ -25,6 +25,7 @@ constexpr int64_t kMaxDim = 1 << 16;
 constexpr int64_t kMaxLayers = 1024;
 constexpr int64_t kMaxFfn = 1 << 20;
 constexpr int64_t kMaxCtx = 1 << 24;
+constexpr int64_t kMaxExperts = 1024;
 constexpr int64_t kChunkElems = 1 << 22;  // floats generated per write (16 MiB)
 
 struct ArchDefaults {
@@ -34,12 +35,16 @@ struct ArchDefaults {
   bool qkv_bias;
   bool qk_norm = false;    // qwen3
   bool fused = false;      // phi3: attn_qkv, and gate/up stacked in ffn_up
+  bool moe = false;        // router and experts in place of the FFN
+  bool shared_expert = false;  // qwen2moe
 };
-constexpr std::array<ArchDefaults, 4> kArchs = {{
+constexpr std::array<ArchDefaults, 6> kArchs = {{
     {"llama", 10000.0f, 1e-5f, false},
     {"qwen2", 1000000.0f, 1e-6f, true},
     {"qwen3", 1000000.0f, 1e-6f, false, true},
     {"phi3", 10000.0f, 1e-5f, false, false, true},
+    {"qwen2moe", 1000000.0f, 1e-6f, true, false, false, true, true},
+    {"qwen3moe", 1000000.0f, 1e-6f, false, true, false, true, false},
 }};
 
 const ArchDefaults* find_arch(std::string_view a) {
@@ -102,6 +107,19 @@ int64_t head_dim_of(const RandomModelSpec& s) {
   return s.head_dim > 0 ? s.head_dim : s.dim / s.heads;
 }
 
+// The MoE sizes with their defaults filled in.
+struct ExpertSizes {
+  int64_t n = 0, used = 0, ffn = 0, shared_ffn = 0;
+};
+ExpertSizes experts_of(const RandomModelSpec& s) {
+  ExpertSizes e;
+  e.n = s.experts > 0 ? s.experts : 8;
+  e.used = s.experts_used > 0 ? s.experts_used : std::min<int64_t>(2, e.n);
+  e.ffn = s.expert_ffn > 0 ? s.expert_ffn : s.ffn;
+  e.shared_ffn = s.shared_ffn > 0 ? s.shared_ffn : s.ffn;
+  return e;
+}
+
 std::vector<TensorPlan> plan_tensors(const RandomModelSpec& s, int64_t n_vocab) {
   const int64_t head_dim = head_dim_of(s);
   const ArchDefaults& ad = *find_arch(s.arch);
@@ -113,12 +131,18 @@ std::vector<TensorPlan> plan_tensors(const RandomModelSpec& s, int64_t n_vocab) 
   sizes.ff = s.ffn;
   sizes.head = head_dim;
   sizes.rope_pairs = head_dim / 2;
+  const ExpertSizes ex = experts_of(s);
+  sizes.expert = ex.n;
+  sizes.ff_exp = ex.ffn;
+  sizes.ff_shexp = ex.shared_ffn;
   model::TensorFeatures features;
   features.qkv_bias = ad.qkv_bias;
   features.qk_norm = ad.qk_norm;
   features.fused_qkv = ad.fused;
   features.fused_ffn = ad.fused;
   features.rope_freqs = !s.rope_freqs.empty();
+  features.moe = ad.moe;
+  features.shared_expert = ad.shared_expert;
   std::vector<TensorPlan> p;
   // Names, shapes and order come from the loader's table; only how each
   // tensor's values are made and stored is decided here.
@@ -136,6 +160,11 @@ std::vector<TensorPlan> plan_tensors(const RandomModelSpec& s, int64_t n_vocab) 
           p.push_back({std::move(name), std::move(dims), TensorType::F32, Fill::NearOne, 0.25f});
           return;
         }
+        if (role == R::FfnGateInpShexp) {  // the shared expert's gate: logits O(1)
+          p.push_back({std::move(name), std::move(dims), TensorType::F32, Fill::Uniform,
+                       1.0f / std::sqrt(static_cast<float>(s.dim))});
+          return;
+        }
         if (dims.size() == 1) {  // norms (ones) and biases (small), always F32
           const bool norm = role == R::AttnNorm || role == R::FfnNorm || role == R::OutputNorm;
           p.push_back({std::move(name), std::move(dims), TensorType::F32,
@@ -143,6 +172,11 @@ std::vector<TensorPlan> plan_tensors(const RandomModelSpec& s, int64_t n_vocab) 
           return;
         }
         const int64_t in = dims[0];
+        if (role == R::FfnGateInp) {  // the router: never quantized (llama.cpp's rule)
+          p.push_back({std::move(name), std::move(dims), TensorType::F32, Fill::Uniform,
+                       1.0f / std::sqrt(static_cast<float>(in)), TensorType::F32});
+          return;
+        }
         if (role == R::TokEmbd) {
           // Unit-variance embeddings against 1/sqrt(fan_in) matrices keep the
           // residual stream and the logits O(1), so sampling from a random
@@ -155,8 +189,10 @@ std::vector<TensorPlan> plan_tensors(const RandomModelSpec& s, int64_t n_vocab) 
                                : role == R::AttnV     ? "attn_v"
                                : role == R::AttnOutput ? "attn_output"
                                : role == R::AttnQkv   ? "attn_qkv"
-                               : role == R::FfnDown   ? "ffn_down"
-                                                      : "";
+                               : role == R::FfnDown || role == R::FfnDownExps ||
+                                         role == R::FfnDownShexp
+                                   ? "ffn_down"
+                                   : "";
         const TensorType t = mix_type(s.mix, s.type, mix_role, layer, s.layers);
         p.push_back({std::move(name), std::move(dims), storage_type(t, in),
                      role == R::Output ? Fill::UniformZeroByteRows : Fill::Uniform,
@@ -249,7 +285,8 @@ Result<VocabSource> vocab_from_gguf(std::shared_ptr<const gguf::File> file) {
 Status validate(const RandomModelSpec& s) {
   auto bad = [](const std::string& m) { return Status::error("make-model: " + m); };
   if (!find_arch(s.arch))
-    return bad("unknown --arch '" + s.arch + "' (llama, qwen2, qwen3 or phi3)");
+    return bad("unknown --arch '" + s.arch +
+               "' (llama, qwen2, qwen3, phi3, qwen2moe or qwen3moe)");
   if (s.dim < 1 || s.dim > kMaxDim) return bad("--dim must be in [1, 65536]");
   if (s.layers < 1 || s.layers > kMaxLayers) return bad("--layers must be in [1, 1024]");
   if (s.heads < 1 || s.heads > s.dim) return bad("--heads must be in [1, dim]");
@@ -258,12 +295,26 @@ Status validate(const RandomModelSpec& s) {
   if (head_dim_of(s) % 2 != 0) return bad("the head size must be even for RoPE");
   if (s.arch == "phi3" && s.heads * head_dim_of(s) != s.dim)
     return bad("phi3 needs heads * head size == dim");
+  if (s.arch == "qwen2moe" && s.heads * head_dim_of(s) != s.dim)
+    return bad("qwen2moe needs heads * head size == dim");
   if (!s.rope_freqs.empty() && s.rope_freqs != "llama3")
     return bad("unknown --rope-freqs '" + s.rope_freqs + "' (llama3)");
   if (s.kv_heads < 1 || s.heads % s.kv_heads != 0)
     return bad("--heads must be a multiple of --kv-heads");
   if (s.ffn < 1 || s.ffn > kMaxFfn) return bad("--ffn must be in [1, 1048576]");
   if (s.ctx < 1 || s.ctx > kMaxCtx) return bad("--ctx must be in [1, 16777216]");
+  const ArchDefaults& ad = *find_arch(s.arch);
+  if (!ad.moe && (s.experts != 0 || s.experts_used != 0 || s.expert_ffn != 0))
+    return bad("--experts, --experts-used and --expert-ffn need a mixture-of-experts --arch "
+               "(qwen2moe, qwen3moe)");
+  if (!ad.shared_expert && s.shared_ffn != 0) return bad("--shared-ffn needs --arch qwen2moe");
+  if (s.experts < 0 || s.experts > kMaxExperts) return bad("--experts must be in [1, 1024]");
+  const ExpertSizes ex = experts_of(s);
+  if (s.experts_used < 0 || ex.used > ex.n) return bad("--experts-used must be in [1, --experts]");
+  if (s.expert_ffn < 0 || s.expert_ffn > kMaxFfn)
+    return bad("--expert-ffn must be in [1, 1048576]");
+  if (s.shared_ffn < 0 || s.shared_ffn > kMaxFfn)
+    return bad("--shared-ffn must be in [1, 1048576]");
   const TypeOps* ops = type_ops(s.type);
   if (!ops || !ops->from_float)
     return bad("cairn cannot quantize to " + std::string(type_info(s.type).name));
@@ -369,6 +420,14 @@ Result<BuildSummary> write_random_model(const RandomModelSpec& spec, const Vocab
     w.set_uint32(a + ".attention.key_length", static_cast<uint32_t>(spec.head_dim));
     w.set_uint32(a + ".attention.value_length", static_cast<uint32_t>(spec.head_dim));
   }
+  if (ad.moe) {
+    const ExpertSizes ex = experts_of(spec);
+    w.set_uint32(a + ".expert_count", static_cast<uint32_t>(ex.n));
+    w.set_uint32(a + ".expert_used_count", static_cast<uint32_t>(ex.used));
+    w.set_uint32(a + ".expert_feed_forward_length", static_cast<uint32_t>(ex.ffn));
+    if (ad.shared_expert)
+      w.set_uint32(a + ".expert_shared_feed_forward_length", static_cast<uint32_t>(ex.shared_ffn));
+  }
   w.set_float32(a + ".rope.freq_base", ad.rope_base);
   w.set_float32(a + ".attention.layer_norm_rms_epsilon", ad.norm_eps);
   vocab.write_metadata(w);
@@ -384,7 +443,7 @@ Result<BuildSummary> write_random_model(const RandomModelSpec& spec, const Vocab
     const uint64_t size = *row_bytes(t.type, t.dims[0]) * (elems / t.dims[0]);
     data_bytes += size + gguf::Writer::tensor_padding(size, kAlignment);
     summary.n_params += elems;
-    if (t.dims.size() == 2 && t.type != t.wanted)
+    if (t.dims.size() >= 2 && t.type != t.wanted)
       summary.fallbacks.push_back({t.name, t.wanted, t.type});
   }
   const std::vector<uint8_t> header = w.header_bytes(kAlignment);

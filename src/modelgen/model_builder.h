@@ -26,7 +26,9 @@ enum class KMix { None, Q3_K_M, Q4_K_M, Q5_K_M };
 
 struct RandomModelSpec {
   // "llama", "qwen2" (q/k/v biases, NeoX RoPE, base 1e6), "qwen3" (per-head
-  // Q/K norms, NeoX, base 1e6) or "phi3" (fused attn_qkv and gate/up, NeoX)
+  // Q/K norms, NeoX, base 1e6), "phi3" (fused attn_qkv and gate/up, NeoX),
+  // or the mixture-of-experts "qwen2moe" (qwen2's attention, a shared
+  // expert) and "qwen3moe" (qwen3's attention)
   std::string arch = "llama";
   std::string name;            // general.name; a default names the shape
   int64_t dim = 256;           // embedding length
@@ -42,6 +44,14 @@ struct RandomModelSpec {
   // (factor 8, low/high frequency factors 1 and 4, original context 8192);
   // empty: none.
   std::string rope_freqs;
+  // Mixture of experts (qwen2moe, qwen3moe only; 0: the default): expert
+  // count (8), experts per token (2), one expert's FFN width and the shared
+  // expert's (qwen2moe) (both `ffn`). The router (ffn_gate_inp) stays F32
+  // whatever `type` is, as llama.cpp's quantizer leaves it.
+  int64_t experts = 0;
+  int64_t experts_used = 0;
+  int64_t expert_ffn = 0;
+  int64_t shared_ffn = 0;
   TensorType type = TensorType::F32;  // of every 2-D weight; norms and biases stay F32
   // A llama.cpp K-quant mix instead of one type (`type` is then its base:
   // Q3_K, Q4_K or Q5_K): the per-tensor choices of mix_type below.
@@ -97,7 +107,9 @@ TensorType storage_type(TensorType wanted, int64_t row);
 // two layers and Q4_K after, ffn_down in Q5_K for the first sixteenth of the
 // layers and Q4_K after; a fused attn_qkv goes one step up (Q4_K, Q5_K, Q6_K).
 // `role` is one of "output", "attn_v", "attn_output", "attn_qkv", "ffn_down",
-// or anything else (the base type).
+// or anything else (the base type). The experts' and the shared expert's down
+// projections (ffn_down_exps, ffn_down_shexp) take ffn_down's rule, as in
+// llama.cpp, which matches them by that part of their names.
 TensorType mix_type(KMix mix, TensorType base, std::string_view role, int64_t layer, int64_t n_layers);
 
 // llama.cpp's rule for the layers whose attn_v and ffn_down Q4_K_M stores in

@@ -53,6 +53,10 @@ modelgen::RandomModelSpec spec_of(const json& j) {
   s.ctx = j.at("ctx").get<int64_t>();
   s.head_dim = j.value("head_dim", int64_t{0});
   s.rope_freqs = j.value("rope_freqs", std::string());
+  s.experts = j.value("experts", int64_t{0});  // the MoE sizes (0: make-model's defaults)
+  s.experts_used = j.value("experts_used", int64_t{0});
+  s.expert_ffn = j.value("expert_ffn", int64_t{0});
+  s.shared_ffn = j.value("shared_ffn", int64_t{0});
   s.seed = j.at("seed").get<uint64_t>();
   s.name = j.value("name", std::string());
   s.type = TensorType::F32;

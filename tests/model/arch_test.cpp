@@ -1,7 +1,8 @@
 // The architectures and tensors added to the shared decoder (qwen3, phi3,
-// rope_freqs.weight) on models the tests write themselves: each against a
-// plain double-precision forward written from the definitions, layouts of
-// the same weights against each other, and the errors of malformed files.
+// rope_freqs.weight, the mixture-of-experts qwen2moe and qwen3moe) on models
+// the tests write themselves: each against a plain double-precision forward
+// written from the definitions, layouts of the same weights against each
+// other, and the errors of malformed files.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -39,6 +40,10 @@ struct ArchSpec {
   bool neox = true;          // the RoPE style the architecture implies
   bool prescale_q = false;   // phi3: for the reference, nothing changes in exact arithmetic
   std::vector<float> rope_freqs;  // written when not empty
+  // Mixture of experts (experts > 0): router and 3-D expert tensors instead
+  // of ffn_gate/up/down; a shared expert when ff_shexp > 0 (qwen2moe).
+  int64_t experts = 0, experts_used = 0, ff_exp = 0, ff_shexp = 0;
+  bool norm_topk = false;  // for the reference: qwen3moe renormalizes the chosen weights
   float eps = 1e-6f;
   float rope_base = 10000.0f;
   uint32_t seed = 11;
@@ -81,6 +86,21 @@ Weights make_weights(const ArchSpec& s) {
     fill(blk(l, "ffn_gate.weight"), s.embd * s.ff, ws, 0.0f);
     fill(blk(l, "ffn_up.weight"), s.embd * s.ff, ws, 0.0f);
     fill(blk(l, "ffn_down.weight"), s.ff * s.embd, 1.0f / std::sqrt((float)s.ff), 0.0f);
+    if (s.experts > 0) {
+      // A router wide enough that the choices are clear-cut.
+      fill(blk(l, "ffn_gate_inp.weight"), s.embd * s.experts, 3.0f * ws, 0.0f);
+      fill(blk(l, "ffn_gate_exps.weight"), s.embd * s.ff_exp * s.experts, ws, 0.0f);
+      fill(blk(l, "ffn_up_exps.weight"), s.embd * s.ff_exp * s.experts, ws, 0.0f);
+      fill(blk(l, "ffn_down_exps.weight"), s.ff_exp * s.embd * s.experts,
+           1.0f / std::sqrt((float)s.ff_exp), 0.0f);
+    }
+    if (s.ff_shexp > 0) {
+      fill(blk(l, "ffn_gate_inp_shexp.weight"), s.embd, ws, 0.0f);
+      fill(blk(l, "ffn_gate_shexp.weight"), s.embd * s.ff_shexp, ws, 0.0f);
+      fill(blk(l, "ffn_up_shexp.weight"), s.embd * s.ff_shexp, ws, 0.0f);
+      fill(blk(l, "ffn_down_shexp.weight"), s.ff_shexp * s.embd,
+           1.0f / std::sqrt((float)s.ff_shexp), 0.0f);
+    }
   }
   if (!s.rope_freqs.empty()) w["rope_freqs.weight"] = s.rope_freqs;
   return w;
@@ -106,7 +126,7 @@ std::vector<uint8_t> write_model(const ArchSpec& s, const Weights& w,
   g.set_uint32(a + ".block_count", (uint32_t)s.layers);
   g.set_uint32(a + ".attention.head_count", (uint32_t)s.heads);
   g.set_uint32(a + ".attention.head_count_kv", (uint32_t)s.kv_heads);
-  g.set_uint32(a + ".feed_forward_length", (uint32_t)s.ff);
+  if (s.ff > 0) g.set_uint32(a + ".feed_forward_length", (uint32_t)s.ff);
   g.set_uint32(a + ".context_length", 256);
   g.set_float32(a + ".attention.layer_norm_rms_epsilon", s.eps);
   g.set_float32(a + ".rope.freq_base", s.rope_base);
@@ -114,6 +134,12 @@ std::vector<uint8_t> write_model(const ArchSpec& s, const Weights& w,
     g.set_uint32(a + ".attention.key_length", (uint32_t)s.head_dim);
     g.set_uint32(a + ".attention.value_length", (uint32_t)s.head_dim);
   }
+  if (s.experts > 0) {
+    g.set_uint32(a + ".expert_count", (uint32_t)s.experts);
+    g.set_uint32(a + ".expert_used_count", (uint32_t)s.experts_used);
+    g.set_uint32(a + ".expert_feed_forward_length", (uint32_t)s.ff_exp);
+  }
+  if (s.ff_shexp > 0) g.set_uint32(a + ".expert_shared_feed_forward_length", (uint32_t)s.ff_shexp);
   if (extra_meta) extra_meta(g);
   const auto add = [&](const std::string& name, std::vector<float> v,
                        std::vector<int64_t> dims) {
@@ -153,6 +179,26 @@ std::vector<uint8_t> write_model(const ArchSpec& s, const Weights& w,
       if (w.count(blk(l, n))) add(blk(l, n), w.at(blk(l, n)), {s.head_dim});
     add(blk(l, "attn_output.weight"), w.at(blk(l, "attn_output.weight")), {q, s.embd});
     add(blk(l, "ffn_norm.weight"), w.at(blk(l, "ffn_norm.weight")), {s.embd});
+    if (s.experts > 0) {
+      add(blk(l, "ffn_gate_inp.weight"), w.at(blk(l, "ffn_gate_inp.weight")), {s.embd, s.experts});
+      add(blk(l, "ffn_gate_exps.weight"), w.at(blk(l, "ffn_gate_exps.weight")),
+          {s.embd, s.ff_exp, s.experts});
+      add(blk(l, "ffn_up_exps.weight"), w.at(blk(l, "ffn_up_exps.weight")),
+          {s.embd, s.ff_exp, s.experts});
+      add(blk(l, "ffn_down_exps.weight"), w.at(blk(l, "ffn_down_exps.weight")),
+          {s.ff_exp, s.embd, s.experts});
+      if (s.ff_shexp > 0) {
+        add(blk(l, "ffn_gate_inp_shexp.weight"), w.at(blk(l, "ffn_gate_inp_shexp.weight")),
+            {s.embd});
+        add(blk(l, "ffn_gate_shexp.weight"), w.at(blk(l, "ffn_gate_shexp.weight")),
+            {s.embd, s.ff_shexp});
+        add(blk(l, "ffn_up_shexp.weight"), w.at(blk(l, "ffn_up_shexp.weight")),
+            {s.embd, s.ff_shexp});
+        add(blk(l, "ffn_down_shexp.weight"), w.at(blk(l, "ffn_down_shexp.weight")),
+            {s.ff_shexp, s.embd});
+      }
+      continue;
+    }
     if (s.fuse_ffn) {
       add(blk(l, "ffn_up.weight"),
           cat(w.at(blk(l, "ffn_gate.weight")), w.at(blk(l, "ffn_up.weight"))), {s.embd, 2 * s.ff});
@@ -237,6 +283,59 @@ void rope(Vec& x, int64_t heads, int64_t hd, int pos, const ArchSpec& s) {
     }
 }
 
+// down(silu(gate x) * up x) with gate/up [ff rows of E], down [E rows of ff].
+Vec swiglu(const float* gate, const float* up, const float* down, int64_t E, int64_t ff,
+           const Vec& x) {
+  Vec h((size_t)ff), y((size_t)E, 0.0);
+  for (int64_t f = 0; f < ff; ++f) {
+    double g = 0, u = 0;
+    for (int64_t c = 0; c < E; ++c) {
+      g += (double)gate[f * E + c] * x[(size_t)c];
+      u += (double)up[f * E + c] * x[(size_t)c];
+    }
+    h[(size_t)f] = g / (1.0 + std::exp(-g)) * u;
+  }
+  for (int64_t r = 0; r < E; ++r)
+    for (int64_t f = 0; f < ff; ++f) y[(size_t)r] += (double)down[r * ff + f] * h[(size_t)f];
+  return y;
+}
+
+// The mixture of experts from its definition: softmax over the router's
+// logits, the experts_used largest, their weights renormalized or not, the
+// sum of their FFNs so weighted, plus the shared expert times sigmoid(gate).
+Vec moe_ffn(const ArchSpec& s, const Weights& w, int64_t l, const Vec& x) {
+  const int64_t E = s.embd, F = s.ff_exp;
+  Vec p = matvec(w.at(blk(l, "ffn_gate_inp.weight")), E, x);
+  const double mx = *std::max_element(p.begin(), p.end());
+  double z = 0;
+  for (double& v : p) z += (v = std::exp(v - mx));
+  for (double& v : p) v /= z;
+  std::vector<int> order((size_t)s.experts);
+  for (int e = 0; e < (int)s.experts; ++e) order[(size_t)e] = e;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int a, int b) { return p[(size_t)a] > p[(size_t)b]; });
+  double sum = 0;
+  for (int64_t k = 0; k < s.experts_used; ++k) sum += p[(size_t)order[(size_t)k]];
+  Vec y((size_t)E, 0.0);
+  for (int64_t k = 0; k < s.experts_used; ++k) {
+    const int e = order[(size_t)k];
+    const double wt = s.norm_topk ? p[(size_t)e] / sum : p[(size_t)e];
+    const Vec o = swiglu(w.at(blk(l, "ffn_gate_exps.weight")).data() + e * F * E,
+                         w.at(blk(l, "ffn_up_exps.weight")).data() + e * F * E,
+                         w.at(blk(l, "ffn_down_exps.weight")).data() + e * E * F, E, F, x);
+    for (int64_t i = 0; i < E; ++i) y[(size_t)i] += wt * o[(size_t)i];
+  }
+  if (s.ff_shexp > 0) {
+    const Vec gl = matvec(w.at(blk(l, "ffn_gate_inp_shexp.weight")), E, x);
+    const double gate = 1.0 / (1.0 + std::exp(-gl[0]));
+    const Vec o = swiglu(w.at(blk(l, "ffn_gate_shexp.weight")).data(),
+                         w.at(blk(l, "ffn_up_shexp.weight")).data(),
+                         w.at(blk(l, "ffn_down_shexp.weight")).data(), E, s.ff_shexp, x);
+    for (int64_t i = 0; i < E; ++i) y[(size_t)i] += gate * o[(size_t)i];
+  }
+  return y;
+}
+
 std::vector<Vec> reference(const ArchSpec& s, const Weights& w) {
   const int64_t E = s.embd, hd = s.head_dim, T = (int64_t)kPrompt.size();
   const int64_t nq = s.heads * hd;
@@ -290,11 +389,10 @@ std::vector<Vec> reference(const ArchSpec& s, const Weights& w) {
       for (int64_t i = 0; i < E; ++i) x[(size_t)t][(size_t)i] += o[(size_t)i];
       Vec xn = x[(size_t)t];
       rmsnorm(xn.data(), E, w.at(blk(l, "ffn_norm.weight")), s.eps);
-      const Vec g = matvec(w.at(blk(l, "ffn_gate.weight")), E, xn);
-      const Vec u = matvec(w.at(blk(l, "ffn_up.weight")), E, xn);
-      Vec h(g.size());
-      for (size_t i = 0; i < g.size(); ++i) h[i] = g[i] / (1.0 + std::exp(-g[i])) * u[i];
-      const Vec d = matvec(w.at(blk(l, "ffn_down.weight")), s.ff, h);
+      const Vec d = s.experts > 0 ? moe_ffn(s, w, l, xn)
+                                  : swiglu(w.at(blk(l, "ffn_gate.weight")).data(),
+                                           w.at(blk(l, "ffn_up.weight")).data(),
+                                           w.at(blk(l, "ffn_down.weight")).data(), E, s.ff, xn);
       for (int64_t i = 0; i < E; ++i) x[(size_t)t][(size_t)i] += d[(size_t)i];
     }
   }
@@ -556,6 +654,249 @@ TEST(Phi3, MalformedFilesAreRefusedByName) {
             "phi3: head_count * head size (4 * 24) must equal embedding_length 64");
 }
 
+// ---- qwen2moe, qwen3moe --------------------------------------------------------
+
+ArchSpec qwen3moe_spec() {
+  ArchSpec s = qwen3_spec();
+  s.arch = "qwen3moe";
+  s.experts = 4;
+  s.experts_used = 2;
+  s.ff_exp = 32;
+  s.norm_topk = true;
+  return s;
+}
+
+ArchSpec qwen2moe_spec() {
+  ArchSpec s;
+  s.arch = "qwen2moe";
+  s.qkv_bias = true;
+  s.rope_base = 1e6f;
+  s.experts = 4;
+  s.experts_used = 2;
+  s.ff_exp = 32;
+  s.ff_shexp = 48;
+  return s;
+}
+
+TEST(Qwen3Moe, MatchesPlainReferenceWithRenormalizedExperts) {
+  const ArchSpec s = qwen3moe_spec();
+  const Weights w = make_weights(s);
+  auto l = load_bytes(write_model(s, w));
+  ASSERT_TRUE(l) << l.status().message();
+  const HParams& hp = l->model->hparams();
+  EXPECT_EQ(hp.n_expert, 4);
+  EXPECT_EQ(hp.n_expert_used, 2);
+  EXPECT_EQ(hp.n_ff_exp, 32);
+  const auto got = run(*l->model);
+  EXPECT_LT(rel_diff(got, reference(s, w)), 1e-4);
+  // The renormalization matters: without it the same weights are another model.
+  ArchSpec plain = s;
+  plain.norm_topk = false;
+  EXPECT_GT(rel_diff(got, reference(plain, w)), 1e-2);
+  // Every expert used: the router still weights them.
+  ArchSpec all = s;
+  all.experts_used = 4;
+  auto la = load_bytes(write_model(all, w));
+  ASSERT_TRUE(la) << la.status().message();
+  EXPECT_LT(rel_diff(run(*la->model), reference(all, w)), 1e-4);
+}
+
+// One expert, always chosen with weight 1: a qwen3 whose FFN is that expert.
+TEST(Qwen3Moe, OneExpertIsTheDenseQwen3) {
+  ArchSpec dense = qwen3_spec();
+  const Weights w = make_weights(dense);
+  ArchSpec moe = qwen3moe_spec();
+  moe.experts = 1;
+  moe.experts_used = 1;
+  moe.ff_exp = dense.ff;
+  Weights wm = w;
+  for (int64_t l = 0; l < dense.layers; ++l) {
+    wm[blk(l, "ffn_gate_inp.weight")].assign((size_t)dense.embd, 0.5f);
+    wm[blk(l, "ffn_gate_exps.weight")] = w.at(blk(l, "ffn_gate.weight"));
+    wm[blk(l, "ffn_up_exps.weight")] = w.at(blk(l, "ffn_up.weight"));
+    wm[blk(l, "ffn_down_exps.weight")] = w.at(blk(l, "ffn_down.weight"));
+  }
+  auto a = load_bytes(write_model(dense, w));
+  auto b = load_bytes(write_model(moe, wm));
+  ASSERT_TRUE(a) << a.status().message();
+  ASSERT_TRUE(b) << b.status().message();
+  EXPECT_LT(max_abs_diff(run(*a->model), run(*b->model)), 1e-5);
+}
+
+// Renaming the experts (router rows and expert slabs permuted together)
+// changes nothing, bit for bit: routing follows the weights, not the indices.
+TEST(Qwen3Moe, PermutedExpertsGiveTheSameBits) {
+  const ArchSpec s = qwen3moe_spec();
+  const Weights w = make_weights(s);
+  const std::vector<int64_t> perm = {2, 0, 3, 1};
+  Weights p = w;
+  const auto permute = [&](const std::string& name, int64_t slab) {
+    const std::vector<float>& src = w.at(name);
+    std::vector<float>& dst = p[name];
+    for (int64_t e = 0; e < s.experts; ++e)
+      std::copy_n(src.begin() + perm[(size_t)e] * slab, slab, dst.begin() + e * slab);
+  };
+  for (int64_t l = 0; l < s.layers; ++l) {
+    permute(blk(l, "ffn_gate_inp.weight"), s.embd);
+    for (const char* n : {"ffn_gate_exps.weight", "ffn_up_exps.weight", "ffn_down_exps.weight"})
+      permute(blk(l, n), s.embd * s.ff_exp);
+  }
+  auto a = load_bytes(write_model(s, w));
+  auto b = load_bytes(write_model(s, p));
+  ASSERT_TRUE(a && b);
+  EXPECT_EQ(run(*a->model), run(*b->model));
+}
+
+TEST(Qwen2Moe, MatchesPlainReferenceWithSharedExpert) {
+  const ArchSpec s = qwen2moe_spec();
+  const Weights w = make_weights(s);
+  auto l = load_bytes(write_model(s, w));
+  ASSERT_TRUE(l) << l.status().message();
+  EXPECT_EQ(l->model->hparams().n_ff_shexp, 48);
+  EXPECT_EQ(l->model->hparams().rope_style, kernels::RopeStyle::Neox);
+  const auto got = run(*l->model);
+  EXPECT_LT(rel_diff(got, reference(s, w)), 1e-4);
+  // The weights are the softmax's, not renormalized ...
+  ArchSpec norm = s;
+  norm.norm_topk = true;
+  EXPECT_GT(rel_diff(got, reference(norm, w)), 1e-2);
+  // ... and the shared expert counts.
+  ArchSpec no_shared = s;
+  no_shared.ff_shexp = 0;
+  EXPECT_GT(rel_diff(got, reference(no_shared, w)), 1e-2);
+}
+
+// Without feed_forward_length the expert widths stand alone; with it and
+// without the expert keys, the reference's defaults (ff / used, ff).
+TEST(Qwen2Moe, FeedForwardLengthOnlyStandsIn) {
+  ArchSpec s = qwen2moe_spec();
+  s.ff = 0;
+  const Weights w = make_weights(s);
+  auto l = load_bytes(write_model(s, w));
+  ASSERT_TRUE(l) << l.status().message();
+  EXPECT_LT(rel_diff(run(*l->model), reference(s, w)), 1e-4);
+
+  gguf::Writer g;
+  g.set_string("general.architecture", "qwen2moe");
+  for (const char* k : {"embedding_length", "block_count", "attention.head_count",
+                        "context_length"})
+    g.set_uint32(std::string("qwen2moe.") + k, 64);
+  g.set_uint32("qwen2moe.attention.head_count", 4);
+  g.set_uint32("qwen2moe.feed_forward_length", 96);
+  g.set_uint32("qwen2moe.expert_count", 4);
+  g.set_uint32("qwen2moe.expert_used_count", 2);
+  g.set_float32("qwen2moe.attention.layer_norm_rms_epsilon", 1e-6f);
+  std::vector<float> emb(64 * 8, 0.0f);
+  ASSERT_TRUE(g.add_tensor("token_embd.weight", TensorType::F32, {64, 8}, f32_bytes(emb)).is_ok());
+  auto f = gguf::File::parse(g.to_bytes());
+  ASSERT_TRUE(f) << f.status().message();
+  auto hp = Model::read_hparams(**f);
+  ASSERT_TRUE(hp) << hp.status().message();
+  EXPECT_EQ(hp->n_ff_exp, 48);
+  EXPECT_EQ(hp->n_ff_shexp, 96);
+}
+
+TEST(Moe, MalformedFilesAreRefusedByName) {
+  const ArchSpec s = qwen3moe_spec();
+  const Weights w = make_weights(s);
+  ArchSpec too_many = s;
+  too_many.experts_used = 5;
+  EXPECT_EQ(load_error(write_model(too_many, w)),
+            "metadata 'qwen3moe.expert_used_count' = 5 exceeds 'qwen3moe.expert_count' = 4");
+  ArchSpec none = s;
+  none.experts_used = 0;
+  EXPECT_EQ(load_error(write_model(none, w)),
+            "metadata 'qwen3moe.expert_used_count' must be positive, got 0");
+  ArchSpec dense = s;  // a qwen3moe file without any expert keys or tensors
+  dense.experts = 0;
+  EXPECT_EQ(load_error(write_model(dense, w)), "metadata 'qwen3moe.expert_count' is missing");
+  const auto huge = [](gguf::Writer& g) { g.set_uint32("qwen3moe.expert_count", 5000); };
+  EXPECT_EQ(load_error(write_model(s, w, huge)),
+            "metadata 'qwen3moe.expert_count' = 5000 exceeds the limit 1024");
+  const auto groups = [](gguf::Writer& g) { g.set_uint32("qwen3moe.expert_group_count", 2); };
+  EXPECT_EQ(load_error(write_model(s, w, groups)),
+            "metadata 'qwen3moe.expert_group_count' = 2: grouped expert routing is not supported");
+  EXPECT_EQ(load_error(write_model(s, w, {}, {{"blk.1.ffn_up_exps.weight", {64, 32, 3}}})),
+            "tensor 'blk.1.ffn_up_exps.weight' has shape [64, 32, 3], expected [64, 32, 4]");
+  EXPECT_EQ(load_error(write_model(s, w, {}, {{"blk.0.ffn_down_exps.weight", {32, 64}}})),
+            "tensor 'blk.0.ffn_down_exps.weight' has shape [32, 64], expected [32, 64, 4]");
+  EXPECT_EQ(load_error(write_model(s, w, {}, {}, {"blk.0.ffn_gate_exps.weight"})),
+            "tensor 'blk.0.ffn_gate_exps.weight' is missing");
+  EXPECT_EQ(load_error(write_model(s, w, {}, {{"blk.0.ffn_gate_inp.weight", {64, 5}}})),
+            "tensor 'blk.0.ffn_gate_inp.weight' has shape [64, 5], expected [64, 4]");
+  const auto wider = [](gguf::Writer& g) {
+    g.set_uint32("qwen3moe.expert_feed_forward_length", 40);
+  };
+  EXPECT_EQ(load_error(write_model(s, w, wider)),
+            "tensor 'blk.0.ffn_gate_exps.weight' has shape [64, 32, 4], expected [64, 40, 4]");
+  ArchSpec biased = s;
+  biased.qkv_bias = true;
+  EXPECT_EQ(load_error(write_model(biased, make_weights(biased))),
+            "tensor 'blk.0.attn_q.bias': Q/K/V biases in a qwen3moe model are not supported");
+
+  const ArchSpec q2 = qwen2moe_spec();
+  const Weights w2 = make_weights(q2);
+  EXPECT_EQ(load_error(write_model(q2, w2, {}, {}, {"blk.1.ffn_gate_inp_shexp.weight"})),
+            "tensor 'blk.1.ffn_gate_inp_shexp.weight' is missing");
+  EXPECT_EQ(load_error(write_model(q2, w2, {}, {{"blk.0.ffn_gate_inp_shexp.weight", {64, 1}}})),
+            "tensor 'blk.0.ffn_gate_inp_shexp.weight' has shape [64, 1], expected [64]");
+  EXPECT_EQ(load_error(write_model(q2, w2, {}, {{"blk.0.ffn_down_shexp.weight", {32, 64}}})),
+            "tensor 'blk.0.ffn_down_shexp.weight' has shape [32, 64], expected [48, 64]");
+  ArchSpec no_len = q2;  // neither the shared width nor feed_forward_length
+  no_len.ff = 0;
+  no_len.ff_shexp = 0;
+  Weights w3 = make_weights(qwen2moe_spec());
+  EXPECT_EQ(load_error(write_model(no_len, w3)),
+            "metadata 'qwen2moe.expert_shared_feed_forward_length' is missing, and so is "
+            "'qwen2moe.feed_forward_length' that would stand in for it");
+}
+
+// Pipeline stages of a MoE model are the whole model's forward cut in two;
+// tensor-parallel ranks are refused.
+TEST(Moe, PipelineStagesButNoTensorParallelism) {
+  const ArchSpec s = qwen2moe_spec();
+  const Weights w = make_weights(s);
+  const std::vector<uint8_t> bytes = write_model(s, w);
+  auto whole = load_bytes(bytes);
+  ASSERT_TRUE(whole) << whole.status().message();
+  const auto want = run(*whole->model);
+
+  auto f = gguf::File::parse(bytes);
+  ASSERT_TRUE(f);
+  const auto file = std::shared_ptr<const gguf::File>(std::move(*f));
+  ShardSpec tp;
+  tp.tp_size = 2;
+  auto refused = Model::load(file, LoadOptions{1, tp});
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.status().message(),
+            "a mixture-of-experts model (qwen2moe) cannot be split over tensor-parallel ranks; "
+            "pipeline stages can");
+
+  ShardSpec first, second;
+  first.layer_end = 1;
+  second.layer_begin = 1;
+  auto a = Model::load(file, LoadOptions{2, first});
+  auto b = Model::load(file, LoadOptions{2, second});
+  ASSERT_TRUE(a) << a.status().message();
+  ASSERT_TRUE(b) << b.status().message();
+  auto kv_a = kv::ContiguousKvCache::create((*a)->kv_shape(), 1, 64, TensorType::F32);
+  auto kv_b = kv::ContiguousKvCache::create((*b)->kv_shape(), 1, 64, TensorType::F32);
+  ASSERT_TRUE(kv_a && kv_b);
+  Batch batch;
+  for (size_t i = 0; i < kPrompt.size(); ++i) batch.add(kPrompt[i], (int32_t)i, 0, true);
+  std::vector<float> hidden;
+  Logits none, lg;
+  StageIo io_a;
+  io_a.hidden_out = &hidden;
+  ASSERT_TRUE((*a)->forward_stage(batch, **kv_a, io_a, none).is_ok());
+  StageIo io_b;
+  io_b.hidden_in = hidden.data();
+  ASSERT_TRUE((*b)->forward_stage(batch, **kv_b, io_b, lg).is_ok());
+  ASSERT_EQ(lg.rows(), want.size());
+  for (size_t r = 0; r < lg.rows(); ++r)
+    EXPECT_EQ(std::vector<float>(lg.row(r).begin(), lg.row(r).end()), want[r]) << r;
+}
+
 // ---- make-model writes each of them -----------------------------------------------
 
 TEST(ArchModelgen, WritesEachArchitecture) {
@@ -574,6 +915,13 @@ TEST(ArchModelgen, WritesEachArchitecture) {
       {"qwen3", 48, "", {"blk.0.attn_q_norm.weight", "blk.1.attn_k_norm.weight"}, {"blk.0.attn_q.bias"}},
       {"phi3", 0, "", {"blk.0.attn_qkv.weight"}, {"blk.0.attn_q.weight", "blk.0.ffn_gate.weight"}},
       {"llama", 0, "llama3", {"rope_freqs.weight", "blk.0.attn_q.weight"}, {"blk.0.attn_qkv.weight"}},
+      {"qwen2moe", 0, "",
+       {"blk.0.attn_q.bias", "blk.1.ffn_gate_exps.weight", "blk.1.ffn_gate_inp_shexp.weight",
+        "blk.0.ffn_down_shexp.weight"},
+       {"blk.0.ffn_gate.weight", "blk.0.ffn_down.weight", "blk.0.attn_q_norm.weight"}},
+      {"qwen3moe", 48, "",
+       {"blk.0.attn_q_norm.weight", "blk.0.ffn_gate_inp.weight", "blk.1.ffn_down_exps.weight"},
+       {"blk.0.ffn_up.weight", "blk.0.ffn_up_shexp.weight", "blk.0.attn_q.bias"}},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.arch);

@@ -198,7 +198,8 @@ TEST(ModelLoad, ReadsHyperParameters) {
   EXPECT_TRUE(bq.model->hparams().tied_output);
   EXPECT_FLOAT_EQ(bq.model->hparams().rope_freq_base, 1e6f);
   EXPECT_EQ(supported_architectures(),
-            (std::vector<std::string_view>{"llama", "qwen2", "qwen3", "phi3"}));
+            (std::vector<std::string_view>{"llama", "qwen2", "qwen3", "phi3", "qwen2moe",
+                                           "qwen3moe"}));
 }
 
 // The model (F32 K/V) against the plain double-precision reference above, for

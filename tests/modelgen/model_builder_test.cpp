@@ -215,6 +215,56 @@ TEST(ModelBuilder, Q3KMAndQ5KMMixes) {
   EXPECT_EQ(*(*file)->get_uint("general.file_type").value(), 12u);
 }
 
+// The MoE architectures: expert tensors of the right shapes, the router kept
+// in F32 (llama.cpp's quantizer never quantizes it), ffn_down_exps and
+// ffn_down_shexp under ffn_down's rule of a mix.
+TEST(ModelBuilder, MixtureOfExpertsLayoutAndTypes) {
+  auto dir = test::temp_dir("builder-moe");
+  auto spec = small_spec(TensorType::Q4_K);
+  spec.arch = "qwen2moe";
+  spec.mix = KMix::Q4_K_M;
+  spec.layers = 3;
+  spec.experts = 4;
+  spec.experts_used = 2;
+  spec.expert_ffn = 256;
+  spec.shared_ffn = 512;
+  auto path = (dir / "m.gguf").string();
+  auto summary = write_random_model(spec, demo_vocab(), path);
+  ASSERT_TRUE(summary.is_ok()) << summary.status().message();
+  auto file = gguf::File::open(path);
+  ASSERT_TRUE(file.is_ok());
+  const auto& f = **file;
+  const auto* exps = f.find_tensor("blk.1.ffn_down_exps.weight");
+  ASSERT_NE(exps, nullptr);
+  EXPECT_EQ(exps->dims, (std::vector<int64_t>{256, 256, 4}));
+  EXPECT_EQ(f.find_tensor("blk.1.ffn_gate_exps.weight")->dims, (std::vector<int64_t>{256, 256, 4}));
+  EXPECT_EQ(f.find_tensor("blk.1.ffn_gate_inp.weight")->type, TensorType::F32);
+  EXPECT_EQ(f.find_tensor("blk.1.ffn_gate_inp_shexp.weight")->type, TensorType::F32);
+  EXPECT_EQ(f.find_tensor("blk.1.ffn_up_shexp.weight")->dims, (std::vector<int64_t>{256, 512}));
+  // Of 3 layers, more bits in the last (the last eighth), not the first two.
+  EXPECT_EQ(f.find_tensor("blk.2.ffn_down_exps.weight")->type, TensorType::Q6_K);
+  EXPECT_EQ(f.find_tensor("blk.1.ffn_down_exps.weight")->type, TensorType::Q4_K);
+  EXPECT_EQ(f.find_tensor("blk.2.ffn_down_shexp.weight")->type, TensorType::Q6_K);
+  EXPECT_EQ(f.find_tensor("blk.0.ffn_down_shexp.weight")->type, TensorType::Q4_K);
+  EXPECT_EQ(f.find_tensor("blk.1.ffn_up_exps.weight")->type, TensorType::Q4_K);
+  EXPECT_EQ(f.find_tensor("blk.0.ffn_gate.weight"), nullptr);
+  EXPECT_EQ(*f.get_uint("qwen2moe.expert_count").value(), 4u);
+  EXPECT_EQ(*f.get_uint("qwen2moe.expert_used_count").value(), 2u);
+  EXPECT_EQ(*f.get_uint("qwen2moe.expert_feed_forward_length").value(), 256u);
+  EXPECT_EQ(*f.get_uint("qwen2moe.expert_shared_feed_forward_length").value(), 512u);
+  // Defaults: 8 experts, 2 used, both widths --ffn; qwen3moe has no shared expert.
+  spec = small_spec(TensorType::F32);
+  spec.arch = "qwen3moe";
+  ASSERT_TRUE(write_random_model(spec, demo_vocab(), path).is_ok());
+  auto g = gguf::File::open(path);
+  ASSERT_TRUE(g.is_ok());
+  EXPECT_EQ((*g)->find_tensor("blk.0.ffn_up_exps.weight")->dims,
+            (std::vector<int64_t>{256, 512, 8}));
+  EXPECT_EQ(*(*g)->get_uint("qwen3moe.expert_used_count").value(), 2u);
+  EXPECT_FALSE((*g)->get_uint("qwen3moe.expert_shared_feed_forward_length").value().has_value());
+  EXPECT_EQ((*g)->find_tensor("blk.0.ffn_up_shexp.weight"), nullptr);
+}
+
 TEST(ModelBuilder, SameSeedSameBytes) {
   auto dir = test::temp_dir("builder-seed");
   auto spec = small_spec(TensorType::Q4_0);
@@ -248,6 +298,13 @@ TEST(ModelBuilder, RejectsBadSpecs) {
   rejects([](RandomModelSpec& s) { s.ffn = -1; }, "--ffn");
   rejects([](RandomModelSpec& s) { s.ctx = 0; }, "--ctx");
   rejects([](RandomModelSpec& s) { s.type = TensorType::IQ2_XS; }, "quantize");
+  rejects([](RandomModelSpec& s) { s.experts = 4; }, "need a mixture-of-experts --arch");
+  rejects([](RandomModelSpec& s) { s.arch = "qwen3moe", s.shared_ffn = 64; }, "--shared-ffn needs");
+  rejects([](RandomModelSpec& s) { s.arch = "qwen3moe", s.experts = 4, s.experts_used = 5; },
+          "--experts-used must be in [1, --experts]");
+  rejects([](RandomModelSpec& s) { s.arch = "qwen3moe", s.experts = 2000; }, "--experts must be");
+  rejects([](RandomModelSpec& s) { s.arch = "qwen2moe", s.head_dim = 128; },
+          "qwen2moe needs heads * head size == dim");
   EXPECT_FALSE(std::filesystem::exists(path));
   auto s = small_spec(TensorType::F32);
   EXPECT_FALSE(

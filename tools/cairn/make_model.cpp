@@ -71,7 +71,8 @@ void register_make_model(CLI::App& app, CommandResult& result) {
   auto a = std::make_shared<MakeModelArgs>();
   auto& s = a->spec;
   cmd->add_option("OUT", a->out, "output GGUF path")->required();
-  cmd->add_option("--arch", s.arch, "llama, qwen2, qwen3 or phi3")->capture_default_str();
+  cmd->add_option("--arch", s.arch, "llama, qwen2, qwen3, phi3, qwen2moe or qwen3moe")
+      ->capture_default_str();
   cmd->add_option("--dim", s.dim, "embedding length")->capture_default_str();
   cmd->add_option("--layers", s.layers, "transformer blocks")->capture_default_str();
   cmd->add_option("--heads", s.heads, "attention heads")->capture_default_str();
@@ -82,6 +83,13 @@ void register_make_model(CLI::App& app, CommandResult& result) {
                   "head size, written as attention.key_length/value_length (default: dim / heads)");
   cmd->add_option("--rope-freqs", s.rope_freqs,
                   "llama3: write rope_freqs.weight with Llama 3.1's RoPE frequency factors");
+  cmd->add_option("--experts", s.experts, "qwen2moe/qwen3moe: experts per layer (default 8)");
+  cmd->add_option("--experts-used", s.experts_used,
+                  "qwen2moe/qwen3moe: experts each token is routed to (default 2)");
+  cmd->add_option("--expert-ffn", s.expert_ffn,
+                  "qwen2moe/qwen3moe: one expert's feed-forward length (default --ffn)");
+  cmd->add_option("--shared-ffn", s.shared_ffn,
+                  "qwen2moe: the shared expert's feed-forward length (default --ffn)");
   cmd->add_option("--vocab-from", a->vocab_from,
                   "GGUF whose tokenizer.* metadata is copied (default: demo vocabulary)");
   cmd->add_option("--type", a->type,
