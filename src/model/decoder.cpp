@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <array>
 #include <memory>
+#include <utility>
+#include <vector>
 
 #include "model/arch.h"
 #include "model/blocks.h"
@@ -176,18 +178,30 @@ Result<std::unique_ptr<Model>> load_decoder(std::shared_ptr<const gguf::File> fi
     kernels::prepare_weight(m);
     if (m.packed && !keep_mapped) file->drop_pages(m.data, extent);
   };
+  // Matrices are packed by all the load's threads at once, each taking the
+  // next one as it finishes (sizes differ, so no fixed split).
+  std::vector<std::pair<kernels::WeightMatrix*, bool>> todo;
   for (LayerWeights& l : w->layers) {
     for (kernels::WeightMatrix* m :
          {&l.attn.wq, &l.attn.wk, &l.attn.wv, &l.attn.wo, &l.ffn.gate, &l.ffn.up, &l.ffn.down})
-      prepare(*m, false);
+      todo.push_back({m, false});
     MoeWeights& moe = l.moe;  // each expert's slab is a matrix of its own
     for (auto* experts : {&moe.gate, &moe.up, &moe.down})
-      for (kernels::WeightMatrix& m : *experts) prepare(m, false);
+      for (kernels::WeightMatrix& m : *experts) todo.push_back({&m, false});
     for (kernels::WeightMatrix* m :
          {&moe.router, &moe.shared_gate, &moe.shared_up, &moe.shared_down, &moe.shared_gate_inp})
-      prepare(*m, false);
+      todo.push_back({m, false});
   }
-  prepare(w->output, hp.tied_output && first);
+  todo.push_back({&w->output, hp.tied_output && first});
+  {
+    ThreadPool pool(std::max(1, options.n_threads));
+    pool.parallel_for(
+        (int64_t)todo.size(),
+        [&](int64_t b, int64_t e) {
+          for (int64_t i = b; i < e; ++i) prepare(*todo[(size_t)i].first, todo[(size_t)i].second);
+        },
+        /*grain=*/1);
+  }
   // Decode reads one embedding row per token, likely on an untouched page:
   // fault the table in now, not one page per decode step (docs/performance.md).
   // A shard leaves it to be paged in as tokens use it: its memory is its share.
