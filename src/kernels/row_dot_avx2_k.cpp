@@ -67,105 +67,9 @@ CAIRN_AVX2 inline int32_t bsums_dot(const int16_t* bsums, __m256i mins16) {
   return hsum_epi32(_mm256_madd_epi16(load_256(bsums), mins16));
 }
 
-}  // namespace
-
-CAIRN_AVX2 float q2_k_dot_q8_k(int64_t n, const void* w, const void* act) {
-  const BlockQ2_K* x = static_cast<const BlockQ2_K*>(w);
-  const BlockQ8_K* y = static_cast<const BlockQ8_K*>(act);
-  const __m256i three = _mm256_set1_epi8(3);
-  const __m128i low4 = _mm_set1_epi8(0xF);
-  __m256 lanes = _mm256_setzero_ps();
-  float min_acc = 0.0f;
-  for (int64_t i = 0; i < n / kQK_K; ++i) {
-    const __m128i sc_bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[i].scales));
-    const __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc_bytes, 4), low4));
-    const int32_t sum_mins = bsums_dot(y[i].bsums, mins);
-    const Scales16 scales(_mm_and_si128(sc_bytes, low4));
-    __m256i acc = _mm256_setzero_si256();
-    for (int h = 0; h < 2; ++h) {
-      const __m256i q = load_256(x[i].qs + 32 * h);
-      for (int k = 0; k < 4; ++k) {
-        const __m256i codes = _mm256_and_si256(_mm256_srli_epi16(q, 2 * k), three);
-        const __m256i q8 = load_256(y[i].qs + 128 * h + 32 * k);
-        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(codes, q8), scales.pair(h, k)));
-      }
-    }
-    lanes = lanes_fma(acc, y[i].d * f16(x[i].d), lanes);
-    min_acc = fma_ss(y[i].d * f16(x[i].dmin), static_cast<float>(sum_mins), min_acc);
-  }
-  return lanes_sum(lanes) - min_acc;
-}
-
-// (code - 4) * q8 as code * q8 - 4 * q8, with code = low two bits | high bit << 2 (0..7).
-CAIRN_AVX2 float q3_k_dot_q8_k(int64_t n, const void* w, const void* act) {
-  const BlockQ3_K* x = static_cast<const BlockQ3_K*>(w);
-  const BlockQ8_K* y = static_cast<const BlockQ8_K*>(act);
-  const __m256i three = _mm256_set1_epi8(3);
-  const __m256i one = _mm256_set1_epi8(1);
-  const __m256i four = _mm256_set1_epi8(4);
-  __m256 lanes = _mm256_setzero_ps();
-  for (int64_t i = 0; i < n / kQK_K; ++i) {
-    const Scales16 scales(q3k_scales_vec(x[i].scales));
-    const __m256i hm = load_256(x[i].hmask);
-    __m256i acc = _mm256_setzero_si256();
-    for (int h = 0; h < 2; ++h) {
-      const __m256i q = load_256(x[i].qs + 32 * h);
-      for (int k = 0; k < 4; ++k) {
-        const __m256i low = _mm256_and_si256(_mm256_srli_epi16(q, 2 * k), three);
-        const __m256i high = _mm256_and_si256(_mm256_srli_epi16(hm, 4 * h + k), one);
-        const __m256i codes = _mm256_or_si256(low, _mm256_slli_epi16(high, 2));
-        const __m256i q8 = load_256(y[i].qs + 128 * h + 32 * k);
-        const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(codes, q8), _mm256_maddubs_epi16(four, q8));
-        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, scales.pair(h, k)));
-      }
-    }
-    lanes = lanes_fma(acc, y[i].d * f16(x[i].d), lanes);
-  }
-  return lanes_sum(lanes);
-}
-
-CAIRN_AVX2 float q5_k_dot_q8_k(int64_t n, const void* w, const void* act) {
-  const BlockQ5_K* x = static_cast<const BlockQ5_K*>(w);
-  const BlockQ8_K* y = static_cast<const BlockQ8_K*>(act);
-  const __m256i low4 = _mm256_set1_epi8(0xF);
-  const __m256i one = _mm256_set1_epi8(1);
-  __m256 lanes = _mm256_setzero_ps();
-  float min_acc = 0.0f;
-  for (int64_t i = 0; i < n / kQK_K; ++i) {
-    // Scales and mins as Q4_K's: int16 sc0..7 | m0..7.
-    uint32_t u[4];
-    q4k_scales_mins(x[i].scales, u);
-    const __m256i sm = _mm256_cvtepu8_epi16(
-        _mm_set_epi32(static_cast<int>(u[3]), static_cast<int>(u[2]), static_cast<int>(u[1]), static_cast<int>(u[0])));
-    // sc0..7 in both 128-bit lanes, each one broadcast by a shuffle below.
-    const __m256i sc2 = _mm256_permute2x128_si256(sm, sm, 0x00);
-    const __m256i bs = load_256(y[i].bsums);
-    const __m128i pairs = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
-    __m128i mins = _mm_madd_epi16(_mm256_extracti128_si256(sm, 1), pairs);
-    mins = _mm_add_epi32(mins, _mm_shuffle_epi32(mins, _MM_SHUFFLE(1, 0, 3, 2)));
-    mins = _mm_add_epi32(mins, _mm_shuffle_epi32(mins, _MM_SHUFFLE(2, 3, 0, 1)));
-    const int32_t sum_mins = _mm_cvtsi128_si32(mins);
-    const __m256i qh = load_256(x[i].qh);
-    __m256i acc = _mm256_setzero_si256();
-    for (int j = 0; j < kQK_K / 64; ++j) {
-      const __m256i bytes = load_256(x[i].qs + 32 * j);
-      const __m256i hlo = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * j), one), 4);
-      const __m256i hhi = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * j + 1), one), 4);
-      const __m256i lo = _mm256_or_si256(_mm256_and_si256(bytes, low4), hlo);
-      const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bytes, 4), low4), hhi);
-      const __m256i plo = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, load_256(y[i].qs + 64 * j)),
-                                            _mm256_shuffle_epi8(sc2, load_256(kBroadcast16[2 * j])));
-      const __m256i phi = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, load_256(y[i].qs + 64 * j + 32)),
-                                            _mm256_shuffle_epi8(sc2, load_256(kBroadcast16[2 * j + 1])));
-      acc = _mm256_add_epi32(acc, _mm256_add_epi32(plo, phi));
-    }
-    lanes = lanes_fma(acc, y[i].d * f16(x[i].d), lanes);
-    min_acc = fma_ss(y[i].d * f16(x[i].dmin), static_cast<float>(sum_mins), min_acc);
-  }
-  return lanes_sum(lanes) - min_acc;
-}
-
-// Q5_K against up to 4 tokens: each super-block's scales and codes decoded once.
+// Each kernel takes one to kMaxDotTokens tokens (TypeOps::vec_dot_tokens; one
+// token is the single dot): a super-block's scales and codes decoded once.
+// Q5_K: Q4_K's scales and mins, a fifth code bit from qh.
 template <int NT>
 CAIRN_AVX2 inline void q5_k_tokens(int64_t n, const BlockQ5_K* x, const uint8_t* act, size_t stride, float* out,
                                    size_t out_stride) {
@@ -217,39 +121,7 @@ CAIRN_AVX2 inline void q5_k_tokens(int64_t n, const BlockQ5_K* x, const uint8_t*
   for (int t = 0; t < NT; ++t) out[t * out_stride] = lanes_sum(lanes[t]) - min_acc[t];
 }
 
-CAIRN_AVX2 void q5_k_dot_tokens(int64_t n, const void* w, const void* act, size_t act_stride, int64_t n_act,
-                                float* out, size_t out_stride) {
-  const auto* x = static_cast<const BlockQ5_K*>(w);
-  const auto* a = static_cast<const uint8_t*>(act);
-  switch (n_act) {
-    case 1: return q5_k_tokens<1>(n, x, a, act_stride, out, out_stride);
-    case 2: return q5_k_tokens<2>(n, x, a, act_stride, out, out_stride);
-    case 3: return q5_k_tokens<3>(n, x, a, act_stride, out, out_stride);
-    default: return q5_k_tokens<4>(n, x, a, act_stride, out, out_stride);
-  }
-}
-
-CAIRN_AVX2 float iq4_xs_dot_q8_k(int64_t n, const void* w, const void* act) {
-  const BlockIQ4_XS* x = static_cast<const BlockIQ4_XS*>(w);
-  const BlockQ8_K* y = static_cast<const BlockQ8_K*>(act);
-  __m256 lanes = _mm256_setzero_ps();
-  for (int64_t i = 0; i < n / kQK_K; ++i) {
-    __m256i acc = _mm256_setzero_si256();
-    for (int ib = 0; ib < kQK_K / 32; ++ib) {
-      const int ls = (((x[i].scales_l[ib / 2] >> (4 * (ib % 2))) & 0xF) | (((x[i].scales_h >> (2 * ib)) & 3) << 4)) - 32;
-      const __m256i qx = lookup_16(kIq4nlValues, nibbles_32(x[i].qs + 16 * ib));
-      acc = _mm256_add_epi32(acc, dot_i8_scaled(qx, load_256(y[i].qs + 32 * ib), _mm256_set1_epi16(static_cast<int16_t>(ls))));
-    }
-    lanes = lanes_fma(acc, y[i].d * f16(x[i].d), lanes);
-  }
-  return lanes_sum(lanes);
-}
-
-// ---- many tokens: Q2_K, Q3_K, IQ4_XS ---------------------------------------------
-// Each super-block's codes and scales decoded once into registers (the 32-code
-// runs one at a time), then met by up to kMaxDotTokens tokens.
-namespace {
-
+// Q2_K, Q3_K, IQ4_XS: the 32-code runs decoded one at a time, each met by every token.
 template <int NT>
 CAIRN_AVX2 inline void q2_k_tokens(int64_t n, const BlockQ2_K* x, const uint8_t* act, size_t stride, float* out,
                                    size_t out_stride) {
@@ -354,7 +226,13 @@ CAIRN_AVX2 inline void iq4_xs_tokens(int64_t n, const BlockIQ4_XS* x, const uint
   for (int t = 0; t < NT; ++t) out[t * out_stride] = lanes_sum(lanes[t]);
 }
 
-// Dispatches n_act to the template instance.
+// The single dot is the one-token instance; vec_dot_tokens dispatches n_act.
+#define CAIRN_ONE_ENTRY(name, impl, Block)                                     \
+  CAIRN_AVX2 float name(int64_t n, const void* w, const void* act) {           \
+    float out;                                                                  \
+    impl<1>(n, static_cast<const Block*>(w), static_cast<const uint8_t*>(act), 0, &out, 1); \
+    return out;                                                                 \
+  }
 #define CAIRN_TOKENS_ENTRY(name, impl, Block)                                                                  \
   CAIRN_AVX2 void name(int64_t n, const void* w, const void* act, size_t act_stride, int64_t n_act, float* out, \
                        size_t out_stride) {                                                                    \
@@ -370,9 +248,15 @@ CAIRN_AVX2 inline void iq4_xs_tokens(int64_t n, const BlockIQ4_XS* x, const uint
 
 }  // namespace
 
+CAIRN_ONE_ENTRY(q2_k_dot_q8_k, q2_k_tokens, BlockQ2_K)
+CAIRN_ONE_ENTRY(q3_k_dot_q8_k, q3_k_tokens, BlockQ3_K)
+CAIRN_ONE_ENTRY(q5_k_dot_q8_k, q5_k_tokens, BlockQ5_K)
+CAIRN_ONE_ENTRY(iq4_xs_dot_q8_k, iq4_xs_tokens, BlockIQ4_XS)
+CAIRN_TOKENS_ENTRY(q5_k_dot_tokens, q5_k_tokens, BlockQ5_K)
 CAIRN_TOKENS_ENTRY(q2_k_dot_tokens, q2_k_tokens, BlockQ2_K)
 CAIRN_TOKENS_ENTRY(q3_k_dot_tokens, q3_k_tokens, BlockQ3_K)
 CAIRN_TOKENS_ENTRY(iq4_xs_dot_tokens, iq4_xs_tokens, BlockIQ4_XS)
 #undef CAIRN_TOKENS_ENTRY
+#undef CAIRN_ONE_ENTRY
 
 }  // namespace cairn::quant::avx2

@@ -30,74 +30,12 @@ CAIRN_AVX2 inline uint32_t load_u32(const uint8_t* p) {
 
 }  // namespace
 
-CAIRN_AVX2 float q4_1_dot_q8_1(int64_t n, const void* w, const void* act) {
-  const BlockQ4_1* x = static_cast<const BlockQ4_1*>(w);
-  const BlockQ8_1* y = static_cast<const BlockQ8_1*>(act);
-  __m256 acc = _mm256_setzero_ps();
-  float offsets = 0.0f;
-  for (int64_t i = 0; i < n / kQK4_0; ++i) {
-    acc = lanes_fma(dot_u8_lanes(nibbles_32(x[i].qs), load_32(y[i].qs)), f16(x[i].d) * f16(y[i].d), acc);
-    offsets = fma_ss(f16(x[i].m), f16(y[i].s), offsets);
-  }
-  return lanes_sum(acc) + offsets;
-}
-
-// code - 16 = nibble - (bit 4 clear ? 16 : 0), as signed bytes.
-CAIRN_AVX2 float q5_0_dot_q8_0(int64_t n, const void* w, const void* act) {
-  const BlockQ5_0* x = static_cast<const BlockQ5_0*>(w);
-  const BlockQ8_0* y = static_cast<const BlockQ8_0*>(act);
-  const __m256i sixteen = _mm256_set1_epi8(16);
-  __m256 acc = _mm256_setzero_ps();
-  for (int64_t i = 0; i < n / kQK4_0; ++i) {
-    const __m256i high = bits_to_bytes(load_u32(x[i].qh));
-    const __m256i qx = _mm256_sub_epi8(nibbles_32(x[i].qs), _mm256_andnot_si256(high, sixteen));
-    acc = lanes_fma(dot_i8(qx, load_32(y[i].qs)), f16(x[i].d) * f16(y[i].d), acc);
-  }
-  return lanes_sum(acc);
-}
-
-CAIRN_AVX2 float q5_1_dot_q8_1(int64_t n, const void* w, const void* act) {
-  const BlockQ5_1* x = static_cast<const BlockQ5_1*>(w);
-  const BlockQ8_1* y = static_cast<const BlockQ8_1*>(act);
-  const __m256i sixteen = _mm256_set1_epi8(16);
-  __m256 acc = _mm256_setzero_ps();
-  float offsets = 0.0f;
-  for (int64_t i = 0; i < n / kQK4_0; ++i) {
-    const __m256i high = bits_to_bytes(load_u32(x[i].qh));
-    const __m256i qx = _mm256_or_si256(nibbles_32(x[i].qs), _mm256_and_si256(high, sixteen));
-    acc = lanes_fma(dot_u8_lanes(qx, load_32(y[i].qs)), f16(x[i].d) * f16(y[i].d), acc);
-    offsets = fma_ss(f16(x[i].m), f16(y[i].s), offsets);
-  }
-  return lanes_sum(acc) + offsets;
-}
-
-CAIRN_AVX2 float iq4_nl_dot_q8_0(int64_t n, const void* w, const void* act) {
-  const BlockIQ4_NL* x = static_cast<const BlockIQ4_NL*>(w);
-  const BlockQ8_0* y = static_cast<const BlockQ8_0*>(act);
-  __m256 acc = _mm256_setzero_ps();
-  for (int64_t i = 0; i < n / kQK4_0; ++i) {
-    const __m256i qx = lookup_16(kIq4nlValues, nibbles_32(x[i].qs));
-    acc = lanes_fma(dot_i8(qx, load_32(y[i].qs)), f16(x[i].d) * f16(y[i].d), acc);
-  }
-  return lanes_sum(acc);
-}
-
-CAIRN_AVX2 float mxfp4_dot_q8_0(int64_t n, const void* w, const void* act) {
-  const BlockMXFP4* x = static_cast<const BlockMXFP4*>(w);
-  const BlockQ8_0* y = static_cast<const BlockQ8_0*>(act);
-  __m256 acc = _mm256_setzero_ps();
-  for (int64_t i = 0; i < n / kQK4_0; ++i) {
-    const __m256i qx = lookup_16(kFp4Values, nibbles_32(x[i].qs));
-    acc = lanes_fma(dot_i8(qx, load_32(y[i].qs)), f16(y[i].d) * e8m0_half(x[i].e), acc);
-  }
-  return lanes_sum(acc);
-}
-
-// ---- many tokens (TypeOps::vec_dot_tokens) ------------------------------------
+// ---- one loop for one or many tokens ---------------------------------------------
 // Each type's block decoding as a policy: its codes as bytes (signed: dot_i8;
 // unsigned: dot_u8_lanes), its scale, and for the offset types the min that
 // meets the activations' d * sum(q); the loop below decodes each block once
-// for up to kMaxDotTokens tokens, each token's float steps as its single dot.
+// for up to kMaxDotTokens tokens (TypeOps::vec_dot_tokens); with one token it
+// is the single dot.
 namespace {
 
 struct Q4_1Policy {
@@ -224,7 +162,24 @@ CAIRN_AVX2 void dot_rows_32(int64_t n, const void* w, size_t w_stride, int64_t n
                                   static_cast<const uint8_t*>(act), 0, out + r, 1);
 }
 
+template <class P>
+CAIRN_AVX2 float dot_one_32(int64_t n, const void* w, const void* act) {
+  float out;
+  tokens_32<P, 1>(n, static_cast<const typename P::W*>(w), static_cast<const uint8_t*>(act), 0, &out, 1);
+  return out;
+}
+
 }  // namespace
+
+CAIRN_AVX2 float q4_1_dot_q8_1(int64_t n, const void* w, const void* act) { return dot_one_32<Q4_1Policy>(n, w, act); }
+CAIRN_AVX2 float q5_0_dot_q8_0(int64_t n, const void* w, const void* act) { return dot_one_32<Q5_0Policy>(n, w, act); }
+CAIRN_AVX2 float q5_1_dot_q8_1(int64_t n, const void* w, const void* act) { return dot_one_32<Q5_1Policy>(n, w, act); }
+CAIRN_AVX2 float iq4_nl_dot_q8_0(int64_t n, const void* w, const void* act) {
+  return dot_one_32<Iq4NlPolicy>(n, w, act);
+}
+CAIRN_AVX2 float mxfp4_dot_q8_0(int64_t n, const void* w, const void* act) {
+  return dot_one_32<Mxfp4Policy>(n, w, act);
+}
 
 CAIRN_AVX2 void q4_1_dot_rows(int64_t n, const void* w, size_t w_stride, int64_t n_rows, const void* act, float* out) {
   dot_rows_32<Q4_1Policy>(n, w, w_stride, n_rows, act, out);
