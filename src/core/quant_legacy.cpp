@@ -86,15 +86,18 @@ void q8_0_from_float(const float* src, void* dst, int64_t n) {
 
 // The SIMD quantizer of the reference: ties to even, and the scale inverted
 // as 127/amax rather than 1/d (they differ in the last bit for some amax).
+// One block's codes; returns d = amax / 127 unrounded.
+static float act_block(const float* src, int8_t* qs) {
+  float amax = 0.0f;
+  for (int j = 0; j < kQK8_0; ++j) amax = std::max(amax, std::fabs(src[j]));
+  const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+  for (int j = 0; j < kQK8_0; ++j) qs[j] = static_cast<int8_t>(std::nearbyint(src[j] * id));
+  return amax / 127.0f;
+}
+
 void q8_0_from_float_act(const float* src, void* dst, int64_t n) {
   BlockQ8_0* b = static_cast<BlockQ8_0*>(dst);
-  for (int64_t i = 0; i < n / kQK8_0; ++i, src += kQK8_0) {
-    float amax = 0.0f;
-    for (int j = 0; j < kQK8_0; ++j) amax = std::max(amax, std::fabs(src[j]));
-    b[i].d = f32_to_f16(amax / 127.0f);
-    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
-    for (int j = 0; j < kQK8_0; ++j) b[i].qs[j] = static_cast<int8_t>(std::nearbyint(src[j] * id));
-  }
+  for (int64_t i = 0; i < n / kQK8_0; ++i, src += kQK8_0) b[i].d = f32_to_f16(act_block(src, b[i].qs));
 }
 
 // Each block's exact integer sum, fma'd with the scale product into one float
@@ -296,15 +299,9 @@ void q8_1_to_float(const void* src, float* dst, int64_t n) {
 void q8_1_from_float(const float* src, void* dst, int64_t n) {
   BlockQ8_1* b = static_cast<BlockQ8_1*>(dst);
   for (int64_t i = 0; i < n / kQK8_0; ++i, src += kQK8_0) {
-    float amax = 0.0f;
-    for (int j = 0; j < kQK8_0; ++j) amax = std::max(amax, std::fabs(src[j]));
-    const float d = amax / 127.0f;
-    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    const float d = act_block(src, b[i].qs);
     int sum = 0;
-    for (int j = 0; j < kQK8_0; ++j) {
-      b[i].qs[j] = static_cast<int8_t>(std::nearbyint(src[j] * id));
-      sum += b[i].qs[j];
-    }
+    for (int j = 0; j < kQK8_0; ++j) sum += b[i].qs[j];
     b[i].d = f32_to_f16(d);
     b[i].s = f32_to_f16(static_cast<float>(sum) * d);
   }
