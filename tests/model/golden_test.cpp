@@ -18,9 +18,13 @@
 #include "model/model.h"
 #include "test_util.h"
 #include "tokenizer/tokenizer.h"
+#include "logprobs.h"
 
 namespace cairn::model {
 namespace {
+
+using cairn::test::log_softmax;
+using cairn::test::argmax;
 
 using kv::ContiguousKvCache;
 
@@ -92,21 +96,6 @@ Loaded load(const GoldenModel& g) {
   }
   l.model = std::move(*m);
   return l;
-}
-
-std::vector<double> log_softmax(std::span<const float> row) {
-  double mx = -INFINITY;
-  for (float x : row) mx = std::max(mx, (double)x);
-  double sum = 0;
-  for (float x : row) sum += std::exp((double)x - mx);
-  const double lse = mx + std::log(sum);
-  std::vector<double> out(row.size());
-  for (size_t i = 0; i < row.size(); ++i) out[i] = (double)row[i] - lse;
-  return out;
-}
-
-Token argmax(std::span<const float> row) {
-  return (Token)(std::max_element(row.begin(), row.end()) - row.begin());
 }
 
 std::vector<Token> ids(const json& a) { return a.get<std::vector<Token>>(); }

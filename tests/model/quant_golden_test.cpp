@@ -29,9 +29,12 @@
 #include "model/model.h"
 #include "modelgen/model_builder.h"
 #include "test_util.h"
+#include "logprobs.h"
 
 namespace cairn::model {
 namespace {
+
+using cairn::test::log_softmax;
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -142,17 +145,6 @@ TEST(RefQuant, EveryTensorDequantizesToItsSource) {
     for (const auto& [name, n] : types_seen) seen += " " + name + "x" + std::to_string(n);
     std::printf("  %-22s tensors by type:%s\n", m.name.c_str(), seen.c_str());
   }
-}
-
-std::vector<double> log_softmax(std::span<const float> row) {
-  double mx = -INFINITY;
-  for (float x : row) mx = std::max(mx, (double)x);
-  double sum = 0;
-  for (float x : row) sum += std::exp((double)x - mx);
-  const double lse = mx + std::log(sum);
-  std::vector<double> out(row.size());
-  for (size_t i = 0; i < row.size(); ++i) out[i] = (double)row[i] - lse;
-  return out;
 }
 
 TEST(RefQuant, TeacherForcedAgainstTheReference) {

@@ -27,9 +27,12 @@
 #include "modelgen/demo_model.h"
 #include "modelgen/model_builder.h"
 #include "test_util.h"
+#include "logprobs.h"
 
 namespace cairn::model {
 namespace {
+
+using cairn::test::log_softmax;
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -194,16 +197,6 @@ std::vector<Token> greedy(Forward&& forward, const std::vector<Token>& prompt, i
     b.add(next, pos++, 0, true);
   }
   return got;
-}
-
-std::vector<double> log_softmax(std::span<const float> row) {
-  double mx = -INFINITY;
-  for (float x : row) mx = std::max(mx, (double)x);
-  double sum = 0;
-  for (float x : row) sum += std::exp((double)x - mx);
-  std::vector<double> out(row.size());
-  for (size_t i = 0; i < row.size(); ++i) out[i] = (double)row[i] - mx - std::log(sum);
-  return out;
 }
 
 // A random model this test writes (no ../shared needed).
