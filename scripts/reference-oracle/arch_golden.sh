@@ -15,6 +15,9 @@
 #   scripts/reference-oracle/arch_golden.sh syn-qwen3moe-f32 18233 --arch qwen3moe --dim 128 \
 #     --layers 2 --heads 4 --kv-heads 2 --head-dim 48 --ffn 320 --experts 8 --experts-used 2 \
 #     --expert-ffn 96 --ctx 512 --seed 5
+#   scripts/reference-oracle/arch_golden.sh syn-gemma2-f32 18241 --arch gemma2 --dim 128 \
+#     --layers 2 --heads 4 --kv-heads 2 --head-dim 48 --ffn 320 --sliding-window 16 \
+#     --attn-softcap 4 --final-softcap 8 --ctx 512 --seed 7
 # (The reference sets token attributes by general.name: a name containing
 # "phi3" makes it look up Phi-3's special tokens, which stories260K's
 # vocabulary lacks, so phi3 models get another --name.)
@@ -51,6 +54,8 @@ for opt, typ, default in [('--arch', str, 'llama'), ('--dim', int, 256), ('--lay
                           ('--ctx', int, 2048), ('--head-dim', int, 0), ('--rope-freqs', str, ''),
                           ('--experts', int, 0), ('--experts-used', int, 0),
                           ('--expert-ffn', int, 0), ('--shared-ffn', int, 0),
+                          ('--sliding-window', int, 0), ('--attn-softcap', float, 0.0),
+                          ('--final-softcap', float, 0.0),
                           ('--seed', int, 0), ('--name', str, '')]:
     p.add_argument(opt, type=typ, default=default)
 a = p.parse_args(args)
@@ -69,6 +74,10 @@ g['make_model'] = {
 if a.experts or a.experts_used or a.expert_ffn or a.shared_ffn:  # the MoE architectures
     g['make_model']['spec'].update({'experts': a.experts, 'experts_used': a.experts_used,
                                     'expert_ffn': a.expert_ffn, 'shared_ffn': a.shared_ffn})
+if a.sliding_window or a.attn_softcap or a.final_softcap:  # the gemma architectures
+    g['make_model']['spec'].update({'sliding_window': a.sliding_window,
+                                    'attn_softcap': a.attn_softcap,
+                                    'final_softcap': a.final_softcap})
 g['sha256'] = hashlib.sha256(open(model, 'rb').read()).hexdigest()
 json.dump(g, open(out, 'w'), indent=1)
 print(f'wrote {out}')

@@ -72,8 +72,12 @@ struct AttnScratch {
 //   p % 16, both reduced as _mm512_reduce_add_ps.
 // These orders give the golden files' log-probs (docs/performance.md).
 void attend_head(const KvView& kv, int layer, SeqId seq, int64_t n_pos, int64_t kv_offset,
-                 int64_t head_dim, float scale, const float* q, bool batch, AttnScratch& s,
-                 float* out) {
+                 int64_t head_dim, const AttnShape& sh, const float* q, bool batch,
+                 AttnScratch& s, float* out) {
+  const float scale = sh.scale;
+  // A sliding window masks the positions before p0 (-inf scores, weight 0).
+  const int64_t p0 = sh.window > 0 ? std::max<int64_t>(0, n_pos - sh.window) : 0;
+  const float cap = sh.softcap, inv_cap = cap > 0 ? 1.0f / cap : 0.0f;
   const bool f16 = kv.dtype() == TensorType::F16;
   const float* h2f = f16_table();
   const int64_t n_pad = (n_pos + 31) & ~int64_t{31};
@@ -86,7 +90,7 @@ void attend_head(const KvView& kv, int layer, SeqId seq, int64_t n_pos, int64_t 
   }
   s.lanes.resize((size_t)(64 * head_dim));
   const bool tiny_kq = batch && head_dim % 16 == 0;
-  for (int64_t p = 0; p < n_pos; ++p) {
+  for (int64_t p = p0; p < n_pos; ++p) {
     float dot;
     if (f16) {
       const uint16_t* k = (const uint16_t*)kv.key(layer, seq, (int32_t)p) + kv_offset;
@@ -101,6 +105,7 @@ void attend_head(const KvView& kv, int layer, SeqId seq, int64_t n_pos, int64_t 
       dot = tiny_kq ? kernels::order::tiny_f32(k, s.q.data(), head_dim)
                     : kernels::order::vec_f32(k, s.q.data(), head_dim);
     }
+    if (cap > 0) dot = std::tanh(dot * inv_cap) * cap;
     s.scores[(size_t)p] = dot * scale;
   }
   kernels::softmax(s.scores.data(), n_pad);
@@ -110,7 +115,7 @@ void attend_head(const KvView& kv, int layer, SeqId seq, int64_t n_pos, int64_t 
   const int64_t n_simd = batch ? n_pos : (((n_pos + 31) & ~int64_t{31}) & ~int64_t{63});
   std::fill(s.lanes.begin(), s.lanes.begin() + n_lanes * head_dim, 0.0f);
   s.tail.assign((size_t)head_dim, 0.0);
-  for (int64_t p = 0; p < n_pos; ++p) {
+  for (int64_t p = p0; p < n_pos; ++p) {
     const float w = f16 ? round_f16(s.scores[(size_t)p]) : s.scores[(size_t)p];
     const void* vrow = kv.value(layer, seq, (int32_t)p);
     const uint16_t* vh = (const uint16_t*)vrow + kv_offset;
@@ -176,7 +181,7 @@ void attend_scalar(const KvView& kv, int layer, std::span<const SeqId> seqs,
       const int64_t t = i / sh.n_head;
       const int64_t h = i % sh.n_head;
       attend_head(kv, layer, seqs[(size_t)t], (int64_t)positions[(size_t)t] + 1, (h / group) * hd,
-                  hd, sh.scale, q + t * nq + h * hd, T >= 2, scratch, out + t * nq + h * hd);
+                  hd, sh, q + t * nq + h * hd, T >= 2, scratch, out + t * nq + h * hd);
     }
   });
 }
@@ -289,6 +294,7 @@ void attend(const KvView& kv, int layer, std::span<const SeqId> seqs,
             std::span<const int32_t> positions, const float* q, const AttnShape& sh, float* out,
             ThreadPool& pool, AttnPath path) {
   path = resolve(path, sh.head_dim);
+  if (sh.softcap > 0 || sh.window > 0) path = AttnPath::Scalar;  // the SIMD kernels have neither
   if (path == AttnPath::Scalar) return attend_scalar(kv, layer, seqs, positions, q, sh, out, pool);
 
   const int64_t T = (int64_t)seqs.size();

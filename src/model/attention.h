@@ -21,6 +21,11 @@ struct AttnShape {
   int64_t n_head_kv = 0;  // n_head % n_head_kv == 0; consecutive query heads share one
   int64_t head_dim = 0;
   float scale = 1.0f;  // applied to K.q before the softmax
+  // Gemma: scores soft-capped (cap * tanh(K.q / cap), before `scale`; 0:
+  // none) and a sliding window (> 0: only the last `window` positions, the
+  // older ones masked as the reference masks them). Either runs the scalar path.
+  float softcap = 0.0f;
+  int64_t window = 0;
 };
 
 // For every token t: out[t] (n_head * head_dim floats) = attention of q[t]

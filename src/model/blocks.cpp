@@ -28,6 +28,43 @@ void project(const kernels::WeightMatrix& w, const float* x, int64_t n_tokens, f
   kernels::matmul_many({&job, 1}, x, n_tokens, pool, next);
 }
 
+// GELU's tanh form as the reference computes it: for |x| < 10, looked up in
+// a table of F16 results indexed by x rounded to F16 (ggml's GGML_GELU_FP16).
+const uint16_t* gelu_f16_table() {
+  static const std::vector<uint16_t> table = [] {
+    std::vector<uint16_t> t(65536);
+    constexpr float kA = 0.044715f, kSqrt2OverPi = 0.79788456080286535587989211986876f;
+    for (uint32_t i = 0; i < 65536; ++i) {
+      const float x = f16_to_f32((uint16_t)i);
+      t[i] = f32_to_f16(0.5f * x * (1.0f + std::tanh(kSqrt2OverPi * x * (1.0f + kA * x * x))));
+    }
+    return t;
+  }();
+  return table.data();
+}
+
+// Row t of gelu(gate[t]) * up[t] (GeGLU).
+class GegluRows final : public kernels::RowMaker {
+ public:
+  GegluRows(const float* gate, const float* up, int64_t n) : gate_(gate), up_(up), n_(n) {}
+  void make(int64_t t, float* row) const override {
+    const uint16_t* table = gelu_f16_table();
+    const float* g = gate_ + t * n_;
+    const float* u = up_ + t * n_;
+    for (int64_t i = 0; i < n_; ++i) {
+      const float x = g[i];
+      row[i] = x <= -10.0f  ? 0.0f
+               : x >= 10.0f ? x * u[i]
+                            : f16_to_f32(table[f32_to_f16(x)]) * u[i];
+    }
+  }
+
+ private:
+  const float* gate_;
+  const float* up_;
+  int64_t n_;
+};
+
 void add_bias(float* rows, const std::vector<float>& bias, int64_t n_tokens) {
   if (bias.empty()) return;
   const int64_t n = (int64_t)bias.size();
@@ -175,6 +212,7 @@ Result<DecoderWeights> load_decoder_weights(const gguf::File& f, const HParams& 
 
   using R = TensorRole;
   CAIRN_ASSIGN_OR_RETURN(w.tok_embd, matrix(R::TokEmbd));
+  if (options.scale_embd) w.embd_scale = std::sqrt((float)hp.n_embd);
   // Llama 3.1/3.2's per-pair RoPE divisors, where the file has them; the
   // long/short factors of long-context Phi-3 files are another scheme.
   if (f.find_tensor(tensor_name(R::RopeFreqs))) {
@@ -236,6 +274,14 @@ Result<DecoderWeights> load_decoder_weights(const gguf::File& f, const HParams& 
       l.attn.bk = slice(l.attn.bk, kv0, nkv);
       l.attn.bv = slice(l.attn.bv, kv0, nkv);
     }
+    l.attn.window = hp.is_swa(il) ? hp.n_swa : 0;
+    l.attn.swa_rope = hp.is_swa(il) && (hp.rope_freq_base_swa != hp.rope_freq_base ||
+                                        hp.rope_freq_scale_swa != hp.rope_freq_scale);
+    if (options.post_norms) {
+      CAIRN_ASSIGN_OR_RETURN(l.attn_post_norm, vector(R::AttnPostNorm, il));
+      CAIRN_ASSIGN_OR_RETURN(l.ffn_post_norm, vector(R::FfnPostNorm, il));
+    }
+    l.ffn.geglu = options.geglu;
     CAIRN_ASSIGN_OR_RETURN(l.ffn_norm, vector(R::FfnNorm, il));
     if (options.moe) {
       MoeWeights& m = l.moe;
@@ -367,13 +413,20 @@ void rope_tables(const HParams& hp, const std::vector<float>& freq_factors, cons
   if (pairs == 0) return;
   // The loader checked its size (rope_pairs floats).
   const float* factors = freq_factors.empty() ? nullptr : freq_factors.data();
-  for_token_rows(pool, T, [&](int64_t begin, int64_t end) {
-    for (int64_t t = begin; t < end; ++t) {
-      float* cs = ws.rope_cs.data() + t * 2 * pairs;
-      kernels::rope_angles(hp.head_dim, hp.n_rot, batch.positions[(size_t)t], hp.rope_freq_base,
-                           hp.rope_freq_scale, cs, cs + pairs, factors);
-    }
-  });
+  const auto table = [&](std::vector<float>& out, float base, float scale) {
+    out.resize((size_t)(T * 2 * pairs));
+    for_token_rows(pool, T, [&](int64_t begin, int64_t end) {
+      for (int64_t t = begin; t < end; ++t) {
+        float* cs = out.data() + t * 2 * pairs;
+        kernels::rope_angles(hp.head_dim, hp.n_rot, batch.positions[(size_t)t], base, scale, cs,
+                             cs + pairs, factors);
+      }
+    });
+  };
+  table(ws.rope_cs, hp.rope_freq_base, hp.rope_freq_scale);
+  if (!hp.swa_layers.empty() && (hp.rope_freq_base_swa != hp.rope_freq_base ||
+                                 hp.rope_freq_scale_swa != hp.rope_freq_scale))
+    table(ws.rope_cs_swa, hp.rope_freq_base_swa, hp.rope_freq_scale_swa);
 }
 
 void attention(const HParams& hp, const AttentionWeights& w, const std::vector<float>& norm,
@@ -396,7 +449,8 @@ void attention(const HParams& hp, const AttentionWeights& w, const std::vector<f
   // RoPE and the K/V write per token are independent (KvView allows concurrent
   // writes of different rows): spread a prefill's cold-line stores over the pool.
   const int64_t pairs = kernels::rope_pairs(hd, hp.n_rot);
-  const float q_scale = 1.0f / std::sqrt((float)hd);
+  const float q_scale = hp.attn_scale > 0 ? hp.attn_scale : 1.0f / std::sqrt((float)hd);
+  const std::vector<float>& rope_cs = w.swa_rope ? ws.rope_cs_swa : ws.rope_cs;
   const auto rope_and_write = [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
       float* q = ws.q.data() + t * nq;
@@ -407,7 +461,7 @@ void attention(const HParams& hp, const AttentionWeights& w, const std::vector<f
         for (int64_t h = 0; h < hp.n_head_kv; ++h)
           kernels::rms_norm(k + h * hd, w.k_norm.data(), hd, hp.norm_eps, k + h * hd);
       }
-      const float* cs = ws.rope_cs.data() + t * 2 * pairs;
+      const float* cs = rope_cs.data() + t * 2 * pairs;
       kernels::rope_qk_angles(q, hp.n_head, k, hp.n_head_kv, hd, hp.n_rot, cs, cs + pairs,
                               hp.rope_style);
       if (w.prescale_q)
@@ -423,6 +477,8 @@ void attention(const HParams& hp, const AttentionWeights& w, const std::vector<f
   shape.n_head_kv = hp.n_head_kv;
   shape.head_dim = hd;
   shape.scale = w.prescale_q ? 1.0f : q_scale;
+  shape.softcap = hp.attn_softcap;
+  shape.window = w.window;
   attend(kv, layer, batch.seqs, batch.positions, ws.q.data(), shape, ws.attn.data(), pool);
 
   project(w.wo, ws.attn.data(), T, ws.tmp.data(), pool, next);
@@ -438,8 +494,28 @@ void ffn_swiglu(const HParams& hp, const FfnWeights& w, const std::vector<float>
   // Rows made into gate itself where the kernel takes floats: silu_mul is
   // elementwise, so each row may overwrite its own gate row.
   const kernels::MatmulJob down_job{&w.down, ws.tmp.data()};
+  if (w.geglu) {
+    kernels::matmul_many({&down_job, 1}, GegluRows(ws.gate.data(), ws.up.data(), hp.n_ff),
+                         ws.gate.data(), T, pool, next);
+    return;
+  }
   kernels::matmul_many({&down_job, 1}, kernels::SwigluRows(ws.gate.data(), ws.up.data(), hp.n_ff),
                        ws.gate.data(), T, pool, next);
+}
+
+void norm_rows(const HParams& hp, const std::vector<float>& norm, float* rows, int64_t T,
+               ThreadPool& pool) {
+  for_token_rows(pool, T, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t)
+      kernels::rms_norm(rows + t * hp.n_embd, norm.data(), hp.n_embd, hp.norm_eps,
+                        rows + t * hp.n_embd);
+  });
+}
+
+void scale_rows(float* x, float s, int64_t T, int64_t n, ThreadPool& pool) {
+  for_token_rows(pool, T, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin * n; i < end * n; ++i) x[i] *= s;
+  });
 }
 
 void ffn_moe(const HParams& hp, const MoeWeights& w, const std::vector<float>& norm, int64_t T,
@@ -477,6 +553,10 @@ void output_logits(const HParams& hp, const DecoderWeights& w, const Batch& batc
   kernels::matmul_many(
       {&job, 1}, kernels::NormedRows(ws.x.data(), w.output_norm.data(), hp.n_embd, hp.norm_eps),
       ws.out_rows.data(), R, pool, next);
+  if (hp.final_softcap > 0) {  // the reference's order: / cap (as * 1/cap), tanh, * cap
+    const float cap = hp.final_softcap, inv = 1.0f / cap;
+    for (float& v : out.data) v = std::tanh(v * inv) * cap;
+  }
 }
 
 }  // namespace cairn::model

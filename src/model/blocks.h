@@ -34,10 +34,13 @@ struct AttentionWeights {
   std::vector<float> bq, bk, bv;  // empty when the architecture has no QKV bias
   std::vector<float> q_norm, k_norm;  // head_dim each; empty without per-head norms
   bool prescale_q = false;  // Q *= 1/sqrt(head_dim) after RoPE, attention scale 1 (phi3)
+  int64_t window = 0;     // > 0: a sliding layer, attending to its last `window` positions (gemma)
+  bool swa_rope = false;  // RoPE by the sliding layers' base and scale (ws.rope_cs_swa)
 };
 
 struct FfnWeights {
   kernels::WeightMatrix gate, up, down;  // gate/up: views of one ffn_up when fused
+  bool geglu = false;  // gelu(gate) * up (gemma) instead of silu(gate) * up
 };
 
 struct LayerWeights {
@@ -46,6 +49,9 @@ struct LayerWeights {
   std::vector<float> ffn_norm;
   FfnWeights ffn;  // empty in a mixture-of-experts model
   MoeWeights moe;  // n_expert == 0 unless DecoderOptions::moe
+  // RMSNorms of the attention's and the FFN's outputs before their residual
+  // adds (gemma); empty otherwise.
+  std::vector<float> attn_post_norm, ffn_post_norm;
 };
 
 struct DecoderWeights {
@@ -54,6 +60,7 @@ struct DecoderWeights {
   kernels::WeightMatrix output;  // == tok_embd when hp.tied_output; a shard's vocabulary rows
   std::vector<LayerWeights> layers;
   std::vector<float> rope_freqs;  // rope_freqs.weight (rope_pairs floats); empty when absent
+  float embd_scale = 0.0f;  // embedding rows times this (gemma: sqrt(n_embd)); 0: none
 };
 
 // What distinguishes one llama-family decoder from another beyond hparams:
@@ -72,6 +79,12 @@ struct DecoderOptions {
   bool moe = false;
   bool norm_topk = false;      // the chosen experts' weights renormalized to sum 1 (qwen3moe)
   bool shared_expert = false;  // plus a shared expert with a sigmoid gate (qwen2moe)
+  // Gemma: embeddings times sqrt(n_embd), RMSNorms of the attention's and the
+  // FFN's outputs (post_attention_norm, post_ffw_norm), a GeGLU FFN (GELU's
+  // tanh form, as the reference computes it through an F16 table).
+  bool scale_embd = false;
+  bool post_norms = false;
+  bool geglu = false;
 };
 
 // Loads the llama-style tensor set, named and shaped as model/tensor_names.h
@@ -97,6 +110,7 @@ struct Workspace {
   std::vector<float> gate, up;  // [T, n_ff]; gate takes silu(gate) * up for float down weights
   std::vector<float> out_rows;  // normed rows that want logits [R, n_embd]
   std::vector<float> rope_cs;   // per token: cos, then sin, of its RoPE pairs (rope_tables)
+  std::vector<float> rope_cs_swa;  // the same by the sliding layers' base and scale, where they differ
 
   void reserve(const HParams& hp, int64_t n_tokens);
 };
@@ -112,7 +126,8 @@ void add_rows(float* x, const float* y, int64_t n_tokens, int64_t n, ThreadPool&
 
 // Each token's RoPE cos/sin into ws.rope_cs, once per forward: every layer
 // rotates by the same angles, so no layer recomputes them. `freq_factors`:
-// rope_freqs.weight's per-pair divisors, or empty.
+// rope_freqs.weight's per-pair divisors, or empty. Sliding layers with a RoPE
+// of their own (hp.rope_freq_base_swa, _scale_swa) get ws.rope_cs_swa.
 void rope_tables(const HParams& hp, const std::vector<float>& freq_factors, const Batch& batch,
                  Workspace& ws, ThreadPool& pool);
 
@@ -132,10 +147,18 @@ void attention(const HParams& hp, const AttentionWeights& w, const std::vector<f
                NextWeights next);
 
 // SwiGLU FFN of x = rms_norm(ws.x) * norm into ws.tmp: down(silu(gate(x)) *
-// up(x)), the normed and the SwiGLU rows made as attention() makes its input.
+// up(x)) (GeGLU, gelu for silu, when w.geglu), the normed and the SwiGLU rows made as attention() makes its input.
 // `next`: what follows the down projection.
 void ffn_swiglu(const HParams& hp, const FfnWeights& w, const std::vector<float>& norm,
                 int64_t n_tokens, Workspace& ws, ThreadPool& pool, NextWeights next);
+
+// rows[t] = rms_norm(rows[t]) * norm for n_tokens rows of hp.n_embd (gemma's
+// post-norms), in place.
+void norm_rows(const HParams& hp, const std::vector<float>& norm, float* rows, int64_t n_tokens,
+               ThreadPool& pool);
+
+// x *= s over n_tokens rows of n (gemma's embedding scale).
+void scale_rows(float* x, float s, int64_t n_tokens, int64_t n, ThreadPool& pool);
 
 // The mixture-of-experts FFN (model/moe.h) of x = rms_norm(ws.x) * norm into
 // ws.tmp, for the first n_tokens rows.
@@ -149,7 +172,7 @@ void ffn_moe(const HParams& hp, const MoeWeights& w, const std::vector<float>& n
 int64_t keep_output_rows(const Batch& batch, Workspace& ws, int64_t n_embd);
 
 // Final norm of the (compacted, see keep_output_rows) rows that want logits and
-// the output projection into `out`.
+// the output projection into `out`, soft-capped when hp.final_softcap > 0.
 // `next`: what the next forward starts with.
 void output_logits(const HParams& hp, const DecoderWeights& w, const Batch& batch, Workspace& ws,
                    ThreadPool& pool, Logits& out, NextWeights next);

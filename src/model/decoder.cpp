@@ -46,6 +46,7 @@ class DecoderModel final : public Model {
     ws_.reserve(hp, T);
     if (first) {
       embed(w_.tok_embd, batch, ws_.x.data());
+      if (w_.embd_scale != 0) scale_rows(ws_.x.data(), w_.embd_scale, T, hp.n_embd, pool_);
     } else {
       std::copy_n(io.hidden_in, (size_t)(T * hp.n_embd), ws_.x.data());
     }
@@ -68,6 +69,7 @@ class DecoderModel final : public Model {
       attention(hp, l.attn, l.attn_norm, il, batch, kv, ws_, pool_,
                 moe ? NextWeights{} : NextWeights{gate_up});
       CAIRN_RETURN_IF_ERROR(reduce(T));
+      if (!l.attn_post_norm.empty()) norm_rows(hp, l.attn_post_norm, ws_.tmp.data(), T, pool_);
       add_rows(ws_.x.data(), ws_.tmp.data(), T, hp.n_embd, pool_);
       const int64_t n =
           last && il + 1 == n_layer ? keep_output_rows(batch, ws_, hp.n_embd) : T;
@@ -79,6 +81,7 @@ class DecoderModel final : public Model {
         ffn_swiglu(hp, l.ffn, l.ffn_norm, n, ws_, pool_, output);
       }
       CAIRN_RETURN_IF_ERROR(reduce(n));
+      if (!l.ffn_post_norm.empty()) norm_rows(hp, l.ffn_post_norm, ws_.tmp.data(), n, pool_);
       add_rows(ws_.x.data(), ws_.tmp.data(), n, hp.n_embd, pool_);
     }
     if (!last) {

@@ -18,6 +18,7 @@ constexpr ArchSpec kArchs[] = {
     {"phi3", kernels::RopeStyle::Neox, &load_phi3},
     {"qwen2moe", kernels::RopeStyle::Neox, &load_qwen2moe, /*moe=*/true},
     {"qwen3moe", kernels::RopeStyle::Neox, &load_qwen3moe, /*moe=*/true},
+    {"gemma2", kernels::RopeStyle::Neox, &load_gemma2, false, &read_gemma2_hparams},
 };
 
 // Generous ceilings: they keep products of sizes far from overflow while
@@ -29,56 +30,6 @@ constexpr int64_t kMaxHeadDim = 4096;
 constexpr int64_t kMaxFf = int64_t{1} << 22;
 constexpr int64_t kMaxCtx = int64_t{1} << 28;
 constexpr int64_t kMaxExperts = 1024;  // the reference's limit too
-
-class MetaReader {
- public:
-  MetaReader(const gguf::File& f, std::string arch) : f_(f), arch_(std::move(arch)) {}
-
-  std::string key(std::string_view suffix) const { return arch_ + "." + std::string(suffix); }
-
-  // A positive integer in [1, max]; `fallback` when absent (0: required; a
-  // negative fallback says "absent" to the caller).
-  Result<int64_t> count(std::string_view suffix, int64_t max, int64_t fallback = 0) const {
-    const std::string k = key(suffix);
-    auto v = f_.get_uint(k);
-    if (!v) return v.status().with_context("metadata '" + k + "'");
-    if (!v->has_value()) {
-      if (fallback != 0) return fallback;
-      return Status::error("metadata '" + k + "' is missing");
-    }
-    const uint64_t n = **v;
-    if (n == 0) return Status::error("metadata '" + k + "' must be positive, got 0");
-    if (n > (uint64_t)max)
-      return Status::error("metadata '" + k + "' = " + std::to_string(n) + " exceeds the limit " +
-                           std::to_string(max));
-    return (int64_t)n;
-  }
-
-  // A finite float, `fallback` when absent; required when fallback is NaN.
-  Result<double> real(std::string_view suffix, double fallback) const {
-    const std::string k = key(suffix);
-    auto v = f_.get_float(k);
-    if (!v) return v.status().with_context("metadata '" + k + "'");
-    if (!v->has_value()) {
-      if (std::isnan(fallback)) return Status::error("metadata '" + k + "' is missing");
-      return fallback;
-    }
-    const double x = **v;
-    if (!std::isfinite(x)) return Status::error("metadata '" + k + "' is not finite");
-    return x;
-  }
-
-  Result<std::optional<std::string_view>> text(std::string_view suffix) const {
-    const std::string k = key(suffix);
-    auto v = f_.get_string(k);
-    if (!v) return v.status().with_context("metadata '" + k + "'");
-    return *v;
-  }
-
- private:
-  const gguf::File& f_;
-  std::string arch_;
-};
 
 Status read_rope_scaling(const MetaReader& m, HParams& hp) {
   std::optional<std::string_view> type;
@@ -135,6 +86,23 @@ Status read_experts(const MetaReader& m, HParams& hp) {
 }
 
 }  // namespace
+
+Status read_swa_pattern(const MetaReader& m, HParams& hp, uint64_t default_period) {
+  uint64_t period = default_period;
+  const std::string k = m.key("attention.sliding_window_pattern");
+  const gguf::Value* v = m.file().find(k);
+  // A per-layer array is not read for these architectures (the reference
+  // ignores it too and keeps its default period).
+  if (v && v->type != gguf::ValueType::ARRAY) {
+    auto p = m.file().get_uint(k);
+    if (!p) return p.status().with_context("metadata '" + k + "'");
+    period = p->value_or(default_period);
+  }
+  hp.swa_layers.assign((size_t)hp.n_layer, 0);
+  for (int64_t il = 0; il < hp.n_layer; ++il)
+    hp.swa_layers[(size_t)il] = period == 0 || (uint64_t)il % period < period - 1;
+  return Status::ok();
+}
 
 const ArchSpec* find_arch(std::string_view name) {
   for (const ArchSpec& a : kArchs)
@@ -213,6 +181,7 @@ Result<HParams> Model::read_hparams(const gguf::File& file) {
     return Status::error("metadata '" + m.key("attention.layer_norm_rms_epsilon") +
                          "' must be in (0, 1), got " + std::to_string(eps));
   hp.norm_eps = (float)eps;
+  if (spec->read_extra) CAIRN_RETURN_IF_ERROR(spec->read_extra(m, hp));
 
   // The vocabulary size is the embedding's row count; the shape checks of the
   // loader verify the rest of the tensor against n_embd.
@@ -263,6 +232,8 @@ Result<HParams> shard_hparams(const HParams& hp, const ShardSpec& s) {
   local.n_head = hp.n_head / s.tp_size;
   local.n_head_kv = hp.n_head_kv / s.tp_size;
   local.n_ff = hp.n_ff / s.tp_size;
+  if (!hp.swa_layers.empty())
+    local.swa_layers.assign(hp.swa_layers.begin() + s.layer_begin, hp.swa_layers.begin() + end);
   return local;
 }
 

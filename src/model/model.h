@@ -45,9 +45,20 @@ struct HParams {
   int64_t n_expert_used = 0;  // <arch>.expert_used_count, in [1, n_expert]
   int64_t n_ff_exp = 0;       // <arch>.expert_feed_forward_length (default n_ff / n_expert_used)
   int64_t n_ff_shexp = 0;     // <arch>.expert_shared_feed_forward_length (default n_ff)
+  // Gemma (gemma2, gemma3; 0 or empty in the other architectures).
+  int64_t n_swa = 0;                   // <arch>.attention.sliding_window
+  std::vector<uint8_t> swa_layers;     // n_layer entries, 1: the layer sees its last n_swa positions
+  float rope_freq_base_swa = 10000.0f;  // the sliding layers' RoPE
+  float rope_freq_scale_swa = 1.0f;
+  float attn_scale = 0.0f;     // Q's scale before attention; 0: 1/sqrt(head_dim)
+  float attn_softcap = 0.0f;   // scores = cap * tanh(scores / cap) before the softmax; 0: none
+  float final_softcap = 0.0f;  // the logits likewise; 0: none
 
   int64_t kv_row_elems() const { return n_head_kv * head_dim; }  // one K (or V) row per token
   kv::KvShape kv_shape() const { return {(int32_t)n_layer, (int32_t)kv_row_elems()}; }
+  bool is_swa(int64_t il) const {
+    return il >= 0 && il < (int64_t)swa_layers.size() && swa_layers[(size_t)il] != 0;
+  }
 };
 
 // One entry per token; tokens of one sequence may be interleaved with others.

@@ -30,6 +30,7 @@ enum class TensorRole {
   AttnQNorm,
   AttnKNorm,
   AttnOutput,
+  AttnPostNorm,     // RMSNorm of the attention's output before the residual add (gemma)
   FfnNorm,
   FfnGate,
   FfnUp,
@@ -43,6 +44,7 @@ enum class TensorRole {
   FfnGateShexp,
   FfnUpShexp,
   FfnDownShexp,
+  FfnPostNorm,      // RMSNorm of the FFN's output before the residual add (gemma)
   OutputNorm,
   Output,
 };
@@ -77,6 +79,7 @@ enum class TensorPresence {
   DenseFfn,   // the one FFN's down projection (all but the MoE models)
   Moe,        // the router and the experts (qwen2moe, qwen3moe)
   SharedExpert,  // the MoE's shared expert and its gate (qwen2moe)
+  PostNorms,     // norms of the attention's and the FFN's outputs (gemma2, gemma3)
 };
 
 // Which of the optional or alternative tensors a model holds.
@@ -89,6 +92,7 @@ struct TensorFeatures {
   bool rope_freqs = false;
   bool moe = false;            // router and experts instead of one FFN
   bool shared_expert = false;  // with moe: a shared expert (qwen2moe)
+  bool post_norms = false;     // post_attention_norm and post_ffw_norm (gemma)
 };
 
 struct TensorSpec {
@@ -101,7 +105,7 @@ struct TensorSpec {
   TensorDim slabs = TensorDim::None;  // GGUF dims[2] of a 3-D tensor (the experts); else None
 };
 
-inline constexpr std::array<TensorSpec, 28> kTensorTable = {{
+inline constexpr std::array<TensorSpec, 30> kTensorTable = {{
     {TensorRole::TokEmbd, "token_embd.weight", false, TensorDim::Embd, TensorDim::Vocab,
      TensorPresence::Always},
     {TensorRole::RopeFreqs, "rope_freqs.weight", false, TensorDim::RopePairs, TensorDim::None,
@@ -128,6 +132,8 @@ inline constexpr std::array<TensorSpec, 28> kTensorTable = {{
      TensorPresence::QkNorm},
     {TensorRole::AttnOutput, "attn_output.weight", true, TensorDim::Q, TensorDim::Embd,
      TensorPresence::Always},
+    {TensorRole::AttnPostNorm, "post_attention_norm.weight", true, TensorDim::Embd,
+     TensorDim::None, TensorPresence::PostNorms},
     {TensorRole::FfnNorm, "ffn_norm.weight", true, TensorDim::Embd, TensorDim::None,
      TensorPresence::Always},
     {TensorRole::FfnGate, "ffn_gate.weight", true, TensorDim::Embd, TensorDim::Ff,
@@ -154,6 +160,8 @@ inline constexpr std::array<TensorSpec, 28> kTensorTable = {{
      TensorPresence::SharedExpert},
     {TensorRole::FfnDownShexp, "ffn_down_shexp.weight", true, TensorDim::FfShexp, TensorDim::Embd,
      TensorPresence::SharedExpert},
+    {TensorRole::FfnPostNorm, "post_ffw_norm.weight", true, TensorDim::Embd, TensorDim::None,
+     TensorPresence::PostNorms},
     {TensorRole::OutputNorm, "output_norm.weight", false, TensorDim::Embd, TensorDim::None,
      TensorPresence::Always},
     {TensorRole::Output, "output.weight", false, TensorDim::Embd, TensorDim::Vocab,
@@ -248,6 +256,8 @@ constexpr bool tensor_present(TensorRole role, const TensorFeatures& f) {
       return f.moe;
     case TensorPresence::SharedExpert:
       return f.moe && f.shared_expert;
+    case TensorPresence::PostNorms:
+      return f.post_norms;
   }
   return true;
 }

@@ -37,14 +37,16 @@ struct ArchDefaults {
   bool fused = false;      // phi3: attn_qkv, and gate/up stacked in ffn_up
   bool moe = false;        // router and experts in place of the FFN
   bool shared_expert = false;  // qwen2moe
+  bool gemma = false;  // post-norms, output tied to token_embd, sliding window and soft-capping keys
 };
-constexpr std::array<ArchDefaults, 6> kArchs = {{
+constexpr std::array<ArchDefaults, 7> kArchs = {{
     {"llama", 10000.0f, 1e-5f, false},
     {"qwen2", 1000000.0f, 1e-6f, true},
     {"qwen3", 1000000.0f, 1e-6f, false, true},
     {"phi3", 10000.0f, 1e-5f, false, false, true},
     {"qwen2moe", 1000000.0f, 1e-6f, true, false, false, true, true},
     {"qwen3moe", 1000000.0f, 1e-6f, false, true, false, true, false},
+    {"gemma2", 10000.0f, 1e-6f, false, false, false, false, false, true},
 }};
 
 const ArchDefaults* find_arch(std::string_view a) {
@@ -143,6 +145,8 @@ std::vector<TensorPlan> plan_tensors(const RandomModelSpec& s, int64_t n_vocab) 
   features.rope_freqs = !s.rope_freqs.empty();
   features.moe = ad.moe;
   features.shared_expert = ad.shared_expert;
+  features.post_norms = ad.gemma;
+  features.tied_output = ad.gemma;
   std::vector<TensorPlan> p;
   // Names, shapes and order come from the loader's table; only how each
   // tensor's values are made and stored is decided here.
@@ -166,7 +170,8 @@ std::vector<TensorPlan> plan_tensors(const RandomModelSpec& s, int64_t n_vocab) 
           return;
         }
         if (dims.size() == 1) {  // norms (ones) and biases (small), always F32
-          const bool norm = role == R::AttnNorm || role == R::FfnNorm || role == R::OutputNorm;
+          const bool norm = role == R::AttnNorm || role == R::FfnNorm || role == R::OutputNorm ||
+                            role == R::AttnPostNorm || role == R::FfnPostNorm;
           p.push_back({std::move(name), std::move(dims), TensorType::F32,
                        norm ? Fill::Ones : Fill::Uniform, norm ? 0.0f : 0.02f});
           return;
@@ -286,7 +291,7 @@ Status validate(const RandomModelSpec& s) {
   auto bad = [](const std::string& m) { return Status::error("make-model: " + m); };
   if (!find_arch(s.arch))
     return bad("unknown --arch '" + s.arch +
-               "' (llama, qwen2, qwen3, phi3, qwen2moe or qwen3moe)");
+               "' (llama, qwen2, qwen3, phi3, qwen2moe, qwen3moe or gemma2)");
   if (s.dim < 1 || s.dim > kMaxDim) return bad("--dim must be in [1, 65536]");
   if (s.layers < 1 || s.layers > kMaxLayers) return bad("--layers must be in [1, 1024]");
   if (s.heads < 1 || s.heads > s.dim) return bad("--heads must be in [1, dim]");
@@ -308,6 +313,13 @@ Status validate(const RandomModelSpec& s) {
     return bad("--experts, --experts-used and --expert-ffn need a mixture-of-experts --arch "
                "(qwen2moe, qwen3moe)");
   if (!ad.shared_expert && s.shared_ffn != 0) return bad("--shared-ffn needs --arch qwen2moe");
+  if (!ad.gemma && (s.sliding_window != 0 || s.attn_softcap != 0 || s.final_softcap != 0))
+    return bad("--sliding-window, --attn-softcap and --final-softcap need a gemma --arch");
+  if (s.sliding_window < 0 || s.sliding_window > kMaxCtx)
+    return bad("--sliding-window must be in [1, 16777216]");
+  if (!(s.attn_softcap >= 0) || !(s.final_softcap >= 0) || !std::isfinite(s.attn_softcap) ||
+      !std::isfinite(s.final_softcap))
+    return bad("--attn-softcap and --final-softcap must be positive");
   if (s.experts < 0 || s.experts > kMaxExperts) return bad("--experts must be in [1, 1024]");
   const ExpertSizes ex = experts_of(s);
   if (s.experts_used < 0 || ex.used > ex.n) return bad("--experts-used must be in [1, --experts]");
@@ -427,6 +439,13 @@ Result<BuildSummary> write_random_model(const RandomModelSpec& spec, const Vocab
     w.set_uint32(a + ".expert_feed_forward_length", static_cast<uint32_t>(ex.ffn));
     if (ad.shared_expert)
       w.set_uint32(a + ".expert_shared_feed_forward_length", static_cast<uint32_t>(ex.shared_ffn));
+  }
+  if (ad.gemma) {  // as the converter writes them (Gemma 2's defaults)
+    w.set_uint32(a + ".attention.sliding_window",
+                 static_cast<uint32_t>(spec.sliding_window > 0 ? spec.sliding_window : 4096));
+    w.set_float32(a + ".attn_logit_softcapping", spec.attn_softcap > 0 ? spec.attn_softcap : 50.0f);
+    w.set_float32(a + ".final_logit_softcapping",
+                  spec.final_softcap > 0 ? spec.final_softcap : 30.0f);
   }
   w.set_float32(a + ".rope.freq_base", ad.rope_base);
   w.set_float32(a + ".attention.layer_norm_rms_epsilon", ad.norm_eps);

@@ -27,8 +27,9 @@ enum class KMix { None, Q3_K_M, Q4_K_M, Q5_K_M };
 struct RandomModelSpec {
   // "llama", "qwen2" (q/k/v biases, NeoX RoPE, base 1e6), "qwen3" (per-head
   // Q/K norms, NeoX, base 1e6), "phi3" (fused attn_qkv and gate/up, NeoX),
-  // or the mixture-of-experts "qwen2moe" (qwen2's attention, a shared
-  // expert) and "qwen3moe" (qwen3's attention)
+  // the mixture-of-experts "qwen2moe" (qwen2's attention, a shared
+  // expert) and "qwen3moe" (qwen3's attention), or "gemma2" (post-norms,
+  // GeGLU, output tied to token_embd, sliding-window and soft-capping keys)
   std::string arch = "llama";
   std::string name;            // general.name; a default names the shape
   int64_t dim = 256;           // embedding length
@@ -52,6 +53,11 @@ struct RandomModelSpec {
   int64_t experts_used = 0;
   int64_t expert_ffn = 0;
   int64_t shared_ffn = 0;
+  // Gemma (0: the default): attention.sliding_window (gemma2: 4096),
+  // attn_logit_softcapping (50) and final_logit_softcapping (30).
+  int64_t sliding_window = 0;
+  float attn_softcap = 0.0f;
+  float final_softcap = 0.0f;
   TensorType type = TensorType::F32;  // of every 2-D weight; norms and biases stay F32
   // A llama.cpp K-quant mix instead of one type (`type` is then its base:
   // Q3_K, Q4_K or Q5_K): the per-tensor choices of mix_type below.

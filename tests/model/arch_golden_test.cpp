@@ -57,6 +57,9 @@ modelgen::RandomModelSpec spec_of(const json& j) {
   s.experts_used = j.value("experts_used", int64_t{0});
   s.expert_ffn = j.value("expert_ffn", int64_t{0});
   s.shared_ffn = j.value("shared_ffn", int64_t{0});
+  s.sliding_window = j.value("sliding_window", int64_t{0});  // gemma (0: make-model's defaults)
+  s.attn_softcap = j.value("attn_softcap", 0.0f);
+  s.final_softcap = j.value("final_softcap", 0.0f);
   s.seed = j.at("seed").get<uint64_t>();
   s.name = j.value("name", std::string());
   s.type = TensorType::F32;

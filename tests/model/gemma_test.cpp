@@ -1,0 +1,359 @@
+// The gemma architectures on models the test writes itself: against a plain
+// double-precision forward written from the definitions (embedding scale,
+// post-norms, GeGLU, soft-capped scores and logits, sliding-window layers),
+// what each of those changes, and the errors of malformed files.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gguf/gguf.h"
+#include "gguf/gguf_writer.h"
+#include "kv/contiguous_kv.h"
+#include "model/model.h"
+
+namespace cairn::model {
+namespace {
+
+struct GemmaSpec {
+  std::string arch = "gemma2";
+  int64_t embd = 64, layers = 2, heads = 4, kv_heads = 2, head_dim = 24, ff = 96, vocab = 48;
+  int64_t window = 4;       // attention.sliding_window
+  int64_t period = 2;       // sliding layers: il % period < period - 1
+  float attn_cap = 3.0f;    // 0: none
+  float final_cap = 4.0f;   // 0: none
+  float rope_base = 10000.0f;
+  float eps = 1e-6f;
+  uint32_t seed = 5;
+};
+
+using Weights = std::map<std::string, std::vector<float>>;
+
+std::string blk(int64_t l, const char* name) { return "blk." + std::to_string(l) + "." + name; }
+
+Weights make_weights(const GemmaSpec& s) {
+  std::mt19937 rng(s.seed);
+  Weights w;
+  const auto fill = [&](const std::string& name, int64_t n, float scale, float bias) {
+    std::uniform_real_distribution<float> u(-scale, scale);
+    std::vector<float> v((size_t)n);
+    for (float& x : v) x = bias + u(rng);
+    w[name] = std::move(v);
+  };
+  const int64_t q = s.heads * s.head_dim, kv = s.kv_heads * s.head_dim;
+  const float ws = 2.0f / std::sqrt((float)s.embd);
+  fill("token_embd.weight", s.embd * s.vocab, 0.3f, 0.0f);
+  fill("output_norm.weight", s.embd, 0.2f, 1.0f);
+  for (int64_t l = 0; l < s.layers; ++l) {
+    fill(blk(l, "attn_norm.weight"), s.embd, 0.2f, 1.0f);
+    fill(blk(l, "attn_q.weight"), s.embd * q, 2 * ws, 0.0f);
+    fill(blk(l, "attn_k.weight"), s.embd * kv, 2 * ws, 0.0f);
+    fill(blk(l, "attn_v.weight"), s.embd * kv, ws, 0.0f);
+    fill(blk(l, "attn_output.weight"), q * s.embd, 1.0f / std::sqrt((float)q), 0.0f);
+    fill(blk(l, "post_attention_norm.weight"), s.embd, 0.2f, 1.0f);
+    fill(blk(l, "ffn_norm.weight"), s.embd, 0.2f, 1.0f);
+    fill(blk(l, "ffn_gate.weight"), s.embd * s.ff, ws, 0.0f);
+    fill(blk(l, "ffn_up.weight"), s.embd * s.ff, ws, 0.0f);
+    fill(blk(l, "ffn_down.weight"), s.ff * s.embd, 1.0f / std::sqrt((float)s.ff), 0.0f);
+    fill(blk(l, "post_ffw_norm.weight"), s.embd, 0.2f, 1.0f);
+  }
+  return w;
+}
+
+std::vector<uint8_t> f32_bytes(const std::vector<float>& v) {
+  std::vector<uint8_t> b(v.size() * sizeof(float));
+  std::copy_n(reinterpret_cast<const uint8_t*>(v.data()), b.size(), b.data());
+  return b;
+}
+
+std::vector<int64_t> dims_of(const GemmaSpec& s, const std::string& name, size_t n) {
+  if (name.find("norm") != std::string::npos) return {(int64_t)n};
+  const int64_t q = s.heads * s.head_dim, kv = s.kv_heads * s.head_dim;
+  if (name == "token_embd.weight" || name == "output.weight") return {s.embd, s.vocab};
+  if (name.ends_with("attn_q.weight")) return {s.embd, q};
+  if (name.ends_with("attn_k.weight") || name.ends_with("attn_v.weight")) return {s.embd, kv};
+  if (name.ends_with("attn_output.weight")) return {q, s.embd};
+  if (name.ends_with("ffn_down.weight")) return {s.ff, s.embd};
+  return {s.embd, s.ff};
+}
+
+// The file of `w`; `meta` may add or override keys, `omit` leaves tensors out.
+std::vector<uint8_t> write_model(const GemmaSpec& s, const Weights& w,
+                                 const std::function<void(gguf::Writer&)>& meta = {},
+                                 const std::vector<std::string>& omit = {}) {
+  gguf::Writer g;
+  const std::string a = s.arch;
+  g.set_string("general.architecture", a);
+  g.set_uint32(a + ".embedding_length", (uint32_t)s.embd);
+  g.set_uint32(a + ".block_count", (uint32_t)s.layers);
+  g.set_uint32(a + ".attention.head_count", (uint32_t)s.heads);
+  g.set_uint32(a + ".attention.head_count_kv", (uint32_t)s.kv_heads);
+  g.set_uint32(a + ".attention.key_length", (uint32_t)s.head_dim);
+  g.set_uint32(a + ".attention.value_length", (uint32_t)s.head_dim);
+  g.set_uint32(a + ".feed_forward_length", (uint32_t)s.ff);
+  g.set_uint32(a + ".context_length", 256);
+  g.set_float32(a + ".attention.layer_norm_rms_epsilon", s.eps);
+  g.set_float32(a + ".rope.freq_base", s.rope_base);
+  g.set_uint32(a + ".attention.sliding_window", (uint32_t)s.window);
+  g.set_uint32(a + ".attention.sliding_window_pattern", (uint32_t)s.period);
+  g.set_float32(a + ".attn_logit_softcapping", s.attn_cap);
+  g.set_float32(a + ".final_logit_softcapping", s.final_cap);
+  if (meta) meta(g);
+  for (const auto& [name, v] : w) {
+    if (std::find(omit.begin(), omit.end(), name) != omit.end()) continue;
+    EXPECT_TRUE(g.add_tensor(name, TensorType::F32, dims_of(s, name, v.size()), f32_bytes(v)).is_ok())
+        << name;
+  }
+  return g.to_bytes();
+}
+
+struct Loaded {
+  std::shared_ptr<const gguf::File> file;
+  std::unique_ptr<Model> model;
+};
+
+Result<Loaded> load_bytes(std::vector<uint8_t> bytes) {
+  auto f = gguf::File::parse(std::move(bytes));
+  if (!f) return f.status();
+  Loaded l;
+  l.file = std::shared_ptr<const gguf::File>(std::move(*f));
+  auto m = Model::load(l.file, LoadOptions{2, {}});
+  if (!m) return m.status();
+  l.model = std::move(*m);
+  return l;
+}
+
+std::string load_error(std::vector<uint8_t> bytes) {
+  auto l = load_bytes(std::move(bytes));
+  return l ? std::string("(loaded)") : l.status().message();
+}
+
+const std::vector<Token> kPrompt = {1, 5, 9, 17, 33, 2, 40, 11, 7, 3, 22, 47};
+
+// Logits of every position: the prompt in one batch, or one token per forward.
+std::vector<std::vector<float>> run(Model& m, bool one_by_one = false) {
+  auto kv = kv::ContiguousKvCache::create(m.hparams().kv_shape(), 1, 64, TensorType::F32);
+  EXPECT_TRUE(kv) << kv.status().message();
+  std::vector<std::vector<float>> rows;
+  const size_t step = one_by_one ? 1 : kPrompt.size();
+  for (size_t start = 0; start < kPrompt.size(); start += step) {
+    Batch b;
+    for (size_t i = start; i < start + step; ++i) b.add(kPrompt[i], (int32_t)i, 0, true);
+    Logits lg;
+    Status st = m.forward(b, **kv, lg);
+    EXPECT_TRUE(st.is_ok()) << st.message();
+    for (size_t r = 0; r < lg.rows(); ++r) rows.emplace_back(lg.row(r).begin(), lg.row(r).end());
+  }
+  return rows;
+}
+
+// ---- the plain reference --------------------------------------------------------
+
+using Vec = std::vector<double>;
+
+Vec matvec(const std::vector<float>& w, int64_t cols, const Vec& x) {
+  const int64_t rows = (int64_t)w.size() / cols;
+  Vec y((size_t)rows, 0.0);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c)
+      y[(size_t)r] += (double)w[(size_t)(r * cols + c)] * x[(size_t)c];
+  return y;
+}
+
+void rmsnorm(double* x, int64_t n, const std::vector<float>& w, double eps) {
+  double ss = 0;
+  for (int64_t i = 0; i < n; ++i) ss += x[i] * x[i];
+  const double s = 1.0 / std::sqrt(ss / (double)n + eps);
+  for (int64_t i = 0; i < n; ++i) x[i] = x[i] * s * w[(size_t)i];
+}
+
+void rope_neox(Vec& x, int64_t heads, int64_t hd, int pos, double base) {
+  for (int64_t h = 0; h < heads; ++h)
+    for (int64_t i = 0; i < hd / 2; ++i) {
+      const double theta = pos * std::pow(base, -2.0 * (double)i / (double)hd);
+      const size_t a = (size_t)(h * hd + i), b = (size_t)(h * hd + i + hd / 2);
+      const double x0 = x[a], x1 = x[b];
+      x[a] = x0 * std::cos(theta) - x1 * std::sin(theta);
+      x[b] = x0 * std::sin(theta) + x1 * std::cos(theta);
+    }
+}
+
+double softcap(double x, double cap) { return cap > 0 ? cap * std::tanh(x / cap) : x; }
+
+double gelu_tanh(double x) {
+  return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
+}
+
+bool sliding(const GemmaSpec& s, int64_t l) {
+  return s.window > 0 && (s.period == 0 || l % s.period < s.period - 1);
+}
+
+std::vector<Vec> reference(const GemmaSpec& s, const Weights& w) {
+  const int64_t E = s.embd, hd = s.head_dim, T = (int64_t)kPrompt.size();
+  const int64_t nq = s.heads * hd;
+  std::vector<Vec> x((size_t)T);
+  const auto& emb = w.at("token_embd.weight");
+  for (int64_t t = 0; t < T; ++t) {
+    x[(size_t)t].assign(emb.begin() + kPrompt[(size_t)t] * E,
+                        emb.begin() + (kPrompt[(size_t)t] + 1) * E);
+    for (double& v : x[(size_t)t]) v *= std::sqrt((double)E);
+  }
+  for (int64_t l = 0; l < s.layers; ++l) {
+    std::vector<Vec> q((size_t)T), k((size_t)T), v((size_t)T);
+    for (int64_t t = 0; t < T; ++t) {
+      Vec xn = x[(size_t)t];
+      rmsnorm(xn.data(), E, w.at(blk(l, "attn_norm.weight")), s.eps);
+      q[t] = matvec(w.at(blk(l, "attn_q.weight")), E, xn);
+      k[t] = matvec(w.at(blk(l, "attn_k.weight")), E, xn);
+      v[t] = matvec(w.at(blk(l, "attn_v.weight")), E, xn);
+      rope_neox(q[t], s.heads, hd, (int)t, s.rope_base);
+      rope_neox(k[t], s.kv_heads, hd, (int)t, s.rope_base);
+    }
+    const int64_t first_back = sliding(s, l) ? s.window : T + 1;
+    for (int64_t t = 0; t < T; ++t) {
+      Vec attn((size_t)nq, 0.0);
+      for (int64_t h = 0; h < s.heads; ++h) {
+        const int64_t kvh = h * s.kv_heads / s.heads;
+        const int64_t j0 = std::max<int64_t>(0, t - first_back + 1);
+        Vec sc((size_t)(t + 1 - j0));
+        double mx = -1e300;
+        for (int64_t j = j0; j <= t; ++j) {
+          double d = 0;
+          for (int64_t i = 0; i < hd; ++i)
+            d += q[t][(size_t)(h * hd + i)] * k[j][(size_t)(kvh * hd + i)];
+          sc[(size_t)(j - j0)] = softcap(d / std::sqrt((double)hd), s.attn_cap);
+          mx = std::max(mx, sc[(size_t)(j - j0)]);
+        }
+        double sum = 0;
+        for (double& e : sc) sum += (e = std::exp(e - mx));
+        for (int64_t j = j0; j <= t; ++j)
+          for (int64_t i = 0; i < hd; ++i)
+            attn[(size_t)(h * hd + i)] += sc[(size_t)(j - j0)] / sum * v[j][(size_t)(kvh * hd + i)];
+      }
+      Vec o = matvec(w.at(blk(l, "attn_output.weight")), nq, attn);
+      rmsnorm(o.data(), E, w.at(blk(l, "post_attention_norm.weight")), s.eps);
+      for (int64_t i = 0; i < E; ++i) x[(size_t)t][(size_t)i] += o[(size_t)i];
+      Vec xn = x[(size_t)t];
+      rmsnorm(xn.data(), E, w.at(blk(l, "ffn_norm.weight")), s.eps);
+      const Vec g = matvec(w.at(blk(l, "ffn_gate.weight")), E, xn);
+      const Vec u = matvec(w.at(blk(l, "ffn_up.weight")), E, xn);
+      Vec hmid((size_t)s.ff);
+      for (int64_t f = 0; f < s.ff; ++f) hmid[(size_t)f] = gelu_tanh(g[(size_t)f]) * u[(size_t)f];
+      Vec d = matvec(w.at(blk(l, "ffn_down.weight")), s.ff, hmid);
+      rmsnorm(d.data(), E, w.at(blk(l, "post_ffw_norm.weight")), s.eps);
+      for (int64_t i = 0; i < E; ++i) x[(size_t)t][(size_t)i] += d[(size_t)i];
+    }
+  }
+  std::vector<Vec> logits;
+  for (int64_t t = 0; t < T; ++t) {
+    Vec xn = x[(size_t)t];
+    rmsnorm(xn.data(), E, w.at("output_norm.weight"), s.eps);
+    Vec lg = matvec(w.at("token_embd.weight"), E, xn);  // tied
+    for (double& z : lg) z = softcap(z, s.final_cap);
+    logits.push_back(std::move(lg));
+  }
+  return logits;
+}
+
+// max |got - want| relative to the largest logit.
+double rel_diff(const std::vector<std::vector<float>>& got, const std::vector<Vec>& want) {
+  EXPECT_EQ(got.size(), want.size());
+  double diff = 0, mx = 0;
+  for (size_t t = 0; t < std::min(got.size(), want.size()); ++t)
+    for (size_t i = 0; i < want[t].size(); ++i) {
+      diff = std::max(diff, std::fabs(got[t][i] - want[t][i]));
+      mx = std::max(mx, std::fabs(want[t][i]));
+    }
+  EXPECT_GT(mx, 0.1);
+  return diff / std::max(1.0, mx);
+}
+
+// The GELU of the model is the reference's F16 table (about 1e-3 relative),
+// so the tolerance is wider than the other architectures'; every feature
+// checked below moves the logits by far more.
+constexpr double kTol = 3e-3;
+
+TEST(Gemma2, MatchesPlainReference) {
+  const GemmaSpec s;
+  const Weights w = make_weights(s);
+  auto l = load_bytes(write_model(s, w));
+  ASSERT_TRUE(l) << l.status().message();
+  const HParams& hp = l->model->hparams();
+  EXPECT_EQ(hp.n_swa, 4);
+  EXPECT_EQ(hp.swa_layers, (std::vector<uint8_t>{1, 0}));
+  EXPECT_TRUE(hp.tied_output);
+  EXPECT_EQ(hp.rope_style, kernels::RopeStyle::Neox);
+  EXPECT_FLOAT_EQ(hp.attn_scale, 1.0f / std::sqrt(24.0f));
+  const auto got = run(*l->model);
+  EXPECT_LT(rel_diff(got, reference(s, w)), kTol);
+  // One token per forward (the decode path) slides its window the same way.
+  EXPECT_LT(rel_diff(run(*l->model, true), reference(s, w)), kTol);
+  // Each feature matters: without soft-capping, without the window, another model.
+  GemmaSpec no_attn_cap = s, no_final_cap = s, no_window = s;
+  no_attn_cap.attn_cap = 0;
+  no_final_cap.final_cap = 0;
+  no_window.window = 0;
+  EXPECT_GT(rel_diff(got, reference(no_attn_cap, w)), 10 * kTol);
+  EXPECT_GT(rel_diff(got, reference(no_final_cap, w)), 10 * kTol);
+  EXPECT_GT(rel_diff(got, reference(no_window, w)), 10 * kTol);
+  // Every layer sliding (pattern 0) and a window wider than the prompt.
+  GemmaSpec all = s;
+  all.period = 0;
+  auto la = load_bytes(write_model(all, w));
+  ASSERT_TRUE(la) << la.status().message();
+  EXPECT_LT(rel_diff(run(*la->model), reference(all, w)), kTol);
+  GemmaSpec wide = s;
+  wide.window = 64;
+  GemmaSpec dense = s;
+  dense.period = 1;  // no sliding layer at all
+  auto lw = load_bytes(write_model(wide, w));
+  auto ld = load_bytes(write_model(dense, w));
+  ASSERT_TRUE(lw && ld);
+  EXPECT_EQ(run(*lw->model), run(*ld->model));  // bit for bit
+}
+
+TEST(Gemma2, MalformedFilesAreRefusedByName) {
+  const GemmaSpec s;
+  const Weights w = make_weights(s);
+  EXPECT_EQ(load_error(write_model(s, w, {}, {"blk.1.post_ffw_norm.weight"})),
+            "tensor 'blk.1.post_ffw_norm.weight' is missing");
+  EXPECT_EQ(load_error(write_model(s, w, {}, {"blk.0.post_attention_norm.weight"})),
+            "tensor 'blk.0.post_attention_norm.weight' is missing");
+  Weights untied = w;
+  untied["output.weight"] = w.at("token_embd.weight");
+  EXPECT_EQ(load_error(write_model(s, untied)),
+            "tensor 'output.weight' is not part of a gemma2 model");
+  Weights short_norm = w;
+  short_norm[blk(0, "post_ffw_norm.weight")].resize(32);
+  EXPECT_EQ(load_error(write_model(s, short_norm)),
+            "tensor 'blk.0.post_ffw_norm.weight' has shape [32], expected [64]");
+  const auto zero_window = [](gguf::Writer& g) {
+    g.set_uint32("gemma2.attention.sliding_window", 0);
+  };
+  EXPECT_EQ(load_error(write_model(s, w, zero_window)),
+            "metadata 'gemma2.attention.sliding_window' must be positive, got 0");
+  const auto zero_cap = [](gguf::Writer& g) {
+    g.set_float32("gemma2.attn_logit_softcapping", 0.0f);
+  };
+  EXPECT_EQ(load_error(write_model(s, w, zero_cap)),
+            "metadata 'gemma2.attn_logit_softcapping' must be positive");
+  const auto nan_cap = [](gguf::Writer& g) {
+    g.set_float32("gemma2.final_logit_softcapping", std::nanf(""));
+  };
+  EXPECT_EQ(load_error(write_model(s, w, nan_cap)),
+            "metadata 'gemma2.final_logit_softcapping' is not finite");
+  const auto text_pattern = [](gguf::Writer& g) {
+    g.set_string("gemma2.attention.sliding_window_pattern", "2");
+  };
+  EXPECT_NE(load_error(write_model(s, w, text_pattern)).find("sliding_window_pattern"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace cairn::model
