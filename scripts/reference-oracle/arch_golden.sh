@@ -18,6 +18,9 @@
 #   scripts/reference-oracle/arch_golden.sh syn-gemma2-f32 18241 --arch gemma2 --dim 128 \
 #     --layers 2 --heads 4 --kv-heads 2 --head-dim 48 --ffn 320 --sliding-window 16 \
 #     --attn-softcap 4 --final-softcap 8 --ctx 512 --seed 7
+#   scripts/reference-oracle/arch_golden.sh syn-gemma3-f32 18243 --arch gemma3 --dim 128 \
+#     --layers 6 --heads 4 --kv-heads 2 --head-dim 48 --ffn 320 --sliding-window 16 \
+#     --final-softcap 8 --ctx 512 --seed 9
 # (The reference sets token attributes by general.name: a name containing
 # "phi3" makes it look up Phi-3's special tokens, which stories260K's
 # vocabulary lacks, so phi3 models get another --name.)

@@ -114,6 +114,9 @@ Result<std::unique_ptr<Model>> load_qwen3moe(std::shared_ptr<const gguf::File> f
 Result<std::unique_ptr<Model>> load_gemma2(std::shared_ptr<const gguf::File> file, HParams hp,
                                            const LoadOptions& options);
 Status read_gemma2_hparams(const MetaReader& m, HParams& hp);
+Result<std::unique_ptr<Model>> load_gemma3(std::shared_ptr<const gguf::File> file, HParams hp,
+                                           const LoadOptions& options);
+Status read_gemma3_hparams(const MetaReader& m, HParams& hp);
 Result<std::unique_ptr<Model>> load_phi3(std::shared_ptr<const gguf::File> file, HParams hp,
                                          const LoadOptions& options);
 

@@ -19,6 +19,7 @@ constexpr ArchSpec kArchs[] = {
     {"qwen2moe", kernels::RopeStyle::Neox, &load_qwen2moe, /*moe=*/true},
     {"qwen3moe", kernels::RopeStyle::Neox, &load_qwen3moe, /*moe=*/true},
     {"gemma2", kernels::RopeStyle::Neox, &load_gemma2, false, &read_gemma2_hparams},
+    {"gemma3", kernels::RopeStyle::Neox, &load_gemma3, false, &read_gemma3_hparams},
 };
 
 // Generous ceilings: they keep products of sizes far from overflow while

@@ -39,7 +39,7 @@ struct ArchDefaults {
   bool shared_expert = false;  // qwen2moe
   bool gemma = false;  // post-norms, output tied to token_embd, sliding window and soft-capping keys
 };
-constexpr std::array<ArchDefaults, 7> kArchs = {{
+constexpr std::array<ArchDefaults, 8> kArchs = {{
     {"llama", 10000.0f, 1e-5f, false},
     {"qwen2", 1000000.0f, 1e-6f, true},
     {"qwen3", 1000000.0f, 1e-6f, false, true},
@@ -47,6 +47,7 @@ constexpr std::array<ArchDefaults, 7> kArchs = {{
     {"qwen2moe", 1000000.0f, 1e-6f, true, false, false, true, true},
     {"qwen3moe", 1000000.0f, 1e-6f, false, true, false, true, false},
     {"gemma2", 10000.0f, 1e-6f, false, false, false, false, false, true},
+    {"gemma3", 1000000.0f, 1e-6f, false, true, false, false, false, true},
 }};
 
 const ArchDefaults* find_arch(std::string_view a) {
@@ -291,7 +292,7 @@ Status validate(const RandomModelSpec& s) {
   auto bad = [](const std::string& m) { return Status::error("make-model: " + m); };
   if (!find_arch(s.arch))
     return bad("unknown --arch '" + s.arch +
-               "' (llama, qwen2, qwen3, phi3, qwen2moe, qwen3moe or gemma2)");
+               "' (llama, qwen2, qwen3, phi3, qwen2moe, qwen3moe, gemma2 or gemma3)");
   if (s.dim < 1 || s.dim > kMaxDim) return bad("--dim must be in [1, 65536]");
   if (s.layers < 1 || s.layers > kMaxLayers) return bad("--layers must be in [1, 1024]");
   if (s.heads < 1 || s.heads > s.dim) return bad("--heads must be in [1, dim]");
@@ -320,6 +321,8 @@ Status validate(const RandomModelSpec& s) {
   if (!(s.attn_softcap >= 0) || !(s.final_softcap >= 0) || !std::isfinite(s.attn_softcap) ||
       !std::isfinite(s.final_softcap))
     return bad("--attn-softcap and --final-softcap must be positive");
+  if (s.arch == "gemma3" && s.attn_softcap != 0)
+    return bad("--attn-softcap needs --arch gemma2 (gemma3 has no attention soft-capping)");
   if (s.experts < 0 || s.experts > kMaxExperts) return bad("--experts must be in [1, 1024]");
   const ExpertSizes ex = experts_of(s);
   if (s.experts_used < 0 || ex.used > ex.n) return bad("--experts-used must be in [1, --experts]");
@@ -440,12 +443,17 @@ Result<BuildSummary> write_random_model(const RandomModelSpec& spec, const Vocab
     if (ad.shared_expert)
       w.set_uint32(a + ".expert_shared_feed_forward_length", static_cast<uint32_t>(ex.shared_ffn));
   }
-  if (ad.gemma) {  // as the converter writes them (Gemma 2's defaults)
+  if (ad.gemma && spec.arch == "gemma2") {  // as the converter writes them (Gemma 2's defaults)
     w.set_uint32(a + ".attention.sliding_window",
                  static_cast<uint32_t>(spec.sliding_window > 0 ? spec.sliding_window : 4096));
     w.set_float32(a + ".attn_logit_softcapping", spec.attn_softcap > 0 ? spec.attn_softcap : 50.0f);
     w.set_float32(a + ".final_logit_softcapping",
                   spec.final_softcap > 0 ? spec.final_softcap : 30.0f);
+  } else if (ad.gemma) {  // gemma3: each key only when asked for
+    if (spec.sliding_window > 0)
+      w.set_uint32(a + ".attention.sliding_window", static_cast<uint32_t>(spec.sliding_window));
+    if (spec.final_softcap > 0)
+      w.set_float32(a + ".final_logit_softcapping", spec.final_softcap);
   }
   w.set_float32(a + ".rope.freq_base", ad.rope_base);
   w.set_float32(a + ".attention.layer_norm_rms_epsilon", ad.norm_eps);

@@ -30,6 +30,8 @@ struct RandomModelSpec {
   // the mixture-of-experts "qwen2moe" (qwen2's attention, a shared
   // expert) and "qwen3moe" (qwen3's attention), or "gemma2" (post-norms,
   // GeGLU, output tied to token_embd, sliding-window and soft-capping keys)
+  // or "gemma3" (gemma2's with per-head Q/K norms, no attention soft-capping,
+  // RoPE base 1e6 for the global layers and 10000 for the sliding ones)
   std::string arch = "llama";
   std::string name;            // general.name; a default names the shape
   int64_t dim = 256;           // embedding length
@@ -53,8 +55,9 @@ struct RandomModelSpec {
   int64_t experts_used = 0;
   int64_t expert_ffn = 0;
   int64_t shared_ffn = 0;
-  // Gemma (0: the default): attention.sliding_window (gemma2: 4096),
-  // attn_logit_softcapping (50) and final_logit_softcapping (30).
+  // Gemma (0: the default): attention.sliding_window (gemma2: 4096; gemma3:
+  // none), attn_logit_softcapping (gemma2: 50) and final_logit_softcapping
+  // (gemma2: 30; gemma3: none).
   int64_t sliding_window = 0;
   float attn_softcap = 0.0f;
   float final_softcap = 0.0f;

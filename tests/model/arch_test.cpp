@@ -924,6 +924,8 @@ TEST(ArchModelgen, WritesEachArchitecture) {
        {"blk.0.ffn_up.weight", "blk.0.ffn_up_shexp.weight", "blk.0.attn_q.bias"}},
       {"gemma2", 48, "", {"blk.0.post_attention_norm.weight", "blk.1.post_ffw_norm.weight"},
        {"output.weight", "blk.0.attn_q_norm.weight"}},
+      {"gemma3", 48, "", {"blk.0.attn_q_norm.weight", "blk.1.post_ffw_norm.weight"},
+       {"output.weight", "blk.0.attn_q.bias"}},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.arch);

@@ -1,4 +1,4 @@
-// The gemma architectures on models the test writes itself: against a plain
+// The gemma architectures (gemma2, gemma3) on models the test writes itself: against a plain
 // double-precision forward written from the definitions (embedding scale,
 // post-norms, GeGLU, soft-capped scores and logits, sliding-window layers),
 // what each of those changes, and the errors of malformed files.
@@ -29,6 +29,9 @@ struct GemmaSpec {
   float attn_cap = 3.0f;    // 0: none
   float final_cap = 4.0f;   // 0: none
   float rope_base = 10000.0f;
+  float rope_base_swa = 0.0f;  // the sliding layers' base; 0: rope_base (gemma2's default)
+  bool qk_norm = false;        // attn_q_norm / attn_k_norm (gemma3)
+  bool write_swa_base = false;  // rope.freq_base_swa in the file (else the default applies)
   float eps = 1e-6f;
   uint32_t seed = 5;
 };
@@ -57,6 +60,10 @@ Weights make_weights(const GemmaSpec& s) {
     fill(blk(l, "attn_v.weight"), s.embd * kv, ws, 0.0f);
     fill(blk(l, "attn_output.weight"), q * s.embd, 1.0f / std::sqrt((float)q), 0.0f);
     fill(blk(l, "post_attention_norm.weight"), s.embd, 0.2f, 1.0f);
+    if (s.qk_norm) {
+      fill(blk(l, "attn_q_norm.weight"), s.head_dim, 0.5f, 1.0f);
+      fill(blk(l, "attn_k_norm.weight"), s.head_dim, 0.5f, 1.0f);
+    }
     fill(blk(l, "ffn_norm.weight"), s.embd, 0.2f, 1.0f);
     fill(blk(l, "ffn_gate.weight"), s.embd * s.ff, ws, 0.0f);
     fill(blk(l, "ffn_up.weight"), s.embd * s.ff, ws, 0.0f);
@@ -75,7 +82,8 @@ std::vector<uint8_t> f32_bytes(const std::vector<float>& v) {
 std::vector<int64_t> dims_of(const GemmaSpec& s, const std::string& name, size_t n) {
   if (name.find("norm") != std::string::npos) return {(int64_t)n};
   const int64_t q = s.heads * s.head_dim, kv = s.kv_heads * s.head_dim;
-  if (name == "token_embd.weight" || name == "output.weight") return {s.embd, s.vocab};
+  if (name == "token_embd.weight" || name == "output.weight" ||
+      name == "dense_2.weight") return {s.embd, s.vocab};
   if (name.ends_with("attn_q.weight")) return {s.embd, q};
   if (name.ends_with("attn_k.weight") || name.ends_with("attn_v.weight")) return {s.embd, kv};
   if (name.ends_with("attn_output.weight")) return {q, s.embd};
@@ -100,10 +108,11 @@ std::vector<uint8_t> write_model(const GemmaSpec& s, const Weights& w,
   g.set_uint32(a + ".context_length", 256);
   g.set_float32(a + ".attention.layer_norm_rms_epsilon", s.eps);
   g.set_float32(a + ".rope.freq_base", s.rope_base);
-  g.set_uint32(a + ".attention.sliding_window", (uint32_t)s.window);
+  if (s.window > 0) g.set_uint32(a + ".attention.sliding_window", (uint32_t)s.window);
   g.set_uint32(a + ".attention.sliding_window_pattern", (uint32_t)s.period);
-  g.set_float32(a + ".attn_logit_softcapping", s.attn_cap);
-  g.set_float32(a + ".final_logit_softcapping", s.final_cap);
+  if (s.attn_cap > 0) g.set_float32(a + ".attn_logit_softcapping", s.attn_cap);
+  if (s.final_cap > 0) g.set_float32(a + ".final_logit_softcapping", s.final_cap);
+  if (s.write_swa_base) g.set_float32(a + ".rope.freq_base_swa", s.rope_base_swa);
   if (meta) meta(g);
   for (const auto& [name, v] : w) {
     if (std::find(omit.begin(), omit.end(), name) != omit.end()) continue;
@@ -212,8 +221,16 @@ std::vector<Vec> reference(const GemmaSpec& s, const Weights& w) {
       q[t] = matvec(w.at(blk(l, "attn_q.weight")), E, xn);
       k[t] = matvec(w.at(blk(l, "attn_k.weight")), E, xn);
       v[t] = matvec(w.at(blk(l, "attn_v.weight")), E, xn);
-      rope_neox(q[t], s.heads, hd, (int)t, s.rope_base);
-      rope_neox(k[t], s.kv_heads, hd, (int)t, s.rope_base);
+      if (s.qk_norm) {
+        for (int64_t h = 0; h < s.heads; ++h)
+          rmsnorm(q[t].data() + h * hd, hd, w.at(blk(l, "attn_q_norm.weight")), s.eps);
+        for (int64_t h = 0; h < s.kv_heads; ++h)
+          rmsnorm(k[t].data() + h * hd, hd, w.at(blk(l, "attn_k_norm.weight")), s.eps);
+      }
+      const double base =
+          sliding(s, l) && s.rope_base_swa > 0 ? s.rope_base_swa : (double)s.rope_base;
+      rope_neox(q[t], s.heads, hd, (int)t, base);
+      rope_neox(k[t], s.kv_heads, hd, (int)t, base);
     }
     const int64_t first_back = sliding(s, l) ? s.window : T + 1;
     for (int64_t t = 0; t < T; ++t) {
@@ -353,6 +370,83 @@ TEST(Gemma2, MalformedFilesAreRefusedByName) {
   };
   EXPECT_NE(load_error(write_model(s, w, text_pattern)).find("sliding_window_pattern"),
             std::string::npos);
+}
+
+GemmaSpec gemma3_spec() {
+  GemmaSpec s;
+  s.arch = "gemma3";
+  s.layers = 3;
+  s.period = 3;  // two sliding layers, then a global one
+  s.qk_norm = true;
+  s.attn_cap = 0;
+  s.rope_base = 1e6f;
+  s.rope_base_swa = 10000.0f;  // the default: not written
+  return s;
+}
+
+TEST(Gemma3, MatchesPlainReference) {
+  const GemmaSpec s = gemma3_spec();
+  const Weights w = make_weights(s);
+  auto l = load_bytes(write_model(s, w));
+  ASSERT_TRUE(l) << l.status().message();
+  const HParams& hp = l->model->hparams();
+  EXPECT_EQ(hp.swa_layers, (std::vector<uint8_t>{1, 1, 0}));
+  EXPECT_FLOAT_EQ(hp.rope_freq_base_swa, 10000.0f);
+  EXPECT_FLOAT_EQ(hp.rope_freq_base, 1e6f);
+  EXPECT_EQ(hp.attn_softcap, 0.0f);
+  const auto got = run(*l->model);
+  EXPECT_LT(rel_diff(got, reference(s, w)), kTol);
+  EXPECT_LT(rel_diff(run(*l->model, true), reference(s, w)), kTol);
+  // The head norms, the sliding layers' own RoPE base, the window and the
+  // logit cap each matter.
+  GemmaSpec no_norm = s, one_base = s, no_window = s, no_cap = s;
+  no_norm.qk_norm = false;
+  one_base.rope_base_swa = 0;
+  no_window.window = 0;
+  no_cap.final_cap = 0;
+  EXPECT_GT(rel_diff(got, reference(no_norm, w)), 10 * kTol);
+  EXPECT_GT(rel_diff(got, reference(one_base, w)), 10 * kTol);
+  EXPECT_GT(rel_diff(got, reference(no_window, w)), 10 * kTol);
+  EXPECT_GT(rel_diff(got, reference(no_cap, w)), 10 * kTol);
+  // rope.freq_base_swa where the file has it; no sliding_window key: all global.
+  GemmaSpec base = s;
+  base.rope_base_swa = 500.0f;
+  base.write_swa_base = true;
+  auto lb = load_bytes(write_model(base, w));
+  ASSERT_TRUE(lb) << lb.status().message();
+  EXPECT_LT(rel_diff(run(*lb->model), reference(base, w)), kTol);
+  auto lg = load_bytes(write_model(no_window, w));
+  ASSERT_TRUE(lg) << lg.status().message();
+  EXPECT_TRUE(lg->model->hparams().swa_layers.empty());
+  EXPECT_LT(rel_diff(run(*lg->model), reference(no_window, w)), kTol);
+  // An untied output head is allowed.
+  Weights untied = w;
+  untied["output.weight"] = w.at("token_embd.weight");
+  auto lu = load_bytes(write_model(s, untied));
+  ASSERT_TRUE(lu) << lu.status().message();
+  EXPECT_FALSE(lu->model->hparams().tied_output);
+  EXPECT_EQ(run(*lu->model), got);
+}
+
+TEST(Gemma3, MalformedFilesAreRefusedByName) {
+  const GemmaSpec s = gemma3_spec();
+  const Weights w = make_weights(s);
+  EXPECT_EQ(load_error(write_model(s, w, {}, {"blk.2.attn_k_norm.weight"})),
+            "tensor 'blk.2.attn_k_norm.weight' is missing");
+  EXPECT_EQ(load_error(write_model(s, w, {}, {"blk.0.post_attention_norm.weight"})),
+            "tensor 'blk.0.post_attention_norm.weight' is missing");
+  Weights dense = w;
+  dense["dense_2.weight"] = w.at("token_embd.weight");
+  EXPECT_EQ(load_error(write_model(s, dense)),
+            "tensor 'dense_2.weight': EmbeddingGemma's dense projections are not supported");
+  const auto neg_cap = [](gguf::Writer& g) {
+    g.set_float32("gemma3.final_logit_softcapping", -2.0f);
+  };
+  EXPECT_EQ(load_error(write_model(s, w, neg_cap)),
+            "metadata 'gemma3.final_logit_softcapping' must be positive");
+  const auto bad_base = [](gguf::Writer& g) { g.set_float32("gemma3.rope.freq_base_swa", 0.0f); };
+  EXPECT_EQ(load_error(write_model(s, w, bad_base)),
+            "metadata 'gemma3.rope.freq_base_swa' must be positive");
 }
 
 }  // namespace

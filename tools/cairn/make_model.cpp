@@ -71,7 +71,7 @@ void register_make_model(CLI::App& app, CommandResult& result) {
   auto a = std::make_shared<MakeModelArgs>();
   auto& s = a->spec;
   cmd->add_option("OUT", a->out, "output GGUF path")->required();
-  cmd->add_option("--arch", s.arch, "llama, qwen2, qwen3, phi3, qwen2moe, qwen3moe or gemma2")
+  cmd->add_option("--arch", s.arch, "llama, qwen2, qwen3, phi3, qwen2moe, qwen3moe, gemma2 or gemma3")
       ->capture_default_str();
   cmd->add_option("--dim", s.dim, "embedding length")->capture_default_str();
   cmd->add_option("--layers", s.layers, "transformer blocks")->capture_default_str();
@@ -92,11 +92,11 @@ void register_make_model(CLI::App& app, CommandResult& result) {
                   "qwen2moe: the shared expert's feed-forward length (default --ffn)");
   cmd->add_option("--sliding-window", s.sliding_window,
                   "gemma: attention.sliding_window, positions a sliding layer sees (gemma2 "
-                  "default 4096)");
+                  "default 4096, gemma3 none)");
   cmd->add_option("--attn-softcap", s.attn_softcap,
                   "gemma2: attn_logit_softcapping (default 50)");
   cmd->add_option("--final-softcap", s.final_softcap,
-                  "gemma: final_logit_softcapping (gemma2 default 30)");
+                  "gemma: final_logit_softcapping (gemma2 default 30, gemma3 none)");
   cmd->add_option("--vocab-from", a->vocab_from,
                   "GGUF whose tokenizer.* metadata is copied (default: demo vocabulary)");
   cmd->add_option("--type", a->type,
