@@ -25,9 +25,13 @@
 #include "sha256.h"
 #include "test_util.h"
 #include "tokenizer/tokenizer.h"
+#include "logprobs.h"
 
 namespace cairn::model {
 namespace {
+
+using cairn::test::log_softmax;
+using cairn::test::argmax;
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -64,21 +68,6 @@ modelgen::RandomModelSpec spec_of(const json& j) {
   s.name = j.value("name", std::string());
   s.type = TensorType::F32;
   return s;
-}
-
-std::vector<double> log_softmax(std::span<const float> row) {
-  double mx = -INFINITY;
-  for (float x : row) mx = std::max(mx, (double)x);
-  double sum = 0;
-  for (float x : row) sum += std::exp((double)x - mx);
-  const double lse = mx + std::log(sum);
-  std::vector<double> out(row.size());
-  for (size_t i = 0; i < row.size(); ++i) out[i] = (double)row[i] - lse;
-  return out;
-}
-
-Token argmax(std::span<const float> row) {
-  return (Token)(std::max_element(row.begin(), row.end()) - row.begin());
 }
 
 std::vector<Token> ids(const json& a) { return a.get<std::vector<Token>>(); }
