@@ -196,12 +196,18 @@ Result<HttpRoutes::Outcome> HttpRoutes::metrics(const HttpRequest&, const char*)
 
 Result<HttpRoutes::Outcome> HttpRoutes::list_models(const HttpRequest&, const char*) {
   json data = json::array();
-  for (const auto& m : backend_.models())
-    data.push_back({{"id", m.id},
-                    {"object", "model"},
-                    {"created", m.created},
-                    {"owned_by", "cairn"},
-                    {"max_model_len", m.n_ctx}});
+  for (const auto& m : backend_.models()) {
+    json entry = {{"id", m.id},
+                  {"object", "model"},
+                  {"created", m.created},
+                  {"owned_by", "cairn"},
+                  {"max_model_len", m.n_ctx}};
+    if (!m.parent.empty()) {  // a LoRA adapter, as vLLM lists them
+      entry["parent"] = m.parent;
+      entry["root"] = m.root;
+    }
+    data.push_back(std::move(entry));
+  }
   return Outcome(json_response(200, {{"object", "list"}, {"data", std::move(data)}}));
 }
 

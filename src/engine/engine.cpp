@@ -88,6 +88,8 @@ Result<RequestId> Engine::submit(EngineRequest req, std::shared_ptr<SequenceSink
                            std::to_string(n_vocab_));
   if (req.max_tokens == 0 || req.max_tokens < -1)
     return Status::error("max_tokens must be positive (or -1 for no limit)");
+  if (req.adapter > model_.n_adapters())
+    return Status::error("LoRA adapter " + std::to_string(req.adapter) + " is not loaded");
   const int64_t wanted = n_prompt + std::max(req.max_tokens, 1);
   if (wanted > cfg_.n_ctx)
     return Status::error("the prompt has " + std::to_string(n_prompt) + " tokens and " +

@@ -26,6 +26,7 @@ struct EngineRequest {
   std::vector<std::string> stop;  // stop strings (never sent, nor any prefix of one)
   SamplingParams sampling;        // n_logprobs > 0 asks for top-N per token
   bool logprobs = false;          // report the chosen token's log-probability
+  uint16_t adapter = 0;           // LoRA adapter id (model::Model::set_adapters); 0: the base model
 };
 
 // One generated token that is not an end-of-generation token.

@@ -51,7 +51,8 @@ void Scheduler::add_chunk(Sequence& seq, int32_t n, ScheduledBatch& plan) {
   ScheduledChunk c{&seq, seq.n_computed, n, seq.n_computed + n == (int32_t)seq.tokens.size()};
   for (int32_t i = 0; i < n; ++i) {
     const int32_t pos = c.start + i;
-    plan.batch.add(seq.tokens[(size_t)pos], pos, seq.kv_seq, c.wants_logits && i == n - 1);
+    plan.batch.add(seq.tokens[(size_t)pos], pos, seq.kv_seq, c.wants_logits && i == n - 1,
+                   seq.request.adapter);
   }
   plan.chunks.push_back(c);
 }
@@ -110,7 +111,8 @@ void Scheduler::admit_waiting(kv::PagedKvCache& kv, ScheduledBatch& plan, int32_
     const int32_t first = std::min<int32_t>((int32_t)seq.tokens.size(), budget);
     if (!alone && kv.free_blocks() < kv.blocks_for(first)) break;
     seq.kv_seq = next_kv_seq();
-    const int32_t cached = kv.reuse_prefix(seq.kv_seq, seq.tokens);
+    // Another adapter computes other K/V for the same tokens: its own prefixes.
+    const int32_t cached = kv.reuse_prefix(seq.kv_seq, seq.tokens, seq.request.adapter);
     seq.in_kv = true;
     seq.n_computed = cached;
     const int32_t got = reserve_chunk(seq, std::min(seq.remaining(), budget), kv);

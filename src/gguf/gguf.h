@@ -104,6 +104,12 @@ class File {
   const Value* find(std::string_view key) const;
   const TensorInfo* find_tensor(std::string_view name) const;
 
+  // Points tensor `name` at `bytes` instead of the file's data (a LoRA
+  // adapter merged at load): same name, type and shape, so `bytes` must be
+  // exactly the tensor's n_bytes. The File owns the bytes from here on, at a
+  // 64-byte aligned address. Errors name the tensor.
+  Status replace_tensor_data(std::string_view name, std::span<const uint8_t> bytes);
+
   // Typed getters: nullopt when absent; an error when present with a type that
   // does not convert (a negative number asked as unsigned, a string as a number...).
   Result<std::optional<uint64_t>> get_uint(std::string_view key) const;
@@ -133,6 +139,10 @@ class File {
   void* map_ = nullptr;
   size_t map_size_ = 0;
   std::vector<uint8_t> owned_;  // the bytes, when parsed from an owned buffer
+  struct AlignedFree {
+    void operator()(uint8_t* p) const;
+  };
+  std::vector<std::unique_ptr<uint8_t[], AlignedFree>> replaced_;  // replace_tensor_data's bytes
   mutable std::atomic<uint64_t> prefetched_{0};
 };
 

@@ -1,8 +1,10 @@
 // Metadata values: the type table, scalar decoding, and File's lookups and
 // typed getters (which refuse conversions that would change a value).
+#include <algorithm>
 #include <array>
 #include <cstring>
 #include <limits>
+#include <new>
 
 #include "gguf/gguf.h"
 #include "gguf/gguf_internal.h"
@@ -136,6 +138,23 @@ const Value* File::find(std::string_view key) const {
 const TensorInfo* File::find_tensor(std::string_view name) const {
   auto it = tensor_index_.find(name);
   return it == tensor_index_.end() ? nullptr : &tensors_[it->second];
+}
+
+void File::AlignedFree::operator()(uint8_t* p) const { ::operator delete[](p, std::align_val_t(64)); }
+
+Status File::replace_tensor_data(std::string_view name, std::span<const uint8_t> bytes) {
+  const auto it = tensor_index_.find(name);
+  if (it == tensor_index_.end()) return Status::error("tensor '" + std::string(name) + "' is missing");
+  TensorInfo& t = tensors_[it->second];
+  if (bytes.size() != t.n_bytes)
+    return Status::error("tensor '" + t.name + "': replacement of " + std::to_string(bytes.size()) +
+                         " bytes for a tensor of " + std::to_string(t.n_bytes));
+  std::unique_ptr<uint8_t[], AlignedFree> copy(
+      static_cast<uint8_t*>(::operator new[](std::max<size_t>(bytes.size(), 1), std::align_val_t(64))));
+  std::copy(bytes.begin(), bytes.end(), copy.get());
+  t.data = copy.get();
+  replaced_.push_back(std::move(copy));
+  return Status::ok();
 }
 
 Result<std::optional<uint64_t>> File::get_uint(std::string_view key) const {

@@ -88,15 +88,25 @@ class Paged final : public PagedKvCache {
   int64_t row_elems() const override { return shape_.row_elems; }
 
   // --- scheduler side ---
-  int32_t reuse_prefix(SeqId seq, std::span<const Token> prompt) override {
+  int32_t reuse_prefix(SeqId seq, std::span<const Token> prompt, uint32_t space) override {
     check_generation();
     if (const Seq* s = find(seq); s && (!s->tokens.empty() || !s->blocks.empty())) return 0;
+    // A space's chain hangs from a root no block's serial can equal (serials
+    // count up from 1), so a hit is verified to be of the same space.
+    const uint64_t root_key = space, root_serial = space == 0 ? 0 : kSpaceRoot | space;
+    if (space != 0) {
+      Seq& s = seqs_[seq];
+      s.generation = generation_;
+      s.last_key = root_key;
+      s.last_serial = root_serial;
+      rebuild_slots();
+    }
     const size_t n_prompt = std::min<size_t>(prompt.size(), std::numeric_limits<int32_t>::max());
     prefix_queries_ += n_prompt;
     if (!prefix_cache_ || n_prompt < 2) return 0;
 
     std::vector<int32_t> matched;
-    uint64_t prev_key = 0, prev_serial = 0;
+    uint64_t prev_key = root_key, prev_serial = root_serial;
     for (size_t start = 0; start + (size_t)bt_ <= n_prompt; start += (size_t)bt_) {
       const std::span<const Token> ids = prompt.subspan(start, (size_t)bt_);
       const uint64_t k = hash_(prev_key, ids);
@@ -400,6 +410,7 @@ class Paged final : public PagedKvCache {
   int32_t lru_head_ = -1, lru_tail_ = -1, n_lru_ = 0;  // findable blocks with ref 0
   std::unordered_multimap<uint64_t, int32_t> index_;   // key -> findable blocks
   uint64_t next_serial_ = 1;
+  static constexpr uint64_t kSpaceRoot = uint64_t{1} << 63;
   int32_t used_ = 0;
 
   std::unordered_map<SeqId, Seq> seqs_;  // node-based: Seq addresses are stable

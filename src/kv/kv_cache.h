@@ -84,7 +84,11 @@ class PagedKvCache : public KvView {
   // A sequence that already holds tokens or blocks is left alone (returns 0).
   // The attached blocks belong to `seq` from here on: when the reserve() for
   // the rest of the prompt fails, release(seq) hands them back.
-  virtual int32_t reuse_prefix(SeqId seq, std::span<const Token> prompt) = 0;
+  // `space`: whose K/V these are (a LoRA adapter's id; 0: the base model).
+  // Prefixes are found, and the sequence's own full blocks become findable,
+  // only within the same space: the same tokens under another adapter are
+  // other K/V.
+  virtual int32_t reuse_prefix(SeqId seq, std::span<const Token> prompt, uint32_t space = 0) = 0;
   // Makes room for `n` more tokens after the sequence's current length
   // (creating the sequence if it is new); false (and nothing changed) when the
   // pool cannot supply the blocks, even after evicting every cached block.

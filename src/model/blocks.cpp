@@ -65,6 +65,29 @@ class GegluRows final : public kernels::RowMaker {
   int64_t n_;
 };
 
+// Each adapter's product for the pair `member` names, added to y on its rows
+// of x (rows of `in` floats).
+void add_lora(LayerLoras lora, const LoraPair* LayerLora::*member, const float* x, int64_t in,
+              float* y, int64_t y_stride, ThreadPool& pool) {
+  for (const ActiveLora& a : lora)
+    if (const LoraPair* p = a.layer->*member; p && !a.rows->rows.empty())
+      lora_add(*p, x, in, y, y_stride, *a.rows, pool);
+}
+
+// The same where the input rows are made (normed rows, the FFN's product),
+// not stored: made again into ws.lora_in for the adapters' rows only.
+void add_lora(LayerLoras lora, const LoraPair* LayerLora::*member, const kernels::RowMaker& make,
+              int64_t in, float* y, int64_t y_stride, Workspace& ws, ThreadPool& pool) {
+  for (const ActiveLora& a : lora) {
+    const LoraPair* p = a.layer->*member;
+    if (!p || a.rows->rows.empty()) continue;
+    const int64_t last = a.rows->rows.back();
+    if ((int64_t)ws.lora_in.size() < (last + 1) * in) ws.lora_in.resize((size_t)((last + 1) * in));
+    for (int32_t t : a.rows->rows) make.make(t, ws.lora_in.data() + (int64_t)t * in);
+    lora_add(*p, ws.lora_in.data(), in, y, y_stride, *a.rows, pool);
+  }
+}
+
 void add_bias(float* rows, const std::vector<float>& bias, int64_t n_tokens) {
   if (bias.empty()) return;
   const int64_t n = (int64_t)bias.size();
@@ -345,7 +368,8 @@ void Workspace::reserve(const HParams& hp, int64_t n) {
 Status validate_batch(const HParams& hp, const Batch& b, const KvView& kv) {
   const size_t n = b.tokens.size();
   if (n == 0) return Status::error("batch is empty");
-  if (b.positions.size() != n || b.seqs.size() != n || b.wants_logits.size() != n)
+  if (b.positions.size() != n || b.seqs.size() != n || b.wants_logits.size() != n ||
+      (!b.adapters.empty() && b.adapters.size() != n))
     return Status::error("batch fields have different lengths");
   if (kv.dtype() != TensorType::F16 && kv.dtype() != TensorType::F32)
     return Status::error("KV view type " + std::string(type_info(kv.dtype()).name) +
@@ -431,7 +455,7 @@ void rope_tables(const HParams& hp, const std::vector<float>& freq_factors, cons
 
 void attention(const HParams& hp, const AttentionWeights& w, const std::vector<float>& norm,
                int layer, const Batch& batch, KvView& kv, Workspace& ws, ThreadPool& pool,
-               NextWeights next) {
+               NextWeights next, LayerLoras lora) {
   const int64_t T = (int64_t)batch.size();
   const int64_t hd = hp.head_dim;
   const int64_t nq = hp.n_head * hd;
@@ -440,8 +464,13 @@ void attention(const HParams& hp, const AttentionWeights& w, const std::vector<f
   const kernels::MatmulJob qkv[] = {
       {&w.wq, ws.q.data()}, {&w.wk, ws.k.data()}, {&w.wv, ws.v.data()}};
   const kernels::WeightMatrix* const wo[] = {&w.wo};
-  kernels::matmul_many(qkv, kernels::NormedRows(ws.x.data(), norm.data(), hp.n_embd, hp.norm_eps),
-                       ws.xn.data(), T, pool, wo);
+  const kernels::NormedRows normed(ws.x.data(), norm.data(), hp.n_embd, hp.norm_eps);
+  kernels::matmul_many(qkv, normed, ws.xn.data(), T, pool, wo);
+  if (!lora.empty()) {  // the reference adds adapters' products before the biases
+    add_lora(lora, &LayerLora::q, normed, hp.n_embd, ws.q.data(), nq, ws, pool);
+    add_lora(lora, &LayerLora::k, normed, hp.n_embd, ws.k.data(), nkv, ws, pool);
+    add_lora(lora, &LayerLora::v, normed, hp.n_embd, ws.v.data(), nkv, ws, pool);
+  }
   add_bias(ws.q.data(), w.bq, T);
   add_bias(ws.k.data(), w.bk, T);
   add_bias(ws.v.data(), w.bv, T);
@@ -482,25 +511,38 @@ void attention(const HParams& hp, const AttentionWeights& w, const std::vector<f
   attend(kv, layer, batch.seqs, batch.positions, ws.q.data(), shape, ws.attn.data(), pool);
 
   project(w.wo, ws.attn.data(), T, ws.tmp.data(), pool, next);
+  add_lora(lora, &LayerLora::o, ws.attn.data(), nq, ws.tmp.data(), hp.n_embd, pool);
 }
 
 void ffn_swiglu(const HParams& hp, const FfnWeights& w, const std::vector<float>& norm, int64_t T,
-                Workspace& ws, ThreadPool& pool, NextWeights next) {
+                Workspace& ws, ThreadPool& pool, NextWeights next, LayerLoras lora) {
   const kernels::MatmulJob gate_up[] = {{&w.gate, ws.gate.data()}, {&w.up, ws.up.data()}};
   const kernels::WeightMatrix* const down[] = {&w.down};
-  kernels::matmul_many(gate_up,
-                       kernels::NormedRows(ws.x.data(), norm.data(), hp.n_embd, hp.norm_eps),
-                       ws.xn.data(), T, pool, down);
-  // Rows made into gate itself where the kernel takes floats: silu_mul is
-  // elementwise, so each row may overwrite its own gate row.
-  const kernels::MatmulJob down_job{&w.down, ws.tmp.data()};
-  if (w.geglu) {
-    kernels::matmul_many({&down_job, 1}, GegluRows(ws.gate.data(), ws.up.data(), hp.n_ff),
-                         ws.gate.data(), T, pool, next);
-    return;
+  const kernels::NormedRows normed(ws.x.data(), norm.data(), hp.n_embd, hp.norm_eps);
+  kernels::matmul_many(gate_up, normed, ws.xn.data(), T, pool, down);
+  const int64_t ff = hp.n_ff;
+  if (!lora.empty()) {
+    add_lora(lora, &LayerLora::gate, normed, hp.n_embd, ws.gate.data(), ff, ws, pool);
+    add_lora(lora, &LayerLora::up, normed, hp.n_embd, ws.up.data(), ff, ws, pool);
   }
-  kernels::matmul_many({&down_job, 1}, kernels::SwigluRows(ws.gate.data(), ws.up.data(), hp.n_ff),
-                       ws.gate.data(), T, pool, next);
+  // Rows made into gate itself where the kernel takes floats: silu_mul is
+  // elementwise, so each row may overwrite its own gate row. The adapters'
+  // rows of the product are made first, while gate is intact.
+  const kernels::MatmulJob down_job{&w.down, ws.tmp.data()};
+  const GegluRows geglu(ws.gate.data(), ws.up.data(), ff);
+  const kernels::SwigluRows swiglu(ws.gate.data(), ws.up.data(), ff);
+  const kernels::RowMaker& act = w.geglu ? static_cast<const kernels::RowMaker&>(geglu) : swiglu;
+  std::vector<float>& act_rows = ws.lora_in;
+  bool any_down = false;
+  for (const ActiveLora& a : lora) any_down |= a.layer->down && !a.rows->rows.empty();
+  if (any_down) {
+    if ((int64_t)act_rows.size() < T * ff) act_rows.resize((size_t)(T * ff));
+    for (const ActiveLora& a : lora)
+      if (a.layer->down)
+        for (int32_t t : a.rows->rows) act.make(t, act_rows.data() + (int64_t)t * ff);
+  }
+  kernels::matmul_many({&down_job, 1}, act, ws.gate.data(), T, pool, next);
+  if (any_down) add_lora(lora, &LayerLora::down, act_rows.data(), ff, ws.tmp.data(), hp.n_embd, pool);
 }
 
 void norm_rows(const HParams& hp, const std::vector<float>& norm, float* rows, int64_t T,
@@ -540,7 +582,7 @@ int64_t keep_output_rows(const Batch& batch, Workspace& ws, int64_t n_embd) {
 }
 
 void output_logits(const HParams& hp, const DecoderWeights& w, const Batch& batch, Workspace& ws,
-                   ThreadPool& pool, Logits& out, NextWeights next) {
+                   ThreadPool& pool, Logits& out, NextWeights next, LayerLoras lora) {
   out.n_vocab = hp.n_vocab;
   out.batch_index.clear();
   for (size_t t = 0; t < batch.size(); ++t)
@@ -550,9 +592,9 @@ void output_logits(const HParams& hp, const DecoderWeights& w, const Batch& batc
   if (R == 0) return;
   ws.out_rows.resize((size_t)(R * hp.n_embd));
   const kernels::MatmulJob job{&w.output, out.data.data()};
-  kernels::matmul_many(
-      {&job, 1}, kernels::NormedRows(ws.x.data(), w.output_norm.data(), hp.n_embd, hp.norm_eps),
-      ws.out_rows.data(), R, pool, next);
+  const kernels::NormedRows normed(ws.x.data(), w.output_norm.data(), hp.n_embd, hp.norm_eps);
+  kernels::matmul_many({&job, 1}, normed, ws.out_rows.data(), R, pool, next);
+  add_lora(lora, &LayerLora::o, normed, hp.n_embd, out.data.data(), hp.n_vocab, ws, pool);
   if (hp.final_softcap > 0) {  // the reference's order: / cap (as * 1/cap), tanh, * cap
     const float cap = hp.final_softcap, inv = 1.0f / cap;
     for (float& v : out.data) v = std::tanh(v * inv) * cap;

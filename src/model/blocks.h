@@ -15,6 +15,7 @@
 #include "gguf/gguf.h"
 #include "kernels/kernels.h"
 #include "model/model.h"
+#include "model/lora.h"
 #include "model/moe.h"
 #include "model/tensor_names.h"
 
@@ -96,6 +97,28 @@ Result<DecoderWeights> load_decoder_weights(const gguf::File& f, const HParams& 
                                             const DecoderOptions& options,
                                             const ShardSpec& shard = {});
 
+// ---- LoRA adapters at run time -------------------------------------------------
+
+// One adapter's pairs for one layer (null: the tensor is not adapted). A
+// fused tensor's pair is cut like its weights: B's rows per part, A shared.
+struct LayerLora {
+  const LoraPair* q = nullptr;
+  const LoraPair* k = nullptr;
+  const LoraPair* v = nullptr;
+  const LoraPair* o = nullptr;
+  const LoraPair* gate = nullptr;
+  const LoraPair* up = nullptr;
+  const LoraPair* down = nullptr;
+};
+
+// An adapter some tokens of a forward use: its pairs for the layer, and
+// those tokens' rows in the activations the block computes on.
+struct ActiveLora {
+  const LayerLora* layer = nullptr;
+  LoraRows* rows = nullptr;
+};
+using LayerLoras = std::span<const ActiveLora>;
+
 // ---- activations ------------------------------------------------------------
 
 // Per-forward scratch, grown to the largest batch seen and then reused.
@@ -111,6 +134,7 @@ struct Workspace {
   std::vector<float> out_rows;  // normed rows that want logits [R, n_embd]
   std::vector<float> rope_cs;   // per token: cos, then sin, of its RoPE pairs (rope_tables)
   std::vector<float> rope_cs_swa;  // the same by the sliding layers' base and scale, where they differ
+  std::vector<float> lora_in;   // a LoRA product's input rows (normed, or the FFN's product)
 
   void reserve(const HParams& hp, int64_t n_tokens);
 };
@@ -142,15 +166,18 @@ using NextWeights = std::span<const kernels::WeightMatrix* const>;
 // projection into ws.tmp. `next`: what follows the output projection.
 // The normed rows are made as the projections quantize them (kernels::RowMaker);
 // ws.xn holds them only for weights the kernels take as floats.
+// `lora`: adapters whose products are added to the projections' outputs
+// (before biases), for their tokens only.
 void attention(const HParams& hp, const AttentionWeights& w, const std::vector<float>& norm,
                int layer, const Batch& batch, KvView& kv, Workspace& ws, ThreadPool& pool,
-               NextWeights next);
+               NextWeights next, LayerLoras lora = {});
 
 // SwiGLU FFN of x = rms_norm(ws.x) * norm into ws.tmp: down(silu(gate(x)) *
 // up(x)) (GeGLU, gelu for silu, when w.geglu), the normed and the SwiGLU rows made as attention() makes its input.
 // `next`: what follows the down projection.
 void ffn_swiglu(const HParams& hp, const FfnWeights& w, const std::vector<float>& norm,
-                int64_t n_tokens, Workspace& ws, ThreadPool& pool, NextWeights next);
+                int64_t n_tokens, Workspace& ws, ThreadPool& pool, NextWeights next,
+                LayerLoras lora = {});
 
 // rows[t] = rms_norm(rows[t]) * norm for n_tokens rows of hp.n_embd (gemma's
 // post-norms), in place.
@@ -174,7 +201,9 @@ int64_t keep_output_rows(const Batch& batch, Workspace& ws, int64_t n_embd);
 // Final norm of the (compacted, see keep_output_rows) rows that want logits and
 // the output projection into `out`, soft-capped when hp.final_softcap > 0.
 // `next`: what the next forward starts with.
+// `lora`: adapters of the output head (pairs in LayerLora::o), their rows
+// the compacted output rows.
 void output_logits(const HParams& hp, const DecoderWeights& w, const Batch& batch, Workspace& ws,
-                   ThreadPool& pool, Logits& out, NextWeights next);
+                   ThreadPool& pool, Logits& out, NextWeights next, LayerLoras lora = {});
 
 }  // namespace cairn::model

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <array>
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -19,11 +20,12 @@ namespace {
 class DecoderModel final : public Model {
  public:
   DecoderModel(std::shared_ptr<const gguf::File> file, HParams hp, HParams local, ShardSpec shard,
-               DecoderWeights w, int n_threads)
+               DecoderWeights w, const DecoderOptions& options, int n_threads)
       : Model(std::move(hp), shard),
         local_(std::move(local)),
         file_(std::move(file)),
         w_(std::move(w)),
+        fused_ffn_(options.fused_ffn),
         pool_(n_threads) {
     out_hp_ = local_;
     out_hp_.n_vocab = w_.output.rows;
@@ -33,8 +35,32 @@ class DecoderModel final : public Model {
     return forward_stage(batch, kv, StageIo{}, out);
   }
 
+  Status set_adapters(std::vector<std::shared_ptr<const LoraAdapter>> adapters) override {
+    if (adapters.empty()) {
+      loras_.clear();
+      n_adapters_ = 0;
+      return Status::ok();
+    }
+    if (shard_.tp_size > 1 || shard_.layer_begin != 0 || local_.n_layer != hparams_.n_layer)
+      return Status::error("LoRA adapters cannot be applied to a model cut into shards");
+    if (adapters.size() > 65535) return Status::error("more than 65535 LoRA adapters");
+    std::vector<RuntimeLora> loras;
+    for (auto& a : adapters) {
+      auto r = runtime_lora(std::move(a));
+      if (!r) return r.status();
+      loras.push_back(std::move(*r));
+    }
+    loras_ = std::move(loras);
+    n_adapters_ = loras_.size();
+    return Status::ok();
+  }
+
   Status forward_stage(const Batch& batch, KvView& kv, const StageIo& io, Logits& out) override {
     CAIRN_RETURN_IF_ERROR(validate_batch(local_, batch, kv));
+    for (uint16_t a : batch.adapters)
+      if (a > loras_.size())
+        return Status::error("batch names LoRA adapter " + std::to_string(a) + " of " +
+                             std::to_string(loras_.size()));
     const bool first = shard_.layer_begin == 0;
     const bool last = shard_.layer_begin + local_.n_layer == hparams_.n_layer;
     if (!first && !io.hidden_in) return Status::error("a later pipeline stage needs the previous stage's rows");
@@ -44,8 +70,14 @@ class DecoderModel final : public Model {
     const HParams& hp = local_;
     const int64_t T = (int64_t)batch.size();
     ws_.reserve(hp, T);
+    const bool adapted = active_loras(batch);
     if (first) {
       embed(w_.tok_embd, batch, ws_.x.data());
+      if (adapted)  // before gemma's scale, as the reference adds it
+        for (size_t k = 0; k < loras_.size(); ++k)
+          if (loras_[k].embd)
+            lora_add_embedding(*loras_[k].embd, batch.tokens.data(), ws_.x.data(), hp.n_embd,
+                               lora_rows_[k], pool_);
       if (w_.embd_scale != 0) scale_rows(ws_.x.data(), w_.embd_scale, T, hp.n_embd, pool_);
     } else {
       std::copy_n(io.hidden_in, (size_t)(T * hp.n_embd), ws_.x.data());
@@ -66,19 +98,23 @@ class DecoderModel final : public Model {
       const LayerWeights& l = w_.layers[(size_t)il];
       const bool moe = l.moe.n_expert > 0;
       const std::array<const kernels::WeightMatrix*, 2> gate_up = {&l.ffn.gate, &l.ffn.up};
+      const LayerLoras lora = adapted ? layer_loras(il, lora_rows_) : LayerLoras{};
       attention(hp, l.attn, l.attn_norm, il, batch, kv, ws_, pool_,
-                moe ? NextWeights{} : NextWeights{gate_up});
+                moe ? NextWeights{} : NextWeights{gate_up}, lora);
       CAIRN_RETURN_IF_ERROR(reduce(T));
       if (!l.attn_post_norm.empty()) norm_rows(hp, l.attn_post_norm, ws_.tmp.data(), T, pool_);
       add_rows(ws_.x.data(), ws_.tmp.data(), T, hp.n_embd, pool_);
-      const int64_t n =
-          last && il + 1 == n_layer ? keep_output_rows(batch, ws_, hp.n_embd) : T;
+      const bool compact = last && il + 1 == n_layer;
+      const int64_t n = compact ? keep_output_rows(batch, ws_, hp.n_embd) : T;
+      // The compacted rows are the output rows: their adapters' row lists.
+      const LayerLoras ffn_lora =
+          !adapted ? LayerLoras{} : compact ? layer_loras(il, lora_out_rows_) : lora;
       if (moe) {  // never cut for tensor parallelism: nothing to reduce
         ffn_moe(hp, l.moe, l.ffn_norm, n, ws_, pool_);
       } else if (il + 1 < n_layer) {
-        ffn_swiglu(hp, l.ffn, l.ffn_norm, n, ws_, pool_, qkv(w_.layers[(size_t)il + 1]));
+        ffn_swiglu(hp, l.ffn, l.ffn_norm, n, ws_, pool_, qkv(w_.layers[(size_t)il + 1]), ffn_lora);
       } else {
-        ffn_swiglu(hp, l.ffn, l.ffn_norm, n, ws_, pool_, output);
+        ffn_swiglu(hp, l.ffn, l.ffn_norm, n, ws_, pool_, output, ffn_lora);
       }
       CAIRN_RETURN_IF_ERROR(reduce(n));
       if (!l.ffn_post_norm.empty()) norm_rows(hp, l.ffn_post_norm, ws_.tmp.data(), n, pool_);
@@ -89,7 +125,8 @@ class DecoderModel final : public Model {
       return Status::ok();
     }
     if (!tp) {
-      output_logits(hp, w_, batch, ws_, pool_, out, qkv(w_.layers[0]));
+      output_logits(hp, w_, batch, ws_, pool_, out, qkv(w_.layers[0]),
+                    adapted ? output_loras() : LayerLoras{});
       return Status::ok();
     }
     return gather_logits(batch, *io.comm, out);
@@ -121,6 +158,127 @@ class DecoderModel final : public Model {
   }
 
  private:
+  // One adapter as the forward applies it: its pairs by layer (fused
+  // tensors' pairs cut into the parts the weights are cut into).
+  struct RuntimeLora {
+    std::shared_ptr<const LoraAdapter> adapter;
+    std::vector<LayerLora> layers;
+    const LoraPair* embd = nullptr;
+    LayerLora output;  // the output head's pair in `o`
+    std::vector<std::unique_ptr<LoraPair>> parts;
+  };
+
+  Result<RuntimeLora> runtime_lora(std::shared_ptr<const LoraAdapter> adapter) {
+    RuntimeLora r;
+    r.layers.resize((size_t)local_.n_layer);
+    const HParams& hp = local_;
+    const auto refuse = [&](const std::string& tensor, const std::string& why) {
+      return Status::error(adapter->path + ": tensor '" + tensor + "': " + why +
+                           " (merge the adapter at load with --lora instead)");
+    };
+    // B's rows [begin, begin + n) with A shared: one part of a fused tensor.
+    const auto part = [&](const LoraPair& p, int64_t begin, int64_t n) {
+      auto q = std::make_unique<LoraPair>(p);
+      q->b.data = static_cast<const uint8_t*>(p.b.data) + (size_t)begin * p.b.row_stride;
+      q->b.rows = n;
+      r.parts.push_back(std::move(q));
+      return r.parts.back().get();
+    };
+    for (const auto& [name, pair] : adapter->pairs) {
+      if (name == "token_embd.weight") {
+        r.embd = &pair;
+        continue;
+      }
+      if (name == "output.weight") {
+        r.output.o = &pair;
+        continue;
+      }
+      const std::string prefix = "blk.";
+      const size_t dot = name.find('.', prefix.size());
+      if (name.compare(0, prefix.size(), prefix) != 0 || dot == std::string::npos)
+        return refuse(name, "not a tensor cairn adapts at run time");
+      int64_t il = -1;
+      try {
+        il = std::stoll(name.substr(prefix.size(), dot - prefix.size()));
+      } catch (...) {
+        return refuse(name, "not a tensor cairn adapts at run time");
+      }
+      if (il < 0 || il >= hp.n_layer) return refuse(name, "no such layer");
+      const std::string role = name.substr(dot + 1);
+      LayerLora& l = r.layers[(size_t)il];
+      const bool moe = w_.layers[(size_t)il].moe.n_expert > 0;
+      const int64_t nq = hp.n_head * hp.head_dim, nkv = hp.kv_row_elems();
+      if (role == "attn_q.weight") {
+        l.q = &pair;
+      } else if (role == "attn_k.weight") {
+        l.k = &pair;
+      } else if (role == "attn_v.weight") {
+        l.v = &pair;
+      } else if (role == "attn_qkv.weight") {
+        l.q = part(pair, 0, nq);
+        l.k = part(pair, nq, nkv);
+        l.v = part(pair, nq + nkv, nkv);
+      } else if (role == "attn_output.weight") {
+        l.o = &pair;
+      } else if (moe) {
+        return refuse(name, "LoRA on a mixture-of-experts FFN is not applied at run time");
+      } else if (role == "ffn_gate.weight") {
+        l.gate = &pair;
+      } else if (role == "ffn_up.weight" && fused_ffn_) {  // gate rows first (phi3)
+        l.gate = part(pair, 0, hp.n_ff);
+        l.up = part(pair, hp.n_ff, hp.n_ff);
+      } else if (role == "ffn_up.weight") {
+        l.up = &pair;
+      } else if (role == "ffn_down.weight") {
+        l.down = &pair;
+      } else {
+        return refuse(name, "not a tensor cairn adapts at run time");
+      }
+    }
+    r.adapter = std::move(adapter);
+    return r;
+  }
+
+  // Sorts the batch's tokens (and its output rows) by adapter; false when
+  // every token runs on the base model.
+  bool active_loras(const Batch& batch) {
+    if (loras_.empty()) return false;
+    bool any = false;
+    for (uint16_t a : batch.adapters) any |= a != 0;
+    if (!any) return false;
+    lora_rows_.resize(loras_.size());
+    lora_out_rows_.resize(loras_.size());
+    for (size_t k = 0; k < loras_.size(); ++k) {
+      lora_rows_[k].rows.clear();
+      lora_out_rows_[k].rows.clear();
+    }
+    int32_t out_row = 0;
+    for (size_t t = 0; t < batch.size(); ++t) {
+      const uint16_t a = batch.adapters[t];
+      if (a != 0) lora_rows_[a - 1].rows.push_back((int32_t)t);
+      if (batch.wants_logits[t]) {
+        if (a != 0) lora_out_rows_[a - 1].rows.push_back(out_row);
+        ++out_row;
+      }
+    }
+    return true;
+  }
+
+  LayerLoras layer_loras(int il, std::vector<LoraRows>& rows) {
+    active_.clear();
+    for (size_t k = 0; k < loras_.size(); ++k)
+      if (!rows[k].rows.empty()) active_.push_back({&loras_[k].layers[(size_t)il], &rows[k]});
+    return active_;
+  }
+
+  LayerLoras output_loras() {
+    active_.clear();
+    for (size_t k = 0; k < loras_.size(); ++k)
+      if (loras_[k].output.o && !lora_out_rows_[k].rows.empty())
+        active_.push_back({&loras_[k].output, &lora_out_rows_[k]});
+    return active_;
+  }
+
   // Each rank's logits for its vocabulary range, padded to one chunk per
   // rank, gathered and laid out as the whole vocabulary's rows.
   Status gather_logits(const Batch& batch, ShardComm& comm, Logits& out) {
@@ -150,6 +308,10 @@ class DecoderModel final : public Model {
   HParams out_hp_;  // local_ with n_vocab = this shard's vocabulary rows
   std::shared_ptr<const gguf::File> file_;  // the weights point into its mapping
   DecoderWeights w_;
+  bool fused_ffn_ = false;
+  std::vector<RuntimeLora> loras_;
+  std::vector<LoraRows> lora_rows_, lora_out_rows_;  // per adapter: batch rows, output rows
+  std::vector<ActiveLora> active_;
   ThreadPool pool_;
   Workspace ws_;
   Logits local_logits_;
@@ -211,7 +373,7 @@ Result<std::unique_ptr<Model>> load_decoder(std::shared_ptr<const gguf::File> fi
   if (whole)
     file->prefetch_pages(w->tok_embd.data, w->tok_embd.row_stride * (size_t)w->tok_embd.rows);
   return std::unique_ptr<Model>(new DecoderModel(std::move(file), std::move(hp), std::move(*local),
-                                                 shard, std::move(*w), options.n_threads));
+                                                 shard, std::move(*w), decoder, options.n_threads));
 }
 
 }  // namespace cairn::model

@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -105,9 +106,21 @@ class LoadProgress {
 }  // namespace
 
 Result<LoadedModel> load_model(const std::string& path, const LoadOptions& options,
-                               const RemoteModelFn& remote) {
+                               const RemoteModelFn& remote, const AdapterOptions& adapters) {
   auto file = gguf::File::open(path);
   if (!file.is_ok()) return file.status();  // already names the file
+  if (remote && (!adapters.merged.empty() || !adapters.runtime.empty()))
+    return Status::error(path + ": LoRA adapters cannot be applied to a model computed by agents");
+  if (!adapters.merged.empty()) {
+    std::vector<std::shared_ptr<const LoraAdapter>> merged;
+    for (const LoraSpec& s : adapters.merged) {
+      CAIRN_ASSIGN_OR_RETURN(auto a, open_lora(s.path, s.path, s.scale, **file));
+      merged.push_back(std::move(a));
+    }
+    const int threads = options.n_threads > 0 ? options.n_threads
+                                              : (int)std::max(1u, std::thread::hardware_concurrency());
+    CAIRN_RETURN_IF_ERROR(merge_loras(**file, merged, threads).with_context(path));
+  }
   LoadedModel m;
   m.file = std::shared_ptr<const gguf::File>(std::move(*file));
   // Before anything is built: every tensor cairn cannot compute, in one message.
@@ -127,6 +140,16 @@ Result<LoadedModel> load_model(const std::string& path, const LoadOptions& optio
   if (!net.is_ok()) return net.status().with_context(path);
   m.tokenizer = std::move(*tok);
   m.model = std::move(*net);
+  for (size_t i = 0; i < adapters.runtime.size(); ++i) {
+    const LoraSpec& s = adapters.runtime[i];
+    if (s.name.empty()) return Status::invalid_argument("a run-time LoRA adapter needs a name");
+    for (size_t j = 0; j < i; ++j)
+      if (adapters.runtime[j].name == s.name)
+        return Status::invalid_argument("two LoRA adapters are named '" + s.name + "'");
+    CAIRN_ASSIGN_OR_RETURN(auto a, open_lora(s.path, s.name, s.scale, *m.file));
+    m.adapters.push_back(std::move(a));
+  }
+  CAIRN_RETURN_IF_ERROR(m.model->set_adapters(m.adapters).with_context(path));
   if (m.tokenizer->vocab_size() > m.model->hparams().n_vocab)
     return Status::error(path + ": the tokenizer has " + std::to_string(m.tokenizer->vocab_size()) +
                          " tokens but the model only " +

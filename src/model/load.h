@@ -9,6 +9,7 @@
 
 #include "core/status.h"
 #include "gguf/gguf.h"
+#include "model/lora.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 
@@ -18,6 +19,16 @@ struct LoadedModel {
   std::shared_ptr<const gguf::File> file;
   std::unique_ptr<Model> model;
   std::unique_ptr<Tokenizer> tokenizer;
+  // The run-time LoRA adapters the model applies (AdapterOptions::runtime),
+  // in id order: Batch::adapters id i + 1 is adapters[i].
+  std::vector<std::shared_ptr<const LoraAdapter>> adapters;
+};
+
+// LoRA adapters (model/lora.h) to load with a model: merged into its weights
+// at load (--lora), or applied at run time per request (--lora-modules).
+struct AdapterOptions {
+  std::vector<LoraSpec> merged;
+  std::vector<LoraSpec> runtime;  // each with a name, unique, not the model's
 };
 
 // Makes the network of a model computed elsewhere (a distributed model's
@@ -34,7 +45,9 @@ Status check_computable(const gguf::File& file);
 
 // Opens, validates and loads `path` (its network from `remote` when given).
 // The error is one line naming the file.
+// Adapters need a model computed here (not `remote`).
 Result<LoadedModel> load_model(const std::string& path, const LoadOptions& options = {},
-                               const RemoteModelFn& remote = {});
+                               const RemoteModelFn& remote = {},
+                               const AdapterOptions& adapters = {});
 
 }  // namespace cairn::model

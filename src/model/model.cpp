@@ -200,6 +200,11 @@ Status Model::forward_stage(const Batch&, KvView&, const StageIo&, Logits&) {
   return Status::error("this model cannot run as a shard");
 }
 
+Status Model::set_adapters(std::vector<std::shared_ptr<const LoraAdapter>> adapters) {
+  if (adapters.empty()) return Status::ok();
+  return Status::error("this model cannot apply LoRA adapters at run time");
+}
+
 kv::KvShape Model::kv_shape() const {
   auto local = shard_hparams(hparams_, shard_);
   return local.is_ok() ? local->kv_shape() : hparams_.kv_shape();

@@ -68,18 +68,23 @@ struct Batch {
   std::vector<int32_t> positions;  // position of each token in its sequence
   std::vector<SeqId> seqs;
   std::vector<uint8_t> wants_logits;  // 0/1 (not vector<bool>: spans must work)
+  // The LoRA adapter each token runs with (Model::set_adapters: id i + 1 is
+  // adapter i, 0 the base model); empty: every token runs on the base model.
+  std::vector<uint16_t> adapters;
 
-  void add(Token t, int32_t pos, SeqId seq, bool logits) {
+  void add(Token t, int32_t pos, SeqId seq, bool logits, uint16_t adapter = 0) {
     tokens.push_back(t);
     positions.push_back(pos);
     seqs.push_back(seq);
     wants_logits.push_back(logits ? 1 : 0);
+    adapters.push_back(adapter);
   }
   void clear() {
     tokens.clear();
     positions.clear();
     seqs.clear();
     wants_logits.clear();
+    adapters.clear();
   }
   size_t size() const { return tokens.size(); }
 };
@@ -133,6 +138,8 @@ struct StageIo {
   ShardComm* comm = nullptr;  // required when the shard's tp_size > 1
 };
 
+struct LoraAdapter;  // model/lora.h
+
 struct LoadOptions {
   int n_threads = 0;  // threads of the model's kernel pool, caller included; <=0: hardware
   ShardSpec shard;    // the whole model unless set
@@ -165,6 +172,14 @@ class Model {
   // heads only (kv_shape()). A model that cannot be cut says so.
   virtual Status forward_stage(const Batch& batch, KvView& kv, const StageIo& io, Logits& out);
 
+  // LoRA adapters applied at run time, chosen per token by Batch::adapters
+  // (id i + 1 is adapters[i]): they share the base weights, so requests of
+  // several adapters and of the base model batch together. Replaces any
+  // earlier set. Errors name a tensor the model cannot adapt at run time
+  // (a model that cannot adapt any says so); nothing changes then.
+  virtual Status set_adapters(std::vector<std::shared_ptr<const LoraAdapter>> adapters);
+  size_t n_adapters() const { return n_adapters_; }
+
   // The shard this model was loaded as, and the K/V geometry it computes with
   // (the whole model's hparams().kv_shape() unless it is a shard).
   const ShardSpec& shard() const { return shard_; }
@@ -181,6 +196,7 @@ class Model {
   explicit Model(HParams hp, ShardSpec shard = {}) : hparams_(std::move(hp)), shard_(shard) {}
   HParams hparams_;
   ShardSpec shard_;
+  size_t n_adapters_ = 0;
 };
 
 // Names of the architectures load() understands ("llama", "qwen2", ...).

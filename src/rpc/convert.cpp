@@ -197,11 +197,13 @@ v1::ModelInfo to_proto(const serving::ModelInfo& mi) {
   m.set_n_ctx(mi.n_ctx);
   m.set_n_vocab(mi.n_vocab);
   m.set_created(mi.created);
+  m.set_parent(mi.parent);
+  m.set_root(mi.root);
   return m;
 }
 
 serving::ModelInfo from_proto(const v1::ModelInfo& m) {
-  return serving::ModelInfo{m.id(), m.n_ctx(), m.n_vocab(), m.created()};
+  return serving::ModelInfo{m.id(), m.n_ctx(), m.n_vocab(), m.created(), m.parent(), m.root()};
 }
 
 v1::WorkerStatus worker_status(const serving::Backend& backend) {

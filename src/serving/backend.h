@@ -101,6 +101,8 @@ struct ModelInfo {
   int32_t n_ctx = 0;
   int32_t n_vocab = 0;
   int64_t created = 0;  // unix seconds when loaded
+  std::string parent = {};  // a LoRA adapter's base model id; empty for a model
+  std::string root = {};    // a LoRA adapter's file; empty for a model
 };
 
 enum class HealthState { Loading, Ready, Draining };

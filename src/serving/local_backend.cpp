@@ -93,12 +93,17 @@ Result<std::unique_ptr<LocalBackend>> LocalBackend::create(const LocalBackendOpt
   std::unique_ptr<LocalBackend> b(new LocalBackend());
   b->options_ = options;
   auto loaded =
-      model::load_model(options.model_path, model::LoadOptions{options.threads, {}}, options.remote_model);
+      model::load_model(options.model_path, model::LoadOptions{options.threads, {}},
+                        options.remote_model, options.adapters);
   if (!loaded.is_ok()) return loaded.status();
   b->loaded_ = std::move(*loaded);
   b->model_id_ = options.model_name.empty()
                      ? std::filesystem::path(options.model_path).stem().string()
                      : options.model_name;
+  for (const auto& a : b->loaded_.adapters)
+    if (a->name == b->model_id_)
+      return Status::invalid_argument("the LoRA adapter '" + a->name +
+                                      "' has the model's own name: name it otherwise");
   b->created_ = std::chrono::duration_cast<std::chrono::seconds>(
                     std::chrono::system_clock::now().time_since_epoch())
                     .count();
@@ -144,8 +149,10 @@ LocalBackend::~LocalBackend() {
   if (engine_) engine_->stop();
 }
 
-Status LocalBackend::check_model(const std::string& model) const {
-  if (model.empty() || model == model_id_) return Status::ok();
+Result<uint16_t> LocalBackend::resolve_model(const std::string& model) const {
+  if (model.empty() || model == model_id_) return uint16_t{0};
+  for (size_t i = 0; i < loaded_.adapters.size(); ++i)
+    if (loaded_.adapters[i]->name == model) return static_cast<uint16_t>(i + 1);
   return Status::not_found("the model '" + model.substr(0, 200) + "' does not exist", "model");
 }
 
@@ -195,7 +202,7 @@ Result<std::vector<Token>> LocalBackend::prompt_tokens(const GenerateRequest& re
 Result<RequestId> LocalBackend::submit(GenerateRequest req, std::shared_ptr<EventSink> sink) {
   if (draining_.load())
     return Status::unavailable("the server is shutting down and takes no new requests");
-  CAIRN_RETURN_IF_ERROR(check_model(req.model));
+  CAIRN_ASSIGN_OR_RETURN(const uint16_t adapter, resolve_model(req.model));
   if (!sink) return Status::internal("no event sink for the request");
   if (req.max_tokens == 0 || req.max_tokens < -1)
     return invalid("max_tokens must be at least 1 (got " + std::to_string(req.max_tokens) + ")",
@@ -247,6 +254,7 @@ Result<RequestId> LocalBackend::submit(GenerateRequest req, std::shared_ptr<Even
   er.max_tokens = req.max_tokens;
   er.ignore_eos = req.ignore_eos;
   er.stop = std::move(req.stop);
+  er.adapter = adapter;
 
   if (engine_->queued() >= options_.max_queue)
     return Status::unavailable("too many requests are queued (" +
@@ -261,8 +269,11 @@ Result<RequestId> LocalBackend::submit(GenerateRequest req, std::shared_ptr<Even
 void LocalBackend::cancel(RequestId id) { engine_->cancel(id); }
 
 std::vector<ModelInfo> LocalBackend::models() const {
-  return {ModelInfo{model_id_, engine_->n_ctx(),
-                    static_cast<int32_t>(loaded_.model->hparams().n_vocab), created_}};
+  const int32_t n_vocab = static_cast<int32_t>(loaded_.model->hparams().n_vocab);
+  std::vector<ModelInfo> out = {ModelInfo{model_id_, engine_->n_ctx(), n_vocab, created_}};
+  for (const auto& a : loaded_.adapters)
+    out.push_back(ModelInfo{a->name, engine_->n_ctx(), n_vocab, created_, model_id_, a->path});
+  return out;
 }
 
 Health LocalBackend::health() const {

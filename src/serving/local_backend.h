@@ -41,6 +41,10 @@ struct LocalBackendOptions {
   // With remote_model: whether the remote side can compute now; health()
   // says Loading while it cannot (a controller then routes elsewhere).
   std::function<bool()> remote_ready = {};
+  // LoRA adapters (model/lora.h): merged into the weights at load (--lora),
+  // and served by name over the shared base weights (--lora-modules): a
+  // request whose `model` is an adapter's name runs with it.
+  model::AdapterOptions adapters = {};
 };
 
 class LocalBackend final : public Backend {
@@ -82,7 +86,9 @@ class LocalBackend final : public Backend {
 
  private:
   LocalBackend() = default;
-  Status check_model(const std::string& model) const;
+  // The LoRA adapter id `model` names (0: the base model), or not found.
+  Result<uint16_t> resolve_model(const std::string& model) const;
+  Status check_model(const std::string& model) const { return resolve_model(model).status(); }
   Result<std::vector<Token>> prompt_tokens(const GenerateRequest& req) const;
 
   LocalBackendOptions options_;

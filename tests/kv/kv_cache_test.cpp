@@ -523,6 +523,36 @@ TEST(PagedKvCache, ReusePrefixLeavesAStartedSequenceAlone) {
   kv->release(1);
 }
 
+// Each LoRA adapter's K/V for the same tokens differ: a prefix is found only
+// in the space (adapter) that computed it, even when every hash collides.
+TEST(PagedKvCache, PrefixesAreFoundOnlyInTheirOwnSpace) {
+  for (BlockHashFn hash : {(BlockHashFn) nullptr, &constant_hash}) {
+    auto kv = make(32, true, hash);
+    ASSERT_TRUE(kv);
+    const auto p = cat(tokens(40, 50), {9});
+    const auto run_in = [&](SeqId seq, uint32_t space) {
+      const int32_t reused = kv->reuse_prefix(seq, p, space);
+      EXPECT_TRUE(kv->reserve(seq, (int32_t)p.size() - reused));
+      write_rows(*kv, seq, p, reused, (int32_t)p.size());
+      kv->commit(seq, std::span<const Token>(p).subspan((size_t)reused));
+      return reused;
+    };
+    EXPECT_EQ(run_in(1, 0), 0);
+    EXPECT_EQ(run_in(2, 3), 0);   // adapter 3 does not see the base model's blocks
+    EXPECT_EQ(run_in(3, 3), 32);  // but its own
+    EXPECT_EQ(run_in(4, 0), 32);
+    EXPECT_EQ(run_in(5, 4), 0);
+    EXPECT_EQ(run_in(6, 4), 32);
+    for (SeqId s = 1; s <= 6; ++s) kv->release(s);
+    expect_balanced(*kv);
+    EXPECT_EQ(kv->stats().blocks_used, 0);
+    // A started sequence that fails to reserve gives its record back.
+    EXPECT_EQ(kv->reuse_prefix(7, p, 5), 0);
+    kv->release(7);
+    EXPECT_EQ(kv->stats().blocks_used, 0);
+  }
+}
+
 TEST(BlockHash, DependsOnEveryTokenTheOrderAndThePrefix) {
   const auto a = tokens(16, 1);
   const uint64_t h = hash_block(0, a);

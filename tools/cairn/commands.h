@@ -20,6 +20,7 @@ struct CommandResult {
 void register_run(CLI::App& app, CommandResult& result);
 void register_gguf(CLI::App& app, CommandResult& result);
 void register_make_model(CLI::App& app, CommandResult& result);
+void register_make_lora(CLI::App& app, CommandResult& result);
 void register_serve(CLI::App& app, CommandResult& result);
 void register_bench(CLI::App& app, CommandResult& result);
 void register_bench_model(CLI::App& app, CommandResult& result);

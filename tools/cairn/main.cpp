@@ -45,6 +45,7 @@ int main(int argc, char** argv) {
     cairn::cli::register_run(app, result);
     cairn::cli::register_gguf(app, result);
     cairn::cli::register_make_model(app, result);
+    cairn::cli::register_make_lora(app, result);
     cairn::cli::register_serve(app, result);
     cairn::cli::register_bench(app, result);
     cairn::cli::register_bench_model(app, result);

@@ -8,6 +8,7 @@
 
 #include "commands.h"
 #include "modelgen/demo_model.h"
+#include "modelgen/lora_builder.h"
 #include "modelgen/model_builder.h"
 
 namespace cairn::cli {
@@ -64,7 +65,58 @@ Status make_model(MakeModelArgs& a) {
   return Status::ok();
 }
 
+struct MakeLoraArgs {
+  std::string base, out, type = "f32", targets = "attn_q,attn_v";
+  modelgen::RandomLoraSpec spec;
+};
+
+Status make_lora(MakeLoraArgs& a) {
+  const std::optional<TensorType> type = type_from_name(a.type);
+  if (!type) return Status::error("unknown --type '" + a.type + "'");
+  a.spec.type = *type;
+  a.spec.targets.clear();
+  for (size_t begin = 0; begin <= a.targets.size();) {
+    size_t end = a.targets.find(',', begin);
+    if (end == std::string::npos) end = a.targets.size();
+    if (end > begin) a.spec.targets.push_back(a.targets.substr(begin, end - begin));
+    begin = end + 1;
+  }
+  auto base = gguf::File::open(a.base);
+  if (!base.is_ok()) return base.status();
+  auto bytes = modelgen::random_lora(**base, a.spec);
+  if (!bytes.is_ok()) return bytes.status();
+  std::FILE* f = std::fopen(a.out.c_str(), "wb");
+  if (!f) return Status::error("cannot write " + a.out);
+  const bool ok = std::fwrite(bytes->data(), 1, bytes->size(), f) == bytes->size();
+  if (std::fclose(f) != 0 || !ok) return Status::error("cannot write " + a.out);
+  spdlog::info("wrote {}: a rank-{} LoRA adapter of {} ({:.1f} KiB)", a.out, a.spec.rank, a.base,
+               bytes->size() / 1024.0);
+  return Status::ok();
+}
+
 }  // namespace
+
+void register_make_lora(CLI::App& app, CommandResult& result) {
+  auto* cmd = app.add_subcommand(
+      "make-lora", "write a LoRA adapter (GGUF, llama.cpp's layout) with random weights for a model");
+  auto a = std::make_shared<MakeLoraArgs>();
+  cmd->add_option("BASE", a->base, "the base model (GGUF)")->required();
+  cmd->add_option("OUT", a->out, "output GGUF path")->required();
+  cmd->add_option("--rank", a->spec.rank, "rank of every pair")->capture_default_str();
+  cmd->add_option("--alpha", a->spec.alpha, "adapter.lora.alpha (0: not written)")
+      ->capture_default_str();
+  cmd->add_option("--targets", a->targets,
+                  "comma-separated tensor roles: attn_q, attn_k, attn_v, attn_qkv, attn_output, "
+                  "ffn_gate, ffn_up, ffn_down, output, token_embd, ...")
+      ->capture_default_str();
+  cmd->add_option("--type", a->type, "f32, f16, bf16 or q8_0")->capture_default_str();
+  cmd->add_option("--a-scale", a->spec.a_scale, "lora_a values in +-a_scale / sqrt(columns)")
+      ->capture_default_str();
+  cmd->add_option("--b-scale", a->spec.b_scale, "lora_b values in +-b_scale / sqrt(rank)")
+      ->capture_default_str();
+  cmd->add_option("--seed", a->spec.seed, "weight seed")->capture_default_str();
+  cmd->callback([&result, a] { result.status = make_lora(*a); });
+}
 
 void register_make_model(CLI::App& app, CommandResult& result) {
   auto* cmd = app.add_subcommand("make-model", "write a GGUF model with random weights");

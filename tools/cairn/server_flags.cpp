@@ -53,6 +53,30 @@ void add_engine_flags(CLI::App* cmd, serving::LocalBackendOptions& b, int64_t& k
   cmd->add_option("--max-seqs", b.max_seqs, "sequences running at once")
       ->check(CLI::Range(1, 1 << 16))
       ->capture_default_str();
+  model::AdapterOptions& ad = b.adapters;
+  cmd->add_option_function<std::vector<std::string>>(
+         "--lora",
+         [&ad](const std::vector<std::string>& v) {
+           for (const std::string& text : v) {
+             auto s = model::parse_lora_flag(text);
+             if (!s) throw CLI::ValidationError("--lora", s.status().message());
+             ad.merged.push_back(*s);
+           }
+         },
+         "a LoRA adapter (GGUF) merged into the weights at load, FILE or FILE:SCALE; repeatable")
+      ->type_name("FILE[:SCALE]");
+  cmd->add_option_function<std::vector<std::string>>(
+         "--lora-modules",
+         [&ad](const std::vector<std::string>& v) {
+           for (const std::string& text : v) {
+             auto s = model::parse_lora_module_flag(text);
+             if (!s) throw CLI::ValidationError("--lora-modules", s.status().message());
+             ad.runtime.push_back(*s);
+           }
+         },
+         "LoRA adapters served by name over the base weights (a request's model field picks "
+         "one), NAME=FILE or NAME=FILE:SCALE; repeatable")
+      ->type_name("NAME=FILE[:SCALE]");
 }
 
 }  // namespace cairn::cli
