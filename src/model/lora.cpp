@@ -90,20 +90,20 @@ uint64_t LoraAdapter::bytes() const {
 }
 
 Result<LoraSpec> parse_lora_flag(const std::string& text) {
-  if (text.empty()) return Status::invalid_argument("--lora: empty file name");
+  if (text.empty()) return Status::invalid_argument("empty file name");
   LoraSpec s = split_scale(text);
-  if (s.path.empty()) return Status::invalid_argument("--lora '" + text + "': empty file name");
+  if (s.path.empty()) return Status::invalid_argument("'" + text + "': empty file name");
   return s;
 }
 
 Result<LoraSpec> parse_lora_module_flag(const std::string& text) {
   const size_t eq = text.find('=');
   if (eq == std::string::npos || eq == 0 || eq + 1 == text.size())
-    return Status::invalid_argument("--lora-modules '" + text + "': expected NAME=FILE[:SCALE]");
+    return Status::invalid_argument("'" + text + "': expected NAME=FILE[:SCALE]");
   LoraSpec s = split_scale(text.substr(eq + 1));
   s.name = text.substr(0, eq);
   if (s.path.empty())
-    return Status::invalid_argument("--lora-modules '" + text + "': empty file name");
+    return Status::invalid_argument("'" + text + "': empty file name");
   return s;
 }
 
@@ -125,7 +125,10 @@ Result<std::shared_ptr<const LoraAdapter>> open_lora(const std::string& path, st
   };
   CAIRN_ASSIGN_OR_RETURN(const std::string general_type, text("general.type"));
   if (general_type != "adapter")
-    return fail("not a LoRA adapter: general.type is '" + general_type + "', expected 'adapter'");
+    return fail(general_type.empty()
+                    ? "not a LoRA adapter: general.type is missing (a model, not an adapter?)"
+                    : "not a LoRA adapter: general.type is '" + general_type +
+                          "', expected 'adapter'");
   CAIRN_ASSIGN_OR_RETURN(const std::string adapter_type, text("adapter.type"));
   if (adapter_type != "lora")
     return fail("adapter.type is '" + adapter_type + "', cairn applies only 'lora' adapters");

@@ -13,6 +13,7 @@
 #include "engine/generator.h"
 #include "model/load.h"
 #include "modelgen/demo_model.h"
+#include "server_flags.h"
 
 namespace cairn::cli {
 
@@ -20,6 +21,7 @@ namespace {
 
 struct RunArgs {
   std::string model;
+  model::AdapterOptions adapters;  // --lora only: merged at load
   std::string prompt;
   int32_t n_predict = 128;
   float temp = 0.8f;  // llama.cpp's CLI defaults for the filters
@@ -61,7 +63,7 @@ Status run(const RunArgs& a) {
   const std::string path = *resolved;
   model::LoadOptions lo;
   lo.n_threads = a.threads;
-  auto loaded = model::load_model(path, lo);
+  auto loaded = model::load_model(path, lo, {}, a.adapters);
   if (!loaded.is_ok()) return loaded.status();
   const auto& hp = loaded->model->hparams();
   spdlog::info("loaded {}: {}, {} layers, dim {}, vocab {}; {} threads", path, hp.arch, hp.n_layer,
@@ -94,6 +96,7 @@ void register_run(CLI::App& app, CommandResult& result) {
       app.add_subcommand("run", "generate a continuation of a prompt (stdout: the text only)");
   auto a = std::make_shared<RunArgs>();
   cmd->add_option("-m,--model", a->model, "GGUF model (default: the built-in demo model)");
+  add_lora_flags(cmd, a->adapters, /*runtime=*/false);
   cmd->add_option("-p,--prompt", a->prompt, "prompt text (default: empty, i.e. start from BOS)");
   cmd->add_option("-n,--n-predict", a->n_predict,
                   "tokens to generate; -1: until end of text or full context")

@@ -37,6 +37,33 @@ void add_grpc_port_flag(CLI::App* cmd, int& grpc_port, const std::string& help) 
   cmd->add_option("--grpc-port", grpc_port, help)->check(CLI::Range(-1, 65535));
 }
 
+void add_lora_flags(CLI::App* cmd, model::AdapterOptions& ad, bool runtime) {
+  cmd->add_option_function<std::vector<std::string>>(
+         "--lora",
+         [&ad](const std::vector<std::string>& v) {
+           for (const std::string& text : v) {
+             auto s = model::parse_lora_flag(text);
+             if (!s) throw CLI::ValidationError("--lora", s.status().message());
+             ad.merged.push_back(*s);
+           }
+         },
+         "a LoRA adapter (GGUF) merged into the weights at load, FILE or FILE:SCALE; repeatable")
+      ->type_name("FILE[:SCALE]");
+  if (!runtime) return;
+  cmd->add_option_function<std::vector<std::string>>(
+         "--lora-modules",
+         [&ad](const std::vector<std::string>& v) {
+           for (const std::string& text : v) {
+             auto s = model::parse_lora_module_flag(text);
+             if (!s) throw CLI::ValidationError("--lora-modules", s.status().message());
+             ad.runtime.push_back(*s);
+           }
+         },
+         "LoRA adapters served by name over the base weights (a request's model field picks "
+         "one), NAME=FILE or NAME=FILE:SCALE; repeatable")
+      ->type_name("NAME=FILE[:SCALE]");
+}
+
 void add_engine_flags(CLI::App* cmd, serving::LocalBackendOptions& b, int64_t& kv_cache_mb) {
   cmd->add_option("--model-name", b.model_name, "model id clients use (default: file name)");
   // Left out (0), the pool takes one thread per physical core this process may run on.
@@ -53,30 +80,7 @@ void add_engine_flags(CLI::App* cmd, serving::LocalBackendOptions& b, int64_t& k
   cmd->add_option("--max-seqs", b.max_seqs, "sequences running at once")
       ->check(CLI::Range(1, 1 << 16))
       ->capture_default_str();
-  model::AdapterOptions& ad = b.adapters;
-  cmd->add_option_function<std::vector<std::string>>(
-         "--lora",
-         [&ad](const std::vector<std::string>& v) {
-           for (const std::string& text : v) {
-             auto s = model::parse_lora_flag(text);
-             if (!s) throw CLI::ValidationError("--lora", s.status().message());
-             ad.merged.push_back(*s);
-           }
-         },
-         "a LoRA adapter (GGUF) merged into the weights at load, FILE or FILE:SCALE; repeatable")
-      ->type_name("FILE[:SCALE]");
-  cmd->add_option_function<std::vector<std::string>>(
-         "--lora-modules",
-         [&ad](const std::vector<std::string>& v) {
-           for (const std::string& text : v) {
-             auto s = model::parse_lora_module_flag(text);
-             if (!s) throw CLI::ValidationError("--lora-modules", s.status().message());
-             ad.runtime.push_back(*s);
-           }
-         },
-         "LoRA adapters served by name over the base weights (a request's model field picks "
-         "one), NAME=FILE or NAME=FILE:SCALE; repeatable")
-      ->type_name("NAME=FILE[:SCALE]");
+  add_lora_flags(cmd, b.adapters, /*runtime=*/true);
 }
 
 }  // namespace cairn::cli

@@ -23,6 +23,8 @@ void add_http_server_flags(CLI::App* cmd, api::ServerOptions& server, int32_t& m
 // worker`): --model-name, --threads, --ctx, --kv-cache-mb, --max-batch-tokens,
 // --max-seqs. `kv_cache_mb` is turned into backend.kv_pool_bytes by the caller.
 void add_engine_flags(CLI::App* cmd, serving::LocalBackendOptions& backend, int64_t& kv_cache_mb);
+// --lora (merged at load) and, with `runtime`, --lora-modules (served by name).
+void add_lora_flags(CLI::App* cmd, model::AdapterOptions& adapters, bool runtime);
 
 // Adds `--grpc-port`: -1 (the default) leaves the gRPC server off; 0 picks any free port.
 void add_grpc_port_flag(CLI::App* cmd, int& grpc_port, const std::string& help);
