@@ -10,6 +10,8 @@
 # Usage: lora_golden.sh NAME PORT "MAKE_LORA_ARGS" SCALE MAKE_MODEL_ARGS...
 #   CAIRN=path of cairn (default build/cairn)
 #   LLAMA_SERVER=path of llama-server (default /tmp/ref2026/build/bin/llama-server)
+#   RUN_TIME=0: cairn applies this adapter only merged (an adapter of experts):
+#     the golden test then expects the run-time load to be refused
 #   REF_ARGS=more llama-server options (on an AMX host the reference's repacked
 #     Q8_0 weights with an adapter died of an illegal instruction: --no-repack)
 # The files of the repository were made on an Intel host with AVX-512 and AMX.
@@ -24,6 +26,10 @@
 #     "--rank 4 --alpha 4 --targets attn_qkv,attn_output,ffn_up,ffn_down --type f32 --seed 5" \
 #     1.0 --arch phi3 --dim 128 --layers 2 --heads 4 --kv-heads 4 --ffn 320 --ctx 512 --seed 23 \
 #     --name synthetic-small --type f32
+#   RUN_TIME=0 scripts/reference-oracle/lora_golden.sh syn-lora-qwen2moe-f32 18317 \
+#     "--rank 4 --alpha 8 --targets attn_q,attn_v,ffn_gate_inp,ffn_gate_exps,ffn_up_exps,ffn_down_exps,ffn_up_shexp --type f32 --seed 6" \
+#     1.0 --arch qwen2moe --dim 128 --layers 2 --heads 4 --kv-heads 2 --ffn 320 --experts 8 \
+#     --experts-used 2 --expert-ffn 96 --ctx 512 --seed 24 --type f32
 set -euo pipefail
 name=$1 port=$2 lora_args=$3 scale=$4
 shift 4
@@ -50,14 +56,15 @@ for _ in $(seq 120); do
 done
 /usr/bin/python3 "$root/scripts/reference-oracle/golden_from_server.py" "$shared" stories260K "$port" "$work/out.json"
 version=$("$server" --version 2>&1 | grep -m1 -i version || true)
-/usr/bin/python3 - "$work" "$root/tests/model/golden-lora/$name.json" "$version" "$scale" "$lora_args" "$@" <<'PY'
-import argparse, hashlib, json, sys
+RUN_TIME=${RUN_TIME:-1} /usr/bin/python3 - "$work" "$root/tests/model/golden-lora/$name.json" "$version" "$scale" "$lora_args" "$@" <<'PY'
+import argparse, hashlib, json, os, sys
 work, out, version, scale, lora_args, args = sys.argv[1:6] + [sys.argv[6:]]
 p = argparse.ArgumentParser()
 for opt, typ, default in [('--arch', str, 'llama'), ('--dim', int, 256), ('--layers', int, 2),
                           ('--heads', int, 4), ('--kv-heads', int, 4), ('--ffn', int, 512),
                           ('--ctx', int, 2048), ('--head-dim', int, 0), ('--seed', int, 0),
-                          ('--name', str, ''), ('--type', str, 'f32')]:
+                          ('--name', str, ''), ('--type', str, 'f32'), ('--experts', int, 0),
+                          ('--experts-used', int, 0), ('--expert-ffn', int, 0), ('--shared-ffn', int, 0)]:
     p.add_argument(opt, type=typ, default=default)
 a = p.parse_args(args)
 q = argparse.ArgumentParser()
@@ -77,6 +84,10 @@ g['make_model'] = {
              'kv_heads': a.kv_heads, 'ffn': a.ffn, 'ctx': a.ctx, 'head_dim': a.head_dim,
              'seed': a.seed, 'name': a.name, 'type': a.type},
 }
+if a.experts or a.experts_used or a.expert_ffn or a.shared_ffn:  # the MoE architectures
+    g['make_model']['spec'].update({'experts': a.experts, 'experts_used': a.experts_used,
+                                    'expert_ffn': a.expert_ffn, 'shared_ffn': a.shared_ffn})
+g['run_time'] = os.environ.get('RUN_TIME', '1') != '0'
 g['make_lora'] = {'command': 'cairn make-lora BASE OUT ' + lora_args,
                   'spec': {'rank': l.rank, 'alpha': l.alpha, 'targets': l.targets.split(','),
                            'type': l.type, 'a_scale': l.a_scale, 'b_scale': l.b_scale,

@@ -27,12 +27,13 @@ std::string dims_text(const std::vector<int64_t>& d) {
   return s + "]";
 }
 
-// The adapter tensor as a matrix of `rows` rows of dims[0] columns, in a type
-// the kernels multiply.
+// The adapter tensor as a matrix of dims[0] columns and every other dim's
+// rows stacked (an expert tensor's experts one after another), in a type the
+// kernels multiply.
 Result<kernels::WeightMatrix> pair_half(const gguf::TensorInfo& t) {
-  if (t.dims.size() != 2)
+  if (t.dims.size() != 2 && t.dims.size() != 3)
     return Status::error("tensor '" + t.name + "' has shape " + dims_text(t.dims) +
-                         ": only 2-D LoRA tensors are supported (not expert tensors)");
+                         ": LoRA tensors are 2-D, or 3-D for experts");
   const TypeOps* ops = type_ops(t.type);
   if (!ops || !ops->vec_dot || !ops->to_float || !kernels::matmul_supported(t.type))
     return Status::error("tensor '" + t.name + "' has type " + std::string(type_info(t.type).name) +
@@ -42,13 +43,14 @@ Result<kernels::WeightMatrix> pair_half(const gguf::TensorInfo& t) {
     return Status::error("tensor '" + t.name + "': a row of " + std::to_string(t.dims[0]) +
                          " is not a whole number of " + std::string(type_info(t.type).name) +
                          " blocks");
-  if (!t.data || *stride * (uint64_t)t.dims[1] > t.n_bytes)
+  const int64_t rows = t.dims[1] * (t.dims.size() == 3 ? t.dims[2] : 1);
+  if (!t.data || *stride * (uint64_t)rows > t.n_bytes)
     return Status::error("tensor '" + t.name + "' data is smaller than its shape");
   kernels::WeightMatrix m;
   m.type = t.type;
   m.data = t.data;
   m.cols = t.dims[0];
-  m.rows = t.dims[1];
+  m.rows = rows;
   m.row_stride = *stride;
   return m;
 }
@@ -161,18 +163,26 @@ Result<std::shared_ptr<const LoraAdapter>> open_lora(const std::string& path, st
     if (!h.a || !h.b) return fail("tensor '" + target + "' has only one of .lora_a and .lora_b");
     const gguf::TensorInfo* w = base.find_tensor(target);
     if (!w) return fail("tensor '" + target + "' is not in the model (an adapter for another model?)");
-    if (w->dims.size() != 2)
+    if (w->dims.size() != 2 && w->dims.size() != 3)
       return fail("tensor '" + target + "' of the model has shape " + dims_text(w->dims) +
-                  ": LoRA applies to 2-D tensors only");
+                  ": LoRA applies to 2-D tensors and 3-D expert tensors only");
     auto a = pair_half(*h.a);
     if (!a) return a.status().with_context(path);
     auto b = pair_half(*h.b);
     if (!b) return b.status().with_context(path);
     const bool embd = target == "token_embd.weight";
-    // The reference's layouts: A [in, r] and B [r, out] in GGUF dims order;
-    // the embedding's pair flipped, A [r, n_vocab] and B [r, n_embd].
-    const bool fits = embd ? (a->cols == b->cols && a->rows == w->dims[1] && b->rows == w->dims[0])
-                           : (a->cols == w->dims[0] && b->rows == w->dims[1] && a->rows == b->cols);
+    // The reference's layouts: A [in, r] and B [r, out] in GGUF dims order,
+    // [in, r, E] and [r, out, E] for E experts; the embedding's pair
+    // flipped, A [r, n_vocab] and B [r, n_embd].
+    const int64_t experts = w->dims.size() == 3 ? w->dims[2] : 1;
+    const bool same_experts = h.a->dims.size() == w->dims.size() &&
+                              h.b->dims.size() == w->dims.size() &&
+                              (experts == 1 || (h.a->dims[2] == experts && h.b->dims[2] == experts));
+    const bool fits =
+        same_experts &&
+        (embd ? (a->cols == b->cols && a->rows == w->dims[1] && b->rows == w->dims[0])
+              : (a->cols == w->dims[0] && b->rows == w->dims[1] * experts &&
+                 a->rows == b->cols * experts));
     if (!fits)
       return fail("tensor '" + target + "': lora_a " + dims_text(h.a->dims) + " and lora_b " +
                   dims_text(h.b->dims) + " do not fit the model's " + dims_text(w->dims) +
@@ -180,6 +190,7 @@ Result<std::shared_ptr<const LoraAdapter>> open_lora(const std::string& path, st
     LoraPair p;
     p.a = *a;
     p.b = *b;
+    p.experts = experts;
     const int64_t rank = b->cols;
     if (rank < 1 || rank > kMaxRank)
       return fail("tensor '" + target + "' has rank " + std::to_string(rank) + ", outside [1, " +
@@ -209,27 +220,30 @@ Status merge_loras(gguf::File& base, const std::vector<std::shared_ptr<const Lor
   ThreadPool pool(std::max(1, n_threads));
   for (const auto& [name, pairs] : by_tensor) {
     const gguf::TensorInfo* t = base.find_tensor(name);
-    if (!t || t->dims.size() != 2) return Status::error("tensor '" + name + "': no 2-D base tensor");
+    if (!t || (t->dims.size() != 2 && t->dims.size() != 3))
+      return Status::error("tensor '" + name + "': no 2-D or 3-D base tensor");
     const TypeOps* ops = type_ops(t->type);
     if (!ops || !ops->to_float || !ops->from_float)
       return Status::error("tensor '" + name + "' has type " + std::string(type_info(t->type).name) +
                            ", which cairn cannot merge a LoRA adapter into");
-    const int64_t cols = t->dims[0], rows = t->dims[1];
+    const int64_t cols = t->dims[0], rows = t->rows();
     const auto stride = row_bytes(t->type, cols);
     if (!stride || !t->data || *stride * (uint64_t)rows > t->n_bytes)
       return Status::error("tensor '" + name + "' data is smaller than its shape");
     const bool embd = name == "token_embd.weight";
-    // delta[o][i] = sum_k L[o][k] * R[k][i]: L = B and R = A, or for the
-    // embedding's flipped pair L = A and R = B transposed.
+    // delta[o][i] = sum_k L[o][k] * R[e * rank + k][i] for row o of expert
+    // e = o / (rows / experts): L = B and R = A (each expert's stacked), or
+    // for the embedding's flipped pair L = A and R = B transposed.
     struct Factor {
-      std::vector<float> left, right;  // rows x rank, rank x cols
-      int64_t rank = 0;
+      std::vector<float> left, right;  // rows x rank, experts * rank x cols
+      int64_t rank = 0, rows_per_expert = 0;
       float scale = 0;
     };
     std::vector<Factor> factors;
     for (const LoraPair* p : pairs) {
       Factor f;
       f.rank = p->rank();
+      f.rows_per_expert = rows / p->experts;
       f.scale = p->scale;
       if (!embd) {
         f.left = to_floats(p->b);
@@ -249,12 +263,14 @@ Status merge_loras(gguf::File& base, const std::vector<std::shared_ptr<const Lor
       std::vector<float> row((size_t)cols);
       for (int64_t o = begin; o < end; ++o) {
         ops->to_float(t->data + (size_t)o * *stride, row.data(), cols);
-        for (const Factor& f : factors)
+        for (const Factor& f : factors) {
+          const float* right = f.right.data() + (o / f.rows_per_expert) * f.rank * cols;
           for (int64_t k = 0; k < f.rank; ++k) {
             const float l = f.scale * f.left[(size_t)(o * f.rank + k)];
-            const float* r = f.right.data() + k * cols;
+            const float* r = right + k * cols;
             for (int64_t i = 0; i < cols; ++i) row[(size_t)i] += l * r[i];
           }
+        }
         ops->from_float(row.data(), merged.data() + (size_t)o * *stride, cols);
       }
     });

@@ -28,6 +28,9 @@ struct LoraPair {
   kernels::WeightMatrix a;  // rank rows of in columns (token_embd: n_vocab rows of rank)
   kernels::WeightMatrix b;  // out rows of rank columns (token_embd: n_embd rows of rank)
   float scale = 0.0f;
+  // An expert tensor's pair ([in, r, E] and [r, out, E]): a and b hold each
+  // expert's rows after the previous one's. Merged only, never at run time.
+  int64_t experts = 1;
   int64_t rank() const { return a.rows == 0 ? 0 : b.cols; }
 };
 
@@ -70,7 +73,8 @@ Result<LoraSpec> parse_lora_module_flag(const std::string& text);
 // stores each result in the base tensor's own type (a quantized tensor is
 // requantized once, after all adapters are added), through
 // gguf::File::replace_tensor_data: the model built from `base` afterwards
-// computes with the merged weights. 3-D (expert) tensors are refused.
+// computes with the merged weights, expert tensors included (each expert
+// with its own pair).
 Status merge_loras(gguf::File& base, const std::vector<std::shared_ptr<const LoraAdapter>>& adapters,
                    int n_threads);
 

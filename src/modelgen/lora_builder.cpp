@@ -30,8 +30,10 @@ Result<std::vector<uint8_t>> random_lora(const gguf::File& base, const RandomLor
   w.set_string("adapter.type", "lora");
   if (spec.alpha > 0) w.set_float32("adapter.lora.alpha", spec.alpha);
   std::mt19937_64 rng(spec.seed);
-  // Rows x cols uniform values in +-bound, stored in the adapter's type.
-  const auto add = [&](const std::string& name, int64_t cols, int64_t rows, float bound) -> Status {
+  // Rows x cols uniform values in +-bound (times `experts`, a 3-D tensor),
+  // stored in the adapter's type.
+  const auto add = [&](const std::string& name, int64_t cols, int64_t rows, float bound,
+                       int64_t experts) -> Status {
     const auto row = row_bytes(spec.type, cols);
     if (!row)
       return Status::invalid_argument("make-lora: '" + name + "' rows of " + std::to_string(cols) +
@@ -39,12 +41,14 @@ Result<std::vector<uint8_t>> random_lora(const gguf::File& base, const RandomLor
                                       " blocks");
     std::uniform_real_distribution<float> u(-bound, bound);
     std::vector<float> floats((size_t)cols);
-    std::vector<uint8_t> bytes(*row * (size_t)rows);
-    for (int64_t r = 0; r < rows; ++r) {
+    std::vector<uint8_t> bytes(*row * (size_t)(rows * experts));
+    for (int64_t r = 0; r < rows * experts; ++r) {
       for (float& f : floats) f = u(rng);
       ops->from_float(floats.data(), bytes.data() + (size_t)r * *row, cols);
     }
-    return w.add_tensor(name, spec.type, {cols, rows}, std::move(bytes));
+    std::vector<int64_t> dims = {cols, rows};
+    if (experts > 1) dims.push_back(experts);
+    return w.add_tensor(name, spec.type, std::move(dims), std::move(bytes));
   };
   const int64_t r = spec.rank;
   for (const std::string& role : spec.targets) {
@@ -61,15 +65,18 @@ Result<std::vector<uint8_t>> random_lora(const gguf::File& base, const RandomLor
     if (found.empty())
       return Status::invalid_argument("make-lora: the base has no tensor for '" + role + "'");
     for (const gguf::TensorInfo* t : found) {
-      if (t->dims.size() != 2)
-        return Status::invalid_argument("make-lora: '" + t->name + "' is not 2-D");
+      if (t->dims.size() != 2 && t->dims.size() != 3)
+        return Status::invalid_argument("make-lora: '" + t->name + "' is neither 2-D nor 3-D");
       const int64_t in = t->dims[0], out = t->dims[1];
+      const int64_t experts = t->dims.size() == 3 ? t->dims[2] : 1;
+      const float a_bound = spec.a_scale / std::sqrt((float)(role == "token_embd" ? r : in));
+      const float b_bound = spec.b_scale / std::sqrt((float)r);
       if (role == "token_embd") {  // flipped: A [r, n_vocab], B [r, n_embd]
-        CAIRN_RETURN_IF_ERROR(add(t->name + ".lora_a", r, out, spec.a_scale / std::sqrt((float)r)));
-        CAIRN_RETURN_IF_ERROR(add(t->name + ".lora_b", r, in, spec.b_scale / std::sqrt((float)r)));
-      } else {
-        CAIRN_RETURN_IF_ERROR(add(t->name + ".lora_a", in, r, spec.a_scale / std::sqrt((float)in)));
-        CAIRN_RETURN_IF_ERROR(add(t->name + ".lora_b", r, out, spec.b_scale / std::sqrt((float)r)));
+        CAIRN_RETURN_IF_ERROR(add(t->name + ".lora_a", r, out, a_bound, 1));
+        CAIRN_RETURN_IF_ERROR(add(t->name + ".lora_b", r, in, b_bound, 1));
+      } else {  // A [in, r(, E)], B [r, out(, E)]
+        CAIRN_RETURN_IF_ERROR(add(t->name + ".lora_a", in, r, a_bound, experts));
+        CAIRN_RETURN_IF_ERROR(add(t->name + ".lora_b", r, out, b_bound, experts));
       }
     }
   }

@@ -1,8 +1,9 @@
 // modelgen/lora_builder.h — writing LoRA adapter files with random weights.
 // Owns the adapter layout llama.cpp's converter writes (general.type
 // "adapter", adapter.type "lora", adapter.lora.alpha, `<tensor>.lora_a` of
-// dims [in, rank] and `.lora_b` of dims [rank, out]; the token embedding's
-// pair flipped, [rank, n_vocab] and [rank, n_embd]) for the tensors a caller
+// dims [in, rank] and `.lora_b` of dims [rank, out], [in, rank, E] and
+// [rank, out, E] for an expert tensor; the token embedding's pair flipped,
+// [rank, n_vocab] and [rank, n_embd]) for the tensors a caller
 // names in a base model. Used by `cairn make-lora` and tests; never applies
 // an adapter (model/lora.h does).
 #pragma once
@@ -21,8 +22,8 @@ struct RandomLoraSpec {
   int64_t rank = 8;
   float alpha = 16.0f;  // 0: none written (the scale is then the user's alone)
   // Tensor roles adapted in every layer, e.g. "attn_q" (blk.N.attn_q.weight),
-  // and the whole-model tensors "output" and "token_embd". Every role must
-  // name a 2-D tensor of the base in at least one place.
+  // an expert tensor such as "ffn_up_exps", and the whole-model tensors
+  // "output" and "token_embd". Every role must name a tensor of the base.
   std::vector<std::string> targets = {"attn_q", "attn_v"};
   TensorType type = TensorType::F32;  // of lora_a and lora_b: F32, F16, BF16 or Q8_0
   // Uniform weights in +-a_scale / sqrt(in) (A) and +-b_scale / sqrt(rank)

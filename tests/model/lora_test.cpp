@@ -285,7 +285,7 @@ TEST_F(Lora, FilesThatDoNotFitAreRefused) {
     header(w);
     ASSERT_TRUE(w.add_tensor("blk.0.attn_q.weight.lora_a", TensorType::F32, {64, 4, 2}, floats(512)).is_ok());
     ASSERT_TRUE(w.add_tensor("blk.0.attn_q.weight.lora_b", TensorType::F32, {4, 64, 2}, floats(512)).is_ok());
-    refused(write("3d", w.to_bytes()), "2-D");
+    refused(write("3d", w.to_bytes()), "do not fit");  // expert-shaped halves on a 2-D tensor
   }
   // Two run-time adapters of one name, and one named as nothing.
   const std::string ad = adapter("ad", b, spec_of({"attn_q"}, 6));
@@ -295,14 +295,44 @@ TEST_F(Lora, FilesThatDoNotFitAreRefused) {
 
 TEST_F(Lora, MixtureOfExpertsFfnIsMergedButNotAppliedAtRunTime) {
   const std::string b = base("moe", "qwen2moe");
-  const std::string ad = adapter("ad", b, spec_of({"attn_q", "ffn_gate_inp"}, 7));
+  const std::string ad =
+      adapter("ad", b, spec_of({"attn_q", "ffn_gate_inp", "ffn_up_exps", "ffn_down_exps"}, 7));
   auto rt = load_model(b, LoadOptions{1, {}}, {}, {{}, {{ad, 1.0f, "ad"}}});
   ASSERT_FALSE(rt);
-  EXPECT_NE(rt.status().message().find("ffn_gate_inp"), std::string::npos) << rt.status().message();
+  EXPECT_NE(rt.status().message().find("ffn_"), std::string::npos) << rt.status().message();
   LoadedModel merged = load(b, {{{ad, 1.0f, ""}}, {}});
   LoadedModel plain = load(b);
   ASSERT_TRUE(merged.model && plain.model);
   EXPECT_GT(max_diff(run(*merged.model, kPrompt, {0}), run(*plain.model, kPrompt, {0})), 1e-3);
+
+  // Each expert's slab gains its own pair's product: W_e + scale * B_e A_e.
+  auto f = gguf::File::open(b);
+  ASSERT_TRUE(f);
+  const std::string name = "blk.1.ffn_up_exps.weight";
+  const gguf::TensorInfo* t = (*f)->find_tensor(name);
+  ASSERT_TRUE(t && t->dims.size() == 3 && t->type == TensorType::F32);
+  const int64_t in = t->dims[0], out = t->dims[1], experts = t->dims[2];
+  const std::vector<float> before((const float*)t->data, (const float*)t->data + in * out * experts);
+  auto a = open_lora(ad, "ad", 1.0f, **f);
+  ASSERT_TRUE(a) << a.status().message();
+  const LoraPair* p = (*a)->find(name);
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(p->experts, experts);
+  ASSERT_TRUE(merge_loras(**f, {*a}, 2).is_ok());
+  const float* after = (const float*)(*f)->find_tensor(name)->data;
+  const int64_t r = p->rank();
+  const float* A = (const float*)p->a.data;  // experts * r rows of in
+  const float* B = (const float*)p->b.data;  // experts * out rows of r
+  double worst = 0;
+  for (int64_t e = 0; e < experts; e += experts - 1)
+    for (int64_t o = 0; o < out; o += 7)
+      for (int64_t i = 0; i < in; i += 5) {
+        double d = 0;
+        for (int64_t k = 0; k < r; ++k) d += (double)B[(e * out + o) * r + k] * A[(e * r + k) * in + i];
+        const size_t at = (size_t)((e * out + o) * in + i);
+        worst = std::max(worst, std::fabs(before[at] + p->scale * d - after[at]));
+      }
+  EXPECT_LT(worst, 1e-5);
 }
 
 }  // namespace
