@@ -109,6 +109,9 @@ Result<LoadedModel> load_model(const std::string& path, const LoadOptions& optio
                                const RemoteModelFn& remote, const AdapterOptions& adapters) {
   auto file = gguf::File::open(path);
   if (!file.is_ok()) return file.status();  // already names the file
+  if (auto t = (*file)->get_string("general.type"); t && t->has_value() && **t == "adapter")
+    return Status::error(path + " is a LoRA adapter, not a model: give it with --lora or "
+                                "--lora-modules beside the model it adapts");
   if (remote && (!adapters.merged.empty() || !adapters.runtime.empty()))
     return Status::error(path + ": LoRA adapters cannot be applied to a model computed by agents");
   if (!adapters.merged.empty()) {

@@ -287,6 +287,10 @@ TEST_F(Lora, FilesThatDoNotFitAreRefused) {
     ASSERT_TRUE(w.add_tensor("blk.0.attn_q.weight.lora_b", TensorType::F32, {4, 64, 2}, floats(512)).is_ok());
     refused(write("3d", w.to_bytes()), "do not fit");  // expert-shaped halves on a 2-D tensor
   }
+  // An adapter given as the model.
+  auto as_model = load_model(adapter("lone", b, spec_of({"attn_q"}, 8)));
+  ASSERT_FALSE(as_model);
+  EXPECT_NE(as_model.status().message().find("is a LoRA adapter"), std::string::npos);
   // Two run-time adapters of one name, and one named as nothing.
   const std::string ad = adapter("ad", b, spec_of({"attn_q"}, 6));
   EXPECT_FALSE(load_model(b, LoadOptions{1, {}}, {}, {{}, {{ad, 1.0f, "x"}, {ad, 1.0f, "x"}}}));
