@@ -21,6 +21,10 @@
 #   scripts/reference-oracle/arch_golden.sh syn-gemma3-f32 18243 --arch gemma3 --dim 128 \
 #     --layers 6 --heads 4 --kv-heads 2 --head-dim 48 --ffn 320 --sliding-window 16 \
 #     --final-softcap 8 --ctx 512 --seed 9
+#   LLAMA_SERVER=/tmp/ref2026/build-noamx/bin/llama-server \
+#   scripts/reference-oracle/arch_golden.sh syn-gptoss-f32 18323 --arch gpt-oss --dim 128 \
+#     --layers 4 --heads 4 --kv-heads 2 --head-dim 48 --ffn 320 --experts 8 --experts-used 4 \
+#     --expert-ffn 96 --sliding-window 16 --ctx 512 --seed 31
 # (The reference sets token attributes by general.name: a name containing
 # "phi3" makes it look up Phi-3's special tokens, which stories260K's
 # vocabulary lacks, so phi3 models get another --name.)

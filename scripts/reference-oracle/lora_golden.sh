@@ -12,14 +12,16 @@
 #   LLAMA_SERVER=path of llama-server (default /tmp/ref2026/build/bin/llama-server)
 #   RUN_TIME=0: cairn applies this adapter only merged (an adapter of experts):
 #     the golden test then expects the run-time load to be refused
-#   REF_ARGS=more llama-server options (on an AMX host the reference's repacked
-#     Q8_0 weights with an adapter died of an illegal instruction: --no-repack)
-# The files of the repository were made on an Intel host with AVX-512 and AMX.
+#   REF_ARGS=more llama-server options
+# The files of the repository were made on an Intel host with AVX-512 and AMX,
+# by the reference built without its AMX kernels (GGML_NATIVE=OFF, AVX-512
+# F/BW/VBMI/VNNI/BF16 on, GGML_AMX_*=OFF; its AMX build crashed there on
+# quantized weights) into /tmp/ref2026/build-noamx.
 # Examples (the golden files of the repository):
 #   scripts/reference-oracle/lora_golden.sh syn-lora-llama-f32 18311 \
 #     "--rank 4 --alpha 8 --targets attn_q,attn_k,attn_v,attn_output,ffn_gate,ffn_up,ffn_down,output,token_embd --type f32 --seed 3" \
 #     1.0 --arch llama --dim 128 --layers 2 --heads 4 --kv-heads 2 --ffn 320 --ctx 512 --seed 21 --type f32
-#   REF_ARGS=--no-repack scripts/reference-oracle/lora_golden.sh syn-lora-qwen2-q8_0 18313 \
+#   scripts/reference-oracle/lora_golden.sh syn-lora-qwen2-q8_0 18313 \
 #     "--rank 8 --alpha 16 --targets attn_q,attn_k,attn_v,attn_output,ffn_gate,ffn_up,ffn_down --type f16 --b-scale 0.25 --seed 4" \
 #     0.5 --arch qwen2 --dim 128 --layers 2 --heads 4 --kv-heads 2 --ffn 320 --ctx 512 --seed 22 --type q8_0
 #   scripts/reference-oracle/lora_golden.sh syn-lora-phi-f32 18315 \

@@ -148,6 +148,9 @@ void rope_qk_angles(float* q, int64_t n_head_q, float* k, int64_t n_head_k, int6
 // In-place softmax over n values (max-subtracted, numerically stable), in the
 // reference's order: exp_ggml in groups of 16, group sums added in double.
 void softmax(float* x, int64_t n);
+// softmax with one more logit, `sink`, in the max and the sum but with no
+// output of its own (gpt-oss's attention sinks), as the reference adds it.
+void softmax_with_sink(float* x, int64_t n, float sink);
 
 // out[i] = exp(x[i] - max(x)) with softmax's exps (out may be x); returns the
 // log-sum-exp, max + log(sum of out) with the sum in double. With no finite

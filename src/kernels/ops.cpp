@@ -534,6 +534,20 @@ void rms_norm(const float* x, const float* weight, int64_t n, float eps, float* 
 
 void softmax(float* x, int64_t n) { ops::softmax(best_path(), x, n); }
 
+void softmax_with_sink(float* x, int64_t n, float sink) {
+  const ops::Path q = usable(best_path());
+  float max = q == ops::Path::Avx512 ? max_avx512(x, n)
+              : q == ops::Path::Avx2 ? max_avx2(x, n)
+                                     : max_scalar(x, n);
+  max = std::max(max, sink);
+  double sum = q == ops::Path::Avx512 ? exps_avx512(x, n, max, x)
+               : q == ops::Path::Avx2 ? exps_avx2(x, n, max, x)
+                                      : exps_scalar(x, n, max, x);
+  sum += (double)std::exp(sink - max);
+  const float inv = static_cast<float>(1.0 / sum);
+  for (int64_t k = 0; k < n; ++k) x[k] *= inv;
+}
+
 double log_sum_exp(const float* x, int64_t n, float* out) {
   return ops::log_sum_exp(best_path(), x, n, out);
 }

@@ -117,6 +117,9 @@ Status read_gemma2_hparams(const MetaReader& m, HParams& hp);
 Result<std::unique_ptr<Model>> load_gemma3(std::shared_ptr<const gguf::File> file, HParams hp,
                                            const LoadOptions& options);
 Status read_gemma3_hparams(const MetaReader& m, HParams& hp);
+Result<std::unique_ptr<Model>> load_gptoss(std::shared_ptr<const gguf::File> file, HParams hp,
+                                           const LoadOptions& options);
+Status read_gptoss_hparams(const MetaReader& m, HParams& hp);
 Result<std::unique_ptr<Model>> load_phi3(std::shared_ptr<const gguf::File> file, HParams hp,
                                          const LoadOptions& options);
 

@@ -73,7 +73,7 @@ struct AttnScratch {
 // These orders give the golden files' log-probs (docs/performance.md).
 void attend_head(const KvView& kv, int layer, SeqId seq, int64_t n_pos, int64_t kv_offset,
                  int64_t head_dim, const AttnShape& sh, const float* q, bool batch,
-                 AttnScratch& s, float* out) {
+                 AttnScratch& s, float* out, const float* sink) {
   const float scale = sh.scale;
   // A sliding window masks the positions before p0 (-inf scores, weight 0).
   const int64_t p0 = sh.window > 0 ? std::max<int64_t>(0, n_pos - sh.window) : 0;
@@ -108,7 +108,10 @@ void attend_head(const KvView& kv, int layer, SeqId seq, int64_t n_pos, int64_t 
     if (cap > 0) dot = std::tanh(dot * inv_cap) * cap;
     s.scores[(size_t)p] = dot * scale;
   }
-  kernels::softmax(s.scores.data(), n_pad);
+  if (sink)
+    kernels::softmax_with_sink(s.scores.data(), n_pad, *sink);
+  else
+    kernels::softmax(s.scores.data(), n_pad);
 
   // Lanes of the V.w sum: 16 (tinyBLAS) or 64 (vec_dot's 4 x 16) by position.
   const int64_t n_lanes = batch ? 16 : 64;
@@ -181,7 +184,8 @@ void attend_scalar(const KvView& kv, int layer, std::span<const SeqId> seqs,
       const int64_t t = i / sh.n_head;
       const int64_t h = i % sh.n_head;
       attend_head(kv, layer, seqs[(size_t)t], (int64_t)positions[(size_t)t] + 1, (h / group) * hd,
-                  hd, sh, q + t * nq + h * hd, T >= 2, scratch, out + t * nq + h * hd);
+                  hd, sh, q + t * nq + h * hd, T >= 2, scratch, out + t * nq + h * hd,
+                  sh.sinks ? sh.sinks + h : nullptr);
     }
   });
 }
@@ -294,7 +298,8 @@ void attend(const KvView& kv, int layer, std::span<const SeqId> seqs,
             std::span<const int32_t> positions, const float* q, const AttnShape& sh, float* out,
             ThreadPool& pool, AttnPath path) {
   path = resolve(path, sh.head_dim);
-  if (sh.softcap > 0 || sh.window > 0) path = AttnPath::Scalar;  // the SIMD kernels have neither
+  // The SIMD kernels have no cap, window or sinks.
+  if (sh.softcap > 0 || sh.window > 0 || sh.sinks) path = AttnPath::Scalar;
   if (path == AttnPath::Scalar) return attend_scalar(kv, layer, seqs, positions, q, sh, out, pool);
 
   const int64_t T = (int64_t)seqs.size();

@@ -26,6 +26,10 @@ struct AttnShape {
   // older ones masked as the reference masks them). Either runs the scalar path.
   float softcap = 0.0f;
   int64_t window = 0;
+  // gpt-oss: one learned logit per query head (n_head floats) that joins
+  // every softmax's max and sum but weighs no value; null: none. Runs the
+  // scalar path.
+  const float* sinks = nullptr;
 };
 
 // For every token t: out[t] (n_head * head_dim floats) = attention of q[t]

@@ -208,6 +208,9 @@ Result<DecoderWeights> load_decoder_weights(const gguf::File& f, const HParams& 
   sizes.expert = hp.n_expert;
   sizes.ff_exp = hp.n_ff_exp;
   sizes.ff_shexp = hp.n_ff_shexp;
+  sizes.heads = hp.n_head;
+  if (options.oai && shard.tp_size > 1)
+    return Status::error("a gpt-oss model cannot be split over tensor-parallel ranks");
   if (options.moe && (hp.n_expert < 1 || hp.n_expert_used < 1 || hp.n_expert_used > hp.n_expert ||
                       hp.n_ff_exp < 1))
     return Status::error("a mixture-of-experts model needs expert_count, expert_used_count in [1, "
@@ -284,6 +287,10 @@ Result<DecoderWeights> load_decoder_weights(const gguf::File& f, const HParams& 
     }
     CAIRN_ASSIGN_OR_RETURN(l.attn.wo, matrix(R::AttnOutput, il));
     CAIRN_ASSIGN_OR_RETURN(l.attn.wo, cols_of(l.attn.wo, q0, nq, tensor_name(R::AttnOutput, il)));
+    if (options.oai) {
+      CAIRN_ASSIGN_OR_RETURN(l.attn.bo, vector(R::AttnOutputBias, il));
+      CAIRN_ASSIGN_OR_RETURN(l.attn.sinks, vector(R::AttnSinks, il));
+    }
     if (options.qk_norm) {  // one weight per head element, the same for every head
       CAIRN_ASSIGN_OR_RETURN(l.attn.q_norm, vector(R::AttnQNorm, il));
       CAIRN_ASSIGN_OR_RETURN(l.attn.k_norm, vector(R::AttnKNorm, il));
@@ -305,7 +312,7 @@ Result<DecoderWeights> load_decoder_weights(const gguf::File& f, const HParams& 
       CAIRN_ASSIGN_OR_RETURN(l.ffn_post_norm, vector(R::FfnPostNorm, il));
     }
     l.ffn.geglu = options.geglu;
-    CAIRN_ASSIGN_OR_RETURN(l.ffn_norm, vector(R::FfnNorm, il));
+    CAIRN_ASSIGN_OR_RETURN(l.ffn_norm, vector(options.oai ? R::AttnPostNorm : R::FfnNorm, il));
     if (options.moe) {
       MoeWeights& m = l.moe;
       m.n_expert = hp.n_expert;
@@ -323,6 +330,21 @@ Result<DecoderWeights> load_decoder_weights(const gguf::File& f, const HParams& 
       CAIRN_ASSIGN_OR_RETURN(m.gate, experts(R::FfnGateExps));
       CAIRN_ASSIGN_OR_RETURN(m.up, experts(R::FfnUpExps));
       CAIRN_ASSIGN_OR_RETURN(m.down, experts(R::FfnDownExps));
+      if (options.oai) {
+        m.gating = MoeGating::SoftmaxChosen;
+        m.activation = MoeActivation::SwigluOai;
+        CAIRN_ASSIGN_OR_RETURN(m.router_bias, vector(R::FfnGateInpBias, il));
+        // One bias row per expert: 2-D tensors read as floats.
+        const auto rows = [&](TensorRole role) -> Result<std::vector<float>> {
+          CAIRN_ASSIGN_OR_RETURN(const kernels::WeightMatrix b, matrix(role, il));
+          std::vector<float> out((size_t)(b.rows * b.cols));
+          for (int64_t r = 0; r < b.rows; ++r) kernels::get_row(b, r, out.data() + r * b.cols);
+          return out;
+        };
+        CAIRN_ASSIGN_OR_RETURN(m.gate_bias, rows(R::FfnGateExpsBias));
+        CAIRN_ASSIGN_OR_RETURN(m.up_bias, rows(R::FfnUpExpsBias));
+        CAIRN_ASSIGN_OR_RETURN(m.down_bias, rows(R::FfnDownExpsBias));
+      }
       if (options.shared_expert) {
         m.shared = true;
         m.n_ff_shared = hp.n_ff_shexp;
@@ -508,10 +530,12 @@ void attention(const HParams& hp, const AttentionWeights& w, const std::vector<f
   shape.scale = w.prescale_q ? 1.0f : q_scale;
   shape.softcap = hp.attn_softcap;
   shape.window = w.window;
+  shape.sinks = w.sinks.empty() ? nullptr : w.sinks.data();
   attend(kv, layer, batch.seqs, batch.positions, ws.q.data(), shape, ws.attn.data(), pool);
 
   project(w.wo, ws.attn.data(), T, ws.tmp.data(), pool, next);
   add_lora(lora, &LayerLora::o, ws.attn.data(), nq, ws.tmp.data(), hp.n_embd, pool);
+  add_bias(ws.tmp.data(), w.bo, T);
 }
 
 void ffn_swiglu(const HParams& hp, const FfnWeights& w, const std::vector<float>& norm, int64_t T,

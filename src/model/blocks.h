@@ -37,6 +37,8 @@ struct AttentionWeights {
   bool prescale_q = false;  // Q *= 1/sqrt(head_dim) after RoPE, attention scale 1 (phi3)
   int64_t window = 0;     // > 0: a sliding layer, attending to its last `window` positions (gemma)
   bool swa_rope = false;  // RoPE by the sliding layers' base and scale (ws.rope_cs_swa)
+  std::vector<float> bo;     // the output projection's bias (gpt-oss); empty: none
+  std::vector<float> sinks;  // per query head, in every softmax (gpt-oss); empty: none
 };
 
 struct FfnWeights {
@@ -86,6 +88,11 @@ struct DecoderOptions {
   bool scale_embd = false;
   bool post_norms = false;
   bool geglu = false;
+  // gpt-oss: the output projection's bias, attention sinks, the FFN's norm
+  // named post_attention_norm, and a mixture of experts whose router has a
+  // bias and a softmax over the chosen experts' logits, whose experts have
+  // biases and the clamped SwiGLU (MoeActivation::SwigluOai).
+  bool oai = false;
 };
 
 // Loads the llama-style tensor set, named and shaped as model/tensor_names.h

@@ -20,6 +20,7 @@ constexpr ArchSpec kArchs[] = {
     {"qwen3moe", kernels::RopeStyle::Neox, &load_qwen3moe, /*moe=*/true},
     {"gemma2", kernels::RopeStyle::Neox, &load_gemma2, false, &read_gemma2_hparams},
     {"gemma3", kernels::RopeStyle::Neox, &load_gemma3, false, &read_gemma3_hparams},
+    {"gpt-oss", kernels::RopeStyle::Neox, &load_gptoss, /*moe=*/true, &read_gptoss_hparams},
 };
 
 // Generous ceilings: they keep products of sizes far from overflow while

@@ -44,9 +44,9 @@ Result<std::vector<kernels::WeightMatrix>> expert_views(const gguf::File& f, con
 }
 
 void route_token(const float* logits, int64_t n_expert, int64_t n_used, bool norm_topk, float scale,
-                 int32_t* experts, float* weights) {
+                 int32_t* experts, float* weights, MoeGating gating) {
   std::vector<float> p(logits, logits + n_expert);
-  kernels::softmax(p.data(), n_expert);
+  if (gating == MoeGating::Softmax) kernels::softmax(p.data(), n_expert);
   std::vector<int32_t> order((size_t)n_expert);
   std::iota(order.begin(), order.end(), 0);
   std::partial_sort(order.begin(), order.begin() + n_used, order.end(),
@@ -55,8 +55,9 @@ void route_token(const float* logits, int64_t n_expert, int64_t n_used, bool nor
   for (int64_t k = 0; k < n_used; ++k) {
     experts[k] = order[(size_t)k];
     weights[k] = p[order[(size_t)k]];
-    sum += weights[k];
   }
+  if (gating == MoeGating::SoftmaxChosen) kernels::softmax(weights, n_used);
+  for (int64_t k = 0; k < n_used; ++k) sum += weights[k];
   if (norm_topk) {
     sum = std::max(sum, 6.103515625e-5f);  // the reference's clamp: F16's smallest normal
     for (int64_t k = 0; k < n_used; ++k) weights[k] /= sum;
@@ -67,17 +68,47 @@ void route_token(const float* logits, int64_t n_expert, int64_t n_used, bool nor
 
 namespace {
 
-// down(silu(gate(x)) * up(x)) for m rows of x.
-void ffn_rows(const kernels::WeightMatrix& gate, const kernels::WeightMatrix& up,
-              const kernels::WeightMatrix& down, const float* x, int64_t m, float* out,
-              std::vector<float>& g, std::vector<float>& u, ThreadPool& pool) {
+// The bias row `e` of `bias` (rows of n) added to m rows of n; none when empty.
+void add_bias_row(float* rows, int64_t m, const std::vector<float>& bias, int64_t e, int64_t n) {
+  if (bias.empty()) return;
+  const float* b = bias.data() + e * n;
+  for (int64_t t = 0; t < m; ++t)
+    for (int64_t i = 0; i < n; ++i) rows[t * n + i] += b[i];
+}
+
+// gpt-oss's gated unit, as the reference's swiglu_oai computes it.
+void swiglu_oai(const float* gate, const float* up, int64_t n, float* out) {
+  constexpr float kAlpha = 1.702f, kLimit = 7.0f;
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = std::min(gate[i], kLimit);
+    const float y = std::clamp(up[i], -kLimit, kLimit);
+    out[i] = x / (1.0f + std::exp(kAlpha * -x)) * (y + 1.0f);
+  }
+}
+
+// down(act(gate(x) [+ bias], up(x) [+ bias])) [+ bias] for m rows of x, with
+// expert e's biases where `w` has them (`e` < 0: none, the shared expert).
+void ffn_rows(const MoeWeights& w, int64_t e, const kernels::WeightMatrix& gate,
+              const kernels::WeightMatrix& up, const kernels::WeightMatrix& down, const float* x,
+              int64_t m, float* out, std::vector<float>& g, std::vector<float>& u, ThreadPool& pool) {
   const int64_t n_ff = gate.rows;
   g.resize((size_t)(m * n_ff));
   u.resize((size_t)(m * n_ff));
   const kernels::MatmulJob jobs[2] = {{&gate, g.data()}, {&up, u.data()}};
   kernels::matmul_many(jobs, x, m, pool);
-  for (int64_t t = 0; t < m; ++t) kernels::silu_mul(g.data() + t * n_ff, u.data() + t * n_ff, n_ff, g.data() + t * n_ff);
+  if (e >= 0) {
+    add_bias_row(u.data(), m, w.up_bias, e, n_ff);  // the reference's order: up, then gate
+    add_bias_row(g.data(), m, w.gate_bias, e, n_ff);
+  }
+  for (int64_t t = 0; t < m; ++t) {
+    float* gt = g.data() + t * n_ff;
+    if (e >= 0 && w.activation == MoeActivation::SwigluOai)
+      swiglu_oai(gt, u.data() + t * n_ff, n_ff, gt);
+    else
+      kernels::silu_mul(gt, u.data() + t * n_ff, n_ff, gt);
+  }
   kernels::matmul(down, g.data(), m, out, pool);
+  if (e >= 0) add_bias_row(out, m, w.down_bias, e, down.rows);
 }
 
 }  // namespace
@@ -87,10 +118,13 @@ void moe_forward(const MoeWeights& w, const float* x, int64_t n_tokens, float* o
   if (n_tokens <= 0) return;
   std::vector<float> logits((size_t)(n_tokens * E));
   kernels::matmul(w.router, x, n_tokens, logits.data(), pool);
+  if (!w.router_bias.empty())
+    for (int64_t t = 0; t < n_tokens; ++t) kernels::add(logits.data() + t * E, w.router_bias.data(), E);
   std::vector<int32_t> chosen((size_t)(n_tokens * K));
   std::vector<float> weight((size_t)(n_tokens * K));
   for (int64_t t = 0; t < n_tokens; ++t)
-    route_token(logits.data() + t * E, E, K, w.norm_topk, w.scale, chosen.data() + t * K, weight.data() + t * K);
+    route_token(logits.data() + t * E, E, K, w.norm_topk, w.scale, chosen.data() + t * K,
+                weight.data() + t * K, w.gating);
 
   // Each (token, slot) pair's expert output lands in its own row, so the sum
   // below runs in slot order whatever order the experts ran in.
@@ -106,7 +140,8 @@ void moe_forward(const MoeWeights& w, const float* x, int64_t n_tokens, float* o
     xe.resize((size_t)(m * D));
     for (int64_t r = 0; r < m; ++r) std::copy_n(x + (members[(size_t)r] / K) * D, D, xe.data() + r * D);
     ye.resize((size_t)(m * D));
-    ffn_rows(w.gate[(size_t)e], w.up[(size_t)e], w.down[(size_t)e], xe.data(), m, ye.data(), g, u, pool);
+    ffn_rows(w, e, w.gate[(size_t)e], w.up[(size_t)e], w.down[(size_t)e], xe.data(), m, ye.data(), g,
+             u, pool);
     for (int64_t r = 0; r < m; ++r) std::copy_n(ye.data() + r * D, D, slot_out.data() + members[(size_t)r] * D);
   }
   for (int64_t t = 0; t < n_tokens; ++t) {
@@ -124,7 +159,7 @@ void moe_forward(const MoeWeights& w, const float* x, int64_t n_tokens, float* o
   std::vector<float> gate_logit((size_t)n_tokens);
   kernels::matmul(w.shared_gate_inp, x, n_tokens, gate_logit.data(), pool);
   ye.resize((size_t)(n_tokens * D));
-  ffn_rows(w.shared_gate, w.shared_up, w.shared_down, x, n_tokens, ye.data(), g, u, pool);
+  ffn_rows(w, -1, w.shared_gate, w.shared_up, w.shared_down, x, n_tokens, ye.data(), g, u, pool);
   for (int64_t t = 0; t < n_tokens; ++t) {
     const float s = 1.0f / (1.0f + std::exp(-gate_logit[(size_t)t]));
     float* o = out + t * D;

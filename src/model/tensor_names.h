@@ -30,16 +30,23 @@ enum class TensorRole {
   AttnQNorm,
   AttnKNorm,
   AttnOutput,
-  AttnPostNorm,     // RMSNorm of the attention's output before the residual add (gemma)
+  AttnOutputBias,   // the output projection's bias (gpt-oss)
+  AttnSinks,        // one learned logit per query head, in every softmax's sum (gpt-oss)
+  AttnPostNorm,     // RMSNorm of the attention's output before the residual add (gemma);
+                    // gpt-oss names its FFN's input norm so
   FfnNorm,
   FfnGate,
   FfnUp,
   FfnGateUp,
   FfnDown,
   FfnGateInp,       // the router (MoE)
+  FfnGateInpBias,   // the router's bias (gpt-oss)
   FfnGateExps,      // the experts' gate, up and down: 3-D, one slab per expert
   FfnUpExps,
   FfnDownExps,
+  FfnGateExpsBias,  // the experts' biases: one row per expert (gpt-oss)
+  FfnUpExpsBias,
+  FfnDownExpsBias,
   FfnGateInpShexp,  // the shared expert's gate logit weights (qwen2moe)
   FfnGateShexp,
   FfnUpShexp,
@@ -64,6 +71,7 @@ enum class TensorDim {
   Expert,     // expert_count: the router's rows, the experts' slabs (MoE)
   FfExp,      // expert_feed_forward_length: one expert's FFN width
   FfShexp,    // expert_shared_feed_forward_length: the shared expert's FFN width
+  Heads,      // n_head: one value per query head (gpt-oss's attention sinks)
 };
 
 enum class TensorPresence {
@@ -80,6 +88,9 @@ enum class TensorPresence {
   Moe,        // the router and the experts (qwen2moe, qwen3moe)
   SharedExpert,  // the MoE's shared expert and its gate (qwen2moe)
   PostNorms,     // norms of the attention's and the FFN's outputs (gemma2, gemma3)
+  PostAttnNorm,  // post_attention_norm: gemma's post-norm, or gpt-oss's FFN input norm
+  FfnNorm,       // ffn_norm: every FFN's input norm but gpt-oss's
+  Oai,           // gpt-oss: the output bias, attention sinks, router and expert biases
 };
 
 // Which of the optional or alternative tensors a model holds.
@@ -93,6 +104,7 @@ struct TensorFeatures {
   bool moe = false;            // router and experts instead of one FFN
   bool shared_expert = false;  // with moe: a shared expert (qwen2moe)
   bool post_norms = false;     // post_attention_norm and post_ffw_norm (gemma)
+  bool oai = false;            // gpt-oss's extra tensors, and post_attention_norm as the FFN's norm
 };
 
 struct TensorSpec {
@@ -105,7 +117,7 @@ struct TensorSpec {
   TensorDim slabs = TensorDim::None;  // GGUF dims[2] of a 3-D tensor (the experts); else None
 };
 
-inline constexpr std::array<TensorSpec, 30> kTensorTable = {{
+inline constexpr std::array<TensorSpec, 36> kTensorTable = {{
     {TensorRole::TokEmbd, "token_embd.weight", false, TensorDim::Embd, TensorDim::Vocab,
      TensorPresence::Always},
     {TensorRole::RopeFreqs, "rope_freqs.weight", false, TensorDim::RopePairs, TensorDim::None,
@@ -132,10 +144,14 @@ inline constexpr std::array<TensorSpec, 30> kTensorTable = {{
      TensorPresence::QkNorm},
     {TensorRole::AttnOutput, "attn_output.weight", true, TensorDim::Q, TensorDim::Embd,
      TensorPresence::Always},
+    {TensorRole::AttnOutputBias, "attn_output.bias", true, TensorDim::Embd, TensorDim::None,
+     TensorPresence::Oai},
+    {TensorRole::AttnSinks, "attn_sinks.weight", true, TensorDim::Heads, TensorDim::None,
+     TensorPresence::Oai},
     {TensorRole::AttnPostNorm, "post_attention_norm.weight", true, TensorDim::Embd,
-     TensorDim::None, TensorPresence::PostNorms},
+     TensorDim::None, TensorPresence::PostAttnNorm},
     {TensorRole::FfnNorm, "ffn_norm.weight", true, TensorDim::Embd, TensorDim::None,
-     TensorPresence::Always},
+     TensorPresence::FfnNorm},
     {TensorRole::FfnGate, "ffn_gate.weight", true, TensorDim::Embd, TensorDim::Ff,
      TensorPresence::SplitFfn},
     {TensorRole::FfnUp, "ffn_up.weight", true, TensorDim::Embd, TensorDim::Ff,
@@ -146,12 +162,20 @@ inline constexpr std::array<TensorSpec, 30> kTensorTable = {{
      TensorPresence::DenseFfn},
     {TensorRole::FfnGateInp, "ffn_gate_inp.weight", true, TensorDim::Embd, TensorDim::Expert,
      TensorPresence::Moe},
+    {TensorRole::FfnGateInpBias, "ffn_gate_inp.bias", true, TensorDim::Expert, TensorDim::None,
+     TensorPresence::Oai},
     {TensorRole::FfnGateExps, "ffn_gate_exps.weight", true, TensorDim::Embd, TensorDim::FfExp,
      TensorPresence::Moe, TensorDim::Expert},
     {TensorRole::FfnUpExps, "ffn_up_exps.weight", true, TensorDim::Embd, TensorDim::FfExp,
      TensorPresence::Moe, TensorDim::Expert},
     {TensorRole::FfnDownExps, "ffn_down_exps.weight", true, TensorDim::FfExp, TensorDim::Embd,
      TensorPresence::Moe, TensorDim::Expert},
+    {TensorRole::FfnGateExpsBias, "ffn_gate_exps.bias", true, TensorDim::FfExp, TensorDim::Expert,
+     TensorPresence::Oai},
+    {TensorRole::FfnUpExpsBias, "ffn_up_exps.bias", true, TensorDim::FfExp, TensorDim::Expert,
+     TensorPresence::Oai},
+    {TensorRole::FfnDownExpsBias, "ffn_down_exps.bias", true, TensorDim::Embd, TensorDim::Expert,
+     TensorPresence::Oai},
     {TensorRole::FfnGateInpShexp, "ffn_gate_inp_shexp.weight", true, TensorDim::Embd,
      TensorDim::None, TensorPresence::SharedExpert},
     {TensorRole::FfnGateShexp, "ffn_gate_shexp.weight", true, TensorDim::Embd, TensorDim::FfShexp,
@@ -186,6 +210,7 @@ struct TensorSizes {
   int64_t head = 0;        // head_dim
   int64_t rope_pairs = 0;  // n_rot / 2
   int64_t expert = 0, ff_exp = 0, ff_shexp = 0;  // MoE: expert count, expert and shared FFN widths
+  int64_t heads = 0;       // n_head
 
   int64_t of(TensorDim d) const {
     switch (d) {
@@ -213,6 +238,8 @@ struct TensorSizes {
         return ff_exp;
       case TensorDim::FfShexp:
         return ff_shexp;
+      case TensorDim::Heads:
+        return heads;
       case TensorDim::None:
         break;
     }
@@ -258,6 +285,12 @@ constexpr bool tensor_present(TensorRole role, const TensorFeatures& f) {
       return f.moe && f.shared_expert;
     case TensorPresence::PostNorms:
       return f.post_norms;
+    case TensorPresence::PostAttnNorm:
+      return f.post_norms || f.oai;
+    case TensorPresence::FfnNorm:
+      return !f.oai;
+    case TensorPresence::Oai:
+      return f.oai;
   }
   return true;
 }

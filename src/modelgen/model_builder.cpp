@@ -38,8 +38,9 @@ struct ArchDefaults {
   bool moe = false;        // router and experts in place of the FFN
   bool shared_expert = false;  // qwen2moe
   bool gemma = false;  // post-norms, output tied to token_embd, sliding window and soft-capping keys
+  bool oai = false;    // gpt-oss: output bias, sinks, router and expert biases, sliding window
 };
-constexpr std::array<ArchDefaults, 8> kArchs = {{
+constexpr std::array<ArchDefaults, 9> kArchs = {{
     {"llama", 10000.0f, 1e-5f, false},
     {"qwen2", 1000000.0f, 1e-6f, true},
     {"qwen3", 1000000.0f, 1e-6f, false, true},
@@ -48,6 +49,7 @@ constexpr std::array<ArchDefaults, 8> kArchs = {{
     {"qwen3moe", 1000000.0f, 1e-6f, false, true, false, true, false},
     {"gemma2", 10000.0f, 1e-6f, false, false, false, false, false, true},
     {"gemma3", 1000000.0f, 1e-6f, false, true, false, false, false, true},
+    {"gpt-oss", 150000.0f, 1e-5f, true, false, false, true, false, false, true},
 }};
 
 const ArchDefaults* find_arch(std::string_view a) {
@@ -148,6 +150,8 @@ std::vector<TensorPlan> plan_tensors(const RandomModelSpec& s, int64_t n_vocab) 
   features.shared_expert = ad.shared_expert;
   features.post_norms = ad.gemma;
   features.tied_output = ad.gemma;
+  features.oai = ad.oai;
+  sizes.heads = s.heads;
   std::vector<TensorPlan> p;
   // Names, shapes and order come from the loader's table; only how each
   // tensor's values are made and stored is decided here.
@@ -163,6 +167,16 @@ std::vector<TensorPlan> plan_tensors(const RandomModelSpec& s, int64_t n_vocab) 
         }
         if (role == R::AttnQNorm || role == R::AttnKNorm) {
           p.push_back({std::move(name), std::move(dims), TensorType::F32, Fill::NearOne, 0.25f});
+          return;
+        }
+        if (role == R::AttnSinks) {  // sink logits O(1), as the scores they join
+          p.push_back({std::move(name), std::move(dims), TensorType::F32, Fill::Uniform, 1.0f});
+          return;
+        }
+        if (role == R::FfnGateExpsBias || role == R::FfnUpExpsBias || role == R::FfnDownExpsBias) {
+          // Biases, one row per expert: F32 whatever the type, as the converter keeps them.
+          p.push_back({std::move(name), std::move(dims), TensorType::F32, Fill::Uniform, 0.02f,
+                       TensorType::F32});
           return;
         }
         if (role == R::FfnGateInpShexp) {  // the shared expert's gate: logits O(1)
@@ -292,7 +306,7 @@ Status validate(const RandomModelSpec& s) {
   auto bad = [](const std::string& m) { return Status::error("make-model: " + m); };
   if (!find_arch(s.arch))
     return bad("unknown --arch '" + s.arch +
-               "' (llama, qwen2, qwen3, phi3, qwen2moe, qwen3moe, gemma2 or gemma3)");
+               "' (llama, qwen2, qwen3, phi3, qwen2moe, qwen3moe, gemma2, gemma3 or gpt-oss)");
   if (s.dim < 1 || s.dim > kMaxDim) return bad("--dim must be in [1, 65536]");
   if (s.layers < 1 || s.layers > kMaxLayers) return bad("--layers must be in [1, 1024]");
   if (s.heads < 1 || s.heads > s.dim) return bad("--heads must be in [1, dim]");
@@ -312,10 +326,12 @@ Status validate(const RandomModelSpec& s) {
   const ArchDefaults& ad = *find_arch(s.arch);
   if (!ad.moe && (s.experts != 0 || s.experts_used != 0 || s.expert_ffn != 0))
     return bad("--experts, --experts-used and --expert-ffn need a mixture-of-experts --arch "
-               "(qwen2moe, qwen3moe)");
+               "(qwen2moe, qwen3moe, gpt-oss)");
   if (!ad.shared_expert && s.shared_ffn != 0) return bad("--shared-ffn needs --arch qwen2moe");
-  if (!ad.gemma && (s.sliding_window != 0 || s.attn_softcap != 0 || s.final_softcap != 0))
-    return bad("--sliding-window, --attn-softcap and --final-softcap need a gemma --arch");
+  if (!ad.gemma && (s.attn_softcap != 0 || s.final_softcap != 0))
+    return bad("--attn-softcap and --final-softcap need a gemma --arch");
+  if (!ad.gemma && !ad.oai && s.sliding_window != 0)
+    return bad("--sliding-window needs --arch gemma2, gemma3 or gpt-oss");
   if (s.sliding_window < 0 || s.sliding_window > kMaxCtx)
     return bad("--sliding-window must be in [1, 16777216]");
   if (!(s.attn_softcap >= 0) || !(s.final_softcap >= 0) || !std::isfinite(s.attn_softcap) ||
@@ -449,6 +465,9 @@ Result<BuildSummary> write_random_model(const RandomModelSpec& spec, const Vocab
     w.set_float32(a + ".attn_logit_softcapping", spec.attn_softcap > 0 ? spec.attn_softcap : 50.0f);
     w.set_float32(a + ".final_logit_softcapping",
                   spec.final_softcap > 0 ? spec.final_softcap : 30.0f);
+  } else if (ad.oai) {  // gpt-oss: the released files' window unless asked otherwise
+    w.set_uint32(a + ".attention.sliding_window",
+                 static_cast<uint32_t>(spec.sliding_window > 0 ? spec.sliding_window : 128));
   } else if (ad.gemma) {  // gemma3: each key only when asked for
     if (spec.sliding_window > 0)
       w.set_uint32(a + ".attention.sliding_window", static_cast<uint32_t>(spec.sliding_window));

@@ -123,7 +123,8 @@ void register_make_model(CLI::App& app, CommandResult& result) {
   auto a = std::make_shared<MakeModelArgs>();
   auto& s = a->spec;
   cmd->add_option("OUT", a->out, "output GGUF path")->required();
-  cmd->add_option("--arch", s.arch, "llama, qwen2, qwen3, phi3, qwen2moe, qwen3moe, gemma2 or gemma3")
+  cmd->add_option("--arch", s.arch,
+                  "llama, qwen2, qwen3, phi3, qwen2moe, qwen3moe, gemma2, gemma3 or gpt-oss")
       ->capture_default_str();
   cmd->add_option("--dim", s.dim, "embedding length")->capture_default_str();
   cmd->add_option("--layers", s.layers, "transformer blocks")->capture_default_str();
@@ -143,8 +144,8 @@ void register_make_model(CLI::App& app, CommandResult& result) {
   cmd->add_option("--shared-ffn", s.shared_ffn,
                   "qwen2moe: the shared expert's feed-forward length (default --ffn)");
   cmd->add_option("--sliding-window", s.sliding_window,
-                  "gemma: attention.sliding_window, positions a sliding layer sees (gemma2 "
-                  "default 4096, gemma3 none)");
+                  "gemma, gpt-oss: attention.sliding_window, positions a sliding layer sees (gemma2 "
+                  "default 4096, gemma3 none, gpt-oss 128)");
   cmd->add_option("--attn-softcap", s.attn_softcap,
                   "gemma2: attn_logit_softcapping (default 50)");
   cmd->add_option("--final-softcap", s.final_softcap,
