@@ -109,6 +109,27 @@ TEST(Softmax, SumsToOneAndIsStable) {
   EXPECT_EQ(x[3], 0.0f);
 }
 
+// gpt-oss's sinks: one more logit in the max and the denominator, no output.
+TEST(Softmax, WithASinkMatchesTheDefinitionOnEveryPath) {
+  for (int64_t n : {1, 5, 16, 37}) {
+    for (float sink : {-3.0f, 0.5f, 40.0f}) {
+      const auto x = random_vec(n, 7 + (int)n, 4.0f);
+      std::vector<float> got = x;
+      softmax_with_sink(got.data(), n, sink);
+      double mx = sink, z = 0;
+      for (float v : x) mx = std::max(mx, (double)v);
+      for (float v : x) z += std::exp(v - mx);
+      z += std::exp(sink - mx);
+      double sum = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        EXPECT_NEAR(got[(size_t)i], std::exp(x[(size_t)i] - mx) / z, 1e-6) << n << " " << sink;
+        sum += got[(size_t)i];
+      }
+      EXPECT_LT(sum, 1.0);  // the sink keeps its share
+    }
+  }
+}
+
 TEST(SiluMul, MatchesDefinition) {
   const auto g = random_vec(50, 4, 3.0f), u = random_vec(50, 5);
   std::vector<float> out(50);

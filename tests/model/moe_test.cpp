@@ -34,6 +34,19 @@ TEST(MoeRoute, TopKOfTheSoftmaxRenormalisedOrNot) {
   EXPECT_NEAR(w[0] + w[1], 2.5f, 1e-5);
 }
 
+// gpt-oss: the largest logits chosen as they are, weighed by a softmax over
+// those alone.
+TEST(MoeRoute, SoftmaxOverTheChosenLogits) {
+  const float logits[5] = {0.5f, 2.0f, -1.0f, 3.0f, 1.0f};
+  int32_t ex[2];
+  float w[2];
+  route_token(logits, 5, 2, false, 0.0f, ex, w, MoeGating::SoftmaxChosen);
+  EXPECT_EQ(ex[0], 3);
+  EXPECT_EQ(ex[1], 1);
+  EXPECT_NEAR(w[0], 1.0 / (1.0 + std::exp(-1.0)), 1e-6);
+  EXPECT_NEAR(w[1], 1.0 / (1.0 + std::exp(1.0)), 1e-6);
+}
+
 struct Experts {
   std::vector<std::vector<uint8_t>> bytes;  // keeps the matrices' data
   MoeWeights w;
