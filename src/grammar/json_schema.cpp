@@ -1,0 +1,563 @@
+// grammar/json_schema.cpp — JSON Schema to GBNF.
+#include "grammar/json_schema.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <limits>
+#include <map>
+#include <optional>
+#include <set>
+#include <vector>
+
+namespace cairn::grammar {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+// The rules every schema's grammar may use. Whitespace is bounded so a model
+// cannot pad forever; strings hold any JSON string character.
+const char* kPrimitives = R"(ws ::= [ \t\n]{0,16}
+json-char ::= [^"\\\x00-\x1f] | "\\" ( ["\\/bfnrt] | "u" [0-9a-fA-F]{4} )
+json-string ::= "\"" json-char* "\""
+json-int ::= "-"? ( "0" | [1-9] [0-9]{0,15} )
+json-number ::= json-int ( "." [0-9]{1,16} )? ( [eE] [-+]? [0-9]{1,3} )?
+json-boolean ::= "true" | "false"
+json-null ::= "null"
+json-value ::= json-object | json-array | json-string | json-number | json-boolean | json-null
+json-object ::= "{" ws ( json-string ws ":" ws json-value ( ws "," ws json-string ws ":" ws json-value )* )? ws "}"
+json-array ::= "[" ws ( json-value ( ws "," ws json-value )* )? ws "]"
+)";
+
+// A GBNF string literal of `s` (its bytes, escaped).
+std::string literal(const std::string& s) {
+  std::string out = "\"";
+  for (unsigned char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += (char)c;
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\r') {
+      out += "\\r";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else if (c < 0x20) {
+      const char* hex = "0123456789abcdef";
+      out += "\\x";
+      out += hex[c >> 4];
+      out += hex[c & 15];
+    } else {
+      out += (char)c;
+    }
+  }
+  return out + "\"";
+}
+
+// Decimal integers in [lo, hi] (both non-negative, as strings of equal length).
+std::string digits_between(const std::string& lo, const std::string& hi) {
+  if (lo.empty()) return "";
+  if (lo[0] == hi[0]) {
+    const std::string rest = digits_between(lo.substr(1), hi.substr(1));
+    return literal(std::string(1, lo[0])) + (rest.empty() ? "" : " " + rest);
+  }
+  const size_t n = lo.size() - 1;
+  const std::string any = n == 0 ? "" : " [0-9]{" + std::to_string(n) + "}";
+  std::vector<std::string> alts;
+  const bool lo_full = lo.substr(1) == std::string(n, '0');
+  const bool hi_full = hi.substr(1) == std::string(n, '9');
+  const char a = lo_full ? lo[0] : (char)(lo[0] + 1);
+  const char b = hi_full ? hi[0] : (char)(hi[0] - 1);
+  if (!lo_full) {
+    const std::string rest = digits_between(lo.substr(1), std::string(n, '9'));
+    alts.push_back(literal(std::string(1, lo[0])) + " " + rest);
+  }
+  if (a <= b) alts.push_back("[" + std::string(1, a) + "-" + std::string(1, b) + "]" + any);
+  if (!hi_full) {
+    const std::string rest = digits_between(std::string(n, '0'), hi.substr(1));
+    alts.push_back(literal(std::string(1, hi[0])) + " " + rest);
+  }
+  std::string out = "(";
+  for (size_t i = 0; i < alts.size(); ++i) out += (i ? " | " : "") + alts[i];
+  return out + ")";
+}
+
+constexpr uint64_t kUnbounded = std::numeric_limits<uint64_t>::max();
+
+// Non-negative integers in [lo, hi] (hi kUnbounded: no bound), no leading zeros.
+std::string naturals(uint64_t lo, uint64_t hi) {
+  std::vector<std::string> alts;
+  const bool bounded = hi != kUnbounded;
+  const std::string los = std::to_string(lo);
+  const size_t max_len = bounded ? std::to_string(hi).size() : 20;
+  for (size_t len = los.size(); len <= max_len; ++len) {
+    const std::string first = len == los.size() ? los : "1" + std::string(len - 1, '0');
+    std::string last = std::string(len, '9');
+    if (bounded && len == max_len) last = std::to_string(hi);
+    if (!bounded && len == max_len) {  // every longer number: no upper bound
+      alts.push_back("[1-9] [0-9]{" + std::to_string(len - 1) + ",}");
+      break;
+    }
+    if (len == 1 && first == "0") {
+      alts.push_back(digits_between(first, last));
+      continue;
+    }
+    alts.push_back(digits_between(first, last));
+  }
+  std::string out = "(";
+  for (size_t i = 0; i < alts.size(); ++i) out += (i ? " | " : "") + alts[i];
+  return out + ")";
+}
+
+class Compiler {
+ public:
+  explicit Compiler(const Json& root) : root_(root) {}
+
+  Result<std::string> run() {
+    auto r = visit(root_, "root", "");
+    if (!r) return r.status();
+    std::string out = "root ::= ws " + *r + " ws\n";
+    for (const auto& [name, body] : rules_) out += name + " ::= " + body + "\n";
+    return out + kPrimitives;
+  }
+
+ private:
+  static Status unsupported(const std::string& path, const std::string& what) {
+    return Status::invalid_argument("JSON schema at '" + (path.empty() ? "#" : "#" + path) +
+                                    "': " + what + " is not supported");
+  }
+
+  // A fresh rule name from a hint (letters, digits, dashes).
+  std::string name_for(const std::string& hint) {
+    std::string base;
+    for (char c : hint) base += (std::isalnum((unsigned char)c) ? (char)std::tolower(c) : '-');
+    if (base.empty()) base = "r";
+    std::string name = "s-" + base;
+    for (int k = 2; rules_.count(name) || reserved_.count(name); ++k) name = "s-" + base + "-" + std::to_string(k);
+    reserved_.insert(name);
+    return name;
+  }
+
+  // The grammar expression for `s` (a rule name or an inline expression).
+  Result<std::string> visit(const Json& s, const std::string& hint, const std::string& path) {
+    if (++depth_ > 64) return unsupported(path, "nesting deeper than 64 levels");
+    struct Leave {
+      int& d;
+      ~Leave() { --d; }
+    } leave{depth_};
+    if (s.is_boolean()) return s.get<bool>() ? std::string("json-value") : Result<std::string>(unsupported(path, "the schema 'false'"));
+    if (!s.is_object()) return unsupported(path, "a schema that is not an object");
+    static const std::set<std::string> kIgnored = {"title", "description", "examples", "default",
+                                                   "$schema", "$id", "$comment", "strict",
+                                                   "$defs", "definitions", "readOnly", "writeOnly",
+                                                   "deprecated"};
+    static const std::set<std::string> kKnown = {
+        "type", "properties", "required", "additionalProperties", "items", "prefixItems",
+        "minItems", "maxItems", "enum", "const", "anyOf", "oneOf", "allOf", "$ref", "minLength",
+        "maxLength", "format", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
+    for (const auto& [k, v] : s.items())
+      if (!kIgnored.count(k) && !kKnown.count(k)) return unsupported(path + "/" + k, "the keyword '" + k + "'");
+
+    if (s.contains("$ref")) return ref(s, path);
+    if (s.contains("const")) return std::string(literal(s["const"].dump()));
+    if (s.contains("enum")) {
+      if (!s["enum"].is_array() || s["enum"].empty()) return unsupported(path + "/enum", "an enum that is not a non-empty list");
+      std::string out = "(";
+      bool first = true;
+      for (const auto& v : s["enum"]) {
+        out += (first ? "" : " | ") + literal(v.dump());
+        first = false;
+      }
+      return out + ")";
+    }
+    for (const char* k : {"anyOf", "oneOf"}) {
+      if (!s.contains(k)) continue;
+      // oneOf is compiled as anyOf: an output matching several branches is
+      // still a valid instance of each, and a grammar cannot count matches.
+      if (!s[k].is_array() || s[k].empty()) return unsupported(path + "/" + k, std::string("'") + k + "' that is not a non-empty list");
+      std::string out = "(";
+      for (size_t i = 0; i < s[k].size(); ++i) {
+        CAIRN_ASSIGN_OR_RETURN(const std::string alt, visit(s[k][i], hint + "-" + std::to_string(i), path + "/" + k + "/" + std::to_string(i)));
+        out += (i ? " | " : "") + alt;
+      }
+      return out + ")";
+    }
+    if (s.contains("allOf")) return all_of(s, hint, path);
+
+    std::vector<std::string> types;
+    if (s.contains("type")) {
+      if (s["type"].is_string()) {
+        types.push_back(s["type"].get<std::string>());
+      } else if (s["type"].is_array()) {
+        for (const auto& t : s["type"]) {
+          if (!t.is_string()) return unsupported(path + "/type", "a type that is not a string");
+          types.push_back(t.get<std::string>());
+        }
+      } else {
+        return unsupported(path + "/type", "a type that is not a string or a list");
+      }
+    } else if (s.contains("properties") || s.contains("additionalProperties") || s.contains("required")) {
+      types.push_back("object");
+    } else if (s.contains("items") || s.contains("prefixItems")) {
+      types.push_back("array");
+    } else {
+      return std::string("json-value");
+    }
+    std::string out = types.size() > 1 ? "(" : "";
+    for (size_t i = 0; i < types.size(); ++i) {
+      CAIRN_ASSIGN_OR_RETURN(const std::string one, typed(s, types[i], hint, path));
+      out += (i ? " | " : "") + one;
+    }
+    return types.size() > 1 ? out + ")" : out;
+  }
+
+  Result<std::string> typed(const Json& s, const std::string& type, const std::string& hint,
+                            const std::string& path) {
+    if (type == "null") return std::string("json-null");
+    if (type == "boolean") return std::string("json-boolean");
+    if (type == "string") return string(s, hint, path);
+    if (type == "integer") return integer(s, path);
+    if (type == "number") {
+      for (const char* k : {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"})
+        if (s.contains(k)) return unsupported(path + "/" + k, std::string("'") + k + "' on a number (it is on an integer)");
+      return std::string("json-number");
+    }
+    if (type == "object") return object(s, hint, path);
+    if (type == "array") return array(s, hint, path);
+    return unsupported(path + "/type", "the type '" + type + "'");
+  }
+
+  Result<std::string> string(const Json& s, const std::string& hint, const std::string& path) {
+    if (s.contains("format")) {
+      const std::string f = s["format"].is_string() ? s["format"].get<std::string>() : "";
+      const std::string date = "[0-9]{4} \"-\" ( \"0\" [1-9] | \"1\" [0-2] ) \"-\" ( \"0\" [1-9] | [12] [0-9] | \"3\" [01] )";
+      const std::string time = "( [01] [0-9] | \"2\" [0-3] ) \":\" [0-5] [0-9] \":\" [0-5] [0-9] ( \".\" [0-9]{1,9} )? ( \"Z\" | [+-] ( [01] [0-9] | \"2\" [0-3] ) \":\" [0-5] [0-9] )";
+      std::string body;
+      if (f == "date") body = date;
+      else if (f == "time") body = time;
+      else if (f == "date-time") body = date + " \"T\" " + time;
+      else if (f == "uuid") body = "[0-9a-fA-F]{8} \"-\" [0-9a-fA-F]{4} \"-\" [0-9a-fA-F]{4} \"-\" [0-9a-fA-F]{4} \"-\" [0-9a-fA-F]{12}";
+      else if (f == "email") body = "[a-zA-Z0-9._%+-]{1,64} \"@\" [a-zA-Z0-9-]{1,63} ( \".\" [a-zA-Z0-9-]{1,63} ){1,8}";
+      else return unsupported(path + "/format", "the string format '" + f + "'");
+      if (s.contains("minLength") || s.contains("maxLength"))
+        return unsupported(path, "a length bound together with a format");
+      const std::string name = name_for(hint + "-" + f);
+      rules_[name] = "\"\\\"\" " + body + " \"\\\"\"";
+      return name;
+    }
+    int64_t lo = 0, hi = -1;
+    if (s.contains("minLength")) {
+      if (!s["minLength"].is_number_unsigned()) return unsupported(path + "/minLength", "a minLength that is not a non-negative integer");
+      lo = s["minLength"].get<int64_t>();
+    }
+    if (s.contains("maxLength")) {
+      if (!s["maxLength"].is_number_unsigned()) return unsupported(path + "/maxLength", "a maxLength that is not a non-negative integer");
+      hi = s["maxLength"].get<int64_t>();
+    }
+    if (lo > 10000 || hi > 10000) return unsupported(path, "a string length bound beyond 10000");
+    if (hi >= 0 && hi < lo) return unsupported(path, "maxLength below minLength");
+    if (lo == 0 && hi < 0) return std::string("json-string");
+    return std::string("( \"\\\"\" json-char{" + std::to_string(lo) + "," + (hi >= 0 ? std::to_string(hi) : "") + "} \"\\\"\" )");
+  }
+
+  Result<std::string> integer(const Json& s, const std::string& path) {
+    std::optional<int64_t> lo, hi;
+    const auto bound = [&](const char* k, int64_t shift, std::optional<int64_t>& out, bool is_min) -> Status {
+      if (!s.contains(k)) return Status::ok();
+      const Json& v = s[k];
+      if (!v.is_number()) return unsupported(path + "/" + k, std::string("'") + k + "' that is not a number");
+      const double d = v.get<double>();
+      if (!(d > -9e15 && d < 9e15)) return unsupported(path + "/" + k, std::string("'") + k + "' beyond 9e15");
+      // The integers past a fractional bound start at its ceiling (floor for a maximum).
+      int64_t b = is_min ? (int64_t)std::ceil(d) : (int64_t)std::floor(d);
+      if (shift != 0 && (double)b == d) b += shift;
+      if (!out || (is_min ? b > *out : b < *out)) out = b;
+      return Status::ok();
+    };
+    CAIRN_RETURN_IF_ERROR(bound("minimum", 0, lo, true));
+    CAIRN_RETURN_IF_ERROR(bound("exclusiveMinimum", 1, lo, true));
+    CAIRN_RETURN_IF_ERROR(bound("maximum", 0, hi, false));
+    CAIRN_RETURN_IF_ERROR(bound("exclusiveMaximum", -1, hi, false));
+    if (!lo && !hi) return std::string("json-int");
+    if (lo && hi && *lo > *hi) return unsupported(path, "integer bounds with no integer between them");
+    std::vector<std::string> alts;
+    // Negative part: -[max(1, -hi), -lo].
+    if (!lo || *lo < 0) {
+      const uint64_t nlo = hi && *hi < 0 ? (uint64_t)(-*hi) : 1;
+      const uint64_t nhi = lo ? (uint64_t)(-*lo) : kUnbounded;
+      alts.push_back("\"-\" " + naturals(nlo, nhi));
+    }
+    if (!hi || *hi >= 0) {
+      const uint64_t plo = lo && *lo > 0 ? (uint64_t)*lo : 0;
+      const uint64_t phi = hi ? (uint64_t)*hi : kUnbounded;
+      alts.push_back(naturals(plo, phi));
+    }
+    std::string out = "(";
+    for (size_t i = 0; i < alts.size(); ++i) out += (i ? " | " : "") + alts[i];
+    return out + ")";
+  }
+
+  Result<std::string> object(const Json& s, const std::string& hint, const std::string& path) {
+    std::vector<std::pair<std::string, std::string>> props;  // key literal, value expression
+    std::set<std::string> required;
+    if (s.contains("required")) {
+      if (!s["required"].is_array()) return unsupported(path + "/required", "'required' that is not a list");
+      for (const auto& r : s["required"]) {
+        if (!r.is_string()) return unsupported(path + "/required", "a required name that is not a string");
+        required.insert(r.get<std::string>());
+      }
+    }
+    std::vector<bool> is_required;
+    if (s.contains("properties")) {
+      if (!s["properties"].is_object()) return unsupported(path + "/properties", "'properties' that is not an object");
+      for (const auto& [k, v] : s["properties"].items()) {
+        CAIRN_ASSIGN_OR_RETURN(const std::string value, visit(v, hint + "-" + k, path + "/properties/" + k));
+        props.emplace_back(literal(Json(k).dump()), value);
+        is_required.push_back(required.count(k) > 0);
+      }
+    }
+    for (const std::string& r : required)
+      if (!s.contains("properties") || !s["properties"].contains(r))
+        return unsupported(path + "/required", "a required property '" + r + "' without a schema in 'properties'");
+    // Extra keys: only when additionalProperties says so (true or a schema);
+    // absent counts as false once properties are listed, so outputs hold
+    // exactly the declared keys.
+    std::string extra;
+    if (s.contains("additionalProperties")) {
+      const Json& a = s["additionalProperties"];
+      if (a.is_boolean()) {
+        if (a.get<bool>()) extra = "json-value";
+      } else {
+        CAIRN_ASSIGN_OR_RETURN(extra, visit(a, hint + "-extra", path + "/additionalProperties"));
+      }
+    } else if (props.empty()) {
+      extra = "json-value";
+    }
+    const std::string name = name_for(hint);
+    const size_t n = props.size();
+    std::string extra_key = "json-string";
+    if (!extra.empty() && n > 0) {
+      std::vector<std::string> keys;
+      for (const auto& [k, v] : s["properties"].items()) keys.push_back(k);
+      extra_key = key_not_in(keys, name);
+    }
+    // after[i]: properties i.. once something was written (each with a
+    // leading comma); first[i]: the same when nothing was written yet.
+    std::vector<std::string> after(n + 1), first(n + 1);
+    const std::string extra_kv = extra.empty() ? "" : extra_key + " ws \":\" ws " + extra;
+    const std::string tail_name = name + "-tail";
+    rules_[tail_name] = extra.empty() ? "\"\"" : "( ws \",\" ws " + extra_kv + " )*";
+    reserved_.insert(tail_name);
+    after[n] = tail_name;
+    first[n] = extra.empty() ? "\"\"" : "( " + extra_kv + " " + tail_name + " )?";
+    for (size_t i = n; i-- > 0;) {
+      const std::string kv = props[i].first + " ws \":\" ws " + props[i].second;
+      const std::string a = name + "-a" + std::to_string(i), f = name + "-f" + std::to_string(i);
+      reserved_.insert(a);
+      reserved_.insert(f);
+      if (is_required[i]) {
+        rules_[a] = "ws \",\" ws " + kv + " " + after[i + 1];
+        rules_[f] = kv + " " + after[i + 1];
+      } else {
+        rules_[a] = "( ws \",\" ws " + kv + " )? " + after[i + 1];
+        rules_[f] = kv + " " + after[i + 1] + " | " + first[i + 1];
+      }
+      after[i] = a;
+      first[i] = f;
+    }
+    rules_[name] = "\"{\" ws " + first[0] + " ws \"}\"";
+    return name;
+  }
+
+  // A JSON string that is none of `keys` (an additional property must not
+  // repeat a declared one with another schema): a trie of the keys' code
+  // points, where leaving the trie frees the rest. Escapes are left out of
+  // such keys, so "\u0061" cannot stand in for "a".
+  std::string key_not_in(const std::vector<std::string>& keys, const std::string& base) {
+    struct Node {
+      std::map<uint32_t, size_t> next;
+      bool terminal = false;
+    };
+    std::vector<Node> trie(1);
+    for (const std::string& k : keys) {
+      size_t n = 0;
+      for (size_t i = 0; i < k.size();) {
+        const unsigned char c = (unsigned char)k[i];
+        const int len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : 4;
+        uint32_t cp = len == 1 ? c : c & (0x7F >> len);
+        for (int j = 1; j < len && i + (size_t)j < k.size(); ++j) cp = (cp << 6) | ((unsigned char)k[i + (size_t)j] & 0x3F);
+        i += (size_t)len;
+        const auto it = trie[n].next.find(cp);
+        if (it != trie[n].next.end()) {
+          n = it->second;
+        } else {
+          trie.push_back({});
+          trie[n].next[cp] = trie.size() - 1;
+          n = trie.size() - 1;
+        }
+      }
+      trie[n].terminal = true;
+    }
+    const std::string free = base + "-key-rest";
+    rules_[free] = "[^\"\\\\\\x00-\\x1f]* \"\\\"\"";
+    reserved_.insert(free);
+    const auto hex = [](uint32_t cp) {
+      char buf[16];
+      std::snprintf(buf, sizeof buf, "\\U%08X", cp);
+      return std::string(buf);
+    };
+    for (size_t i = trie.size(); i-- > 0;) {
+      const std::string rule = base + "-key" + std::to_string(i);
+      reserved_.insert(rule);
+      std::string alts, others = "[^\"\\\\\\x00-\\x1f";
+      if (!trie[i].terminal) alts = "\"\\\"\"";
+      for (const auto& [cp, child] : trie[i].next) {
+        alts += (alts.empty() ? "" : " | ") + std::string("[") + hex(cp) + "] " + base + "-key" + std::to_string(child);
+        others += hex(cp);
+      }
+      alts += (alts.empty() ? "" : " | ") + others + "] " + free;
+      rules_[rule] = alts;
+    }
+    return "\"\\\"\" " + base + "-key0";
+  }
+
+  Result<std::string> array(const Json& s, const std::string& hint, const std::string& path) {
+    std::vector<std::string> prefix;
+    if (s.contains("prefixItems")) {
+      if (!s["prefixItems"].is_array()) return unsupported(path + "/prefixItems", "'prefixItems' that is not a list");
+      for (size_t i = 0; i < s["prefixItems"].size(); ++i) {
+        CAIRN_ASSIGN_OR_RETURN(const std::string e, visit(s["prefixItems"][i], hint + "-" + std::to_string(i), path + "/prefixItems/" + std::to_string(i)));
+        prefix.push_back(e);
+      }
+    }
+    std::string item = "json-value";
+    bool more = true;
+    if (s.contains("items")) {
+      if (s["items"].is_boolean() && !s["items"].get<bool>()) {
+        more = false;
+      } else {
+        CAIRN_ASSIGN_OR_RETURN(item, visit(s["items"], hint + "-item", path + "/items"));
+      }
+    } else if (!prefix.empty()) {
+      more = false;  // a tuple: exactly its items unless items says otherwise
+    }
+    int64_t lo = 0, hi = -1;
+    if (s.contains("minItems")) {
+      if (!s["minItems"].is_number_unsigned()) return unsupported(path + "/minItems", "a minItems that is not a non-negative integer");
+      lo = s["minItems"].get<int64_t>();
+    }
+    if (s.contains("maxItems")) {
+      if (!s["maxItems"].is_number_unsigned()) return unsupported(path + "/maxItems", "a maxItems that is not a non-negative integer");
+      hi = s["maxItems"].get<int64_t>();
+    }
+    if (lo > 1000 || hi > 1000) return unsupported(path, "an item count bound beyond 1000");
+    if (hi >= 0 && hi < lo) return unsupported(path, "maxItems below minItems");
+    const int64_t np = (int64_t)prefix.size();
+    if (!more && lo > np) return unsupported(path, "minItems above the tuple's length");
+    const std::string name = name_for(hint);
+    // The prefix items in order, each but the first after a comma, then the
+    // rest: enough to reach minItems, at most maxItems.
+    std::string body;
+    const int64_t fixed = hi >= 0 ? std::min(np, hi) : np;
+    for (int64_t i = 0; i < fixed; ++i) {
+      // Prefix item i is optional once minItems is met.
+      if (i < lo)
+        body += (i ? " ws \",\" ws " : "") + prefix[(size_t)i];
+      else
+        body += (i ? " ( ws \",\" ws " : " ( ") + prefix[(size_t)i];
+    }
+    std::string closes;
+    for (int64_t i = lo; i < fixed; ++i) closes += " )?";
+    std::string rest;
+    if (more && (hi < 0 || hi > fixed)) {
+      const int64_t min_rest = std::max<int64_t>(0, lo - fixed);
+      const std::string reps = "{" + std::to_string(min_rest) + "," + (hi >= 0 ? std::to_string(hi - fixed) : "") + "}";
+      if (fixed == 0) {
+        if (min_rest == 0)
+          rest = "( " + item + " ( ws \",\" ws " + item + " )" + (hi >= 0 ? "{0," + std::to_string(hi - 1) + "}" : "*") + " )?";
+        else
+          rest = item + " ( ws \",\" ws " + item + " ){" + std::to_string(min_rest - 1) + "," + (hi >= 0 ? std::to_string(hi - 1) : "") + "}";
+      } else {
+        rest = "( ws \",\" ws " + item + " )" + reps;
+      }
+    }
+    // The optional prefix items close after the rest may follow the last of them.
+    std::string inner = body;
+    if (!rest.empty()) inner += (inner.empty() ? "" : " ") + rest;
+    inner += closes;
+    rules_[name] = "\"[\" ws " + (inner.empty() ? std::string("\"\"") : inner) + " ws \"]\"";
+    return name;
+  }
+
+  Result<std::string> all_of(const Json& s, const std::string& hint, const std::string& path) {
+    if (!s["allOf"].is_array() || s["allOf"].empty()) return unsupported(path + "/allOf", "'allOf' that is not a non-empty list");
+    // Objects only: their properties and required names merged.
+    Json merged = {{"type", "object"}, {"properties", Json::object()}, {"required", Json::array()}};
+    std::optional<Json> additional;
+    for (size_t i = 0; i < s["allOf"].size(); ++i) {
+      Json part = s["allOf"][i];
+      const std::string p = path + "/allOf/" + std::to_string(i);
+      for (int hops = 0; part.is_object() && part.contains("$ref"); ++hops) {
+        if (hops > 16) return unsupported(p, "a $ref chain longer than 16");
+        CAIRN_ASSIGN_OR_RETURN(part, resolve(part["$ref"], p));
+      }
+      if (!part.is_object() || (part.contains("type") && part["type"] != "object") ||
+          (!part.contains("properties") && !part.contains("required")))
+        return unsupported(p, "'allOf' of anything but objects");
+      if (part.contains("properties") && part["properties"].is_object())
+        for (const auto& [k, v] : part["properties"].items()) merged["properties"][k] = v;
+      if (part.contains("required") && part["required"].is_array())
+        for (const auto& r : part["required"]) merged["required"].push_back(r);
+      if (part.contains("additionalProperties")) additional = part["additionalProperties"];
+    }
+    if (additional) merged["additionalProperties"] = *additional;
+    return object(merged, hint, path);
+  }
+
+  Result<Json> resolve(const Json& r, const std::string& path) {
+    if (!r.is_string()) return unsupported(path + "/$ref", "a $ref that is not a string");
+    const std::string ref = r.get<std::string>();
+    for (const char* prefix : {"#/$defs/", "#/definitions/"}) {
+      const std::string p = prefix;
+      if (ref.compare(0, p.size(), p) != 0) continue;
+      const std::string key = ref.substr(2, p.size() - 3);
+      const std::string name = ref.substr(p.size());
+      if (!root_.contains(key) || !root_[key].contains(name))
+        return unsupported(path + "/$ref", "the reference '" + ref + "', which names nothing");
+      return root_[key][name];
+    }
+    if (ref == "#") return root_;
+    return unsupported(path + "/$ref", "the reference '" + ref + "' (only #, #/$defs/… and #/definitions/…)");
+  }
+
+  Result<std::string> ref(const Json& s, const std::string& path) {
+    if (!s["$ref"].is_string()) return unsupported(path + "/$ref", "a $ref that is not a string");
+    const std::string ref = s["$ref"].get<std::string>();
+    if (const auto it = refs_.find(ref); it != refs_.end()) return it->second;
+    CAIRN_ASSIGN_OR_RETURN(const Json target, resolve(s["$ref"], path));
+    // Named before it is compiled, so a recursive reference finds the rule.
+    const std::string name = name_for(ref == "#" ? "self" : ref.substr(ref.rfind('/') + 1));
+    refs_[ref] = name;
+    CAIRN_ASSIGN_OR_RETURN(const std::string body, visit(target, name, path + "/$ref"));
+    rules_[name] = body;
+    return name;
+  }
+
+  const Json& root_;
+  std::map<std::string, std::string> rules_;
+  std::set<std::string> reserved_;
+  std::map<std::string, std::string> refs_;
+  int depth_ = 0;
+};
+
+}  // namespace
+
+Result<std::string> json_schema_to_gbnf(const nlohmann::ordered_json& schema) {
+  return Compiler(schema).run();
+}
+
+std::string json_object_gbnf() { return std::string("root ::= ws json-object ws\n") + kPrimitives; }
+
+}  // namespace cairn::grammar

@@ -1,0 +1,140 @@
+// JSON Schema to grammar: for each schema, texts its instances and its
+// non-instances, checked against the compiled grammar; the keywords it
+// refuses, by name and place.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "grammar/grammar.h"
+#include "grammar/json_schema.h"
+#include "grammar/matcher.h"
+
+namespace cairn::grammar {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+std::shared_ptr<const Grammar> compile(const std::string& schema) {
+  auto text = json_schema_to_gbnf(Json::parse(schema));
+  EXPECT_TRUE(text) << text.status().message();
+  if (!text) return nullptr;
+  auto g = parse_gbnf(*text);
+  EXPECT_TRUE(g) << g.status().message() << "\n" << *text;
+  return g ? std::make_shared<const Grammar>(std::move(*g)) : nullptr;
+}
+
+bool accepts(const std::shared_ptr<const Grammar>& g, const std::string& s) {
+  Matcher m(g);
+  return m.accept(s) && m.can_end();
+}
+
+struct Case {
+  const char* schema;
+  std::vector<const char*> good, bad;
+};
+
+TEST(JsonSchema, InstancesAndNonInstances) {
+  const std::vector<Case> cases = {
+      {R"({"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+           "required": ["name"]})",
+       {R"({"name": "Ann"})", R"({"name": "Ann", "age": 31})", R"( { "name" : "", "age" : -2 } )"},
+       {R"({"age": 3})", R"({"name": 1})", R"({"name": "a", "extra": 1})", R"({"age": 3, "name": "a"})", "{}"}},
+      {R"({"type": "object", "properties": {"a": {"type": "boolean"}}, "additionalProperties": true})",
+       {"{}", R"({"a": true})", R"({"a": false, "b": [1, {"c": null}]})", R"({"z": 1})", R"({"aa": 1})",
+        R"({"": 0, "é": 1})"},
+       {R"({"a": 1})", "[]", R"({"a": true, "a": 2})"}},
+      {R"({"type": "object", "additionalProperties": {"type": "number"}})",
+       {"{}", R"({"x": 1.5, "y": -2e3})"},
+       {R"({"x": "1"})"}},
+      {R"({"type": "array", "items": {"type": "string"}, "minItems": 1, "maxItems": 3})",
+       {R"(["a"])", R"(["a", "b", "c"])"},
+       {"[]", R"(["a", "b", "c", "d"])", "[1]"}},
+      {R"({"type": "array", "prefixItems": [{"type": "integer"}, {"type": "string"}]})",
+       {R"([1, "x"])", "[1]", "[]"},  // prefixItems alone requires none of them
+       {R"([1, "x", 2])", R"(["x", 1])"}},
+      {R"({"type": "array", "prefixItems": [{"type": "integer"}], "items": {"type": "boolean"}})",
+       {"[1]", "[1, true, false]"},
+       {"[true]", "[1, 2]"}},
+      {R"({"enum": ["red", "green", 3, null]})",
+       {R"("red")", R"("green")", "3", "null"},
+       {R"("blue")", "4", R"("Red")"}},
+      {R"({"const": {"k": [1, 2]}})", {R"({"k":[1,2]})"}, {R"({"k": [1, 2]})", R"({"k":[2,1]})"}},
+      {R"({"anyOf": [{"type": "integer"}, {"type": "object", "properties": {"t": {"const": "x"}}, "required": ["t"]}]})",
+       {"12", R"({"t": "x"})"},
+       {R"({"t": "y"})", "1.5"}},
+      {R"({"oneOf": [{"type": "string"}, {"type": "null"}]})", {R"("s")", "null"}, {"0"}},
+      {R"({"allOf": [{"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]},
+                      {"properties": {"b": {"type": "string"}}, "required": ["b"]}]})",
+       {R"({"a": 1, "b": "x"})"},
+       {R"({"a": 1})", R"({"b": "x"})"}},
+      {R"({"$defs": {"node": {"type": "object", "properties": {"v": {"type": "integer"},
+           "next": {"anyOf": [{"$ref": "#/$defs/node"}, {"type": "null"}]}}, "required": ["v", "next"]}},
+           "$ref": "#/$defs/node"})",
+       {R"({"v": 1, "next": null})", R"({"v": 1, "next": {"v": 2, "next": {"v": 3, "next": null}}})"},
+       {R"({"v": 1})", R"({"v": 1, "next": {"v": 2}})"}},
+      {R"({"type": "string", "minLength": 2, "maxLength": 4})",
+       {R"("ab")", R"("abcd")", R"("é✓")", R"("\n\t")"},
+       {R"("a")", R"("abcde")"}},
+      {R"({"type": "string", "format": "date"})", {R"("2026-12-04")"}, {R"("2026-13-01")", R"("26-12-04")"}},
+      {R"({"type": "string", "format": "date-time"})",
+       {R"("2026-12-04T13:05:00Z")", R"("2026-12-04T13:05:00.123+01:00")"},
+       {R"("2026-12-04 13:05:00Z")", R"("2026-12-04T25:00:00Z")"}},
+      {R"({"type": "string", "format": "time"})", {R"("23:59:59Z")"}, {R"("24:00:00Z")"}},
+      {R"({"type": "string", "format": "uuid"})",
+       {R"("123e4567-e89b-12d3-a456-426614174000")"},
+       {R"("123e4567e89b12d3a456426614174000")"}},
+      {R"({"type": "string", "format": "email"})", {R"("a.b+c@ex-ample.co.uk")"}, {R"("ab@example")", R"("@x.y")"}},
+      {R"({"type": "integer", "minimum": -15, "maximum": 230})",
+       {"-15", "-9", "0", "7", "99", "100", "230", "199"},
+       {"-16", "231", "300", "1000", "-0", "05"}},
+      {R"({"type": "integer", "exclusiveMinimum": 9})", {"10", "11", "99999999"}, {"9", "0", "-3"}},
+      {R"({"type": "integer", "maximum": 0})", {"0", "-1", "-123456"}, {"1", "17"}},
+      {R"({"type": ["string", "null"]})", {R"("x")", "null"}, {"1", "true"}},
+      {R"({"type": "number"})", {"1", "-0.5", "3e10", "2.25E-3"}, {"+1", ".5", "1."}},
+      {R"({})", {"1", R"({"a": [null]})", R"("s")"}, {"nul"}},
+      {R"({"type": "object", "properties": {"x": {"type": "integer"}, "y": {"type": "integer"},
+           "z": {"type": "integer"}}, "required": ["y"]})",
+       {R"({"y": 1})", R"({"x": 0, "y": 1})", R"({"y": 1, "z": 2})", R"({"x": 0, "y": 1, "z": 2})"},
+       {R"({"x": 0})", R"({"x": 0, "z": 2})", R"({"y": 1,})", R"({, "y": 1})"}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.schema);
+    auto g = compile(c.schema);
+    ASSERT_TRUE(g);
+    for (const char* s : c.good) EXPECT_TRUE(accepts(g, s)) << "should accept " << s;
+    for (const char* s : c.bad) EXPECT_FALSE(accepts(g, s)) << "should refuse " << s;
+  }
+}
+
+TEST(JsonSchema, UnsupportedKeywordsAreNamed) {
+  const auto error = [](const std::string& schema) {
+    auto r = json_schema_to_gbnf(Json::parse(schema));
+    EXPECT_FALSE(r) << schema;
+    return r ? std::string() : r.status().message();
+  };
+  EXPECT_NE(error(R"({"type": "object", "properties": {"a": {"type": "string", "contentEncoding": "base64"}}})")
+                .find("'#/properties/a/contentEncoding'"),
+            std::string::npos);
+  EXPECT_NE(error(R"({"type": "string", "format": "hostname"})").find("format 'hostname'"), std::string::npos);
+  EXPECT_NE(error(R"({"$ref": "#/$defs/missing"})").find("names nothing"), std::string::npos);
+  EXPECT_NE(error(R"({"$ref": "https://example.com/s.json"})").find("only #"), std::string::npos);
+  EXPECT_NE(error(R"({"type": "number", "minimum": 0})").find("'minimum' on a number"), std::string::npos);
+  EXPECT_NE(error(R"({"not": {"type": "string"}})").find("'not'"), std::string::npos);
+  EXPECT_NE(error(R"({"type": "object", "required": ["a"]})").find("without a schema"), std::string::npos);
+  EXPECT_NE(error(R"({"type": "integer", "minimum": 5, "maximum": 4})").find("no integer"), std::string::npos);
+  EXPECT_NE(error(R"({"type": "frog"})").find("type 'frog'"), std::string::npos);
+}
+
+TEST(JsonSchema, JsonObjectMode) {
+  auto g = parse_gbnf(json_object_gbnf());
+  ASSERT_TRUE(g) << g.status().message();
+  auto gp = std::make_shared<const Grammar>(std::move(*g));
+  EXPECT_TRUE(accepts(gp, R"({"a": [1, {"b": null}], "c": "d"})"));
+  EXPECT_FALSE(accepts(gp, "[1]"));
+  EXPECT_FALSE(accepts(gp, R"("s")"));
+}
+
+}  // namespace
+}  // namespace cairn::grammar
