@@ -1,6 +1,8 @@
 // grammar/json_schema.cpp — JSON Schema to GBNF.
 #include "grammar/json_schema.h"
 
+#include "grammar/regex.h"
+
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -156,7 +158,7 @@ class Compiler {
     static const std::set<std::string> kKnown = {
         "type", "properties", "required", "additionalProperties", "items", "prefixItems",
         "minItems", "maxItems", "enum", "const", "anyOf", "oneOf", "allOf", "$ref", "minLength",
-        "maxLength", "format", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
+        "maxLength", "format", "pattern", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
     for (const auto& [k, v] : s.items())
       if (!kIgnored.count(k) && !kKnown.count(k)) return unsupported(path + "/" + k, "the keyword '" + k + "'");
 
@@ -230,6 +232,16 @@ class Compiler {
   }
 
   Result<std::string> string(const Json& s, const std::string& hint, const std::string& path) {
+    if (s.contains("pattern")) {
+      if (!s["pattern"].is_string()) return unsupported(path + "/pattern", "a pattern that is not a string");
+      if (s.contains("format") || s.contains("minLength") || s.contains("maxLength"))
+        return unsupported(path, "a pattern together with a format or a length bound");
+      auto re = regex_to_gbnf(s["pattern"].get<std::string>(), RegexContext::JsonString);
+      if (!re) return unsupported(path + "/pattern", re.status().message() + ", in the pattern");
+      const std::string name = name_for(hint + "-pattern");
+      rules_[name] = "\"\\\"\" " + *re + " \"\\\"\"";
+      return name;
+    }
     if (s.contains("format")) {
       const std::string f = s["format"].is_string() ? s["format"].get<std::string>() : "";
       const std::string date = "[0-9]{4} \"-\" ( \"0\" [1-9] | \"1\" [0-2] ) \"-\" ( \"0\" [1-9] | [12] [0-9] | \"3\" [01] )";
