@@ -2,6 +2,7 @@
 #include "engine/engine.h"
 
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <utility>
 
@@ -105,6 +106,7 @@ Result<RequestId> Engine::submit(EngineRequest req, std::shared_ptr<SequenceSink
   const RequestId id = next_id_.fetch_add(1);
   auto seq = std::make_unique<Sequence>(id, std::move(req), std::move(*sampler),
                                         StopChecker(tok_, std::move(stop)), std::move(sink));
+  if (seq->request.grammar) seq->matcher.emplace(seq->request.grammar);
   {
     std::lock_guard lk(inbox_mu_);
     if (stopping_) return Status::error("the engine is stopping");
@@ -219,12 +221,41 @@ void Engine::sample_and_check_stops(const ScheduledBatch& plan) {
   for (const ScheduledChunk& c : plan.chunks) {
     if (!c.wants_logits) continue;
     Sequence& seq = *c.seq;
-    auto sample = seq.sampler.sample(logits_.row(row++));
+    std::span<const float> logits = logits_.row(row++);
+    if (seq.matcher) {
+      if (!trie_) {
+        // The bytes each token writes; control tokens none (never allowed),
+        // end-of-generation tokens only where the grammar may end.
+        std::vector<std::string> pieces((size_t)n_vocab_);
+        std::vector<int32_t> ends;
+        for (Token t = 0; t < n_vocab_; ++t) {
+          if (tok_.is_eog(t)) {
+            ends.push_back(t);
+            continue;
+          }
+          pieces[(size_t)t] = tok_.token_to_piece(t);
+        }
+        trie_ = std::make_unique<grammar::TokenTrie>(pieces, std::move(ends));
+      }
+      if (trie_->fill_mask(*seq.matcher, mask_) == 0) {
+        fail(seq, "the grammar allows no token of this vocabulary here", StatusCode::InvalidArgument);
+        continue;
+      }
+      masked_.assign(logits.begin(), logits.end());
+      for (size_t i = 0; i < masked_.size(); ++i)
+        if (!mask_[i]) masked_[i] = -INFINITY;
+      logits = masked_;
+    }
+    auto sample = seq.sampler.sample(logits);
     if (!sample.is_ok()) {
       fail(seq, sample.status().message());
       continue;
     }
     const Token t = sample->token;
+    if (seq.matcher && !tok_.is_eog(t) && !seq.matcher->accept(tok_.token_to_piece(t))) {
+      fail(seq, "internal: a sampled token left the grammar");
+      continue;
+    }
     seq.sampler.accept(t);
     seq.tokens.push_back(t);
     ++counters_.generated_tokens_total;

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <atomic>
+#include <optional>
 #include <condition_variable>
 #include <cstdint>
 #include <memory>
@@ -18,6 +19,7 @@
 #include "core/status.h"
 #include "engine/request.h"
 #include "engine/scheduler.h"
+#include "grammar/token_mask.h"
 #include "kv/kv_cache.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
@@ -103,6 +105,11 @@ class Engine {
   ScheduledBatch plan_;
   model::Logits logits_;
   EngineStats counters_;
+  // Constrained decoding: the vocabulary's bytes as a trie (built at the
+  // first request with a grammar), a mask and a masked logits row.
+  std::unique_ptr<grammar::TokenTrie> trie_;
+  std::vector<uint8_t> mask_;
+  std::vector<float> masked_;
 
   // Inbox, shared with submitting threads.
   mutable std::mutex inbox_mu_;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "engine/sampler.h"
+#include "grammar/grammar.h"
 #include "engine/stop_conditions.h"
 #include "tokenizer/tokenizer.h"
 
@@ -27,6 +28,10 @@ struct EngineRequest {
   SamplingParams sampling;        // n_logprobs > 0 asks for top-N per token
   bool logprobs = false;          // report the chosen token's log-probability
   uint16_t adapter = 0;           // LoRA adapter id (model::Model::set_adapters); 0: the base model
+  // Constrained decoding: every token sampled keeps the output a prefix of
+  // this grammar's language, and an end-of-generation token comes only
+  // where the output is a whole sentence of it. Null: free text.
+  std::shared_ptr<const grammar::Grammar> grammar;
 };
 
 // One generated token that is not an end-of-generation token.

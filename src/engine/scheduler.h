@@ -13,12 +13,14 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "engine/request.h"
 #include "engine/sampler.h"
 #include "engine/stop_conditions.h"
+#include "grammar/matcher.h"
 #include "kv/kv_cache.h"
 #include "model/model.h"
 
@@ -38,6 +40,7 @@ struct Sequence {
   Sampler sampler;
   StopChecker stop;
   std::shared_ptr<SequenceSink> sink;
+  std::optional<grammar::Matcher> matcher;  // where the output is in the request's grammar
 
   // Scheduler state. `kv_seq` is fresh on every admission (the cache wants a
   // new id after a release); n_computed counts tokens whose K/V are cached.

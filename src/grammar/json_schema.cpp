@@ -19,9 +19,10 @@ namespace {
 
 using Json = nlohmann::ordered_json;
 
-// The rules every schema's grammar may use. Whitespace is bounded so a model
-// cannot pad forever; strings hold any JSON string character.
-const char* kPrimitives = R"(ws ::= [ \t\n]{0,16}
+// The rules every schema's grammar may use. Whitespace between tokens is one
+// space or a line break and its indent, so a model cannot pad forever;
+// strings hold any JSON string character.
+const char* kPrimitives = R"(ws ::= ( " " | "\n" [ \t]{0,20} )?
 json-char ::= [^"\\\x00-\x1f] | "\\" ( ["\\/bfnrt] | "u" [0-9a-fA-F]{4} )
 json-string ::= "\"" json-char* "\""
 json-int ::= "-"? ( "0" | [1-9] [0-9]{0,15} )

@@ -73,6 +73,7 @@ v1::GenerateRequest to_proto(const serving::GenerateRequest& req, const std::str
   if (req.sampling.seed) s->set_seed(*req.sampling.seed);
   m.set_top_logprobs(req.top_logprobs);
   m.set_user(req.user);
+  m.set_grammar(req.grammar);
   return m;
 }
 
@@ -126,6 +127,7 @@ Result<serving::GenerateRequest> from_proto(const v1::GenerateRequest& m) {
   }
   req.top_logprobs = m.top_logprobs();
   req.user = m.user();
+  req.grammar = m.grammar();
   return req;
 }
 

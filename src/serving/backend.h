@@ -55,6 +55,10 @@ struct GenerateRequest {
   SamplingOptions sampling;
   int32_t top_logprobs = -1;     // -1: no logprobs; 0..20: chosen (+ top-N)
   std::string user;
+  // Structured output: GBNF text (grammar/grammar.h) the output must follow,
+  // as the API layer made it from response_format, a JSON schema, a regular
+  // expression, choices or a grammar; empty: free text.
+  std::string grammar;
 };
 
 struct TopLogprob {

@@ -255,6 +255,11 @@ Result<RequestId> LocalBackend::submit(GenerateRequest req, std::shared_ptr<Even
   er.ignore_eos = req.ignore_eos;
   er.stop = std::move(req.stop);
   er.adapter = adapter;
+  if (!req.grammar.empty()) {
+    auto g = grammar::parse_gbnf(req.grammar);
+    if (!g) return invalid(g.status().message(), "grammar");
+    er.grammar = std::make_shared<const grammar::Grammar>(std::move(*g));
+  }
 
   if (engine_->queued() >= options_.max_queue)
     return Status::unavailable("too many requests are queued (" +

@@ -301,3 +301,47 @@ TEST(OpenAiRequest, BackendErrorsMapToStatus) {
 
 }  // namespace
 }  // namespace cairn::api
+
+namespace cairn::api {
+namespace {
+
+// Structured outputs: each field's grammar, and the 400s that name the field.
+TEST(OpenAiRequest, ConstraintsBecomeAGrammar) {
+  const auto grammar_of = [](const std::string& extra) -> std::string {
+    json body = json::parse(R"({"model": "tiny", "prompt": "x", )" + extra + "}");
+    auto res = parse_generate(Endpoint::Completions, body, one_model());
+    EXPECT_TRUE(res.is_ok()) << extra << ": " << res.status().message();
+    return res.is_ok() ? res->prompts[0].grammar : std::string("<error>");
+  };
+  EXPECT_TRUE(grammar_of(R"("response_format": {"type": "text"})").empty());
+  EXPECT_NE(grammar_of(R"("response_format": {"type": "json_object"})").find("json-object"), std::string::npos);
+  EXPECT_NE(grammar_of(R"("response_format": {"type": "json_schema", "json_schema": {"name": "n",
+            "schema": {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}}})")
+                .find("\\\"a\\\""),
+            std::string::npos);
+  EXPECT_FALSE(grammar_of(R"("guided_json": "{\"type\": \"string\"}")").empty());
+  EXPECT_FALSE(grammar_of(R"("json_schema": {"type": "boolean"})").empty());
+  EXPECT_NE(grammar_of(R"("guided_choice": ["yes", "no \"quoted\""])").find(R"("no \"quoted\"")"), std::string::npos);
+  EXPECT_FALSE(grammar_of(R"("guided_regex": "[0-9]+")").empty());
+  EXPECT_EQ(grammar_of(R"("grammar": "root ::= \"a\"")"), "root ::= \"a\"");
+
+  const auto refused = [](const std::string& extra, const std::string& param) {
+    json body = json::parse(R"({"model": "tiny", "prompt": "x", )" + extra + "}");
+    auto res = parse_generate(Endpoint::Completions, body, one_model());
+    ASSERT_FALSE(res.is_ok()) << extra;
+    EXPECT_EQ(res.status().param(), param) << extra << ": " << res.status().message();
+    EXPECT_EQ(to_http_error(res.status()).status, 400);
+  };
+  refused(R"("response_format": {"type": "yaml"})", "response_format");
+  refused(R"("response_format": {"type": "json_schema"})", "response_format");
+  refused(R"("response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "string", "format": "ipv6"}}})",
+          "response_format");
+  refused(R"("guided_regex": "(a)\\1")", "guided_regex");
+  refused(R"("guided_choice": [])", "guided_choice");
+  refused(R"("grammar": "root ::= missing")", "grammar");
+  refused(R"("guided_json": "{not json")", "guided_json");
+  refused(R"("response_format": {"type": "json_object"}, "guided_regex": "a")", "guided_regex");
+}
+
+}  // namespace
+}  // namespace cairn::api
