@@ -216,6 +216,21 @@ void Engine::observe_queue_times(const ScheduledBatch& plan) {
   }
 }
 
+grammar::MaskCache& Engine::mask_cache(const std::shared_ptr<const grammar::Grammar>& g) {
+  auto it = mask_caches_.find(g.get());
+  if (it != mask_caches_.end()) return it->second->cache;
+  // Grammars no request holds any more go before a new one is added.
+  if (mask_caches_.size() >= 16)
+    for (auto e = mask_caches_.begin(); e != mask_caches_.end();)
+      e = e->second->grammar.use_count() == 1 ? mask_caches_.erase(e) : std::next(e);
+  if (mask_caches_.size() >= 16) mask_caches_.erase(mask_caches_.begin());  // only a cache
+  auto entry = std::make_unique<GrammarMasks>();
+  entry->grammar = g;
+  // 16 grammars x 16 MiB at most.
+  entry->cache = grammar::MaskCache(size_t{16} << 20);
+  return mask_caches_.emplace(g.get(), std::move(entry)).first->second->cache;
+}
+
 void Engine::sample_and_check_stops(const ScheduledBatch& plan) {
   size_t row = 0;  // logits rows follow the batch order of the tokens that asked
   for (const ScheduledChunk& c : plan.chunks) {
@@ -237,7 +252,7 @@ void Engine::sample_and_check_stops(const ScheduledBatch& plan) {
         }
         trie_ = std::make_unique<grammar::TokenTrie>(pieces, std::move(ends));
       }
-      if (trie_->fill_mask(*seq.matcher, mask_) == 0) {
+      if (trie_->fill_mask(*seq.matcher, mask_, mask_cache(seq.request.grammar)) == 0) {
         fail(seq, "the grammar allows no token of this vocabulary here", StatusCode::InvalidArgument);
         continue;
       }

@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <optional>
+#include <unordered_map>
 #include <condition_variable>
 #include <cstdint>
 #include <memory>
@@ -110,6 +111,14 @@ class Engine {
   std::unique_ptr<grammar::TokenTrie> trie_;
   std::vector<uint8_t> mask_;
   std::vector<float> masked_;
+  // Masks by grammar (requests with the same grammar text share the
+  // compiled object, see serving's grammar cache) and recognizer state.
+  struct GrammarMasks {
+    std::shared_ptr<const grammar::Grammar> grammar;  // keeps the key alive
+    grammar::MaskCache cache;
+  };
+  std::unordered_map<const grammar::Grammar*, std::unique_ptr<GrammarMasks>> mask_caches_;
+  grammar::MaskCache& mask_cache(const std::shared_ptr<const grammar::Grammar>& g);
 
   // Inbox, shared with submitting threads.
   mutable std::mutex inbox_mu_;

@@ -119,6 +119,22 @@ bool Matcher::accept(std::string_view s) {
   return true;
 }
 
+std::string Matcher::state_key() const {
+  std::string key;
+  const auto put = [&key](uint32_t v) { key.append(reinterpret_cast<const char*>(&v), sizeof v); };
+  put((uint32_t)pending_);
+  put(partial_);
+  for (const Stack& s : stacks_) {
+    put((uint32_t)s.size());
+    for (const Pos& p : s) {
+      put(p.rule);
+      put(p.alt);
+      put(p.index);
+    }
+  }
+  return key;
+}
+
 bool Matcher::can_end() const {
   if (pending_ != 0) return false;
   for (const Stack& s : stacks_)

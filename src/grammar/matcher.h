@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -31,6 +32,9 @@ class Matcher {
   // Whether any byte can follow (false: the input is complete and final).
   bool can_continue() const;
   size_t n_stacks() const { return stacks_.size(); }
+  // The whole state as bytes: two matchers with equal keys accept exactly
+  // the same continuations (the mask cache's key).
+  std::string state_key() const;
 
   // Parses kept at once. A grammar ambiguous enough to pass it (alternatives
   // that match the same text, nested under repetitions) loses the parses

@@ -78,4 +78,39 @@ int32_t TokenTrie::fill_mask(const Matcher& m, std::vector<uint8_t>& allowed) co
   return count;
 }
 
+int32_t TokenTrie::fill_mask(const Matcher& m, std::vector<uint8_t>& allowed,
+                             MaskCache& cache) const {
+  std::string key = m.state_key();
+  if (const std::vector<uint8_t>* hit = cache.find(key)) {
+    allowed = *hit;
+    int32_t count = 0;
+    for (uint8_t a : allowed) count += a;
+    return count;
+  }
+  const int32_t count = fill_mask(m, allowed);
+  cache.put(std::move(key), allowed);
+  return count;
+}
+
+const std::vector<uint8_t>* MaskCache::find(const std::string& key) {
+  const auto it = entries_.find(key);
+  if (it == entries_.end()) return nullptr;
+  it->second.last_use = ++clock_;
+  return &it->second.mask;
+}
+
+void MaskCache::put(std::string key, const std::vector<uint8_t>& mask) {
+  const size_t cost = mask.size() + key.size();
+  if (cost > max_bytes_) return;
+  while (bytes_ + cost > max_bytes_ && !entries_.empty()) {
+    auto oldest = entries_.begin();
+    for (auto it = entries_.begin(); it != entries_.end(); ++it)
+      if (it->second.last_use < oldest->second.last_use) oldest = it;
+    bytes_ -= oldest->second.mask.size() + oldest->first.size();
+    entries_.erase(oldest);
+  }
+  bytes_ += cost;
+  entries_[std::move(key)] = Entry{mask, ++clock_};
+}
+
 }  // namespace cairn::grammar

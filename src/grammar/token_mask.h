@@ -8,11 +8,33 @@
 
 #include <cstdint>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "grammar/matcher.h"
 
 namespace cairn::grammar {
+
+// Masks already computed for one grammar, by recognizer state: a state
+// comes back again and again (inside a string every character returns to
+// it), so most steps copy a mask instead of walking the trie. Bounded: past
+// `max_bytes`, the least recently used masks go. Not thread-safe.
+class MaskCache {
+ public:
+  explicit MaskCache(size_t max_bytes = size_t{64} << 20) : max_bytes_(max_bytes) {}
+  const std::vector<uint8_t>* find(const std::string& key);
+  void put(std::string key, const std::vector<uint8_t>& mask);
+  size_t size() const { return entries_.size(); }
+
+ private:
+  struct Entry {
+    std::vector<uint8_t> mask;
+    uint64_t last_use = 0;
+  };
+  std::unordered_map<std::string, Entry> entries_;
+  size_t bytes_ = 0, max_bytes_;
+  uint64_t clock_ = 0;
+};
 
 class TokenTrie {
  public:
@@ -26,6 +48,8 @@ class TokenTrie {
   // allowed[id] = 1 when the grammar accepts token id after what `m` has
   // seen, else 0 (resized to n_vocab). Returns how many are allowed.
   int32_t fill_mask(const Matcher& m, std::vector<uint8_t>& allowed) const;
+  // The same through `cache` (masks of states seen before are copied).
+  int32_t fill_mask(const Matcher& m, std::vector<uint8_t>& allowed, MaskCache& cache) const;
 
  private:
   struct Node {

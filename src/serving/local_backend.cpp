@@ -156,6 +156,18 @@ Result<uint16_t> LocalBackend::resolve_model(const std::string& model) const {
   return Status::not_found("the model '" + model.substr(0, 200) + "' does not exist", "model");
 }
 
+Result<std::shared_ptr<const grammar::Grammar>> LocalBackend::compiled_grammar(
+    const std::string& text) const {
+  std::lock_guard lock(grammars_mu_);
+  if (const auto it = grammars_.find(text); it != grammars_.end()) return it->second;
+  auto g = grammar::parse_gbnf(text);
+  if (!g) return invalid(g.status().message(), "grammar");
+  if (grammars_.size() >= 64) grammars_.clear();  // a bounded cache; rebuilt on demand
+  auto shared = std::make_shared<const grammar::Grammar>(std::move(*g));
+  grammars_.emplace(text, shared);
+  return shared;
+}
+
 Result<std::string> LocalBackend::render_chat(const GenerateRequest& req) const {
   const auto* messages = std::get_if<std::vector<ChatMessage>>(&req.prompt);
   if (!messages) return invalid("the request has no chat messages", "messages");
@@ -256,9 +268,7 @@ Result<RequestId> LocalBackend::submit(GenerateRequest req, std::shared_ptr<Even
   er.stop = std::move(req.stop);
   er.adapter = adapter;
   if (!req.grammar.empty()) {
-    auto g = grammar::parse_gbnf(req.grammar);
-    if (!g) return invalid(g.status().message(), "grammar");
-    er.grammar = std::make_shared<const grammar::Grammar>(std::move(*g));
+    CAIRN_ASSIGN_OR_RETURN(er.grammar, compiled_grammar(req.grammar));
   }
 
   if (engine_->queued() >= options_.max_queue)

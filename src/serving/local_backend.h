@@ -10,8 +10,10 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "chat/chat_template.h"
@@ -90,6 +92,9 @@ class LocalBackend final : public Backend {
   Result<uint16_t> resolve_model(const std::string& model) const;
   Status check_model(const std::string& model) const { return resolve_model(model).status(); }
   Result<std::vector<Token>> prompt_tokens(const GenerateRequest& req) const;
+  // The grammar of this text, compiled once: requests with the same schema
+  // share one object, and with it the engine's cache of masks.
+  Result<std::shared_ptr<const grammar::Grammar>> compiled_grammar(const std::string& text) const;
 
   LocalBackendOptions options_;
   std::string model_id_;
@@ -97,6 +102,8 @@ class LocalBackend final : public Backend {
   int64_t kv_pool_bytes_ = 0;
   int32_t kv_blocks_ = 0;
   std::atomic<bool> draining_{false};
+  mutable std::mutex grammars_mu_;
+  mutable std::unordered_map<std::string, std::shared_ptr<const grammar::Grammar>> grammars_;
   model::LoadedModel loaded_;
   std::optional<chat::ChatTemplate> template_;  // absent: ChatML
   std::unique_ptr<kv::PagedKvCache> kv_;

@@ -163,3 +163,42 @@ ws ::= " "?)");
 
 }  // namespace
 }  // namespace cairn::grammar
+
+namespace cairn::grammar {
+namespace {
+
+// A state seen before gets the mask it had; a state is the whole parse, so
+// two outputs that leave the recognizer alike share a mask; the cache keeps
+// to its byte bound.
+TEST(TokenMask, CachedMasksEqualFreshOnes) {
+  auto g = compile(kJson);
+  ASSERT_TRUE(g);
+  std::vector<std::string> pieces = {"", "{", "}", "\"", "a", "b", "ab", ":", " ", "1", "\\", "\\n", "é"};
+  TokenTrie trie(pieces, {0});
+  MaskCache cache;
+  std::vector<uint8_t> fresh, cached;
+  for (const char* prefix : {"{\"", "{\"a", "{\"ab", "[\"b", "{\"a\": \"", "{\"a\": \"é"}) {
+    Matcher m(g);
+    ASSERT_TRUE(m.accept(prefix)) << prefix;
+    const int32_t n = trie.fill_mask(m, fresh);
+    EXPECT_EQ(trie.fill_mask(m, cached, cache), n);
+    EXPECT_EQ(cached, fresh) << prefix;
+    EXPECT_EQ(trie.fill_mask(m, cached, cache), n);  // now from the cache
+    EXPECT_EQ(cached, fresh) << prefix;
+  }
+  // Inside an object key, every character returns to the same state.
+  Matcher a(g), b(g);
+  ASSERT_TRUE(a.accept("{\"a"));
+  ASSERT_TRUE(b.accept("{\"abba"));
+  EXPECT_EQ(a.state_key(), b.state_key());
+  MaskCache small(3 * pieces.size());
+  for (const char* prefix : {"{", "[", "{\"", "[1", "\"x"}) {
+    Matcher m(g);
+    ASSERT_TRUE(m.accept(prefix));
+    trie.fill_mask(m, cached, small);
+  }
+  EXPECT_LE(small.size(), 2u);
+}
+
+}  // namespace
+}  // namespace cairn::grammar
