@@ -415,11 +415,24 @@ void rope_tables(const HParams& hp, const std::vector<float>& freq_factors, cons
   const float* factors = freq_factors.empty() ? nullptr : freq_factors.data();
   const auto table = [&](std::vector<float>& out, float base, float scale) {
     out.resize((size_t)(T * 2 * pairs));
+    // YaRN's ramp is measured in this table's base (the reference's rope op
+    // takes each layer's base, and the ext and attention factors of the context).
+    kernels::RopeYarn yarn;
+    if (hp.rope_yarn()) {
+      yarn.ext_factor = hp.yarn_ext_factor;
+      yarn.attn_factor = hp.yarn_attn_factor;
+      kernels::rope_yarn_corr_dims(2 * pairs, hp.n_ctx_orig_yarn, base, hp.yarn_beta_fast,
+                                   hp.yarn_beta_slow, yarn.corr_low, yarn.corr_high);
+    }
     for_token_rows(pool, T, [&](int64_t begin, int64_t end) {
       for (int64_t t = begin; t < end; ++t) {
         float* cs = out.data() + t * 2 * pairs;
-        kernels::rope_angles(hp.head_dim, hp.n_rot, batch.positions[(size_t)t], base, scale, cs,
-                             cs + pairs, factors);
+        if (hp.rope_yarn())
+          kernels::rope_angles_yarn(hp.head_dim, hp.n_rot, batch.positions[(size_t)t], base, scale,
+                                    yarn, cs, cs + pairs, factors);
+        else
+          kernels::rope_angles(hp.head_dim, hp.n_rot, batch.positions[(size_t)t], base, scale, cs,
+                               cs + pairs, factors);
       }
     });
   };
