@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdio>
@@ -314,8 +315,21 @@ Status validate(const RandomModelSpec& s) {
     return bad("--experts, --experts-used and --expert-ffn need a mixture-of-experts --arch "
                "(qwen2moe, qwen3moe)");
   if (!ad.shared_expert && s.shared_ffn != 0) return bad("--shared-ffn needs --arch qwen2moe");
-  if (!ad.gemma && (s.sliding_window != 0 || s.attn_softcap != 0 || s.final_softcap != 0))
-    return bad("--sliding-window, --attn-softcap and --final-softcap need a gemma --arch");
+  if (!ad.gemma && (s.attn_softcap != 0 || s.final_softcap != 0))
+    return bad("--attn-softcap and --final-softcap need a gemma --arch");
+  if (!ad.gemma && s.arch != "llama" && s.sliding_window != 0)
+    return bad("--sliding-window needs --arch llama or a gemma --arch");
+  if (s.rope_scaling.empty() && (s.rope_scaling_factor != 0 || s.rope_orig_ctx != 0))
+    return bad("--rope-scaling-factor and --rope-orig-ctx need --rope-scaling");
+  if (!s.rope_scaling.empty() && s.rope_scaling != "linear" && s.rope_scaling != "yarn")
+    return bad("unknown --rope-scaling '" + s.rope_scaling + "' (linear, yarn)");
+  if (!s.rope_scaling.empty() &&
+      !(s.rope_scaling_factor > 0 && std::isfinite(s.rope_scaling_factor)))
+    return bad("--rope-scaling needs a positive --rope-scaling-factor");
+  if (s.rope_orig_ctx != 0 && s.rope_scaling != "yarn")
+    return bad("--rope-orig-ctx needs --rope-scaling yarn");
+  if (s.rope_orig_ctx < 0 || s.rope_orig_ctx > kMaxCtx)
+    return bad("--rope-orig-ctx must be in [1, 16777216]");
   if (s.sliding_window < 0 || s.sliding_window > kMaxCtx)
     return bad("--sliding-window must be in [1, 16777216]");
   if (!(s.attn_softcap >= 0) || !(s.final_softcap >= 0) || !std::isfinite(s.attn_softcap) ||
@@ -455,7 +469,20 @@ Result<BuildSummary> write_random_model(const RandomModelSpec& spec, const Vocab
     if (spec.final_softcap > 0)
       w.set_float32(a + ".final_logit_softcapping", spec.final_softcap);
   }
+  if (spec.arch == "llama" && spec.sliding_window > 0)
+    w.set_uint32(a + ".attention.sliding_window", static_cast<uint32_t>(spec.sliding_window));
   w.set_float32(a + ".rope.freq_base", ad.rope_base);
+  if (!spec.rope_scaling.empty()) {  // as the converter writes them
+    w.set_string(a + ".rope.scaling.type", spec.rope_scaling);
+    w.set_float32(a + ".rope.scaling.factor", spec.rope_scaling_factor);
+    if (spec.rope_scaling == "yarn") {
+      const int64_t orig =
+          spec.rope_orig_ctx > 0
+              ? spec.rope_orig_ctx
+              : std::max<int64_t>(1, (int64_t)((double)spec.ctx / spec.rope_scaling_factor));
+      w.set_uint32(a + ".rope.scaling.original_context_length", static_cast<uint32_t>(orig));
+    }
+  }
   w.set_float32(a + ".attention.layer_norm_rms_epsilon", ad.norm_eps);
   vocab.write_metadata(w);
 
