@@ -64,6 +64,9 @@ modelgen::RandomModelSpec spec_of(const json& j) {
   s.sliding_window = j.value("sliding_window", int64_t{0});  // gemma (0: make-model's defaults)
   s.attn_softcap = j.value("attn_softcap", 0.0f);
   s.final_softcap = j.value("final_softcap", 0.0f);
+  s.rope_scaling = j.value("rope_scaling", std::string());  // RoPE scaling keys (none unless set)
+  s.rope_scaling_factor = j.value("rope_scaling_factor", 0.0f);
+  s.rope_orig_ctx = j.value("rope_orig_ctx", int64_t{0});
   s.seed = j.at("seed").get<uint64_t>();
   s.name = j.value("name", std::string());
   s.type = TensorType::F32;
