@@ -24,7 +24,9 @@ Status read_llama_hparams(const MetaReader& m, HParams& hp) {
 
 Result<std::unique_ptr<Model>> load_llama(std::shared_ptr<const gguf::File> file, HParams hp,
                                           const LoadOptions& options) {
-  return load_decoder(std::move(file), std::move(hp), options, DecoderOptions{.qkv_bias = false});
+  DecoderOptions d;
+  d.rope_factor_pair = hp.rope_longrope;  // as the reference loads them for llama
+  return load_decoder(std::move(file), std::move(hp), options, d);
 }
 
 }  // namespace cairn::model

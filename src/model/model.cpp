@@ -33,7 +33,7 @@ constexpr int64_t kMaxCtx = int64_t{1} << 28;
 constexpr int64_t kMaxExperts = 1024;  // the reference's limit too
 
 // RoPE scaling as the reference reads and applies it: rope.scaling.type
-// (none, linear, yarn; absent: linear when a factor is present), its factor,
+// (none, linear, yarn, longrope; absent: linear when a factor is present), its factor,
 // rope.scaling.attn_factor, and for yarn the original context and the yarn_*
 // keys (the reference's llama/qwen/phi3/gemma graphs keep its defaults for
 // those: ext factor 1, betas 32 and 1, no log multiplier; a file that
@@ -46,12 +46,18 @@ Status read_rope_scaling(const MetaReader& m, HParams& hp) {
   if (factor == 0) {
     CAIRN_ASSIGN_OR_RETURN(factor, m.real("rope.scale_linear", 0.0));  // older files
   }
+  // The context YaRN's ramp and LongRoPE's choice of factors are measured against.
+  CAIRN_ASSIGN_OR_RETURN(hp.n_ctx_orig_yarn, m.count("rope.scaling.original_context_length",
+                                                     kMaxCtx, hp.n_ctx_train));
   const std::string_view t = type.value_or(factor != 0 ? "linear" : "none");
   if (t == "none") return Status::ok();
   const bool yarn = t == "yarn";
-  if (t != "linear" && !yarn)
+  // longrope: the factors are tensors (phi3; llama with this type), its
+  // attention factor rope.scaling.attn_factor; otherwise it scales as linear.
+  hp.rope_longrope = t == "longrope";
+  if (t != "linear" && !yarn && !hp.rope_longrope)
     return Status::error("metadata '" + m.key("rope.scaling.type") + "' = '" + std::string(t) +
-                         "' is not supported (none, linear, yarn)");
+                         "' is not supported (none, linear, yarn, longrope)");
   if (factor < 0)
     return Status::error("metadata '" + m.key("rope.scaling.factor") + "' must be positive");
   // No factor: llama.cpp treats it as 1.
@@ -70,8 +76,6 @@ Status read_rope_scaling(const MetaReader& m, HParams& hp) {
     hp.yarn_attn_factor = attn_factor;
     return Status::ok();
   }
-  CAIRN_ASSIGN_OR_RETURN(hp.n_ctx_orig_yarn, m.count("rope.scaling.original_context_length",
-                                                     kMaxCtx, hp.n_ctx_train));
   double ext = 0, log_mul = 0;
   CAIRN_ASSIGN_OR_RETURN(ext, m.real("rope.scaling.yarn_ext_factor", -1.0));
   hp.yarn_ext_factor = ext < 0 ? 1.0f : (float)ext;  // negative: not set, as the reference

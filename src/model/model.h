@@ -46,6 +46,7 @@ struct HParams {
   float yarn_beta_fast = 32.0f;
   float yarn_beta_slow = 1.0f;
   int64_t n_ctx_orig_yarn = 0;  // rope.scaling.original_context_length (default context_length)
+  bool rope_longrope = false;   // rope.scaling.type "longrope" (rope_factors_long/short)
   float norm_eps = 1e-5f;        // <arch>.attention.layer_norm_rms_epsilon
   kernels::RopeStyle rope_style = kernels::RopeStyle::Norm;
   bool tied_output = false;  // output.weight absent: token_embd.weight is used
@@ -148,6 +149,11 @@ struct StageIo {
 struct LoadOptions {
   int n_threads = 0;  // threads of the model's kernel pool, caller included; <=0: hardware
   ShardSpec shard;    // the whole model unless set
+  // Tokens per sequence the caller will serve (at most context_length); 0:
+  // context_length. LongRoPE files (phi3's rope_factors_long/short) take the
+  // long factors when it exceeds rope.scaling.original_context_length, as the
+  // reference decides by its context size.
+  int64_t n_ctx = 0;
 };
 
 class Model {

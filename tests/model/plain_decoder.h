@@ -49,6 +49,8 @@ struct ArchSpec {
   int64_t yarn_orig = 0;
   // attention.sliding_window: every layer sees its last `window` positions.
   int64_t window = 0;
+  // For the reference only: cos and sin times this (rope.scaling.attn_factor).
+  double attn_factor = 1.0;
   uint32_t seed = 11;
 };
 
@@ -227,12 +229,13 @@ struct Loaded {
   std::unique_ptr<Model> model;
 };
 
-inline Result<Loaded> load_bytes(std::vector<uint8_t> bytes) {
+// n_ctx: LoadOptions::n_ctx, the context the model is loaded to serve.
+inline Result<Loaded> load_bytes(std::vector<uint8_t> bytes, int64_t n_ctx = 0) {
   auto f = gguf::File::parse(std::move(bytes));
   if (!f) return f.status();
   Loaded l;
   l.file = std::shared_ptr<const gguf::File>(std::move(*f));
-  auto m = Model::load(l.file, LoadOptions{2, {}});
+  auto m = Model::load(l.file, LoadOptions{2, {}, n_ctx});
   if (!m) return m.status();
   l.model = std::move(*m);
   return l;
@@ -302,7 +305,8 @@ inline double yarn_theta(const ArchSpec& s, int64_t hd, int64_t i, double extrap
 }
 
 inline void rope(Vec& x, int64_t heads, int64_t hd, int pos, const ArchSpec& s) {
-  const double mscale = s.yarn_factor > 1 ? 0.1 * std::log(s.yarn_factor) + 1 : 1.0;
+  const double mscale =
+      (s.yarn_factor > 1 ? 0.1 * std::log(s.yarn_factor) + 1 : 1.0) * s.attn_factor;
   for (int64_t h = 0; h < heads; ++h)
     for (int64_t i = 0; i < hd / 2; ++i) {
       double theta = pos * std::pow((double)s.rope_base, -2.0 * (double)i / (double)hd);

@@ -169,13 +169,13 @@ TEST(Yarn, BadMetadataIsRefusedByName) {
   const auto with = [&](const std::function<void(gguf::Writer&)>& meta) {
     return load_error(write_model(s, w, meta));
   };
-  for (const char* type : {"longrope", "dynamic", "YARN"})
+  for (const char* type : {"dynamic", "su", "YARN"})
     EXPECT_EQ(with([&](gguf::Writer& g) {
                 g.set_string("qwen2.rope.scaling.type", type);
                 g.set_float32("qwen2.rope.scaling.factor", 4.0f);
               }),
               std::string("metadata 'qwen2.rope.scaling.type' = '") + type +
-                  "' is not supported (none, linear, yarn)");
+                  "' is not supported (none, linear, yarn, longrope)");
   const auto yarn = [&](const std::function<void(gguf::Writer&)>& more) {
     return with([&](gguf::Writer& g) {
       g.set_string("qwen2.rope.scaling.type", "yarn");
@@ -210,6 +210,80 @@ TEST(Yarn, BadMetadataIsRefusedByName) {
               g.set_string("qwen2.rope.scaling.original_context_length", "16");
             }).find("original_context_length"),
             std::string::npos);
+}
+
+// ---- phi3's LongRoPE ----------------------------------------------------------
+
+TEST(Phi3LongRope, FactorsChosenByTheServedContext) {
+  ArchSpec s;
+  s.arch = "phi3";
+  s.fuse_qkv = s.fuse_ffn = s.prescale_q = true;
+  s.eps = 1e-5f;
+  s.head_dim = 16;  // 8 rotated pairs
+  const std::vector<float> long_f = {1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f, 8.0f, 12.0f};
+  const std::vector<float> short_f = {1.0f, 1.0f, 1.1f, 1.2f, 1.3f, 1.5f, 1.8f, 2.0f};
+  // The converter's attention factor for 256 / 32: sqrt(1 + ln 8 / ln 32).
+  const float attn = (float)std::sqrt(1 + std::log(8.0) / std::log(32.0));
+  const auto meta = [&](std::vector<float> lf, std::vector<float> sf) {
+    return [=](gguf::Writer& g) {
+      g.set_string("phi3.rope.scaling.type", "longrope");
+      g.set_uint32("phi3.rope.scaling.original_context_length", 32);
+      g.set_float32("phi3.rope.scaling.attn_factor", attn);
+      if (!lf.empty()) {
+        ASSERT_TRUE(g.add_tensor("rope_factors_long.weight", TensorType::F32,
+                                 {(int64_t)lf.size()}, f32_bytes(lf)).is_ok());
+      }
+      if (!sf.empty()) {
+        ASSERT_TRUE(g.add_tensor("rope_factors_short.weight", TensorType::F32,
+                                 {(int64_t)sf.size()}, f32_bytes(sf)).is_ok());
+      }
+    };
+  };
+  const Weights w = make_weights(s);
+  const std::vector<uint8_t> bytes = write_model(s, w, meta(long_f, short_f));
+  const std::vector<Token> prompt = long_prompt();
+  std::vector<std::vector<float>> by_long, by_short;
+  // context_length (256, the default), 64 > 32: long; 32 and 16: short.
+  for (int64_t n_ctx : {0, 64, 32, 16}) {
+    SCOPED_TRACE("n_ctx " + std::to_string(n_ctx));
+    auto l = load_bytes(bytes, n_ctx);
+    ASSERT_TRUE(l) << l.status().message();
+    EXPECT_EQ(l->model->hparams().n_ctx_orig_yarn, 32);
+    EXPECT_EQ(l->model->hparams().yarn_attn_factor, attn);
+    const bool is_long = n_ctx == 0 || n_ctx > 32;
+    ArchSpec r = s;
+    r.rope_freqs = is_long ? long_f : short_f;
+    r.attn_factor = attn;
+    const std::vector<Vec> want = reference(r, w, prompt);
+    const auto got = run(*l->model, prompt);
+    EXPECT_LT(rel_diff(got, want), 1e-4);
+    EXPECT_LT(rel_diff(run(*l->model, prompt, /*one_by_one=*/true), want), 1e-4);
+    (is_long ? by_long : by_short) = got;
+  }
+  EXPECT_GT(max_abs_diff(by_long, by_short), 1e-3);
+  // Only the long factors and a short context: no factors, the attention factor stays.
+  auto only_long = load_bytes(write_model(s, w, meta(long_f, {})), 16);
+  ASSERT_TRUE(only_long) << only_long.status().message();
+  ArchSpec r = s;
+  r.attn_factor = attn;
+  EXPECT_LT(rel_diff(run(*only_long->model, prompt), reference(r, w, prompt)), 1e-4);
+
+  // Bad factors, by name.
+  std::vector<float> zero = long_f;
+  zero[2] = 0.0f;
+  EXPECT_EQ(load_error(write_model(s, w, meta(zero, short_f))),
+            "tensor 'rope_factors_long.weight' holds a factor that is not a positive finite number");
+  EXPECT_NE(load_error(write_model(s, w, meta({1.0f, 2.0f}, short_f))).find("rope_factors_long"),
+            std::string::npos);
+  ArchSpec q;
+  q.arch = "qwen2";
+  q.qkv_bias = true;
+  EXPECT_EQ(load_error(write_model(q, make_weights(q), [&](gguf::Writer& g) {
+              ASSERT_TRUE(g.add_tensor("rope_factors_short.weight", TensorType::F32, {8},
+                                       f32_bytes(short_f)).is_ok());
+            })),
+            "tensor 'rope_factors_short.weight': long-context RoPE factors (LongRoPE) are not "
+            "supported for qwen2");
 }
 
 // ---- llama's sliding window ---------------------------------------------------
