@@ -31,6 +31,10 @@
 #   scripts/reference-oracle/arch_golden.sh syn-qwen3-yarn-f32 18265 --arch qwen3 --dim 128 \
 #     --layers 2 --heads 4 --kv-heads 2 --head-dim 48 --ffn 320 --rope-scaling yarn \
 #     --rope-scaling-factor 4 --rope-orig-ctx 32 --ctx 512 --seed 3
+#   scripts/reference-oracle/arch_golden.sh syn-phi3-longrope-f32 18270 --arch phi3 --dim 128 \
+#     --layers 3 --heads 4 --kv-heads 2 --ffn 256 --rope-scaling longrope \
+#     --rope-scaling-factor 8 --rope-orig-ctx 64 --ctx 512 --seed 7 --name cairn-random-phi-128x3
+#   (-c 512 > 64: the reference takes the long factors, as cairn's test loads it)
 # Which build of the reference matters for decode steps: a -march=native
 # build on an AMX host (/tmp/ref2026/build) sums single-token attention in
 # another order than cairn emulates (remade here, syn-qwen3-f32 moves by up to

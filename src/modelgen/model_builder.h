@@ -62,9 +62,10 @@ struct RandomModelSpec {
   int64_t sliding_window = 0;
   float attn_softcap = 0.0f;
   float final_softcap = 0.0f;
-  // RoPE scaling keys: rope.scaling.type ("linear" or "yarn"; empty: none
-  // written), rope.scaling.factor and, for yarn,
-  // rope.scaling.original_context_length (0: ctx / factor).
+  // RoPE scaling keys: rope.scaling.type ("linear", "yarn" or, phi3 only,
+  // "longrope"; empty: none written), rope.scaling.factor (longrope: the
+  // largest long factor instead, and the converter's attn_factor) and, for
+  // yarn and longrope, rope.scaling.original_context_length (0: ctx / factor).
   std::string rope_scaling;
   float rope_scaling_factor = 0.0f;
   int64_t rope_orig_ctx = 0;

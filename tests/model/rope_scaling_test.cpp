@@ -393,11 +393,38 @@ TEST(RopeScalingModelgen, WritesYarnAndLlamaWindow) {
   EXPECT_EQ((*lm)->hparams().rope_freq_scale, 0.5f);
   EXPECT_FALSE((*lm)->hparams().rope_yarn());
 
+  // phi3's LongRoPE: the factor pair (long chosen for the file's whole
+  // context), the converter's attention factor, the original context.
+  spec = {};
+  spec.arch = "phi3";
+  spec.dim = 64;
+  spec.heads = 4;
+  spec.kv_heads = 2;
+  spec.ffn = 96;
+  spec.ctx = 256;
+  spec.rope_scaling = "longrope";
+  spec.rope_scaling_factor = 8;
+  spec.rope_orig_ctx = 32;
+  const std::string ppath = (dir / "longrope.gguf").string();
+  ASSERT_TRUE(modelgen::write_random_model(spec, vocab, ppath).is_ok());
+  auto pf = gguf::File::open(ppath);
+  ASSERT_TRUE(pf) << pf.status().message();
+  ASSERT_NE((*pf)->find_tensor("rope_factors_short.weight"), nullptr);
+  auto pm = Model::load(std::shared_ptr<const gguf::File>(std::move(*pf)), LoadOptions{1, {}});
+  ASSERT_TRUE(pm) << pm.status().message();
+  EXPECT_EQ((*pm)->hparams().n_ctx_orig_yarn, 32);
+  EXPECT_EQ((*pm)->hparams().rope_freq_scale, 1.0f);
+  EXPECT_NEAR((*pm)->hparams().yarn_attn_factor, std::sqrt(1 + std::log(8.0) / std::log(32.0)),
+              1e-6);
+
   modelgen::RandomModelSpec bad;
   bad.rope_scaling = "longrope";
   bad.rope_scaling_factor = 4;
   EXPECT_EQ(modelgen::validate(bad).message(),
-            "make-model: unknown --rope-scaling 'longrope' (linear, yarn)");
+            "make-model: --rope-scaling longrope needs --arch phi3");
+  bad.rope_scaling = "dynamic";
+  EXPECT_EQ(modelgen::validate(bad).message(),
+            "make-model: unknown --rope-scaling 'dynamic' (linear, yarn, longrope)");
   bad.rope_scaling = "yarn";
   bad.rope_scaling_factor = 0;
   EXPECT_EQ(modelgen::validate(bad).message(),
@@ -408,7 +435,8 @@ TEST(RopeScalingModelgen, WritesYarnAndLlamaWindow) {
             "make-model: --rope-scaling-factor and --rope-orig-ctx need --rope-scaling");
   bad.rope_scaling = "linear";
   bad.rope_scaling_factor = 2;
-  EXPECT_EQ(modelgen::validate(bad).message(), "make-model: --rope-orig-ctx needs --rope-scaling yarn");
+  EXPECT_EQ(modelgen::validate(bad).message(),
+            "make-model: --rope-orig-ctx needs --rope-scaling yarn or longrope");
   bad = {};
   bad.arch = "qwen2";
   bad.sliding_window = 16;

@@ -95,11 +95,12 @@ void register_make_model(CLI::App& app, CommandResult& result) {
                   "default 4096, gemma3 none); llama: every layer sees its last N positions "
                   "(Mistral 7B v0.1; the reference llama.cpp ignores it)");
   cmd->add_option("--rope-scaling", s.rope_scaling,
-                  "linear or yarn: writes rope.scaling.type (with --rope-scaling-factor)");
+                  "linear, yarn or (phi3) longrope: writes rope.scaling.type (with "
+                  "--rope-scaling-factor; longrope: rope_factors_long/short up to that factor)");
   cmd->add_option("--rope-scaling-factor", s.rope_scaling_factor,
                   "rope.scaling.factor: context extension factor (needs --rope-scaling)");
   cmd->add_option("--rope-orig-ctx", s.rope_orig_ctx,
-                  "yarn: rope.scaling.original_context_length (default --ctx / factor)");
+                  "yarn, longrope: rope.scaling.original_context_length (default --ctx / factor)");
   cmd->add_option("--attn-softcap", s.attn_softcap,
                   "gemma2: attn_logit_softcapping (default 50)");
   cmd->add_option("--final-softcap", s.final_softcap,
