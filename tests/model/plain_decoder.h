@@ -2,7 +2,8 @@
 // a plain double-precision forward written from the definitions: a shape
 // (ArchSpec), its random weights, the GGUF file of them (the layouts and
 // metadata the architectures take), loading it, running it, and comparing
-// logits. Shared by arch_test.cpp and rope_scaling_test.cpp.
+// logits. Shared by arch_test.cpp, rope_scaling_test.cpp and (loading, running,
+// comparing) gemma_test.cpp.
 #pragma once
 
 #include <gtest/gtest.h>
