@@ -59,16 +59,9 @@ trap '[ -n "$pid" ] && kill $pid 2>/dev/null || true; rm -rf "$work"' EXIT
 
 mkdir -p "$root/tests/model/golden"
 "$cairn" make-model "$work/$name.gguf" "$@" --type f32 --vocab-from "$shared/models/stories260K.gguf" -t 1
-# -fa off: cairn computes attention as the reference's unfused path does
-# (scores, softmax, weighted sum), not its flash-attention kernel.
-"$server" -m "$work/$name.gguf" -t 1 --port "$port" -fa off -c 512 >"$work/server.log" 2>&1 &
-pid=$!
-for _ in $(seq 120); do
-  curl -sf "http://127.0.0.1:$port/health" >/dev/null && break
-  kill -0 $pid 2>/dev/null || { cat "$work/server.log"; exit 1; }
-  sleep 1
-done
-/usr/bin/python3 "$root/scripts/reference-oracle/golden_from_server.py" "$shared" stories260K "$port" "$work/out.json"
+# shellcheck source=ask_server.sh
+. "$root/scripts/reference-oracle/ask_server.sh"
+ask_server "$server" "$work/$name.gguf" "$port" "$work/out.json"
 version=$("$server" --version 2>&1 | grep -m1 -i version || true)
 version="$version, $(basename "$(dirname "$(dirname "$server")")")"
 /usr/bin/python3 - "$work/out.json" "$work/$name.gguf" "$root/tests/model/golden/$name.json" "$version" "$@" <<'EOF'
