@@ -25,6 +25,28 @@
 #   scripts/reference-oracle/arch_golden.sh syn-gptoss-f32 18323 --arch gpt-oss --dim 128 \
 #     --layers 4 --heads 4 --kv-heads 2 --head-dim 48 --ffn 320 --experts 8 --experts-used 4 \
 #     --expert-ffn 96 --sliding-window 16 --ctx 512 --seed 31
+# YaRN (made with LLAMA_SERVER=/tmp/ref2026/build-noamx/bin/llama-server, below):
+#   scripts/reference-oracle/arch_golden.sh syn-llama-yarn-f32 18245 --arch llama --dim 192 \
+#     --layers 2 --heads 6 --kv-heads 2 --ffn 384 --rope-scaling yarn --rope-scaling-factor 4 \
+#     --rope-orig-ctx 32 --ctx 512 --seed 5
+#   scripts/reference-oracle/arch_golden.sh syn-qwen2-yarn-f32 18248 --arch qwen2 --dim 128 \
+#     --layers 2 --heads 4 --kv-heads 2 --ffn 320 --rope-scaling yarn --rope-scaling-factor 8 \
+#     --rope-orig-ctx 16 --ctx 512 --seed 17
+#   scripts/reference-oracle/arch_golden.sh syn-qwen3-yarn-f32 18265 --arch qwen3 --dim 128 \
+#     --layers 2 --heads 4 --kv-heads 2 --head-dim 48 --ffn 320 --rope-scaling yarn \
+#     --rope-scaling-factor 4 --rope-orig-ctx 32 --ctx 512 --seed 3
+#   scripts/reference-oracle/arch_golden.sh syn-phi3-longrope-f32 18270 --arch phi3 --dim 128 \
+#     --layers 3 --heads 4 --kv-heads 2 --ffn 256 --rope-scaling longrope \
+#     --rope-scaling-factor 8 --rope-orig-ctx 64 --ctx 512 --seed 7 --name cairn-random-phi-128x3
+#   (-c 512 > 64: the reference takes the long factors, as cairn's test loads it)
+# Which build of the reference matters for decode steps: a -march=native
+# build on an AMX host (/tmp/ref2026/build) sums single-token attention in
+# another order than cairn emulates (remade here, syn-qwen3-f32 moves by up to
+# 8e-4 and cairn's median deviation goes from 1e-6 to 1.7e-4); a build with
+# GGML_NATIVE=OFF and the AVX-512 flags without AMX or AVX512-FP16
+# (/tmp/ref2026/build-noamx: -msse4.2 -mf16c -mfma -mbmi2 -mavx -mavx2
+# -mavx512f/cd/vl/dq/bw/vbmi/vnni/bf16) reproduces it to 1e-6. The build's
+# folder name is stored in each file's "reference".
 # (The reference sets token attributes by general.name: a name containing
 # "phi3" makes it look up Phi-3's special tokens, which stories260K's
 # vocabulary lacks, so phi3 models get another --name.)
@@ -41,17 +63,11 @@ trap '[ -n "$pid" ] && kill $pid 2>/dev/null || true; rm -rf "$work"' EXIT
 
 mkdir -p "$root/tests/model/golden"
 "$cairn" make-model "$work/$name.gguf" "$@" --type f32 --vocab-from "$shared/models/stories260K.gguf" -t 1
-# -fa off: cairn computes attention as the reference's unfused path does
-# (scores, softmax, weighted sum), not its flash-attention kernel.
-"$server" -m "$work/$name.gguf" -t 1 --port "$port" -fa off -c 512 >"$work/server.log" 2>&1 &
-pid=$!
-for _ in $(seq 120); do
-  curl -sf "http://127.0.0.1:$port/health" >/dev/null && break
-  kill -0 $pid 2>/dev/null || { cat "$work/server.log"; exit 1; }
-  sleep 1
-done
-/usr/bin/python3 "$root/scripts/reference-oracle/golden_from_server.py" "$shared" stories260K "$port" "$work/out.json"
+# shellcheck source=ask_server.sh
+. "$root/scripts/reference-oracle/ask_server.sh"
+ask_server "$server" "$work/$name.gguf" "$port" "$work/out.json"
 version=$("$server" --version 2>&1 | grep -m1 -i version || true)
+version="$version, $(basename "$(dirname "$(dirname "$server")")")"
 /usr/bin/python3 - "$work/out.json" "$work/$name.gguf" "$root/tests/model/golden/$name.json" "$version" "$@" <<'EOF'
 import argparse, hashlib, json, os, sys
 src, model, out, version, args = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5:]
@@ -62,7 +78,8 @@ for opt, typ, default in [('--arch', str, 'llama'), ('--dim', int, 256), ('--lay
                           ('--experts', int, 0), ('--experts-used', int, 0),
                           ('--expert-ffn', int, 0), ('--shared-ffn', int, 0),
                           ('--sliding-window', int, 0), ('--attn-softcap', float, 0.0),
-                          ('--final-softcap', float, 0.0),
+                          ('--final-softcap', float, 0.0), ('--rope-scaling', str, ''),
+                          ('--rope-scaling-factor', float, 0.0), ('--rope-orig-ctx', int, 0),
                           ('--seed', int, 0), ('--name', str, '')]:
     p.add_argument(opt, type=typ, default=default)
 a = p.parse_args(args)
@@ -85,6 +102,10 @@ if a.sliding_window or a.attn_softcap or a.final_softcap:  # the gemma architect
     g['make_model']['spec'].update({'sliding_window': a.sliding_window,
                                     'attn_softcap': a.attn_softcap,
                                     'final_softcap': a.final_softcap})
+if a.rope_scaling:  # RoPE scaling keys
+    g['make_model']['spec'].update({'rope_scaling': a.rope_scaling,
+                                    'rope_scaling_factor': a.rope_scaling_factor,
+                                    'rope_orig_ctx': a.rope_orig_ctx})
 g['sha256'] = hashlib.sha256(open(model, 'rb').read()).hexdigest()
 json.dump(g, open(out, 'w'), indent=1)
 print(f'wrote {out}')

@@ -34,14 +34,9 @@ qtype=${qargs##* } qopts=
 # shellcheck disable=SC2086
 "$ref/llama-quantize" $qopts "$work/f32.gguf" "$model" "$qtype" 1 >"$work/quantize.log" 2>&1 ||
   { cat "$work/quantize.log"; exit 1; }
-"$ref/llama-server" -m "$model" -t 1 --port "$port" -fa off -c 512 >"$work/server.log" 2>&1 &
-pid=$!
-for _ in $(seq 120); do
-  curl -sf "http://127.0.0.1:$port/health" >/dev/null && break
-  kill -0 $pid 2>/dev/null || { cat "$work/server.log"; exit 1; }
-  sleep 1
-done
-/usr/bin/python3 "$root/scripts/reference-oracle/golden_from_server.py" "$shared" stories260K "$port" "$work/out.json"
+# shellcheck source=ask_server.sh
+. "$root/scripts/reference-oracle/ask_server.sh"
+ask_server "$ref/llama-server" "$model" "$port" "$work/out.json"
 /usr/bin/python3 - "$work/out.json" "$model" "$root/tests/model/golden-quant/$name.json" "$qargs" "$@" <<'PY'
 import hashlib, json, os, sys
 src, model, out, qargs, args = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5:]

@@ -145,6 +145,28 @@ void rope_angles(int64_t head_dim, int64_t n_rot, int32_t pos, float base, float
 void rope_qk_angles(float* q, int64_t n_head_q, float* k, int64_t n_head_k, int64_t head_dim,
                     int64_t n_rot, const float* cos, const float* sin, RopeStyle style);
 
+// YaRN (and the reference's RoPE attention factor), as ggml's rope op
+// computes them: each pair's angle blends the interpolated angle (times
+// freq_scale) with the unscaled one by a ramp over the pairs between the
+// correction dims (ext_factor weighs the blend; 0: interpolation only), and
+// cos and sin are multiplied by attn_factor, times 1 + 0.1 ln(1 / freq_scale)
+// when ext_factor is not 0. corr_low/high: rope_yarn_corr_dims.
+struct RopeYarn {
+  float ext_factor = 0.0f;
+  float attn_factor = 1.0f;
+  float corr_low = 0.0f;
+  float corr_high = 0.0f;
+};
+// The pairs where the ramp starts and ends: those that turn beta_fast and
+// beta_slow times over n_ctx_orig positions (floor and ceil, clamped to [0,
+// n_dims - 1]).
+void rope_yarn_corr_dims(int64_t n_dims, int64_t n_ctx_orig, float base, float beta_fast,
+                         float beta_slow, float& low, float& high);
+// rope_angles with YaRN; with ext_factor 0 and attn_factor 1 the same bits as rope_angles.
+void rope_angles_yarn(int64_t head_dim, int64_t n_rot, int32_t pos, float base, float freq_scale,
+                      const RopeYarn& yarn, float* cos, float* sin,
+                      const float* freq_factors = nullptr);
+
 // In-place softmax over n values (max-subtracted, numerically stable), in the
 // reference's order: exp_ggml in groups of 16, group sums added in double.
 void softmax(float* x, int64_t n);

@@ -76,6 +76,40 @@ void rope_angles(int64_t head_dim, int64_t n_rot, int32_t pos, float base, float
   }
 }
 
+void rope_yarn_corr_dims(int64_t n_dims, int64_t n_ctx_orig, float base, float beta_fast,
+                         float beta_slow, float& low, float& high) {
+  // The pair whose wavelength fits n_ctx_orig / beta times; float as ggml.
+  const auto dim = [&](float beta) {
+    return (float)n_dims * std::log((float)n_ctx_orig / (beta * 2.0f * (float)M_PI)) /
+           (2.0f * std::log(base));
+  };
+  low = std::max(0.0f, std::floor(dim(beta_fast)));
+  high = std::min((float)(n_dims - 1), std::ceil(dim(beta_slow)));
+}
+
+void rope_angles_yarn(int64_t head_dim, int64_t n_rot, int32_t pos, float base, float freq_scale,
+                      const RopeYarn& y, float* c, float* s, const float* freq_factors) {
+  const int64_t pairs = rope_pairs(head_dim, n_rot);
+  if (pairs == 0) return;
+  float mscale = y.attn_factor;
+  // The reference's C fuses a * b + c into one FMA (see rotate_pairs above).
+  if (y.ext_factor != 0.0f) mscale *= std::fma(0.1f, std::log(1.0f / freq_scale), 1.0f);
+  const float theta_scale = std::pow(base, -2.0f / static_cast<float>(2 * pairs));
+  float theta = static_cast<float>(pos);
+  for (int64_t i = 0; i < pairs; ++i, theta *= theta_scale) {
+    const float extrap = freq_factors ? theta / freq_factors[i] : theta;
+    const float interp = freq_scale * extrap;
+    float t = interp;
+    if (y.ext_factor != 0.0f) {
+      const float r = ((float)i - y.corr_low) / std::max(0.001f, y.corr_high - y.corr_low);
+      const float mix = (1.0f - std::min(1.0f, std::max(0.0f, r))) * y.ext_factor;
+      t = std::fma(interp, 1.0f - mix, extrap * mix);
+    }
+    c[i] = std::cos(t) * mscale;
+    s[i] = std::sin(t) * mscale;
+  }
+}
+
 void rope(float* x, int64_t n_heads, int64_t head_dim, int64_t n_rot, int32_t pos, float base,
           float freq_scale, RopeStyle style, const float* freq_factors) {
   rope_qk(x, n_heads, nullptr, 0, head_dim, n_rot, pos, base, freq_scale, style, freq_factors);

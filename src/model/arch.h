@@ -103,6 +103,7 @@ Result<std::unique_ptr<Model>> load_decoder(std::shared_ptr<const gguf::File> fi
 
 Result<std::unique_ptr<Model>> load_llama(std::shared_ptr<const gguf::File> file, HParams hp,
                                           const LoadOptions& options);
+Status read_llama_hparams(const MetaReader& m, HParams& hp);
 Result<std::unique_ptr<Model>> load_qwen2(std::shared_ptr<const gguf::File> file, HParams hp,
                                           const LoadOptions& options);
 Result<std::unique_ptr<Model>> load_qwen3(std::shared_ptr<const gguf::File> file, HParams hp,

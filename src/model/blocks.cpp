@@ -194,7 +194,7 @@ std::vector<float> slice(const std::vector<float>& v, int64_t begin, int64_t n) 
 
 Result<DecoderWeights> load_decoder_weights(const gguf::File& f, const HParams& hp,
                                             const DecoderOptions& options,
-                                            const ShardSpec& shard) {
+                                            const ShardSpec& shard, int64_t n_ctx) {
   CAIRN_ASSIGN_OR_RETURN(const HParams local, shard_hparams(hp, shard));
   DecoderWeights w;
   TensorSizes sizes;
@@ -251,10 +251,32 @@ Result<DecoderWeights> load_decoder_weights(const gguf::File& f, const HParams& 
         return Status::error("tensor '" + tensor_name(R::RopeFreqs) +
                              "' holds a factor that is not a positive finite number");
   }
-  for (const char* name : {"rope_factors_long.weight", "rope_factors_short.weight"})
-    if (f.find_tensor(name))
+  constexpr const char* kLong = "rope_factors_long.weight";
+  constexpr const char* kShort = "rope_factors_short.weight";
+  for (const char* name : {kLong, kShort}) {
+    if (!f.find_tensor(name)) continue;
+    if (!options.rope_factor_pair)
       return Status::error(std::string("tensor '") + name +
-                           "': long-context RoPE factors (LongRoPE) are not supported");
+                           "': long-context RoPE factors (LongRoPE) are not supported for " +
+                           hp.arch + (hp.arch == "llama" ? " without rope.scaling.type longrope" : ""));
+    if (sizes.rope_pairs == 0)
+      return Status::error(std::string("tensor '") + name +
+                           "' is present but the model rotates no dimensions");
+  }
+  // The reference's choice: rope_freqs.weight where present, else the long
+  // factors when the served context exceeds the original one, else the short
+  // (none when that tensor is absent).
+  if (options.rope_factor_pair && w.rope_freqs.empty()) {
+    const int64_t served = n_ctx > 0 ? std::min(n_ctx, hp.n_ctx_train) : hp.n_ctx_train;
+    const char* name = served > hp.n_ctx_orig_yarn ? kLong : kShort;
+    if (f.find_tensor(name)) {
+      CAIRN_ASSIGN_OR_RETURN(w.rope_freqs, find_vector(f, name, sizes.rope_pairs));
+      for (float x : w.rope_freqs)
+        if (!(x > 0.0f) || !std::isfinite(x))
+          return Status::error(std::string("tensor '") + name +
+                               "' holds a factor that is not a positive finite number");
+    }
+  }
   if (last_stage) {
     CAIRN_ASSIGN_OR_RETURN(w.output_norm, vector(R::OutputNorm));
     if (hp.tied_output) {
@@ -461,11 +483,24 @@ void rope_tables(const HParams& hp, const std::vector<float>& freq_factors, cons
   const float* factors = freq_factors.empty() ? nullptr : freq_factors.data();
   const auto table = [&](std::vector<float>& out, float base, float scale) {
     out.resize((size_t)(T * 2 * pairs));
+    // YaRN's ramp is measured in this table's base (the reference's rope op
+    // takes each layer's base, and the ext and attention factors of the context).
+    kernels::RopeYarn yarn;
+    if (hp.rope_yarn()) {
+      yarn.ext_factor = hp.yarn_ext_factor;
+      yarn.attn_factor = hp.yarn_attn_factor;
+      kernels::rope_yarn_corr_dims(2 * pairs, hp.n_ctx_orig_yarn, base, hp.yarn_beta_fast,
+                                   hp.yarn_beta_slow, yarn.corr_low, yarn.corr_high);
+    }
     for_token_rows(pool, T, [&](int64_t begin, int64_t end) {
       for (int64_t t = begin; t < end; ++t) {
         float* cs = out.data() + t * 2 * pairs;
-        kernels::rope_angles(hp.head_dim, hp.n_rot, batch.positions[(size_t)t], base, scale, cs,
-                             cs + pairs, factors);
+        if (hp.rope_yarn())
+          kernels::rope_angles_yarn(hp.head_dim, hp.n_rot, batch.positions[(size_t)t], base, scale,
+                                    yarn, cs, cs + pairs, factors);
+        else
+          kernels::rope_angles(hp.head_dim, hp.n_rot, batch.positions[(size_t)t], base, scale, cs,
+                               cs + pairs, factors);
       }
     });
   };

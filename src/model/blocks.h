@@ -93,6 +93,10 @@ struct DecoderOptions {
   // bias and a softmax over the chosen experts' logits, whose experts have
   // biases and the clamped SwiGLU (MoeActivation::SwigluOai).
   bool oai = false;
+  // LongRoPE's rope_factors_long/short (phi3; llama with rope.scaling.type
+  // longrope): one of them becomes rope_freqs (by the served context, see
+  // LoadOptions::n_ctx) unless rope_freqs.weight is present.
+  bool rope_factor_pair = false;
 };
 
 // Loads the llama-style tensor set, named and shaped as model/tensor_names.h
@@ -102,7 +106,7 @@ struct DecoderOptions {
 // matrices are cut into views the same way.
 Result<DecoderWeights> load_decoder_weights(const gguf::File& f, const HParams& hp,
                                             const DecoderOptions& options,
-                                            const ShardSpec& shard = {});
+                                            const ShardSpec& shard = {}, int64_t n_ctx = 0);
 
 // ---- LoRA adapters at run time -------------------------------------------------
 

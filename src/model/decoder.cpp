@@ -326,7 +326,7 @@ Result<std::unique_ptr<Model>> load_decoder(std::shared_ptr<const gguf::File> fi
   const ShardSpec& shard = options.shard;
   auto local = shard_hparams(hp, shard);
   if (!local) return local.status();
-  auto w = load_decoder_weights(*file, hp, decoder, shard);
+  auto w = load_decoder_weights(*file, hp, decoder, shard, options.n_ctx);
   if (!w) return w.status();
   const bool first = shard.layer_begin == 0;
   const bool whole = first && local->n_layer == hp.n_layer && shard.tp_size == 1;

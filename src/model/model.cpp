@@ -12,7 +12,7 @@ namespace cairn::model {
 namespace {
 
 constexpr ArchSpec kArchs[] = {
-    {"llama", kernels::RopeStyle::Norm, &load_llama},
+    {"llama", kernels::RopeStyle::Norm, &load_llama, false, &read_llama_hparams},
     {"qwen2", kernels::RopeStyle::Neox, &load_qwen2},
     {"qwen3", kernels::RopeStyle::Neox, &load_qwen3},
     {"phi3", kernels::RopeStyle::Neox, &load_phi3},
@@ -33,6 +33,12 @@ constexpr int64_t kMaxFf = int64_t{1} << 22;
 constexpr int64_t kMaxCtx = int64_t{1} << 28;
 constexpr int64_t kMaxExperts = 1024;  // the reference's limit too
 
+// RoPE scaling as the reference reads and applies it: rope.scaling.type
+// (none, linear, yarn, longrope; absent: linear when a factor is present), its factor,
+// rope.scaling.attn_factor, and for yarn the original context and the yarn_*
+// keys (the reference's llama/qwen/phi3/gemma graphs keep its defaults for
+// those: ext factor 1, betas 32 and 1, no log multiplier; a file that
+// writes other values gets them here, as Hugging Face applies them).
 Status read_rope_scaling(const MetaReader& m, HParams& hp) {
   std::optional<std::string_view> type;
   CAIRN_ASSIGN_OR_RETURN(type, m.text("rope.scaling.type"));
@@ -41,15 +47,59 @@ Status read_rope_scaling(const MetaReader& m, HParams& hp) {
   if (factor == 0) {
     CAIRN_ASSIGN_OR_RETURN(factor, m.real("rope.scale_linear", 0.0));  // older files
   }
+  // The context YaRN's ramp and LongRoPE's choice of factors are measured against.
+  CAIRN_ASSIGN_OR_RETURN(hp.n_ctx_orig_yarn, m.count("rope.scaling.original_context_length",
+                                                     kMaxCtx, hp.n_ctx_train));
   const std::string_view t = type.value_or(factor != 0 ? "linear" : "none");
   if (t == "none") return Status::ok();
-  if (t != "linear")
+  const bool yarn = t == "yarn";
+  // longrope: the factors are tensors (phi3; llama with this type), its
+  // attention factor rope.scaling.attn_factor; otherwise it scales as linear.
+  hp.rope_longrope = t == "longrope";
+  if (t != "linear" && !yarn && !hp.rope_longrope)
     return Status::error("metadata '" + m.key("rope.scaling.type") + "' = '" + std::string(t) +
-                         "' is not supported (none, linear)");
-  if (factor == 0) return Status::ok();  // linear with no factor: llama.cpp treats it as 1
+                         "' is not supported (none, linear, yarn, longrope)");
   if (factor < 0)
     return Status::error("metadata '" + m.key("rope.scaling.factor") + "' must be positive");
-  hp.rope_freq_scale = (float)(1.0 / factor);
+  // No factor: llama.cpp treats it as 1.
+  if (factor != 0) hp.rope_freq_scale = (float)(1.0 / factor);
+  const auto positive = [&](const char* key, double fallback) -> Result<float> {
+    double v = 0;
+    CAIRN_ASSIGN_OR_RETURN(v, m.real(key, fallback));
+    if (!(v > 0) || !std::isfinite((float)v))
+      return Status::error("metadata '" + m.key(key) + "' must be positive, got " +
+                           std::to_string(v));
+    return (float)v;
+  };
+  float attn_factor = 1.0f;
+  CAIRN_ASSIGN_OR_RETURN(attn_factor, positive("rope.scaling.attn_factor", 1.0));
+  if (!yarn) {
+    hp.yarn_attn_factor = attn_factor;
+    return Status::ok();
+  }
+  double ext = 0, log_mul = 0;
+  CAIRN_ASSIGN_OR_RETURN(ext, m.real("rope.scaling.yarn_ext_factor", -1.0));
+  hp.yarn_ext_factor = ext < 0 ? 1.0f : (float)ext;  // negative: not set, as the reference
+  CAIRN_ASSIGN_OR_RETURN(hp.yarn_beta_fast, positive("rope.scaling.yarn_beta_fast", 32.0));
+  CAIRN_ASSIGN_OR_RETURN(hp.yarn_beta_slow, positive("rope.scaling.yarn_beta_slow", 1.0));
+  CAIRN_ASSIGN_OR_RETURN(log_mul, m.real("rope.scaling.yarn_log_multiplier", 0.0));
+  float attn = 1.0f;
+  CAIRN_ASSIGN_OR_RETURN(attn, positive("rope.scaling.yarn_attn_factor", 1.0));
+  if (hp.yarn_ext_factor != 0.0f) {
+    // llama_context's attention factor, in its float order (the reference's
+    // C fuses a * b + c): 0.1 ln(s) + 1 (or the ratio of two such with the log
+    // multiplier), divided by what the rope op multiplies in again.
+    const float s = 1.0f / hp.rope_freq_scale;
+    const auto mscale = [&](float mul) {
+      return s <= 1.0f ? 1.0f : std::fma(0.1f * mul, std::log(s), 1.0f);
+    };
+    attn = log_mul != 0 ? mscale(1.0f) / mscale((float)log_mul) : mscale(1.0f);
+    attn *= 1.0f / std::fma(0.1f, std::log(s), 1.0f);
+  }
+  hp.yarn_attn_factor = attn * attn_factor;
+  if (!(hp.yarn_attn_factor > 0) || !std::isfinite(hp.yarn_attn_factor))
+    return Status::error("metadata '" + m.key("rope.scaling.yarn_log_multiplier") +
+                         "' gives no positive attention factor");
   return Status::ok();
 }
 

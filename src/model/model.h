@@ -36,7 +36,17 @@ struct HParams {
   int64_t head_dim = 0;     // <arch>.attention.key_length, default n_embd / n_head
   int64_t n_rot = 0;        // <arch>.rope.dimension_count (default head_dim)
   float rope_freq_base = 10000.0f;
-  float rope_freq_scale = 1.0f;  // 1 / <arch>.rope.scaling.factor for linear scaling
+  float rope_freq_scale = 1.0f;  // 1 / <arch>.rope.scaling.factor (linear and yarn scaling)
+  // YaRN (rope.scaling.type "yarn"), as the reference's rope op takes it
+  // (kernels::RopeYarn): the blend weight (0 without YaRN), the factor cos and
+  // sin are multiplied by (rope.scaling.attn_factor too, with any scaling),
+  // the correction betas and the context the ramp is measured against.
+  float yarn_ext_factor = 0.0f;
+  float yarn_attn_factor = 1.0f;
+  float yarn_beta_fast = 32.0f;
+  float yarn_beta_slow = 1.0f;
+  int64_t n_ctx_orig_yarn = 0;  // rope.scaling.original_context_length (default context_length)
+  bool rope_longrope = false;   // rope.scaling.type "longrope" (rope_factors_long/short)
   float norm_eps = 1e-5f;        // <arch>.attention.layer_norm_rms_epsilon
   kernels::RopeStyle rope_style = kernels::RopeStyle::Norm;
   bool tied_output = false;  // output.weight absent: token_embd.weight is used
@@ -45,7 +55,8 @@ struct HParams {
   int64_t n_expert_used = 0;  // <arch>.expert_used_count, in [1, n_expert]
   int64_t n_ff_exp = 0;       // <arch>.expert_feed_forward_length (default n_ff / n_expert_used)
   int64_t n_ff_shexp = 0;     // <arch>.expert_shared_feed_forward_length (default n_ff)
-  // Gemma (gemma2, gemma3; 0 or empty in the other architectures).
+  // Sliding-window layers (gemma2, gemma3; llama with attention.sliding_window,
+  // every layer; 0 or empty otherwise).
   int64_t n_swa = 0;                   // <arch>.attention.sliding_window
   std::vector<uint8_t> swa_layers;     // n_layer entries, 1: the layer sees its last n_swa positions
   float rope_freq_base_swa = 10000.0f;  // the sliding layers' RoPE
@@ -56,6 +67,8 @@ struct HParams {
 
   int64_t kv_row_elems() const { return n_head_kv * head_dim; }  // one K (or V) row per token
   kv::KvShape kv_shape() const { return {(int32_t)n_layer, (int32_t)kv_row_elems()}; }
+  // RoPE through kernels::rope_angles_yarn rather than rope_angles.
+  bool rope_yarn() const { return yarn_ext_factor != 0.0f || yarn_attn_factor != 1.0f; }
   bool is_swa(int64_t il) const {
     return il >= 0 && il < (int64_t)swa_layers.size() && swa_layers[(size_t)il] != 0;
   }
@@ -143,6 +156,11 @@ struct LoraAdapter;  // model/lora.h
 struct LoadOptions {
   int n_threads = 0;  // threads of the model's kernel pool, caller included; <=0: hardware
   ShardSpec shard;    // the whole model unless set
+  // Tokens per sequence the caller will serve (at most context_length); 0:
+  // context_length. LongRoPE files (phi3's rope_factors_long/short) take the
+  // long factors when it exceeds rope.scaling.original_context_length, as the
+  // reference decides by its context size.
+  int64_t n_ctx = 0;
 };
 
 class Model {

@@ -5,7 +5,10 @@
 // in ffn_up (2 * feed_forward_length rows, gate first), both taken as views;
 // NeoX-style RoPE; Q scaled by 1/sqrt(head_dim) before attention rather than
 // the scores after it. attention.sliding_window is ignored, as the reference
-// ignores it for phi3; LongRoPE files (rope_factors_long/short) are refused.
+// ignores it for phi3. LongRoPE files (Phi-3 128k: rope_factors_long/short,
+// rope.scaling.attn_factor) take the long factors when the served context
+// (LoadOptions::n_ctx) exceeds rope.scaling.original_context_length, the
+// short ones otherwise, as the reference chooses by its context size.
 #include "model/arch.h"
 #include "model/tensor_names.h"
 
@@ -21,6 +24,7 @@ Result<std::unique_ptr<Model>> load_phi3(std::shared_ptr<const gguf::File> file,
   d.fused_qkv = file->find_tensor(tensor_name(TensorRole::AttnQkv, 0)) != nullptr;
   d.fused_ffn = true;
   d.prescale_q = true;
+  d.rope_factor_pair = true;
   if (file->find_tensor(tensor_name(TensorRole::FfnGate, 0)))
     return Status::error("tensor '" + tensor_name(TensorRole::FfnGate, 0) +
                          "': a phi3 model keeps its gate inside ffn_up.weight");

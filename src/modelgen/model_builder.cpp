@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdio>
@@ -218,6 +219,21 @@ std::vector<TensorPlan> plan_tensors(const RandomModelSpec& s, int64_t n_vocab) 
                      role == R::Output ? Fill::UniformZeroByteRows : Fill::Uniform,
                      1.0f / std::sqrt(static_cast<float>(in)), t});
       });
+  if (s.rope_scaling == "longrope") {  // Phi-3 128k's pair (not in the shared table: phi3 only)
+    const int64_t pairs = head_dim / 2;
+    std::vector<float> lf((size_t)pairs), sf((size_t)pairs);
+    for (int64_t i = 0; i < pairs; ++i) {
+      // Rising with the wavelength, as the published factors do: long up to
+      // the context factor, short up to a tenth of the way there.
+      const float x = pairs > 1 ? (float)i / (float)(pairs - 1) : 0.0f;
+      lf[(size_t)i] = 1.0f + (s.rope_scaling_factor - 1.0f) * x * x;
+      sf[(size_t)i] = 1.0f + 0.1f * (s.rope_scaling_factor - 1.0f) * x;
+    }
+    p.push_back({"rope_factors_long.weight", {pairs}, TensorType::F32, Fill::Given, 0.0f,
+                 TensorType::F32, std::move(lf)});
+    p.push_back({"rope_factors_short.weight", {pairs}, TensorType::F32, Fill::Given, 0.0f,
+                 TensorType::F32, std::move(sf)});
+  }
   return p;
 }
 
@@ -330,8 +346,22 @@ Status validate(const RandomModelSpec& s) {
   if (!ad.shared_expert && s.shared_ffn != 0) return bad("--shared-ffn needs --arch qwen2moe");
   if (!ad.gemma && (s.attn_softcap != 0 || s.final_softcap != 0))
     return bad("--attn-softcap and --final-softcap need a gemma --arch");
-  if (!ad.gemma && !ad.oai && s.sliding_window != 0)
-    return bad("--sliding-window needs --arch gemma2, gemma3 or gpt-oss");
+  if (!ad.gemma && !ad.oai && s.arch != "llama" && s.sliding_window != 0)
+    return bad("--sliding-window needs --arch llama, gemma2, gemma3 or gpt-oss");
+  if (s.rope_scaling.empty() && (s.rope_scaling_factor != 0 || s.rope_orig_ctx != 0))
+    return bad("--rope-scaling-factor and --rope-orig-ctx need --rope-scaling");
+  if (!s.rope_scaling.empty() && s.rope_scaling != "linear" && s.rope_scaling != "yarn" &&
+      s.rope_scaling != "longrope")
+    return bad("unknown --rope-scaling '" + s.rope_scaling + "' (linear, yarn, longrope)");
+  if (s.rope_scaling == "longrope" && s.arch != "phi3")
+    return bad("--rope-scaling longrope needs --arch phi3");
+  if (!s.rope_scaling.empty() &&
+      !(s.rope_scaling_factor > 0 && std::isfinite(s.rope_scaling_factor)))
+    return bad("--rope-scaling needs a positive --rope-scaling-factor");
+  if (s.rope_orig_ctx != 0 && s.rope_scaling != "yarn" && s.rope_scaling != "longrope")
+    return bad("--rope-orig-ctx needs --rope-scaling yarn or longrope");
+  if (s.rope_orig_ctx < 0 || s.rope_orig_ctx > kMaxCtx)
+    return bad("--rope-orig-ctx must be in [1, 16777216]");
   if (s.sliding_window < 0 || s.sliding_window > kMaxCtx)
     return bad("--sliding-window must be in [1, 16777216]");
   if (!(s.attn_softcap >= 0) || !(s.final_softcap >= 0) || !std::isfinite(s.attn_softcap) ||
@@ -474,7 +504,27 @@ Result<BuildSummary> write_random_model(const RandomModelSpec& spec, const Vocab
     if (spec.final_softcap > 0)
       w.set_float32(a + ".final_logit_softcapping", spec.final_softcap);
   }
+  if (spec.arch == "llama" && spec.sliding_window > 0)
+    w.set_uint32(a + ".attention.sliding_window", static_cast<uint32_t>(spec.sliding_window));
   w.set_float32(a + ".rope.freq_base", ad.rope_base);
+  if (!spec.rope_scaling.empty()) {  // as the converter writes them
+    w.set_string(a + ".rope.scaling.type", spec.rope_scaling);
+    const int64_t orig =
+        spec.rope_orig_ctx > 0
+            ? spec.rope_orig_ctx
+            : std::max<int64_t>(1, (int64_t)((double)spec.ctx / spec.rope_scaling_factor));
+    if (spec.rope_scaling == "longrope") {
+      // The factor lives in the tensors; the converter's attention factor.
+      const double scale = (double)spec.ctx / (double)orig;
+      const double attn =
+          scale > 1 && orig > 1 ? std::sqrt(1 + std::log(scale) / std::log((double)orig)) : 1.0;
+      w.set_float32(a + ".rope.scaling.attn_factor", static_cast<float>(attn));
+    } else {
+      w.set_float32(a + ".rope.scaling.factor", spec.rope_scaling_factor);
+    }
+    if (spec.rope_scaling != "linear")
+      w.set_uint32(a + ".rope.scaling.original_context_length", static_cast<uint32_t>(orig));
+  }
   w.set_float32(a + ".attention.layer_norm_rms_epsilon", ad.norm_eps);
   vocab.write_metadata(w);
 

@@ -58,9 +58,17 @@ struct RandomModelSpec {
   // Gemma (0: the default): attention.sliding_window (gemma2: 4096; gemma3:
   // none), attn_logit_softcapping (gemma2: 50) and final_logit_softcapping
   // (gemma2: 30; gemma3: none).
+  // llama: attention.sliding_window for every layer (Mistral 7B v0.1's); 0: none.
   int64_t sliding_window = 0;
   float attn_softcap = 0.0f;
   float final_softcap = 0.0f;
+  // RoPE scaling keys: rope.scaling.type ("linear", "yarn" or, phi3 only,
+  // "longrope"; empty: none written), rope.scaling.factor (longrope: the
+  // largest long factor instead, and the converter's attn_factor) and, for
+  // yarn and longrope, rope.scaling.original_context_length (0: ctx / factor).
+  std::string rope_scaling;
+  float rope_scaling_factor = 0.0f;
+  int64_t rope_orig_ctx = 0;
   TensorType type = TensorType::F32;  // of every 2-D weight; norms and biases stay F32
   // A llama.cpp K-quant mix instead of one type (`type` is then its base:
   // Q3_K, Q4_K or Q5_K): the per-tensor choices of mix_type below.

@@ -93,7 +93,11 @@ Result<std::unique_ptr<LocalBackend>> LocalBackend::create(const LocalBackendOpt
   std::unique_ptr<LocalBackend> b(new LocalBackend());
   b->options_ = options;
   auto loaded =
-      model::load_model(options.model_path, model::LoadOptions{options.threads, {}},
+      model::load_model(options.model_path,
+                        // The context it will serve (kv_plan's, clamped to the model's by
+                        // the loader): LongRoPE models choose their factors by it.
+                        model::LoadOptions{options.threads, {},
+                                           options.n_ctx > 0 ? options.n_ctx : kDefaultCtx},
                         options.remote_model, options.adapters);
   if (!loaded.is_ok()) return loaded.status();
   b->loaded_ = std::move(*loaded);

@@ -17,9 +17,24 @@
 #include "gguf/gguf_writer.h"
 #include "kv/contiguous_kv.h"
 #include "model/model.h"
+#include "plain_decoder.h"
 
 namespace cairn::model {
 namespace {
+
+// Loading, running and comparing (plain_decoder.h); the gemma models and
+// their plain forward are this file's.
+using plain::blk;
+using plain::f32_bytes;
+using plain::kPrompt;
+using plain::load_bytes;
+using plain::load_error;
+using plain::matvec;
+using plain::rel_diff;
+using plain::rmsnorm;
+using plain::run;
+using plain::Vec;
+using plain::Weights;
 
 struct GemmaSpec {
   std::string arch = "gemma2";
@@ -35,10 +50,6 @@ struct GemmaSpec {
   float eps = 1e-6f;
   uint32_t seed = 5;
 };
-
-using Weights = std::map<std::string, std::vector<float>>;
-
-std::string blk(int64_t l, const char* name) { return "blk." + std::to_string(l) + "." + name; }
 
 Weights make_weights(const GemmaSpec& s) {
   std::mt19937 rng(s.seed);
@@ -71,12 +82,6 @@ Weights make_weights(const GemmaSpec& s) {
     fill(blk(l, "post_ffw_norm.weight"), s.embd, 0.2f, 1.0f);
   }
   return w;
-}
-
-std::vector<uint8_t> f32_bytes(const std::vector<float>& v) {
-  std::vector<uint8_t> b(v.size() * sizeof(float));
-  std::copy_n(reinterpret_cast<const uint8_t*>(v.data()), b.size(), b.data());
-  return b;
 }
 
 std::vector<int64_t> dims_of(const GemmaSpec& s, const std::string& name, size_t n) {
@@ -122,65 +127,7 @@ std::vector<uint8_t> write_model(const GemmaSpec& s, const Weights& w,
   return g.to_bytes();
 }
 
-struct Loaded {
-  std::shared_ptr<const gguf::File> file;
-  std::unique_ptr<Model> model;
-};
-
-Result<Loaded> load_bytes(std::vector<uint8_t> bytes) {
-  auto f = gguf::File::parse(std::move(bytes));
-  if (!f) return f.status();
-  Loaded l;
-  l.file = std::shared_ptr<const gguf::File>(std::move(*f));
-  auto m = Model::load(l.file, LoadOptions{2, {}});
-  if (!m) return m.status();
-  l.model = std::move(*m);
-  return l;
-}
-
-std::string load_error(std::vector<uint8_t> bytes) {
-  auto l = load_bytes(std::move(bytes));
-  return l ? std::string("(loaded)") : l.status().message();
-}
-
-const std::vector<Token> kPrompt = {1, 5, 9, 17, 33, 2, 40, 11, 7, 3, 22, 47};
-
-// Logits of every position: the prompt in one batch, or one token per forward.
-std::vector<std::vector<float>> run(Model& m, bool one_by_one = false) {
-  auto kv = kv::ContiguousKvCache::create(m.hparams().kv_shape(), 1, 64, TensorType::F32);
-  EXPECT_TRUE(kv) << kv.status().message();
-  std::vector<std::vector<float>> rows;
-  const size_t step = one_by_one ? 1 : kPrompt.size();
-  for (size_t start = 0; start < kPrompt.size(); start += step) {
-    Batch b;
-    for (size_t i = start; i < start + step; ++i) b.add(kPrompt[i], (int32_t)i, 0, true);
-    Logits lg;
-    Status st = m.forward(b, **kv, lg);
-    EXPECT_TRUE(st.is_ok()) << st.message();
-    for (size_t r = 0; r < lg.rows(); ++r) rows.emplace_back(lg.row(r).begin(), lg.row(r).end());
-  }
-  return rows;
-}
-
 // ---- the plain reference --------------------------------------------------------
-
-using Vec = std::vector<double>;
-
-Vec matvec(const std::vector<float>& w, int64_t cols, const Vec& x) {
-  const int64_t rows = (int64_t)w.size() / cols;
-  Vec y((size_t)rows, 0.0);
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c)
-      y[(size_t)r] += (double)w[(size_t)(r * cols + c)] * x[(size_t)c];
-  return y;
-}
-
-void rmsnorm(double* x, int64_t n, const std::vector<float>& w, double eps) {
-  double ss = 0;
-  for (int64_t i = 0; i < n; ++i) ss += x[i] * x[i];
-  const double s = 1.0 / std::sqrt(ss / (double)n + eps);
-  for (int64_t i = 0; i < n; ++i) x[i] = x[i] * s * w[(size_t)i];
-}
 
 void rope_neox(Vec& x, int64_t heads, int64_t hd, int pos, double base) {
   for (int64_t h = 0; h < heads; ++h)
@@ -278,19 +225,6 @@ std::vector<Vec> reference(const GemmaSpec& s, const Weights& w) {
   return logits;
 }
 
-// max |got - want| relative to the largest logit.
-double rel_diff(const std::vector<std::vector<float>>& got, const std::vector<Vec>& want) {
-  EXPECT_EQ(got.size(), want.size());
-  double diff = 0, mx = 0;
-  for (size_t t = 0; t < std::min(got.size(), want.size()); ++t)
-    for (size_t i = 0; i < want[t].size(); ++i) {
-      diff = std::max(diff, std::fabs(got[t][i] - want[t][i]));
-      mx = std::max(mx, std::fabs(want[t][i]));
-    }
-  EXPECT_GT(mx, 0.1);
-  return diff / std::max(1.0, mx);
-}
-
 // The GELU of the model is the reference's F16 table (about 1e-3 relative),
 // so the tolerance is wider than the other architectures'; every feature
 // checked below moves the logits by far more.
@@ -310,7 +244,7 @@ TEST(Gemma2, MatchesPlainReference) {
   const auto got = run(*l->model);
   EXPECT_LT(rel_diff(got, reference(s, w)), kTol);
   // One token per forward (the decode path) slides its window the same way.
-  EXPECT_LT(rel_diff(run(*l->model, true), reference(s, w)), kTol);
+  EXPECT_LT(rel_diff(run(*l->model, kPrompt, /*one_by_one=*/true), reference(s, w)), kTol);
   // Each feature matters: without soft-capping, without the window, another model.
   GemmaSpec no_attn_cap = s, no_final_cap = s, no_window = s;
   no_attn_cap.attn_cap = 0;
@@ -396,7 +330,7 @@ TEST(Gemma3, MatchesPlainReference) {
   EXPECT_EQ(hp.attn_softcap, 0.0f);
   const auto got = run(*l->model);
   EXPECT_LT(rel_diff(got, reference(s, w)), kTol);
-  EXPECT_LT(rel_diff(run(*l->model, true), reference(s, w)), kTol);
+  EXPECT_LT(rel_diff(run(*l->model, kPrompt, /*one_by_one=*/true), reference(s, w)), kTol);
   // The head norms, the sliding layers' own RoPE base, the window and the
   // logit cap each matter.
   GemmaSpec no_norm = s, one_base = s, no_window = s, no_cap = s;

@@ -67,6 +67,9 @@ inline modelgen::RandomModelSpec golden_model_spec(const nlohmann::json& j) {
   s.sliding_window = j.value("sliding_window", int64_t{0});  // gemma (0: make-model's defaults)
   s.attn_softcap = j.value("attn_softcap", 0.0f);
   s.final_softcap = j.value("final_softcap", 0.0f);
+  s.rope_scaling = j.value("rope_scaling", std::string());  // RoPE scaling keys (none unless set)
+  s.rope_scaling_factor = j.value("rope_scaling_factor", 0.0f);
+  s.rope_orig_ctx = j.value("rope_orig_ctx", int64_t{0});
   s.seed = j.at("seed").get<uint64_t>();
   s.name = j.value("name", std::string());
   const auto type = type_from_name(j.value("type", std::string("f32")));

@@ -63,6 +63,7 @@ Status run(const RunArgs& a) {
   const std::string path = *resolved;
   model::LoadOptions lo;
   lo.n_threads = a.threads;
+  lo.n_ctx = a.ctx;  // LongRoPE's choice of factors; 0: the model's context, as llama.cpp's -c 0
   auto loaded = model::load_model(path, lo, {}, a.adapters);
   if (!loaded.is_ok()) return loaded.status();
   const auto& hp = loaded->model->hparams();

@@ -144,8 +144,17 @@ void register_make_model(CLI::App& app, CommandResult& result) {
   cmd->add_option("--shared-ffn", s.shared_ffn,
                   "qwen2moe: the shared expert's feed-forward length (default --ffn)");
   cmd->add_option("--sliding-window", s.sliding_window,
-                  "gemma, gpt-oss: attention.sliding_window, positions a sliding layer sees (gemma2 "
-                  "default 4096, gemma3 none, gpt-oss 128)");
+                  "gemma, gpt-oss: attention.sliding_window, positions a sliding layer sees "
+                  "(gemma2 default 4096, gemma3 none, gpt-oss 128); llama: every layer sees its "
+                  "last N positions "
+                  "(Mistral 7B v0.1; the reference llama.cpp ignores it)");
+  cmd->add_option("--rope-scaling", s.rope_scaling,
+                  "linear, yarn or (phi3) longrope: writes rope.scaling.type (with "
+                  "--rope-scaling-factor; longrope: rope_factors_long/short up to that factor)");
+  cmd->add_option("--rope-scaling-factor", s.rope_scaling_factor,
+                  "rope.scaling.factor: context extension factor (needs --rope-scaling)");
+  cmd->add_option("--rope-orig-ctx", s.rope_orig_ctx,
+                  "yarn, longrope: rope.scaling.original_context_length (default --ctx / factor)");
   cmd->add_option("--attn-softcap", s.attn_softcap,
                   "gemma2: attn_logit_softcapping (default 50)");
   cmd->add_option("--final-softcap", s.final_softcap,
