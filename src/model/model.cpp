@@ -36,9 +36,10 @@ constexpr int64_t kMaxExperts = 1024;  // the reference's limit too
 // RoPE scaling as the reference reads and applies it: rope.scaling.type
 // (none, linear, yarn, longrope; absent: linear when a factor is present), its factor,
 // rope.scaling.attn_factor, and for yarn the original context and the yarn_*
-// keys (the reference's llama/qwen/phi3/gemma graphs keep its defaults for
-// those: ext factor 1, betas 32 and 1, no log multiplier; a file that
-// writes other values gets them here, as Hugging Face applies them).
+// keys as the reference's grok/mistral3 read them (its llama/qwen/phi3/gemma
+// graphs keep the defaults: ext factor 1, betas 32 and 1, no log multiplier;
+// a file that writes other values gets them here). yarn_attn_factor counts
+// only with ext factor 0: with the blend the reference's context replaces it.
 Status read_rope_scaling(const MetaReader& m, HParams& hp) {
   std::optional<std::string_view> type;
   CAIRN_ASSIGN_OR_RETURN(type, m.text("rope.scaling.type"));

@@ -389,9 +389,9 @@ TEST(ModelLoad, MalformedHyperParametersNameTheKey) {
       {"wrong key type",
        [](SynthSpec& s) { s.extra = [](gguf::Writer& w) { w.set_string("llama.block_count", "two"); }; },
        "llama.block_count"},
-      {"yarn scaling",
-       [](SynthSpec& s) { s.extra = [](gguf::Writer& w) { w.set_string("llama.rope.scaling.type", "yarn"); }; },
-       "'yarn' is not supported"},
+      {"unknown scaling",
+       [](SynthSpec& s) { s.extra = [](gguf::Writer& w) { w.set_string("llama.rope.scaling.type", "dynamic"); }; },
+       "metadata 'llama.rope.scaling.type' = 'dynamic' is not supported"},
   };
   for (const Case& c : cases) {
     SynthSpec s;
