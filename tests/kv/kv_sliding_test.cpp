@@ -239,6 +239,27 @@ TEST(SlidingKv, HitWithoutTheWindowsSlidingRowsIsRefused) {
   expect_balanced(*kv);
 }
 
+TEST(SlidingKv, HitNeedsOnlyTheWindowsSlidingRows) {
+  const KvShape shape = shape_of({1, 0, 1, 0}, 16);
+  auto kv = make(shape, 16);
+  ASSERT_TRUE(kv);
+  const std::vector<Token> a = tokens(100, 9);
+  ASSERT_EQ(run_prompt(*kv, 0, a), 0);
+  kv->release(0);
+  // 8 blocks = 4 blank + the 4 oldest cached: sliding blocks 0..3.
+  ASSERT_TRUE(kv->reserve(9, 4 * kBt));
+  kv->release(9);
+  EXPECT_EQ(kv->stats().blocks_cached, 8);  // global 0..5, sliding 4 and 5
+  // 96 reused tokens need only sliding block 5 (positions 81..95).
+  std::vector<Token> b = a;
+  for (Token t : tokens(20, 10)) b.push_back(t);
+  EXPECT_EQ(run_prompt(*kv, 1, b), 96);
+  EXPECT_TRUE(rows_ok(*kv, 1, b, 120));
+  kv->release(1);
+  EXPECT_EQ(kv->stats().blocks_used, 0);
+  expect_balanced(*kv);
+}
+
 // Random prompts sharing prefixes, decode, pool pressure and releases in any
 // order: rows right, accounting balanced, nothing held at the end.
 TEST(SlidingKv, RandomWorkloadHasNoLeaksAndKeepsRowsRight) {
