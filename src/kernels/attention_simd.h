@@ -18,12 +18,19 @@ struct GroupJob {
   const float* q = nullptr;
   float* out = nullptr;
   float scale = 1.0f;
+  // Gemma: > 0, scores soft-capped as the scalar path does (cap * tanh(K.q /
+  // cap), then * scale); 0: none.
+  float softcap = 0.0f;
+  // A sliding window: positions before `first` are masked (score -inf,
+  // weight 0) and their rows never read; krow/vrow entries below it must
+  // still point at readable rows (the caller repeats row `first`).
+  int64_t first = 0;
   bool batch = false;  // the batch has >= 2 tokens (tinyBLAS orders)
   bool f16 = true;     // K/V elements are F16 (else F32)
   // > 0: while scoring positions p.., request the K/V rows of positions this
   // far ahead (rows out of cache, e.g. a decode step's); 0: none.
   int64_t prefetch_ahead = 0;
-  // Batches (head_dim 64 or 128): this KV head's K as floats, transposed by
+  // Batches (head_dim 64 or 128, first == 0): this KV head's K as floats, transposed by
   // blocks of 16 positions: block b holds [head_dim][16] (dim d of position
   // 16b + i at d * 16 + i), one contiguous run per block, covering n_pos; or
   // null to read krow.

@@ -1,7 +1,8 @@
 // kv/kv_cache.h — the paged KV cache: block pool, block tables, prefix cache.
 // Owns all K/V memory of one model: a pool of fixed 16-token F16 blocks sized
-// once at start-up, a block table per sequence, and content-addressed full
-// blocks that later prompts reuse. The scheduler sees only the methods below
+// once at start-up, a block table per sequence (one per group of layers when
+// some layers slide: a sliding group keeps only the window), and
+// content-addressed full blocks that later prompts reuse. The scheduler sees only the methods below
 // (vLLM's KVCacheManager boundary); it never sees blocks. Not thread-safe:
 // only the engine thread touches it (forward()'s kernel threads may read K/V
 // rows concurrently through key()/value(), which never mutate anything).
@@ -58,6 +59,7 @@ struct KvConfig {
 // Where one sequence's K/V rows are: what a remote holder of the rows needs.
 struct SeqLayout {
   std::span<const int32_t> blocks;  // the block table; position p is in blocks[p / block_tokens]
+                                    // (tables_only caches: always the one table of every layer)
   int32_t writable_from = 0;        // earlier positions are in full blocks, never written again
   int32_t capacity = 0;             // positions reserved
   uint64_t generation = 0;          // KvConfig::storage_generation() when the sequence started
@@ -71,9 +73,14 @@ class PagedKvCache : public KvView {
   // Errors (one line) on a bad shape or block size, a pool smaller than
   // kMinBlocks blocks, more blocks than int32 counts, or a failed allocation.
   static Result<std::unique_ptr<PagedKvCache>> create(const KvShape& shape, const KvConfig& cfg);
-  // Bytes one block takes for this model (all layers, K and V); 0 when the
-  // shape is invalid or the size would overflow.
+  // Bytes one block takes for this model (K and V of every layer, or with
+  // sliding layers of one group of layers); 0 when the shape is invalid or the
+  // size would overflow.
   static int64_t block_bytes(const KvShape& shape, int32_t block_tokens = 16);
+  // Blocks per block_tokens positions when every group holds them: 1 without
+  // sliding layers; with them, one per group of layers (kv_cache.cpp), of
+  // which the sliding groups hold only the last window of a sequence.
+  static int32_t tables(const KvShape& shape);
 
   // Starts `seq` (must be new) on `prompt`: attaches the longest run of cached
   // full blocks that prefixes it and returns how many tokens that covers
@@ -102,7 +109,8 @@ class PagedKvCache : public KvView {
   virtual void release(SeqId seq) = 0;
   virtual int32_t length(SeqId seq) const = 0;  // committed tokens
   virtual KvStats stats() const = 0;
-  // Blocks a sequence of n tokens needs; for admission decisions.
+  // Blocks a chunk of n tokens needs (every group's, before commit() gives
+  // back the sliding blocks that fell out of the window); for admission.
   virtual int32_t blocks_for(int32_t n_tokens) const = 0;
   virtual int32_t free_blocks() const = 0;             // free + evictable
   virtual int32_t block_tokens() const { return 16; }  // tokens per block

@@ -58,7 +58,9 @@ int64_t default_pool_bytes(const KvShape& shape, int64_t n_ctx, int64_t availabl
   constexpr int64_t kTokens = 16;
   const int64_t want_tokens = std::max<int64_t>(4 * std::clamp<int64_t>(n_ctx, 0, 1 << 28), 4096);
   // Never more blocks than an int32 counts.
-  int64_t blocks = std::min<int64_t>((want_tokens + kTokens - 1) / kTokens,
+  // The same bytes per token as without sliding layers: they serve more sequences.
+  int64_t blocks = std::min<int64_t>((want_tokens + kTokens - 1) / kTokens *
+                                         std::max(1, PagedKvCache::tables(shape)),
                                      std::numeric_limits<int32_t>::max() / 2);
   if (blocks > std::numeric_limits<int64_t>::max() / block)
     blocks = std::numeric_limits<int64_t>::max() / block;

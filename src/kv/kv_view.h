@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "core/tensor_type.h"
 
@@ -18,6 +19,12 @@ namespace kv {
 struct KvShape {
   int32_t n_layer = 0;
   int32_t row_elems = 0;  // n_head_kv * head_dim
+  // Sliding-window layers (gemma2/gemma3, mistral): with window > 0, layer l
+  // with sliding[l] != 0 attends only to its last `window` positions, so a
+  // paged cache may drop its older rows (kv_cache.h). Empty or 0: every layer
+  // keeps every position. Other caches ignore both.
+  int32_t window = 0;
+  std::vector<uint8_t> sliding = {};
 };
 
 // Where K/V rows live. A row is n_head_kv * head_dim elements of dtype(), the
@@ -51,6 +58,13 @@ class KvView {
   virtual Rows rows(int layer, SeqId seq, int32_t pos, int32_t max_n) const {
     (void)max_n;
     return {key(layer, seq, pos), value(layer, seq, pos), 1};
+  }
+  // > 0: the view keeps only the last `n` positions of `layer` for each
+  // sequence (older rows may be gone); forward() refuses it unless the model's
+  // layer slides with a window of at most n. 0: every position is kept.
+  virtual int64_t kept_window(int layer) const {
+    (void)layer;
+    return 0;
   }
   // The shape the view was built for; forward() refuses a view whose shape
   // differs from the model's (0 = not reported, not checked).

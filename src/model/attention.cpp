@@ -298,8 +298,8 @@ void attend(const KvView& kv, int layer, std::span<const SeqId> seqs,
             std::span<const int32_t> positions, const float* q, const AttnShape& sh, float* out,
             ThreadPool& pool, AttnPath path) {
   path = resolve(path, sh.head_dim);
-  // The SIMD kernels have no cap, window or sinks.
-  if (sh.softcap > 0 || sh.window > 0 || sh.sinks) path = AttnPath::Scalar;
+  // The SIMD kernels have no sinks (window and soft-cap they take).
+  if (sh.sinks) path = AttnPath::Scalar;
   if (path == AttnPath::Scalar) return attend_scalar(kv, layer, seqs, positions, q, sh, out, pool);
 
   const int64_t T = (int64_t)seqs.size();
@@ -325,7 +325,9 @@ void attend(const KvView& kv, int layer, std::span<const SeqId> seqs,
   // lambda would be each worker's own, empty one).
   thread_local PromptKv prompt_storage;
   PromptKv& prompt = prompt_storage;
-  const bool use_prompt = T >= kPromptMinTokens && (hd == 64 || hd == 128);
+  // Not for a sliding layer: the gather reads every position, and a paged
+  // cache may have dropped those before the window.
+  const bool use_prompt = T >= kPromptMinTokens && (hd == 64 || hd == 128) && sh.window <= 0;
   if (use_prompt)
     gather_prompts(kv, layer, seqs, positions, n_kv, hd,
                    path == AttnPath::Avx512 ? &attn_simd::transpose_rows_avx512
@@ -342,11 +344,13 @@ void attend(const KvView& kv, int layer, std::span<const SeqId> seqs,
           const int64_t g = i / (n_sub * T);
           const int64_t h0 = g * group + (i % n_sub) * sub;
           const int64_t n_pos = (int64_t)positions[(size_t)t] + 1;
+          // A sliding window's first visible position (attend_head's p0).
+          const int64_t first = sh.window > 0 ? std::max<int64_t>(0, n_pos - sh.window) : 0;
           if (gathered != i / n_sub) {
             s.krow.resize((size_t)n_pos);
             s.vrow.resize((size_t)n_pos);
             const size_t off = (size_t)(g * hd) * elem;
-            for (int32_t p = 0; p < n_pos;) {
+            for (int32_t p = (int32_t)first; p < n_pos;) {
               const KvView::Rows r = kv.rows(layer, seqs[(size_t)t], p, (int32_t)(n_pos - p));
               for (int32_t k = 0; k < r.n; ++k) {
                 s.krow[(size_t)(p + k)] = (const uint8_t*)r.k + k * row_bytes + off;
@@ -354,14 +358,17 @@ void attend(const KvView& kv, int layer, std::span<const SeqId> seqs,
               }
               p += r.n;
             }
+            // Masked positions point at a kept row: never read for a result.
+            std::fill(s.krow.begin(), s.krow.begin() + first, s.krow[(size_t)first]);
+            std::fill(s.vrow.begin(), s.vrow.begin() + first, s.vrow[(size_t)first]);
             gathered = i / n_sub;
             // A decode step's K/V rows are out of cache: ask for the first ones
             // at once, not one miss at a time (the kernel asks kPrefetchAhead ahead
             // for the rest); a prompt's rows were just written, so it skips this.
             if (T < 32) {
               const size_t rb = (size_t)hd * elem;
-              const int64_t first = std::min<int64_t>(n_pos, kPrefetchAhead + 16);
-              for (int64_t p = 0; p < first; ++p) {
+              const int64_t ahead = std::min<int64_t>(n_pos, first + kPrefetchAhead + 16);
+              for (int64_t p = first; p < ahead; ++p) {
                 for (size_t o = 0; o < rb; o += 64) {
                   __builtin_prefetch((const char*)s.krow[(size_t)p] + o, 0, 3);
                   __builtin_prefetch((const char*)s.vrow[(size_t)p] + o, 0, 3);
@@ -378,6 +385,8 @@ void attend(const KvView& kv, int layer, std::span<const SeqId> seqs,
           job.q = q + t * nq + h0 * hd;
           job.out = out + t * nq + h0 * hd;
           job.scale = sh.scale;
+          job.softcap = sh.softcap;
+          job.first = first;
           job.batch = T >= 2;
           job.f16 = f16;
           job.prefetch_ahead = T < 32 ? kPrefetchAhead : 0;

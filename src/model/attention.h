@@ -23,7 +23,7 @@ struct AttnShape {
   float scale = 1.0f;  // applied to K.q before the softmax
   // Gemma: scores soft-capped (cap * tanh(K.q / cap), before `scale`; 0:
   // none) and a sliding window (> 0: only the last `window` positions, the
-  // older ones masked as the reference masks them). Either runs the scalar path.
+  // older ones masked as the reference masks them, their rows never read).
   float softcap = 0.0f;
   int64_t window = 0;
   // gpt-oss: one learned logit per query head (n_head floats) that joins

@@ -423,6 +423,13 @@ Status validate_batch(const HParams& hp, const Batch& b, const KvView& kv) {
     return Status::error("KV view is shaped for " + std::to_string(kv.n_layer()) + " layers of " +
                          std::to_string(kv.row_elems()) + "-wide rows; the model needs " +
                          std::to_string(hp.n_layer) + " of " + std::to_string(hp.kv_row_elems()));
+  // A view that dropped a layer's older rows serves only a layer that never reads them.
+  for (int64_t il = 0; il < hp.n_layer; ++il)
+    if (const int64_t w = kv.kept_window((int)il); w > 0 && (!hp.is_swa(il) || hp.n_swa > w))
+      return Status::error("KV view keeps only the last " + std::to_string(w) +
+                           " positions of layer " + std::to_string(il) + ", which " +
+                           (hp.is_swa(il) ? "slides over " + std::to_string(hp.n_swa)
+                                          : std::string("attends to all of them")));
   std::vector<std::pair<SeqId, int32_t>> slots;
   slots.reserve(n);
   for (size_t i = 0; i < n; ++i) {

@@ -69,6 +69,16 @@ struct HParams {
   kv::KvShape kv_shape() const { return {(int32_t)n_layer, (int32_t)kv_row_elems()}; }
   // RoPE through kernels::rope_angles_yarn rather than rope_angles.
   bool rope_yarn() const { return yarn_ext_factor != 0.0f || yarn_attn_factor != 1.0f; }
+  // kv_shape() with the sliding layers and their window, for a paged cache
+  // that keeps only each sliding layer's window (kv/kv_cache.h).
+  kv::KvShape paged_kv_shape() const {
+    kv::KvShape s = kv_shape();
+    if (n_swa > 0 && n_swa <= INT32_MAX && (int64_t)swa_layers.size() == n_layer) {
+      s.window = (int32_t)n_swa;
+      s.sliding = swa_layers;
+    }
+    return s;
+  }
   bool is_swa(int64_t il) const {
     return il >= 0 && il < (int64_t)swa_layers.size() && swa_layers[(size_t)il] != 0;
   }

@@ -125,7 +125,8 @@ Result<std::unique_ptr<LocalBackend>> LocalBackend::create(const LocalBackendOpt
   const model::HParams& hp = b->loaded_.model->hparams();
   CAIRN_ASSIGN_OR_RETURN(const KvPlan plan, kv_plan(options, hp));
   const int32_t n_ctx = plan.n_ctx;
-  const kv::KvShape shape = hp.kv_shape();
+  // Agents keep every position of every layer (one block table).
+  const kv::KvShape shape = options.remote_model ? hp.kv_shape() : hp.paged_kv_shape();
   kv::KvConfig kv_config{plan.pool_bytes, 16, true};
   kv_config.tables_only = static_cast<bool>(options.remote_model);
   kv_config.storage_generation = options.kv_generation;

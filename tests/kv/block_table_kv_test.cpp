@@ -14,7 +14,7 @@
 namespace cairn::kv {
 namespace {
 
-constexpr KvShape kShape{2, 8};
+const KvShape kShape{2, 8};
 
 std::unique_ptr<PagedKvCache> make(int32_t n_blocks, bool tables_only,
                                    std::function<uint64_t()> generation = nullptr) {

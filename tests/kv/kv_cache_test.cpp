@@ -16,7 +16,7 @@
 namespace cairn::kv {
 namespace {
 
-constexpr KvShape kShape{3, 8};  // 3 layers, 8-element rows
+const KvShape kShape{3, 8};  // 3 layers, 8-element rows
 constexpr int kBt = 16;
 
 std::unique_ptr<PagedKvCache> make(int32_t n_blocks, bool prefix = true,

@@ -59,9 +59,18 @@ struct Query {
   std::vector<int32_t> positions;
 };
 
+// Gemma's sliding window and score soft-cap (0: none), for run().
+struct Mask {
+  int64_t window = 0;
+  float softcap = 0.0f;
+};
+
 std::vector<float> run(const KvView& kv, const HParams& hp, const Query& qr,
-                       const std::vector<float>& q, AttnPath path, ThreadPool& pool) {
+                       const std::vector<float>& q, AttnPath path, ThreadPool& pool,
+                       Mask mask = {}) {
   AttnShape sh{hp.n_head, hp.n_head_kv, hp.head_dim, 1.0f / std::sqrt((float)hp.head_dim)};
+  sh.window = mask.window;
+  sh.softcap = mask.softcap;
   std::vector<float> out(q.size(), NAN);
   attend(kv, kLayer, qr.seqs, qr.positions, q.data(), sh, out.data(), pool, path);
   return out;
@@ -115,7 +124,8 @@ const char* path_name(AttnPath p) { return p == AttnPath::Avx512 ? "avx512" : "a
 
 // Every SIMD path against scalar for single tokens and batches at each n_pos.
 void check_paths(const KvView& kv, const HParams& hp, const std::vector<int32_t>& n_pos_list,
-                 std::mt19937& rng, ThreadPool& pool, const std::string& what) {
+                 std::mt19937& rng, ThreadPool& pool, const std::string& what,
+                 Mask mask = {}) {
   const auto paths = simd_paths(hp.head_dim);
   if (paths.empty()) GTEST_SKIP() << "no SIMD attention path on this CPU (or CAIRN_ISA cap)";
   const size_t nq = (size_t)(hp.n_head * hp.head_dim);
@@ -136,11 +146,12 @@ void check_paths(const KvView& kv, const HParams& hp, const std::vector<int32_t>
     queries.push_back(chunk);
     for (const Query& qr : queries) {
       const auto q = random_vec(rng, nq * qr.seqs.size(), 2.0f);
-      const auto ref = run(kv, hp, qr, q, AttnPath::Scalar, pool);
+      const auto ref = run(kv, hp, qr, q, AttnPath::Scalar, pool, mask);
       for (AttnPath p : paths) {
-        const auto got = run(kv, hp, qr, q, p, pool);
+        const auto got = run(kv, hp, qr, q, p, pool, mask);
         const int64_t d = first_diff(ref, got);
-        ASSERT_EQ(d, -1) << what << " " << path_name(p) << " n_pos " << n << " tokens "
+        ASSERT_EQ(d, -1) << what << " " << path_name(p) << " window " << mask.window << " cap "
+                         << mask.softcap << " n_pos " << n << " tokens "
                          << qr.seqs.size() << ": element " << d << " is " << got[(size_t)d]
                          << ", scalar " << ref[(size_t)d];
       }
@@ -170,6 +181,24 @@ TEST_P(AttentionPaths, SimdMatchesScalarBitForBit) {
   ThreadPool pool(2);
   check_paths(**kv, hp, kNPos, rng, pool,
               "contiguous hd " + std::to_string(c.head_dim) + " gqa " + std::to_string(c.ratio));
+}
+
+// Gemma's layers: a window shorter and longer than the sequence, with and
+// without the soft-cap, over ragged lengths (window edges inside and on 16-
+// and 64-position boundaries).
+TEST_P(AttentionPaths, WindowAndSoftcapMatchScalarBitForBit) {
+  const ShapeCase c = GetParam();
+  const HParams hp = shape_hp(c.head_dim, 2, c.ratio);
+  auto kv = ContiguousKvCache::create(hp.kv_shape(), 2, 700, c.dtype);
+  ASSERT_TRUE(kv) << kv.status().message();
+  std::mt19937 rng(4321 + (unsigned)(c.head_dim * 10 + c.ratio));
+  fill(**kv, hp, 700, rng);
+  ThreadPool pool(2);
+  for (Mask m : {Mask{0, 50.0f}, Mask{16, 0.0f}, Mask{16, 30.0f}, Mask{1, 0.0f},
+                 Mask{100, 0.0f}, Mask{100, 2.5f}, Mask{4096, 50.0f}})
+    check_paths(**kv, hp, {1, 2, 15, 17, 33, 64, 65, 101, 129, 513, 700}, rng, pool,
+                "contiguous hd " + std::to_string(c.head_dim) + " gqa " + std::to_string(c.ratio),
+                m);
 }
 
 std::vector<ShapeCase> shape_cases() {
@@ -203,6 +232,46 @@ TEST(Attention, PagedCacheSimdMatchesScalar) {
   fill(**kv, hp, 320, rng);
   ThreadPool pool(2);
   check_paths(**kv, hp, {1, 16, 17, 33, 100, 320}, rng, pool, "paged");
+}
+
+// A paged cache that keeps only layer 1's window (the rows before it are back
+// in the pool, reused by layer 0's blocks of another sequence): every path
+// reads only the window and matches the scalar path.
+TEST(Attention, SlidingPagedCacheSimdMatchesScalar) {
+  const HParams hp = shape_hp(64, 2, 4);
+  kv::KvShape shape = hp.kv_shape();
+  shape.window = 40;
+  shape.sliding = {0, 1};
+  kv::KvConfig cfg;
+  cfg.pool_bytes = 64 * kv::PagedKvCache::block_bytes(shape);
+  auto kv = kv::PagedKvCache::create(shape, cfg);
+  ASSERT_TRUE(kv) << kv.status().message();
+  ASSERT_EQ((*kv)->kept_window(kLayer), 40);
+  std::mt19937 rng(5);
+  const size_t row = (size_t)hp.kv_row_elems();
+  ThreadPool pool(2);
+  std::vector<Token> toks;
+  for (int32_t n = 1; n <= 300; ++n) {  // decode: one token per step for sequence 0
+    ASSERT_TRUE((*kv)->reserve(0, 1));
+    for (int layer = 0; layer < 2; ++layer) {
+      const auto k = random_vec(rng, row, 1.5f), v = random_vec(rng, row, 1.0f);
+      (*kv)->write(layer, 0, n - 1, k.data(), v.data());
+    }
+    toks.push_back((Token)n);
+    (*kv)->commit(0, std::span<const Token>(toks).subspan((size_t)n - 1));
+    if (n % 37 != 0 && n != 300) continue;
+    const size_t nq = (size_t)(hp.n_head * hp.head_dim);
+    for (Mask m : {Mask{40, 0.0f}, Mask{40, 50.0f}}) {
+      const Query qr{{0}, {n - 1}};
+      const auto q = random_vec(rng, nq, 2.0f);
+      const auto ref = run(**kv, hp, qr, q, AttnPath::Scalar, pool, m);
+      for (AttnPath p : simd_paths(hp.head_dim))
+        ASSERT_EQ(first_diff(ref, run(**kv, hp, qr, q, p, pool, m)), -1)
+            << path_name(p) << " n " << n;
+    }
+  }
+  // 19 global blocks, and the sliding layer's blocks of positions 260..299 only.
+  EXPECT_EQ((*kv)->stats().blocks_used, 19 + 3);
 }
 
 TEST(Attention, ScalarPathIsNearPlainAttention) {

@@ -441,7 +441,7 @@ TEST(RopeScalingModelgen, WritesYarnAndLlamaWindow) {
   bad.arch = "qwen2";
   bad.sliding_window = 16;
   EXPECT_EQ(modelgen::validate(bad).message(),
-            "make-model: --sliding-window needs --arch llama or a gemma --arch");
+            "make-model: --sliding-window needs --arch llama, gemma2, gemma3 or gpt-oss");
   std::filesystem::remove_all(dir);
 }
 

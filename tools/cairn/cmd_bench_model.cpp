@@ -462,14 +462,15 @@ Status run(const BenchArgs& a) {
 
   // The pool holds the biggest run at once: the prompt, or every decode
   // sequence at its full length.
-  const kv::KvShape shape{(int32_t)hp.n_layer, (int32_t)hp.kv_row_elems()};
+  // As the server's: sliding layers keep only their window.
+  const kv::KvShape shape = hp.paged_kv_shape();
   const int64_t block_bytes = kv::PagedKvCache::block_bytes(shape);
   if (block_bytes <= 0) return Status::error("the model's K/V shape is invalid");
   auto blocks = [](int64_t tokens) { return (tokens + 15) / 16; };
   const int64_t need_blocks =
       std::max(blocks(a.prompt), max_batch * blocks((int64_t)a.decode_ctx + a.n_decode)) +
       kv::kMinBlocks;
-  const int64_t pool_bytes = need_blocks * block_bytes;
+  const int64_t pool_bytes = need_blocks * kv::PagedKvCache::tables(shape) * block_bytes;
   const int64_t avail = kv::available_memory_bytes();
   if (avail > 0 && pool_bytes > avail)
     return Status::error("K/V for " + std::to_string(max_batch) + " sequences of " +
