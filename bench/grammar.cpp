@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -71,17 +72,27 @@ std::shared_ptr<const grammar::Grammar> schema_grammar() {
   return g;
 }
 
-void BM_Mask(benchmark::State& state, const char* file) {
+// The vocabulary and a recognizer past the benchmark's prefix, or null (the
+// state says why).
+const Vocab* setup(benchmark::State& state, const char* file, std::optional<grammar::Matcher>& m) {
   const Vocab* v = vocab(file);
   if (!v) {
     state.SkipWithError("vocabulary not found under ../shared/tokenizer");
-    return;
+    return nullptr;
   }
-  grammar::Matcher m(schema_grammar());
-  if (!m.accept(kPrefixes[(size_t)state.range(0)])) {
+  m.emplace(schema_grammar());
+  if (!m->accept(kPrefixes[(size_t)state.range(0)])) {
     state.SkipWithError("prefix refused");
-    return;
+    return nullptr;
   }
+  return v;
+}
+
+void BM_Mask(benchmark::State& state, const char* file) {
+  std::optional<grammar::Matcher> matcher;
+  const Vocab* v = setup(state, file, matcher);
+  if (!v) return;
+  const grammar::Matcher& m = *matcher;
   std::vector<uint8_t> mask;
   int32_t allowed = 0;
   for (auto _ : state) allowed = v->trie->fill_mask(m, mask);
@@ -93,16 +104,10 @@ BENCHMARK_CAPTURE(BM_Mask, qwen2_151k, "ggml-vocab-qwen2.gguf")->DenseRange(0, 2
 
 // The steps after the first in a state: the mask comes from the cache.
 void BM_MaskCached(benchmark::State& state, const char* file) {
-  const Vocab* v = vocab(file);
-  if (!v) {
-    state.SkipWithError("vocabulary not found under ../shared/tokenizer");
-    return;
-  }
-  grammar::Matcher m(schema_grammar());
-  if (!m.accept(kPrefixes[(size_t)state.range(0)])) {
-    state.SkipWithError("prefix refused");
-    return;
-  }
+  std::optional<grammar::Matcher> matcher;
+  const Vocab* v = setup(state, file, matcher);
+  if (!v) return;
+  const grammar::Matcher& m = *matcher;
   grammar::MaskCache cache;
   std::vector<uint8_t> mask;
   v->trie->fill_mask(m, mask, cache);

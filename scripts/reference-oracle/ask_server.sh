@@ -1,14 +1,15 @@
-# Sourced by arch_golden.sh and quant_golden.sh (the one copy of their server loop).
-# ask_server SERVER MODEL PORT OUT_JSON serves MODEL with the reference's llama-server
-# (-t 1 -fa off -c 512), waits until it answers, asks it the prompts of
+# Sourced by arch_golden.sh, quant_golden.sh and lora_golden.sh (the one copy of their
+# server loop). ask_server SERVER MODEL PORT OUT_JSON [SERVER_ARGS...] serves MODEL with
+# the reference's llama-server (-t 1 -fa off -c 512, then SERVER_ARGS), waits until it answers, asks it the prompts of
 # $shared/golden/stories260K.json (golden_from_server.py) into OUT_JSON and stops it.
 # Uses the caller's $root, $shared and $work; sets $pid while the server runs, so the
 # caller's EXIT trap stops one left running by a failure.
 ask_server() {
   local server=$1 model=$2 port=$3 out=$4 ready=
+  shift 4
   # -fa off: cairn computes attention as the reference's unfused path does
   # (scores, softmax, weighted sum), not its flash-attention kernel.
-  "$server" -m "$model" -t 1 --port "$port" -fa off -c 512 >"$work/server.log" 2>&1 &
+  "$server" -m "$model" -t 1 --port "$port" -fa off -c 512 "$@" >"$work/server.log" 2>&1 &
   pid=$!
   for _ in $(seq 120); do
     curl -sf "http://127.0.0.1:$port/health" >/dev/null && { ready=1; break; }

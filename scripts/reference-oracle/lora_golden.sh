@@ -9,7 +9,7 @@
 #
 # Usage: lora_golden.sh NAME PORT "MAKE_LORA_ARGS" SCALE MAKE_MODEL_ARGS...
 #   CAIRN=path of cairn (default build/cairn)
-#   LLAMA_SERVER=path of llama-server (default /tmp/ref2026/build/bin/llama-server)
+#   LLAMA_SERVER=path of llama-server (default /tmp/ref2026/build-noamx/bin/llama-server)
 #   RUN_TIME=0: cairn applies this adapter only merged (an adapter of experts):
 #     the golden test then expects the run-time load to be refused
 #   REF_ARGS=more llama-server options
@@ -38,7 +38,7 @@ shift 4
 root=$(cd "$(dirname "$0")/../.." && pwd)
 shared=${CAIRN_SHARED_DIR:-$root/../shared}
 cairn=${CAIRN:-$root/build/cairn}
-server=${LLAMA_SERVER:-/tmp/ref2026/build/bin/llama-server}
+server=${LLAMA_SERVER:-/tmp/ref2026/build-noamx/bin/llama-server}
 work=$(mktemp -d)
 pid=
 trap '[ -n "$pid" ] && kill $pid 2>/dev/null || true; rm -rf "$work"' EXIT
@@ -47,16 +47,11 @@ mkdir -p "$root/tests/model/golden-lora"
 "$cairn" make-model "$work/base.gguf" "$@" --vocab-from "$shared/models/stories260K.gguf" -t 1
 # shellcheck disable=SC2086  # the adapter's arguments are words
 "$cairn" make-lora "$work/base.gguf" "$work/adapter.gguf" $lora_args
-# -fa off: cairn computes attention as the reference's unfused path does.
-"$server" -m "$work/base.gguf" --lora-scaled "$work/adapter.gguf:$scale" -t 1 --port "$port" \
-  -fa off -c 512 ${REF_ARGS:-} >"$work/server.log" 2>&1 &
-pid=$!
-for _ in $(seq 120); do
-  curl -sf "http://127.0.0.1:$port/health" >/dev/null && break
-  kill -0 $pid 2>/dev/null || { cat "$work/server.log"; exit 1; }
-  sleep 1
-done
-/usr/bin/python3 "$root/scripts/reference-oracle/golden_from_server.py" "$shared" stories260K "$port" "$work/out.json"
+# shellcheck source=ask_server.sh
+. "$root/scripts/reference-oracle/ask_server.sh"
+# shellcheck disable=SC2086  # REF_ARGS are words
+ask_server "$server" "$work/base.gguf" "$port" "$work/out.json" \
+  --lora-scaled "$work/adapter.gguf:$scale" ${REF_ARGS:-}
 version=$("$server" --version 2>&1 | grep -m1 -i version || true)
 RUN_TIME=${RUN_TIME:-1} /usr/bin/python3 - "$work" "$root/tests/model/golden-lora/$name.json" "$version" "$scale" "$lora_args" "$@" <<'PY'
 import argparse, hashlib, json, os, sys

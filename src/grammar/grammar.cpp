@@ -1,6 +1,8 @@
 // grammar/grammar.cpp — the compiled grammar's checks and the GBNF parser.
 #include "grammar/grammar.h"
 
+#include "grammar/text.h"
+
 #include <algorithm>
 #include <functional>
 #include <map>
@@ -235,7 +237,7 @@ class GbnfParser {
       }
     }
     // UTF-8 decode.
-    int len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+    const int len = utf8_length(c);
     if (len == 0 || i_ + (size_t)len > t_.size()) return error("invalid UTF-8 in the grammar");
     uint32_t cp = len == 1 ? c : c & (0x7F >> len);
     for (int k = 1; k < len; ++k) {
@@ -248,17 +250,10 @@ class GbnfParser {
   }
 
   Result<uint32_t> parse_hex(int n) {
-    uint32_t v = 0;
-    for (int k = 0; k < n; ++k) {
-      if (i_ >= t_.size()) return error("unfinished hex escape");
-      const char c = t_[i_++];
-      const int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
-                    : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
-      if (d < 0) return error("bad hex digit in an escape");
-      v = v * 16 + (uint32_t)d;
-    }
-    if (v > 0x10FFFF) return error("code point beyond U+10FFFF");
-    return v;
+    const auto v = read_hex(t_, i_, n);
+    if (!v) return error("unfinished hex escape or bad hex digit");
+    if (*v > 0x10FFFF) return error("code point beyond U+10FFFF");
+    return *v;
   }
 
   // Alternatives up to ')' (nested) or the end of the rule.

@@ -2,6 +2,7 @@
 #include "grammar/json_schema.h"
 
 #include "grammar/regex.h"
+#include "grammar/text.h"
 
 #include <algorithm>
 #include <cctype>
@@ -398,7 +399,7 @@ class Compiler {
       size_t n = 0;
       for (size_t i = 0; i < k.size();) {
         const unsigned char c = (unsigned char)k[i];
-        const int len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : 4;
+        const int len = std::max(1, utf8_length(c));
         uint32_t cp = len == 1 ? c : c & (0x7F >> len);
         for (int j = 1; j < len && i + (size_t)j < k.size(); ++j) cp = (cp << 6) | ((unsigned char)k[i + (size_t)j] & 0x3F);
         i += (size_t)len;

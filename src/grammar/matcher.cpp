@@ -1,6 +1,8 @@
 // grammar/matcher.cpp — advancing the parse stacks byte by byte.
 #include "grammar/matcher.h"
 
+#include "grammar/text.h"
+
 #include <algorithm>
 
 namespace cairn::grammar {
@@ -85,8 +87,8 @@ bool Matcher::advance_code_point(uint32_t lo, uint32_t hi, bool complete) {
 bool Matcher::accept_byte(uint8_t b) {
   if (pending_ == 0) {
     if (b < 0x80) return advance_code_point(b, b, true);
-    int len = (b >> 5) == 6 ? 2 : (b >> 4) == 14 ? 3 : (b >> 3) == 30 ? 4 : 0;
-    if (len == 0 || b == 0xC0 || b == 0xC1 || b > 0xF4) return false;  // not a UTF-8 lead byte
+    const int len = utf8_length(b);
+    if (len < 2 || b == 0xC0 || b == 0xC1 || b > 0xF4) return false;  // not a UTF-8 lead byte
     const uint32_t bits = b & (0x7F >> len);
     const int rest = len - 1;
     const uint32_t lo = bits << (6 * rest), hi = lo | ((1u << (6 * rest)) - 1);

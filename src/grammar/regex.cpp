@@ -1,6 +1,8 @@
 // grammar/regex.cpp — a recursive-descent translator from regex to GBNF.
 #include "grammar/regex.h"
 
+#include "grammar/text.h"
+
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -220,7 +222,7 @@ class Translator {
 
   uint32_t next_code_point() {
     const unsigned char c = (unsigned char)p_[i_];
-    const int len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 1;
+    const int len = std::max(1, utf8_length(c));
     uint32_t cp = len == 1 ? c : c & (0x7F >> len);
     for (int k = 1; k < len && i_ + (size_t)k < p_.size(); ++k) cp = (cp << 6) | ((unsigned char)p_[i_ + (size_t)k] & 0x3F);
     i_ += (size_t)len;
@@ -228,16 +230,9 @@ class Translator {
   }
 
   Result<uint32_t> hex(int n) {
-    uint32_t v = 0;
-    for (int k = 0; k < n; ++k) {
-      if (i_ >= p_.size()) return error("an unfinished escape");
-      const char c = p_[i_++];
-      const int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
-                    : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
-      if (d < 0) return error("a bad hex digit");
-      v = v * 16 + (uint32_t)d;
-    }
-    return v;
+    const auto v = read_hex(p_, i_, n);
+    if (!v) return error("an unfinished escape or a bad hex digit");
+    return *v;
   }
 
   // After a backslash: the characters it stands for.

@@ -82,6 +82,16 @@ void round_like_reference(TensorType weights, float* x, size_t n) {
   for (size_t i = 0; i < n; ++i) x[i] = f16_to_f32(f32_to_f16(x[i]));
 }
 
+// y[rows[i]] += scale * out[i] (rows of `width`): the reference scales the
+// product, then adds it.
+void add_scaled_rows(const LoraRows& lr, int64_t width, float scale, float* y, int64_t y_stride) {
+  for (size_t i = 0; i < lr.rows.size(); ++i) {
+    float* dst = y + (int64_t)lr.rows[i] * y_stride;
+    const float* d = lr.out.data() + (int64_t)i * width;
+    for (int64_t j = 0; j < width; ++j) dst[j] += d[j] * scale;
+  }
+}
+
 }  // namespace
 
 uint64_t LoraAdapter::bytes() const {
@@ -293,12 +303,7 @@ void lora_add(const LoraPair& pair, const float* x, int64_t x_stride, float* y, 
   round_like_reference(pair.b.type, lr.mid.data(), lr.mid.size());
   lr.out.resize((size_t)(n * out));
   kernels::matmul(pair.b, lr.mid.data(), n, lr.out.data(), pool);
-  // The reference scales the product, then adds it.
-  for (int64_t i = 0; i < n; ++i) {
-    float* dst = y + (int64_t)lr.rows[(size_t)i] * y_stride;
-    const float* d = lr.out.data() + i * out;
-    for (int64_t j = 0; j < out; ++j) dst[j] += d[j] * pair.scale;
-  }
+  add_scaled_rows(lr, out, pair.scale, y, y_stride);
 }
 
 void lora_add_embedding(const LoraPair& pair, const int32_t* tokens, float* x, int64_t n_embd,
@@ -312,11 +317,7 @@ void lora_add_embedding(const LoraPair& pair, const int32_t* tokens, float* x, i
   round_like_reference(pair.b.type, lr.mid.data(), lr.mid.size());
   lr.out.resize((size_t)(n * n_embd));
   kernels::matmul(pair.b, lr.mid.data(), n, lr.out.data(), pool);
-  for (int64_t i = 0; i < n; ++i) {
-    float* dst = x + (int64_t)lr.rows[(size_t)i] * n_embd;
-    const float* d = lr.out.data() + i * n_embd;
-    for (int64_t j = 0; j < n_embd; ++j) dst[j] += d[j] * pair.scale;
-  }
+  add_scaled_rows(lr, n_embd, pair.scale, x, n_embd);
 }
 
 }  // namespace cairn::model
