@@ -21,7 +21,6 @@ using vnni::f16;
 using vnni::fma_ss;
 using vnni::fold;
 using vnni::hsum8;
-using vnni::join;
 using vnni::lanes_fma;
 using vnni::lanes_sum;
 
@@ -37,18 +36,6 @@ struct ScaleIdx {
 };
 constexpr ScaleIdx kIdx16(4, 8);   // 16-element sub-blocks (Q2_K, Q3_K): four per step
 constexpr ScaleIdx kIdx32(2, 16);  // 32-element sub-blocks (IQ4_XS): two per step
-
-// Q5_K pairs sub-blocks (0, 2), (1, 3), (4, 6), (5, 7), as Q4_K's kernel:
-// the low and high nibbles of 64 bytes of qs.
-struct Q5kIdx {
-  alignas(64) int16_t v[4][32];
-  constexpr Q5kIdx() : v{} {
-    constexpr int pair[4][2] = {{0, 2}, {1, 3}, {4, 6}, {5, 7}};
-    for (int s = 0; s < 4; ++s)
-      for (int i = 0; i < 32; ++i) v[s][i] = static_cast<int16_t>(pair[s][i / 16]);
-  }
-};
-constexpr Q5kIdx kQ5kIdx;
 
 CAIRN_VNNI inline __m512i load_idx(const int16_t* v) { return _mm512_load_si512(v); }
 
@@ -170,18 +157,20 @@ CAIRN_VNNI inline void q3_k_tokens(int64_t n, const BlockQ3_K* x, const uint8_t*
 }
 
 // ---- Q5_K -------------------------------------------------------------------
-// Q4_K's nibbles and scales (row_dot_k_vnni.cpp's step order) and a fifth bit:
-// bit b of qh[l] for element l of sub-block b.
+// Q4_K's nibbles and scales and a fifth bit: sub-blocks 2s and 2s + 1 are the
+// low and high nibbles of qs[32s..32s + 31] (both halves of a register hold
+// those bytes, so each step meets 64 contiguous activations), and bit b of
+// qh[l] is element l of sub-block b.
 template <int NT>
 CAIRN_VNNI inline void q5_k_tokens(int64_t n, const BlockQ5_K* x, const uint8_t* act, size_t stride, float* out,
                                    size_t out_stride) {
   const __m512i low4 = _mm512_set1_epi8(0xF);
   const __m512i sixteen = _mm512_set1_epi8(16);
-  constexpr int kSub[4][2] = {{0, 2}, {1, 3}, {4, 6}, {5, 7}};
+  const __m512i nibble_shift = halves_epi16(0, 4);
   __m512i idx[4], hbit[4];
   for (int s = 0; s < 4; ++s) {
-    idx[s] = load_idx(kQ5kIdx.v[s]);
-    hbit[s] = halves_epi8(1 << kSub[s][0], 1 << kSub[s][1]);
+    idx[s] = load_idx(kIdx32.v[s]);
+    hbit[s] = halves_epi8(1 << (2 * s), 1 << (2 * s + 1));
   }
   __m256 lanes[NT];
   float min_acc[NT];
@@ -199,23 +188,22 @@ CAIRN_VNNI inline void q5_k_tokens(int64_t n, const BlockQ5_K* x, const uint8_t*
     const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[i].qh)));
     __m512i codes[4], scale[4];
     for (int s = 0; s < 4; ++s) {
-      const __m512i w = load_64(x[i].qs + 64 * (s / 2));
-      const __m512i nib = _mm512_and_si512(s % 2 ? _mm512_srli_epi16(w, 4) : w, low4);
+      const __m512i w = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[i].qs + 32 * s)));
+      const __m512i nib = _mm512_and_si512(_mm512_srlv_epi16(w, nibble_shift), low4);
       codes[s] = _mm512_mask_add_epi8(nib, _mm512_test_epi8_mask(qh, hbit[s]), nib, sixteen);
       scale[s] = _mm512_permutexvar_epi16(idx[s], sm512);
     }
     const float dx = f16(x[i].d), dminx = f16(x[i].dmin);
     for (int t = 0; t < NT; ++t) {
       const BlockQ8_K& y = act_block(act, stride, t, i);
-      const int8_t* q = y.qs;
-      const __m512i q8[4] = {join(q, q + 64), join(q + 32, q + 96), join(q + 128, q + 192), join(q + 160, q + 224)};
       __m512i acc = _mm512_setzero_si512();
-      for (int s = 0; s < 4; ++s) acc = _mm512_dpwssd_epi32(acc, _mm512_maddubs_epi16(codes[s], q8[s]), scale[s]);
+      for (int s = 0; s < 4; ++s)
+        acc = _mm512_dpwssd_epi32(acc, _mm512_maddubs_epi16(codes[s], load_64(y.qs + 64 * s)), scale[s]);
       // The mins meet the 16 bsums summed in pairs (one per 32-element sub-block).
       const __m256i bs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y.bsums));
       const __m128i pairs = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
       const __m128i mins = _mm_madd_epi16(m8, pairs);
-      const int32_t sum_mins = hsum8(_mm256_castsi128_si256(mins));
+      const int32_t sum_mins = vnni::hsum4(mins);
       lanes[t] = lanes_fma(fold(acc), y.d * dx, lanes[t]);
       min_acc[t] = fma_ss(y.d * dminx, static_cast<float>(sum_mins), min_acc[t]);
     }

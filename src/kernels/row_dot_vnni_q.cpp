@@ -1,13 +1,16 @@
 // kernels/row_dot_vnni_q.cpp — AVX-512 VNNI row dot products (row_dot.h) of the
 // 32-element block types Q4_1, Q5_0, Q5_1, IQ4_NL and MXFP4.
-// Every code becomes an unsigned byte u (the signed types biased: value =
-// u - bias), so one vpdpbusd gives Lanes8's exact sums of four products per
-// int32 lane; the bias comes off as bias * (sum of those four activations),
-// another vpdpbusd. A 512-bit register holds two blocks (single dots and
-// tokens: blocks i and i + 1 of one row, their float steps still one block
-// after the other) or one block of two rows (vec_dot_rows: each half its own
-// accumulator chain). The float steps are the scalar reference's
-// (core/quant_legacy.cpp, quant_nonlinear.cpp): the same bits.
+// The AVX2 kernels' loops (row_dot_avx2_q.cpp) on 256-bit registers, with
+// VNNI's instructions where they save work: every code becomes an unsigned
+// byte u (the signed types biased: value = u - bias), so one vpdpbusd gives
+// Lanes8's exact sums of four products per int32 lane, and the bias comes off
+// as bias * (sum of those four activations), another vpdpbusd (once per
+// activation block for a pair of rows); Q5's fifth bits go in as a byte mask.
+// 512-bit steps (two blocks, or one block of two rows, per register) were
+// slower here: on this core 512-bit integer work has two ports to 256-bit's
+// three, and the blocks' float steps are one fma per 8 lanes either way.
+// The float steps are the scalar reference's (core/quant_legacy.cpp,
+// quant_nonlinear.cpp): the same bits.
 #include <cstring>
 
 #include "core/quant_blocks.h"
@@ -19,16 +22,29 @@ namespace {
 
 using vnni::f16;
 using vnni::fma_ss;
-using vnni::join;
+using vnni::lanes_fma;
 using vnni::lanes_sum;
-using vnni::lookup_16;
-using vnni::nibbles_2x32;
 
-CAIRN_VNNI inline uint64_t qh_pair(const uint8_t* a, const uint8_t* b) {
-  uint32_t lo, hi;
-  std::memcpy(&lo, a, 4);
-  std::memcpy(&hi, b, 4);
-  return static_cast<uint64_t>(lo) | static_cast<uint64_t>(hi) << 32;
+CAIRN_VNNI inline uint32_t load_qh(const uint8_t* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+CAIRN_VNNI inline __m256i load_32(const int8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+
+// The 32 4-bit codes of a 16-byte block as bytes: element j's low nibble of
+// byte j (j < 16), element 16 + j's high nibble.
+CAIRN_VNNI inline __m256i nibbles_32(const uint8_t* qs) {
+  const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  const __m128i low4 = _mm_set1_epi8(0xF);
+  return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(bytes, 4), low4), _mm_and_si128(bytes, low4));
+}
+
+// 16 unsigned bytes looked up by 4-bit codes.
+CAIRN_VNNI inline __m256i lookup_16(const int8_t* table, __m256i codes) {
+  return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(table))),
+                             codes);
 }
 
 // A 16-entry int8 table plus 128, as unsigned bytes (vpdpbusd's unsigned side).
@@ -41,26 +57,26 @@ struct Biased16 {
 constexpr Biased16 kIq4nlBiased(kIq4nlValues);
 constexpr Biased16 kFp4Biased(kFp4Values);
 
-// Each type's decoding: codes2(a, b) gives block a's unsigned codes in the low
-// half and block b's in the high half; kBias is what they carry over the value.
+// Each type's decoding: codes(b) gives the block's unsigned codes; kBias is
+// what they carry over the value; the offset types add min * s per block.
 struct Q4_1Policy {
   using W = BlockQ4_1;
   using A = BlockQ8_1;
   static constexpr int kBias = 0;
   static constexpr bool kOffset = true;
-  CAIRN_VNNI static __m512i codes2(const W& a, const W& b) { return nibbles_2x32(a.qs, b.qs); }
+  CAIRN_VNNI static __m256i codes(const W& b) { return nibbles_32(b.qs); }
   CAIRN_VNNI static float scale(const W& b) { return f16(b.d); }
   CAIRN_VNNI static float min(const W& b) { return f16(b.m); }
 };
+// The fifth bit of element j is bit j of qh: one mask bit per byte.
 struct Q5_0Policy {
   using W = BlockQ5_0;
   using A = BlockQ8_0;
   static constexpr int kBias = 16;
   static constexpr bool kOffset = false;
-  CAIRN_VNNI static __m512i codes2(const W& a, const W& b) {
-    // The fifth bit of element j in bit j of qh: one mask bit per byte.
-    const __m512i low = nibbles_2x32(a.qs, b.qs);
-    return _mm512_mask_add_epi8(low, qh_pair(a.qh, b.qh), low, _mm512_set1_epi8(16));
+  CAIRN_VNNI static __m256i codes(const W& b) {
+    const __m256i low = nibbles_32(b.qs);
+    return _mm256_mask_add_epi8(low, load_qh(b.qh), low, _mm256_set1_epi8(16));
   }
   CAIRN_VNNI static float scale(const W& b) { return f16(b.d); }
   CAIRN_VNNI static float min(const W&) { return 0.0f; }
@@ -70,9 +86,9 @@ struct Q5_1Policy {
   using A = BlockQ8_1;
   static constexpr int kBias = 0;
   static constexpr bool kOffset = true;
-  CAIRN_VNNI static __m512i codes2(const W& a, const W& b) {
-    const __m512i low = nibbles_2x32(a.qs, b.qs);
-    return _mm512_mask_add_epi8(low, qh_pair(a.qh, b.qh), low, _mm512_set1_epi8(16));
+  CAIRN_VNNI static __m256i codes(const W& b) {
+    const __m256i low = nibbles_32(b.qs);
+    return _mm256_mask_add_epi8(low, load_qh(b.qh), low, _mm256_set1_epi8(16));
   }
   CAIRN_VNNI static float scale(const W& b) { return f16(b.d); }
   CAIRN_VNNI static float min(const W& b) { return f16(b.m); }
@@ -82,9 +98,7 @@ struct Iq4NlPolicy {
   using A = BlockQ8_0;
   static constexpr int kBias = 128;
   static constexpr bool kOffset = false;
-  CAIRN_VNNI static __m512i codes2(const W& a, const W& b) {
-    return lookup_16(kIq4nlBiased.v, nibbles_2x32(a.qs, b.qs));
-  }
+  CAIRN_VNNI static __m256i codes(const W& b) { return lookup_16(kIq4nlBiased.v, nibbles_32(b.qs)); }
   CAIRN_VNNI static float scale(const W& b) { return f16(b.d); }
   CAIRN_VNNI static float min(const W&) { return 0.0f; }
 };
@@ -93,22 +107,20 @@ struct Mxfp4Policy {
   using A = BlockQ8_0;
   static constexpr int kBias = 128;
   static constexpr bool kOffset = false;
-  CAIRN_VNNI static __m512i codes2(const W& a, const W& b) {
-    return lookup_16(kFp4Biased.v, nibbles_2x32(a.qs, b.qs));
-  }
+  CAIRN_VNNI static __m256i codes(const W& b) { return lookup_16(kFp4Biased.v, nibbles_32(b.qs)); }
   CAIRN_VNNI static float scale(const W& b) { return e8m0_half(b.e); }
   CAIRN_VNNI static float min(const W&) { return 0.0f; }
 };
 
-// Exact sums of (u - bias) * y over each group of four bytes: Lanes8's lanes
-// of the block in each half. |u * y| sums stay far inside int32.
+// Minus bias * (sum of each four activations): the start of a block's lanes.
+// Exact: |sums| stay far inside int32.
 template <class P>
-CAIRN_VNNI inline __m512i block_sums(__m512i u, __m512i y) {
+CAIRN_VNNI inline __m256i bias_start(__m256i y) {
   if constexpr (P::kBias == 0) {
-    return _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, y);
+    return _mm256_setzero_si256();
   } else {
-    const __m512i bias = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(static_cast<char>(P::kBias)), y);
-    return _mm512_dpbusd_epi32(_mm512_sub_epi32(_mm512_setzero_si512(), bias), u, y);
+    const __m256i b = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(static_cast<char>(P::kBias)), y);
+    return _mm256_sub_epi32(_mm256_setzero_si256(), b);
   }
 }
 
@@ -117,8 +129,7 @@ CAIRN_VNNI inline const typename P::A* act_row(const uint8_t* act, size_t stride
   return reinterpret_cast<const typename P::A*>(act + static_cast<size_t>(t) * stride);
 }
 
-// One row against NT tokens: two blocks decoded per step, each token's float
-// lanes take block i's fma, then block i + 1's, as the scalar loop does.
+// One row against NT tokens, each block decoded once.
 template <class P, int NT>
 CAIRN_VNNI inline void tokens_32(int64_t n, const typename P::W* x, const uint8_t* act, size_t stride, float* out,
                                  size_t out_stride) {
@@ -128,30 +139,29 @@ CAIRN_VNNI inline void tokens_32(int64_t n, const typename P::W* x, const uint8_
     acc[t] = _mm256_setzero_ps();
     off[t] = 0.0f;
   }
-  const int64_t nb = n / kQK4_0;
-  int64_t i = 0;
-  for (; i + 2 <= nb; i += 2) {
-    const __m512i u = P::codes2(x[i], x[i + 1]);
-    const float d0 = P::scale(x[i]), d1 = P::scale(x[i + 1]);
-    for (int t = 0; t < NT; ++t) {
-      const typename P::A* y = act_row<P>(act, stride, t);
-      const __m512 f = _mm512_cvtepi32_ps(block_sums<P>(u, join(y[i].qs, y[i + 1].qs)));
-      acc[t] = _mm256_fmadd_ps(_mm512_castps512_ps256(f), _mm256_set1_ps(d0 * f16(y[i].d)), acc[t]);
-      acc[t] = _mm256_fmadd_ps(_mm512_extractf32x8_ps(f, 1), _mm256_set1_ps(d1 * f16(y[i + 1].d)), acc[t]);
-      if constexpr (P::kOffset) {
-        off[t] = fma_ss(P::min(x[i]), f16(y[i].s), off[t]);
-        off[t] = fma_ss(P::min(x[i + 1]), f16(y[i + 1].s), off[t]);
-      }
+  for (int64_t i = 0; i < n / kQK4_0; ++i) {
+    __m256i u = P::codes(x[i]);
+    // The table types against several tokens: magnitudes |v| (no value is
+    // -128) meet activations carrying v's sign, two instructions per token
+    // where the bias takes three.
+    __mmask32 neg = 0;
+    if constexpr (P::kBias == 128 && NT > 1) {
+      const __m256i v = _mm256_xor_si256(u, _mm256_set1_epi8(static_cast<char>(0x80)));
+      neg = _mm256_movepi8_mask(v);
+      u = _mm256_abs_epi8(v);
     }
-  }
-  if (i < nb) {  // an odd last block: the low half only
-    const __m512i u = P::codes2(x[i], x[i]);
-    const float d0 = P::scale(x[i]);
+    const float dx = P::scale(x[i]);
     for (int t = 0; t < NT; ++t) {
-      const typename P::A* y = act_row<P>(act, stride, t);
-      const __m512 f = _mm512_cvtepi32_ps(block_sums<P>(u, join(y[i].qs, y[i].qs)));
-      acc[t] = _mm256_fmadd_ps(_mm512_castps512_ps256(f), _mm256_set1_ps(d0 * f16(y[i].d)), acc[t]);
-      if constexpr (P::kOffset) off[t] = fma_ss(P::min(x[i]), f16(y[i].s), off[t]);
+      const typename P::A& y = act_row<P>(act, stride, t)[i];
+      const __m256i yq = load_32(y.qs);
+      __m256i sums;
+      if constexpr (P::kBias == 128 && NT > 1) {
+        sums = _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, _mm256_mask_sub_epi8(yq, neg, _mm256_setzero_si256(), yq));
+      } else {
+        sums = _mm256_dpbusd_epi32(bias_start<P>(yq), u, yq);
+      }
+      acc[t] = lanes_fma(sums, dx * f16(y.d), acc[t]);
+      if constexpr (P::kOffset) off[t] = fma_ss(P::min(x[i]), f16(y.s), off[t]);
     }
   }
   for (int t = 0; t < NT; ++t) out[t * out_stride] = P::kOffset ? lanes_sum(acc[t]) + off[t] : lanes_sum(acc[t]);
@@ -170,39 +180,26 @@ CAIRN_VNNI void dot_tokens_32(int64_t n, const void* w, const void* act, size_t 
   }
 }
 
-// NP pairs of rows against one token: each register holds block i of two
-// rows (the activation block in both halves, its bias term shared), each half
-// its own chain of fmas; the offsets of both rows in two float lanes.
-template <class P, int NP>
-CAIRN_VNNI inline void row_pairs_32(int64_t n, const typename P::W* const* x, const typename P::A* y, float* out) {
-  __m512 acc[NP];
-  __m128 off[NP];
-  for (int p = 0; p < NP; ++p) {
-    acc[p] = _mm512_setzero_ps();
-    off[p] = _mm_setzero_ps();
-  }
+// Two rows against one token: two accumulator chains, the activation block
+// and its bias term shared.
+template <class P>
+CAIRN_VNNI inline void rows2_32(int64_t n, const typename P::W* x0, const typename P::W* x1, const typename P::A* y,
+                                float* out) {
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  float off0 = 0.0f, off1 = 0.0f;
   for (int64_t i = 0; i < n / kQK4_0; ++i) {
-    const __m512i yq = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[i].qs)));
+    const __m256i yq = load_32(y[i].qs);
+    const __m256i start = bias_start<P>(yq);
     const float dy = f16(y[i].d);
-    __m512i bias = _mm512_setzero_si512();
-    if constexpr (P::kBias != 0)
-      bias = _mm512_sub_epi32(bias, _mm512_dpbusd_epi32(bias, _mm512_set1_epi8(static_cast<char>(P::kBias)), yq));
-    for (int p = 0; p < NP; ++p) {
-      const typename P::W& a = x[2 * p][i];
-      const typename P::W& b = x[2 * p + 1][i];
-      const __m512 f = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(bias, P::codes2(a, b), yq));
-      const __m512 d = _mm512_insertf32x8(_mm512_set1_ps(P::scale(a) * dy), _mm256_set1_ps(P::scale(b) * dy), 1);
-      acc[p] = _mm512_fmadd_ps(f, d, acc[p]);
-      if constexpr (P::kOffset)
-        off[p] = _mm_fmadd_ps(_mm_set_ps(0.0f, 0.0f, P::min(b), P::min(a)), _mm_set1_ps(f16(y[i].s)), off[p]);
+    acc0 = lanes_fma(_mm256_dpbusd_epi32(start, P::codes(x0[i]), yq), P::scale(x0[i]) * dy, acc0);
+    acc1 = lanes_fma(_mm256_dpbusd_epi32(start, P::codes(x1[i]), yq), P::scale(x1[i]) * dy, acc1);
+    if constexpr (P::kOffset) {
+      off0 = fma_ss(P::min(x0[i]), f16(y[i].s), off0);
+      off1 = fma_ss(P::min(x1[i]), f16(y[i].s), off1);
     }
   }
-  for (int p = 0; p < NP; ++p) {
-    const float s0 = lanes_sum(_mm512_castps512_ps256(acc[p]));
-    const float s1 = lanes_sum(_mm512_extractf32x8_ps(acc[p], 1));
-    out[2 * p] = P::kOffset ? s0 + _mm_cvtss_f32(off[p]) : s0;
-    out[2 * p + 1] = P::kOffset ? s1 + _mm_cvtss_f32(_mm_movehdup_ps(off[p])) : s1;
-  }
+  out[0] = P::kOffset ? lanes_sum(acc0) + off0 : lanes_sum(acc0);
+  out[1] = P::kOffset ? lanes_sum(acc1) + off1 : lanes_sum(acc1);
 }
 
 template <class P>
@@ -211,10 +208,7 @@ CAIRN_VNNI void dot_rows_32(int64_t n, const void* w, size_t w_stride, int64_t n
   const auto* y = static_cast<const typename P::A*>(act);
   auto row = [&](int64_t r) { return reinterpret_cast<const typename P::W*>(base + static_cast<size_t>(r) * w_stride); };
   int64_t r = 0;
-  for (; r + 2 <= n_rows; r += 2) {
-    const typename P::W* rows[2] = {row(r), row(r + 1)};
-    row_pairs_32<P, 1>(n, rows, y, out + r);
-  }
+  for (; r + 2 <= n_rows; r += 2) rows2_32<P>(n, row(r), row(r + 1), y, out + r);
   if (r < n_rows) tokens_32<P, 1>(n, row(r), static_cast<const uint8_t*>(act), 0, out + r, 1);
 }
 

@@ -41,6 +41,12 @@ CAIRN_VNNI inline int32_t hsum8(__m256i v) {
   return _mm_cvtsi128_si32(s);
 }
 
+CAIRN_VNNI inline int32_t hsum4(__m128i s) {
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));
+  return _mm_cvtsi128_si32(s);
+}
+
 // Lanes8: each float lane fma'd with the block's scale ...
 CAIRN_VNNI inline __m256 lanes_fma(__m256i sums, float d, __m256 acc) {
   return _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), _mm256_set1_ps(d), acc);
