@@ -7,8 +7,9 @@
 // as bias * (sum of those four activations), another vpdpbusd (once per
 // activation block for a pair of rows); Q5's fifth bits go in as a byte mask.
 // 512-bit steps (two blocks, or one block of two rows, per register) were
-// slower here: on this core 512-bit integer work has two ports to 256-bit's
-// three, and the blocks' float steps are one fma per 8 lanes either way.
+// slower than AVX2 in bench_matmul (Q4_1: 18 % for one token, 47 % for 128):
+// 512-bit integer work issues on two ports to 256-bit's three, and each block
+// still takes its own fma per 8 lanes.
 // The float steps are the scalar reference's (core/quant_legacy.cpp,
 // quant_nonlinear.cpp): the same bits.
 #include <cstring>
