@@ -25,7 +25,7 @@ using vnni::lanes_fma;
 using vnni::lanes_sum;
 
 // vpermw indices spreading int16 scales over a step's 32 int16 lanes (two
-// bytes each): lane i of step s takes scale base(s) + i / per, per = the
+// bytes each): lane i of step s takes scale stride * s + i / per, per = the
 // sub-block's length in int16 lanes.
 struct ScaleIdx {
   alignas(64) int16_t v[4][32];

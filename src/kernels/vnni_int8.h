@@ -1,7 +1,7 @@
 // kernels/vnni_int8.h — the AVX-512 VNNI building blocks the row dot products of
 // row_dot_vnni_q.cpp and row_dot_vnni_k.cpp share: the target attribute,
-// two 32-element runs in one register, and the scalar float steps of
-// core/quant_blocks.h's Lanes8 order.
+// the folding of two 32-element runs onto 8 lanes, nibble and table decoding,
+// and the float steps of core/quant_blocks.h's Lanes8 order.
 // Internal to kernels/; only for functions compiled with CAIRN_VNNI.
 #pragma once
 
@@ -20,12 +20,6 @@ CAIRN_VNNI inline float f16(uint16_t h) { return _cvtsh_ss(h); }  // exact, as f
 // a * b + c rounded once, as std::fma in the scalar reference.
 CAIRN_VNNI inline float fma_ss(float a, float b, float c) {
   return _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(a), _mm_set_ss(b), _mm_set_ss(c)));
-}
-
-// 32 bytes at lo in the low half, 32 at hi in the high half.
-CAIRN_VNNI inline __m512i join(const void* lo, const void* hi) {
-  return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(static_cast<const __m256i*>(lo))),
-                            _mm256_loadu_si256(static_cast<const __m256i*>(hi)), 1);
 }
 
 // 16 int32 lanes -> 8: lane L + lane L + 8. Where each half holds one 32-element
