@@ -9,8 +9,10 @@
 //   quantized ones return the scalar reference's bits (same exact integer sums
 //   per block, same float operations in the same order); the float types
 //   differ only in summation order.
-// - avx512vnni:: (row_dot_k_vnni.cpp): Q4_K and Q6_K on AVX-512 F/BW/VL/DQ +
-//   VNNI, when isa_enabled(Isa::Avx512Vnni); the scalar reference's bits.
+// - avx512vnni:: (row_dot_k_vnni.cpp: Q4_K, Q6_K; row_dot_vnni_q.cpp: Q4_1,
+//   Q5_0, Q5_1, IQ4_NL, MXFP4; row_dot_vnni_k.cpp: Q2_K, Q3_K, Q5_K, IQ4_XS)
+//   on AVX-512 F/BW/VL/DQ + VNNI, when isa_enabled(Isa::Avx512Vnni); the
+//   scalar reference's bits.
 // - BF16 (row_dot_bf16.cpp) against BF16 activations (the type's vec_dot_type,
 //   as in llama.cpp): the AVX-512 BF16 form (vdpbf16ps: two exact products per
 //   lane per step, avx512bf16::, when bf16_enabled()) and forms for hosts
@@ -99,6 +101,44 @@ void q4_k_dot_rows(int64_t n, const void* w, size_t w_stride, int64_t n_rows, co
                    float* out);
 void q6_k_dot_rows(int64_t n, const void* w, size_t w_stride, int64_t n_rows, const void* act,
                    float* out);
+// row_dot_vnni_q.cpp and row_dot_vnni_k.cpp: single dots, vec_dot_tokens and
+// vec_dot_rows as the avx2:: entries of the same names, the same bits.
+float q4_1_dot_q8_1(int64_t n, const void* w, const void* act);
+float q5_0_dot_q8_0(int64_t n, const void* w, const void* act);
+float q5_1_dot_q8_1(int64_t n, const void* w, const void* act);
+float iq4_nl_dot_q8_0(int64_t n, const void* w, const void* act);
+float mxfp4_dot_q8_0(int64_t n, const void* w, const void* act);
+float q2_k_dot_q8_k(int64_t n, const void* w, const void* act);
+float q3_k_dot_q8_k(int64_t n, const void* w, const void* act);
+float q5_k_dot_q8_k(int64_t n, const void* w, const void* act);
+float iq4_xs_dot_q8_k(int64_t n, const void* w, const void* act);
+void q4_1_dot_rows(int64_t n, const void* w, size_t w_stride, int64_t n_rows, const void* act, float* out);
+void q5_0_dot_rows(int64_t n, const void* w, size_t w_stride, int64_t n_rows, const void* act, float* out);
+void q5_1_dot_rows(int64_t n, const void* w, size_t w_stride, int64_t n_rows, const void* act, float* out);
+void iq4_nl_dot_rows(int64_t n, const void* w, size_t w_stride, int64_t n_rows, const void* act, float* out);
+void mxfp4_dot_rows(int64_t n, const void* w, size_t w_stride, int64_t n_rows, const void* act, float* out);
+void q2_k_dot_rows(int64_t n, const void* w, size_t w_stride, int64_t n_rows, const void* act, float* out);
+void q3_k_dot_rows(int64_t n, const void* w, size_t w_stride, int64_t n_rows, const void* act, float* out);
+void q5_k_dot_rows(int64_t n, const void* w, size_t w_stride, int64_t n_rows, const void* act, float* out);
+void iq4_xs_dot_rows(int64_t n, const void* w, size_t w_stride, int64_t n_rows, const void* act, float* out);
+void q4_1_dot_tokens(int64_t n, const void* w, const void* act, size_t act_stride, int64_t n_act, float* out,
+                     size_t out_stride);
+void q5_0_dot_tokens(int64_t n, const void* w, const void* act, size_t act_stride, int64_t n_act, float* out,
+                     size_t out_stride);
+void q5_1_dot_tokens(int64_t n, const void* w, const void* act, size_t act_stride, int64_t n_act, float* out,
+                     size_t out_stride);
+void iq4_nl_dot_tokens(int64_t n, const void* w, const void* act, size_t act_stride, int64_t n_act, float* out,
+                       size_t out_stride);
+void mxfp4_dot_tokens(int64_t n, const void* w, const void* act, size_t act_stride, int64_t n_act, float* out,
+                      size_t out_stride);
+void q2_k_dot_tokens(int64_t n, const void* w, const void* act, size_t act_stride, int64_t n_act, float* out,
+                     size_t out_stride);
+void q3_k_dot_tokens(int64_t n, const void* w, const void* act, size_t act_stride, int64_t n_act, float* out,
+                     size_t out_stride);
+void q5_k_dot_tokens(int64_t n, const void* w, const void* act, size_t act_stride, int64_t n_act, float* out,
+                     size_t out_stride);
+void iq4_xs_dot_tokens(int64_t n, const void* w, const void* act, size_t act_stride, int64_t n_act, float* out,
+                       size_t out_stride);
 }  // namespace avx512vnni
 
 }  // namespace cairn::quant

@@ -101,6 +101,36 @@ std::array<TypeOps, kTypes> build_active() {
         ops.vec_dot_rows = quant::avx512vnni::q6_k_dot_rows;
       }
     }
+    // The other integer types (row_dot_vnni_q.cpp, row_dot_vnni_k.cpp), each
+    // entry giving the AVX2 kernels' (the scalar reference's) bits; nullptr
+    // keeps the AVX2 one: Q2_K's one-token VNNI dot measured 4 % slower
+    // (bench_matmul, docs/performance.md), its many-token one 28 % faster.
+    struct Vnni {
+      TensorType type;
+      float (*vec_dot)(int64_t, const void*, const void*);
+      void (*tokens)(int64_t, const void*, const void*, size_t, int64_t, float*, size_t);
+      void (*rows)(int64_t, const void*, size_t, int64_t, const void*, float*);
+    };
+    namespace v = quant::avx512vnni;
+    const Vnni vnni[] = {
+        {TensorType::Q4_1, v::q4_1_dot_q8_1, v::q4_1_dot_tokens, v::q4_1_dot_rows},
+        {TensorType::Q5_0, v::q5_0_dot_q8_0, v::q5_0_dot_tokens, v::q5_0_dot_rows},
+        {TensorType::Q5_1, v::q5_1_dot_q8_1, v::q5_1_dot_tokens, v::q5_1_dot_rows},
+        {TensorType::IQ4_NL, v::iq4_nl_dot_q8_0, v::iq4_nl_dot_tokens, v::iq4_nl_dot_rows},
+        {TensorType::MXFP4, v::mxfp4_dot_q8_0, v::mxfp4_dot_tokens, v::mxfp4_dot_rows},
+        {TensorType::Q2_K, nullptr, v::q2_k_dot_tokens, nullptr},
+        {TensorType::Q3_K, v::q3_k_dot_q8_k, v::q3_k_dot_tokens, v::q3_k_dot_rows},
+        {TensorType::Q5_K, v::q5_k_dot_q8_k, v::q5_k_dot_tokens, v::q5_k_dot_rows},
+        {TensorType::IQ4_XS, v::iq4_xs_dot_q8_k, v::iq4_xs_dot_tokens, v::iq4_xs_dot_rows},
+    };
+    for (TypeOps& ops : table) {
+      for (const Vnni& k : vnni) {
+        if (ops.type != k.type) continue;
+        if (k.vec_dot) ops.vec_dot = k.vec_dot;
+        if (k.tokens) ops.vec_dot_tokens = k.tokens;
+        if (k.rows) ops.vec_dot_rows = k.rows;
+      }
+    }
   }
   return table;
 }
