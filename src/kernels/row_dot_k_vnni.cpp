@@ -10,39 +10,21 @@
 #include <cstring>
 
 #include "core/quant_blocks.h"
-#include "core/simd.h"
 #include "kernels/row_dot.h"
-
-// No fp contraction: the scalar reference rounds y.d * x.d before its explicit
-// fma; the compiler must not fuse anything else either.
-#define CAIRN_VNNI CAIRN_SIMD_FN("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")
+#include "kernels/vnni_int8.h"  // CAIRN_VNNI (no fp contraction) and the shared steps
 
 namespace cairn::quant::avx512vnni {
 namespace {
 
-CAIRN_VNNI inline float f16(uint16_t h) { return _cvtsh_ss(h); }  // exact, as f16_lut
+using vnni::f16;
+using vnni::fma_ss;
+using vnni::fold;
+using vnni::hsum4;
+using vnni::hsum8;
 
 CAIRN_VNNI inline __m512i join(const void* lo, const void* hi) {
   return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(static_cast<const __m256i*>(lo))),
                             _mm256_loadu_si256(static_cast<const __m256i*>(hi)), 1);
-}
-
-// 16 int32 lanes -> 8: lane L + lane L+8, i.e. the same 4 elements of the two runs.
-CAIRN_VNNI inline __m256i fold(__m512i v) {
-  return _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
-}
-
-CAIRN_VNNI inline int32_t hsum8(__m256i v) {
-  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
-  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));
-  return _mm_cvtsi128_si32(s);
-}
-
-CAIRN_VNNI inline int32_t hsum4(__m128i s) {
-  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
-  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));
-  return _mm_cvtsi128_si32(s);
 }
 
 // int16 lane i of the result = lane table[i] of the source (vpermw indices).
@@ -109,11 +91,6 @@ CAIRN_VNNI inline void q4k_block(const BlockQ4_K& x, const Q4kAct& a, const Q4kI
   acc = _mm512_dpwssd_epi32(acc, _mm512_maddubs_epi16(_mm512_and_si512(_mm512_srli_epi16(w1, 4), low4), a.q[3]),
                             _mm512_permutexvar_epi16(c.idx[3], sm512));
   *lanes = fold(acc);
-}
-
-// a * b + c rounded once, as std::fma in the scalar reference.
-CAIRN_VNNI inline float fma_ss(float a, float b, float c) {
-  return _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(a), _mm_set_ss(b), _mm_set_ss(c)));
 }
 
 // The scalar reference's float step for one block (core/quant_k.cpp, kKQuantOrder).
