@@ -8,7 +8,7 @@ if ! command -v npm >/dev/null 2>&1; then
   exit 0
 fi
 stamp=node_modules/.cairn-installed-lock.json
-if [ -d node_modules/openai ] && [ -d node_modules/onnxruntime-node ] && cmp -s package-lock.json "$stamp"; then
+if [ -d node_modules/openai ] && [ -d node_modules/onnxruntime-node ] && [ -d node_modules/ajv ] && cmp -s package-lock.json "$stamp"; then
   exit 0
 fi
 npm ci --no-audit --no-fund
