@@ -117,14 +117,21 @@ std::string naturals(uint64_t lo, uint64_t hi) {
 
 class Compiler {
  public:
-  explicit Compiler(const Json& root) : root_(root) {}
+  explicit Compiler(const Json& root, std::string prefix = {}) : root_(root), prefix_(std::move(prefix)) {}
 
   Result<std::string> run() {
+    CAIRN_ASSIGN_OR_RETURN(const std::string rules, run_rules("root"));
+    return rules + kPrimitives;
+  }
+
+  // The schema's own rules, its value as `value_rule` (no whitespace around
+  // it when named otherwise than root, whose text keeps its padding).
+  Result<std::string> run_rules(const std::string& value_rule) {
     auto r = visit(root_, "root", "");
     if (!r) return r.status();
-    std::string out = "root ::= ws " + *r + " ws\n";
+    std::string out = value_rule == "root" ? "root ::= ws " + *r + " ws\n" : value_rule + " ::= " + *r + "\n";
     for (const auto& [name, body] : rules_) out += name + " ::= " + body + "\n";
-    return out + kPrimitives;
+    return out;
   }
 
  private:
@@ -138,8 +145,9 @@ class Compiler {
     std::string base;
     for (char c : hint) base += (std::isalnum((unsigned char)c) ? (char)std::tolower(c) : '-');
     if (base.empty()) base = "r";
-    std::string name = "s-" + base;
-    for (int k = 2; rules_.count(name) || reserved_.count(name); ++k) name = "s-" + base + "-" + std::to_string(k);
+    std::string name = prefix_ + "s-" + base;
+    for (int k = 2; rules_.count(name) || reserved_.count(name); ++k)
+      name = prefix_ + "s-" + base + "-" + std::to_string(k);
     reserved_.insert(name);
     return name;
   }
@@ -560,6 +568,7 @@ class Compiler {
   }
 
   const Json& root_;
+  const std::string prefix_;  // before every rule name: several schemas share one grammar
   std::map<std::string, std::string> rules_;
   std::set<std::string> reserved_;
   std::map<std::string, std::string> refs_;
@@ -571,6 +580,17 @@ class Compiler {
 Result<std::string> json_schema_to_gbnf(const nlohmann::ordered_json& schema) {
   return Compiler(schema).run();
 }
+
+Result<std::string> json_schema_rules(const nlohmann::ordered_json& schema, const std::string& prefix) {
+  // GBNF names are letters, digits and dashes; a prefix must keep them so.
+  if (prefix.empty()) return Status::invalid_argument("json_schema_rules: the rule prefix is empty");
+  for (char c : prefix)
+    if (!std::isalnum((unsigned char)c) && c != '-')
+      return Status::invalid_argument("json_schema_rules: the rule prefix '" + prefix + "' is not letters, digits and dashes");
+  return Compiler(schema, prefix).run_rules(prefix + "value");
+}
+
+std::string json_primitives_gbnf() { return kPrimitives; }
 
 std::string json_object_gbnf() { return std::string("root ::= ws json-object ws\n") + kPrimitives; }
 

@@ -22,6 +22,14 @@ namespace cairn::grammar {
 // an object without additionalProperties allows no other keys.
 Result<std::string> json_schema_to_gbnf(const nlohmann::ordered_json& schema);
 
+// The rules of `schema`'s grammar alone, for combining several schemas into
+// one grammar (chat/tool_calls.h: one per tool): every rule is named
+// `<prefix>…`, the schema's value is the rule `<prefix>value` (no whitespace
+// around it), and the shared rules it uses (ws, json-*) are left out: append
+// json_primitives_gbnf() once. `prefix` is letters, digits and dashes.
+Result<std::string> json_schema_rules(const nlohmann::ordered_json& schema, const std::string& prefix);
+std::string json_primitives_gbnf();
+
 // The GBNF of any JSON object (response_format {"type": "json_object"}).
 std::string json_object_gbnf();
 

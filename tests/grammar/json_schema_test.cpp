@@ -136,5 +136,30 @@ TEST(JsonSchema, JsonObjectMode) {
   EXPECT_FALSE(accepts(gp, R"("s")"));
 }
 
+// Two schemas' rules under their own prefixes combine into one grammar; each
+// keeps its own constraints, including recursive $refs named alike in both.
+TEST(JsonSchema, PrefixedRulesCombine) {
+  const char* a = R"({"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]})";
+  const char* b = R"({"$defs": {"node": {"type": "object", "properties": {"next": {"$ref": "#/$defs/node"}}}},
+                      "$ref": "#/$defs/node"})";
+  auto ra = json_schema_rules(Json::parse(a), "t0-");
+  auto rb = json_schema_rules(Json::parse(b), "t1-");
+  ASSERT_TRUE(ra) << ra.status().message();
+  ASSERT_TRUE(rb) << rb.status().message();
+  const std::string text = "root ::= \"a=\" t0-value | \"b=\" t1-value\n" + *ra + *rb + json_primitives_gbnf();
+  auto g = parse_gbnf(text);
+  ASSERT_TRUE(g) << g.status().message() << "\n" << text;
+  auto gp = std::make_shared<const Grammar>(std::move(*g));
+  EXPECT_TRUE(accepts(gp, R"(a={"n": 3})"));
+  EXPECT_FALSE(accepts(gp, R"(a={"n": "x"})"));
+  EXPECT_FALSE(accepts(gp, R"(a= {"n": 3})"));  // no padding around a value rule
+  EXPECT_TRUE(accepts(gp, R"(b={"next": {"next": {}}})"));
+  EXPECT_FALSE(accepts(gp, R"(b={"n": 3})"));
+  // The plain form is unchanged: its root still pads with whitespace.
+  EXPECT_TRUE(compile(a) && accepts(compile(a), R"( {"n": 1} )"));
+  EXPECT_FALSE(json_schema_rules(Json::parse(a), "bad prefix"));
+  EXPECT_FALSE(json_schema_rules(Json::parse(a), ""));
+}
+
 }  // namespace
 }  // namespace cairn::grammar

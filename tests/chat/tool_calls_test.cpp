@@ -1,0 +1,502 @@
+// Tool calls and reasoning out of generated text: format names and detection
+// (every template in ../shared/templates, and markers alone), the whole parse
+// of each format, look-alikes that stay content, the streaming parser against
+// the whole parse at every split, reasoning, call ids, and the tool_choice
+// grammars checked with the grammar layer's matcher.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "chat/chat_template.h"
+#include "chat/tool_calls.h"
+#include "grammar/grammar.h"
+#include "grammar/matcher.h"
+#include "test_util.h"
+
+namespace cairn::chat {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+std::string read_file(const std::filesystem::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+TEST(ToolFormat, NamesRoundTripAndUnknownListsValid) {
+  for (const std::string& n : tool_format_names()) {
+    auto f = tool_format_from_name(n);
+    ASSERT_TRUE(f) << n;
+    EXPECT_EQ(tool_format_name(*f), n);
+  }
+  EXPECT_EQ(tool_format_names().size(), 9u);
+  auto bad = tool_format_from_name("qwen");
+  ASSERT_FALSE(bad);
+  EXPECT_EQ(bad.status().code(), StatusCode::InvalidArgument);
+  EXPECT_NE(bad.status().message().find("'qwen'"), std::string::npos);
+  EXPECT_NE(bad.status().message().find("hermes, llama3_json, mistral"), std::string::npos);
+}
+
+TEST(ToolFormat, DetectsFromEveryTemplate) {
+  CAIRN_REQUIRE_SHARED("templates");
+  const std::map<std::string, ToolFormat> want = {
+      {"CohereForAI-c4ai-command-r-plus-tool_use.jinja", ToolFormat::CommandR},
+      {"CohereForAI-c4ai-command-r7b-12-2024-tool_use.jinja", ToolFormat::CommandR},
+      {"NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use.jinja", ToolFormat::Hermes},
+      {"NousResearch-Hermes-3-Llama-3.1-8B-tool_use.jinja", ToolFormat::Hermes},
+      {"Qwen-Qwen2.5-7B-Instruct.jinja", ToolFormat::Hermes},
+      {"deepseek-ai-DeepSeek-R1-Distill-Llama-8B.jinja", ToolFormat::DeepSeekR1},
+      {"deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja", ToolFormat::DeepSeekR1},
+      {"fireworks-ai-llama-3-firefunction-v2.jinja", ToolFormat::FireFunction},
+      {"google-gemma-2-2b-it.jinja", ToolFormat::None},
+      {"llama-cpp-deepseek-r1.jinja", ToolFormat::DeepSeekR1},
+      {"meetkai-functionary-medium-v3.1.jinja", ToolFormat::FunctionaryV31},
+      {"meetkai-functionary-medium-v3.2.jinja", ToolFormat::FunctionaryV32},
+      {"meta-llama-Llama-3.1-8B-Instruct.jinja", ToolFormat::Llama3Json},
+      {"meta-llama-Llama-3.2-3B-Instruct.jinja", ToolFormat::Llama3Json},
+      {"meta-llama-Llama-3.3-70B-Instruct.jinja", ToolFormat::Llama3Json},
+      {"microsoft-Phi-3.5-mini-instruct.jinja", ToolFormat::None},
+      {"mistralai-Mistral-Nemo-Instruct-2407.jinja", ToolFormat::Mistral},
+  };
+  size_t seen = 0;
+  for (const auto& e : std::filesystem::directory_iterator(*test::shared_dir() / "templates")) {
+    const std::string file = e.path().filename().string();
+    const auto it = want.find(file);
+    if (it == want.end()) {
+      ADD_FAILURE() << "a template this test does not know: " << file << " (detected "
+                    << tool_format_name(detect_tool_format(read_file(e.path()))) << ")";
+      continue;
+    }
+    EXPECT_EQ(tool_format_name(detect_tool_format(read_file(e.path()))), tool_format_name(it->second)) << file;
+    ++seen;
+  }
+  EXPECT_EQ(seen, want.size());
+}
+
+// Templates not in ../shared: the markers alone decide.
+TEST(ToolFormat, DetectsByMarkersAlone) {
+  // Qwen3's tool instructions.
+  EXPECT_EQ(detect_tool_format("{{- \"For each function call, return a json object with function name and arguments "
+                               "within <tool_call></tool_call> XML tags:\\n<tool_call>\\n{\\\"name\\\": "
+                               "<function-name>, \\\"arguments\\\": <args-json-object>}\\n</tool_call>\" }}"),
+            ToolFormat::Hermes);
+  EXPECT_EQ(detect_tool_format("{{ '[TOOL_CALLS]' + name + '[ARGS]' + args }}"), ToolFormat::Mistral);
+  EXPECT_EQ(detect_tool_format("{{ '<|python_tag|>' }}"), ToolFormat::Llama3Json);
+  EXPECT_EQ(detect_tool_format("{{ '<|START_ACTION|>' }}"), ToolFormat::CommandR);
+  EXPECT_EQ(detect_tool_format("{{ '<｜tool▁call▁begin｜>' }}"), ToolFormat::DeepSeekR1);
+  EXPECT_EQ(detect_tool_format("{{ bos_token }}{% for m in messages %}{{ m.content }}{% endfor %}"),
+            ToolFormat::None);
+}
+
+struct Call {
+  std::string name, arguments;
+};
+struct Case {
+  ToolFormat format;
+  std::string text;
+  std::string content;
+  std::vector<Call> calls;
+};
+
+const std::vector<Case>& cases() {
+  static const std::vector<Case> all = {
+      // hermes: one, several, with text before, arguments as a string, a look-alike.
+      {ToolFormat::Hermes, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>",
+       "", {{"get_weather", R"({"city":"Paris"})"}}},
+      {ToolFormat::Hermes,
+       "Let me check both. 😀\n<tool_call>\n{\"name\": \"a\", \"arguments\": {\"x\": [1, 2, {\"y\": \"}\"}]}}\n</tool_call>\n"
+       "<tool_call>\n{\"arguments\": {}, \"name\": \"b\"}\n</tool_call>",
+       "Let me check both. 😀", {{"a", R"({"x":[1,2,{"y":"}"}]})"}, {"b", "{}"}}},
+      {ToolFormat::Hermes, "<tool_call>{\"name\": \"s\", \"arguments\": \"{\\\"q\\\": 1}\"}</tool_call>", "",
+       {{"s", R"({"q":1})"}}},
+      {ToolFormat::Hermes, "I would write <tool_call> here, but no.", "I would write <tool_call> here, but no.", {}},
+      {ToolFormat::Hermes, "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": tru}}\n</tool_call>",
+       "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": tru}}\n</tool_call>", {}},
+      {ToolFormat::Hermes, "<tool_call>\n{\"name\": \"f\", \"arguments\": [1]}\n</tool_call>",
+       "<tool_call>\n{\"name\": \"f\", \"arguments\": [1]}\n</tool_call>", {}},
+      // The closing tag may be cut by the end of the output, nothing else.
+      {ToolFormat::Hermes, "<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n", "", {{"f", "{}"}}},
+      {ToolFormat::Hermes, "<tool_call>\n{\"name\": \"f\", \"arguments\": {}} and more",
+       "<tool_call>\n{\"name\": \"f\", \"arguments\": {}} and more", {}},
+      {ToolFormat::Hermes, "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\"", "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\"", {}},
+      {ToolFormat::Hermes, "Text only, ending in <tool_", "Text only, ending in <tool_", {}},
+      // llama3_json
+      {ToolFormat::Llama3Json, "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Oslo\"}}", "",
+       {{"get_weather", R"({"city":"Oslo"})"}}},
+      {ToolFormat::Llama3Json,
+       "<|python_tag|>{\"name\": \"a\", \"parameters\": {\"n\": 1}}; {\"name\": \"b\", \"arguments\": {}}", "",
+       {{"a", R"({"n":1})"}, {"b", "{}"}}},
+      {ToolFormat::Llama3Json, "{\"name\": \"x\", \"parameters\": {}};", ";", {{"x", "{}"}}},
+      {ToolFormat::Llama3Json, "Here is JSON: {\"name\": \"x\", \"parameters\": {}}",
+       "Here is JSON: {\"name\": \"x\", \"parameters\": {}}", {}},
+      {ToolFormat::Llama3Json, "{\"name\": \"Bob\", \"age\": 3}", "{\"name\": \"Bob\", \"age\": 3}", {}},
+      {ToolFormat::Llama3Json, "<|python_tag|>brave_search.call(query=\"x\")",
+       "<|python_tag|>brave_search.call(query=\"x\")", {}},
+      // mistral: the array form and the name[ARGS] form.
+      {ToolFormat::Mistral,
+       "[TOOL_CALLS][{\"name\": \"a\", \"arguments\": {\"k\": \"v\"}, \"id\": \"abcdefghi\"}, {\"name\": \"b\", \"arguments\": {}}]",
+       "", {{"a", R"({"k":"v"})"}, {"b", "{}"}}},
+      {ToolFormat::Mistral, "Sure.[TOOL_CALLS]get_time[ARGS]{\"tz\": \"UTC\"}[TOOL_CALLS]f[CALL_ID]a1b2c3d4e[ARGS]{}",
+       "Sure.", {{"get_time", R"({"tz":"UTC"})"}, {"f", "{}"}}},
+      {ToolFormat::Mistral, "[TOOL_CALLS] nothing", "[TOOL_CALLS] nothing", {}},
+      // firefunction
+      {ToolFormat::FireFunction,
+       " functools[{\"name\": \"a\", \"arguments\": {\"x\": 1}}, {\"name\": \"b\", \"arguments\": {\"y\": \"z\"}}]", "",
+       {{"a", R"({"x":1})"}, {"b", R"({"y":"z"})"}}},
+      {ToolFormat::FireFunction, "functools are nice", "functools are nice", {}},
+      // functionary v3.1
+      {ToolFormat::FunctionaryV31, "Calling.<function=get_weather>{\"city\": \"Rome\"}</function><function=b>{}</function>",
+       "Calling.", {{"get_weather", R"({"city":"Rome"})"}, {"b", "{}"}}},
+      {ToolFormat::FunctionaryV31, "<|python_tag|>print(1 + 1)\n", "", {{"python", R"j({"code":"print(1 + 1)"})j"}}},
+      {ToolFormat::FunctionaryV31, "a <function=x> b", "a <function=x> b", {}},
+      // functionary v3.2 (the prompt ends with `>>>`)
+      {ToolFormat::FunctionaryV32, "get_weather\n{\"city\": \"Lima\"}>>>b\n{}", "",
+       {{"get_weather", R"({"city":"Lima"})"}, {"b", "{}"}}},
+      {ToolFormat::FunctionaryV32, "all\nHello there.>>>f\n{\"a\": 1}", "Hello there.", {{"f", R"({"a":1})"}}},
+      {ToolFormat::FunctionaryV32, "all\nx >>> y", "x >>> y", {}},
+      // command_r
+      {ToolFormat::CommandR,
+       "I will search.\nAction: ```json\n[\n    {\n        \"tool_name\": \"internet_search\",\n        \"parameters\": "
+       "{\"query\": \"q\"}\n    }\n]\n```",
+       "I will search.", {{"internet_search", R"({"query":"q"})"}}},
+      {ToolFormat::CommandR, "<|START_ACTION|>[{\"tool_call_id\": \"0\", \"tool_name\": \"f\", \"parameters\": {}}]<|END_ACTION|>",
+       "", {{"f", "{}"}}},
+      {ToolFormat::CommandR, "Action: nothing to do", "Action: nothing to do", {}},
+      // deepseek_r1
+      {ToolFormat::DeepSeekR1,
+       "Let me look.<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n{\"city\": "
+       "\"Tokyo\"}\n```<｜tool▁call▁end｜>\n<｜tool▁call▁begin｜>function<｜tool▁sep｜>b\n```json\n{}\n```<｜tool▁call▁end｜><"
+       "｜tool▁calls▁end｜>",
+       "Let me look.", {{"get_weather", R"({"city":"Tokyo"})"}, {"b", "{}"}}},
+      {ToolFormat::DeepSeekR1, "<｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n{\"a\": \"ü\"}<｜tool▁call▁end｜>", "",
+       {{"f", R"({"a":"ü"})"}}},
+      // none: everything is content, trimmed.
+      {ToolFormat::None, "  <tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call> \n",
+       "<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>", {}},
+  };
+  return all;
+}
+
+void expect_calls(const ParsedOutput& got, const std::vector<Call>& want) {
+  ASSERT_EQ(got.tool_calls.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_EQ(got.tool_calls[i].name, want[i].name);
+    EXPECT_EQ(got.tool_calls[i].arguments, want[i].arguments);
+    EXPECT_EQ(got.tool_calls[i].id.size(), 29u);
+  }
+}
+
+OutputParserOptions options(ToolFormat f, uint64_t seed = 7) {
+  OutputParserOptions o;
+  o.format = f;
+  o.ids = seeded_ids(seed);
+  return o;
+}
+
+TEST(ToolCalls, WholeOutputOfEveryFormat) {
+  for (const Case& c : cases()) {
+    SCOPED_TRACE(std::string(tool_format_name(c.format)) + ": " + c.text);
+    const ParsedOutput got = parse_output(c.text, options(c.format));
+    EXPECT_EQ(got.content, c.content);
+    EXPECT_TRUE(got.reasoning_content.empty());
+    expect_calls(got, c.calls);
+  }
+}
+
+bool valid_utf8(const std::string& s) {
+  for (size_t i = 0; i < s.size();) {
+    const unsigned char c = (unsigned char)s[i];
+    const size_t len = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 0;
+    if (len == 0 || i + len > s.size()) return false;
+    for (size_t k = 1; k < len; ++k)
+      if (((unsigned char)s[i + k] & 0xC0) != 0x80) return false;
+    i += len;
+  }
+  return true;
+}
+
+// Feeds `pieces` and checks the chunk rules on the way: text deltas are
+// whole characters, a call's Begin comes before its arguments, indices count up.
+ParsedOutput stream(const std::vector<std::string_view>& pieces, OutputParserOptions o) {
+  OutputParser p(std::move(o));
+  ParsedOutput out;
+  size_t begun = 0;
+  const auto take = [&](const std::vector<OutputDelta>& ds) {
+    for (const OutputDelta& d : ds) {
+      if (d.kind == OutputDelta::Kind::ToolCallBegin) {
+        EXPECT_EQ(d.index, begun);
+        ++begun;
+      } else if (d.kind == OutputDelta::Kind::ToolCallArgs) {
+        EXPECT_LT(d.index, begun);
+      } else {
+        EXPECT_FALSE(d.text.empty());
+        EXPECT_TRUE(valid_utf8(d.text)) << d.text;
+      }
+    }
+    apply_deltas(out, ds);
+  };
+  for (std::string_view s : pieces) take(p.feed(s));
+  take(p.finish());
+  EXPECT_EQ(p.n_tool_calls(), begun);
+  return out;
+}
+
+void expect_same(const ParsedOutput& a, const ParsedOutput& b) {
+  EXPECT_EQ(a.content, b.content);
+  EXPECT_EQ(a.reasoning_content, b.reasoning_content);
+  ASSERT_EQ(a.tool_calls.size(), b.tool_calls.size());
+  for (size_t i = 0; i < a.tool_calls.size(); ++i) {
+    EXPECT_EQ(a.tool_calls[i].id, b.tool_calls[i].id);
+    EXPECT_EQ(a.tool_calls[i].name, b.tool_calls[i].name);
+    EXPECT_EQ(a.tool_calls[i].arguments, b.tool_calls[i].arguments);
+  }
+}
+
+TEST(ToolCalls, StreamingMatchesWholeAtEverySplit) {
+  for (const Case& c : cases()) {
+    SCOPED_TRACE(std::string(tool_format_name(c.format)) + ": " + c.text);
+    const ParsedOutput whole = parse_output(c.text, options(c.format));
+    const std::string_view t = c.text;
+    for (size_t i = 0; i <= t.size(); ++i) {
+      SCOPED_TRACE("split at " + std::to_string(i));
+      expect_same(stream({t.substr(0, i), t.substr(i)}, options(c.format)), whole);
+      if (::testing::Test::HasFailure()) return;
+    }
+    // And byte by byte, as a tokenizer of single bytes would give it.
+    std::vector<std::string_view> bytes;
+    for (size_t i = 0; i < t.size(); ++i) bytes.push_back(t.substr(i, 1));
+    expect_same(stream(bytes, options(c.format)), whole);
+  }
+}
+
+// Content flows as it comes: text that cannot start a marker is not held.
+TEST(ToolCalls, StreamingReleasesContentEarly) {
+  OutputParser p(options(ToolFormat::Hermes));
+  auto d = p.feed("Hello wor");
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_EQ(d[0].text, "Hello wor");
+  d = p.feed("ld <tool");  // "<tool" may start <tool_call>; the space may be trailing
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_EQ(d[0].text, "ld");
+  d = p.feed("_call>{\"name\": \"f\", \"arguments\": {\"a\": 1}}</tool_call>");
+  ASSERT_EQ(d.size(), 2u);
+  EXPECT_EQ(d[0].kind, OutputDelta::Kind::ToolCallBegin);
+  EXPECT_EQ(d[0].name, "f");
+  EXPECT_EQ(d[1].kind, OutputDelta::Kind::ToolCallArgs);
+  EXPECT_EQ(d[1].text, R"({"a":1})");
+  EXPECT_TRUE(p.finish().empty());
+}
+
+TEST(ToolCalls, CallIds) {
+  const IdSource a = seeded_ids(1), b = seeded_ids(1), c = seeded_ids(2);
+  const std::string id = make_call_id(a);
+  EXPECT_EQ(id, make_call_id(b));
+  EXPECT_NE(id, make_call_id(c));
+  ASSERT_EQ(id.size(), 29u);
+  EXPECT_EQ(id.substr(0, 5), "call_");
+  for (char ch : id.substr(5)) EXPECT_TRUE(std::isalnum((unsigned char)ch)) << id;
+  // Without a source the ids are random, and differ.
+  const auto x = parse_output("<tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call>"
+                              "<tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call>",
+                              {ToolFormat::Hermes, ReasoningMode::Off, false, {}});
+  ASSERT_EQ(x.tool_calls.size(), 2u);
+  EXPECT_NE(x.tool_calls[0].id, x.tool_calls[1].id);
+}
+
+// ---- reasoning
+
+struct ReasoningCase {
+  ReasoningMode mode;
+  bool starts_in_reasoning;
+  ToolFormat format;
+  std::string text, reasoning, content;
+  size_t n_calls;
+};
+
+TEST(Reasoning, SplitInlineAndWithToolCalls) {
+  const std::vector<ReasoningCase> rc = {
+      {ReasoningMode::Split, false, ToolFormat::None, "<think>\nHmm, 2+2.\n</think>\n\nIt is 4.", "Hmm, 2+2.", "It is 4.", 0},
+      {ReasoningMode::Split, true, ToolFormat::None, "Hmm, 2+2.\n</think>\n\nIt is 4.", "Hmm, 2+2.", "It is 4.", 0},
+      {ReasoningMode::Split, true, ToolFormat::None, "Still thinking when cut off", "Still thinking when cut off", "", 0},
+      {ReasoningMode::Split, false, ToolFormat::None, "No reasoning <think>here</think>.",
+       "", "No reasoning <think>here</think>.", 0},
+      {ReasoningMode::Split, false, ToolFormat::None, "<think></think>Direct.", "", "Direct.", 0},
+      {ReasoningMode::Split, false, ToolFormat::None, "<thin", "", "<thin", 0},
+      {ReasoningMode::Inline, true, ToolFormat::None, "Hmm.</think>It is 4.", "", "Hmm.</think>It is 4.", 0},
+      {ReasoningMode::Inline, false, ToolFormat::None, "<think>Hmm.</think>It is 4.", "", "<think>Hmm.</think>It is 4.", 0},
+      {ReasoningMode::Off, false, ToolFormat::None, "<think>Hmm.</think>It is 4.", "", "<think>Hmm.</think>It is 4.", 0},
+      // Qwen3: reasoning, then a call; a <tool_call> inside the reasoning is not a call.
+      {ReasoningMode::Split, false, ToolFormat::Hermes,
+       "<think>\nI could use <tool_call> for the 天气.\n</think>\n\n<tool_call>\n{\"name\": \"w\", \"arguments\": {}}\n</tool_call>",
+       "I could use <tool_call> for the 天气.", "", 1},
+      // DeepSeek-R1: the prompt opened <think>.
+      {ReasoningMode::Split, true, ToolFormat::DeepSeekR1,
+       "Need the weather.</think>\n\n<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>w\n```json\n{}\n```"
+       "<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+       "Need the weather.", "", 1},
+  };
+  for (const auto& c : rc) {
+    SCOPED_TRACE(c.text);
+    OutputParserOptions o = options(c.format);
+    o.reasoning = c.mode;
+    o.starts_in_reasoning = c.starts_in_reasoning;
+    const ParsedOutput whole = parse_output(c.text, o);
+    EXPECT_EQ(whole.reasoning_content, c.reasoning);
+    EXPECT_EQ(whole.content, c.content);
+    EXPECT_EQ(whole.tool_calls.size(), c.n_calls);
+    const std::string_view t = c.text;
+    for (size_t i = 0; i <= t.size(); ++i) {
+      SCOPED_TRACE("split at " + std::to_string(i));
+      OutputParserOptions so = options(c.format);
+      so.reasoning = c.mode;
+      so.starts_in_reasoning = c.starts_in_reasoning;
+      expect_same(stream({t.substr(0, i), t.substr(i)}, so), whole);
+      if (::testing::Test::HasFailure()) return;
+    }
+  }
+}
+
+TEST(Reasoning, PromptOpensReasoning) {
+  EXPECT_TRUE(prompt_opens_reasoning("<｜User｜>hi<｜Assistant｜><think>\n"));
+  EXPECT_FALSE(prompt_opens_reasoning("<|im_start|>assistant\n<think>\n\n</think>\n\n"));
+  EXPECT_FALSE(prompt_opens_reasoning("<|im_start|>assistant\n"));
+  EXPECT_FALSE(prompt_opens_reasoning(""));
+}
+
+TEST(Reasoning, DeepSeekTemplateOpensIt) {
+  CAIRN_REQUIRE_SHARED("templates/deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja");
+  auto tmpl = ChatTemplate::parse(read_file(*test::shared_dir() / "templates/deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja"));
+  ASSERT_TRUE(tmpl) << tmpl.status().message();
+  auto prompt = tmpl->render(Json::parse(R"({"messages": [{"role": "user", "content": "hi"}],
+      "add_generation_prompt": true, "bos_token": "<｜begin▁of▁sentence｜>", "eos_token": "<｜end▁of▁sentence｜>"})"));
+  ASSERT_TRUE(prompt) << prompt.status().message();
+  EXPECT_TRUE(prompt_opens_reasoning(*prompt)) << *prompt;
+}
+
+// ---- grammars
+
+const char* kTools = R"([
+  {"type": "function", "function": {"name": "get_weather", "description": "d",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+                   "required": ["city"]}}},
+  {"type": "function", "function": {"name": "get_time",
+    "parameters": {"type": "object", "properties": {"tz": {"type": "string", "enum": ["UTC", "CET"]}},
+                   "required": ["tz"]}}},
+  {"type": "function", "function": {"name": "ping"}}
+])";
+
+std::shared_ptr<const grammar::Grammar> compile(ToolFormat f, const ToolChoice& choice, bool parallel) {
+  auto text = tool_call_grammar(f, Json::parse(kTools), choice, parallel);
+  EXPECT_TRUE(text) << text.status().message();
+  if (!text) return nullptr;
+  auto g = grammar::parse_gbnf(*text);
+  EXPECT_TRUE(g) << g.status().message() << "\n" << *text;
+  if (!g) return nullptr;
+  // Grammar::make re-checks the compiled rules (references, left recursion).
+  auto again = grammar::Grammar::make(g->rules(), g->root());
+  EXPECT_TRUE(again) << again.status().message();
+  return std::make_shared<const grammar::Grammar>(std::move(*g));
+}
+
+bool accepts(const std::shared_ptr<const grammar::Grammar>& g, std::string_view s) {
+  grammar::Matcher m(g);
+  return m.accept(s) && m.can_end();
+}
+
+// One call written the way the format's grammar forces it.
+std::string write_call(ToolFormat f, const std::string& name, const std::string& args, bool first) {
+  switch (f) {
+    case ToolFormat::Hermes: return "{\"name\": \"" + name + "\", \"arguments\": " + args + "}";
+    case ToolFormat::Mistral:
+    case ToolFormat::FireFunction: return "{\"name\": \"" + name + "\", \"arguments\": " + args + "}";
+    case ToolFormat::Llama3Json: return "{\"name\": \"" + name + "\", \"parameters\": " + args + "}";
+    case ToolFormat::CommandR: return "{\"tool_name\": \"" + name + "\", \"parameters\": " + args + "}";
+    case ToolFormat::FunctionaryV31: return "<function=" + name + ">" + args + "</function>";
+    case ToolFormat::FunctionaryV32: return (first ? "" : ">>>") + name + "\n" + args;
+    case ToolFormat::DeepSeekR1:
+      return "<｜tool▁call▁begin｜>function<｜tool▁sep｜>" + name + "\n```json\n" + args + "\n```<｜tool▁call▁end｜>";
+    case ToolFormat::None: break;
+  }
+  return {};
+}
+
+std::string write_calls(ToolFormat f, const std::vector<Call>& calls) {
+  std::string open, between, close;
+  switch (f) {
+    case ToolFormat::Hermes: open = "<tool_call>\n"; between = "\n</tool_call>\n<tool_call>\n"; close = "\n</tool_call>"; break;
+    case ToolFormat::Llama3Json: between = "; "; break;
+    case ToolFormat::Mistral: open = "[TOOL_CALLS]["; between = ", "; close = "]"; break;
+    case ToolFormat::FireFunction: open = " functools["; between = ", "; close = "]"; break;
+    case ToolFormat::CommandR: open = "Action:\n```json\n["; between = ", "; close = "]\n```"; break;
+    case ToolFormat::DeepSeekR1: open = "<｜tool▁calls▁begin｜>"; close = "<｜tool▁calls▁end｜>"; break;
+    default: break;
+  }
+  std::string s = open;
+  for (size_t i = 0; i < calls.size(); ++i)
+    s += (i ? between : "") + write_call(f, calls[i].name, calls[i].arguments, i == 0);
+  return s + close;
+}
+
+TEST(ToolCallGrammar, EveryFormatForcesItsCallsAndParsesBack) {
+  const std::vector<ToolFormat> formats = {ToolFormat::Hermes,         ToolFormat::Llama3Json,     ToolFormat::Mistral,
+                                           ToolFormat::FireFunction,   ToolFormat::FunctionaryV31, ToolFormat::FunctionaryV32,
+                                           ToolFormat::CommandR,       ToolFormat::DeepSeekR1};
+  const Call weather{"get_weather", R"({"city": "Paris", "days": 3})"};
+  const Call time{"get_time", R"({"tz": "UTC"})"};
+  const Call ping{"ping", R"({"any": [1]})"};
+  for (ToolFormat f : formats) {
+    SCOPED_TRACE(std::string(tool_format_name(f)));
+    auto required = compile(f, {ToolChoice::Kind::Required, {}}, false);
+    auto parallel = compile(f, {ToolChoice::Kind::Required, {}}, true);
+    auto named = compile(f, {ToolChoice::Kind::Named, "get_time"}, false);
+    ASSERT_TRUE(required && parallel && named);
+    const std::string one = write_calls(f, {weather});
+    const std::string two = write_calls(f, {weather, time, ping});
+    EXPECT_TRUE(accepts(required, one)) << one;
+    EXPECT_FALSE(accepts(required, two)) << two;
+    EXPECT_TRUE(accepts(parallel, one)) << one;
+    EXPECT_TRUE(accepts(parallel, two)) << two;
+    EXPECT_TRUE(accepts(named, write_calls(f, {time})));
+    EXPECT_FALSE(accepts(named, one)) << "a tool other than the named one";
+    EXPECT_FALSE(accepts(required, write_calls(f, {{"get_wether", weather.arguments}}))) << "an unknown name";
+    EXPECT_FALSE(accepts(required, write_calls(f, {{"get_weather", R"({"city": 5})"}}))) << "arguments off schema";
+    EXPECT_FALSE(accepts(required, write_calls(f, {{"get_weather", R"({"days": 5})"}}))) << "a required property missing";
+    EXPECT_FALSE(accepts(named, write_calls(f, {{"get_time", R"({"tz": "PST"})"}}))) << "outside the enum";
+    EXPECT_FALSE(accepts(required, "Sure, " + one)) << "text before the call";
+    // What the grammar lets through, the parser takes back as the same calls.
+    std::string text = two;
+    const ParsedOutput got = parse_output(text, options(f));
+    EXPECT_EQ(got.content, "");
+    ASSERT_EQ(got.tool_calls.size(), 3u) << text;
+    EXPECT_EQ(got.tool_calls[0].name, "get_weather");
+    EXPECT_EQ(got.tool_calls[0].arguments, R"({"city":"Paris","days":3})");
+    EXPECT_EQ(got.tool_calls[1].arguments, R"({"tz":"UTC"})");
+    EXPECT_EQ(got.tool_calls[2].name, "ping");
+  }
+}
+
+TEST(ToolCallGrammar, Errors) {
+  const Json tools = Json::parse(kTools);
+  auto none = tool_call_grammar(ToolFormat::None, tools, {}, false);
+  ASSERT_FALSE(none);
+  EXPECT_EQ(none.status().param(), "tool_choice");
+  auto unknown = tool_call_grammar(ToolFormat::Hermes, tools, {ToolChoice::Kind::Named, "nope"}, false);
+  ASSERT_FALSE(unknown);
+  EXPECT_NE(unknown.status().message().find("'nope'"), std::string::npos);
+  EXPECT_FALSE(tool_call_grammar(ToolFormat::Hermes, Json::array(), {}, false));
+  EXPECT_FALSE(tool_call_grammar(ToolFormat::Hermes, Json::parse(R"([{"type": "function"}])"), {}, false));
+  auto bad_schema = tool_call_grammar(
+      ToolFormat::Hermes, Json::parse(R"([{"type": "function", "function": {"name": "f", "parameters": {"not": {}}}}])"),
+      {}, false);
+  ASSERT_FALSE(bad_schema);
+  EXPECT_NE(bad_schema.status().message().find("tools[0].function.parameters"), std::string::npos)
+      << bad_schema.status().message();
+}
+
+}  // namespace
+}  // namespace cairn::chat
