@@ -19,6 +19,11 @@ namespace cairn::test {
 // Records every event of one request.
 class RecordingSink final : public serving::EventSink {
  public:
+  void on_start(const serving::OutputSyntax& s) override {
+    std::lock_guard lk(mu_);
+    syntax = s;
+    tokens_before_start = tokens.size();
+  }
   void on_token(const serving::TokenEvent& ev) override {
     std::lock_guard lk(mu_);
     tokens.push_back(ev);
@@ -72,6 +77,8 @@ class RecordingSink final : public serving::EventSink {
     return finish ? finish->reason : std::string();
   }
 
+  std::optional<serving::OutputSyntax> syntax;  // chat requests: before any token
+  size_t tokens_before_start = 0;
   std::vector<serving::TokenEvent> tokens;
   std::string text;                            // tokens' text, then the finish's
   std::optional<serving::FinishEvent> finish;  // the last finish

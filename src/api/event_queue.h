@@ -19,7 +19,7 @@
 
 namespace cairn::api {
 
-using Event = std::variant<serving::TokenEvent, serving::FinishEvent, Status>;
+using Event = std::variant<serving::TokenEvent, serving::FinishEvent, Status, serving::OutputSyntax>;
 
 // Events of all choices of one HTTP request, tagged by choice index.
 class EventQueue {
@@ -55,6 +55,7 @@ class QueueSink : public serving::EventSink {
  public:
   QueueSink(std::shared_ptr<EventQueue> queue, int32_t index)
       : queue_(std::move(queue)), index_(index) {}
+  void on_start(const serving::OutputSyntax& syntax) override { queue_->push(index_, syntax); }
   void on_token(const serving::TokenEvent& ev) override { queue_->push(index_, ev); }
   void on_finish(const serving::FinishEvent& ev) override { queue_->push(index_, ev); }
   void on_error(const Status& err) override { queue_->push(index_, err); }

@@ -9,7 +9,42 @@ Generation::Generation(const ParsedGenerate& req, ResponseMeta meta)
       stream_(req.stream),
       include_usage_(req.include_usage),
       choices_(static_cast<size_t>(req.choices())),
-      offsets_(choices_.size(), 0) {}
+      offsets_(choices_.size(), 0),
+      syntax_(choices_.size()),
+      parsers_(choices_.size()) {}
+
+namespace {
+
+// The parser options a backend's OutputSyntax asks for; unset when the
+// output is plain content (no tool format, no reasoning split).
+std::optional<chat::OutputParserOptions> parser_options(const serving::OutputSyntax& s) {
+  chat::OutputParserOptions o;
+  if (!s.tool_format.empty()) {
+    auto f = chat::tool_format_from_name(s.tool_format);
+    if (f.is_ok()) o.format = *f;  // a name from a newer worker: no tool parsing
+  }
+  o.reasoning = s.reasoning ? chat::ReasoningMode::Split : chat::ReasoningMode::Off;
+  o.starts_in_reasoning = s.starts_in_reasoning;
+  if (o.format == chat::ToolFormat::None && o.reasoning == chat::ReasoningMode::Off)
+    return std::nullopt;
+  return o;
+}
+
+}  // namespace
+
+std::string Generation::delta_chunks(int32_t index, const std::vector<chat::OutputDelta>& deltas,
+                                     const serving::TokenEvent* tok) {
+  std::string out;
+  for (const auto& d : deltas) {
+    if (d.kind != chat::OutputDelta::Kind::ToolCallBegin && d.text.empty()) continue;
+    out += sse_data(delta_chunk(meta_, index, d, tok));
+    tok = nullptr;  // logprobs go with the first piece only
+  }
+  // A token whose text is all held back still carries its logprobs.
+  if (tok && meta_.logprobs)
+    out += sse_data(delta_chunk(meta_, index, chat::OutputDelta{}, tok));
+  return out;
+}
 
 std::string Generation::opening() {
   std::string out;
@@ -23,12 +58,22 @@ std::string Generation::on_event(int32_t index, const Event& ev) {
   if (index < 0 || static_cast<size_t>(index) >= choices_.size() || done()) return {};
   ChoiceResult& c = choices_[static_cast<size_t>(index)];
   if (!c.finish_reason.empty()) return {};
+  const size_t i = static_cast<size_t>(index);
+  if (const auto* syntax = std::get_if<serving::OutputSyntax>(&ev)) {
+    // Before any token; a retried request's new worker may send another.
+    if (meta_.endpoint != Endpoint::Chat || !c.text.empty()) return {};
+    syntax_[i] = parser_options(*syntax);
+    parsers_[i].reset();
+    if (syntax_[i] && stream_) parsers_[i].emplace(*syntax_[i]);
+    return {};
+  }
   if (const auto* tok = std::get_if<serving::TokenEvent>(&ev)) {
     c.text += tok->text;
     if (!stream_) {
       if (meta_.logprobs) c.tokens.push_back(*tok);
       return {};
     }
+    if (parsers_[i]) return delta_chunks(index, parsers_[i]->feed(tok->text), tok);
     // A token whose text is held back carries nothing unless logprobs were asked for.
     if (tok->text.empty() && !meta_.logprobs) return {};
     std::string out = sse_data(token_chunk(meta_, index, *tok, offsets_[size_t(index)]));
@@ -40,8 +85,21 @@ std::string Generation::on_event(int32_t index, const Event& ev) {
     c.finish_reason = fin->reason.empty() ? "stop" : fin->reason;
     c.usage = fin->usage;
     ++finished_;
+    std::string out;
+    size_t calls = 0;
+    if (stream_ && parsers_[i]) {
+      out += delta_chunks(index, parsers_[i]->feed(fin->text), nullptr);
+      out += delta_chunks(index, parsers_[i]->finish(), nullptr);
+      calls = parsers_[i]->n_tool_calls();
+    } else if (syntax_[i]) {
+      c.parsed = chat::parse_output(c.text, *syntax_[i]);
+      calls = c.parsed->tool_calls.size();
+    }
+    // OpenAI's reason when the model ended on its own after calling tools.
+    if (calls > 0 && c.finish_reason == "stop") c.finish_reason = "tool_calls";
     if (!stream_) return {};
-    std::string out = sse_data(finish_chunk(meta_, index, fin->text, c.finish_reason));
+    out += sse_data(
+        finish_chunk(meta_, index, parsers_[i] ? std::string() : fin->text, c.finish_reason));
     if (include_usage_ && done()) out += sse_data(usage_chunk(meta_, total_usage(choices_, n_)));
     return out;
   }

@@ -4,6 +4,7 @@
 // final JSON body. Pure state machine: never touches sockets or the backend.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,13 @@ class Generation {
   bool include_usage_;
   std::vector<ChoiceResult> choices_;
   std::vector<int64_t> offsets_;  // text bytes sent per choice (completions text_offset)
+  // Per choice, once the backend said how to read a chat output: the
+  // options (non-streaming: parsed whole at the end) and the streaming parser.
+  std::vector<std::optional<chat::OutputParserOptions>> syntax_;
+  std::vector<std::optional<chat::OutputParser>> parsers_;
+  // Streaming: parsed pieces as chunks (logprobs of `tok` on the first).
+  std::string delta_chunks(int32_t index, const std::vector<chat::OutputDelta>& deltas,
+                           const serving::TokenEvent* tok);
   int32_t finished_ = 0;
   bool failed_ = false;
   Status error_;

@@ -102,7 +102,7 @@ bool is_common_input(const std::string& name) {
 Result<serving::GenerateRequest> parse_instance(const v1::Instance& inst, const Target& t) {
   const bool chat = t.method == Method::Chat;
   const char* prompt_name = chat ? "messages" : "prompt";
-  json body = json::object();
+  RequestJson body = RequestJson::object();
   body["model"] = t.model;
   for (const auto& [name, value] : inst.items()) {
     if (name != prompt_name && !is_common_input(name))
@@ -117,7 +117,7 @@ Result<serving::GenerateRequest> parse_instance(const v1::Instance& inst, const 
       case v1::Value::kStringValue: {
         const std::string& s = value.string_value();
         if (name == "messages") {
-          json msgs = json::parse(s, nullptr, /*allow_exceptions=*/false);
+          RequestJson msgs = RequestJson::parse(s, nullptr, /*allow_exceptions=*/false);
           if (msgs.is_discarded() || !msgs.is_array())
             return Status::invalid_argument(
                 "input 'messages' must be a JSON array of {role, content} objects");
@@ -125,8 +125,8 @@ Result<serving::GenerateRequest> parse_instance(const v1::Instance& inst, const 
         } else if (name == "stop" && !s.empty() && s.front() == '[') {
           // A JSON array of strings; a stop string that merely starts with
           // '[' but is not one stays a plain string.
-          json arr = json::parse(s, nullptr, /*allow_exceptions=*/false);
-          body[name] = (!arr.is_discarded() && arr.is_array()) ? arr : json(s);
+          RequestJson arr = RequestJson::parse(s, nullptr, /*allow_exceptions=*/false);
+          body[name] = (!arr.is_discarded() && arr.is_array()) ? arr : RequestJson(s);
         } else if (text_input || name == "stop") {
           body[name] = s;
         } else {

@@ -18,7 +18,8 @@
 namespace cairn::api {
 namespace {
 
-using Event = std::variant<serving::TokenEvent, serving::FinishEvent, cairn::Status>;
+using Event =
+    std::variant<serving::OutputSyntax, serving::TokenEvent, serving::FinishEvent, cairn::Status>;
 
 // How often a waiting handler looks at its call's cancellation: gRPC offers
 // no wake-up on cancel to a sync handler, so this bounds how long a request
@@ -29,6 +30,7 @@ constexpr auto kPollInterval = std::chrono::milliseconds(20);
 // only locks, appends and notifies; the handler converts and writes.
 class StreamSink final : public serving::EventSink {
  public:
+  void on_start(const serving::OutputSyntax& syntax) override { push(syntax); }
   void on_token(const serving::TokenEvent& ev) override { push(ev); }
   void on_finish(const serving::FinishEvent& ev) override { push(ev); }
   void on_error(const cairn::Status& err) override { push(err); }
@@ -131,7 +133,9 @@ class WorkerService final : public v1::Worker::Service {
       for (auto& ev : events) {
         v1::GenerateEvent out;
         bool last = false;
-        if (auto* tok = std::get_if<serving::TokenEvent>(&ev)) {
+        if (auto* start = std::get_if<serving::OutputSyntax>(&ev)) {
+          out = rpc::to_proto(*start);
+        } else if (auto* tok = std::get_if<serving::TokenEvent>(&ev)) {
           out = rpc::to_proto(*tok);
         } else if (auto* fin = std::get_if<serving::FinishEvent>(&ev)) {
           out = rpc::to_proto(*fin);

@@ -45,6 +45,7 @@ const HttpRoutes::Route HttpRoutes::kRoutes[] = {
     {"GET", "/metrics", false, true, false, &HttpRoutes::metrics},
     {"POST", "/tokenize", false, true, false, &HttpRoutes::tokenize},
     {"POST", "/detokenize", false, true, false, &HttpRoutes::detokenize},
+    {"POST", "/apply-template", false, true, false, &HttpRoutes::apply_template},
     // MindSpore Serving: /model/<servable>[/version/<n>]:<method>
     {"POST", "/model", true, true, true, &HttpRoutes::predict},
 };
@@ -211,7 +212,7 @@ Result<HttpRoutes::Outcome> HttpRoutes::list_models(const HttpRequest&, const ch
   return Outcome(json_response(200, {{"object", "list"}, {"data", std::move(data)}}));
 }
 
-Result<json> HttpRoutes::model_request_body(const HttpRequest& req) const {
+Result<RequestJson> HttpRoutes::model_request_body(const HttpRequest& req) const {
   if (draining_) return Status::unavailable("the server is shutting down");
   if (backend_.health().state == serving::HealthState::Loading)
     return Status::unavailable("the model is still loading");
@@ -219,7 +220,7 @@ Result<json> HttpRoutes::model_request_body(const HttpRequest& req) const {
 }
 
 Result<HttpRoutes::Outcome> HttpRoutes::tokenize(const HttpRequest& req, const char*) {
-  CAIRN_ASSIGN_OR_RETURN(const json body, model_request_body(req));
+  CAIRN_ASSIGN_OR_RETURN(const RequestJson body, model_request_body(req));
   const auto models = backend_.models();
   CAIRN_ASSIGN_OR_RETURN(const TokenizeRequest tr, parse_tokenize(body, models));
   CAIRN_ASSIGN_OR_RETURN(const auto toks, backend_.tokenize(tr.model, tr.text, tr.add_special));
@@ -231,10 +232,19 @@ Result<HttpRoutes::Outcome> HttpRoutes::tokenize(const HttpRequest& req, const c
 }
 
 Result<HttpRoutes::Outcome> HttpRoutes::detokenize(const HttpRequest& req, const char*) {
-  CAIRN_ASSIGN_OR_RETURN(const json body, model_request_body(req));
+  CAIRN_ASSIGN_OR_RETURN(const RequestJson body, model_request_body(req));
   CAIRN_ASSIGN_OR_RETURN(const DetokenizeRequest dr, parse_detokenize(body, backend_.models()));
   CAIRN_ASSIGN_OR_RETURN(std::string text, backend_.detokenize(dr.model, dr.tokens));
   return Outcome(json_response(200, {{"prompt", std::move(text)}}));
+}
+
+// llama.cpp's server route: a chat request's rendered prompt, nothing generated.
+Result<HttpRoutes::Outcome> HttpRoutes::apply_template(const HttpRequest& req, const char*) {
+  CAIRN_ASSIGN_OR_RETURN(const RequestJson body, model_request_body(req));
+  CAIRN_ASSIGN_OR_RETURN(const ParsedGenerate parsed,
+                         parse_generate(Endpoint::Chat, body, backend_.models(), opt_.limits));
+  CAIRN_ASSIGN_OR_RETURN(std::string prompt, backend_.apply_template(parsed.prompts.at(0)));
+  return Outcome(json_response(200, {{"prompt", std::move(prompt)}}));
 }
 
 Result<HttpRoutes::Outcome> HttpRoutes::completions(const HttpRequest& req, const char* path) {
@@ -248,7 +258,7 @@ Result<HttpRoutes::Outcome> HttpRoutes::chat_completions(const HttpRequest& req,
 
 Result<HttpRoutes::Outcome> HttpRoutes::generate(Endpoint endpoint, const HttpRequest& req,
                                                  const char* path) {
-  CAIRN_ASSIGN_OR_RETURN(const json body, model_request_body(req));
+  CAIRN_ASSIGN_OR_RETURN(const RequestJson body, model_request_body(req));
   CAIRN_ASSIGN_OR_RETURN(ParsedGenerate parsed,
                          parse_generate(endpoint, body, backend_.models(), opt_.limits));
   return Outcome(GenerateJob{path, std::move(parsed)});

@@ -2,7 +2,7 @@
 // Owns the route table (one row per endpoint: method, path or path prefix,
 // whether it needs the API key, and its handler), the API key check, CORS
 // headers, request counters for /metrics, and every endpoint that answers at
-// once (/health, /metrics, /v1/models, /tokenize, /detokenize). Generation
+// once (/health, /metrics, /v1/models, /tokenize, /detokenize, /apply-template). Generation
 // requests and servable method calls (MindSpore Serving's POST
 // /model/<servable>[/version/<n>]:<method>) come back validated, for the HTTP
 // server to run. Errors become responses through to_http_error only (the
@@ -122,12 +122,13 @@ class HttpRoutes {
   Result<Outcome> list_models(const HttpRequest& req, const char* path);
   Result<Outcome> tokenize(const HttpRequest& req, const char* path);
   Result<Outcome> detokenize(const HttpRequest& req, const char* path);
+  Result<Outcome> apply_template(const HttpRequest& req, const char* path);
   Result<Outcome> completions(const HttpRequest& req, const char* path);
   Result<Outcome> chat_completions(const HttpRequest& req, const char* path);
   Result<Outcome> predict(const HttpRequest& req, const char* path);
   // The JSON body of a request that needs the model: 503 while draining or
   // loading, 400 when the body is not a JSON object.
-  Result<nlohmann::json> model_request_body(const HttpRequest& req) const;
+  Result<RequestJson> model_request_body(const HttpRequest& req) const;
   Result<Outcome> generate(Endpoint endpoint, const HttpRequest& req, const char* path);
 
   serving::Backend& backend_;

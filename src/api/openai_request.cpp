@@ -7,13 +7,14 @@
 #include "grammar/json_schema.h"
 #include "grammar/regex.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <optional>
 
 namespace cairn::api {
 
-using nlohmann::json;
+using json = RequestJson;
 using serving::GenerateRequest;
 using serving::Token;
 
@@ -272,7 +273,7 @@ Result<std::string> schema_grammar(const json& v, const char* param) {
     schema = nlohmann::ordered_json::parse(v.get_ref<const std::string&>(), nullptr, false);
     if (schema.is_discarded()) return bad_request(std::string("'") + param + "' is not JSON", param);
   } else if (v.is_object() || v.is_boolean()) {
-    schema = nlohmann::ordered_json::parse(v.dump());
+    schema = v;
   } else {
     return type_error(param, "a JSON schema object");
   }
@@ -338,7 +339,7 @@ Status parse_constraints(const json& body, std::string& gbnf) {
     std::string root = "root ::= ";
     for (size_t i = 0; i < v->size(); ++i) {
       if (!(*v)[i].is_string()) return type_error("guided_choice", "a non-empty list of strings");
-      nlohmann::ordered_json lit = (*v)[i];
+      const json& lit = (*v)[i];
       // A GBNF literal: the JSON string form escapes what GBNF escapes alike.
       root += (i ? " | " : "") + lit.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
     }
@@ -375,6 +376,64 @@ Result<serving::ModelInfo> resolve_model(const json& body,
       "model");
 }
 
+// tools, tool_choice, parallel_tool_calls and chat_template_kwargs of a chat
+// request. Tools keep the client's key order: templates print them.
+Status parse_tools(const json& body, GenerateRequest& out) {
+  std::vector<std::string> names;
+  if (const json* tools = field(body, "tools")) {
+    if (!tools->is_array()) return type_error("tools", "a list of tool objects");
+    for (const json& t : *tools) {
+      if (!t.is_object()) return type_error("tools", "a list of tool objects");
+      const json* type = field(t, "type");
+      if (!type || *type != "function")
+        return bad_request("only tools of type 'function' are supported", "tools");
+      const json* fn = field(t, "function");
+      if (!fn || !fn->is_object()) return type_error("tools", "tools with a 'function' object");
+      const json* name = field(*fn, "name");
+      if (!name || !name->is_string() || name->get_ref<const std::string&>().empty())
+        return type_error("tools", "functions with a non-empty string 'name'");
+      const json* params = field(*fn, "parameters");
+      if (params && !params->is_object())
+        return type_error("tools", "functions whose 'parameters' is a JSON schema object");
+      names.push_back(name->get<std::string>());
+    }
+    if (!tools->empty()) out.tools_json = tools->dump();
+  }
+  if (const json* choice = field(body, "tool_choice")) {
+    if (choice->is_string()) {
+      const auto& s = choice->get_ref<const std::string&>();
+      if (s == "auto")
+        out.tool_choice = serving::ToolChoice::Auto;
+      else if (s == "none")
+        out.tool_choice = serving::ToolChoice::None;
+      else if (s == "required")
+        out.tool_choice = serving::ToolChoice::Required;
+      else
+        return bad_request("'tool_choice' must be 'none', 'auto', 'required' or a function",
+                           "tool_choice");
+    } else if (choice->is_object()) {
+      const json* fn = field(*choice, "function");
+      const json* name = fn && fn->is_object() ? field(*fn, "name") : nullptr;
+      if (!name || !name->is_string())
+        return type_error("tool_choice", "{\"type\": \"function\", \"function\": {\"name\": ...}}");
+      out.tool_choice = serving::ToolChoice::Named;
+      out.tool_choice_name = name->get<std::string>();
+      if (std::find(names.begin(), names.end(), out.tool_choice_name) == names.end())
+        return bad_request("'tool_choice' names a function that is not in 'tools'", "tool_choice");
+    } else {
+      return type_error("tool_choice", "a string or a function object");
+    }
+    if (out.tool_choice == serving::ToolChoice::Required && names.empty())
+      return bad_request("'tool_choice' is 'required' but no 'tools' are given", "tool_choice");
+  }
+  CAIRN_RETURN_IF_ERROR(get_bool(body, "parallel_tool_calls", out.parallel_tool_calls));
+  if (const json* kw = field(body, "chat_template_kwargs")) {
+    if (!kw->is_object()) return type_error("chat_template_kwargs", "an object");
+    if (!kw->empty()) out.chat_template_kwargs_json = kw->dump();
+  }
+  return Status::ok();
+}
+
 Result<ParsedGenerate> parse_generate(Endpoint endpoint, const json& body,
                                       const std::vector<serving::ModelInfo>& models,
                                       const ParseLimits& limits) {
@@ -391,10 +450,7 @@ Result<ParsedGenerate> parse_generate(Endpoint endpoint, const json& body,
     std::vector<serving::ChatMessage> msgs;
     CAIRN_RETURN_IF_ERROR(parse_messages(body, msgs));
     prompts.emplace_back(std::move(msgs));
-    if (const json* tools = field(body, "tools")) {
-      if (!tools->is_array()) return type_error("tools", "a list");
-      base.tools_json = tools->dump();
-    }
+    CAIRN_RETURN_IF_ERROR(parse_tools(body, base));
   } else {
     CAIRN_RETURN_IF_ERROR(parse_prompts(body, info, prompts));
   }
@@ -416,6 +472,11 @@ Result<ParsedGenerate> parse_generate(Endpoint endpoint, const json& body,
   CAIRN_RETURN_IF_ERROR(parse_sampling(body, info, limits, base.sampling));
   CAIRN_RETURN_IF_ERROR(parse_stop(body, limits, base.stop));
   CAIRN_RETURN_IF_ERROR(parse_constraints(body, base.grammar));
+  if (!base.grammar.empty() && (base.tool_choice == serving::ToolChoice::Required ||
+                                base.tool_choice == serving::ToolChoice::Named))
+    return bad_request("'tool_choice' that forces a call cannot be combined with a structured "
+                       "output format",
+                       "tool_choice");
   CAIRN_RETURN_IF_ERROR(get_bool(body, "ignore_eos", base.ignore_eos));
   CAIRN_RETURN_IF_ERROR(get_bool(body, "stream", out.stream));
   if (const json* so = field(body, "stream_options")) {

@@ -20,6 +20,10 @@ namespace cairn::api {
 
 enum class Endpoint { Completions, Chat };
 
+// Request bodies keep the client's key order: tools, message fields and schemas
+// reach chat templates (tojson) and the grammar compiler as the client wrote them.
+using RequestJson = nlohmann::ordered_json;
+
 struct ParseLimits {
   int32_t max_n = 16;            // choices per prompt
   int32_t max_choices = 128;     // prompts x n
@@ -43,15 +47,15 @@ struct ParsedGenerate {
 };
 
 // Parses a body into a JSON object: malformed JSON, invalid UTF-8 and
-// non-object bodies are InvalidArgument.
-Result<nlohmann::json> parse_json_object(std::string_view body);
+// non-object bodies are InvalidArgument. Keys stay in body order.
+Result<RequestJson> parse_json_object(std::string_view body);
 
 // Resolves `model` (absent: the only served model) to a served model, or
 // InvalidArgument / NotFound.
-Result<serving::ModelInfo> resolve_model(const nlohmann::json& body,
+Result<serving::ModelInfo> resolve_model(const RequestJson& body,
                                          const std::vector<serving::ModelInfo>& models);
 
-Result<ParsedGenerate> parse_generate(Endpoint endpoint, const nlohmann::json& body,
+Result<ParsedGenerate> parse_generate(Endpoint endpoint, const RequestJson& body,
                                       const std::vector<serving::ModelInfo>& models,
                                       const ParseLimits& limits = {});
 
@@ -60,14 +64,14 @@ struct TokenizeRequest {
   std::string text;
   bool add_special = true;
 };
-Result<TokenizeRequest> parse_tokenize(const nlohmann::json& body,
+Result<TokenizeRequest> parse_tokenize(const RequestJson& body,
                                        const std::vector<serving::ModelInfo>& models);
 
 struct DetokenizeRequest {
   std::string model;
   std::vector<serving::Token> tokens;
 };
-Result<DetokenizeRequest> parse_detokenize(const nlohmann::json& body,
+Result<DetokenizeRequest> parse_detokenize(const RequestJson& body,
                                            const std::vector<serving::ModelInfo>& models);
 
 }  // namespace cairn::api

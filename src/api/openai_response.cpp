@@ -169,6 +169,24 @@ json total_usage(const std::vector<ChoiceResult>& choices, int32_t n) {
   return usage_json(prompt, completion, cached);
 }
 
+// A chat message from parsed output: content null when it is empty beside
+// tool calls (as OpenAI sends it); reasoning_content and tool_calls only
+// when there are some.
+json parsed_message(const chat::ParsedOutput& p) {
+  json m = {{"role", "assistant"}};
+  m["content"] = p.content.empty() && !p.tool_calls.empty() ? json(nullptr) : json(p.content);
+  if (!p.reasoning_content.empty()) m["reasoning_content"] = p.reasoning_content;
+  if (!p.tool_calls.empty()) {
+    json calls = json::array();
+    for (const auto& call : p.tool_calls)
+      calls.push_back({{"id", call.id},
+                       {"type", "function"},
+                       {"function", {{"name", call.name}, {"arguments", call.arguments}}}});
+    m["tool_calls"] = std::move(calls);
+  }
+  return m;
+}
+
 json full_response(const ResponseMeta& meta, const std::vector<ChoiceResult>& choices, int32_t n) {
   json out = {{"id", meta.id},
               {"object", meta.endpoint == Endpoint::Chat ? "chat.completion" : "text_completion"},
@@ -179,7 +197,8 @@ json full_response(const ResponseMeta& meta, const std::vector<ChoiceResult>& ch
     const auto& c = choices[i];
     json choice = {{"index", i}, {"finish_reason", null_if_empty(c.finish_reason)}};
     if (meta.endpoint == Endpoint::Chat) {
-      choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+      choice["message"] = c.parsed ? parsed_message(*c.parsed)
+                                   : json{{"role", "assistant"}, {"content", c.text}};
       if (meta.logprobs) {
         json content = json::array();
         for (const auto& ev : c.tokens) content.push_back(chat_logprob_entry(ev));
@@ -219,6 +238,37 @@ json token_chunk(const ResponseMeta& meta, int32_t index, const TokenEvent& ev,
     choice["text"] = ev.text;
     choice["logprobs"] = meta.logprobs ? completion_logprobs({ev}, text_offset) : json(nullptr);
   }
+  c["choices"] = json::array({std::move(choice)});
+  return c;
+}
+
+json delta_chunk(const ResponseMeta& meta, int32_t index, const chat::OutputDelta& d,
+                 const TokenEvent* logprobs_of) {
+  using Kind = chat::OutputDelta::Kind;
+  json delta;
+  switch (d.kind) {
+    case Kind::Content:
+      delta = {{"content", d.text}};
+      break;
+    case Kind::Reasoning:
+      delta = {{"reasoning_content", d.text}};
+      break;
+    case Kind::ToolCallBegin:
+      delta = {{"tool_calls", json::array({{{"index", d.index},
+                                             {"id", d.id},
+                                             {"type", "function"},
+                                             {"function", {{"name", d.name}, {"arguments", ""}}}}})}};
+      break;
+    case Kind::ToolCallArgs:
+      delta = {{"tool_calls",
+                json::array({{{"index", d.index}, {"function", {{"arguments", d.text}}}}})}};
+      break;
+  }
+  json c = chunk_base(meta);
+  json choice = {{"index", index}, {"delta", std::move(delta)}, {"finish_reason", nullptr}};
+  choice["logprobs"] = logprobs_of && meta.logprobs
+                           ? json{{"content", json::array({chat_logprob_entry(*logprobs_of)})}}
+                           : json(nullptr);
   c["choices"] = json::array({std::move(choice)});
   return c;
 }

@@ -9,10 +9,12 @@
 #include <cstdint>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "api/openai_request.h"
+#include "chat/tool_calls.h"
 #include "core/status.h"
 #include "serving/backend.h"
 
@@ -63,6 +65,9 @@ std::string new_response_id(Endpoint endpoint);
 // Everything one choice produced, gathered for a non-streaming response.
 struct ChoiceResult {
   std::string text;
+  // Chat output read for reasoning and tool calls (serving::OutputSyntax);
+  // unset: `text` is the content as it is.
+  std::optional<chat::ParsedOutput> parsed;
   std::vector<serving::TokenEvent> tokens;  // kept only when logprobs were asked for
   std::string finish_reason;                // empty while running
   serving::Usage usage;
@@ -84,6 +89,11 @@ nlohmann::json full_response(const ResponseMeta& meta, const std::vector<ChoiceR
 nlohmann::json role_chunk(const ResponseMeta& meta, int32_t index);
 nlohmann::json token_chunk(const ResponseMeta& meta, int32_t index,
                            const serving::TokenEvent& ev, int64_t text_offset);
+// Streaming chat: one parsed piece of output (content, reasoning or a tool
+// call's name or arguments) as a chunk; logprobs (if asked) of the token
+// that released it, or null.
+nlohmann::json delta_chunk(const ResponseMeta& meta, int32_t index, const chat::OutputDelta& d,
+                           const serving::TokenEvent* logprobs_of);
 nlohmann::json finish_chunk(const ResponseMeta& meta, int32_t index, const std::string& text,
                             const std::string& finish_reason);
 nlohmann::json usage_chunk(const ResponseMeta& meta, const nlohmann::json& usage);

@@ -107,6 +107,19 @@ Result<nlohmann::ordered_json> build_context(const ChatInput& input) {
   ctx["add_generation_prompt"] = input.add_generation_prompt;
   ctx["bos_token"] = input.bos_token;
   ctx["eos_token"] = input.eos_token;
+  if (!input.template_kwargs_json.empty()) {
+    json kwargs = json::parse(input.template_kwargs_json, nullptr, /*allow_exceptions=*/false);
+    if (kwargs.is_discarded() || !kwargs.is_object())
+      return Status::error("chat_template_kwargs: not a JSON object");
+    for (auto it = kwargs.begin(); it != kwargs.end(); ++it) {
+      const std::string& k = it.key();
+      if (k == "messages" || k == "tools" || k == "add_generation_prompt" || k == "bos_token" ||
+          k == "eos_token")
+        return Status::error("chat_template_kwargs: '" + it.key() +
+                             "' is set by the server and cannot be replaced");
+      ctx[it.key()] = it.value();
+    }
+  }
   return ctx;
 }
 

@@ -51,13 +51,18 @@ struct Message {
 struct ChatInput {
   std::vector<Message> messages;
   std::string tools_json;  // OpenAI `tools` array as JSON; empty or "null": tools undefined
+  // A JSON object whose keys become extra template variables (the request's
+  // chat_template_kwargs, e.g. enable_thinking); empty: none. The variables
+  // build_context sets itself cannot be replaced.
+  std::string template_kwargs_json;
   bool add_generation_prompt = true;
   std::string bos_token;
   std::string eos_token;
 };
 
 // Builds the template context from serving-style messages: messages, tools (only when
-// given), add_generation_prompt, bos_token, eos_token. Fails on malformed extra JSON.
+// given), add_generation_prompt, bos_token, eos_token and the extra variables.
+// Fails on malformed extra JSON or an extra variable that would replace one of those.
 Result<nlohmann::ordered_json> build_context(const ChatInput& input);
 
 // ChatML ("<|im_start|>role\ncontent<|im_end|>\n" ...) for models without a template.

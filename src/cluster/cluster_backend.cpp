@@ -38,6 +38,15 @@ class ClusterBackend::RelaySink final : public serving::EventSink {
   RelaySink(ClusterBackend* owner, std::shared_ptr<Flight> flight, std::string worker_id)
       : owner_(owner), flight_(std::move(flight)), worker_id_(std::move(worker_id)) {}
 
+  // A retried request's next worker sends its own; the client takes the last.
+  void on_start(const serving::OutputSyntax& syntax) override {
+    {
+      std::lock_guard<std::mutex> lock(flight_->mu);
+      if (flight_->done) return;
+    }
+    flight_->client->on_start(syntax);
+  }
+
   void on_token(const serving::TokenEvent& ev) override {
     {
       std::lock_guard<std::mutex> lock(flight_->mu);

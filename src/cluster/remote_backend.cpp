@@ -49,6 +49,9 @@ class GenerateCall final : public grpc::ClientReadReactor<v1::GenerateEvent> {
     if (!ok) return;  // the stream ended: OnDone follows with the status
     if (!ended_) {
       switch (event_.event_case()) {
+        case v1::GenerateEvent::kStart:
+          sink_->on_start(rpc::from_proto(event_.start()));
+          break;
         case v1::GenerateEvent::kToken:
           sink_->on_token(rpc::from_proto(event_.token()));
           break;

@@ -102,7 +102,7 @@ Result<RequestId> Engine::submit(EngineRequest req, std::shared_ptr<SequenceSink
   if (!sampler.is_ok()) return sampler.status();
   sampler->accept(req.prompt);  // the prompt counts for repetition penalties, as in llama.cpp
 
-  StopConfig stop{req.max_tokens, cfg_.n_ctx, req.ignore_eos, req.stop};
+  StopConfig stop{req.max_tokens, cfg_.n_ctx, req.ignore_eos, req.stop, req.render_special};
   const RequestId id = next_id_.fetch_add(1);
   auto seq = std::make_unique<Sequence>(id, std::move(req), std::move(*sampler),
                                         StopChecker(tok_, std::move(stop)), std::move(sink));

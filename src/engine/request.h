@@ -25,6 +25,9 @@ struct EngineRequest {
   int32_t max_tokens = -1;    // -1: until end of generation or a full context
   bool ignore_eos = false;
   std::vector<std::string> stop;  // stop strings (never sent, nor any prefix of one)
+  // Control tokens' text goes into the output (tool-call markers such as
+  // <|python_tag|> and [TOOL_CALLS] are control tokens); end tokens never.
+  bool render_special = false;
   SamplingParams sampling;        // n_logprobs > 0 asks for top-N per token
   bool logprobs = false;          // report the chosen token's log-probability
   uint16_t adapter = 0;           // LoRA adapter id (model::Model::set_adapters); 0: the base model

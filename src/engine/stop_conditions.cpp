@@ -12,7 +12,7 @@ const char* end_reason_name(EndReason r) {
 }
 
 StopChecker::StopChecker(const Tokenizer& tok, StopConfig cfg)
-    : tok_(tok), cfg_(std::move(cfg)), detok_(tok, /*render_special=*/false, /*at_start=*/false) {
+    : tok_(tok), cfg_(std::move(cfg)), detok_(tok, cfg_.render_special, /*at_start=*/false) {
   std::erase_if(cfg_.stop, [](const std::string& s) { return s.empty(); });
 }
 

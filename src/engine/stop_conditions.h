@@ -25,6 +25,7 @@ struct StopConfig {
   int32_t n_ctx = 0;              // prompt + generated tokens the context holds
   bool ignore_eos = false;        // keep going past end-of-generation tokens
   std::vector<std::string> stop;  // stop strings; empty ones are ignored
+  bool render_special = false;    // control tokens' text is output text
 };
 
 // The outcome of one generated token.

@@ -74,6 +74,10 @@ v1::GenerateRequest to_proto(const serving::GenerateRequest& req, const std::str
   m.set_top_logprobs(req.top_logprobs);
   m.set_user(req.user);
   m.set_grammar(req.grammar);
+  m.set_tool_choice(static_cast<v1::GenerateRequest::ToolChoice>(req.tool_choice));
+  m.set_tool_choice_name(req.tool_choice_name);
+  m.set_no_parallel_tool_calls(!req.parallel_tool_calls);
+  m.set_chat_template_kwargs_json(req.chat_template_kwargs_json);
   return m;
 }
 
@@ -128,7 +132,32 @@ Result<serving::GenerateRequest> from_proto(const v1::GenerateRequest& m) {
   req.top_logprobs = m.top_logprobs();
   req.user = m.user();
   req.grammar = m.grammar();
+  switch (m.tool_choice()) {
+    case v1::GenerateRequest::TOOL_CHOICE_AUTO: req.tool_choice = serving::ToolChoice::Auto; break;
+    case v1::GenerateRequest::TOOL_CHOICE_NONE: req.tool_choice = serving::ToolChoice::None; break;
+    case v1::GenerateRequest::TOOL_CHOICE_REQUIRED:
+      req.tool_choice = serving::ToolChoice::Required;
+      break;
+    case v1::GenerateRequest::TOOL_CHOICE_NAMED: req.tool_choice = serving::ToolChoice::Named; break;
+    default: return invalid("unknown tool_choice", "tool_choice");
+  }
+  req.tool_choice_name = m.tool_choice_name();
+  req.parallel_tool_calls = !m.no_parallel_tool_calls();
+  req.chat_template_kwargs_json = m.chat_template_kwargs_json();
   return req;
+}
+
+v1::GenerateEvent to_proto(const serving::OutputSyntax& syntax) {
+  v1::GenerateEvent m;
+  auto* s = m.mutable_start();
+  s->set_tool_format(syntax.tool_format);
+  s->set_reasoning(syntax.reasoning);
+  s->set_starts_in_reasoning(syntax.starts_in_reasoning);
+  return m;
+}
+
+serving::OutputSyntax from_proto(const v1::OutputSyntax& msg) {
+  return {msg.tool_format(), msg.reasoning(), msg.starts_in_reasoning()};
 }
 
 v1::GenerateEvent to_proto(const serving::TokenEvent& ev) {

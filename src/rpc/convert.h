@@ -29,11 +29,13 @@ inline constexpr size_t kMaxLogitBias = 4096;
 v1::GenerateRequest to_proto(const serving::GenerateRequest& req, const std::string& request_id);
 Result<serving::GenerateRequest> from_proto(const v1::GenerateRequest& msg);
 
+v1::GenerateEvent to_proto(const serving::OutputSyntax& syntax);
 v1::GenerateEvent to_proto(const serving::TokenEvent& ev);
 v1::GenerateEvent to_proto(const serving::FinishEvent& ev);
 v1::GenerateEvent to_proto(const Status& err);
 serving::TokenEvent from_proto(const v1::TokenEvent& msg);
 serving::FinishEvent from_proto(const v1::FinishEvent& msg);
+serving::OutputSyntax from_proto(const v1::OutputSyntax& msg);
 // A failure inside a stream or a reply (v1::Error): kind, message and param.
 // The wire has four kinds (InvalidArgument, NotFound, Unavailable, Internal);
 // any other kind travels as INTERNAL.

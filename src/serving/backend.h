@@ -42,12 +42,23 @@ struct SamplingOptions {
   std::optional<uint64_t> seed;
 };
 
+enum class ToolChoice { Auto, None, Required, Named };
+
 struct GenerateRequest {
   std::string model;  // empty: the only model served
   // Exactly one of: raw text, token ids, or chat messages (rendered with the
   // model's chat template by the backend).
   std::variant<std::string, std::vector<Token>, std::vector<ChatMessage>> prompt;
   std::string tools_json;        // chat: OpenAI `tools` array as JSON, or empty
+  // chat: OpenAI tool_choice. None leaves the tools out of the prompt and
+  // the output unparsed; Required and Named constrain the output to calls
+  // (of tool_choice_name for Named) through the grammar engine.
+  ToolChoice tool_choice = ToolChoice::Auto;
+  std::string tool_choice_name;
+  bool parallel_tool_calls = true;
+  // chat: a JSON object of extra chat-template variables (e.g.
+  // {"enable_thinking": false}), or empty.
+  std::string chat_template_kwargs_json;
   bool add_generation_prompt = true;
   int32_t max_tokens = -1;       // -1: until the context is full
   std::vector<std::string> stop;
@@ -88,11 +99,24 @@ struct FinishEvent {
   Usage usage;
 };
 
+// How to read a chat request's output, as the backend that rendered its
+// prompt knows it: the tool-call format of the model's template (a name
+// chat/tool_calls.h knows; empty: tool calls are not parsed), whether
+// <think>...</think> reasoning is split out of the content, and whether the
+// prompt already opened it (the output then starts inside the reasoning).
+struct OutputSyntax {
+  std::string tool_format;
+  bool reasoning = false;
+  bool starts_in_reasoning = false;
+};
+
 // Receives a request's events, in order, from the engine thread. Must never
 // block: implementations queue the event and wake their connection.
 class EventSink {
  public:
   virtual ~EventSink() = default;
+  // Before any token of a chat request (never for text or token prompts).
+  virtual void on_start(const OutputSyntax& syntax) { (void)syntax; }
   virtual void on_token(const TokenEvent& ev) = 0;
   virtual void on_finish(const FinishEvent& ev) = 0;  // last event on success
   // Last event on failure; the message is one line and never echoes the
@@ -158,6 +182,12 @@ class Backend {
                                               bool add_special) const = 0;
   virtual Result<std::string> detokenize(const std::string& model,
                                          const std::vector<Token>& tokens) const = 0;
+  // /apply-template: the prompt a chat request renders to (its messages,
+  // tools, tool_choice and chat_template_kwargs), without generating.
+  virtual Result<std::string> apply_template(const GenerateRequest& req) const {
+    (void)req;
+    return Status::invalid_argument("this server cannot render chat templates");
+  }
   // Stops accepting (submit gives Unavailable); running requests continue.
   virtual void start_draining() = 0;
 

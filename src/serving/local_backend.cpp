@@ -112,15 +112,31 @@ Result<std::unique_ptr<LocalBackend>> LocalBackend::create(const LocalBackendOpt
                     std::chrono::system_clock::now().time_since_epoch())
                     .count();
 
-  auto source = b->loaded_.file->get_string("tokenizer.chat_template");
-  if (source.is_ok() && source->has_value()) {
-    auto tmpl = chat::ChatTemplate::parse(**source);
+  std::string template_text = options.chat_template;
+  if (template_text.empty()) {
+    auto source = b->loaded_.file->get_string("tokenizer.chat_template");
+    if (source.is_ok() && source->has_value()) template_text = **source;
+  }
+  if (!template_text.empty()) {
+    auto tmpl = chat::ChatTemplate::parse(template_text);
     if (tmpl.is_ok())
       b->template_.emplace(std::move(*tmpl));
+    else if (!options.chat_template.empty())
+      return Status::invalid_argument("--chat-template: " + tmpl.status().message());
     else  // a broken template should not keep the model from serving completions
       spdlog::warn("{}: chat template unusable ({}); chat requests use ChatML", b->model_id_,
                    tmpl.status().message());
   }
+  if (!options.tool_parser.empty()) {
+    CAIRN_ASSIGN_OR_RETURN(b->tool_format_, chat::tool_format_from_name(options.tool_parser));
+  } else if (b->template_) {
+    b->tool_format_ = chat::detect_tool_format(template_text);
+  }
+  if (options.reasoning_format == "none")
+    b->reasoning_ = chat::ReasoningMode::Inline;
+  else if (options.reasoning_format != "auto" && options.reasoning_format != "deepseek")
+    return Status::invalid_argument("--reasoning-format must be auto, deepseek or none (got '" +
+                                    options.reasoning_format + "')");
 
   const model::HParams& hp = b->loaded_.model->hparams();
   CAIRN_ASSIGN_OR_RETURN(const KvPlan plan, kv_plan(options, hp));
@@ -182,7 +198,8 @@ Result<std::string> LocalBackend::render_chat(const GenerateRequest& req) const 
   for (const auto& m : *messages) in.messages.push_back({m.role, m.content, m.extra_json});
   if (!template_) return chat::chatml(in.messages, req.add_generation_prompt);
   const Tokenizer& tok = *loaded_.tokenizer;
-  in.tools_json = req.tools_json;
+  if (req.tool_choice != ToolChoice::None) in.tools_json = req.tools_json;
+  in.template_kwargs_json = req.chat_template_kwargs_json;
   in.add_generation_prompt = req.add_generation_prompt;
   if (tok.bos() >= 0) in.bos_token = std::string(tok.token_text(tok.bos()));
   if (tok.eos() >= 0) in.eos_token = std::string(tok.token_text(tok.eos()));
@@ -191,7 +208,44 @@ Result<std::string> LocalBackend::render_chat(const GenerateRequest& req) const 
   return std::move(*text);
 }
 
-Result<std::vector<Token>> LocalBackend::prompt_tokens(const GenerateRequest& req) const {
+Result<OutputSyntax> LocalBackend::output_syntax(const GenerateRequest& req,
+                                                 const std::string& rendered,
+                                                 bool& render_special) const {
+  OutputSyntax out;
+  const bool tools = !req.tools_json.empty() && req.tool_choice != ToolChoice::None;
+  if (tools && tool_format_ != chat::ToolFormat::None) {
+    out.tool_format = std::string(chat::tool_format_name(tool_format_));
+    // Several formats' markers are control tokens, which the output only
+    // carries when asked.
+    render_special = true;
+  }
+  out.reasoning = reasoning_ == chat::ReasoningMode::Split;
+  out.starts_in_reasoning = out.reasoning && chat::prompt_opens_reasoning(rendered);
+  return out;
+}
+
+Result<std::string> LocalBackend::tool_choice_grammar(const GenerateRequest& req) const {
+  if (req.tool_choice != ToolChoice::Required && req.tool_choice != ToolChoice::Named) return std::string();
+  if (req.tools_json.empty())
+    return invalid("tool_choice forces a call but no tools are given", "tool_choice");
+  if (tool_format_ == chat::ToolFormat::None)
+    return invalid("the model's chat template has no tool-call format that cairn knows; "
+                   "start the server with --tool-parser NAME",
+                   "tool_choice");
+  auto tools = nlohmann::ordered_json::parse(req.tools_json, nullptr, /*allow_exceptions=*/false);
+  if (tools.is_discarded()) return invalid("tools are not valid JSON", "tools");
+  chat::ToolChoice choice;
+  if (req.tool_choice == ToolChoice::Named) {
+    choice.kind = chat::ToolChoice::Kind::Named;
+    choice.name = req.tool_choice_name;
+  }
+  auto g = chat::tool_call_grammar(tool_format_, tools, choice, req.parallel_tool_calls);
+  if (!g.is_ok()) return invalid(g.status().message(), "tools");
+  return std::move(*g);
+}
+
+Result<std::vector<Token>> LocalBackend::prompt_tokens(const GenerateRequest& req,
+                                                       std::string* rendered_out) const {
   const Tokenizer& tok = *loaded_.tokenizer;
   if (const auto* text = std::get_if<std::string>(&req.prompt)) {
     if (text->empty()) return invalid("the prompt is empty", "prompt");
@@ -208,6 +262,7 @@ Result<std::vector<Token>> LocalBackend::prompt_tokens(const GenerateRequest& re
     return *ids;
   }
   CAIRN_ASSIGN_OR_RETURN(const std::string rendered, render_chat(req));
+  if (rendered_out) *rendered_out = rendered;
   // BOS as the model wants it; a template that writes bos_token itself must
   // not end up with two.
   auto ids = tok.encode(rendered, /*add_special=*/true, /*parse_special=*/true);
@@ -236,7 +291,8 @@ Result<RequestId> LocalBackend::submit(GenerateRequest req, std::shared_ptr<Even
       return invalid("a stop string is longer than " + std::to_string(kMaxStopBytes) + " bytes",
                      "stop");
 
-  CAIRN_ASSIGN_OR_RETURN(std::vector<Token> prompt, prompt_tokens(req));
+  std::string rendered;
+  CAIRN_ASSIGN_OR_RETURN(std::vector<Token> prompt, prompt_tokens(req, &rendered));
   if (prompt.empty()) return invalid("the prompt is empty", "prompt");
 
   const int64_t n_ctx = engine_->n_ctx();
@@ -272,6 +328,12 @@ Result<RequestId> LocalBackend::submit(GenerateRequest req, std::shared_ptr<Even
   er.ignore_eos = req.ignore_eos;
   er.stop = std::move(req.stop);
   er.adapter = adapter;
+  std::optional<OutputSyntax> syntax;
+  if (std::holds_alternative<std::vector<ChatMessage>>(req.prompt)) {
+    CAIRN_ASSIGN_OR_RETURN(syntax, output_syntax(req, rendered, er.render_special));
+    CAIRN_ASSIGN_OR_RETURN(std::string calls, tool_choice_grammar(req));
+    if (!calls.empty()) req.grammar = std::move(calls);
+  }
   if (!req.grammar.empty()) {
     CAIRN_ASSIGN_OR_RETURN(er.grammar, compiled_grammar(req.grammar));
   }
@@ -280,6 +342,7 @@ Result<RequestId> LocalBackend::submit(GenerateRequest req, std::shared_ptr<Even
     return Status::unavailable("too many requests are queued (" +
                                std::to_string(options_.max_queue) + "); retry later");
   const bool logprobs = er.logprobs;
+  if (syntax) sink->on_start(*syntax);  // before the engine can send a token
   auto id = engine_->submit(
       std::move(er), std::make_shared<SinkAdapter>(std::move(sink), *loaded_.tokenizer, logprobs));
   if (!id.is_ok()) return invalid(id.status().message());

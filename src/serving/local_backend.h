@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "chat/chat_template.h"
+#include "chat/tool_calls.h"
 #include "core/status.h"
 #include "engine/engine.h"
 #include "kv/kv_cache.h"
@@ -47,6 +48,13 @@ struct LocalBackendOptions {
   // and served by name over the shared base weights (--lora-modules): a
   // request whose `model` is an adapter's name runs with it.
   model::AdapterOptions adapters = {};
+  // Chat: Jinja text replacing the file's chat template (empty: the file's);
+  // the tool-call format (a chat/tool_calls.h name; empty: detected from the
+  // template); reasoning: "auto" (<think>...</think> split out as
+  // reasoning_content) or "none" (left inline in the content).
+  std::string chat_template = {};
+  std::string tool_parser = {};
+  std::string reasoning_format = "auto";
 };
 
 class LocalBackend final : public Backend {
@@ -85,13 +93,25 @@ class LocalBackend final : public Backend {
 
   // The chat prompt `req` renders to (for tests and `cairn chat`).
   Result<std::string> render_chat(const GenerateRequest& req) const;
+  Result<std::string> apply_template(const GenerateRequest& req) const override {
+    CAIRN_RETURN_IF_ERROR(check_model(req.model));
+    return render_chat(req);
+  }
 
  private:
   LocalBackend() = default;
   // The LoRA adapter id `model` names (0: the base model), or not found.
   Result<uint16_t> resolve_model(const std::string& model) const;
   Status check_model(const std::string& model) const { return resolve_model(model).status(); }
-  Result<std::vector<Token>> prompt_tokens(const GenerateRequest& req) const;
+  // How the API reads a chat request's output (rendered: its prompt); sets
+  // render_special when the tool-call markers may be control tokens.
+  Result<OutputSyntax> output_syntax(const GenerateRequest& req, const std::string& rendered,
+                                     bool& render_special) const;
+  // tool_choice required / named as GBNF text; empty for auto and none.
+  Result<std::string> tool_choice_grammar(const GenerateRequest& req) const;
+  // `rendered` (if given) receives a chat prompt's rendered text.
+  Result<std::vector<Token>> prompt_tokens(const GenerateRequest& req,
+                                           std::string* rendered = nullptr) const;
   // The grammar of this text, compiled once: requests with the same schema
   // share one object, and with it the engine's cache of masks.
   Result<std::shared_ptr<const grammar::Grammar>> compiled_grammar(const std::string& text) const;
@@ -106,6 +126,8 @@ class LocalBackend final : public Backend {
   mutable std::unordered_map<std::string, std::shared_ptr<const grammar::Grammar>> grammars_;
   model::LoadedModel loaded_;
   std::optional<chat::ChatTemplate> template_;  // absent: ChatML
+  chat::ToolFormat tool_format_ = chat::ToolFormat::None;
+  chat::ReasoningMode reasoning_ = chat::ReasoningMode::Split;
   std::unique_ptr<kv::PagedKvCache> kv_;
   std::unique_ptr<engine::Engine> engine_;  // last: stops before what it borrows goes away
 };

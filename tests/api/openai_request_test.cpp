@@ -345,3 +345,83 @@ TEST(OpenAiRequest, ConstraintsBecomeAGrammar) {
 
 }  // namespace
 }  // namespace cairn::api
+
+namespace cairn::api {
+namespace {
+
+// Tools, tool_choice, parallel_tool_calls and chat_template_kwargs, and the
+// client's key order kept from the body to the request (templates print it).
+TEST(OpenAiRequest, ToolFieldsKeepTheClientsKeyOrder) {
+  const std::string tools =
+      R"([{"type": "function", "function": {"name": "get_weather", "description": "d",
+           "parameters": {"type": "object", "properties": {"z": {"type": "string"},
+           "a": {"type": "integer"}}, "required": ["z"]}}},
+          {"type": "function", "function": {"name": "other"}}])";
+  const auto parse = [&](const std::string& extra) {
+    auto body = parse_json_object(R"({"messages": [{"role": "user", "content": "x",
+        "name": "u", "extra": {"y": 1, "b": 2}}], "tools": )" + tools + extra + "}");
+    EXPECT_TRUE(body.is_ok());
+    return parse_generate(Endpoint::Chat, *body, one_model());
+  };
+  auto r = parse("");
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  const auto& req = r->prompts[0];
+  // "type" before "function", "name" before "description", "z" before "a".
+  EXPECT_LT(req.tools_json.find("\"type\""), req.tools_json.find("\"function\""));
+  EXPECT_LT(req.tools_json.find("\"name\""), req.tools_json.find("\"description\""));
+  EXPECT_LT(req.tools_json.find("\"z\""), req.tools_json.find("\"a\""));
+  const auto& msgs = std::get<std::vector<serving::ChatMessage>>(req.prompt);
+  EXPECT_LT(msgs[0].extra_json.find("\"y\""), msgs[0].extra_json.find("\"b\""));
+  EXPECT_EQ(req.tool_choice, serving::ToolChoice::Auto);
+  EXPECT_TRUE(req.parallel_tool_calls);
+
+  auto named = parse(R"(, "tool_choice": {"type": "function", "function": {"name": "other"}},
+                        "parallel_tool_calls": false, "chat_template_kwargs": {"enable_thinking": false})");
+  ASSERT_TRUE(named.is_ok()) << named.status().message();
+  EXPECT_EQ(named->prompts[0].tool_choice, serving::ToolChoice::Named);
+  EXPECT_EQ(named->prompts[0].tool_choice_name, "other");
+  EXPECT_FALSE(named->prompts[0].parallel_tool_calls);
+  EXPECT_EQ(named->prompts[0].chat_template_kwargs_json, R"({"enable_thinking":false})");
+  EXPECT_EQ(parse(R"(, "tool_choice": "required")")->prompts[0].tool_choice,
+            serving::ToolChoice::Required);
+  EXPECT_EQ(parse(R"(, "tool_choice": "none")")->prompts[0].tool_choice, serving::ToolChoice::None);
+
+  // The schema of a response_format keeps its order into the grammar too.
+  auto body = parse_json_object(R"({"prompt": "x", "response_format": {"type": "json_schema",
+      "json_schema": {"name": "n", "schema": {"type": "object", "properties": {"zeta": {"type": "integer"},
+      "alpha": {"type": "integer"}}, "required": ["zeta", "alpha"]}}}})");
+  ASSERT_TRUE(body.is_ok());
+  auto g = parse_generate(Endpoint::Completions, *body, one_model());
+  ASSERT_TRUE(g.is_ok()) << g.status().message();
+  EXPECT_LT(g->prompts[0].grammar.find("zeta"), g->prompts[0].grammar.find("alpha"));
+
+  const auto refused = [&](const std::string& extra, const std::string& param) {
+    auto res = parse(extra);
+    ASSERT_FALSE(res.is_ok()) << extra;
+    EXPECT_EQ(res.status().param(), param) << extra << ": " << res.status().message();
+  };
+  refused(R"(, "tool_choice": "sometimes")", "tool_choice");
+  refused(R"(, "tool_choice": {"type": "function", "function": {"name": "missing"}})", "tool_choice");
+  refused(R"(, "tool_choice": {"type": "function"})", "tool_choice");
+  refused(R"(, "tool_choice": 3)", "tool_choice");
+  refused(R"(, "parallel_tool_calls": "yes")", "parallel_tool_calls");
+  refused(R"(, "chat_template_kwargs": [1])", "chat_template_kwargs");
+  refused(R"(, "tool_choice": "required", "response_format": {"type": "json_object"})", "tool_choice");
+  const auto tools_refused = [](const std::string& t) {
+    auto body = parse_json_object(R"({"messages": [{"role": "user", "content": "x"}], "tools": )" + t + "}");
+    ASSERT_TRUE(body.is_ok());
+    auto res = parse_generate(Endpoint::Chat, *body, one_model());
+    ASSERT_FALSE(res.is_ok()) << t;
+    EXPECT_EQ(res.status().param(), "tools") << t;
+  };
+  tools_refused(R"({"type": "function"})");
+  tools_refused(R"([{"type": "retrieval"}])");
+  tools_refused(R"([{"type": "function", "function": {"description": "no name"}}])");
+  tools_refused(R"([{"type": "function", "function": {"name": "f", "parameters": "str"}}])");
+  auto none = parse_json_object(R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": "required"})");
+  ASSERT_TRUE(none.is_ok());
+  EXPECT_EQ(parse_generate(Endpoint::Chat, *none, one_model()).status().param(), "tool_choice");
+}
+
+}  // namespace
+}  // namespace cairn::api

@@ -260,3 +260,107 @@ TEST(HttpRoutes, SecretCompare) {
 
 }  // namespace
 }  // namespace cairn::api
+
+namespace cairn::api {
+namespace {
+
+serving::OutputSyntax hermes_syntax(bool reasoning = false, bool starts_in = false) {
+  return serving::OutputSyntax{"hermes", reasoning, starts_in};
+}
+
+const char* kCallText =
+    "<think>weather?</think>Let me look.\n<tool_call>\n{\"name\": \"get_weather\", "
+    "\"arguments\": {\"city\": \"Paris\"}}\n</tool_call>";
+
+// A chat output with reasoning and a Hermes tool call, whole: message
+// fields as OpenAI sends them and finish_reason tool_calls.
+TEST(Generation, ChatToolCallsAndReasoningWhole) {
+  auto p = request(Endpoint::Chat, 1, 1, false, false, false);
+  Generation g(p, meta_for(p));
+  EXPECT_EQ(g.on_event(0, hermes_syntax(true)), "");
+  const std::string text = kCallText;
+  for (size_t i = 0; i < text.size(); i += 7) g.on_event(0, tok(1, text.substr(i, 7)));
+  g.on_event(0, fin("stop", 3, 9));
+  ASSERT_TRUE(g.done());
+  json j = json::parse(g.closing());
+  const json& c = j["choices"][0];
+  EXPECT_EQ(c["finish_reason"], "tool_calls");
+  EXPECT_EQ(c["message"]["content"], "Let me look.");
+  EXPECT_EQ(c["message"]["reasoning_content"], "weather?");
+  ASSERT_EQ(c["message"]["tool_calls"].size(), 1u);
+  const json& call = c["message"]["tool_calls"][0];
+  EXPECT_EQ(call["type"], "function");
+  EXPECT_EQ(call["id"].get<std::string>().rfind("call_", 0), 0u);
+  EXPECT_EQ(call["function"]["name"], "get_weather");
+  EXPECT_EQ(json::parse(call["function"]["arguments"].get<std::string>()), json({{"city", "Paris"}}));
+
+  // No syntax event (a completion-style or plain chat output): content as is.
+  Generation plain(p, meta_for(p));
+  plain.on_event(0, tok(1, kCallText));
+  plain.on_event(0, fin("stop", 3, 9));
+  json pj = json::parse(plain.closing());
+  EXPECT_EQ(pj["choices"][0]["message"]["content"], kCallText);
+  EXPECT_EQ(pj["choices"][0]["finish_reason"], "stop");
+  EXPECT_FALSE(pj["choices"][0]["message"].contains("tool_calls"));
+}
+
+// Streamed: reasoning deltas, content deltas, then the call's id and name
+// first and its arguments after, as OpenAI's chunks carry them; whatever
+// the token split, the chunks add up to the whole parse.
+TEST(Generation, ChatToolCallsStreamedAsOpenAiDeltas) {
+  const std::string text = kCallText;
+  for (size_t step : {1, 3, 1000}) {
+    auto p = request(Endpoint::Chat, 1, 1, true, false, false);
+    Generation g(p, meta_for(p));
+    g.opening();
+    g.on_event(0, hermes_syntax(true));
+    std::vector<std::string> chunks;
+    for (size_t i = 0; i < text.size(); i += step)
+      for (auto& s : sse_payloads(g.on_event(0, tok(1, text.substr(i, step))))) chunks.push_back(s);
+    for (auto& s : sse_payloads(g.on_event(0, fin("stop", 3, 9)))) chunks.push_back(s);
+    std::string content, reasoning, args, id, name, finish;
+    int begins = 0;
+    for (const auto& s : chunks) {
+      json ch = json::parse(s)["choices"][0];
+      const json& d = ch["delta"];
+      if (d.contains("content")) content += d["content"].get<std::string>();
+      if (d.contains("reasoning_content")) reasoning += d["reasoning_content"].get<std::string>();
+      if (d.contains("tool_calls")) {
+        const json& tc = d["tool_calls"][0];
+        EXPECT_EQ(tc["index"], 0);
+        if (tc.contains("id")) {
+          ++begins;
+          EXPECT_TRUE(args.empty()) << "the name comes before any argument";
+          id = tc["id"];
+          name = tc["function"]["name"];
+        }
+        args += tc["function"]["arguments"].get<std::string>();
+      }
+      if (!ch["finish_reason"].is_null()) finish = ch["finish_reason"];
+    }
+    EXPECT_EQ(content, "Let me look.") << step;
+    EXPECT_EQ(reasoning, "weather?") << step;
+    EXPECT_EQ(begins, 1) << step;
+    EXPECT_EQ(name, "get_weather");
+    EXPECT_EQ(json::parse(args), json({{"city", "Paris"}})) << step;
+    EXPECT_EQ(finish, "tool_calls");
+  }
+}
+
+// Cut short by max_tokens: an unfinished call stays text and the reason is
+// length; a prompt that opened <think> puts the output's start in reasoning.
+TEST(Generation, ChatUnfinishedCallIsContentAndReasoningMayStartOpen) {
+  auto p = request(Endpoint::Chat, 1, 1, false, false, false);
+  Generation g(p, meta_for(p));
+  g.on_event(0, hermes_syntax(true, /*starts_in=*/true));
+  g.on_event(0, tok(1, "hmm</think>ok <tool_call>\n{\"name\": \"f\", \"argu"));
+  g.on_event(0, fin("length", 3, 9));
+  json c = json::parse(g.closing())["choices"][0];
+  EXPECT_EQ(c["finish_reason"], "length");
+  EXPECT_EQ(c["message"]["reasoning_content"], "hmm");
+  EXPECT_EQ(c["message"]["content"], "ok <tool_call>\n{\"name\": \"f\", \"argu");
+  EXPECT_FALSE(c["message"].contains("tool_calls"));
+}
+
+}  // namespace
+}  // namespace cairn::api

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
@@ -423,6 +424,159 @@ TEST(LocalBackendGolden, StoriesTextAloneAndAmongThirtyTwo) {
   EXPECT_TRUE(eventually(*b, [](const BackendStats& st) {
     return st.running == 0 && st.waiting == 0 && st.kv_blocks_used == 0;
   }));
+}
+
+}  // namespace
+}  // namespace cairn::serving
+
+namespace cairn::serving {
+namespace {
+
+// A Hermes-style template (tools as JSON, <tool_call> in the assistant turn),
+// with an optional variable only chat_template_kwargs sets.
+const char* kToolTemplate =
+    "{% if tools %}[tools] {{ tools | tojson }}\n{% endif %}"
+    "{% for m in messages %}[{{ m.role }}] {{ m.content }}"
+    "{% if m.tool_calls %}<tool_call>{{ m.tool_calls | tojson }}</tool_call>{% endif %}\n"
+    "{% endfor %}{% if flavor is defined %}[flavor] {{ flavor }}\n{% endif %}"
+    "{% if add_generation_prompt %}[assistant] {% endif %}";
+
+const char* kTools = R"([{"type": "function", "function": {"name": "get_weather",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 12},
+    "days": {"type": "integer", "minimum": 1, "maximum": 7}}, "required": ["city", "days"]}}},
+    {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object",
+    "properties": {"zone": {"enum": ["utc", "local"]}}, "required": ["zone"]}}}])";
+
+GenerateRequest tool_request(ToolChoice choice, uint64_t seed) {
+  GenerateRequest r;
+  r.prompt = std::vector<ChatMessage>{{"user", "weather in Paris?", ""}};
+  r.tools_json = kTools;
+  r.tool_choice = choice;
+  r.max_tokens = 120;
+  r.sampling.temperature = 1;
+  r.sampling.seed = seed;
+  return r;
+}
+
+TEST(LocalBackend, ToolChoiceRequiredAndNamedForceValidCalls) {
+  LocalBackendOptions o;
+  o.chat_template = kToolTemplate;
+  o.n_ctx = 1024;
+  auto b = make(o);
+  ASSERT_TRUE(b);
+  int finished = 0;
+  for (uint64_t seed = 1; seed <= 6; ++seed) {
+    const bool named = seed % 2 == 0;
+    GenerateRequest r = tool_request(named ? ToolChoice::Named : ToolChoice::Required, seed);
+    if (named) r.tool_choice_name = "get_time";
+    // Parallel calls go on while the model likes; one call must end.
+    r.parallel_tool_calls = seed == 5;
+    auto s = run(*b, r);
+    ASSERT_TRUE(s->finish) << s->reason();
+    ASSERT_TRUE(s->syntax);
+    EXPECT_EQ(s->syntax->tool_format, "hermes");
+    EXPECT_EQ(s->tokens_before_start, 0u);
+    if (s->finish->reason != "stop") continue;  // cut by max_tokens: nothing to check
+    ++finished;
+    chat::OutputParserOptions po;
+    po.format = chat::ToolFormat::Hermes;
+    const chat::ParsedOutput out = chat::parse_output(s->text, po);
+    ASSERT_GE(out.tool_calls.size(), 1u) << s->text;
+    if (!r.parallel_tool_calls) {
+      EXPECT_EQ(out.tool_calls.size(), 1u) << s->text;
+    }
+    EXPECT_EQ(out.content, "") << s->text;
+    for (const auto& call : out.tool_calls) {
+      auto args = nlohmann::json::parse(call.arguments);
+      if (named) {
+        EXPECT_EQ(call.name, "get_time") << s->text;
+      }
+      if (call.name == "get_weather") {
+        ASSERT_TRUE(args["city"].is_string()) << s->text;
+        const std::string city = args["city"];  // maxLength counts code points
+        EXPECT_LE(std::count_if(city.begin(), city.end(), [](char c) { return (c & 0xC0) != 0x80; }),
+                  12);
+        ASSERT_TRUE(args["days"].is_number_integer()) << s->text;
+        EXPECT_GE(args["days"].get<int>(), 1);
+        EXPECT_LE(args["days"].get<int>(), 7);
+      } else {
+        ASSERT_EQ(call.name, "get_time") << s->text;
+        EXPECT_TRUE(args["zone"] == "utc" || args["zone"] == "local") << s->text;
+      }
+    }
+  }
+  EXPECT_GE(finished, 3);
+
+  // Required without a known format is refused with what to do.
+  LocalBackendOptions po;
+  po.n_ctx = 1024;
+  auto plain = make(po);
+  ASSERT_TRUE(plain);
+  auto refused = plain->submit(tool_request(ToolChoice::Required, 1),
+                               std::make_shared<test::RecordingSink>());
+  ASSERT_FALSE(refused.is_ok());
+  EXPECT_NE(refused.status().message().find("--tool-parser"), std::string::npos);
+}
+
+TEST(LocalBackend, ToolChoiceNoneKwargsAndOutputSyntax) {
+  LocalBackendOptions o;
+  o.chat_template = kToolTemplate;
+  o.n_ctx = 1024;
+  auto b = make(o);
+  ASSERT_TRUE(b);
+  GenerateRequest r = tool_request(ToolChoice::Auto, 1);
+  auto with_tools = b->render_chat(r);
+  ASSERT_TRUE(with_tools.is_ok()) << with_tools.status().message();
+  EXPECT_NE(with_tools->find("[tools] [{\"type\": \"function\", \"function\": {\"name\": \"get_weather\""),
+            std::string::npos)
+      << *with_tools;
+  r.tool_choice = ToolChoice::None;
+  r.chat_template_kwargs_json = R"({"flavor": "plain"})";
+  auto none = b->render_chat(r);
+  ASSERT_TRUE(none.is_ok());
+  EXPECT_EQ(none->find("[tools]"), std::string::npos);
+  EXPECT_NE(none->find("[flavor] plain\n[assistant] "), std::string::npos) << *none;
+  r.max_tokens = 4;
+  auto s = run(*b, r);
+  ASSERT_TRUE(s->syntax);
+  EXPECT_EQ(s->syntax->tool_format, "");  // none: calls are not looked for
+  EXPECT_TRUE(s->syntax->reasoning);
+  EXPECT_FALSE(s->syntax->starts_in_reasoning);
+
+  r.chat_template_kwargs_json = R"({"messages": []})";
+  auto bad = b->submit(r, std::make_shared<test::RecordingSink>());
+  ASSERT_FALSE(bad.is_ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::InvalidArgument);
+  EXPECT_NE(bad.status().message().find("messages"), std::string::npos);
+
+  // A prompt that opens <think> starts the output inside the reasoning;
+  // --reasoning-format none leaves it to the content.
+  LocalBackendOptions think = o;
+  think.chat_template = std::string(kToolTemplate) + "<think>\n";
+  auto tb = make(think);
+  ASSERT_TRUE(tb);
+  auto ts = run(*tb, r = tool_request(ToolChoice::Auto, 2));
+  ASSERT_TRUE(ts->syntax);
+  EXPECT_TRUE(ts->syntax->starts_in_reasoning);
+  think.reasoning_format = "none";
+  auto inline_b = make(think);
+  ASSERT_TRUE(inline_b);
+  r.max_tokens = 2;
+  auto is = run(*inline_b, r);
+  ASSERT_TRUE(is->syntax);
+  EXPECT_FALSE(is->syntax->reasoning);
+
+  // Bad options fail creation, naming them.
+  LocalBackendOptions bad_parser = o;
+  bad_parser.model_path = models().plain;
+  bad_parser.tool_parser = "xml-ish";
+  EXPECT_FALSE(LocalBackend::create(bad_parser).is_ok());
+  LocalBackendOptions bad_template = bad_parser;
+  bad_template.tool_parser = "";
+  bad_template.chat_template = "{% for %}";
+  auto bt = LocalBackend::create(bad_template);
+  ASSERT_FALSE(bt.is_ok());
+  EXPECT_NE(bt.status().message().find("--chat-template"), std::string::npos);
 }
 
 }  // namespace

@@ -1,6 +1,11 @@
 // tools/cairn/server_flags.cpp — registers the flags that serve, controller and worker share (HTTP server, gRPC port, engine).
 #include "server_flags.h"
 
+#include <fstream>
+#include <sstream>
+
+#include "chat/tool_calls.h"
+
 namespace cairn::cli {
 
 void add_http_server_flags(CLI::App* cmd, api::ServerOptions& s, int32_t& max_queue,
@@ -81,6 +86,31 @@ void add_engine_flags(CLI::App* cmd, serving::LocalBackendOptions& b, int64_t& k
       ->check(CLI::Range(1, 1 << 16))
       ->capture_default_str();
   add_lora_flags(cmd, b.adapters, /*runtime=*/true);
+  cmd->add_option_function<std::string>(
+         "--chat-template",
+         [&b](const std::string& path) {
+           std::ifstream in(path, std::ios::binary);
+           std::ostringstream text;
+           text << in.rdbuf();
+           if (!in || text.str().empty())
+             throw CLI::ValidationError("--chat-template", "cannot read the file '" + path + "'");
+           b.chat_template = text.str();
+         },
+         "a Jinja chat template file used instead of the model file's")
+      ->type_name("FILE");
+  std::string parsers;
+  for (const auto& n : chat::tool_format_names()) parsers += (parsers.empty() ? "" : ", ") + n;
+  cmd->add_option("--tool-parser", b.tool_parser,
+                  "how tool calls are read from the output (" + parsers +
+                      "); default: chosen by the chat template")
+      ->check([](const std::string& v) {
+        auto f = chat::tool_format_from_name(v);
+        return f.is_ok() ? std::string() : f.status().message();
+      });
+  cmd->add_option("--reasoning-format", b.reasoning_format,
+                  "auto: <think>...</think> goes to reasoning_content; none: left in the content")
+      ->check(CLI::IsMember({"auto", "deepseek", "none"}))
+      ->capture_default_str();
 }
 
 }  // namespace cairn::cli
