@@ -152,6 +152,250 @@ class Compiler {
     return name;
   }
 
+  // Keywords that only hold for one type's values.
+  static inline const std::vector<std::pair<std::string, std::vector<const char*>>> kTypeKeywords = {
+      {"object", {"properties", "additionalProperties", "required"}},
+      {"array", {"items", "prefixItems", "minItems", "maxItems"}},
+      {"string", {"minLength", "maxLength", "pattern", "format"}},
+      {"integer", {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}},
+  };
+
+  static bool is_annotation(const std::string& k) {
+    static const std::set<std::string> kAnnotations = {"title", "description", "examples", "default", "$schema",
+                                                       "$id", "$comment", "strict", "$defs", "definitions",
+                                                       "readOnly", "writeOnly", "deprecated"};
+    return kAnnotations.count(k) > 0;
+  }
+
+  // Whether `s` (an object) has a keyword that constrains values.
+  static bool has_validation(const Json& s) {
+    for (const auto& [k, v] : s.items())
+      if (!is_annotation(k)) return true;
+    return false;
+  }
+
+  // `s` with a top-level $ref replaced by its target (a chain followed).
+  Result<Json> inline_refs(Json s, const std::string& path) {
+    for (int hops = 0; s.is_object() && s.contains("$ref"); ++hops) {
+      if (hops > 16) return unsupported(path, "a $ref chain longer than 16");
+      for (const auto& [k, v] : s.items())
+        if (k != "$ref" && !is_annotation(k))
+          return unsupported(path + "/" + k, "the keyword '" + k + "' beside '$ref' (wrap both in an allOf)");
+      CAIRN_ASSIGN_OR_RETURN(s, resolve(s["$ref"], path));
+    }
+    return s;
+  }
+
+  // The types a schema's values may have ("integer" within "number").
+  static std::set<std::string> json_types_of(const Json& v) {
+    if (v.is_null()) return {"null"};
+    if (v.is_boolean()) return {"boolean"};
+    if (v.is_number_integer() || (v.is_number_float() && std::floor(v.get<double>()) == v.get<double>()))
+      return {"integer", "number"};
+    if (v.is_number()) return {"number"};
+    if (v.is_string()) return {"string"};
+    if (v.is_array()) return {"array"};
+    return {"object"};
+  }
+
+  // The schema that holds exactly where both `a` and `b` hold, for the
+  // keywords where that is simple (bounds tighten, types and enums
+  // intersect, required names join, properties merge one by one); any other
+  // disagreement is refused, naming the keyword.
+  Result<Json> merge(const Json& a, const Json& b, const std::string& path) {
+    if (b.is_boolean()) {
+      if (b.get<bool>()) return a;
+      return Result<Json>(unsupported(path, "the schema 'false' in an allOf"));
+    }
+    if (a.is_boolean()) return merge(b, a, path);
+    if (!a.is_object() || !b.is_object()) return Result<Json>(unsupported(path, "a schema that is not an object"));
+    Json out = a;
+    for (const auto& [k, v] : b.items()) {
+      if (is_annotation(k)) continue;
+      if (!out.contains(k)) {
+        out[k] = v;
+        continue;
+      }
+      Json& mine = out[k];
+      if (mine == v) continue;
+      if (k == "minimum" || k == "exclusiveMinimum" || k == "minLength" || k == "minItems") {
+        if (!mine.is_number() || !v.is_number()) return Result<Json>(unsupported(path + "/" + k, "'" + k + "' that is not a number"));
+        if (v.get<double>() > mine.get<double>()) mine = v;
+      } else if (k == "maximum" || k == "exclusiveMaximum" || k == "maxLength" || k == "maxItems") {
+        if (!mine.is_number() || !v.is_number()) return Result<Json>(unsupported(path + "/" + k, "'" + k + "' that is not a number"));
+        if (v.get<double>() < mine.get<double>()) mine = v;
+      } else if (k == "required") {
+        if (!mine.is_array() || !v.is_array()) return Result<Json>(unsupported(path + "/required", "'required' that is not a list"));
+        for (const auto& r : v)
+          if (std::find(mine.begin(), mine.end(), r) == mine.end()) mine.push_back(r);
+      } else if (k == "type") {
+        const auto list = [](const Json& t) {
+          std::vector<std::string> out;
+          if (t.is_string()) out.push_back(t.get<std::string>());
+          if (t.is_array())
+            for (const auto& x : t)
+              if (x.is_string()) out.push_back(x.get<std::string>());
+          return out;
+        };
+        Json both = Json::array();
+        for (const std::string& x : list(mine))
+          for (const std::string& y : list(v)) {
+            std::string t = x == y ? x : (x == "integer" && y == "number") || (x == "number" && y == "integer") ? "integer" : "";
+            if (!t.empty() && std::find(both.begin(), both.end(), Json(t)) == both.end()) both.push_back(t);
+          }
+        if (both.empty()) return Result<Json>(unsupported(path + "/type", "an allOf whose parts share no type"));
+        mine = both.size() == 1 ? both[0] : both;
+      } else if (k == "enum" || k == "const") {
+        return Result<Json>(unsupported(path + "/" + k, "an allOf whose parts both restrict '" + k + "'"));
+      } else if (k == "properties") {
+        if (!mine.is_object() || !v.is_object()) return Result<Json>(unsupported(path + "/properties", "'properties' that is not an object"));
+        for (const auto& [p, ps] : v.items())
+          mine[p] = mine.contains(p) ? Json{{"allOf", Json::array({mine[p], ps})}} : ps;
+      } else if (k == "items") {
+        mine = Json{{"allOf", Json::array({mine, v})}};
+      } else {
+        return Result<Json>(unsupported(path + "/" + k, "an allOf whose parts disagree on '" + k + "'"));
+      }
+    }
+    // A part that allows no other keys must declare every merged property.
+    for (const Json* part : {&a, &b}) {
+      if (!part->contains("additionalProperties") || (*part)["additionalProperties"] != false || !out.contains("properties")) continue;
+      for (const auto& [p, ps] : out["properties"].items())
+        if (!part->contains("properties") || !(*part)["properties"].contains(p))
+          return Result<Json>(unsupported(path, "an allOf where the property '" + p + "' is not allowed by a part with additionalProperties false"));
+    }
+    return out;
+  }
+
+  // Whether no value can match both `a` and `b` (as compiled here), by their
+  // types, integer ranges, or for objects a required key the other does
+  // not declare.
+  Result<bool> disjoint(const Json& a0, const Json& b0, const std::string& path) {
+    CAIRN_ASSIGN_OR_RETURN(const Json a, inline_refs(a0, path));
+    CAIRN_ASSIGN_OR_RETURN(const Json b, inline_refs(b0, path));
+    const auto types = [&](const Json& s) -> std::set<std::string> {
+      if (!s.is_object()) return {};
+      std::set<std::string> out;
+      if (s.contains("const")) return json_types_of(s["const"]);
+      if (s.contains("enum") && s["enum"].is_array()) {
+        for (const auto& v : s["enum"])
+          for (const auto& t : json_types_of(v)) out.insert(t);
+        return out;
+      }
+      if (s.contains("type")) {
+        const Json& t = s["type"];
+        for (const Json& x : t.is_array() ? t : Json::array({t}))
+          if (x.is_string()) {
+            out.insert(x.get<std::string>());
+            if (x == "integer") out.insert("number");
+          }
+        return out;
+      }
+      for (const auto& [t, keys] : kTypeKeywords)
+        for (const char* key : keys)
+          if (s.contains(key)) out.insert(t == "integer" ? "number" : t);
+      if (out.empty() || s.contains("anyOf") || s.contains("oneOf") || s.contains("allOf"))
+        return {"null", "boolean", "number", "integer", "string", "array", "object"};
+      return out;
+    };
+    std::set<std::string> common;
+    const auto ta = types(a), tb = types(b);
+    std::set_intersection(ta.begin(), ta.end(), tb.begin(), tb.end(), std::inserter(common, common.begin()));
+    if (common.empty()) return true;
+    const bool plain = !a.contains("enum") && !b.contains("enum") && !a.contains("const") && !b.contains("const");
+    if (a.contains("const") && b.contains("const")) return a["const"] != b["const"];
+    if (plain && common == std::set<std::string>{"integer", "number"} && a.value("type", Json()) == "integer" &&
+        b.value("type", Json()) == "integer") {
+      const auto range = [](const Json& s) {
+        double lo = -1e300, hi = 1e300;
+        if (s.contains("minimum") && s["minimum"].is_number()) lo = std::max(lo, s["minimum"].get<double>());
+        if (s.contains("exclusiveMinimum") && s["exclusiveMinimum"].is_number()) lo = std::max(lo, std::floor(s["exclusiveMinimum"].get<double>()) + 1);
+        if (s.contains("maximum") && s["maximum"].is_number()) hi = std::min(hi, s["maximum"].get<double>());
+        if (s.contains("exclusiveMaximum") && s["exclusiveMaximum"].is_number()) hi = std::min(hi, std::ceil(s["exclusiveMaximum"].get<double>()) - 1);
+        return std::pair<double, double>(std::ceil(lo), std::floor(hi));
+      };
+      const auto [alo, ahi] = range(a);
+      const auto [blo, bhi] = range(b);
+      return ahi < blo || bhi < alo;
+    }
+    if (plain && common == std::set<std::string>{"object"}) {
+      // Each must require a key the other does not declare (outputs hold
+      // only declared keys unless additionalProperties allows more).
+      const auto needs_foreign = [](const Json& x, const Json& y) {
+        if (y.contains("additionalProperties") && y["additionalProperties"] != false) return false;
+        if (!x.contains("required") || !x["required"].is_array()) return false;
+        for (const auto& r : x["required"])
+          if (r.is_string() && !(y.contains("properties") && y["properties"].is_object() && y["properties"].contains(r.get<std::string>())))
+            return true;
+        return false;
+      };
+      if (needs_foreign(a, b) && needs_foreign(b, a)) return true;
+      // Or a discriminator: a key required by both whose const values differ.
+      if (a.contains("properties") && b.contains("properties") && a.contains("required") && b.contains("required"))
+        for (const auto& r : a["required"]) {
+          if (!r.is_string() || std::find(b["required"].begin(), b["required"].end(), r) == b["required"].end()) continue;
+          const std::string key = r.get<std::string>();
+          if (!a["properties"].contains(key) || !b["properties"].contains(key)) continue;
+          const Json& pa = a["properties"][key];
+          const Json& pb = b["properties"][key];
+          if (pa.is_object() && pb.is_object() && (pa.contains("const") || pa.contains("enum")) &&
+              (pb.contains("const") || pb.contains("enum"))) {
+            CAIRN_ASSIGN_OR_RETURN(const bool apart, disjoint(pa, pb, path));
+            if (apart) return true;
+          }
+        }
+      return false;
+    }
+    if (a.contains("enum") || a.contains("const") || b.contains("enum") || b.contains("const")) {
+      // Values listed on one side (or both) against the other's types.
+      const auto values = [](const Json& s) {
+        return s.contains("const") ? Json::array({s["const"]}) : s.contains("enum") ? s["enum"] : Json();
+      };
+      const Json va = values(a), vb = values(b);
+      if (va.is_array() && vb.is_array()) {
+        for (const auto& x : va)
+          if (std::find(vb.begin(), vb.end(), x) != vb.end()) return false;
+        return true;
+      }
+    }
+    return false;
+  }
+
+  // const / enum: the listed values, those of them the schema's type allows;
+  // other keywords beside them are refused, not ignored.
+  Result<std::string> enumeration(const Json& s, const std::string& path) {
+    for (const auto& [k, v] : s.items())
+      if (k != "const" && k != "enum" && k != "type" && !is_annotation(k))
+        return unsupported(path + "/" + k, "the keyword '" + k + "' beside 'enum' or 'const'");
+    Json values = Json::array();
+    if (s.contains("const")) {
+      if (s.contains("enum")) return unsupported(path, "'const' and 'enum' together");
+      values.push_back(s["const"]);
+    } else {
+      if (!s["enum"].is_array() || s["enum"].empty()) return unsupported(path + "/enum", "an enum that is not a non-empty list");
+      values = s["enum"];
+    }
+    std::set<std::string> allowed;
+    if (s.contains("type")) {
+      const Json& t = s["type"];
+      for (const Json& x : t.is_array() ? t : Json::array({t}))
+        if (x.is_string()) allowed.insert(x.get<std::string>());
+    }
+    std::string out = "(";
+    bool first = true;
+    for (const auto& v : values) {
+      if (!allowed.empty()) {
+        bool ok = false;
+        for (const auto& t : json_types_of(v)) ok = ok || allowed.count(t);
+        if (!ok) continue;
+      }
+      out += (first ? "" : " | ") + literal(v.dump());
+      first = false;
+    }
+    if (first) return unsupported(path, "an enum none of whose values has the schema's type");
+    return out + ")";
+  }
+
   // The grammar expression for `s` (a rule name or an inline expression).
   Result<std::string> visit(const Json& s, const std::string& hint, const std::string& path) {
     if (++depth_ > 64) return unsupported(path, "nesting deeper than 64 levels");
@@ -172,31 +416,52 @@ class Compiler {
     for (const auto& [k, v] : s.items())
       if (!kIgnored.count(k) && !kKnown.count(k)) return unsupported(path + "/" + k, "the keyword '" + k + "'");
 
-    if (s.contains("$ref")) return ref(s, path);
-    if (s.contains("const")) return std::string(literal(s["const"].dump()));
-    if (s.contains("enum")) {
-      if (!s["enum"].is_array() || s["enum"].empty()) return unsupported(path + "/enum", "an enum that is not a non-empty list");
-      std::string out = "(";
-      bool first = true;
-      for (const auto& v : s["enum"]) {
-        out += (first ? "" : " | ") + literal(v.dump());
-        first = false;
-      }
-      return out + ")";
+    if (s.contains("$ref")) {
+      // Keywords beside a $ref apply too; merging them into a possibly
+      // recursive target is not done, so they are refused, not dropped.
+      for (const auto& [k, v] : s.items())
+        if (k != "$ref" && !kIgnored.count(k))
+          return unsupported(path + "/" + k, "the keyword '" + k + "' beside '$ref' (wrap both in an allOf)");
+      return ref(s, path);
     }
+    if (s.contains("allOf")) return all_of(s, hint, path);
     for (const char* k : {"anyOf", "oneOf"}) {
       if (!s.contains(k)) continue;
-      // oneOf is compiled as anyOf: an output matching several branches is
-      // still a valid instance of each, and a grammar cannot count matches.
       if (!s[k].is_array() || s[k].empty()) return unsupported(path + "/" + k, std::string("'") + k + "' that is not a non-empty list");
-      std::string out = "(";
+      // The keywords beside the list hold for every branch: each branch is
+      // compiled merged with them.
+      Json rest = s;
+      rest.erase(k);
+      const bool shared = has_validation(rest);
+      std::vector<Json> branches;
       for (size_t i = 0; i < s[k].size(); ++i) {
-        CAIRN_ASSIGN_OR_RETURN(const std::string alt, visit(s[k][i], hint + "-" + std::to_string(i), path + "/" + k + "/" + std::to_string(i)));
+        const std::string p = path + "/" + k + "/" + std::to_string(i);
+        if (!shared) {
+          branches.push_back(s[k][i]);
+          continue;
+        }
+        CAIRN_ASSIGN_OR_RETURN(Json b, inline_refs(s[k][i], p));
+        CAIRN_ASSIGN_OR_RETURN(Json m, merge(rest, b, p));
+        branches.push_back(std::move(m));
+      }
+      // oneOf: exactly one branch may match. A grammar cannot count matches,
+      // so the branches must be provably disjoint; otherwise it is refused.
+      if (std::string(k) == "oneOf")
+        for (size_t i = 0; i < branches.size(); ++i)
+          for (size_t j = i + 1; j < branches.size(); ++j) {
+            CAIRN_ASSIGN_OR_RETURN(const bool apart, disjoint(branches[i], branches[j], path));
+            if (!apart)
+              return unsupported(path + "/oneOf", "'oneOf' whose branches " + std::to_string(i) + " and " + std::to_string(j) +
+                                                      " may both match (cairn cannot ensure only one does; use anyOf)");
+          }
+      std::string out = "(";
+      for (size_t i = 0; i < branches.size(); ++i) {
+        CAIRN_ASSIGN_OR_RETURN(const std::string alt, visit(branches[i], hint + "-" + std::to_string(i), path + "/" + k + "/" + std::to_string(i)));
         out += (i ? " | " : "") + alt;
       }
       return out + ")";
     }
-    if (s.contains("allOf")) return all_of(s, hint, path);
+    if (s.contains("const") || s.contains("enum")) return enumeration(s, path);
 
     std::vector<std::string> types;
     if (s.contains("type")) {
@@ -210,12 +475,20 @@ class Compiler {
       } else {
         return unsupported(path + "/type", "a type that is not a string or a list");
       }
-    } else if (s.contains("properties") || s.contains("additionalProperties") || s.contains("required")) {
-      types.push_back("object");
-    } else if (s.contains("items") || s.contains("prefixItems")) {
-      types.push_back("array");
     } else {
-      return std::string("json-value");
+      // Without a type, a keyword of one type's holds only for values of
+      // that type: outputs keep to that type (a subset of what the schema
+      // accepts); keywords of several types at once are refused.
+      std::string inferred;
+      for (const auto& [t, keys] : kTypeKeywords)
+        for (const char* key : keys)
+          if (s.contains(key) && inferred != t) {
+            if (!inferred.empty())
+              return unsupported(path, "keywords of both " + inferred + "s and " + t + "s without a 'type'");
+            inferred = t;
+          }
+      if (inferred.empty()) return std::string("json-value");
+      types.push_back(inferred);
     }
     std::string out = types.size() > 1 ? "(" : "";
     for (size_t i = 0; i < types.size(); ++i) {
@@ -254,14 +527,26 @@ class Compiler {
     }
     if (s.contains("format")) {
       const std::string f = s["format"].is_string() ? s["format"].get<std::string>() : "";
-      const std::string date = "[0-9]{4} \"-\" ( \"0\" [1-9] | \"1\" [0-2] ) \"-\" ( \"0\" [1-9] | [12] [0-9] | \"3\" [01] )";
+      // Days as each month has them; 29 February only in leap years
+      // (divisible by 4, centuries only by 400).
+      const std::string day28 = "( \"0\" [1-9] | \"1\" [0-9] | \"2\" [0-8] )";
+      const std::string date =
+          "( [0-9]{4} \"-\" ( ( \"0\" [13578] | \"1\" [02] ) \"-\" ( " + day28 + " | \"29\" | \"3\" [01] ) | "
+          "( \"0\" [469] | \"11\" ) \"-\" ( " + day28 + " | \"29\" | \"30\" ) | \"02-\" " + day28 + " ) | "
+          "( [0-9]{2} ( [02468] [48] | [2468] \"0\" | [13579] [26] ) | ( [02468] [048] | [13579] [26] ) \"00\" ) \"-02-29\" )";
       const std::string time = "( [01] [0-9] | \"2\" [0-3] ) \":\" [0-5] [0-9] \":\" [0-5] [0-9] ( \".\" [0-9]{1,9} )? ( \"Z\" | [+-] ( [01] [0-9] | \"2\" [0-3] ) \":\" [0-5] [0-9] )";
       std::string body;
       if (f == "date") body = date;
       else if (f == "time") body = time;
       else if (f == "date-time") body = date + " \"T\" " + time;
       else if (f == "uuid") body = "[0-9a-fA-F]{8} \"-\" [0-9a-fA-F]{4} \"-\" [0-9a-fA-F]{4} \"-\" [0-9a-fA-F]{4} \"-\" [0-9a-fA-F]{12}";
-      else if (f == "email") body = "[a-zA-Z0-9._%+-]{1,64} \"@\" [a-zA-Z0-9-]{1,63} ( \".\" [a-zA-Z0-9-]{1,63} ){1,8}";
+      else if (f == "email") {
+        // Dot-separated atoms before the @; a domain of labels that start
+        // and end with a letter or digit, at least two of them.
+        const std::string atom = "[a-zA-Z0-9!#$%&'*+/=?^_`{|}~-]{1,32}";
+        const std::string label = "[a-zA-Z0-9] ( [a-zA-Z0-9-]{0,30} [a-zA-Z0-9] )?";
+        body = atom + " ( \".\" " + atom + " ){0,4} \"@\" " + label + " ( \".\" " + label + " ){1,4}";
+      }
       else return unsupported(path + "/format", "the string format '" + f + "'");
       if (s.contains("minLength") || s.contains("maxLength"))
         return unsupported(path, "a length bound together with a format");
@@ -513,29 +798,17 @@ class Compiler {
     return name;
   }
 
+  // Every part (and the keywords beside the list) merged into one schema.
   Result<std::string> all_of(const Json& s, const std::string& hint, const std::string& path) {
     if (!s["allOf"].is_array() || s["allOf"].empty()) return unsupported(path + "/allOf", "'allOf' that is not a non-empty list");
-    // Objects only: their properties and required names merged.
-    Json merged = {{"type", "object"}, {"properties", Json::object()}, {"required", Json::array()}};
-    std::optional<Json> additional;
+    Json merged = s;
+    merged.erase("allOf");
     for (size_t i = 0; i < s["allOf"].size(); ++i) {
-      Json part = s["allOf"][i];
       const std::string p = path + "/allOf/" + std::to_string(i);
-      for (int hops = 0; part.is_object() && part.contains("$ref"); ++hops) {
-        if (hops > 16) return unsupported(p, "a $ref chain longer than 16");
-        CAIRN_ASSIGN_OR_RETURN(part, resolve(part["$ref"], p));
-      }
-      if (!part.is_object() || (part.contains("type") && part["type"] != "object") ||
-          (!part.contains("properties") && !part.contains("required")))
-        return unsupported(p, "'allOf' of anything but objects");
-      if (part.contains("properties") && part["properties"].is_object())
-        for (const auto& [k, v] : part["properties"].items()) merged["properties"][k] = v;
-      if (part.contains("required") && part["required"].is_array())
-        for (const auto& r : part["required"]) merged["required"].push_back(r);
-      if (part.contains("additionalProperties")) additional = part["additionalProperties"];
+      CAIRN_ASSIGN_OR_RETURN(const Json part, inline_refs(s["allOf"][i], p));
+      CAIRN_ASSIGN_OR_RETURN(merged, merge(merged, part, p));
     }
-    if (additional) merged["additionalProperties"] = *additional;
-    return object(merged, hint, path);
+    return visit(merged, hint, path);
   }
 
   Result<Json> resolve(const Json& r, const std::string& path) {

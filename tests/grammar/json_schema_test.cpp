@@ -127,6 +127,64 @@ TEST(JsonSchema, UnsupportedKeywordsAreNamed) {
   EXPECT_NE(error(R"({"type": "frog"})").find("type 'frog'"), std::string::npos);
 }
 
+// Keywords beside anyOf/allOf/enum, keywords without a type, oneOf, and
+// formats as strict as their definitions: outputs never relax the schema.
+TEST(JsonSchema, CombinedKeywordsAreHonoured) {
+  const std::vector<Case> cases = {
+      {R"({"maxLength": 3})", {R"("abc")", R"("")"}, {R"("abcd")", "1"}},
+      {R"({"minimum": 5, "maximum": 9})", {"5", "9"}, {"4", "10", "0.5", R"("x")"}},
+      {R"({"type": "string", "enum": ["ok", "too long", 1]})", {R"("ok")", R"("too long")"}, {"1"}},
+      {R"({"type": "object", "properties": {"top": {"type": "boolean"}}, "required": ["top"],
+           "allOf": [{"properties": {"a": {"type": "integer", "minimum": 0, "maximum": 9}}, "required": ["a"]}]})",
+       {R"({"top": true, "a": 3})"},
+       {R"({"a": 3})", R"({"top": true})", R"({"top": true, "a": 10})"}},
+      {R"({"allOf": [{"type": "object", "properties": {"n": {"type": "integer", "minimum": 10}}, "required": ["n"]},
+                     {"properties": {"n": {"type": "integer", "maximum": 20}}}]})",
+       {R"({"n": 10})", R"({"n": 20})"},
+       {R"({"n": 9})", R"({"n": 21})", R"({"n": -300})"}},
+      {R"({"type": "object", "properties": {"id": {"type": "integer"}}, "required": ["id"],
+           "anyOf": [{"properties": {"a": {"type": "boolean"}}, "required": ["a"]},
+                     {"properties": {"b": {"type": "null"}}, "required": ["b"]}]})",
+       {R"({"id": 1, "a": false})", R"({"id": 2, "b": null})"},
+       {R"({"a": false})", R"({"b": null})", R"({"id": 1})"}},
+      {R"({"oneOf": [{"type": "integer", "minimum": 0, "maximum": 4}, {"type": "integer", "minimum": 5, "maximum": 20}]})",
+       {"0", "4", "5", "20"}, {"21", "-1"}},
+      {R"({"oneOf": [{"type": "object", "properties": {"kind": {"const": "circle"}, "r": {"type": "number"}}, "required": ["kind", "r"]},
+                     {"type": "object", "properties": {"kind": {"const": "square"}, "side": {"type": "number"}}, "required": ["kind", "side"]}]})",
+       {R"({"kind": "circle", "r": 1})", R"({"kind": "square", "side": 2})"},
+       {R"({"kind": "circle", "side": 1})"}},
+      {R"({"type": "string", "format": "date"})",
+       {R"("2024-02-29")", R"("2000-02-29")", R"("1999-12-31")", R"("2023-04-30")"},
+       {R"("1000-02-30")", R"("2023-02-29")", R"("1900-02-29")", R"("2023-04-31")", R"("2023-13-01")"}},
+      {R"({"type": "string", "format": "email"})",
+       {R"("first.last@mail.example.org")", R"("a_b+c@x-y.io")"},
+       {R"("a..b@x.io")", R"(".a@x.io")", R"("a.@x.io")", R"("a@-x.io")", R"("a@x-.io")", R"("a@x..io")"}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.schema);
+    auto g = compile(c.schema);
+    ASSERT_TRUE(g);
+    for (const char* s : c.good) EXPECT_TRUE(accepts(g, s)) << "should accept " << s;
+    for (const char* s : c.bad) EXPECT_FALSE(accepts(g, s)) << "should refuse " << s;
+  }
+  const auto error = [](const std::string& schema) {
+    auto r = json_schema_to_gbnf(Json::parse(schema));
+    EXPECT_FALSE(r) << schema;
+    return r ? std::string() : r.status().message();
+  };
+  EXPECT_NE(error(R"({"$defs": {"s": {"type": "string"}}, "$ref": "#/$defs/s", "maxLength": 3})").find("beside '$ref'"),
+            std::string::npos);
+  EXPECT_NE(error(R"({"type": "string", "enum": ["a", "bc"], "maxLength": 1})").find("beside 'enum'"), std::string::npos);
+  EXPECT_NE(error(R"({"oneOf": [{"type": "integer", "maximum": 9}, {"type": "integer", "minimum": 5}]})").find("may both match"),
+            std::string::npos);
+  EXPECT_NE(error(R"({"minLength": 1, "minimum": 2})").find("without a 'type'"), std::string::npos);
+  EXPECT_NE(error(R"({"allOf": [{"type": "string"}, {"type": "integer"}]})").find("share no type"), std::string::npos);
+  EXPECT_NE(error(R"({"allOf": [{"type": "object", "properties": {"a": {}}, "additionalProperties": false},
+                                {"properties": {"b": {}}, "required": ["b"]}]})")
+                .find("'b' is not allowed"),
+            std::string::npos);
+}
+
 TEST(JsonSchema, JsonObjectMode) {
   auto g = parse_gbnf(json_object_gbnf());
   ASSERT_TRUE(g) << g.status().message();
