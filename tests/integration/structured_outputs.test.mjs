@@ -180,6 +180,75 @@ describe('cairn serve: structured outputs', { skip: skip ?? false }, () => {
     assert.ok(stop / total >= MIN_STOP_SHARE, `only ${stop} of ${total} finished`);
   });
 
+  // logit_bias pushes the model into corners of a schema's grammar that it
+  // rarely reaches on its own: digits 0-3 only make day 30/31 of February
+  // or of a 30-day month likely, and numbers likely where strings are usual.
+  test('schemas sampled with logit_bias toward the digits 0-3 still validate', async () => {
+    const bias = {};
+    for (const d of ['0', '1', '2', '3']) {
+      const r = await post('/tokenize', { content: d });
+      bias[r.body.tokens.at(-1)] = 100;
+    }
+    const cases = [
+      [{ type: 'string', format: 'date' }, 48],
+      [{ type: 'string', format: 'date-time' }, 12],
+      [{ minimum: 5, maximum: 9 }, 6],  // untyped: bounds on whatever number comes
+      [{ type: 'string', enum: ['a', 1, null, true] }, 6],  // the type rules out 1, null, true
+    ];
+    const problems = [];
+    let finished = 0;
+    for (const [schema, n] of cases) {
+      const validate = ajv.compile(schema);
+      const seeds = Array.from({ length: n }, (_, i) => i + 1);
+      const rs = await pool(seeds, CONCURRENCY, (seed) => client.chat.completions.create({
+        messages: MESSAGES, max_tokens: maxTokens, temperature: 1, seed, logit_bias: bias,
+        response_format: { type: 'json_schema', json_schema: { name: 'biased', schema, strict: true } },
+      }));
+      rs.forEach((r, i) => {
+        if (r.choices[0].finish_reason !== 'stop') return;
+        finished++;
+        const text = r.choices[0].message.content;
+        if (!validate(JSON.parse(text)))
+          problems.push(`${JSON.stringify(schema)} seed ${seeds[i]}: ${JSON.stringify(text)} fails ${ajv.errorsText(validate.errors)}`);
+      });
+    }
+    assert.ok(finished > 0);
+    assert.deepEqual(problems, []);
+  });
+
+  test('streamed and n=3 outputs are constrained alike', async () => {
+    const schema = { type: 'object', properties: { a: { type: 'integer', minimum: -9, maximum: 9 }, b: { enum: ['x', 'y', null] } }, required: ['a', 'b'] };
+    const validate = ajv.compile(schema);
+    const response_format = { type: 'json_schema', json_schema: { name: 'ab', schema, strict: true } };
+    const texts = [];
+    for (const seed of [1, 2, 3]) {
+      const stream = await client.chat.completions.create({
+        messages: MESSAGES, max_tokens: maxTokens, temperature: 1, seed, response_format, stream: true,
+      });
+      let text = '';
+      let finish = null;
+      for await (const chunk of stream) {
+        for (const c of chunk.choices) {
+          text += c.delta?.content ?? '';
+          if (c.finish_reason) finish = c.finish_reason;
+        }
+      }
+      if (finish === 'stop') texts.push(text);
+      // The same seed without streaming writes the same text.
+      const full = await client.chat.completions.create({
+        messages: MESSAGES, max_tokens: maxTokens, temperature: 1, seed, response_format,
+      });
+      assert.equal(full.choices[0].message.content, text, `seed ${seed}`);
+    }
+    const many = await client.chat.completions.create({
+      messages: MESSAGES, max_tokens: maxTokens, temperature: 1, seed: 7, n: 3, response_format,
+    });
+    assert.equal(many.choices.length, 3);
+    for (const c of many.choices) if (c.finish_reason === 'stop') texts.push(c.message.content);
+    assert.ok(texts.length >= 3, `${texts.length} finished`);
+    for (const text of texts) assert.ok(validate(JSON.parse(text)), `${text}: ${ajv.errorsText(validate.errors)}`);
+  });
+
   test('guided_regex outputs match the whole regex', async () => {
     for (const re of ['[a-z]{3,6}', '(yes|no|maybe)!?', '\\d{3}-\\d{4}', '[A-Z][a-z]+ [0-9]{1,2}', 'a(b|c)*d', '.{2,5}']) {
       const { done } = await chatSamples({ guided_regex: re });
