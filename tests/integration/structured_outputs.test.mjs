@@ -258,6 +258,44 @@ describe('cairn serve: structured outputs', { skip: skip ?? false }, () => {
     }
   });
 
+  // The recognizer decodes UTF-8 byte by byte. Overlong forms (E0 80 B0 for
+  // "0") and UTF-16 surrogates (ED A0 80) are not UTF-8: an output made of
+  // them reaches the client as U+FFFD, outside the constraint's language.
+  test('constrained outputs are UTF-8: no overlong forms, no surrogates', async () => {
+    const problems = [];
+    // Byte-fallback tokens: <0xHH> is token 3 + HH in this vocabulary.
+    const byteToken = (b) => 3 + b;
+    const probe = await post('/detokenize', { tokens: [byteToken(0x41)] });
+    assert.equal(probe.body.prompt, 'A', 'byte tokens are not where this test expects them');
+    // A class with a digit and U+0800: E0 may start U+0800, and E0 80 B0 is
+    // an overlong "0" the recognizer must refuse.
+    const bias = { [byteToken(0xe0)]: 100, [byteToken(0x80)]: 100, [byteToken(0xb0)]: 100 };
+    for (const seed of [1, 2, 3]) {
+      const r = await client.chat.completions.create({
+        messages: MESSAGES, max_tokens: 10, temperature: 1, seed, guided_regex: '[0-9\\u0800]', logit_bias: bias,
+      });
+      const text = r.choices[0].message.content;
+      if (!/^[0-9\u0800]$/u.test(text)) problems.push(`guided_regex [0-9\\u0800] seed ${seed} (logit_bias toward bytes E0 80 B0): ${JSON.stringify(text)}`);
+    }
+    // A surrogate pair written as two \u escapes (as JavaScript writes 😀)
+    // is one code point, or else a 400; never the surrogates' own bytes.
+    for (const [field, value, check] of [
+      ['guided_regex', '\\ud83d\\ude00', (t) => t === '😀'],
+      ['guided_regex', 'x[\\ud800-\\udfff]', (t) => false],
+      ['guided_json', { type: 'string', pattern: '^\\ud83d\\ude00$' }, (t) => JSON.parse(t) === '😀'],
+      ['guided_grammar', 'root ::= [\\U0000D800-\\U0000DFFF]', (t) => false],
+    ]) {
+      const r = await post('/v1/chat/completions', { messages: MESSAGES, max_tokens: 10, temperature: 1, seed: 1, [field]: value });
+      if (r.status === 400) {
+        if (r.body.error.param !== field) problems.push(`${field} ${JSON.stringify(value)}: 400 naming ${r.body.error.param}`);
+        continue;
+      }
+      const text = r.body.choices?.[0]?.message?.content;
+      if (r.status !== 200 || !check(text)) problems.push(`${field} ${JSON.stringify(value)}: ${r.status} ${JSON.stringify(text ?? r.body)}`);
+    }
+    assert.deepEqual(problems, []);
+  });
+
   test('guided_choice outputs are one of the choices', async () => {
     const choices = ['yes', 'no', 'maybe so', 'naïve "quoted"', '日本'];
     const { done } = await chatSamples({ guided_choice: choices }, 6);
