@@ -22,8 +22,11 @@ import { loadOpenAI, repoRoot, skipReason, startServer } from './helpers.mjs';
 const CONTEXT = 128;  // stories260K's n_ctx_train; `cairn serve` refuses more
 const SEEDS = [1, 2, 3];
 const CONCURRENCY = 4;
-// The share of corpus samples that must finish with "stop". Measured: see
-// MIN_STOP_SHARE's use below; the rest run into the 128-token context.
+// The share of corpus samples that must finish with "stop". Measured on
+// stories260K: 248 of 279 (88.9%), the same on every run (fixed seeds); the
+// rest run into the context (unbounded strings and keys, recursion without a
+// bound, emails whose local part the model drags on). Below 75% means
+// something pushes outputs longer (whitespace, a mask that hides the end).
 const MIN_STOP_SHARE = 0.75;
 
 const corpus = JSON.parse(readFileSync(path.join(repoRoot, 'tests', 'integration', 'data', 'schemas.json'), 'utf8'));
