@@ -56,6 +56,10 @@ class LoadingBackend final : public serving::Backend {
     if (auto* b = get()) return b->detokenize(model, tokens);
     return loading();
   }
+  Result<std::string> apply_template(const serving::GenerateRequest& req) const override {
+    if (auto* b = get()) return b->apply_template(req);
+    return loading();
+  }
   void start_draining() override {
     draining_ = true;
     if (auto* b = get()) b->start_draining();

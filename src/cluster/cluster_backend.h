@@ -51,6 +51,10 @@ class ClusterBackend final : public serving::Backend {
   serving::BackendStats stats() const override;
   Result<std::vector<serving::Token>> tokenize(const std::string& model, const std::string& text,
                                                bool add_special) const override;
+  Result<std::string> apply_template(const serving::GenerateRequest&) const override {
+    return Status::invalid_argument(
+        "the controller does not render chat templates: ask a worker's /apply-template");
+  }
   Result<std::string> detokenize(const std::string& model,
                                  const std::vector<serving::Token>& tokens) const override;
   void start_draining() override;

@@ -12,6 +12,7 @@ class LlmRouter::Sink final : public serving::EventSink {
   Sink(std::shared_ptr<Shared> shared, std::shared_ptr<serving::EventSink> inner)
       : shared_(std::move(shared)), inner_(std::move(inner)) {}
   void set_id(serving::RequestId id) { id_ = id; }
+  void on_start(const serving::OutputSyntax& syntax) override { inner_->on_start(syntax); }
   void on_token(const serving::TokenEvent& ev) override { inner_->on_token(ev); }
   void on_finish(const serving::FinishEvent& ev) override {
     inner_->on_finish(ev);
@@ -152,6 +153,13 @@ Result<std::string> LlmRouter::detokenize(const std::string& model,
                                           const std::vector<serving::Token>& tokens) const {
   CAIRN_ASSIGN_OR_RETURN(Target t, find(model));
   return t.backend->detokenize(t.model, tokens);
+}
+
+Result<std::string> LlmRouter::apply_template(const serving::GenerateRequest& req) const {
+  CAIRN_ASSIGN_OR_RETURN(Target t, find(req.model));
+  serving::GenerateRequest r = req;
+  r.model = t.model;
+  return t.backend->apply_template(r);
 }
 
 void LlmRouter::start_draining() {

@@ -34,6 +34,7 @@ class LlmRouter final : public serving::Backend {
                                                bool add_special) const override;
   Result<std::string> detokenize(const std::string& model,
                                  const std::vector<serving::Token>& tokens) const override;
+  Result<std::string> apply_template(const serving::GenerateRequest& req) const override;
   void start_draining() override;
 
  private:

@@ -5,13 +5,14 @@
 // kill -9 of a worker while streams run (no hang, one worker left, later
 // requests succeed). Every process is killed at the end, pass or fail.
 import assert from 'node:assert/strict';
-import { spawn, spawnSync } from 'node:child_process';
+import { spawnSync } from 'node:child_process';
 import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 
+import { HEARTBEAT_MS, WORKER_TIMEOUT_MS, killAll, startController, startWorker, waitWorkers } from './cluster_helpers.mjs';
 import { cairnBin, golden, loadOpenAI, modelPath, repoRoot, skipReason, startServer, waitFor } from './helpers.mjs';
 
 // The kill -9 test needs only the binary and the openai package.
@@ -26,69 +27,6 @@ function killSkipReason() {
 }
 const killSkip = killSkipReason();
 
-const HEARTBEAT_MS = 300;
-const WORKER_TIMEOUT_MS = 1500;
-
-const children = new Set();
-function killAll() {
-  for (const p of children) p.kill('SIGKILL');
-}
-
-// Starts `cairn <args>` and resolves with the first match of each regex on stderr.
-function startProc(args, patterns, what, timeoutMs = 30000) {
-  const proc = spawn(cairnBin, args, { stdio: ['ignore', 'ignore', 'pipe'] });
-  children.add(proc);
-  let stderr = '';
-  const exited = new Promise((resolve) =>
-    proc.on('exit', (code, signal) => {
-      children.delete(proc);
-      resolve({ code, signal });
-    }));
-  const matched = new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`${what}: no start-up lines in ${timeoutMs} ms:\n${stderr}`)),
-      timeoutMs);
-    const check = () => {
-      const found = patterns.map((re) => stderr.match(re));
-      if (found.every(Boolean)) {
-        clearTimeout(timer);
-        resolve(found.map((m) => m[1]));
-      }
-    };
-    proc.stderr.on('data', (d) => {
-      stderr += d.toString();
-      check();
-    });
-    exited.then(({ code, signal }) => {
-      clearTimeout(timer);
-      reject(new Error(`${what} exited (${code ?? signal}):\n${stderr}`));
-    });
-  });
-  return {
-    proc, exited, matched, stderr: () => stderr,
-    async kill(signal = 'SIGKILL') {
-      if (proc.exitCode === null && proc.signalCode === null) proc.kill(signal);
-      await exited;
-    },
-  };
-}
-
-async function startController(extra = [], { httpPort = 0, grpcPort = 0 } = {}) {
-  const p = startProc(['controller', '--host', '127.0.0.1', '--http-port', String(httpPort),
-    '--grpc-port', String(grpcPort), '--heartbeat-ms', String(HEARTBEAT_MS),
-    '--worker-timeout-ms', String(WORKER_TIMEOUT_MS), '--http-threads', '2', ...extra],
-  [/listening on (http:\/\/\S+)/, /grpc listening on (\S+)/], 'cairn controller');
-  const [url, grpc] = await p.matched;
-  return { ...p, url, grpc, httpPort: Number(new URL(url).port), grpcPort: Number(grpc.split(':').pop()) };
-}
-
-async function startWorker(controllerGrpc, name, model = modelPath) {
-  const p = startProc(['worker', '-m', model, '--controller', controllerGrpc, '--name', name,
-    '--listen', '127.0.0.1:0', '--heartbeat-ms', String(HEARTBEAT_MS), '-t', '1'],
-  [/worker listening on (\S+)/, /registered with \S+ as (\S+)/], `cairn worker ${name}`);
-  const [address, id] = await p.matched;
-  return { ...p, name, address, id };
-}
-
 // Per-worker values of a controller metric, keyed by the worker's name label.
 async function perWorker(url, name) {
   const text = await (await fetch(`${url}/metrics`)).text();
@@ -99,23 +37,6 @@ async function perWorker(url, name) {
     out[label ? label[1] : '?'] = Number(line.slice(line.lastIndexOf(' ') + 1));
   }
   return out;
-}
-
-async function workerCount(url) {
-  const text = await (await fetch(`${url}/metrics`)).text();
-  const m = text.match(/^cairn_workers (\d+)$/m);
-  return m ? Number(m[1]) : -1;
-}
-
-async function waitWorkers(url, n, timeoutMs) {
-  await waitFor(async () => {
-    try {
-      const c = await workerCount(url);
-      return c === n ? true : `cairn_workers ${c}`;
-    } catch (e) {
-      return String(e);
-    }
-  }, timeoutMs, `${n} workers registered`);
 }
 
 const withTimeout = (promise, ms, what) => {
