@@ -135,6 +135,29 @@ describe('tool calls and reasoning over the OpenAI API', { skip: skip ?? false, 
     await toolCallingChecks(client);
   });
 
+  test('tool_choice auto: a call the model writes is parsed, plain text stays content', async () => {
+    // The grammar stands in for a model trained to call tools.
+    const call = '<tool_call>\n{"name": "get_time", "arguments": {"zone": "utc"}}\n</tool_call>';
+    const body = {
+      model: 'm', messages: [ask], tools: TOOLS, max_tokens: 100, temperature: 0,
+      guided_grammar: `root ::= "Let me check." ${JSON.stringify(call)}`,
+    };
+    const r = await client.chat.completions.create(body);
+    assert.equal(r.choices[0].finish_reason, 'tool_calls');
+    assert.equal(r.choices[0].message.content, 'Let me check.');
+    assert.deepEqual(checkCall(r.choices[0].message.tool_calls[0], 'get_time'), { zone: 'utc' });
+    const s = await collect(await client.chat.completions.create({ ...body, stream: true }));
+    assert.equal(s.finish, 'tool_calls');
+    assert.equal(s.content, 'Let me check.');
+    assert.equal(s.calls[0].function.name, 'get_time');
+    assert.deepEqual(JSON.parse(s.calls[0].function.arguments), { zone: 'utc' });
+    // The same text with tool_choice none is content, and the tools are not parsed.
+    const none = await client.chat.completions.create({ ...body, tool_choice: 'none' });
+    assert.equal(none.choices[0].finish_reason, 'stop');
+    assert.equal(none.choices[0].message.content, `Let me check.${call}`);
+    assert.equal(none.choices[0].message.tool_calls, undefined);
+  });
+
   test('a round trip: the call, the tool result, then an answer without tools', async () => {
     let call;
     for (let seed = 1; !call && seed < 10; seed++) {
