@@ -8,6 +8,8 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 
+#include "grammar/output_constraints.h"
+
 namespace cairn::servable {
 namespace {
 
@@ -47,6 +49,13 @@ Status in_range(const std::string& stage, const std::string& name, double v, dou
     return bad(stage, "option '" + name + "' must be between " + std::to_string(lo) + " and " +
                           std::to_string(hi));
   return Status::ok();
+}
+
+bool is_constraint_option(const std::string& name) {
+  for (const char* n : {"response_format", "guided_json", "json_schema", "guided_regex", "guided_choice",
+                        "guided_grammar", "grammar"})
+    if (name == n) return true;
+  return false;
 }
 
 Status apply_option(const std::string& stage, const std::string& name, const Value& v,
@@ -112,7 +121,9 @@ Status apply_option(const std::string& stage, const std::string& name, const Val
     return bad(stage,
                "unknown option '" + name +
                    "' (options: max_tokens, temperature, top_p, top_k, min_p, seed, stop, "
-                   "ignore_eos, presence_penalty, frequency_penalty, repetition_penalty)");
+                   "ignore_eos, presence_penalty, frequency_penalty, repetition_penalty, "
+                   "response_format, guided_json, json_schema, guided_regex, guided_choice, "
+                   "guided_grammar, grammar)");
   }
   return Status::ok();
 }
@@ -205,8 +216,35 @@ Result<serving::GenerateRequest> llm_request(const std::string& stage,
     return bad(stage, "the prompt must be a str or a 1-d int32/int64 tensor of token ids, got " +
                           values::describe(p));
   }
-  for (const auto& [name, v] : defaults) CAIRN_RETURN_IF_ERROR(apply_option(stage, name, v, req));
-  for (const auto& [name, v] : kwargs) CAIRN_RETURN_IF_ERROR(apply_option(stage, name, v, req));
+  // Structured-output options are read as the OpenAI API reads them (the
+  // stage's own kwargs replace the model's defaults), the rest one by one.
+  nlohmann::ordered_json constraints = nlohmann::ordered_json::object();
+  bool own = false;
+  for (const auto* options : {&defaults, &kwargs})
+    for (const auto& [name, v] : *options) {
+      if (!is_constraint_option(name)) {
+        CAIRN_RETURN_IF_ERROR(apply_option(stage, name, v, req));
+        continue;
+      }
+      const auto* text = std::get_if<std::string>(&v);
+      if (!text) return bad(stage, "option '" + name + "' must be a str, got " + values::describe(v));
+      if (options == &kwargs && !own) {  // the stage's own replace the model's defaults
+        constraints = nlohmann::ordered_json::object();
+        own = true;
+      }
+      if (name == "response_format" || name == "guided_choice") {
+        // JSON text of the object (or list); "json_object" alone is accepted too.
+        auto j = *text == "json_object" ? nlohmann::ordered_json{{"type", "json_object"}}
+                                        : nlohmann::ordered_json::parse(*text, nullptr, false);
+        if (j.is_discarded()) return bad(stage, "option '" + name + "' is not JSON");
+        constraints[name] = std::move(j);
+      } else {
+        constraints[name] = *text;
+      }
+    }
+  auto grammar = grammar::output_constraint_gbnf(constraints);
+  if (!grammar.is_ok()) return bad(stage, grammar.status().message());
+  req.grammar = std::move(*grammar);
   return req;
 }
 

@@ -1,7 +1,8 @@
 // servable/llm_stage.h — a GGUF model as a stage of a servable's method.
 // Owns the mapping between stage values and a generation: the prompt (a str,
 // or int token ids), generation options (the declared model's defaults, then
-// the stage's own kwargs), and the outputs (1: the text; 2: and the generated
+// the stage's own kwargs; structured outputs by the OpenAI API's field names,
+// e.g. response_format as JSON text), and the outputs (1: the text; 2: and the generated
 // token ids as an int32 tensor; 3: and the finish reason). Runs through a
 // serving::Backend, so the engine's batching and limits apply as to any
 // OpenAI request. Never blocks: results arrive through callbacks.

@@ -350,5 +350,35 @@ TEST(LlmRequest, OptionsAndPromptsAreChecked) {
       llm_request("m", {values::make_tensor(std::vector<int32_t>{-1}, {1})}, {}, {}).is_ok());
 }
 
+// Structured outputs by the OpenAI API's field names: the stage's own
+// option replaces the model's default; two at once and bad ones are refused.
+TEST(LlmRequest, StructuredOutputOptions) {
+  const std::string schema = R"({"type": "object", "properties": {"zz": {"type": "integer"}, "aa": {"type": "boolean"}},
+                                 "required": ["zz", "aa"]})";
+  std::map<std::string, Value> defaults{{"response_format", std::string("json_object")}};
+  auto d = llm_request("m", {std::string("hi")}, defaults, {});
+  ASSERT_TRUE(d.is_ok()) << d.status().message();
+  EXPECT_NE(d->grammar.find("json-object"), std::string::npos);
+  auto own = llm_request("m", {std::string("hi")}, defaults,
+                         {{"response_format", std::string(R"({"type": "json_schema", "json_schema": {"name": "n", "schema": )" +
+                                                          schema + "}}")}});
+  ASSERT_TRUE(own.is_ok()) << own.status().message();
+  EXPECT_LT(own->grammar.find("zz"), own->grammar.find("aa"));  // the schema's order
+  auto re = llm_request("m", {std::string("hi")}, {}, {{"guided_regex", std::string("[0-9]{3}")}});
+  ASSERT_TRUE(re.is_ok()) << re.status().message();
+  EXPECT_FALSE(re->grammar.empty());
+  EXPECT_TRUE(llm_request("m", {std::string("hi")}, {}, {{"guided_choice", std::string(R"(["a", "b"])")}}).is_ok());
+  EXPECT_TRUE(llm_request("m", {std::string("hi")}, {}, {{"grammar", std::string(R"(root ::= "x")")}}).is_ok());
+  const auto refused = [](std::map<std::string, Value> kw, const std::string& says) {
+    auto r = llm_request("m", {std::string("hi")}, {}, kw);
+    ASSERT_FALSE(r.is_ok());
+    EXPECT_NE(r.status().message().find(says), std::string::npos) << r.status().message();
+  };
+  refused({{"guided_regex", std::string("a")}, {"grammar", std::string(R"(root ::= "x")")}}, "give one");
+  refused({{"json_schema", std::string(R"({"type": "number", "multipleOf": 2})")}}, "multipleOf");
+  refused({{"response_format", std::string("{not json")}}, "not JSON");
+  refused({{"grammar", int64_t(3)}}, "must be a str");
+}
+
 }  // namespace
 }  // namespace cairn::servable
