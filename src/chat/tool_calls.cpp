@@ -107,10 +107,21 @@ bool call_from(const Json& v, const char* name_key, std::initializer_list<const 
   return true;
 }
 
+// Where a bracket scan of an unfinished JSON value stopped, so that the next
+// delta resumes it instead of rescanning the call from its start (a long
+// call streamed token by token would otherwise cost its length squared).
+struct JsonScan {
+  bool valid = false;
+  size_t start = 0, upto = 0;
+  std::string stack;
+  bool in_string = false, escape = false;
+};
+
 struct Cursor {
   std::string_view s;
   size_t p = 0;
   bool final = false;
+  JsonScan* cache = nullptr;  // the stream's, or none
 
   bool at_end() const { return p >= s.size(); }
   St more() const { return final ? St::Fail : St::More; }
@@ -150,6 +161,12 @@ struct Cursor {
     std::string stack;
     bool in_string = false, escape = false;
     size_t i = p;
+    if (cache && cache->valid && cache->start == p && cache->upto <= s.size()) {
+      stack = cache->stack;
+      in_string = cache->in_string;
+      escape = cache->escape;
+      i = cache->upto;
+    }
     for (; i < s.size(); ++i) {
       const char c = s[i];
       if (in_string) {
@@ -169,7 +186,10 @@ struct Cursor {
         if (stack.empty()) break;
       }
     }
-    if (i == s.size()) return more();
+    if (i == s.size()) {
+      if (cache) *cache = {true, p, i, stack, in_string, escape};
+      return more();
+    }
     try {
       out = Json::parse(s.substr(p, i + 1 - p), nullptr, false);
     } catch (...) {
@@ -480,6 +500,9 @@ struct OutputParser::Impl {
   bool content_started = false;  // non-whitespace content released
   std::string pending_ws;    // content whitespace held until more content shows it is inner
   size_t n_calls = 0;
+  JsonScan scan;             // of the region held at the start of buf
+  bool pending = false;      // a region starts at buf[0] and waits for more text
+  bool pending_implicit = false;
 
   explicit Impl(OutputParserOptions o)
       : opt(std::move(o)), reasoning(opt.reasoning, opt.starts_in_reasoning) {
@@ -555,37 +578,50 @@ struct OutputParser::Impl {
     return best;
   }
 
+  void consume(size_t n) {
+    buf.erase(0, n);
+    consumed_any = true;
+    scan.valid = false;
+    pending = false;
+  }
+
   void step(bool final, std::vector<OutputDelta>& out) {
     while (!buf.empty()) {
-      bool implicit = false;
-      const size_t at = candidate(implicit);
+      bool implicit = pending_implicit;
+      // A held region still starts at 0: appending cannot move the earliest
+      // candidate, and a marker prefix that stopped being one fails there.
+      const size_t at = pending ? 0 : candidate(implicit);
       if (at == std::string::npos || at > 0) {
         size_t n = at == std::string::npos ? buf.size() : at;
         if (!final) n = detail::complete_utf8_prefix(std::string_view(buf).substr(0, n));
         if (n == 0) return;
         content(std::string_view(buf).substr(0, n), out);
-        buf.erase(0, n);
-        consumed_any = true;
+        consume(n);
         continue;
       }
-      Cursor c{buf, 0, final};
+      Cursor c{buf, 0, final, &scan};
       std::vector<RawCall> raw;
       const St st = parse_region(opt.format, c, implicit, raw);
-      if (st == St::More) return;
+      if (st == St::More) {
+        pending = true;
+        pending_implicit = implicit;
+        return;
+      }
       if (st == St::Ok && c.p > 0) {
         calls(raw, out);
-        buf.erase(0, c.p);
-        consumed_any = true;
+        consume(c.p);
         continue;
       }
       // Not a call: its first piece is content and the scan goes on after it.
-      consumed_any = true;
-      if (implicit) continue;
+      if (implicit) {
+        consume(0);
+        continue;
+      }
       size_t n = 1;
       for (std::string_view m : markers(opt.format))
         if (std::string_view(buf).substr(0, m.size()) == m) n = std::max(n, m.size());
       content(std::string_view(buf).substr(0, n), out);
-      buf.erase(0, n);
+      consume(n);
     }
   }
 

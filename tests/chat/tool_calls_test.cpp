@@ -292,6 +292,22 @@ TEST(ToolCalls, StreamingReleasesContentEarly) {
   EXPECT_TRUE(p.finish().empty());
 }
 
+// A long call streamed in small pieces costs its length, not its square:
+// the bracket scan resumes where it stopped (a quadratic rescan of these
+// 600 KB would take minutes).
+TEST(ToolCalls, LongCallStreamsInLinearTime) {
+  std::string body(600'000, 'x');
+  for (size_t i = 0; i < body.size(); i += 97) body[i] = '{';  // brackets inside a string do not count
+  const std::string text = "<tool_call>\n{\"name\": \"write\", \"arguments\": {\"text\": \"" + body + "\"}}\n</tool_call>";
+  OutputParser p(options(ToolFormat::Hermes));
+  ParsedOutput out;
+  for (size_t i = 0; i < text.size(); i += 3) apply_deltas(out, p.feed(std::string_view(text).substr(i, 3)));
+  apply_deltas(out, p.finish());
+  ASSERT_EQ(out.tool_calls.size(), 1u);
+  EXPECT_EQ(out.tool_calls[0].arguments, "{\"text\":\"" + body + "\"}");
+  EXPECT_EQ(out.content, "");
+}
+
 TEST(ToolCalls, CallIds) {
   const IdSource a = seeded_ids(1), b = seeded_ids(1), c = seeded_ids(2);
   const std::string id = make_call_id(a);
