@@ -710,8 +710,24 @@ std::string gbnf_literal(std::string_view s) {
 
 }  // namespace
 
+// Free text up to and including the first `</think>`: one rule per state of
+// the match so far (think-k: k characters of the tag matched), so the text
+// can hold anything but the tag, `<` and `</thin` included.
+std::string think_rules() {
+  static constexpr std::string_view tag = "</think>";
+  std::string out = "think-0 ::= [^<] think-0 | \"<\" think-1\n";
+  for (size_t k = 1; k < tag.size(); ++k) {
+    const std::string c(1, tag[k]);
+    const std::string next = k + 1 == tag.size() ? "" : " think-" + std::to_string(k + 1);
+    out += "think-" + std::to_string(k) + " ::= \"" + c + "\"" + next + " | \"<\" think-1 | [^" + c +
+           "<] think-0\n";
+  }
+  return out + "think-ws ::= [ \t\n]{0,4}\n";
+}
+
 Result<std::string> tool_call_grammar(ToolFormat format, const nlohmann::ordered_json& tools,
-                                      const ToolChoice& choice, bool parallel_tool_calls) {
+                                      const ToolChoice& choice, bool parallel_tool_calls,
+                                      GrammarReasoning reasoning) {
   if (format == ToolFormat::None)
     return Status::invalid_argument("tool_choice needs a tool-call format, and this model has none (--tool-parser)",
                                     "tool_choice");
@@ -784,9 +800,13 @@ Result<std::string> tool_call_grammar(ToolFormat format, const nlohmann::ordered
     case ToolFormat::None: break;
   }
   const auto lit_sp = [](const std::string& s) { return s.empty() ? std::string() : gbnf_literal(s) + " "; };
-  std::string root = "root ::= " + lit_sp(open) + "call";
+  std::string root = "root ::= ";
+  if (reasoning == GrammarReasoning::Optional) root += "( \"<think>\" think-0 think-ws )? ";
+  if (reasoning == GrammarReasoning::Open) root += "think-0 think-ws ";
+  root += lit_sp(open) + "call";
   if (parallel_tool_calls) root += " ( " + lit_sp(between) + "call )*";
   root += close.empty() ? "" : " " + gbnf_literal(close);
+  if (reasoning != GrammarReasoning::None) root += "\n" + think_rules();
   return root + "\ncall ::= " + call_alts + "\n" + rules + grammar::json_primitives_gbnf();
 }
 

@@ -496,6 +496,47 @@ TEST(ToolCallGrammar, EveryFormatForcesItsCallsAndParsesBack) {
   }
 }
 
+// Reasoning before the call: Qwen3 may open <think> itself, DeepSeek-R1's
+// prompt opened it; the reasoning is anything up to the first </think>.
+TEST(ToolCallGrammar, ReasoningBeforeTheCall) {
+  const Json tools = Json::parse(kTools);
+  const auto make = [&](ToolFormat f, GrammarReasoning r) {
+    auto text = tool_call_grammar(f, tools, {ToolChoice::Kind::Named, "get_time"}, false, r);
+    EXPECT_TRUE(text) << text.status().message();
+    auto g = grammar::parse_gbnf(text ? *text : "");
+    EXPECT_TRUE(g) << g.status().message();
+    return g ? std::make_shared<const grammar::Grammar>(std::move(*g)) : nullptr;
+  };
+  const std::string call = write_calls(ToolFormat::Hermes, {{"get_time", R"({"tz": "CET"})"}});
+  auto optional = make(ToolFormat::Hermes, GrammarReasoning::Optional);
+  ASSERT_TRUE(optional);
+  EXPECT_TRUE(accepts(optional, call));
+  EXPECT_TRUE(accepts(optional, "<think>\nIt asks <the> time; </thin </th 時間.\n</think>\n\n" + call));
+  EXPECT_FALSE(accepts(optional, "<think>a</think>b</think>" + call)) << "the first </think> ends it";
+  EXPECT_FALSE(accepts(optional, "<think>a</think>\n\n\n\n\n" + call)) << "at most 4 whitespace";
+  EXPECT_FALSE(accepts(optional, "Sure." + call));
+  // A long reasoning keeps the matcher small (the rules are right-recursive).
+  grammar::Matcher m(optional);
+  ASSERT_TRUE(m.accept("<think>"));
+  for (int i = 0; i < 2000; ++i) ASSERT_TRUE(m.accept("step <x> </t </thi. "));
+  EXPECT_LT(m.n_stacks(), 8u);
+  EXPECT_TRUE(m.accept("</think>" + call) && m.can_end());
+
+  const std::string ds = write_calls(ToolFormat::DeepSeekR1, {{"get_time", R"({"tz": "UTC"})"}});
+  auto open = make(ToolFormat::DeepSeekR1, GrammarReasoning::Open);
+  ASSERT_TRUE(open);
+  EXPECT_TRUE(accepts(open, "Need the time.\n</think>\n\n" + ds));
+  EXPECT_FALSE(accepts(open, ds)) << "the open reasoning must be closed first";
+  // And the parser, told the prompt opened it, takes the same text apart.
+  OutputParserOptions o = options(ToolFormat::DeepSeekR1);
+  o.reasoning = ReasoningMode::Split;
+  o.starts_in_reasoning = true;
+  const ParsedOutput got = parse_output("Need the time.\n</think>\n\n" + ds, o);
+  EXPECT_EQ(got.reasoning_content, "Need the time.");
+  ASSERT_EQ(got.tool_calls.size(), 1u);
+  EXPECT_EQ(got.tool_calls[0].arguments, R"({"tz":"UTC"})");
+}
+
 TEST(ToolCallGrammar, Errors) {
   const Json tools = Json::parse(kTools);
   auto none = tool_call_grammar(ToolFormat::None, tools, {}, false);
