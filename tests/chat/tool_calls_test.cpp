@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <random>
 #include <sstream>
 
 #include "chat/chat_template.h"
@@ -272,6 +273,74 @@ TEST(ToolCalls, StreamingMatchesWholeAtEverySplit) {
     for (size_t i = 0; i < t.size(); ++i) bytes.push_back(t.substr(i, 1));
     expect_same(stream(bytes, options(c.format)), whole);
   }
+}
+
+// Random texts made of the formats' pieces (markers, their prefixes, call
+// objects, broken JSON, separators, multi-byte characters), fed in random
+// pieces: the deltas always add up to the whole parse, and no text is lost.
+TEST(ToolCalls, RandomTextsStreamLikeTheWhole) {
+  const std::vector<std::string> pieces = {
+      "<tool_call>", "</tool_call>", "<tool_", "<|python_tag|>", "<|python", "[TOOL_CALLS]", "[TOOL_", "[ARGS]",
+      "[CALL_ID]", "functools", " functools[", "<function=", "</function>", ">>>", "all\n", "f\n", "Action:",
+      "```json\n", "```", "<|START_ACTION|>", "<|END_ACTION|>", "<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>",
+      "function<｜tool▁sep｜>", "<｜tool▁call▁end｜>", "<｜tool▁calls▁end｜>", "<｜tool▁", "<think>", "</think>", "</thi",
+      "{\"name\": \"f\", \"arguments\": {\"a\": [1, \"}\"]}}", "{\"name\": \"g\", \"parameters\": {}}",
+      "[{\"name\": \"h\", \"arguments\": {}}]", "[{\"tool_name\": \"t\", \"parameters\": {\"x\": 1}}]",
+      "{\"a\": 1}", "{", "}", "[", "]", "\"", "\\", ";", " ", "\n", "word", "é", "😀", "天", "get_weather", "<", ">"};
+  std::mt19937 rng(1234);
+  const std::vector<ToolFormat> formats = {ToolFormat::None,         ToolFormat::Hermes,         ToolFormat::Llama3Json,
+                                           ToolFormat::Mistral,      ToolFormat::FireFunction,   ToolFormat::FunctionaryV31,
+                                           ToolFormat::FunctionaryV32, ToolFormat::CommandR,   ToolFormat::DeepSeekR1};
+  // Whole calls of each format, so that many texts hold some.
+  const std::map<ToolFormat, std::vector<std::string>> calls = {
+      {ToolFormat::None, {"<tool_call>{\"name\": \"f\"}</tool_call>"}},
+      {ToolFormat::Hermes, {"<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": 1}}\n</tool_call>"}},
+      {ToolFormat::Llama3Json, {"{\"name\": \"g\", \"parameters\": {\"b\": \"é\"}}", "<|python_tag|>{\"name\": \"g\", \"parameters\": {}}", "; "}},
+      {ToolFormat::Mistral, {"[TOOL_CALLS][{\"name\": \"h\", \"arguments\": {}}]", "[TOOL_CALLS]f[ARGS]{\"a\": 1}"}},
+      {ToolFormat::FireFunction, {" functools[{\"name\": \"h\", \"arguments\": {\"x\": []}}]"}},
+      {ToolFormat::FunctionaryV31, {"<function=f>{\"a\": 1}</function>", "<|python_tag|>x = 1"}},
+      {ToolFormat::FunctionaryV32, {">>>f\n{\"a\": 1}", ">>>all\nhi ", "f\n{}", "all\n"}},
+      {ToolFormat::CommandR, {"Action: ```json\n[{\"tool_name\": \"t\", \"parameters\": {}}]\n```",
+                              "<|START_ACTION|>[{\"tool_name\": \"t\", \"parameters\": {}}]<|END_ACTION|>"}},
+      {ToolFormat::DeepSeekR1, {"<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n```json\n{}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+                                "<｜tool▁call▁begin｜>function<｜tool▁sep｜>g\n{\"a\": 2}<｜tool▁call▁end｜>"}},
+  };
+  size_t calls_seen = 0;
+  for (int iter = 0; iter < 3000; ++iter) {
+    const ToolFormat f = formats[iter % formats.size()];
+    const auto& own = calls.at(f);
+    std::string text;
+    const int n = 1 + (int)(rng() % 12);
+    for (int k = 0; k < n; ++k) text += rng() % 3 == 0 ? own[rng() % own.size()] : pieces[rng() % pieces.size()];
+    OutputParserOptions o = options(f);
+    o.reasoning = iter % 3 == 0 ? ReasoningMode::Split : ReasoningMode::Off;
+    o.starts_in_reasoning = iter % 6 == 0;
+    const ParsedOutput whole = parse_output(text, o);
+    calls_seen += whole.tool_calls.size();
+    // Nothing lost: with no call found and no reasoning split, the content
+    // is the text, trimmed (functionary v3.2 alone drops its `all\n` headers).
+    if (whole.tool_calls.empty() && o.reasoning == ReasoningMode::Off && f != ToolFormat::FunctionaryV32) {
+      size_t lead = 0, end = text.size();
+      while (lead < end && std::isspace((unsigned char)text[lead])) ++lead;
+      while (end > lead && std::isspace((unsigned char)text[end - 1])) --end;
+      EXPECT_EQ(whole.content, text.substr(lead, end - lead)) << text;
+    }
+    std::vector<std::string_view> split;
+    const std::string_view t = text;
+    size_t at = 0;
+    while (at < t.size()) {
+      const size_t len = 1 + rng() % 7;
+      split.push_back(t.substr(at, len));
+      at += len;
+    }
+    SCOPED_TRACE(std::string(tool_format_name(f)) + ": " + text);
+    OutputParserOptions so = options(f);
+    so.reasoning = o.reasoning;
+    so.starts_in_reasoning = o.starts_in_reasoning;
+    expect_same(stream(split, so), whole);
+    if (::testing::Test::HasFailure()) return;
+  }
+  EXPECT_GT(calls_seen, 300u) << "the random texts should hold calls too";
 }
 
 // Content flows as it comes: text that cannot start a marker is not held.
