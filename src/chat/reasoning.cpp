@@ -3,23 +3,26 @@
 
 #include "chat/stream_text.h"
 
+#include <utility>
+
 namespace cairn::chat {
-namespace {
+ReasoningTags reasoning_tags_for_template(std::string_view template_text) {
+  if (template_text.find("<|START_THINKING|>") != std::string_view::npos)
+    return {"<|START_THINKING|>", "<|END_THINKING|>"};
+  return {};
+}
 
-constexpr std::string_view kOpen = "<think>";
-constexpr std::string_view kClose = "</think>";
-
-}  // namespace
-
-bool prompt_opens_reasoning(std::string_view prompt) {
+bool prompt_opens_reasoning(std::string_view prompt, const ReasoningTags& tags) {
   size_t end = prompt.size();
   while (end > 0 && detail::is_space(prompt[end - 1])) --end;
   prompt = prompt.substr(0, end);
-  return prompt.size() >= kOpen.size() && prompt.substr(prompt.size() - kOpen.size()) == kOpen;
+  const std::string_view open = tags.open;
+  return !open.empty() && prompt.size() >= open.size() && prompt.substr(prompt.size() - open.size()) == open;
 }
 
-ReasoningSplitter::ReasoningSplitter(ReasoningMode mode, bool starts_in_reasoning)
+ReasoningSplitter::ReasoningSplitter(ReasoningMode mode, bool starts_in_reasoning, ReasoningTags tags)
     : mode_(mode),
+      tags_(std::move(tags)),
       state_(mode != ReasoningMode::Split ? State::Rest
              : starts_in_reasoning       ? State::Reasoning
                                          : State::Start) {}
@@ -33,6 +36,7 @@ ReasoningSplitter::Delta ReasoningSplitter::finish() { return step(true); }
 
 ReasoningSplitter::Delta ReasoningSplitter::step(bool final) {
   Delta d;
+  const std::string_view kOpen = tags_.open, kClose = tags_.close;
   // Reasoning text, without whitespace at its start, and with whitespace at
   // its (current) end held until more reasoning follows it.
   const auto emit_reasoning = [&](std::string_view s) {

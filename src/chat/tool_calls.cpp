@@ -57,7 +57,7 @@ std::vector<std::string_view> markers(ToolFormat f) {
     case ToolFormat::FireFunction: return {"functools"};
     case ToolFormat::FunctionaryV31: return {"<function=", kPythonTag};
     case ToolFormat::FunctionaryV32: return {">>>"};
-    case ToolFormat::CommandR: return {"Action:", "<|START_ACTION|>"};
+    case ToolFormat::CommandR: return {"Action:", "<|START_ACTION|>", "<|START_RESPONSE|>", "<|END_RESPONSE|>"};
     case ToolFormat::DeepSeekR1: return {kDsCallsBegin, kDsCallBegin};
   }
   return {};
@@ -340,6 +340,11 @@ St functionary_v32(Cursor& c, bool implicit_marker, std::vector<RawCall>& calls)
 }
 
 St command_r(Cursor& c, std::vector<RawCall>& calls) {
+  // R7B wraps its answer in these: they are not content.
+  for (std::string_view m : {"<|START_RESPONSE|>", "<|END_RESPONSE|>"}) {
+    const St st = c.lit(m);
+    if (st != St::Fail) return st;
+  }
   if (c.s.substr(c.p, 1) == "<") {
     TRY(c.lit("<|START_ACTION|>"));
     c.ws();
@@ -505,7 +510,7 @@ struct OutputParser::Impl {
   bool pending_implicit = false;
 
   explicit Impl(OutputParserOptions o)
-      : opt(std::move(o)), reasoning(opt.reasoning, opt.starts_in_reasoning) {
+      : opt(std::move(o)), reasoning(opt.reasoning, opt.starts_in_reasoning, opt.reasoning_tags) {
     if (!opt.ids) opt.ids = random_ids();
   }
 

@@ -28,7 +28,8 @@
 //   functionary_v3_2  N\n{..} (the prompt ends with `>>>`), >>>N\n{..}; `all\n` and
 //                     `>>>all\n` open plain content
 //   command_r         Action: ```json [{"tool_name": N, "parameters": {..}}, ...] ```
-//                     or <|START_ACTION|>[...]<|END_ACTION|>
+//                     or <|START_ACTION|>[...]<|END_ACTION|> (R7B, whose
+//                     <|START_RESPONSE|> <|END_RESPONSE|> are dropped from content)
 //   deepseek_r1       <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>N
 //                     ```json {..} ```<｜tool▁call▁end｜>...<｜tool▁calls▁end｜>
 // Arguments given as a JSON string holding an object are accepted too.
@@ -111,6 +112,7 @@ struct OutputParserOptions {
   ReasoningMode reasoning = ReasoningMode::Off;
   bool starts_in_reasoning = false;  // prompt_opens_reasoning(rendered prompt)
   IdSource ids;                      // empty: random ids
+  ReasoningTags reasoning_tags;      // reasoning_tags_for_template(template)
 };
 
 // The streaming parser: reasoning first, then content and tool calls from

@@ -168,6 +168,7 @@ const std::vector<Case>& cases() {
       {ToolFormat::CommandR, "<|START_ACTION|>[{\"tool_call_id\": \"0\", \"tool_name\": \"f\", \"parameters\": {}}]<|END_ACTION|>",
        "", {{"f", "{}"}}},
       {ToolFormat::CommandR, "Action: nothing to do", "Action: nothing to do", {}},
+      {ToolFormat::CommandR, "<|START_RESPONSE|>Hello!<|END_RESPONSE|>", "Hello!", {}},
       // deepseek_r1
       {ToolFormat::DeepSeekR1,
        "Let me look.<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n{\"city\": "
@@ -301,7 +302,7 @@ TEST(ToolCalls, RandomTextsStreamLikeTheWhole) {
       {ToolFormat::FunctionaryV31, {"<function=f>{\"a\": 1}</function>", "<|python_tag|>x = 1"}},
       {ToolFormat::FunctionaryV32, {">>>f\n{\"a\": 1}", ">>>all\nhi ", "f\n{}", "all\n"}},
       {ToolFormat::CommandR, {"Action: ```json\n[{\"tool_name\": \"t\", \"parameters\": {}}]\n```",
-                              "<|START_ACTION|>[{\"tool_name\": \"t\", \"parameters\": {}}]<|END_ACTION|>"}},
+                              "<|START_ACTION|>[{\"tool_name\": \"t\", \"parameters\": {}}]<|END_ACTION|>", "<|START_RESPONSE|>", "<|END_RESPONSE|>"}},
       {ToolFormat::DeepSeekR1, {"<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n```json\n{}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
                                 "<｜tool▁call▁begin｜>function<｜tool▁sep｜>g\n{\"a\": 2}<｜tool▁call▁end｜>"}},
   };
@@ -318,8 +319,10 @@ TEST(ToolCalls, RandomTextsStreamLikeTheWhole) {
     const ParsedOutput whole = parse_output(text, o);
     calls_seen += whole.tool_calls.size();
     // Nothing lost: with no call found and no reasoning split, the content
-    // is the text, trimmed (functionary v3.2 alone drops its `all\n` headers).
-    if (whole.tool_calls.empty() && o.reasoning == ReasoningMode::Off && f != ToolFormat::FunctionaryV32) {
+    // is the text, trimmed (but functionary v3.2 drops its `all\n` headers, command_r
+    // its response tags).
+    if (whole.tool_calls.empty() && o.reasoning == ReasoningMode::Off && f != ToolFormat::FunctionaryV32 &&
+        f != ToolFormat::CommandR) {
       size_t lead = 0, end = text.size();
       while (lead < end && std::isspace((unsigned char)text[lead])) ++lead;
       while (end > lead && std::isspace((unsigned char)text[end - 1])) --end;
@@ -388,7 +391,11 @@ TEST(ToolCalls, CallIds) {
   // Without a source the ids are random, and differ.
   const auto x = parse_output("<tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call>"
                               "<tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call>",
-                              {ToolFormat::Hermes, ReasoningMode::Off, false, {}});
+                              [] {
+                                OutputParserOptions o;
+                                o.format = ToolFormat::Hermes;
+                                return o;
+                              }());
   ASSERT_EQ(x.tool_calls.size(), 2u);
   EXPECT_NE(x.tool_calls[0].id, x.tool_calls[1].id);
 }
@@ -444,6 +451,30 @@ TEST(Reasoning, SplitInlineAndWithToolCalls) {
       if (::testing::Test::HasFailure()) return;
     }
   }
+}
+
+// Command R7B: its own thinking tags, then an action or a response.
+TEST(Reasoning, CommandR7BTags) {
+  CAIRN_REQUIRE_SHARED("templates/CohereForAI-c4ai-command-r7b-12-2024-tool_use.jinja");
+  const std::string tmpl = read_file(*test::shared_dir() / "templates/CohereForAI-c4ai-command-r7b-12-2024-tool_use.jinja");
+  OutputParserOptions o = options(detect_tool_format(tmpl));
+  o.reasoning = ReasoningMode::Split;
+  o.reasoning_tags = reasoning_tags_for_template(tmpl);
+  EXPECT_EQ(o.reasoning_tags.open, "<|START_THINKING|>");
+  const std::string text =
+      "<|START_THINKING|>I will search.<|END_THINKING|><|START_ACTION|>[\n    {\"tool_call_id\": \"0\", "
+      "\"tool_name\": \"search\", \"parameters\": {\"q\": \"x\"}}\n]<|END_ACTION|>";
+  const ParsedOutput whole = parse_output(text, o);
+  EXPECT_EQ(whole.reasoning_content, "I will search.");
+  EXPECT_EQ(whole.content, "");
+  ASSERT_EQ(whole.tool_calls.size(), 1u);
+  EXPECT_EQ(whole.tool_calls[0].arguments, R"({"q":"x"})");
+  for (size_t i = 0; i <= text.size(); ++i) {
+    OutputParserOptions so = o;
+    so.ids = seeded_ids(7);
+    expect_same(stream({std::string_view(text).substr(0, i), std::string_view(text).substr(i)}, so), whole);
+  }
+  EXPECT_EQ(reasoning_tags_for_template("{{ '<think>' }}").open, "<think>");
 }
 
 TEST(Reasoning, PromptOpensReasoning) {
