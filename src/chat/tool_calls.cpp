@@ -372,11 +372,18 @@ St command_r(Cursor& c, std::vector<RawCall>& calls) {
 
 St deepseek_one(Cursor& c, std::vector<RawCall>& calls) {
   TRY(c.lit(kDsCallBegin));
-  std::string type;
-  TRY(c.name(type));
+  std::string first;
+  TRY(c.name(first));
   TRY(c.lit(kDsSep));
   RawCall call;
-  TRY(c.name(call.name));
+  // R1 and V3 write the type first (function<sep>name\n```json ...);
+  // V3.1 writes the name and the arguments straight after it (name<sep>{...}).
+  if (c.at_end()) return c.more();
+  if (c.s[c.p] == '{') {
+    call.name = std::move(first);
+  } else {
+    TRY(c.name(call.name));
+  }
   c.ws();
   const bool fenced = !c.at_end() && c.s[c.p] == '`';
   if (fenced) {

@@ -32,6 +32,7 @@
 //                     <|START_RESPONSE|> <|END_RESPONSE|> are dropped from content)
 //   deepseek_r1       <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>N
 //                     ```json {..} ```<｜tool▁call▁end｜>...<｜tool▁calls▁end｜>
+//                     (also V3.1's <｜tool▁call▁begin｜>N<｜tool▁sep｜>{..}<｜tool▁call▁end｜>)
 // Arguments given as a JSON string holding an object are accepted too.
 // Markers that are special tokens (`[TOOL_CALLS]`, `<|python_tag|>`, the
 // DeepSeek ones) must be in the text handed here: detokenize them.

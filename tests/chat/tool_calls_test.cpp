@@ -177,6 +177,9 @@ const std::vector<Case>& cases() {
        "Let me look.", {{"get_weather", R"({"city":"Tokyo"})"}, {"b", "{}"}}},
       {ToolFormat::DeepSeekR1, "<｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n{\"a\": \"ü\"}<｜tool▁call▁end｜>", "",
        {{"f", R"({"a":"ü"})"}}},
+      {ToolFormat::DeepSeekR1,
+       "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_time<｜tool▁sep｜>{\"tz\": \"UTC\"}<｜tool▁call▁end｜><｜tool▁calls▁end｜>", "",
+       {{"get_time", R"({"tz":"UTC"})"}}},
       // none: everything is content, trimmed.
       {ToolFormat::None, "  <tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call> \n",
        "<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>", {}},
@@ -304,7 +307,8 @@ TEST(ToolCalls, RandomTextsStreamLikeTheWhole) {
       {ToolFormat::CommandR, {"Action: ```json\n[{\"tool_name\": \"t\", \"parameters\": {}}]\n```",
                               "<|START_ACTION|>[{\"tool_name\": \"t\", \"parameters\": {}}]<|END_ACTION|>", "<|START_RESPONSE|>", "<|END_RESPONSE|>"}},
       {ToolFormat::DeepSeekR1, {"<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n```json\n{}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
-                                "<｜tool▁call▁begin｜>function<｜tool▁sep｜>g\n{\"a\": 2}<｜tool▁call▁end｜>"}},
+                                "<｜tool▁call▁begin｜>function<｜tool▁sep｜>g\n{\"a\": 2}<｜tool▁call▁end｜>",
+                                "<｜tool▁call▁begin｜>g<｜tool▁sep｜>{}<｜tool▁call▁end｜>"}},
   };
   size_t calls_seen = 0;
   for (int iter = 0; iter < 3000; ++iter) {
