@@ -23,7 +23,7 @@ bool prompt_opens_reasoning(std::string_view prompt, const ReasoningTags& tags) 
 ReasoningSplitter::ReasoningSplitter(ReasoningMode mode, bool starts_in_reasoning, ReasoningTags tags)
     : mode_(mode),
       tags_(std::move(tags)),
-      state_(mode != ReasoningMode::Split ? State::Rest
+      state_(mode == ReasoningMode::Off ? State::Rest
              : starts_in_reasoning       ? State::Reasoning
                                          : State::Start) {}
 
@@ -39,7 +39,12 @@ ReasoningSplitter::Delta ReasoningSplitter::step(bool final) {
   const std::string_view kOpen = tags_.open, kClose = tags_.close;
   // Reasoning text, without whitespace at its start, and with whitespace at
   // its (current) end held until more reasoning follows it.
+  const bool raw = mode_ == ReasoningMode::Inline;  // tags and whitespace kept
   const auto emit_reasoning = [&](std::string_view s) {
+    if (raw) {
+      d.reasoning.append(s);
+      return;
+    }
     if (!reasoning_started_) {
       size_t i = 0;
       while (i < s.size() && detail::is_space(s[i])) ++i;
@@ -63,6 +68,7 @@ ReasoningSplitter::Delta ReasoningSplitter::step(bool final) {
     while (i < buf_.size() && detail::is_space(buf_[i])) ++i;
     const std::string_view after = std::string_view(buf_).substr(i);
     if (after.substr(0, kOpen.size()) == kOpen) {
+      if (raw) d.reasoning.append(buf_, 0, i + kOpen.size());
       buf_.erase(0, i + kOpen.size());
       state_ = State::Reasoning;
     } else if (!final && after.size() < kOpen.size() && kOpen.substr(0, after.size()) == after) {
@@ -75,6 +81,7 @@ ReasoningSplitter::Delta ReasoningSplitter::step(bool final) {
     const size_t close = buf_.find(kClose);
     if (close != std::string::npos) {
       emit_reasoning(std::string_view(buf_).substr(0, close));
+      if (raw) d.reasoning.append(kClose);
       reasoning_ws_.clear();  // the reasoning's trailing whitespace is dropped
       buf_.erase(0, close + kClose.size());
       state_ = State::Rest;

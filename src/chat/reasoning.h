@@ -13,7 +13,9 @@ namespace cairn::chat {
 enum class ReasoningMode {
   Off,     // no reasoning tags are looked for: everything is the rest
   Split,   // `<think>…</think>` goes to reasoning, the tags dropped
-  Inline,  // reasoning stays in the text, tags and all (`--reasoning-format none`)
+  Inline,  // reasoning found as in Split, but handed back as it was written,
+           // tags and all, for the content (`--reasoning-format none`); no
+           // tool calls are looked for inside it
 };
 
 // The tags around reasoning: `<think>` `</think>` (Qwen3, DeepSeek-R1 and
@@ -39,7 +41,7 @@ class ReasoningSplitter {
   ReasoningSplitter(ReasoningMode mode, bool starts_in_reasoning, ReasoningTags tags = {});
 
   struct Delta {
-    std::string reasoning;  // text to append to the reasoning
+    std::string reasoning;  // text to append to the reasoning (Inline: verbatim)
     std::string rest;       // text after it, for the content/tool-call parser
   };
   // Feeds the next piece of output; holds back only what could still be

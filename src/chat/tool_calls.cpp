@@ -145,7 +145,7 @@ struct Cursor {
   // A function name: letters, digits, _ . - (and : /), up to 128 of them.
   St name(std::string& out) {
     const size_t start = p;
-    while (p < s.size() && (std::isalnum((unsigned char)s[p]) || std::strchr("_.-:/", s[p]))) {
+    while (p < s.size() && (std::isalnum((unsigned char)s[p]) || (s[p] != '\0' && std::strchr("_.-:/", s[p])))) {
       if (p - start >= 128) return St::Fail;
       ++p;
     }
@@ -639,7 +639,9 @@ struct OutputParser::Impl {
 
   std::vector<OutputDelta> run(ReasoningSplitter::Delta d, bool final) {
     std::vector<OutputDelta> out;
-    if (!d.reasoning.empty()) {
+    if (opt.reasoning == ReasoningMode::Inline) {
+      content(d.reasoning, out);  // as written, and never searched for calls
+    } else if (!d.reasoning.empty()) {
       OutputDelta r;
       r.kind = OutputDelta::Kind::Reasoning;
       r.text = std::move(d.reasoning);

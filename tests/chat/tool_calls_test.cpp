@@ -318,14 +318,14 @@ TEST(ToolCalls, RandomTextsStreamLikeTheWhole) {
     const int n = 1 + (int)(rng() % 12);
     for (int k = 0; k < n; ++k) text += rng() % 3 == 0 ? own[rng() % own.size()] : pieces[rng() % pieces.size()];
     OutputParserOptions o = options(f);
-    o.reasoning = iter % 3 == 0 ? ReasoningMode::Split : ReasoningMode::Off;
+    o.reasoning = iter % 3 == 0 ? ReasoningMode::Split : iter % 3 == 1 ? ReasoningMode::Inline : ReasoningMode::Off;
     o.starts_in_reasoning = iter % 6 == 0;
     const ParsedOutput whole = parse_output(text, o);
     calls_seen += whole.tool_calls.size();
-    // Nothing lost: with no call found and no reasoning split, the content
+    // Nothing lost: with no call found and no reasoning split off, the content
     // is the text, trimmed (but functionary v3.2 drops its `all\n` headers, command_r
     // its response tags).
-    if (whole.tool_calls.empty() && o.reasoning == ReasoningMode::Off && f != ToolFormat::FunctionaryV32 &&
+    if (whole.tool_calls.empty() && o.reasoning != ReasoningMode::Split && f != ToolFormat::FunctionaryV32 &&
         f != ToolFormat::CommandR) {
       size_t lead = 0, end = text.size();
       while (lead < end && std::isspace((unsigned char)text[lead])) ++lead;
@@ -426,6 +426,11 @@ TEST(Reasoning, SplitInlineAndWithToolCalls) {
       {ReasoningMode::Inline, true, ToolFormat::None, "Hmm.</think>It is 4.", "", "Hmm.</think>It is 4.", 0},
       {ReasoningMode::Inline, false, ToolFormat::None, "<think>Hmm.</think>It is 4.", "", "<think>Hmm.</think>It is 4.", 0},
       {ReasoningMode::Off, false, ToolFormat::None, "<think>Hmm.</think>It is 4.", "", "<think>Hmm.</think>It is 4.", 0},
+      // Inline: the reasoning is content as written, and a call in it is not a call.
+      {ReasoningMode::Inline, false, ToolFormat::Hermes,
+       " <think>\nUse <tool_call>{\"name\": \"x\", \"arguments\": {}}</tool_call>?\n</think>\n"
+       "<tool_call>{\"name\": \"w\", \"arguments\": {}}</tool_call>",
+       "", "<think>\nUse <tool_call>{\"name\": \"x\", \"arguments\": {}}</tool_call>?\n</think>", 1},
       // Qwen3: reasoning, then a call; a <tool_call> inside the reasoning is not a call.
       {ReasoningMode::Split, false, ToolFormat::Hermes,
        "<think>\nI could use <tool_call> for the 天气.\n</think>\n\n<tool_call>\n{\"name\": \"w\", \"arguments\": {}}\n</tool_call>",
