@@ -761,7 +761,10 @@ Result<std::string> tool_call_grammar(ToolFormat format, const nlohmann::ordered
     named_found = true;
     const std::string prefix = "t" + std::to_string(i) + "-";
     std::string args_rule = prefix + "value";
-    if (fn.contains("parameters") && !fn["parameters"].is_null()) {
+    // No schema, or the empty one: any object (arguments are always objects).
+    const bool any = !fn.contains("parameters") || fn["parameters"].is_null() ||
+                     (fn["parameters"].is_object() && fn["parameters"].empty());
+    if (!any) {
       auto r = grammar::json_schema_rules(fn["parameters"], prefix);
       if (!r) return r.status().with_context(where + ".function.parameters").with_param("tools");
       rules += *r;

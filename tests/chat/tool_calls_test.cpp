@@ -512,7 +512,8 @@ const char* kTools = R"([
   {"type": "function", "function": {"name": "get_time",
     "parameters": {"type": "object", "properties": {"tz": {"type": "string", "enum": ["UTC", "CET"]}},
                    "required": ["tz"]}}},
-  {"type": "function", "function": {"name": "ping"}}
+  {"type": "function", "function": {"name": "ping"}},
+  {"type": "function", "function": {"name": "echo", "parameters": {}}}
 ])";
 
 std::shared_ptr<const grammar::Grammar> compile(ToolFormat f, const ToolChoice& choice, bool parallel) {
@@ -593,6 +594,8 @@ TEST(ToolCallGrammar, EveryFormatForcesItsCallsAndParsesBack) {
     EXPECT_FALSE(accepts(required, write_calls(f, {{"get_weather", R"({"days": 5})"}}))) << "a required property missing";
     EXPECT_FALSE(accepts(named, write_calls(f, {{"get_time", R"({"tz": "PST"})"}}))) << "outside the enum";
     EXPECT_FALSE(accepts(required, "Sure, " + one)) << "text before the call";
+    EXPECT_TRUE(accepts(required, write_calls(f, {{"echo", R"({"s": "x"})"}})));
+    EXPECT_FALSE(accepts(required, write_calls(f, {{"echo", "[1]"}}))) << "arguments are an object";
     // What the grammar lets through, the parser takes back as the same calls.
     std::string text = two;
     const ParsedOutput got = parse_output(text, options(f));
