@@ -488,6 +488,11 @@ ToolFormat detect_tool_format(std::string_view t) {
   return ToolFormat::None;
 }
 
+Result<ToolFormat> resolve_tool_format(std::string_view flag, std::string_view template_text) {
+  if (flag.empty() || flag == "auto") return detect_tool_format(template_text);
+  return tool_format_from_name(flag);
+}
+
 // ---- ids
 
 IdSource seeded_ids(uint64_t seed) {

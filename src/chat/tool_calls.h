@@ -74,6 +74,8 @@ std::string_view tool_format_name(ToolFormat f);
 Result<ToolFormat> tool_format_from_name(std::string_view name);
 // From a chat template's source text (table above).
 ToolFormat detect_tool_format(std::string_view template_text);
+// `--tool-parser`: empty or "auto" detects from the template, else by name.
+Result<ToolFormat> resolve_tool_format(std::string_view flag, std::string_view template_text);
 
 struct ToolCall {
   std::string id;         // "call_" + 24 letters and digits

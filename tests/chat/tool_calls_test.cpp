@@ -92,6 +92,11 @@ TEST(ToolFormat, DetectsByMarkersAlone) {
   EXPECT_EQ(detect_tool_format("{{ '<｜tool▁call▁begin｜>' }}"), ToolFormat::DeepSeekR1);
   EXPECT_EQ(detect_tool_format("{{ bos_token }}{% for m in messages %}{{ m.content }}{% endfor %}"),
             ToolFormat::None);
+  // --tool-parser: auto (or nothing) detects, a name overrides, a wrong name fails.
+  EXPECT_EQ(*resolve_tool_format("", "<tool_call>"), ToolFormat::Hermes);
+  EXPECT_EQ(*resolve_tool_format("auto", "[TOOL_CALLS]"), ToolFormat::Mistral);
+  EXPECT_EQ(*resolve_tool_format("none", "<tool_call>"), ToolFormat::None);
+  EXPECT_FALSE(resolve_tool_format("hermes2", "<tool_call>"));
 }
 
 struct Call {
