@@ -244,7 +244,14 @@ St hermes(Cursor& c, std::vector<RawCall>& calls) {
   c.ws();
   TRY(call_object(c, {"arguments", "parameters"}, true, calls));
   c.ws();
-  return c.lit_or_end("</tool_call>");
+  const size_t end = c.p;
+  const St close = c.lit_or_end("</tool_call>");
+  if (close != St::Fail) return close;
+  // Models sometimes open the next call without closing this one: the next
+  // <tool_call> ends it too (and starts its own region).
+  const St next = c.lit("<tool_call>");
+  c.p = end;
+  return next;
 }
 
 // Llama 3.x: objects joined by `;`, after <|python_tag|> or alone.

@@ -19,6 +19,7 @@
 //
 // What each format parses (ws: optional whitespace):
 //   hermes            <tool_call> {"name": N, "arguments": {..}} </tool_call>, repeated
+//                     (a call left open by the next <tool_call> counts)
 //   llama3_json       {"name": N, "parameters"|"arguments": {..}} at the start of the
 //                     output or after <|python_tag|>; several joined by `;`
 //   mistral           [TOOL_CALLS] [{"name": N, "arguments": {..}}, ...]  or

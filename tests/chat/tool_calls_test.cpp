@@ -127,6 +127,9 @@ const std::vector<Case>& cases() {
        "<tool_call>\n{\"name\": \"f\", \"arguments\": [1]}\n</tool_call>", {}},
       // The closing tag may be cut by the end of the output, nothing else.
       {ToolFormat::Hermes, "<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n", "", {{"f", "{}"}}},
+      {ToolFormat::Hermes,
+       "<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n<tool_call>\n{\"name\": \"g\", \"arguments\": {}}\n</tool_call>",
+       "", {{"f", "{}"}, {"g", "{}"}}},
       {ToolFormat::Hermes, "<tool_call>\n{\"name\": \"f\", \"arguments\": {}} and more",
        "<tool_call>\n{\"name\": \"f\", \"arguments\": {}} and more", {}},
       {ToolFormat::Hermes, "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\"", "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\"", {}},
