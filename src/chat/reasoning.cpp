@@ -3,24 +3,27 @@
 
 #include "chat/stream_text.h"
 
+#include <utility>
+
 namespace cairn::chat {
-namespace {
+ReasoningTags reasoning_tags_for_template(std::string_view template_text) {
+  if (template_text.find("<|START_THINKING|>") != std::string_view::npos)
+    return {"<|START_THINKING|>", "<|END_THINKING|>"};
+  return {};
+}
 
-constexpr std::string_view kOpen = "<think>";
-constexpr std::string_view kClose = "</think>";
-
-}  // namespace
-
-bool prompt_opens_reasoning(std::string_view prompt) {
+bool prompt_opens_reasoning(std::string_view prompt, const ReasoningTags& tags) {
   size_t end = prompt.size();
   while (end > 0 && detail::is_space(prompt[end - 1])) --end;
   prompt = prompt.substr(0, end);
-  return prompt.size() >= kOpen.size() && prompt.substr(prompt.size() - kOpen.size()) == kOpen;
+  const std::string_view open = tags.open;
+  return !open.empty() && prompt.size() >= open.size() && prompt.substr(prompt.size() - open.size()) == open;
 }
 
-ReasoningSplitter::ReasoningSplitter(ReasoningMode mode, bool starts_in_reasoning)
+ReasoningSplitter::ReasoningSplitter(ReasoningMode mode, bool starts_in_reasoning, ReasoningTags tags)
     : mode_(mode),
-      state_(mode != ReasoningMode::Split ? State::Rest
+      tags_(std::move(tags)),
+      state_(mode == ReasoningMode::Off ? State::Rest
              : starts_in_reasoning       ? State::Reasoning
                                          : State::Start) {}
 
@@ -33,9 +36,15 @@ ReasoningSplitter::Delta ReasoningSplitter::finish() { return step(true); }
 
 ReasoningSplitter::Delta ReasoningSplitter::step(bool final) {
   Delta d;
+  const std::string_view kOpen = tags_.open, kClose = tags_.close;
   // Reasoning text, without whitespace at its start, and with whitespace at
   // its (current) end held until more reasoning follows it.
+  const bool raw = mode_ == ReasoningMode::Inline;  // tags and whitespace kept
   const auto emit_reasoning = [&](std::string_view s) {
+    if (raw) {
+      d.reasoning.append(s);
+      return;
+    }
     if (!reasoning_started_) {
       size_t i = 0;
       while (i < s.size() && detail::is_space(s[i])) ++i;
@@ -59,6 +68,7 @@ ReasoningSplitter::Delta ReasoningSplitter::step(bool final) {
     while (i < buf_.size() && detail::is_space(buf_[i])) ++i;
     const std::string_view after = std::string_view(buf_).substr(i);
     if (after.substr(0, kOpen.size()) == kOpen) {
+      if (raw) d.reasoning.append(buf_, 0, i + kOpen.size());
       buf_.erase(0, i + kOpen.size());
       state_ = State::Reasoning;
     } else if (!final && after.size() < kOpen.size() && kOpen.substr(0, after.size()) == after) {
@@ -71,6 +81,7 @@ ReasoningSplitter::Delta ReasoningSplitter::step(bool final) {
     const size_t close = buf_.find(kClose);
     if (close != std::string::npos) {
       emit_reasoning(std::string_view(buf_).substr(0, close));
+      if (raw) d.reasoning.append(kClose);
       reasoning_ws_.clear();  // the reasoning's trailing whitespace is dropped
       buf_.erase(0, close + kClose.size());
       state_ = State::Rest;

@@ -57,7 +57,7 @@ std::vector<std::string_view> markers(ToolFormat f) {
     case ToolFormat::FireFunction: return {"functools"};
     case ToolFormat::FunctionaryV31: return {"<function=", kPythonTag};
     case ToolFormat::FunctionaryV32: return {">>>"};
-    case ToolFormat::CommandR: return {"Action:", "<|START_ACTION|>"};
+    case ToolFormat::CommandR: return {"Action:", "<|START_ACTION|>", "<|START_RESPONSE|>", "<|END_RESPONSE|>"};
     case ToolFormat::DeepSeekR1: return {kDsCallsBegin, kDsCallBegin};
   }
   return {};
@@ -107,10 +107,21 @@ bool call_from(const Json& v, const char* name_key, std::initializer_list<const 
   return true;
 }
 
+// Where a bracket scan of an unfinished JSON value stopped, so that the next
+// delta resumes it instead of rescanning the call from its start (a long
+// call streamed token by token would otherwise cost its length squared).
+struct JsonScan {
+  bool valid = false;
+  size_t start = 0, upto = 0;
+  std::string stack;
+  bool in_string = false, escape = false;
+};
+
 struct Cursor {
   std::string_view s;
   size_t p = 0;
   bool final = false;
+  JsonScan* cache = nullptr;  // the stream's, or none
 
   bool at_end() const { return p >= s.size(); }
   St more() const { return final ? St::Fail : St::More; }
@@ -134,7 +145,7 @@ struct Cursor {
   // A function name: letters, digits, _ . - (and : /), up to 128 of them.
   St name(std::string& out) {
     const size_t start = p;
-    while (p < s.size() && (std::isalnum((unsigned char)s[p]) || std::strchr("_.-:/", s[p]))) {
+    while (p < s.size() && (std::isalnum((unsigned char)s[p]) || (s[p] != '\0' && std::strchr("_.-:/", s[p])))) {
       if (p - start >= 128) return St::Fail;
       ++p;
     }
@@ -150,6 +161,12 @@ struct Cursor {
     std::string stack;
     bool in_string = false, escape = false;
     size_t i = p;
+    if (cache && cache->valid && cache->start == p && cache->upto <= s.size()) {
+      stack = cache->stack;
+      in_string = cache->in_string;
+      escape = cache->escape;
+      i = cache->upto;
+    }
     for (; i < s.size(); ++i) {
       const char c = s[i];
       if (in_string) {
@@ -169,7 +186,10 @@ struct Cursor {
         if (stack.empty()) break;
       }
     }
-    if (i == s.size()) return more();
+    if (i == s.size()) {
+      if (cache) *cache = {true, p, i, stack, in_string, escape};
+      return more();
+    }
     try {
       out = Json::parse(s.substr(p, i + 1 - p), nullptr, false);
     } catch (...) {
@@ -224,7 +244,14 @@ St hermes(Cursor& c, std::vector<RawCall>& calls) {
   c.ws();
   TRY(call_object(c, {"arguments", "parameters"}, true, calls));
   c.ws();
-  return c.lit_or_end("</tool_call>");
+  const size_t end = c.p;
+  const St close = c.lit_or_end("</tool_call>");
+  if (close != St::Fail) return close;
+  // Models sometimes open the next call without closing this one: the next
+  // <tool_call> ends it too (and starts its own region).
+  const St next = c.lit("<tool_call>");
+  c.p = end;
+  return next;
 }
 
 // Llama 3.x: objects joined by `;`, after <|python_tag|> or alone.
@@ -320,6 +347,11 @@ St functionary_v32(Cursor& c, bool implicit_marker, std::vector<RawCall>& calls)
 }
 
 St command_r(Cursor& c, std::vector<RawCall>& calls) {
+  // R7B wraps its answer in these: they are not content.
+  for (std::string_view m : {"<|START_RESPONSE|>", "<|END_RESPONSE|>"}) {
+    const St st = c.lit(m);
+    if (st != St::Fail) return st;
+  }
   if (c.s.substr(c.p, 1) == "<") {
     TRY(c.lit("<|START_ACTION|>"));
     c.ws();
@@ -347,11 +379,18 @@ St command_r(Cursor& c, std::vector<RawCall>& calls) {
 
 St deepseek_one(Cursor& c, std::vector<RawCall>& calls) {
   TRY(c.lit(kDsCallBegin));
-  std::string type;
-  TRY(c.name(type));
+  std::string first;
+  TRY(c.name(first));
   TRY(c.lit(kDsSep));
   RawCall call;
-  TRY(c.name(call.name));
+  // R1 and V3 write the type first (function<sep>name\n```json ...);
+  // V3.1 writes the name and the arguments straight after it (name<sep>{...}).
+  if (c.at_end()) return c.more();
+  if (c.s[c.p] == '{') {
+    call.name = std::move(first);
+  } else {
+    TRY(c.name(call.name));
+  }
   c.ws();
   const bool fenced = !c.at_end() && c.s[c.p] == '`';
   if (fenced) {
@@ -456,6 +495,11 @@ ToolFormat detect_tool_format(std::string_view t) {
   return ToolFormat::None;
 }
 
+Result<ToolFormat> resolve_tool_format(std::string_view flag, std::string_view template_text) {
+  if (flag.empty() || flag == "auto") return detect_tool_format(template_text);
+  return tool_format_from_name(flag);
+}
+
 // ---- ids
 
 IdSource seeded_ids(uint64_t seed) {
@@ -480,9 +524,12 @@ struct OutputParser::Impl {
   bool content_started = false;  // non-whitespace content released
   std::string pending_ws;    // content whitespace held until more content shows it is inner
   size_t n_calls = 0;
+  JsonScan scan;             // of the region held at the start of buf
+  bool pending = false;      // a region starts at buf[0] and waits for more text
+  bool pending_implicit = false;
 
   explicit Impl(OutputParserOptions o)
-      : opt(std::move(o)), reasoning(opt.reasoning, opt.starts_in_reasoning) {
+      : opt(std::move(o)), reasoning(opt.reasoning, opt.starts_in_reasoning, opt.reasoning_tags) {
     if (!opt.ids) opt.ids = random_ids();
   }
 
@@ -555,43 +602,58 @@ struct OutputParser::Impl {
     return best;
   }
 
+  void consume(size_t n) {
+    buf.erase(0, n);
+    consumed_any = true;
+    scan.valid = false;
+    pending = false;
+  }
+
   void step(bool final, std::vector<OutputDelta>& out) {
     while (!buf.empty()) {
-      bool implicit = false;
-      const size_t at = candidate(implicit);
+      bool implicit = pending_implicit;
+      // A held region still starts at 0: appending cannot move the earliest
+      // candidate, and a marker prefix that stopped being one fails there.
+      const size_t at = pending ? 0 : candidate(implicit);
       if (at == std::string::npos || at > 0) {
         size_t n = at == std::string::npos ? buf.size() : at;
         if (!final) n = detail::complete_utf8_prefix(std::string_view(buf).substr(0, n));
         if (n == 0) return;
         content(std::string_view(buf).substr(0, n), out);
-        buf.erase(0, n);
-        consumed_any = true;
+        consume(n);
         continue;
       }
-      Cursor c{buf, 0, final};
+      Cursor c{buf, 0, final, &scan};
       std::vector<RawCall> raw;
       const St st = parse_region(opt.format, c, implicit, raw);
-      if (st == St::More) return;
+      if (st == St::More) {
+        pending = true;
+        pending_implicit = implicit;
+        return;
+      }
       if (st == St::Ok && c.p > 0) {
         calls(raw, out);
-        buf.erase(0, c.p);
-        consumed_any = true;
+        consume(c.p);
         continue;
       }
       // Not a call: its first piece is content and the scan goes on after it.
-      consumed_any = true;
-      if (implicit) continue;
+      if (implicit) {
+        consume(0);
+        continue;
+      }
       size_t n = 1;
       for (std::string_view m : markers(opt.format))
         if (std::string_view(buf).substr(0, m.size()) == m) n = std::max(n, m.size());
       content(std::string_view(buf).substr(0, n), out);
-      buf.erase(0, n);
+      consume(n);
     }
   }
 
   std::vector<OutputDelta> run(ReasoningSplitter::Delta d, bool final) {
     std::vector<OutputDelta> out;
-    if (!d.reasoning.empty()) {
+    if (opt.reasoning == ReasoningMode::Inline) {
+      content(d.reasoning, out);  // as written, and never searched for calls
+    } else if (!d.reasoning.empty()) {
       OutputDelta r;
       r.kind = OutputDelta::Kind::Reasoning;
       r.text = std::move(d.reasoning);
@@ -674,8 +736,24 @@ std::string gbnf_literal(std::string_view s) {
 
 }  // namespace
 
+// Free text up to and including the first `</think>`: one rule per state of
+// the match so far (think-k: k characters of the tag matched), so the text
+// can hold anything but the tag, `<` and `</thin` included.
+std::string think_rules() {
+  static constexpr std::string_view tag = "</think>";
+  std::string out = "think-0 ::= [^<] think-0 | \"<\" think-1\n";
+  for (size_t k = 1; k < tag.size(); ++k) {
+    const std::string c(1, tag[k]);
+    const std::string next = k + 1 == tag.size() ? "" : " think-" + std::to_string(k + 1);
+    out += "think-" + std::to_string(k) + " ::= \"" + c + "\"" + next + " | \"<\" think-1 | [^" + c +
+           "<] think-0\n";
+  }
+  return out + "think-ws ::= [ \t\n]{0,4}\n";
+}
+
 Result<std::string> tool_call_grammar(ToolFormat format, const nlohmann::ordered_json& tools,
-                                      const ToolChoice& choice, bool parallel_tool_calls) {
+                                      const ToolChoice& choice, bool parallel_tool_calls,
+                                      GrammarReasoning reasoning) {
   if (format == ToolFormat::None)
     return Status::invalid_argument("tool_choice needs a tool-call format, and this model has none (--tool-parser)",
                                     "tool_choice");
@@ -695,7 +773,10 @@ Result<std::string> tool_call_grammar(ToolFormat format, const nlohmann::ordered
     named_found = true;
     const std::string prefix = "t" + std::to_string(i) + "-";
     std::string args_rule = prefix + "value";
-    if (fn.contains("parameters") && !fn["parameters"].is_null()) {
+    // No schema, or the empty one: any object (arguments are always objects).
+    const bool any = !fn.contains("parameters") || fn["parameters"].is_null() ||
+                     (fn["parameters"].is_object() && fn["parameters"].empty());
+    if (!any) {
       auto r = grammar::json_schema_rules(fn["parameters"], prefix);
       if (!r) return r.status().with_context(where + ".function.parameters").with_param("tools");
       rules += *r;
@@ -748,9 +829,13 @@ Result<std::string> tool_call_grammar(ToolFormat format, const nlohmann::ordered
     case ToolFormat::None: break;
   }
   const auto lit_sp = [](const std::string& s) { return s.empty() ? std::string() : gbnf_literal(s) + " "; };
-  std::string root = "root ::= " + lit_sp(open) + "call";
+  std::string root = "root ::= ";
+  if (reasoning == GrammarReasoning::Optional) root += "( \"<think>\" think-0 think-ws )? ";
+  if (reasoning == GrammarReasoning::Open) root += "think-0 think-ws ";
+  root += lit_sp(open) + "call";
   if (parallel_tool_calls) root += " ( " + lit_sp(between) + "call )*";
   root += close.empty() ? "" : " " + gbnf_literal(close);
+  if (reasoning != GrammarReasoning::None) root += "\n" + think_rules();
   return root + "\ncall ::= " + call_alts + "\n" + rules + grammar::json_primitives_gbnf();
 }
 

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <random>
 #include <sstream>
 
 #include "chat/chat_template.h"
@@ -91,6 +92,11 @@ TEST(ToolFormat, DetectsByMarkersAlone) {
   EXPECT_EQ(detect_tool_format("{{ '<｜tool▁call▁begin｜>' }}"), ToolFormat::DeepSeekR1);
   EXPECT_EQ(detect_tool_format("{{ bos_token }}{% for m in messages %}{{ m.content }}{% endfor %}"),
             ToolFormat::None);
+  // --tool-parser: auto (or nothing) detects, a name overrides, a wrong name fails.
+  EXPECT_EQ(*resolve_tool_format("", "<tool_call>"), ToolFormat::Hermes);
+  EXPECT_EQ(*resolve_tool_format("auto", "[TOOL_CALLS]"), ToolFormat::Mistral);
+  EXPECT_EQ(*resolve_tool_format("none", "<tool_call>"), ToolFormat::None);
+  EXPECT_FALSE(resolve_tool_format("hermes2", "<tool_call>"));
 }
 
 struct Call {
@@ -121,6 +127,9 @@ const std::vector<Case>& cases() {
        "<tool_call>\n{\"name\": \"f\", \"arguments\": [1]}\n</tool_call>", {}},
       // The closing tag may be cut by the end of the output, nothing else.
       {ToolFormat::Hermes, "<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n", "", {{"f", "{}"}}},
+      {ToolFormat::Hermes,
+       "<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n<tool_call>\n{\"name\": \"g\", \"arguments\": {}}\n</tool_call>",
+       "", {{"f", "{}"}, {"g", "{}"}}},
       {ToolFormat::Hermes, "<tool_call>\n{\"name\": \"f\", \"arguments\": {}} and more",
        "<tool_call>\n{\"name\": \"f\", \"arguments\": {}} and more", {}},
       {ToolFormat::Hermes, "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\"", "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\"", {}},
@@ -167,6 +176,7 @@ const std::vector<Case>& cases() {
       {ToolFormat::CommandR, "<|START_ACTION|>[{\"tool_call_id\": \"0\", \"tool_name\": \"f\", \"parameters\": {}}]<|END_ACTION|>",
        "", {{"f", "{}"}}},
       {ToolFormat::CommandR, "Action: nothing to do", "Action: nothing to do", {}},
+      {ToolFormat::CommandR, "<|START_RESPONSE|>Hello!<|END_RESPONSE|>", "Hello!", {}},
       // deepseek_r1
       {ToolFormat::DeepSeekR1,
        "Let me look.<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n{\"city\": "
@@ -175,6 +185,9 @@ const std::vector<Case>& cases() {
        "Let me look.", {{"get_weather", R"({"city":"Tokyo"})"}, {"b", "{}"}}},
       {ToolFormat::DeepSeekR1, "<｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n{\"a\": \"ü\"}<｜tool▁call▁end｜>", "",
        {{"f", R"({"a":"ü"})"}}},
+      {ToolFormat::DeepSeekR1,
+       "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_time<｜tool▁sep｜>{\"tz\": \"UTC\"}<｜tool▁call▁end｜><｜tool▁calls▁end｜>", "",
+       {{"get_time", R"({"tz":"UTC"})"}}},
       // none: everything is content, trimmed.
       {ToolFormat::None, "  <tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call> \n",
        "<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>", {}},
@@ -274,6 +287,77 @@ TEST(ToolCalls, StreamingMatchesWholeAtEverySplit) {
   }
 }
 
+// Random texts made of the formats' pieces (markers, their prefixes, call
+// objects, broken JSON, separators, multi-byte characters), fed in random
+// pieces: the deltas always add up to the whole parse, and no text is lost.
+TEST(ToolCalls, RandomTextsStreamLikeTheWhole) {
+  const std::vector<std::string> pieces = {
+      "<tool_call>", "</tool_call>", "<tool_", "<|python_tag|>", "<|python", "[TOOL_CALLS]", "[TOOL_", "[ARGS]",
+      "[CALL_ID]", "functools", " functools[", "<function=", "</function>", ">>>", "all\n", "f\n", "Action:",
+      "```json\n", "```", "<|START_ACTION|>", "<|END_ACTION|>", "<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>",
+      "function<｜tool▁sep｜>", "<｜tool▁call▁end｜>", "<｜tool▁calls▁end｜>", "<｜tool▁", "<think>", "</think>", "</thi",
+      "{\"name\": \"f\", \"arguments\": {\"a\": [1, \"}\"]}}", "{\"name\": \"g\", \"parameters\": {}}",
+      "[{\"name\": \"h\", \"arguments\": {}}]", "[{\"tool_name\": \"t\", \"parameters\": {\"x\": 1}}]",
+      "{\"a\": 1}", "{", "}", "[", "]", "\"", "\\", ";", " ", "\n", "word", "é", "😀", "天", "get_weather", "<", ">"};
+  std::mt19937 rng(1234);
+  const std::vector<ToolFormat> formats = {ToolFormat::None,         ToolFormat::Hermes,         ToolFormat::Llama3Json,
+                                           ToolFormat::Mistral,      ToolFormat::FireFunction,   ToolFormat::FunctionaryV31,
+                                           ToolFormat::FunctionaryV32, ToolFormat::CommandR,   ToolFormat::DeepSeekR1};
+  // Whole calls of each format, so that many texts hold some.
+  const std::map<ToolFormat, std::vector<std::string>> calls = {
+      {ToolFormat::None, {"<tool_call>{\"name\": \"f\"}</tool_call>"}},
+      {ToolFormat::Hermes, {"<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": 1}}\n</tool_call>"}},
+      {ToolFormat::Llama3Json, {"{\"name\": \"g\", \"parameters\": {\"b\": \"é\"}}", "<|python_tag|>{\"name\": \"g\", \"parameters\": {}}", "; "}},
+      {ToolFormat::Mistral, {"[TOOL_CALLS][{\"name\": \"h\", \"arguments\": {}}]", "[TOOL_CALLS]f[ARGS]{\"a\": 1}"}},
+      {ToolFormat::FireFunction, {" functools[{\"name\": \"h\", \"arguments\": {\"x\": []}}]"}},
+      {ToolFormat::FunctionaryV31, {"<function=f>{\"a\": 1}</function>", "<|python_tag|>x = 1"}},
+      {ToolFormat::FunctionaryV32, {">>>f\n{\"a\": 1}", ">>>all\nhi ", "f\n{}", "all\n"}},
+      {ToolFormat::CommandR, {"Action: ```json\n[{\"tool_name\": \"t\", \"parameters\": {}}]\n```",
+                              "<|START_ACTION|>[{\"tool_name\": \"t\", \"parameters\": {}}]<|END_ACTION|>", "<|START_RESPONSE|>", "<|END_RESPONSE|>"}},
+      {ToolFormat::DeepSeekR1, {"<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n```json\n{}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+                                "<｜tool▁call▁begin｜>function<｜tool▁sep｜>g\n{\"a\": 2}<｜tool▁call▁end｜>",
+                                "<｜tool▁call▁begin｜>g<｜tool▁sep｜>{}<｜tool▁call▁end｜>"}},
+  };
+  size_t calls_seen = 0;
+  for (int iter = 0; iter < 3000; ++iter) {
+    const ToolFormat f = formats[iter % formats.size()];
+    const auto& own = calls.at(f);
+    std::string text;
+    const int n = 1 + (int)(rng() % 12);
+    for (int k = 0; k < n; ++k) text += rng() % 3 == 0 ? own[rng() % own.size()] : pieces[rng() % pieces.size()];
+    OutputParserOptions o = options(f);
+    o.reasoning = iter % 3 == 0 ? ReasoningMode::Split : iter % 3 == 1 ? ReasoningMode::Inline : ReasoningMode::Off;
+    o.starts_in_reasoning = iter % 6 == 0;
+    const ParsedOutput whole = parse_output(text, o);
+    calls_seen += whole.tool_calls.size();
+    // Nothing lost: with no call found and no reasoning split off, the content
+    // is the text, trimmed (but functionary v3.2 drops its `all\n` headers, command_r
+    // its response tags).
+    if (whole.tool_calls.empty() && o.reasoning != ReasoningMode::Split && f != ToolFormat::FunctionaryV32 &&
+        f != ToolFormat::CommandR) {
+      size_t lead = 0, end = text.size();
+      while (lead < end && std::isspace((unsigned char)text[lead])) ++lead;
+      while (end > lead && std::isspace((unsigned char)text[end - 1])) --end;
+      EXPECT_EQ(whole.content, text.substr(lead, end - lead)) << text;
+    }
+    std::vector<std::string_view> split;
+    const std::string_view t = text;
+    size_t at = 0;
+    while (at < t.size()) {
+      const size_t len = 1 + rng() % 7;
+      split.push_back(t.substr(at, len));
+      at += len;
+    }
+    SCOPED_TRACE(std::string(tool_format_name(f)) + ": " + text);
+    OutputParserOptions so = options(f);
+    so.reasoning = o.reasoning;
+    so.starts_in_reasoning = o.starts_in_reasoning;
+    expect_same(stream(split, so), whole);
+    if (::testing::Test::HasFailure()) return;
+  }
+  EXPECT_GT(calls_seen, 300u) << "the random texts should hold calls too";
+}
+
 // Content flows as it comes: text that cannot start a marker is not held.
 TEST(ToolCalls, StreamingReleasesContentEarly) {
   OutputParser p(options(ToolFormat::Hermes));
@@ -292,6 +376,22 @@ TEST(ToolCalls, StreamingReleasesContentEarly) {
   EXPECT_TRUE(p.finish().empty());
 }
 
+// A long call streamed in small pieces costs its length, not its square:
+// the bracket scan resumes where it stopped (a quadratic rescan of these
+// 600 KB would take minutes).
+TEST(ToolCalls, LongCallStreamsInLinearTime) {
+  std::string body(600'000, 'x');
+  for (size_t i = 0; i < body.size(); i += 97) body[i] = '{';  // brackets inside a string do not count
+  const std::string text = "<tool_call>\n{\"name\": \"write\", \"arguments\": {\"text\": \"" + body + "\"}}\n</tool_call>";
+  OutputParser p(options(ToolFormat::Hermes));
+  ParsedOutput out;
+  for (size_t i = 0; i < text.size(); i += 3) apply_deltas(out, p.feed(std::string_view(text).substr(i, 3)));
+  apply_deltas(out, p.finish());
+  ASSERT_EQ(out.tool_calls.size(), 1u);
+  EXPECT_EQ(out.tool_calls[0].arguments, "{\"text\":\"" + body + "\"}");
+  EXPECT_EQ(out.content, "");
+}
+
 TEST(ToolCalls, CallIds) {
   const IdSource a = seeded_ids(1), b = seeded_ids(1), c = seeded_ids(2);
   const std::string id = make_call_id(a);
@@ -303,7 +403,11 @@ TEST(ToolCalls, CallIds) {
   // Without a source the ids are random, and differ.
   const auto x = parse_output("<tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call>"
                               "<tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call>",
-                              {ToolFormat::Hermes, ReasoningMode::Off, false, {}});
+                              [] {
+                                OutputParserOptions o;
+                                o.format = ToolFormat::Hermes;
+                                return o;
+                              }());
   ASSERT_EQ(x.tool_calls.size(), 2u);
   EXPECT_NE(x.tool_calls[0].id, x.tool_calls[1].id);
 }
@@ -330,6 +434,11 @@ TEST(Reasoning, SplitInlineAndWithToolCalls) {
       {ReasoningMode::Inline, true, ToolFormat::None, "Hmm.</think>It is 4.", "", "Hmm.</think>It is 4.", 0},
       {ReasoningMode::Inline, false, ToolFormat::None, "<think>Hmm.</think>It is 4.", "", "<think>Hmm.</think>It is 4.", 0},
       {ReasoningMode::Off, false, ToolFormat::None, "<think>Hmm.</think>It is 4.", "", "<think>Hmm.</think>It is 4.", 0},
+      // Inline: the reasoning is content as written, and a call in it is not a call.
+      {ReasoningMode::Inline, false, ToolFormat::Hermes,
+       " <think>\nUse <tool_call>{\"name\": \"x\", \"arguments\": {}}</tool_call>?\n</think>\n"
+       "<tool_call>{\"name\": \"w\", \"arguments\": {}}</tool_call>",
+       "", "<think>\nUse <tool_call>{\"name\": \"x\", \"arguments\": {}}</tool_call>?\n</think>", 1},
       // Qwen3: reasoning, then a call; a <tool_call> inside the reasoning is not a call.
       {ReasoningMode::Split, false, ToolFormat::Hermes,
        "<think>\nI could use <tool_call> for the 天气.\n</think>\n\n<tool_call>\n{\"name\": \"w\", \"arguments\": {}}\n</tool_call>",
@@ -361,6 +470,30 @@ TEST(Reasoning, SplitInlineAndWithToolCalls) {
   }
 }
 
+// Command R7B: its own thinking tags, then an action or a response.
+TEST(Reasoning, CommandR7BTags) {
+  CAIRN_REQUIRE_SHARED("templates/CohereForAI-c4ai-command-r7b-12-2024-tool_use.jinja");
+  const std::string tmpl = read_file(*test::shared_dir() / "templates/CohereForAI-c4ai-command-r7b-12-2024-tool_use.jinja");
+  OutputParserOptions o = options(detect_tool_format(tmpl));
+  o.reasoning = ReasoningMode::Split;
+  o.reasoning_tags = reasoning_tags_for_template(tmpl);
+  EXPECT_EQ(o.reasoning_tags.open, "<|START_THINKING|>");
+  const std::string text =
+      "<|START_THINKING|>I will search.<|END_THINKING|><|START_ACTION|>[\n    {\"tool_call_id\": \"0\", "
+      "\"tool_name\": \"search\", \"parameters\": {\"q\": \"x\"}}\n]<|END_ACTION|>";
+  const ParsedOutput whole = parse_output(text, o);
+  EXPECT_EQ(whole.reasoning_content, "I will search.");
+  EXPECT_EQ(whole.content, "");
+  ASSERT_EQ(whole.tool_calls.size(), 1u);
+  EXPECT_EQ(whole.tool_calls[0].arguments, R"({"q":"x"})");
+  for (size_t i = 0; i <= text.size(); ++i) {
+    OutputParserOptions so = o;
+    so.ids = seeded_ids(7);
+    expect_same(stream({std::string_view(text).substr(0, i), std::string_view(text).substr(i)}, so), whole);
+  }
+  EXPECT_EQ(reasoning_tags_for_template("{{ '<think>' }}").open, "<think>");
+}
+
 TEST(Reasoning, PromptOpensReasoning) {
   EXPECT_TRUE(prompt_opens_reasoning("<｜User｜>hi<｜Assistant｜><think>\n"));
   EXPECT_FALSE(prompt_opens_reasoning("<|im_start|>assistant\n<think>\n\n</think>\n\n"));
@@ -387,7 +520,8 @@ const char* kTools = R"([
   {"type": "function", "function": {"name": "get_time",
     "parameters": {"type": "object", "properties": {"tz": {"type": "string", "enum": ["UTC", "CET"]}},
                    "required": ["tz"]}}},
-  {"type": "function", "function": {"name": "ping"}}
+  {"type": "function", "function": {"name": "ping"}},
+  {"type": "function", "function": {"name": "echo", "parameters": {}}}
 ])";
 
 std::shared_ptr<const grammar::Grammar> compile(ToolFormat f, const ToolChoice& choice, bool parallel) {
@@ -468,6 +602,8 @@ TEST(ToolCallGrammar, EveryFormatForcesItsCallsAndParsesBack) {
     EXPECT_FALSE(accepts(required, write_calls(f, {{"get_weather", R"({"days": 5})"}}))) << "a required property missing";
     EXPECT_FALSE(accepts(named, write_calls(f, {{"get_time", R"({"tz": "PST"})"}}))) << "outside the enum";
     EXPECT_FALSE(accepts(required, "Sure, " + one)) << "text before the call";
+    EXPECT_TRUE(accepts(required, write_calls(f, {{"echo", R"({"s": "x"})"}})));
+    EXPECT_FALSE(accepts(required, write_calls(f, {{"echo", "[1]"}}))) << "arguments are an object";
     // What the grammar lets through, the parser takes back as the same calls.
     std::string text = two;
     const ParsedOutput got = parse_output(text, options(f));
@@ -478,6 +614,47 @@ TEST(ToolCallGrammar, EveryFormatForcesItsCallsAndParsesBack) {
     EXPECT_EQ(got.tool_calls[1].arguments, R"({"tz":"UTC"})");
     EXPECT_EQ(got.tool_calls[2].name, "ping");
   }
+}
+
+// Reasoning before the call: Qwen3 may open <think> itself, DeepSeek-R1's
+// prompt opened it; the reasoning is anything up to the first </think>.
+TEST(ToolCallGrammar, ReasoningBeforeTheCall) {
+  const Json tools = Json::parse(kTools);
+  const auto make = [&](ToolFormat f, GrammarReasoning r) {
+    auto text = tool_call_grammar(f, tools, {ToolChoice::Kind::Named, "get_time"}, false, r);
+    EXPECT_TRUE(text) << text.status().message();
+    auto g = grammar::parse_gbnf(text ? *text : "");
+    EXPECT_TRUE(g) << g.status().message();
+    return g ? std::make_shared<const grammar::Grammar>(std::move(*g)) : nullptr;
+  };
+  const std::string call = write_calls(ToolFormat::Hermes, {{"get_time", R"({"tz": "CET"})"}});
+  auto optional = make(ToolFormat::Hermes, GrammarReasoning::Optional);
+  ASSERT_TRUE(optional);
+  EXPECT_TRUE(accepts(optional, call));
+  EXPECT_TRUE(accepts(optional, "<think>\nIt asks <the> time; </thin </th 時間.\n</think>\n\n" + call));
+  EXPECT_FALSE(accepts(optional, "<think>a</think>b</think>" + call)) << "the first </think> ends it";
+  EXPECT_FALSE(accepts(optional, "<think>a</think>\n\n\n\n\n" + call)) << "at most 4 whitespace";
+  EXPECT_FALSE(accepts(optional, "Sure." + call));
+  // A long reasoning keeps the matcher small (the rules are right-recursive).
+  grammar::Matcher m(optional);
+  ASSERT_TRUE(m.accept("<think>"));
+  for (int i = 0; i < 2000; ++i) ASSERT_TRUE(m.accept("step <x> </t </thi. "));
+  EXPECT_LT(m.n_stacks(), 8u);
+  EXPECT_TRUE(m.accept("</think>" + call) && m.can_end());
+
+  const std::string ds = write_calls(ToolFormat::DeepSeekR1, {{"get_time", R"({"tz": "UTC"})"}});
+  auto open = make(ToolFormat::DeepSeekR1, GrammarReasoning::Open);
+  ASSERT_TRUE(open);
+  EXPECT_TRUE(accepts(open, "Need the time.\n</think>\n\n" + ds));
+  EXPECT_FALSE(accepts(open, ds)) << "the open reasoning must be closed first";
+  // And the parser, told the prompt opened it, takes the same text apart.
+  OutputParserOptions o = options(ToolFormat::DeepSeekR1);
+  o.reasoning = ReasoningMode::Split;
+  o.starts_in_reasoning = true;
+  const ParsedOutput got = parse_output("Need the time.\n</think>\n\n" + ds, o);
+  EXPECT_EQ(got.reasoning_content, "Need the time.");
+  ASSERT_EQ(got.tool_calls.size(), 1u);
+  EXPECT_EQ(got.tool_calls[0].arguments, R"({"tz":"UTC"})");
 }
 
 TEST(ToolCallGrammar, Errors) {
