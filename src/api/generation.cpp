@@ -23,8 +23,10 @@ std::optional<chat::OutputParserOptions> parser_options(const serving::OutputSyn
     auto f = chat::tool_format_from_name(s.tool_format);
     if (f.is_ok()) o.format = *f;  // a name from a newer worker: no tool parsing
   }
-  o.reasoning = s.reasoning ? chat::ReasoningMode::Split : chat::ReasoningMode::Off;
-  o.starts_in_reasoning = s.starts_in_reasoning;
+  const bool split = !s.reasoning_open.empty() && !s.reasoning_close.empty();
+  o.reasoning = split ? chat::ReasoningMode::Split : chat::ReasoningMode::Off;
+  if (split) o.reasoning_tags = {s.reasoning_open, s.reasoning_close};
+  o.starts_in_reasoning = split && s.starts_in_reasoning;
   if (o.format == chat::ToolFormat::None && o.reasoning == chat::ReasoningMode::Off)
     return std::nullopt;
   return o;

@@ -151,13 +151,14 @@ v1::GenerateEvent to_proto(const serving::OutputSyntax& syntax) {
   v1::GenerateEvent m;
   auto* s = m.mutable_start();
   s->set_tool_format(syntax.tool_format);
-  s->set_reasoning(syntax.reasoning);
+  s->set_reasoning_open(syntax.reasoning_open);
+  s->set_reasoning_close(syntax.reasoning_close);
   s->set_starts_in_reasoning(syntax.starts_in_reasoning);
   return m;
 }
 
 serving::OutputSyntax from_proto(const v1::OutputSyntax& msg) {
-  return {msg.tool_format(), msg.reasoning(), msg.starts_in_reasoning()};
+  return {msg.tool_format(), msg.reasoning_open(), msg.reasoning_close(), msg.starts_in_reasoning()};
 }
 
 v1::GenerateEvent to_proto(const serving::TokenEvent& ev) {

@@ -101,12 +101,12 @@ struct FinishEvent {
 
 // How to read a chat request's output, as the backend that rendered its
 // prompt knows it: the tool-call format of the model's template (a name
-// chat/tool_calls.h knows; empty: tool calls are not parsed), whether
-// <think>...</think> reasoning is split out of the content, and whether the
-// prompt already opened it (the output then starts inside the reasoning).
+// chat/tool_calls.h knows; empty: tool calls are not parsed), the tags
+// around reasoning that is split out of the content (empty: none is), and
+// whether the prompt already opened it (the output then starts inside it).
 struct OutputSyntax {
   std::string tool_format;
-  bool reasoning = false;
+  std::string reasoning_open, reasoning_close;
   bool starts_in_reasoning = false;
 };
 

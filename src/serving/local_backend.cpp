@@ -127,14 +127,17 @@ Result<std::unique_ptr<LocalBackend>> LocalBackend::create(const LocalBackendOpt
       spdlog::warn("{}: chat template unusable ({}); chat requests use ChatML", b->model_id_,
                    tmpl.status().message());
   }
-  if (!options.tool_parser.empty()) {
-    CAIRN_ASSIGN_OR_RETURN(b->tool_format_, chat::tool_format_from_name(options.tool_parser));
-  } else if (b->template_) {
-    b->tool_format_ = chat::detect_tool_format(template_text);
-  }
-  if (options.reasoning_format == "none")
-    b->reasoning_ = chat::ReasoningMode::Inline;
-  else if (options.reasoning_format != "auto" && options.reasoning_format != "deepseek")
+  if (!b->template_) template_text.clear();  // ChatML: no format, no reasoning tags
+  CAIRN_ASSIGN_OR_RETURN(b->tool_format_,
+                         chat::resolve_tool_format(options.tool_parser, template_text));
+  b->reasoning_tags_ = chat::reasoning_tags_for_template(template_text);
+  b->template_reasons_ = template_text.find(b->reasoning_tags_.open) != std::string::npos ||
+                         template_text.find(b->reasoning_tags_.close) != std::string::npos;
+  if (options.reasoning_format == "auto")
+    b->split_reasoning_ = b->template_reasons_;
+  else if (options.reasoning_format == "deepseek")
+    b->split_reasoning_ = true;
+  else if (options.reasoning_format != "none")
     return Status::invalid_argument("--reasoning-format must be auto, deepseek or none (got '" +
                                     options.reasoning_format + "')");
 
@@ -219,12 +222,16 @@ Result<OutputSyntax> LocalBackend::output_syntax(const GenerateRequest& req,
     // carries when asked.
     render_special = true;
   }
-  out.reasoning = reasoning_ == chat::ReasoningMode::Split;
-  out.starts_in_reasoning = out.reasoning && chat::prompt_opens_reasoning(rendered);
+  if (split_reasoning_) {
+    out.reasoning_open = reasoning_tags_.open;
+    out.reasoning_close = reasoning_tags_.close;
+    out.starts_in_reasoning = chat::prompt_opens_reasoning(rendered, reasoning_tags_);
+  }
   return out;
 }
 
-Result<std::string> LocalBackend::tool_choice_grammar(const GenerateRequest& req) const {
+Result<std::string> LocalBackend::tool_choice_grammar(const GenerateRequest& req,
+                                                     const OutputSyntax& syntax) const {
   if (req.tool_choice != ToolChoice::Required && req.tool_choice != ToolChoice::Named) return std::string();
   if (req.tools_json.empty())
     return invalid("tool_choice forces a call but no tools are given", "tool_choice");
@@ -239,7 +246,15 @@ Result<std::string> LocalBackend::tool_choice_grammar(const GenerateRequest& req
     choice.kind = chat::ToolChoice::Kind::Named;
     choice.name = req.tool_choice_name;
   }
-  auto g = chat::tool_call_grammar(tool_format_, tools, choice, req.parallel_tool_calls);
+  // A model that reasons first may still do so; the grammar's reasoning is <think>'s.
+  chat::GrammarReasoning reasoning = chat::GrammarReasoning::None;
+  if (reasoning_tags_.open == "<think>") {
+    if (syntax.starts_in_reasoning)
+      reasoning = chat::GrammarReasoning::Open;
+    else if (template_reasons_)
+      reasoning = chat::GrammarReasoning::Optional;
+  }
+  auto g = chat::tool_call_grammar(tool_format_, tools, choice, req.parallel_tool_calls, reasoning);
   if (!g.is_ok()) return invalid(g.status().message(), "tools");
   return std::move(*g);
 }
@@ -331,7 +346,7 @@ Result<RequestId> LocalBackend::submit(GenerateRequest req, std::shared_ptr<Even
   std::optional<OutputSyntax> syntax;
   if (std::holds_alternative<std::vector<ChatMessage>>(req.prompt)) {
     CAIRN_ASSIGN_OR_RETURN(syntax, output_syntax(req, rendered, er.render_special));
-    CAIRN_ASSIGN_OR_RETURN(std::string calls, tool_choice_grammar(req));
+    CAIRN_ASSIGN_OR_RETURN(std::string calls, tool_choice_grammar(req, *syntax));
     if (!calls.empty()) req.grammar = std::move(calls);
   }
   if (!req.grammar.empty()) {

@@ -51,7 +51,8 @@ struct LocalBackendOptions {
   // Chat: Jinja text replacing the file's chat template (empty: the file's);
   // the tool-call format (a chat/tool_calls.h name; empty: detected from the
   // template); reasoning: "auto" (<think>...</think> split out as
-  // reasoning_content) or "none" (left inline in the content).
+  // reasoning_content when the template knows such tags), "deepseek" (split
+  // out for any template) or "none" (left inline in the content).
   std::string chat_template = {};
   std::string tool_parser = {};
   std::string reasoning_format = "auto";
@@ -108,7 +109,8 @@ class LocalBackend final : public Backend {
   Result<OutputSyntax> output_syntax(const GenerateRequest& req, const std::string& rendered,
                                      bool& render_special) const;
   // tool_choice required / named as GBNF text; empty for auto and none.
-  Result<std::string> tool_choice_grammar(const GenerateRequest& req) const;
+  Result<std::string> tool_choice_grammar(const GenerateRequest& req,
+                                          const OutputSyntax& syntax) const;
   // `rendered` (if given) receives a chat prompt's rendered text.
   Result<std::vector<Token>> prompt_tokens(const GenerateRequest& req,
                                            std::string* rendered = nullptr) const;
@@ -127,7 +129,10 @@ class LocalBackend final : public Backend {
   model::LoadedModel loaded_;
   std::optional<chat::ChatTemplate> template_;  // absent: ChatML
   chat::ToolFormat tool_format_ = chat::ToolFormat::None;
-  chat::ReasoningMode reasoning_ = chat::ReasoningMode::Split;
+  // The tags around the model's reasoning and whether it is split out.
+  chat::ReasoningTags reasoning_tags_;
+  bool split_reasoning_ = false;
+  bool template_reasons_ = false;  // the template writes the tags itself
   std::unique_ptr<kv::PagedKvCache> kv_;
   std::unique_ptr<engine::Engine> engine_;  // last: stops before what it borrows goes away
 };

@@ -265,7 +265,7 @@ namespace cairn::api {
 namespace {
 
 serving::OutputSyntax hermes_syntax(bool reasoning = false, bool starts_in = false) {
-  return serving::OutputSyntax{"hermes", reasoning, starts_in};
+  return serving::OutputSyntax{"hermes", reasoning ? "<think>" : "", reasoning ? "</think>" : "", starts_in};
 }
 
 const char* kCallText =

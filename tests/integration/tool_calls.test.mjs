@@ -19,8 +19,9 @@ import { loadOpenAI, sharedDir, skipReason, startServer } from './helpers.mjs';
 const skip = skipReason();
 
 // Short enough for stories260K's 128-token context: tools are not printed,
-// and the comment names the Hermes marker so the server reads calls that way.
-const TEMPLATE = `{#- calls are written as <tool_call>{...}</tool_call> -#}
+// and the comment names the Hermes marker and the reasoning tags, so the
+// server reads calls and reasoning that way.
+const TEMPLATE = `{#- calls are written as <tool_call>{...}</tool_call>, reasoning as <think>...</think> -#}
 {%- for m in messages %}{{ m.role }}: {{ m.content if m.content else '' }}{% if flavor is defined %} ({{ flavor }}){% endif %}{{ '\\n' }}
 {%- endfor %}{% if add_generation_prompt %}assistant: {% endif %}`;
 

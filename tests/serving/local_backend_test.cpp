@@ -540,7 +540,7 @@ TEST(LocalBackend, ToolChoiceNoneKwargsAndOutputSyntax) {
   auto s = run(*b, r);
   ASSERT_TRUE(s->syntax);
   EXPECT_EQ(s->syntax->tool_format, "");  // none: calls are not looked for
-  EXPECT_TRUE(s->syntax->reasoning);
+  EXPECT_EQ(s->syntax->reasoning_open, "");  // the template knows no reasoning tags
   EXPECT_FALSE(s->syntax->starts_in_reasoning);
 
   r.chat_template_kwargs_json = R"({"messages": []})";
@@ -557,6 +557,8 @@ TEST(LocalBackend, ToolChoiceNoneKwargsAndOutputSyntax) {
   ASSERT_TRUE(tb);
   auto ts = run(*tb, r = tool_request(ToolChoice::Auto, 2));
   ASSERT_TRUE(ts->syntax);
+  EXPECT_EQ(ts->syntax->reasoning_open, "<think>");
+  EXPECT_EQ(ts->syntax->reasoning_close, "</think>");
   EXPECT_TRUE(ts->syntax->starts_in_reasoning);
   think.reasoning_format = "none";
   auto inline_b = make(think);
@@ -564,7 +566,7 @@ TEST(LocalBackend, ToolChoiceNoneKwargsAndOutputSyntax) {
   r.max_tokens = 2;
   auto is = run(*inline_b, r);
   ASSERT_TRUE(is->syntax);
-  EXPECT_FALSE(is->syntax->reasoning);
+  EXPECT_EQ(is->syntax->reasoning_open, "");
 
   // Bad options fail creation, naming them.
   LocalBackendOptions bad_parser = o;
