@@ -253,6 +253,7 @@ class GbnfParser {
     const auto v = read_hex(t_, i_, n);
     if (!v) return error("unfinished hex escape or bad hex digit");
     if (*v > 0x10FFFF) return error("code point beyond U+10FFFF");
+    if (*v >= 0xD800 && *v <= 0xDFFF) return error("a surrogate code point (U+D800..U+DFFF) is not a character");
     return *v;
   }
 

@@ -261,7 +261,24 @@ class Translator {
       case 'u': {
         auto v = hex(4);
         if (!v) return v.status();
-        return Ranges{{*v, *v}};
+        uint32_t cp = *v;
+        // UTF-16 escapes: a high surrogate and the low one after it are one
+        // character; a surrogate alone is not a character at all.
+        if (cp >= 0xD800 && cp <= 0xDBFF && i_ + 1 < p_.size() && p_[i_] == '\\' && p_[i_ + 1] == 'u') {
+          const size_t back = i_;
+          i_ += 2;
+          auto low = hex(4);
+          if (low && *low >= 0xDC00 && *low <= 0xDFFF)
+            cp = 0x10000 + ((cp - 0xD800) << 10) + (*low - 0xDC00);
+          else
+            i_ = back;
+        }
+        if (cp >= 0xD800 && cp <= 0xDFFF) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "%04x", static_cast<unsigned>(cp));
+          return error(std::string("a lone UTF-16 surrogate ('\\u") + buf + "') is not a character");
+        }
+        return Ranges{{cp, cp}};
       }
       case 'b':
         if (in_class) return Ranges{{'\b', '\b'}};

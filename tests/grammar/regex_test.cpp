@@ -95,6 +95,20 @@ TEST(Regex, UnsupportedSyntaxIsNamed) {
   EXPECT_NE(error(R"((ab)").find("without ')'"), std::string::npos);
   EXPECT_NE(error(R"(\p{L})").find("'\\p'"), std::string::npos);
   EXPECT_NE(error(R"(a^b)").find("anchors only at its ends"), std::string::npos);
+  EXPECT_NE(error(R"(x\ud800)").find("lone UTF-16 surrogate"), std::string::npos);
+  EXPECT_NE(error(R"([\ud800-\udfff])").find("lone UTF-16 surrogate"), std::string::npos);
+}
+
+// UTF-16 escapes of a character beyond the BMP are that one character.
+TEST(Regex, SurrogatePairsAreOneCharacter) {
+  auto g = whole(R"(\ud83d\ude00+)");
+  ASSERT_TRUE(g);
+  EXPECT_TRUE(accepts(g, "\xF0\x9F\x98\x80"));
+  EXPECT_TRUE(accepts(g, "\xF0\x9F\x98\x80\xF0\x9F\x98\x80"));
+  EXPECT_FALSE(accepts(g, "\xED\xA0\xBD\xED\xB8\x80"));  // the surrogates' own bytes
+  auto gbnf = parse_gbnf(R"(root ::= [\U0000D800-\U0000DFFF])");
+  ASSERT_FALSE(gbnf);
+  EXPECT_NE(gbnf.status().message().find("surrogate"), std::string::npos);
 }
 
 }  // namespace
