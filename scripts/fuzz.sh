@@ -20,7 +20,7 @@ if [ "$gguf_seconds" -lt 1 ]; then gguf_seconds=1; fi
 CC=clang CXX=clang++ cmake -S "$root" -B "$build" -G Ninja \
   -DCAIRN_FUZZ=ON -DCAIRN_TESTS=OFF -DCAIRN_TOOLS=OFF >/dev/null
 ninja -C "$build" -j2 fuzz_gguf_reader gguf_fuzz_seeds chat_template_fuzz request_parser_fuzz \
-  onnx_model_fuzz onnx_fuzz_seeds gbnf_fuzz tool_calls_fuzz
+  onnx_model_fuzz onnx_fuzz_seeds gbnf_fuzz schema_regex_fuzz tool_calls_fuzz
 
 # The fuzzer grows its corpus in place, so it works on a copy.
 work=$(mktemp -d)
@@ -54,16 +54,17 @@ echo "fuzz.sh: fuzzing the ONNX model loader for ${onnx_seconds}s"
   -artifact_prefix="$build/fuzz-findings/onnx-" \
   "$work/onnx"
 
-# The template engine, the HTTP request parser, the grammar parser and the
-# tool-call parser get a shorter run each.
+# The template engine, the HTTP request parser, the grammar parser, the JSON
+# Schema and regex compilers and the tool-call parser get a shorter run each.
 extra=${FUZZ_EXTRA_SECONDS:-10}
-for target in chat_template_fuzz request_parser_fuzz gbnf_fuzz tool_calls_fuzz; do
+for target in chat_template_fuzz request_parser_fuzz gbnf_fuzz schema_regex_fuzz tool_calls_fuzz; do
   mkdir -p "$work/$target"
   dict=()
   case $target in
     chat_template_fuzz) [ -f "$root/fuzz/chat_template.dict" ] && dict=(-dict="$root/fuzz/chat_template.dict") ;;
     request_parser_fuzz) dict=(-dict="$root/fuzz/request_parser.dict") ;;
     tool_calls_fuzz) dict=(-dict="$root/fuzz/tool_calls.dict") ;;
+    schema_regex_fuzz) dict=(-dict="$root/fuzz/schema_regex.dict") ;;
   esac
   echo "fuzz.sh: fuzzing $target for ${extra}s"
   "$build/fuzz/$target" -max_total_time="$extra" -max_len=4096 -timeout=10 -rss_limit_mb=2048 \

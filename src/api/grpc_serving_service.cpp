@@ -89,8 +89,20 @@ Result<Target> resolve_target(const v1::PredictRequest& req, const serving::Back
 }
 
 constexpr const char* kCommonInputs[] = {
-    "max_tokens",       "temperature",      "top_p", "top_k", "min_p", "seed", "stop", "ignore_eos",
-    "presence_penalty", "frequency_penalty"};
+    "max_tokens",       "temperature",       "top_p",        "top_k",       "min_p",
+    "seed",             "stop",              "ignore_eos",   "presence_penalty",
+    "frequency_penalty", "response_format",  "guided_json",  "json_schema", "guided_regex",
+    "guided_choice",    "guided_grammar",    "grammar",      "chat_template_kwargs"};
+
+// Inputs given as JSON text (an object or a list), as the OpenAI body holds them.
+bool is_json_input(const std::string& name) {
+  return name == "response_format" || name == "guided_choice" || name == "chat_template_kwargs";
+}
+// Inputs that are plain text: a schema's text, a regex, a GBNF grammar.
+bool is_text_input(const std::string& name) {
+  return name == "guided_json" || name == "json_schema" || name == "guided_regex" ||
+         name == "guided_grammar" || name == "grammar";
+}
 
 bool is_common_input(const std::string& name) {
   for (const char* n : kCommonInputs)
@@ -109,7 +121,10 @@ Result<serving::GenerateRequest> parse_instance(const v1::Instance& inst, const 
       return Status::invalid_argument("unknown input " + shown(name) + " for method " +
                                       (chat ? "chat" : "generate") + " (inputs: " + prompt_name +
                                       ", max_tokens, temperature, top_p, top_k, min_p, seed, stop, "
-                                      "ignore_eos, presence_penalty, frequency_penalty)");
+                                      "ignore_eos, presence_penalty, frequency_penalty, "
+                                      "response_format, guided_json, json_schema, guided_regex, "
+                                      "guided_choice, guided_grammar, grammar" +
+                                      (chat ? ", chat_template_kwargs)" : ")"));
     const bool text_input = name == prompt_name;
     if (text_input && value.kind_case() != v1::Value::kStringValue)
       return Status::invalid_argument("input '" + name + "' must be a string");
@@ -127,7 +142,12 @@ Result<serving::GenerateRequest> parse_instance(const v1::Instance& inst, const 
           // '[' but is not one stays a plain string.
           RequestJson arr = RequestJson::parse(s, nullptr, /*allow_exceptions=*/false);
           body[name] = (!arr.is_discarded() && arr.is_array()) ? arr : RequestJson(s);
-        } else if (text_input || name == "stop") {
+        } else if (is_json_input(name)) {
+          RequestJson j = RequestJson::parse(s, nullptr, /*allow_exceptions=*/false);
+          if (j.is_discarded())
+            return Status::invalid_argument("input '" + name + "' must be JSON text");
+          body[name] = std::move(j);
+        } else if (text_input || name == "stop" || is_text_input(name)) {
           body[name] = s;
         } else {
           return Status::invalid_argument("input '" + name + "' must be a " +

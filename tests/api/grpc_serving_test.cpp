@@ -200,6 +200,26 @@ TEST_F(GrpcServingFake, ChatParsesMessages) {
   EXPECT_EQ((*msgs)[1].content, "hi");
 }
 
+// Structured outputs and template variables travel as the OpenAI body
+// holds them: JSON text for objects and lists, plain text for the rest.
+TEST_F(GrpcServingFake, StructuredOutputInputs) {
+  auto reply = predict(request(
+      "fake", "chat",
+      {{{"messages", str(R"([{"role":"user","content":"hi"}])")},
+        {"response_format", str(R"({"type":"json_schema","json_schema":{"name":"n","schema":
+            {"type":"object","properties":{"zz":{"type":"integer"},"aa":{"type":"integer"}},"required":["zz","aa"]}}})")},
+        {"chat_template_kwargs", str(R"({"enable_thinking":false})")}}}));
+  EXPECT_EQ(reply.error_msg_size(), 0);
+  auto r = backend_.last_request();
+  EXPECT_LT(r.grammar.find("zz"), r.grammar.find("aa"));
+  EXPECT_EQ(r.chat_template_kwargs_json, R"({"enable_thinking":false})");
+  predict(request("fake", "generate", {{{"prompt", str("x")}, {"guided_regex", str("[0-9]+")}}}));
+  EXPECT_FALSE(backend_.last_request().grammar.empty());
+  auto bad = predict(request("fake", "generate", {{{"prompt", str("x")}, {"response_format", str("{nope")}}}));
+  ASSERT_EQ(bad.error_msg_size(), 1);
+  EXPECT_NE(bad.error_msg(0).error_msg().find("response_format"), std::string::npos);
+}
+
 TEST_F(GrpcServingFake, EveryBadInputIsA400NamingTheProblem) {
   struct Case {
     std::string method;
