@@ -429,6 +429,7 @@ class GbnfParser {
 }  // namespace
 
 Result<Grammar> parse_gbnf(std::string_view text, std::string_view root) {
+  if (!valid_utf8(text)) return Status::invalid_argument("the grammar is not valid UTF-8");
   return GbnfParser(text).parse(root);
 }
 

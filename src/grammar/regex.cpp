@@ -347,6 +347,7 @@ class Translator {
 }  // namespace
 
 Result<std::string> regex_to_gbnf(std::string_view pattern, RegexContext context) {
+  if (!valid_utf8(pattern)) return Status::invalid_argument("the regular expression is not valid UTF-8");
   return Translator(pattern, context).run();
 }
 

@@ -96,6 +96,8 @@ TEST(Regex, UnsupportedSyntaxIsNamed) {
   EXPECT_NE(error(R"(\p{L})").find("'\\p'"), std::string::npos);
   EXPECT_NE(error(R"(a^b)").find("anchors only at its ends"), std::string::npos);
   EXPECT_NE(error(R"(x\ud800)").find("lone UTF-16 surrogate"), std::string::npos);
+  EXPECT_NE(error("a\xED\xA0\x80").find("not valid UTF-8"), std::string::npos);  // an encoded surrogate
+  EXPECT_NE(error("\xC0\xB0").find("not valid UTF-8"), std::string::npos);        // an overlong '0'
   EXPECT_NE(error(R"([\ud800-\udfff])").find("lone UTF-16 surrogate"), std::string::npos);
 }
 
@@ -106,6 +108,7 @@ TEST(Regex, SurrogatePairsAreOneCharacter) {
   EXPECT_TRUE(accepts(g, "\xF0\x9F\x98\x80"));
   EXPECT_TRUE(accepts(g, "\xF0\x9F\x98\x80\xF0\x9F\x98\x80"));
   EXPECT_FALSE(accepts(g, "\xED\xA0\xBD\xED\xB8\x80"));  // the surrogates' own bytes
+  EXPECT_FALSE(parse_gbnf("root ::= \"\xE0\x80\xB0\""));  // overlong
   auto gbnf = parse_gbnf(R"(root ::= [\U0000D800-\U0000DFFF])");
   ASSERT_FALSE(gbnf);
   EXPECT_NE(gbnf.status().message().find("surrogate"), std::string::npos);
