@@ -115,6 +115,155 @@ std::string naturals(uint64_t lo, uint64_t hi) {
   return out + ")";
 }
 
+// A non-negative decimal as digit strings: the integer part without leading
+// zeros ("0" for none), the fraction without trailing zeros.
+struct Decimal {
+  std::string whole = "0", frac;
+};
+
+// A bound from JSON as an exact decimal of its shortest text (1e-05 too),
+// or nullopt beyond what a grammar here spells (|x| >= 1e15, more than 15
+// fraction digits).
+std::optional<std::pair<bool, Decimal>> to_decimal(const nlohmann::ordered_json& v) {
+  std::string t = v.dump();
+  bool negative = false;
+  if (!t.empty() && t[0] == '-') {
+    negative = true;
+    t.erase(0, 1);
+  }
+  int exp = 0;
+  if (const size_t e = t.find_first_of("eE"); e != std::string::npos) {
+    exp = std::atoi(t.c_str() + e + 1);
+    t.erase(e);
+  }
+  std::string digits = t;
+  int point = (int)digits.size();
+  if (const size_t dot = digits.find('.'); dot != std::string::npos) {
+    point = (int)dot;
+    digits.erase(dot, 1);
+  }
+  point += exp;
+  if (point > 15 || (int)digits.size() - point > 15) return std::nullopt;
+  while (point < 0) {
+    digits.insert(0, "0");
+    ++point;
+  }
+  while ((int)digits.size() < point) digits += '0';
+  Decimal d;
+  d.whole = digits.substr(0, (size_t)point);
+  d.frac = digits.substr((size_t)point);
+  d.whole.erase(0, std::min(d.whole.find_first_not_of('0'), d.whole.size()));
+  if (d.whole.empty()) d.whole = "0";
+  while (!d.frac.empty() && d.frac.back() == '0') d.frac.pop_back();
+  if (d.whole == "0" && d.frac.empty()) negative = false;
+  return std::pair<bool, Decimal>(negative, d);
+}
+
+std::string alternatives(const std::vector<std::string>& alts) {
+  if (alts.empty()) return "";
+  if (alts.size() == 1) return alts[0];
+  std::string out = "(";
+  for (size_t i = 0; i < alts.size(); ++i) out += (i ? " | " : "") + alts[i];
+  return out + ")";
+}
+
+std::string quoted(const std::string& digits) { return "\"" + digits + "\""; }
+
+const char* kAnyDigits = "[0-9]{0,14}";
+const char* kNonZeroDigits = "[0-9]{0,13} [1-9] [0-9]{0,13}";  // some digit is not 0
+
+std::string drop_trailing_zeros(std::string s) {
+  while (!s.empty() && s.back() == '0') s.pop_back();
+  return s;
+}
+
+// Non-empty fraction digit strings d with 0.d >= 0.b (> when strict); b has
+// no trailing zeros.
+std::string fraction_at_least(const std::string& b, bool strict) {
+  if (b.empty()) return strict ? kNonZeroDigits : "[0-9]{1,15}";
+  std::vector<std::string> alts;
+  if (b[0] < '9') alts.push_back("[" + std::string(1, (char)(b[0] + 1)) + "-9] " + kAnyDigits);
+  const std::string rest = b.substr(1);
+  alts.push_back(quoted(b.substr(0, 1)) + " " +
+                 (rest.empty() ? (strict ? kNonZeroDigits : kAnyDigits) : fraction_at_least(rest, strict)));
+  return alternatives(alts);
+}
+
+// Non-empty fraction digit strings d with 0.d <= 0.c (< when strict); c has
+// no trailing zeros. Empty when there is none.
+std::string fraction_at_most(const std::string& c, bool strict) {
+  if (c.empty()) return strict ? "" : "\"0\"{1,15}";
+  std::vector<std::string> alts;
+  if (c[0] > '0') alts.push_back("[0-" + std::string(1, (char)(c[0] - 1)) + "] " + kAnyDigits);
+  const std::string rest = c.substr(1);
+  if (rest.empty()) {
+    if (!strict) alts.push_back(quoted(c) + " \"0\"{0,14}");  // c itself
+  } else {
+    const std::string tail = fraction_at_most(rest, strict);
+    alts.push_back(quoted(c.substr(0, 1)) + (tail.empty() ? "" : " ( " + tail + " )?"));
+  }
+  return alternatives(alts);
+}
+
+// Non-empty fraction digit strings between 0.b and 0.c (b < c; each end
+// inclusive or strict).
+std::string fraction_between(std::string b, bool b_strict, std::string c, bool c_strict) {
+  const size_t n = std::max(b.size(), c.size());
+  b.resize(n, '0');
+  c.resize(n, '0');
+  size_t k = 0;
+  while (k < n && b[k] == c[k]) ++k;
+  if (k == n) return (b_strict || c_strict) ? "" : quoted(drop_trailing_zeros(b)) + " \"0\"{0,14}";
+  std::vector<std::string> alts;
+  if (c[k] - b[k] > 1)
+    alts.push_back("[" + std::string(1, (char)(b[k] + 1)) + "-" + std::string(1, (char)(c[k] - 1)) + "] " + kAnyDigits);
+  const std::string brest = drop_trailing_zeros(b.substr(k + 1));
+  alts.push_back(quoted(b.substr(k, 1)) + " " +
+                 (brest.empty() ? (b_strict ? kNonZeroDigits : kAnyDigits) : fraction_at_least(brest, b_strict)));
+  const std::string crest = drop_trailing_zeros(c.substr(k + 1));
+  if (crest.empty()) {
+    if (!c_strict) alts.push_back(quoted(c.substr(k, 1)) + " \"0\"{0,14}");
+  } else {
+    const std::string tail = fraction_at_most(crest, c_strict);
+    alts.push_back(quoted(c.substr(k, 1)) + (tail.empty() ? "" : " ( " + tail + " )?"));
+  }
+  const std::string prefix = b.substr(0, k);
+  return (prefix.empty() ? "" : quoted(prefix) + " ") + alternatives(alts);
+}
+
+// A whole part followed by an optional fraction: `bare` says whether the
+// whole number itself is in range, `fraction` the allowed digits ("" none).
+std::string with_fraction(const std::string& whole, bool bare, const std::string& fraction) {
+  if (fraction.empty()) return bare ? whole : "";
+  const std::string f = "\".\" " + fraction;
+  return whole + (bare ? " ( " + f + " )?" : " " + f);
+}
+
+// Non-negative decimals (no sign, no exponent) in [lo, hi], hi absent:
+// unbounded; "" when there is none.
+std::string decimals_between(const Decimal& lo, bool lo_strict, const std::optional<Decimal>& hi, bool hi_strict) {
+  // The whole number n = lo.whole is >= lo when lo has no fraction (and the
+  // end is inclusive); n = hi.whole is <= hi unless hi == n and strict.
+  const bool lo_bare = lo.frac.empty() && !lo_strict;
+  std::vector<std::string> alts;
+  if (hi && hi->whole == lo.whole) {
+    const bool bare = lo_bare && !(hi->frac.empty() && hi_strict);
+    return with_fraction(quoted(lo.whole), bare, fraction_between(lo.frac, lo_strict, hi->frac, hi_strict));
+  }
+  alts.push_back(with_fraction(quoted(lo.whole), lo_bare, fraction_at_least(lo.frac, lo_strict)));
+  const uint64_t nlo = std::stoull(lo.whole);
+  const uint64_t nhi = hi ? std::stoull(hi->whole) : kUnbounded;
+  if (!hi || nhi > nlo + 1)
+    alts.push_back(naturals(nlo + 1, hi ? nhi - 1 : kUnbounded) + " ( \".\" [0-9]{1,15} )?");
+  if (hi) {
+    const std::string s = with_fraction(quoted(hi->whole), !(hi->frac.empty() && hi_strict),
+                                        fraction_at_most(hi->frac, hi_strict));
+    if (!s.empty()) alts.push_back(s);
+  }
+  std::erase(alts, std::string());
+  return alternatives(alts);
+}
+
 class Compiler {
  public:
   explicit Compiler(const Json& root, std::string prefix = {}) : root_(root), prefix_(std::move(prefix)) {}
@@ -504,11 +653,7 @@ class Compiler {
     if (type == "boolean") return std::string("json-boolean");
     if (type == "string") return string(s, hint, path);
     if (type == "integer") return integer(s, path);
-    if (type == "number") {
-      for (const char* k : {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"})
-        if (s.contains(k)) return unsupported(path + "/" + k, std::string("'") + k + "' on a number (it is on an integer)");
-      return std::string("json-number");
-    }
+    if (type == "number") return number(s, path);
     if (type == "object") return object(s, hint, path);
     if (type == "array") return array(s, hint, path);
     return unsupported(path + "/type", "the type '" + type + "'");
@@ -601,6 +746,63 @@ class Compiler {
       const uint64_t phi = hi ? (uint64_t)*hi : kUnbounded;
       alts.push_back(naturals(plo, phi));
     }
+    std::string out = "(";
+    for (size_t i = 0; i < alts.size(); ++i) out += (i ? " | " : "") + alts[i];
+    return out + ")";
+  }
+
+  // Bounded numbers are written as decimals without an exponent (up to 15
+  // digits each side of the point), which covers every value in range.
+  Result<std::string> number(const Json& s, const std::string& path) {
+    struct End {
+      bool set = false, strict = false, negative = false;
+      Decimal d;
+      double v = 0;
+    };
+    End lo, hi;
+    const auto bound = [&](const char* k, bool strict, End& end, bool is_min) -> Status {
+      if (!s.contains(k)) return Status::ok();
+      if (!s[k].is_number()) return unsupported(path + "/" + k, std::string("'") + k + "' that is not a number");
+      const auto d = to_decimal(s[k]);
+      if (!d) return unsupported(path + "/" + k, std::string("'") + k + "' beyond 1e15 or with more than 15 decimals");
+      const double v = s[k].get<double>();
+      // Both forms given: the tighter one holds.
+      if (end.set && (is_min ? !(v > end.v || (v == end.v && strict)) : !(v < end.v || (v == end.v && strict))))
+        return Status::ok();
+      end = End{true, strict, d->first, d->second, v};
+      return Status::ok();
+    };
+    CAIRN_RETURN_IF_ERROR(bound("minimum", false, lo, true));
+    CAIRN_RETURN_IF_ERROR(bound("exclusiveMinimum", true, lo, true));
+    CAIRN_RETURN_IF_ERROR(bound("maximum", false, hi, false));
+    CAIRN_RETURN_IF_ERROR(bound("exclusiveMaximum", true, hi, false));
+    if (!lo.set && !hi.set) return std::string("json-number");
+    if (lo.set && hi.set && (lo.v > hi.v || (lo.v == hi.v && (lo.strict || hi.strict))))
+      return unsupported(path, "number bounds with no number between them");
+    std::vector<std::string> alts;
+    // Negative values: "-" and their magnitude, which is above 0 and at most
+    // -lo; at least -hi when hi is negative.
+    if (!lo.set || lo.negative) {
+      Decimal mag_lo;  // 0, strictly
+      bool mag_lo_strict = true;
+      if (hi.set && hi.negative) {
+        mag_lo = hi.d;
+        mag_lo_strict = hi.strict;
+      }
+      std::optional<Decimal> mag_hi;
+      if (lo.set) mag_hi = lo.d;
+      const std::string neg = decimals_between(mag_lo, mag_lo_strict, mag_hi, lo.set && lo.strict);
+      if (!neg.empty()) alts.push_back("\"-\" " + neg);
+    }
+    // Values from 0 (or lo when it is not negative) up to hi.
+    if (!hi.set || !hi.negative) {
+      const bool from_lo = lo.set && !lo.negative;
+      std::optional<Decimal> top;
+      if (hi.set) top = hi.d;
+      const std::string pos = decimals_between(from_lo ? lo.d : Decimal{}, from_lo && lo.strict, top, hi.set && hi.strict);
+      if (!pos.empty()) alts.push_back(pos);
+    }
+    if (alts.empty()) return unsupported(path, "number bounds with no number between them");
     std::string out = "(";
     for (size_t i = 0; i < alts.size(); ++i) out += (i ? " | " : "") + alts[i];
     return out + ")";

@@ -3,7 +3,7 @@
 // llama.cpp's json_schema field use (type, properties, required,
 // additionalProperties, items, prefixItems, minItems, maxItems, enum, const,
 // anyOf, oneOf, allOf of objects, $ref into $defs/definitions, string
-// minLength/maxLength/format/pattern, integer bounds) into GBNF text that
+// minLength/maxLength/format/pattern, integer and number bounds) into GBNF text that
 // parse_gbnf() compiles. A keyword it cannot honour is an error naming it
 // and where it is (a JSON pointer), never silently dropped; keywords that
 // only annotate (title, description, examples, default, $schema, $id,
