@@ -102,6 +102,34 @@ void BM_Mask(benchmark::State& state, const char* file) {
 BENCHMARK_CAPTURE(BM_Mask, llama_spm_32k, "ggml-vocab-llama-spm.gguf")->DenseRange(0, 2)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_Mask, qwen2_151k, "ggml-vocab-qwen2.gguf")->DenseRange(0, 2)->Unit(benchmark::kMillisecond);
 
+// The original walk (a copy of the parse stacks per trie node), for comparison.
+void BM_MaskByCopying(benchmark::State& state, const char* file) {
+  std::optional<grammar::Matcher> matcher;
+  const Vocab* v = setup(state, file, matcher);
+  if (!v) return;
+  std::vector<uint8_t> mask;
+  for (auto _ : state) v->trie->fill_mask_by_copying(*matcher, mask);
+}
+BENCHMARK_CAPTURE(BM_MaskByCopying, llama_spm_32k, "ggml-vocab-llama-spm.gguf")->Arg(1)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_MaskByCopying, qwen2_151k, "ggml-vocab-qwen2.gguf")->Arg(1)->Unit(benchmark::kMillisecond);
+
+// A state whose mask is not cached, walked over transitions that earlier
+// walks learnt (a server some requests in): table loads only.
+void BM_MaskWarmTable(benchmark::State& state, const char* file) {
+  std::optional<grammar::Matcher> matcher;
+  const Vocab* v = setup(state, file, matcher);
+  if (!v) return;
+  grammar::StateTable table;
+  std::vector<uint8_t> mask;
+  v->trie->fill_mask(*matcher, mask, table);
+  for (auto _ : state) v->trie->fill_mask(*matcher, mask, table);
+  state.counters["states"] = (double)table.size();
+  state.counters["table_MiB"] = (double)table.bytes() / (1 << 20);
+  state.counters["trie_nodes"] = (double)v->trie->n_nodes();
+}
+BENCHMARK_CAPTURE(BM_MaskWarmTable, llama_spm_32k, "ggml-vocab-llama-spm.gguf")->DenseRange(0, 2)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_MaskWarmTable, qwen2_151k, "ggml-vocab-qwen2.gguf")->DenseRange(0, 2)->Unit(benchmark::kMillisecond);
+
 // The steps after the first in a state: the mask comes from the cache.
 void BM_MaskCached(benchmark::State& state, const char* file) {
   std::optional<grammar::Matcher> matcher;

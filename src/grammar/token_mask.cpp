@@ -1,10 +1,67 @@
-// grammar/token_mask.cpp — the vocabulary trie and the mask walk.
+// grammar/token_mask.cpp — the vocabulary trie, the state table and the mask walks.
 #include "grammar/token_mask.h"
 
 #include <algorithm>
 #include <map>
 
 namespace cairn::grammar {
+
+// ---- StateTable
+
+int32_t StateTable::add(Matcher m, std::string key) {
+  const int32_t id = (int32_t)states_.size();
+  const bool end = m.can_end();
+  // The key is held twice (map and matcher stacks, about as large).
+  bytes_ += sizeof(State) + sizeof(void*) + 3 * key.size() + 64;
+  states_.push_back(State{std::move(m), end});
+  rows_.emplace_back();
+  ids_.emplace(std::move(key), id);
+  return id;
+}
+
+int32_t StateTable::intern(const Matcher& m) {
+  std::string key = m.state_key();
+  const auto it = ids_.find(key);
+  if (it != ids_.end()) return it->second;
+  return add(m, std::move(key));
+}
+
+const int32_t* StateTable::row(int32_t s) {
+  auto& r = rows_[(size_t)s];
+  if (!r) {
+    r.reset(new int32_t[256]);
+    std::fill(r.get(), r.get() + 256, kUnknown);
+    bytes_ += 256 * sizeof(int32_t);
+  }
+  return r.get();
+}
+
+int32_t StateTable::compute(int32_t s, uint8_t b) {
+  row(s);
+  Matcher m = states_[(size_t)s].m;
+  int32_t t = kRefused;
+  if (m.accept_byte(b)) {
+    std::string key = m.state_key();
+    const auto it = ids_.find(key);
+    if (it != ids_.end()) {
+      t = it->second;
+    } else {
+      if (bytes_ > 2 * max_bytes_) return kFull;  // not remembered: the caller gives up
+      t = add(std::move(m), std::move(key));
+    }
+  }
+  rows_[(size_t)s][b] = t;
+  return t;
+}
+
+void StateTable::clear() {
+  states_.clear();
+  rows_.clear();
+  ids_.clear();
+  bytes_ = 0;
+}
+
+// ---- TokenTrie
 
 TokenTrie::TokenTrie(const std::vector<std::string>& pieces, std::vector<int32_t> end_tokens)
     : n_vocab_((int32_t)pieces.size()), end_tokens_(std::move(end_tokens)) {
@@ -31,51 +88,124 @@ TokenTrie::TokenTrie(const std::vector<std::string>& pieces, std::vector<int32_t
     }
     b[n].tokens.push_back(id);
   }
-  nodes_.resize(b.size());
-  std::vector<uint32_t> order = {0}, place(b.size(), 0);
-  nodes_[0].tokens = b[0].tokens;
-  uint32_t next = 1;
-  for (size_t k = 0; k < order.size(); ++k) {
-    const uint32_t src = order[k];
-    Node& dst = nodes_[place[src]];
-    dst.first_child = next;
-    dst.n_children = (uint32_t)b[src].children.size();
-    for (const auto& [byte, child] : b[src].children) {
-      place[child] = next;
-      nodes_[next].byte = byte;
-      nodes_[next].tokens = std::move(b[child].tokens);
-      ++next;
-      order.push_back(child);
+  // Depth-first layout, iteratively (a piece may be long).
+  nodes_.reserve(b.size() + 1);
+  struct Open {
+    uint32_t src, placed;
+    std::map<uint8_t, uint32_t>::const_iterator next;
+  };
+  std::vector<Open> path;
+  const auto place = [&](uint32_t src, uint8_t byte) {
+    Node n;
+    n.token = (uint32_t)tokens_.size();
+    n.depth = (uint32_t)path.size();
+    n.byte = byte;
+    tokens_.insert(tokens_.end(), b[src].tokens.begin(), b[src].tokens.end());
+    nodes_.push_back(n);
+    path.push_back(Open{src, (uint32_t)nodes_.size() - 1, b[src].children.begin()});
+  };
+  place(0, 0);
+  while (!path.empty()) {
+    Open& o = path.back();
+    if (o.next == b[o.src].children.end()) {
+      nodes_[o.placed].end = (uint32_t)nodes_.size();
+      path.pop_back();
+      continue;
     }
+    const auto [byte, child] = *o.next;
+    ++o.next;
+    place(child, byte);
   }
+  Node sentinel;
+  sentinel.token = (uint32_t)tokens_.size();
+  nodes_.push_back(sentinel);
 }
 
-void TokenTrie::walk(uint32_t node, const Matcher& m, std::vector<uint8_t>& allowed,
-                     int32_t& count) const {
-  const Node& n = nodes_[node];
-  for (uint32_t c = 0; c < n.n_children; ++c) {
-    const Node& child = nodes_[n.first_child + c];
-    Matcher next = m;
-    if (!next.accept_byte(child.byte)) continue;
-    for (int32_t id : child.tokens) {
-      allowed[(size_t)id] = 1;
+bool TokenTrie::walk_table(int32_t start, StateTable& table, std::vector<uint8_t>& allowed,
+                           int32_t& count) const {
+  // Front to back over the depth-first nodes: the state a node's byte is
+  // read from is its parent's, kept per depth; a refused byte skips the
+  // subtree.
+  const size_t n = nodes_.size() - 1;
+  std::vector<int32_t> state(1, start);
+  std::vector<const int32_t*> rows(1, table.row(start));
+  uint8_t* out = allowed.data();
+  const Node* nodes = nodes_.data();
+  for (size_t i = 1; i < n;) {
+    const Node& node = nodes[i];
+    const uint32_t d = node.depth;
+    int32_t t = rows[d - 1][node.byte];
+    if (t == StateTable::kUnknown) t = table.next(state[d - 1], node.byte);
+    if (t < 0) {
+      if (t == StateTable::kFull) return false;
+      i = node.end;
+      continue;
+    }
+    for (uint32_t k = node.token; k < nodes[i + 1].token; ++k) {
+      out[tokens_[k]] = 1;
       ++count;
     }
-    walk(n.first_child + c, next, allowed, count);
+    if (node.end != i + 1) {  // has children: they read from t
+      if (state.size() <= d) {
+        state.resize(d + 1);
+        rows.resize(d + 1);
+      }
+      state[d] = t;
+      rows[d] = table.row(t);
+    }
+    ++i;
+  }
+  return true;
+}
+
+void TokenTrie::walk_copying(uint32_t node, const Matcher& m, std::vector<uint8_t>& allowed,
+                             int32_t& count) const {
+  for (uint32_t c = node + 1; c < nodes_[node].end; c = nodes_[c].end) {
+    Matcher next = m;
+    if (!next.accept_byte(nodes_[c].byte)) continue;
+    for (uint32_t k = nodes_[c].token; k < nodes_[c + 1].token; ++k) {
+      allowed[(size_t)tokens_[k]] = 1;
+      ++count;
+    }
+    walk_copying(c, next, allowed, count);
   }
 }
 
-int32_t TokenTrie::fill_mask(const Matcher& m, std::vector<uint8_t>& allowed) const {
-  allowed.assign((size_t)n_vocab_, 0);
+int32_t TokenTrie::add_end_tokens(bool can_end, std::vector<uint8_t>& allowed) const {
   int32_t count = 0;
-  walk(0, m, allowed, count);
-  if (m.can_end())
+  if (can_end)
     for (int32_t id : end_tokens_)
       if (id >= 0 && id < n_vocab_ && !allowed[(size_t)id]) {
         allowed[(size_t)id] = 1;
         ++count;
       }
   return count;
+}
+
+int32_t TokenTrie::fill_mask_by_copying(const Matcher& m, std::vector<uint8_t>& allowed) const {
+  allowed.assign((size_t)n_vocab_, 0);
+  int32_t count = 0;
+  walk_copying(0, m, allowed, count);
+  return count + add_end_tokens(m.can_end(), allowed);
+}
+
+int32_t TokenTrie::fill_mask(const Matcher& m, std::vector<uint8_t>& allowed,
+                             StateTable& table) const {
+  // Cleared between walks, so one walk has the whole bound (twice, see
+  // StateTable::next) before it gives up.
+  if (table.over_budget()) table.clear();
+  allowed.assign((size_t)n_vocab_, 0);
+  int32_t count = 0;
+  if (!walk_table(table.intern(m), table, allowed, count)) {
+    table.clear();
+    return fill_mask_by_copying(m, allowed);
+  }
+  return count + add_end_tokens(m.can_end(), allowed);
+}
+
+int32_t TokenTrie::fill_mask(const Matcher& m, std::vector<uint8_t>& allowed) const {
+  StateTable table;
+  return fill_mask(m, allowed, table);
 }
 
 int32_t TokenTrie::fill_mask(const Matcher& m, std::vector<uint8_t>& allowed,
@@ -87,10 +217,12 @@ int32_t TokenTrie::fill_mask(const Matcher& m, std::vector<uint8_t>& allowed,
     for (uint8_t a : allowed) count += a;
     return count;
   }
-  const int32_t count = fill_mask(m, allowed);
+  const int32_t count = fill_mask(m, allowed, cache.table());
   cache.put(std::move(key), allowed);
   return count;
 }
+
+// ---- MaskCache
 
 const std::vector<uint8_t>* MaskCache::find(const std::string& key) {
   const auto it = entries_.find(key);
