@@ -1,6 +1,8 @@
 // grammar/token_mask.cpp — the vocabulary trie, the state table and the mask walks.
 #include "grammar/token_mask.h"
 
+#include "grammar/text.h"
+
 #include <algorithm>
 #include <map>
 
@@ -8,22 +10,66 @@ namespace cairn::grammar {
 
 // ---- StateTable
 
-int32_t StateTable::add(Matcher m, std::string key) {
+void StateTable::set_grammar(const Grammar* g) {
+  clear();
+  grammar_ = g;
+  class_starts_.assign(1, 0);
+  for (const Rule& r : g->rules())
+    for (const auto& alt : r.alternatives)
+      for (const Element& e : alt) {
+        if (e.kind != Element::Kind::Chars) continue;
+        for (size_t i = 0; i + 1 < e.ranges.size(); i += 2) {
+          class_starts_.push_back(e.ranges[i]);
+          if (e.ranges[i + 1] != UINT32_MAX) class_starts_.push_back(e.ranges[i + 1] + 1);
+        }
+      }
+  std::sort(class_starts_.begin(), class_starts_.end());
+  class_starts_.erase(std::unique(class_starts_.begin(), class_starts_.end()), class_starts_.end());
+}
+
+int32_t StateTable::add_whole(Matcher m, std::string key) {
   const int32_t id = (int32_t)states_.size();
-  const bool end = m.can_end();
+  State st;
+  st.whole = (int32_t)wholes_.size();
+  st.can_end = m.can_end();
   // The key is held twice (map and matcher stacks, about as large).
-  bytes_ += sizeof(State) + sizeof(void*) + 3 * key.size() + 64;
-  states_.push_back(State{std::move(m), end});
+  bytes_ += sizeof(State) + sizeof(Matcher) + 3 * key.size() + 96;
+  states_.push_back(st);
   rows_.emplace_back();
-  ids_.emplace(std::move(key), id);
+  wholes_.push_back(std::move(m));
+  whole_ids_.emplace(std::move(key), id);
+  return id;
+}
+
+int32_t StateTable::partial_state(int32_t whole, int32_t pending, uint32_t partial) {
+  const uint64_t key = (uint64_t)whole << 32 | (uint64_t)pending << 24 | partial;
+  const auto it = partial_ids_.find(key);
+  if (it != partial_ids_.end()) return it->second;
+  if (bytes_ > 2 * max_bytes_) return kFull;
+  const int32_t id = (int32_t)states_.size();
+  states_.push_back(State{whole, pending, partial, false});
+  rows_.emplace_back();
+  partial_ids_.emplace(key, id);
+  bytes_ += sizeof(State) + 48;
   return id;
 }
 
 int32_t StateTable::intern(const Matcher& m) {
-  std::string key = m.state_key();
-  const auto it = ids_.find(key);
-  if (it != ids_.end()) return it->second;
-  return add(m, std::move(key));
+  if (m.g_.get() != grammar_) set_grammar(m.g_.get());
+  Matcher w = m;
+  w.pending_ = 0;
+  w.partial_ = 0;
+  std::string key = w.state_key();
+  const auto it = whole_ids_.find(key);
+  const int32_t s = it != whole_ids_.end() ? it->second : add_whole(std::move(w), std::move(key));
+  if (m.pending_ == 0) return s;
+  const int32_t p = partial_state(states_[(size_t)s].whole, m.pending_, m.partial_);
+  if (p != kFull) return p;
+  // Over the bound already: room for this one state, cleared after the walk.
+  const int32_t id = (int32_t)states_.size();
+  states_.push_back(State{states_[(size_t)s].whole, m.pending_, m.partial_, false});
+  rows_.emplace_back();
+  return id;
 }
 
 const int32_t* StateTable::row(int32_t s) {
@@ -36,20 +82,63 @@ const int32_t* StateTable::row(int32_t s) {
   return r.get();
 }
 
-int32_t StateTable::compute(int32_t s, uint8_t b) {
-  row(s);
-  Matcher m = states_[(size_t)s].m;
+bool StateTable::takes_any(int32_t whole, uint32_t lo, uint32_t hi) {
+  return wholes_[(size_t)whole].advance_code_point(lo, hi, false);  // only checks
+}
+
+int32_t StateTable::complete(int32_t whole, uint32_t cp) {
+  const uint32_t cls =
+      (uint32_t)(std::upper_bound(class_starts_.begin(), class_starts_.end(), cp) - class_starts_.begin());
+  const uint64_t ckey = (uint64_t)whole << 32 | cls;
+  const auto it = completions_.find(ckey);
+  if (it != completions_.end()) return it->second;
+  Matcher m = wholes_[(size_t)whole];
   int32_t t = kRefused;
-  if (m.accept_byte(b)) {
+  if (m.advance_code_point(cp, cp, true)) {
     std::string key = m.state_key();
-    const auto it = ids_.find(key);
-    if (it != ids_.end()) {
-      t = it->second;
+    const auto found = whole_ids_.find(key);
+    if (found != whole_ids_.end()) {
+      t = found->second;
     } else {
-      if (bytes_ > 2 * max_bytes_) return kFull;  // not remembered: the caller gives up
-      t = add(std::move(m), std::move(key));
+      if (bytes_ > 2 * max_bytes_) return kFull;
+      t = add_whole(std::move(m), std::move(key));
     }
   }
+  completions_.emplace(ckey, t);
+  bytes_ += 48;
+  return t;
+}
+
+int32_t StateTable::compute(int32_t s, uint8_t b) {
+  // Matcher::accept_byte step by step, over interned states.
+  row(s);
+  const State st = states_[(size_t)s];
+  int32_t t = kRefused;
+  if (st.pending == 0) {
+    if (b < 0x80) {
+      t = complete(st.whole, b);
+    } else {
+      const int len = utf8_length(b);
+      if (len >= 2 && b != 0xC0 && b != 0xC1 && b <= 0xF4) {
+        const uint32_t bits = b & (0x7F >> len);
+        const int rest = len - 1;
+        const uint32_t lo = bits << (6 * rest), hi = lo | ((1u << (6 * rest)) - 1);
+        if (takes_any(st.whole, std::max(lo, len == 2 ? 0x80u : len == 3 ? 0x800u : 0x10000u),
+                      std::min(hi, 0x10FFFFu)))
+          t = partial_state(st.whole, rest, bits);
+      }
+    }
+  } else if ((b & 0xC0) == 0x80) {
+    const uint32_t bits = (st.partial << 6) | (b & 0x3F);
+    const int rest = st.pending - 1;
+    if (rest > 0) {
+      const uint32_t lo = bits << (6 * rest), hi = lo | ((1u << (6 * rest)) - 1);
+      if (takes_any(st.whole, lo, std::min(hi, 0x10FFFFu))) t = partial_state(st.whole, rest, bits);
+    } else {
+      t = complete(st.whole, bits);
+    }
+  }
+  if (t == kFull) return t;  // not remembered
   rows_[(size_t)s][b] = t;
   return t;
 }
@@ -57,7 +146,10 @@ int32_t StateTable::compute(int32_t s, uint8_t b) {
 void StateTable::clear() {
   states_.clear();
   rows_.clear();
-  ids_.clear();
+  wholes_.clear();
+  whole_ids_.clear();
+  partial_ids_.clear();
+  completions_.clear();
   bytes_ = 0;
 }
 

@@ -20,21 +20,28 @@
 namespace cairn::grammar {
 
 // The recognizer as a lazily built automaton: every state met is interned
-// by its state_key() and its transition on a byte is computed by the
-// Matcher once, then looked up. Exact (a state is the whole matcher), and
-// bounded: past `max_bytes` it is cleared between walks. Not thread-safe.
+// and its transition on a byte computed once, then looked up. A state with
+// no code point half-read keeps its Matcher (interned by state_key()); one
+// in the middle of a UTF-8 sequence is that state plus the bits read so far,
+// with no copy of the stacks. Completing a code point depends on the code
+// point only through which character sets match it, so that transition is
+// computed once per class of code points the grammar's sets never tell
+// apart. Exact (the transitions are the Matcher's own), and bounded: past
+// `max_bytes` it is cleared between walks. Not thread-safe.
 class StateTable {
  public:
   static constexpr int32_t kRefused = -1;
+  static constexpr int32_t kUnknown = -2;
+  static constexpr int32_t kFull = -3;
 
   explicit StateTable(size_t max_bytes = size_t{32} << 20) : max_bytes_(max_bytes) {}
   // The id of the state `m` is in (interned now if new).
   int32_t intern(const Matcher& m);
-  // The state after byte `b` from state `s`, or kRefused; kFull when the
-  // new state would pass twice the byte bound (the caller falls back).
+  // The state after byte `b` from state `s`, or kRefused; kFull when a new
+  // state would pass twice the byte bound (the caller falls back).
   int32_t next(int32_t s, uint8_t b) {
-    int32_t* row = rows_[(size_t)s].get();
-    if (row && row[b] != kUnknown) return row[b];
+    const int32_t* r = rows_[(size_t)s].get();
+    if (r && r[b] != kUnknown) return r[b];
     return compute(s, b);
   }
   // The transition row of `s` (kUnknown where not computed yet).
@@ -45,20 +52,30 @@ class StateTable {
   bool over_budget() const { return bytes_ > max_bytes_; }
   void clear();
 
-  static constexpr int32_t kUnknown = -2;
-  static constexpr int32_t kFull = -3;
-
  private:
   struct State {
-    Matcher m;
+    int32_t whole = 0;     // index into wholes_: the parse stacks
+    int32_t pending = 0;   // UTF-8 bytes still to come (0: a whole state)
+    uint32_t partial = 0;  // the bits read so far
     bool can_end = false;
   };
   int32_t compute(int32_t s, uint8_t b);
-  int32_t add(Matcher m, std::string key);
+  int32_t add_whole(Matcher m, std::string key);
+  int32_t partial_state(int32_t whole, int32_t pending, uint32_t partial);
+  int32_t complete(int32_t whole, uint32_t cp);
+  bool takes_any(int32_t whole, uint32_t lo, uint32_t hi);
+  void set_grammar(const Grammar* g);
 
   std::vector<State> states_;
   std::vector<std::unique_ptr<int32_t[]>> rows_;  // 256 per state, made at first use
-  std::unordered_map<std::string, int32_t> ids_;
+  std::vector<Matcher> wholes_;                     // pending_ == 0
+  std::unordered_map<std::string, int32_t> whole_ids_;      // state_key() -> state id
+  std::unordered_map<uint64_t, int32_t> partial_ids_;       // (whole, pending, partial) -> state id
+  std::unordered_map<uint64_t, int32_t> completions_;       // (whole, class) -> state id or kRefused
+  // Code points where some character set of the grammar starts or stops
+  // matching, ascending: a class is the run from one to the next.
+  std::vector<uint32_t> class_starts_;
+  const Grammar* grammar_ = nullptr;
   size_t bytes_ = 0, max_bytes_;
 };
 
