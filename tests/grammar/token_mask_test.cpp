@@ -5,6 +5,7 @@
 // the mask cache.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <memory>
 #include <random>
 #include <set>
@@ -174,6 +175,26 @@ TEST(TokenMask, EndStatesAndHalfReadCodePoints) {
   EXPECT_EQ(mask("a\xE2\x9C"), "7 ");       // ✓'s last byte
   EXPECT_EQ(mask("a\xC3\xA9"), "0 ");       // done: the end alone
   EXPECT_EQ(mask("b"), "0 ");
+}
+
+// A table handed matchers of another grammar starts over (its states and
+// code-point classes belong to one grammar), and its masks stay exact.
+TEST(TokenMask, OneTableAcrossGrammars) {
+  auto digits = compile("root ::= [0-9]+ \"é\"?");
+  auto letters = compile("root ::= [a-zé]+");
+  ASSERT_TRUE(digits && letters);
+  const std::vector<std::string> pieces = {"", "1", "12", "a", "ab", "é", "\xC3", "1é", "aé"};
+  TokenTrie trie(pieces, {0});
+  StateTable table;
+  for (int k = 0; k < 4; ++k)
+    for (const auto& [g, prefix] : {std::pair{digits, "1"}, std::pair{letters, "a"}}) {
+      Matcher m(g);
+      ASSERT_TRUE(m.accept(prefix));
+      std::vector<uint8_t> got, ref;
+      trie.fill_mask_by_copying(m, ref);
+      EXPECT_EQ(trie.fill_mask(m, got, table), std::count(ref.begin(), ref.end(), 1));
+      EXPECT_EQ(got, ref) << prefix;
+    }
 }
 
 }  // namespace
