@@ -83,11 +83,13 @@ class StateTable {
 // comes back again and again (inside a string every character returns to
 // it), so most steps copy a mask instead of walking the trie. Bounded: past
 // `max_bytes`, the least recently used masks go. Also holds the grammar's
-// StateTable (bounded by the same byte count), so a state never seen before
-// still walks over transitions learnt by earlier walks. Not thread-safe.
+// StateTable (bounded by half that, so a walk's peak stays within it), so a
+// state never seen before still walks over transitions learnt by earlier
+// walks. Not thread-safe.
 class MaskCache {
  public:
-  explicit MaskCache(size_t max_bytes = size_t{64} << 20) : max_bytes_(max_bytes), table_(max_bytes) {}
+  explicit MaskCache(size_t max_bytes = size_t{64} << 20)
+      : max_bytes_(max_bytes), table_(max_bytes / 2) {}
   const std::vector<uint8_t>* find(const std::string& key);
   void put(std::string key, const std::vector<uint8_t>& mask);
   size_t size() const { return entries_.size(); }
