@@ -10,11 +10,11 @@ namespace cairn::grammar {
 
 // ---- StateTable
 
-void StateTable::set_grammar(const Grammar* g) {
+void StateTable::set_grammar(std::shared_ptr<const Grammar> g) {
   clear();
-  grammar_ = g;
+  grammar_ = std::move(g);
   class_starts_.assign(1, 0);
-  for (const Rule& r : g->rules())
+  for (const Rule& r : grammar_->rules())
     for (const auto& alt : r.alternatives)
       for (const Element& e : alt) {
         if (e.kind != Element::Kind::Chars) continue;
@@ -55,7 +55,7 @@ int32_t StateTable::partial_state(int32_t whole, int32_t pending, uint32_t parti
 }
 
 int32_t StateTable::intern(const Matcher& m) {
-  if (m.g_.get() != grammar_) set_grammar(m.g_.get());
+  if (m.g_ != grammar_) set_grammar(m.g_);
   Matcher w = m;
   w.pending_ = 0;
   w.partial_ = 0;

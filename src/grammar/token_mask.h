@@ -64,7 +64,7 @@ class StateTable {
   int32_t partial_state(int32_t whole, int32_t pending, uint32_t partial);
   int32_t complete(int32_t whole, uint32_t cp);
   bool takes_any(int32_t whole, uint32_t lo, uint32_t hi);
-  void set_grammar(const Grammar* g);
+  void set_grammar(std::shared_ptr<const Grammar> g);
 
   std::vector<State> states_;
   std::vector<std::unique_ptr<int32_t[]>> rows_;  // 256 per state, made at first use
@@ -75,7 +75,7 @@ class StateTable {
   // Code points where some character set of the grammar starts or stops
   // matching, ascending: a class is the run from one to the next.
   std::vector<uint32_t> class_starts_;
-  const Grammar* grammar_ = nullptr;
+  std::shared_ptr<const Grammar> grammar_;  // held: the classes are its
   size_t bytes_ = 0, max_bytes_;
 };
 
