@@ -118,7 +118,9 @@ TEST(TokenMask, TableWalkEqualsOriginalOnRandomGenerations) {
       for (int step = 0; step < 40; ++step, ++states) {
         std::vector<uint8_t> ref, got;
         const int32_t n = trie.fill_mask_by_copying(m, ref);
-        ASSERT_EQ(ref, brute_force(m, pieces)) << c.name << " after '" << out << "'";
+        if (step % 3 == 0) {  // the reference itself, now and then (it is slow)
+          ASSERT_EQ(ref, brute_force(m, pieces)) << c.name << " after '" << out << "'";
+        }
         EXPECT_EQ(trie.fill_mask(m, got), n);
         ASSERT_EQ(got, ref) << c.name << " fresh table after '" << out << "'";
         EXPECT_EQ(trie.fill_mask(m, got, shared), n);
