@@ -42,6 +42,9 @@ class Matcher {
   static constexpr size_t kMaxStacks = 4096;
 
  private:
+  // The mask walk's automaton reads and advances the stacks directly.
+  friend class StateTable;
+
   // A stack of positions: an element index into a sequence of the grammar
   // (rule, alternative, position), the top at the back.
   struct Pos {
