@@ -87,19 +87,15 @@ bool Matcher::advance_code_point(uint32_t lo, uint32_t hi, bool complete) {
 bool Matcher::accept_byte(uint8_t b) {
   if (pending_ == 0) {
     if (b < 0x80) return advance_code_point(b, b, true);
+    uint32_t lo, hi;
+    if (!utf8_lead_range(b, lo, hi)) return false;  // not a UTF-8 lead byte
+    if (!advance_code_point(lo, hi, false)) return false;
     const int len = utf8_length(b);
-    if (len < 2 || b == 0xC0 || b == 0xC1 || b > 0xF4) return false;  // not a UTF-8 lead byte
-    const uint32_t bits = b & (0x7F >> len);
-    const int rest = len - 1;
-    const uint32_t lo = bits << (6 * rest), hi = lo | ((1u << (6 * rest)) - 1);
-    if (!advance_code_point(std::max(lo, len == 2 ? 0x80u : len == 3 ? 0x800u : 0x10000u),
-                            std::min(hi, 0x10FFFFu), false))
-      return false;
-    pending_ = rest;
-    partial_ = bits;
+    pending_ = len - 1;
+    partial_ = b & (0x7F >> len);
     return true;
   }
-  if ((b & 0xC0) != 0x80) return false;
+  if (!utf8_continuation_ok(pending_, partial_, b)) return false;
   const uint32_t bits = (partial_ << 6) | (b & 0x3F);
   const int rest = pending_ - 1;
   if (rest > 0) {

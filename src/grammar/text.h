@@ -2,6 +2,7 @@
 // grammar, regex and schema translators share (UTF-8 lead bytes, hex escapes).
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -13,6 +14,36 @@ namespace cairn::grammar {
 // that cannot start one.
 inline int utf8_length(unsigned char lead) {
   return lead < 0x80 ? 1 : (lead >> 5) == 6 ? 2 : (lead >> 4) == 14 ? 3 : (lead >> 3) == 30 ? 4 : 0;
+}
+
+// The code points a sequence that starts with lead byte `b` (2 to 4 bytes
+// long) may become, shortest forms only and no surrogates; false for a byte
+// that starts no such sequence.
+inline bool utf8_lead_range(unsigned char b, uint32_t& lo, uint32_t& hi) {
+  const int len = utf8_length(b);
+  if (len < 2 || b == 0xC0 || b == 0xC1 || b > 0xF4) return false;
+  const uint32_t bits = b & (0x7F >> len);
+  const int rest = len - 1;
+  lo = std::max<uint32_t>(bits << (6 * rest), len == 2 ? 0x80u : len == 3 ? 0x800u : 0x10000u);
+  hi = std::min<uint32_t>((bits << (6 * rest)) | ((1u << (6 * rest)) - 1), b == 0xED ? 0xD7FFu : 0x10FFFFu);
+  return true;
+}
+
+// Whether continuation byte `b` may follow a partial sequence (`pending`
+// bytes still to come, `partial` its bits so far). Only a lead's first
+// continuation is constrained: E0 needs A0..BF (else overlong), ED 80..9F
+// (else a surrogate), F0 90..BF (overlong), F4 80..8F (past U+10FFFF).
+inline bool utf8_continuation_ok(int pending, uint32_t partial, unsigned char b) {
+  if ((b & 0xC0) != 0x80) return false;
+  if (pending == 2 && partial < 16) {  // right after a three-byte lead
+    if (partial == 0x0) return b >= 0xA0;
+    if (partial == 0xD) return b <= 0x9F;
+  }
+  if (pending == 3) {  // right after a four-byte lead
+    if (partial == 0) return b >= 0x90;
+    if (partial == 4) return b <= 0x8F;
+  }
+  return true;
 }
 
 // Whether `s` is well-formed UTF-8: shortest forms only, no surrogates,

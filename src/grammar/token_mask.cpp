@@ -118,17 +118,13 @@ int32_t StateTable::compute(int32_t s, uint8_t b) {
     if (b < 0x80) {
       t = complete(st.whole, b);
     } else {
-      const int len = utf8_length(b);
-      if (len >= 2 && b != 0xC0 && b != 0xC1 && b <= 0xF4) {
-        const uint32_t bits = b & (0x7F >> len);
-        const int rest = len - 1;
-        const uint32_t lo = bits << (6 * rest), hi = lo | ((1u << (6 * rest)) - 1);
-        if (takes_any(st.whole, std::max(lo, len == 2 ? 0x80u : len == 3 ? 0x800u : 0x10000u),
-                      std::min(hi, 0x10FFFFu)))
-          t = partial_state(st.whole, rest, bits);
+      uint32_t lo, hi;
+      if (utf8_lead_range(b, lo, hi) && takes_any(st.whole, lo, hi)) {
+        const int len = utf8_length(b);
+        t = partial_state(st.whole, len - 1, b & (0x7F >> len));
       }
     }
-  } else if ((b & 0xC0) == 0x80) {
+  } else if (utf8_continuation_ok(st.pending, st.partial, b)) {
     const uint32_t bits = (st.partial << 6) | (b & 0x3F);
     const int rest = st.pending - 1;
     if (rest > 0) {

@@ -179,6 +179,27 @@ TEST(TokenMask, EndStatesAndHalfReadCodePoints) {
   EXPECT_EQ(mask("b"), "0 ");
 }
 
+// Only well-formed UTF-8 passes, even where the grammar takes any character:
+// overlong forms, encoded surrogates and bytes past U+10FFFF are refused by
+// the matcher and by the table walk alike.
+TEST(TokenMask, MalformedUtf8IsNeverAllowed) {
+  auto g = compile(R"(root ::= [^"]*)");
+  ASSERT_TRUE(g);
+  const std::vector<std::string> pieces = {
+      "\xE2\x82\xAC", "\xF0\x9F\x98\x80", "\xED\x9F\xBF",  // €, 😀, U+D7FF: fine
+      "\xE0\x80\xB0", "\xC0\xB0", "\xED\xA0\x80", "\xF0\x80\x80\xB0", "\xF4\x90\x80\x80",
+      "\xE0\x80", "\xED\xA0", "\xF0\x8F", "\xF4\x90", "\xF5"};
+  for (size_t i = 0; i < pieces.size(); ++i) EXPECT_EQ(Matcher(g).accept(pieces[i]), i < 3) << i;
+  TokenTrie trie(pieces, {});
+  StateTable table;
+  Matcher m(g);
+  std::vector<uint8_t> got, ref;
+  trie.fill_mask_by_copying(m, ref);
+  trie.fill_mask(m, got, table);
+  EXPECT_EQ(got, ref);
+  for (size_t i = 0; i < pieces.size(); ++i) EXPECT_EQ(got[i] != 0, i < 3) << i;
+}
+
 // A table handed matchers of another grammar starts over (its states and
 // code-point classes belong to one grammar), and its masks stay exact.
 TEST(TokenMask, OneTableAcrossGrammars) {
