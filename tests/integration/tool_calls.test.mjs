@@ -180,6 +180,26 @@ describe('tool calls and reasoning over the OpenAI API', { skip: skip ?? false, 
     assert.equal(answer.choices[0].message.tool_calls, undefined);
     assert.equal(typeof answer.choices[0].message.content, 'string');
     assert.ok(answer.choices[0].message.content.length > 0);
+
+    // The same round trip streamed: the call from deltas, then the answer.
+    let streamed;
+    for (let seed = 1; !streamed && seed < 10; seed++) {
+      const s = await collect(await client.chat.completions.create({
+        model: 'm', messages: [ask], tools: TOOLS, tool_choice: { type: 'function', function: { name: 'get_weather' } },
+        parallel_tool_calls: false, max_tokens: 100, temperature: 1, seed, stream: true,
+      }));
+      if (s.finish === 'tool_calls') streamed = s;
+    }
+    assert.ok(streamed, 'no streamed call finished in 9 tries');
+    checkCall(streamed.calls[0], 'get_weather');
+    const again = [ask, { role: 'assistant', content: null, tool_calls: streamed.calls },
+      { role: 'tool', tool_call_id: streamed.calls[0].id, content: 'rain' }];
+    const s = await collect(await client.chat.completions.create({
+      model: 'm', messages: again, tools: TOOLS, max_tokens: 8, temperature: 0, stream: true,
+    }));
+    assert.ok(['stop', 'length'].includes(s.finish), s.finish);
+    assert.equal(s.calls.length, 0);
+    assert.ok(s.content.length > 0);
   });
 
   test('reasoning_content: <think> split out, whole and streamed', async () => {
