@@ -5,6 +5,8 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <fstream>
+#include <sstream>
 #include <random>
 
 namespace cairn::test {
@@ -18,6 +20,13 @@ std::optional<std::filesystem::path> shared_dir() {
   std::filesystem::path p(CAIRN_SHARED_DIR);
   if (std::filesystem::is_directory(p / "models")) return p;
   return std::nullopt;
+}
+
+std::string read_file(const std::filesystem::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
 }
 
 std::filesystem::path temp_dir(const std::string& name) {

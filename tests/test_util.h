@@ -16,6 +16,9 @@ std::optional<std::filesystem::path> shared_dir();
 // A fresh, empty directory under the build tree, unique per call.
 std::filesystem::path temp_dir(const std::string& name);
 
+// A whole file's bytes ("" when it cannot be read).
+std::string read_file(const std::filesystem::path& p);
+
 // n draws of a normal distribution (mean 0, deviation `scale`), the same for
 // the same seed.
 std::vector<float> random_normal(size_t n, uint32_t seed, float scale = 1.0f);

@@ -16,6 +16,7 @@
 #include <random>
 
 #include "chat/stream_text.h"
+#include "grammar/grammar.h"
 #include "grammar/json_schema.h"
 
 namespace cairn::chat {
@@ -215,6 +216,16 @@ struct Cursor {
     if (st_ != St::Ok) return st_;         \
   } while (0)
 
+// A JSON object as a call's arguments (arguments_of's rules).
+St call_arguments(Cursor& c, std::string& out) {
+  Json v;
+  TRY(c.json(v));
+  auto args = arguments_of(v);
+  if (!args) return St::Fail;
+  out = std::move(*args);
+  return St::Ok;
+}
+
 // A JSON array of at least one call object.
 St call_array(Cursor& c, const char* name_key, std::initializer_list<const char*> arg_keys,
               std::vector<RawCall>& calls) {
@@ -288,11 +299,7 @@ St mistral(Cursor& c, std::vector<RawCall>& calls) {
     TRY(c.name(id));
   }
   TRY(c.lit("[ARGS]"));
-  Json v;
-  TRY(c.json(v));
-  auto args = arguments_of(v);
-  if (!args) return St::Fail;
-  call.arguments = std::move(*args);
+  TRY(call_arguments(c, call.arguments));
   calls.push_back(std::move(call));
   return St::Ok;
 }
@@ -319,11 +326,7 @@ St functionary_v31(Cursor& c, std::vector<RawCall>& calls) {
   RawCall call;
   TRY(c.name(call.name));
   TRY(c.lit(">"));
-  Json v;
-  TRY(c.json(v));
-  auto args = arguments_of(v);
-  if (!args) return St::Fail;
-  call.arguments = std::move(*args);
+  TRY(call_arguments(c, call.arguments));
   c.ws();
   TRY(c.lit_or_end("</function>"));
   calls.push_back(std::move(call));
@@ -337,11 +340,7 @@ St functionary_v32(Cursor& c, bool implicit_marker, std::vector<RawCall>& calls)
   TRY(c.name(call.name));
   TRY(c.lit("\n"));
   if (call.name == "all") return St::Ok;  // plain content follows
-  Json v;
-  TRY(c.json(v));
-  auto args = arguments_of(v);
-  if (!args) return St::Fail;
-  call.arguments = std::move(*args);
+  TRY(call_arguments(c, call.arguments));
   calls.push_back(std::move(call));
   return St::Ok;
 }
@@ -397,11 +396,7 @@ St deepseek_one(Cursor& c, std::vector<RawCall>& calls) {
     TRY(c.lit("```json"));
     c.ws();
   }
-  Json v;
-  TRY(c.json(v));
-  auto args = arguments_of(v);
-  if (!args) return St::Fail;
-  call.arguments = std::move(*args);
+  TRY(call_arguments(c, call.arguments));
   c.ws();
   if (fenced) {
     TRY(c.lit("```"));
@@ -707,34 +702,7 @@ ParsedOutput parse_output(std::string_view text, OutputParserOptions options) {
 
 // ---- grammars for tool_choice
 
-namespace {
-
-// A GBNF string literal of `s`'s bytes.
-std::string gbnf_literal(std::string_view s) {
-  std::string out = "\"";
-  for (unsigned char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += (char)c;
-    } else if (c == '\n') {
-      out += "\\n";
-    } else if (c == '\r') {
-      out += "\\r";
-    } else if (c == '\t') {
-      out += "\\t";
-    } else if (c < 0x20) {
-      static const char* hex = "0123456789abcdef";
-      out += "\\x";
-      out += hex[c >> 4];
-      out += hex[c & 15];
-    } else {
-      out += (char)c;
-    }
-  }
-  return out + "\"";
-}
-
-}  // namespace
+using grammar::gbnf_literal;
 
 // Free text up to and including the first `</think>`: one rule per state of
 // the match so far (think-k: k characters of the tag matched), so the text

@@ -428,6 +428,30 @@ class GbnfParser {
 
 }  // namespace
 
+std::string gbnf_literal(std::string_view s) {
+  std::string out = "\"";
+  for (unsigned char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += (char)c;
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\r') {
+      out += "\\r";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else if (c < 0x20) {
+      const char* hex = "0123456789abcdef";
+      out += "\\x";
+      out += hex[c >> 4];
+      out += hex[c & 15];
+    } else {
+      out += (char)c;
+    }
+  }
+  return out + "\"";
+}
+
 Result<Grammar> parse_gbnf(std::string_view text, std::string_view root) {
   if (!valid_utf8(text)) return Status::invalid_argument("the grammar is not valid UTF-8");
   return GbnfParser(text).parse(root);

@@ -62,4 +62,8 @@ class Grammar {
 // line and column.
 Result<Grammar> parse_gbnf(std::string_view text, std::string_view root = "root");
 
+// A GBNF string literal matching exactly the bytes of `s` (quotes,
+// backslashes and control characters escaped).
+std::string gbnf_literal(std::string_view s);
+
 }  // namespace cairn::grammar

@@ -1,6 +1,7 @@
 // grammar/json_schema.cpp — JSON Schema to GBNF.
 #include "grammar/json_schema.h"
 
+#include "grammar/grammar.h"
 #include "grammar/regex.h"
 #include "grammar/text.h"
 
@@ -35,30 +36,7 @@ json-object ::= "{" ws ( json-string ws ":" ws json-value ( ws "," ws json-strin
 json-array ::= "[" ws ( json-value ( ws "," ws json-value )* )? ws "]"
 )";
 
-// A GBNF string literal of `s` (its bytes, escaped).
-std::string literal(const std::string& s) {
-  std::string out = "\"";
-  for (unsigned char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += (char)c;
-    } else if (c == '\n') {
-      out += "\\n";
-    } else if (c == '\r') {
-      out += "\\r";
-    } else if (c == '\t') {
-      out += "\\t";
-    } else if (c < 0x20) {
-      const char* hex = "0123456789abcdef";
-      out += "\\x";
-      out += hex[c >> 4];
-      out += hex[c & 15];
-    } else {
-      out += (char)c;
-    }
-  }
-  return out + "\"";
-}
+std::string literal(const std::string& s) { return gbnf_literal(s); }
 
 // Decimal integers in [lo, hi] (both non-negative, as strings of equal length).
 std::string digits_between(const std::string& lo, const std::string& hi) {

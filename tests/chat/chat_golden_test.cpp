@@ -13,12 +13,7 @@ namespace {
 
 using json = nlohmann::ordered_json;
 
-std::string read_file(const std::filesystem::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
+using test::read_file;
 
 RenderOptions golden_options() {
   RenderOptions opt;

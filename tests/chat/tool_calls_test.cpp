@@ -22,12 +22,7 @@ namespace {
 
 using Json = nlohmann::ordered_json;
 
-std::string read_file(const std::filesystem::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
+using test::read_file;
 
 TEST(ToolFormat, NamesRoundTripAndUnknownListsValid) {
   for (const std::string& n : tool_format_names()) {
