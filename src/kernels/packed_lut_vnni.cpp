@@ -1,0 +1,149 @@
+// kernels/packed_lut_vnni.cpp — AVX-512 VNNI kernels of IQ4_NLx16 / MXFP4x16
+// (packed_lut.h).
+//
+// Why these kernels give the scalar functions' bits: per block and lane the
+// float work is the scalar's — the scale product x.d * y.d, the lane's exact
+// integer sum converted, one fma into that lane's chain — and the lanes are
+// added in Lanes8::sum's tree at the end. Only the integer lane sums are
+// formed differently (vpdpbusd over the table values + 128, started from the
+// record's exact -128 * activation sum), and integer sums are exact.
+#include <algorithm>
+#include <cstring>
+
+#include "core/half.h"
+#include "core/simd.h"
+#include "kernels/packed_layout.h"
+#include "kernels/packed_lut.h"
+
+#define CAIRN_VNNI CAIRN_SIMD_FN("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c")
+
+namespace cairn::kernels {
+
+namespace {
+
+// One token's row into its records (quantized as packed_q_vnni.cpp's
+// quantize_act_vnni: scale 127/amax, ties to even; then the lane biases).
+CAIRN_VNNI void quantize_act(const float* x, int64_t cols, uint8_t* dst) {
+  const int64_t nb = cols / 32;
+  const __m512 sign = _mm512_set1_ps(-0.0f);
+  for (int64_t b = 0; b < nb; ++b) {
+    const __m512 v0 = _mm512_loadu_ps(x + 32 * b);
+    const __m512 v1 = _mm512_loadu_ps(x + 32 * b + 16);
+    const float amax =
+        _mm512_reduce_max_ps(_mm512_max_ps(_mm512_andnot_ps(sign, v0), _mm512_andnot_ps(sign, v1)));
+    const uint16_t dh = f32_to_f16(amax / 127.0f);
+    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    const __m512i i0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, _mm512_set1_ps(id)));
+    const __m512i i1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, _mm512_set1_ps(id)));
+    uint8_t* rec = dst + kLutActRec * (size_t)b;
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(rec), _mm512_cvtsepi32_epi8(i0));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(rec + 16), _mm512_cvtsepi32_epi8(i1));
+    const float d = f16_to_f32(dh);
+    std::memcpy(rec + kLutActD, &d, 4);
+    std::memset(rec + kLutActD + 4, 0, 4);
+    for (int l = 0; l < 8; ++l) {
+      int32_t s = 0;
+      for (int i = 0; i < 4; ++i) s += (int8_t)rec[4 * l + i];
+      const int32_t bias = -128 * s;
+      std::memcpy(rec + kLutActBias + 4 * l, &bias, 4);
+    }
+  }
+}
+
+// acc += dpbusd(w, the 4 activation bytes at p broadcast to every lane), the
+// broadcast folded into the memory operand (as packed_q_vnni.cpp does).
+CAIRN_VNNI inline __m512i dpbusd_bcast(__m512i acc, __m512i w, const uint8_t* p) {
+  asm("vpdpbusd %2%{1to16%}, %1, %0"
+      : "+v"(acc)
+      : "v"(w), "m"(*reinterpret_cast<const int32_t*>(p)));
+  return acc;
+}
+
+// NT (1 or 2) tokens against blocks [0, n) of one group at gw: per block the
+// 4 chunks become 8 vectors of table values (+128) once, then per token and
+// lane one vpdpbusd and one fma. 2 tokens x 8 lanes of accumulators, 8 of
+// weights and the constants fill the 32 registers; a third token spilled.
+template <int NT>
+[[gnu::noinline]] CAIRN_VNNI void tile(const uint8_t* gw, int64_t n, const uint8_t* table,
+                                       const uint8_t* act, size_t stride, float* out,
+                                       int64_t out_stride, __mmask16 mask, size_t ahead) {
+  const __m512i tbl =
+      _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(table)));
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  __m512 acc[NT][8];
+#pragma GCC unroll 8
+  for (int t = 0; t < NT; ++t)
+#pragma GCC unroll 8
+    for (int l = 0; l < 8; ++l) acc[t][l] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < n; ++b) {
+    const uint8_t* blk = gw + (size_t)b * kLutBlock;
+    if (ahead != 0) {
+      const uintptr_t next = reinterpret_cast<uintptr_t>(blk) + ahead;
+      for (size_t line = 0; line < kLutBlock; line += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(next + line), _MM_HINT_T1);
+    }
+    const __m512 dw = _mm512_loadu_ps(reinterpret_cast<const float*>(blk));
+    // w[l]: lane l's 4 values of every row (chunk k's low nibbles are lane k,
+    // its high nibbles lane 4 + k).
+    __m512i w[8];
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; ++k) {
+      const __m512i q = _mm512_loadu_si512(blk + 64 + 64 * k);
+      w[k] = _mm512_shuffle_epi8(tbl, _mm512_and_si512(q, m4));
+      w[k + 4] = _mm512_shuffle_epi8(tbl, _mm512_and_si512(_mm512_srli_epi16(q, 4), m4));
+    }
+#pragma GCC unroll 2
+    for (int t = 0; t < NT; ++t) {
+      const uint8_t* rec = act + t * stride + kLutActRec * (size_t)b;
+      float d;
+      std::memcpy(&d, rec + kLutActD, 4);
+      const __m512 dd = _mm512_mul_ps(dw, _mm512_set1_ps(d));
+#pragma GCC unroll 8
+      for (int l = 0; l < 8; ++l) {
+        int32_t bias;
+        std::memcpy(&bias, rec + kLutActBias + 4 * l, 4);
+        // Lane l's activation codes are bytes 4l..4l+3 of the record.
+        const __m512i s = dpbusd_bcast(_mm512_set1_epi32(bias), w[l], rec + 4 * l);
+        acc[t][l] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), dd, acc[t][l]);
+      }
+    }
+  }
+#pragma GCC unroll 2
+  for (int t = 0; t < NT; ++t) {
+    // Lanes8::sum's tree.
+    const __m512 sum =
+        _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(acc[t][0], acc[t][4]),
+                                    _mm512_add_ps(acc[t][2], acc[t][6])),
+                      _mm512_add_ps(_mm512_add_ps(acc[t][1], acc[t][5]),
+                                    _mm512_add_ps(acc[t][3], acc[t][7])));
+    _mm512_mask_storeu_ps(out + t * out_stride, mask, sum);
+  }
+}
+
+}  // namespace
+
+void lut_vnni_quantize_act(const float* x, int64_t cols, uint8_t* dst) {
+  quantize_act(x, cols, dst);
+}
+
+void lut_vnni_group(const PackedMatrix& pm, int64_t g, const uint8_t* act, size_t stride,
+                    int64_t n, float* out, int64_t out_stride, size_t ahead) {
+  const int64_t n_rows = std::min<int64_t>(kGroup, pm.rows - g * kGroup);
+  const __mmask16 mask =
+      n_rows >= kGroup ? (__mmask16)0xFFFF : (__mmask16)((1u << n_rows) - 1);
+  const uint8_t* gw = pm.slice(g, 0);
+  const uint8_t* table = lut_biased_table(pm.layout);
+  float* o = out + g * kGroup;
+  for (int64_t t = 0; t < n; t += 2) {
+    // Later pairs find the group's weights in cache.
+    const size_t a = t == 0 ? ahead : 0;
+    if (n - t >= 2)
+      tile<2>(gw, pm.n_blocks, table, act + (size_t)t * stride, stride, o + t * out_stride,
+              out_stride, mask, a);
+    else
+      tile<1>(gw, pm.n_blocks, table, act + (size_t)t * stride, stride, o + t * out_stride,
+              out_stride, mask, a);
+  }
+}
+
+}  // namespace cairn::kernels
