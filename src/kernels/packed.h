@@ -50,7 +50,8 @@ namespace cairn::kernels {
 // one slice: then the layout is simply group after group.
 struct PackedMatrix {
   static constexpr int64_t kRunGroups = 4;
-  enum class Layout { Q4_0x16, Q8_0x16, Q4_Kx16, Q6_Kx16, BF16x16, F16x16, IQ4_NLx16, MXFP4x16 };
+  enum class Layout { Q4_0x16, Q8_0x16, Q4_Kx16, Q6_Kx16, BF16x16, F16x16, IQ4_NLx16, MXFP4x16,
+                      IQ4_XSx16 };
   Layout layout = Layout::Q4_0x16;
   int64_t rows = 0, cols = 0;
   int64_t n_groups = 0, n_blocks = 0;  // 16-row groups; blocks per row (32 elements; K: 256)
@@ -98,7 +99,8 @@ constexpr size_t kF16BlockBytes = 16 * 32;
 // Both: one slice; groups one after another.
 // IQ4_NLx16 / MXFP4x16 (packed_lut.h, AVX-512 VNNI only): Q4_0x16's nibble
 // chunks after 16 f32 scales per block, the type's 16-value table applied in
-// the kernel; one slice.
+// the kernel; one slice. IQ4_XSx16 likewise per 256-element super-block,
+// with each row's 6-bit sub-block scales (packed_lut.h has the map).
 
 // A packed copy of `w` when a packed kernel exists for its type at the active
 // ISA level, else nullptr (matmul then uses the type table's vec_dot).
@@ -178,9 +180,10 @@ void packed_k_matmul_many(std::span<const PackedJob> jobs, const ActRows& in, in
                           ThreadPool& pool, std::span<const PackedMatrix* const> next,
                           AmxModeFn amx_mode_fn);
 
-// IQ4_NLx16 / MXFP4x16 (packed_lut.cpp): AVX-512 VNNI kernels only.
+// IQ4_NLx16 / MXFP4x16 / IQ4_XSx16 (packed_lut.cpp): AVX-512 VNNI kernels only.
 void pack_iq4_nl_rows(const WeightMatrix& w, PackedMatrix& p);
 void pack_mxfp4_rows(const WeightMatrix& w, PackedMatrix& p);
+void pack_iq4_xs_rows(const WeightMatrix& w, PackedMatrix& p);
 void packed_lut_matmul_many(std::span<const PackedJob> jobs, const ActRows& in, int64_t n_tokens,
                             ThreadPool& pool, std::span<const PackedMatrix* const> next,
                             AmxModeFn amx_mode_fn);

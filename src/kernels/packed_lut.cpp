@@ -48,6 +48,31 @@ void pack_rows(const WeightMatrix& w, PackedMatrix& p, Scale scale) {
 
 }  // namespace
 
+void pack_iq4_xs_rows(const WeightMatrix& w, PackedMatrix& p) {
+  const auto* src = static_cast<const uint8_t*>(w.data);
+  for (int64_t g = 0; g < p.n_groups; ++g) {
+    uint8_t* gw = const_cast<uint8_t*>(p.slice(g, 0));
+    for (int64_t b = 0; b < p.n_blocks; ++b) {
+      uint8_t* blk = gw + (size_t)b * kXsBlock;
+      for (int r = 0; r < kGroup; ++r) {
+        const int64_t row = g * kGroup + r;
+        if (row >= w.rows) break;  // padding rows stay zero (scale 0)
+        const auto* x =
+            reinterpret_cast<const quant::BlockIQ4_XS*>(src + (size_t)row * w.row_stride) + b;
+        const float d = f16_to_f32(x->d);
+        std::memcpy(blk + 4 * r, &d, 4);
+        for (int ib = 0; ib < 8; ++ib) {
+          const int ls = (((x->scales_l[ib / 2] >> (4 * (ib % 2))) & 0xF) |
+                          (((x->scales_h >> (2 * ib)) & 3) << 4)) - 32;
+          blk[kXsOffLs + 32 * ib + 2 * r] = blk[kXsOffLs + 32 * ib + 2 * r + 1] = (uint8_t)(int8_t)ls;
+          for (int k = 0; k < 4; ++k)
+            std::memcpy(blk + kXsOffCodes + 256 * ib + 64 * k + 4 * r, x->qs + 16 * ib + 4 * k, 4);
+        }
+      }
+    }
+  }
+}
+
 const uint8_t* lut_biased_table(PackedMatrix::Layout layout) {
   return layout == PackedMatrix::Layout::MXFP4x16 ? kFp4Biased.v : kIq4nlBiased.v;
 }
@@ -64,7 +89,8 @@ void packed_lut_matmul_many(std::span<const PackedJob> jobs, const ActRows& in, 
                             ThreadPool& pool, std::span<const PackedMatrix* const> next,
                             AmxModeFn) {
   const PackedMatrix& first = *jobs[0].matrix;
-  const size_t stride = lut_act_stride(first.cols);
+  const bool xs = first.layout == PackedMatrix::Layout::IQ4_XSx16;
+  const size_t stride = xs ? xs_act_stride(first.cols) : lut_act_stride(first.cols);
   thread_local std::vector<uint8_t> scratch;
   scratch.resize(std::max(scratch.size(), stride * (size_t)n_tokens + 64));  // grown only
   uint8_t* act = scratch.data();
@@ -72,7 +98,8 @@ void packed_lut_matmul_many(std::span<const PackedJob> jobs, const ActRows& in, 
   pool.parallel_for(n_tokens, [&](int64_t b, int64_t e) {
     float* buf = in.maker ? made_row_buffer(first.cols) : nullptr;
     for (int64_t t = b; t < e; ++t)
-      lut_vnni_quantize_act(in.row(t, buf), first.cols, act + t * stride);
+      (xs ? xs_vnni_quantize_act : lut_vnni_quantize_act)(in.row(t, buf), first.cols,
+                                                          act + t * stride);
   });
   int64_t total = 0;
   for (const PackedJob& j : jobs) total += j.matrix->n_groups;

@@ -44,6 +44,23 @@ inline size_t lut_act_stride(int64_t cols) {
 // Tokens whose records stay in L2 per pass over a thread's groups.
 constexpr int64_t kLutTokenChunk = 64;
 
+// IQ4_XSx16: one 256-element super-block of a group: 16 f32 d, the 8
+// sub-block scales (ls - 32) of each row as int8, each twice ([sub-block][row]
+// [2]: one vpmovsxbw gives each row's scale in both words of its dword), then
+// per sub-block Q4_0x16's 4 nibble chunks. Super-blocks one after another.
+// Its scalar dot sums each lane's exact integer over the whole super-block
+// (ls * value * code), one fma per lane per super-block; the kernels form the
+// lane integers with vpdpwssd over int16 values (ls * table value, from a
+// vpermw lookup) and int16 activation codes.
+constexpr size_t kXsOffLs = 64, kXsOffCodes = 64 + 8 * 32;
+constexpr size_t kXsBlock = kXsOffCodes + 8 * 4 * 64;
+// Its activation record per super-block: d (float, Q8_K's) in a 64-byte head,
+// then per sub-block and lane l the codes e, e + 2 and then e + 1, e + 3 as
+// int16 pairs (e = 4l of the sub-block: the pairs vpermw's words hold).
+constexpr size_t kXsActHead = 64;
+constexpr size_t kXsActRec = kXsActHead + 8 * 8 * 8;
+inline size_t xs_act_stride(int64_t cols) { return kXsActRec * (size_t)(cols / 256); }
+
 // The type's 16 values plus 128 (unsigned bytes) for a layout.
 const uint8_t* lut_biased_table(PackedMatrix::Layout layout);
 
@@ -52,7 +69,11 @@ const uint8_t* lut_biased_table(PackedMatrix::Layout layout);
 // The records of one token's row x (cols a multiple of 32).
 void lut_vnni_quantize_act(const float* x, int64_t cols, uint8_t* dst);
 
-// Tokens [0, n) (records `stride` bytes apart) against group g of pm:
+// The IQ4_XS records of one token's row x (cols a multiple of 256).
+void xs_vnni_quantize_act(const float* x, int64_t cols, uint8_t* dst);
+
+// Tokens [0, n) (records `stride` bytes apart) against group g of pm (any of
+// the three layouts):
 // out[t * out_stride + row] for its rows (row counted from the matrix's first). ahead: bytes ahead of its loads to
 // request weights on the first pass over them (0: none).
 void lut_vnni_group(const PackedMatrix& pm, int64_t g, const uint8_t* act, size_t stride,

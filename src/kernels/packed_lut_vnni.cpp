@@ -12,6 +12,10 @@
 
 #include "core/half.h"
 #include "core/simd.h"
+#include <vector>
+
+#include "core/quant_blocks.h"
+#include "kernels/packed_k.h"
 #include "kernels/packed_layout.h"
 #include "kernels/packed_lut.h"
 
@@ -120,7 +124,126 @@ template <int NT>
   }
 }
 
+// ---- IQ4_XSx16 ----------------------------------------------------------------
+
+// One token's Q8_K records (packed_k's quantizer: quant::q8_k_from_float's
+// bits) rearranged as packed_lut.h's IQ4_XS records.
+void xs_quantize_act(const float* x, int64_t cols, uint8_t* dst) {
+  const int64_t nb = cols / 256;
+  thread_local std::vector<uint8_t> k_rec;
+  k_rec.resize(std::max(k_rec.size(), kKRec * (size_t)nb));
+  vnni_quantize_k_act(false, x, cols, k_rec.data());
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* src = k_rec.data() + kKRec * (size_t)b;
+    uint8_t* rec = dst + kXsActRec * (size_t)b;
+    std::memset(rec, 0, kXsActHead);
+    std::memcpy(rec, src + kRecD, 4);
+    const auto* qs = reinterpret_cast<const int8_t*>(src + kRecQs);
+    for (int ib = 0; ib < 8; ++ib) {
+      for (int l = 0; l < 8; ++l) {
+        const int e = 32 * ib + 4 * l;
+        const int16_t pairs[4] = {qs[e], qs[e + 2], qs[e + 1], qs[e + 3]};
+        std::memcpy(rec + kXsActHead + 64 * ib + 8 * l, pairs, 8);
+      }
+    }
+  }
+}
+
+// kIq4nlValues as int16, twice: vpermw reads 5 bits of each index, so the
+// bit above a nibble needs no mask.
+struct Words32 {
+  int16_t v[32];
+  constexpr Words32() : v{} {
+    for (int i = 0; i < 32; ++i) v[i] = quant::kIq4nlValues[i % 16];
+  }
+};
+alignas(64) constexpr Words32 kXsWords;
+
+// acc += vpdpwssd(w, the two int16 at p broadcast to every lane).
+CAIRN_VNNI inline __m512i dpwssd_bcast(__m512i acc, __m512i w, const uint8_t* p) {
+  asm("vpdpwssd %2%{1to16%}, %1, %0"
+      : "+v"(acc)
+      : "v"(w), "m"(*reinterpret_cast<const int32_t*>(p)));
+  return acc;
+}
+
+// NT (1..3) tokens against super-blocks [0, n) of one IQ4_XSx16 group: per
+// sub-block and chunk, four vpermw give the int16 table values of lanes k
+// (elements 0, 2 and 1, 3) and 4 + k, times the rows' scales (vpmullw, exact:
+// |ls * value| <= 32 * 127); per token each lane's integer takes two vpdpwssd.
+// Lane integers: 3 x 8 registers; the float chains are updated once per
+// super-block, from memory.
+template <int NT>
+[[gnu::noinline]] CAIRN_VNNI void xs_tile(const uint8_t* gw, int64_t n, const uint8_t* act,
+                                          size_t stride, float* out, int64_t out_stride,
+                                          __mmask16 mask, size_t ahead) {
+  const __m512i tbl = _mm512_load_si512(kXsWords.v);
+  __m512 facc[NT][8];
+  for (int t = 0; t < NT; ++t)
+    for (int l = 0; l < 8; ++l) facc[t][l] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < n; ++b) {
+    const uint8_t* blk = gw + (size_t)b * kXsBlock;
+    if (ahead != 0) {
+      const uintptr_t next = reinterpret_cast<uintptr_t>(blk) + ahead;
+      for (size_t line = 0; line < kXsBlock; line += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(next + line), _MM_HINT_T1);
+    }
+    __m512i iacc[NT][8];
+#pragma GCC unroll 3
+    for (int t = 0; t < NT; ++t)
+#pragma GCC unroll 8
+      for (int l = 0; l < 8; ++l) iacc[t][l] = _mm512_setzero_si512();
+    for (int ib = 0; ib < 8; ++ib) {
+      const __m512i ls = _mm512_cvtepi8_epi16(
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kXsOffLs + 32 * ib)));
+      const uint8_t* codes = blk + kXsOffCodes + 256 * ib;
+      const uint8_t* a = act + kXsActRec * (size_t)b + kXsActHead + 64 * ib;
+#pragma GCC unroll 4
+      for (int k = 0; k < 4; ++k) {
+        const __m512i q = _mm512_loadu_si512(codes + 64 * k);
+        const __m512i v0 = _mm512_mullo_epi16(_mm512_permutexvar_epi16(q, tbl), ls);
+        const __m512i v1 =
+            _mm512_mullo_epi16(_mm512_permutexvar_epi16(_mm512_srli_epi16(q, 8), tbl), ls);
+        const __m512i v2 =
+            _mm512_mullo_epi16(_mm512_permutexvar_epi16(_mm512_srli_epi16(q, 4), tbl), ls);
+        const __m512i v3 =
+            _mm512_mullo_epi16(_mm512_permutexvar_epi16(_mm512_srli_epi16(q, 12), tbl), ls);
+#pragma GCC unroll 3
+        for (int t = 0; t < NT; ++t) {
+          const uint8_t* at = a + t * stride;
+          iacc[t][k] = dpwssd_bcast(iacc[t][k], v0, at + 8 * k);
+          iacc[t][k] = dpwssd_bcast(iacc[t][k], v1, at + 8 * k + 4);
+          iacc[t][k + 4] = dpwssd_bcast(iacc[t][k + 4], v2, at + 8 * (k + 4));
+          iacc[t][k + 4] = dpwssd_bcast(iacc[t][k + 4], v3, at + 8 * (k + 4) + 4);
+        }
+      }
+    }
+    const __m512 dw = _mm512_loadu_ps(reinterpret_cast<const float*>(blk));
+#pragma GCC unroll 3
+    for (int t = 0; t < NT; ++t) {
+      float d;
+      std::memcpy(&d, act + t * stride + kXsActRec * (size_t)b, 4);
+      const __m512 dd = _mm512_mul_ps(dw, _mm512_set1_ps(d));
+#pragma GCC unroll 8
+      for (int l = 0; l < 8; ++l)
+        facc[t][l] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(iacc[t][l]), dd, facc[t][l]);
+    }
+  }
+  for (int t = 0; t < NT; ++t) {
+    const __m512 sum =
+        _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(facc[t][0], facc[t][4]),
+                                    _mm512_add_ps(facc[t][2], facc[t][6])),
+                      _mm512_add_ps(_mm512_add_ps(facc[t][1], facc[t][5]),
+                                    _mm512_add_ps(facc[t][3], facc[t][7])));
+    _mm512_mask_storeu_ps(out + t * out_stride, mask, sum);
+  }
+}
+
 }  // namespace
+
+void xs_vnni_quantize_act(const float* x, int64_t cols, uint8_t* dst) {
+  xs_quantize_act(x, cols, dst);
+}
 
 void lut_vnni_quantize_act(const float* x, int64_t cols, uint8_t* dst) {
   quantize_act(x, cols, dst);
@@ -134,6 +257,24 @@ void lut_vnni_group(const PackedMatrix& pm, int64_t g, const uint8_t* act, size_
   const uint8_t* gw = pm.slice(g, 0);
   const uint8_t* table = lut_biased_table(pm.layout);
   float* o = out + g * kGroup;
+  if (pm.layout == PackedMatrix::Layout::IQ4_XSx16) {
+    for (int64_t t = 0; t < n; t += 3) {
+      const size_t a = t == 0 ? ahead : 0;
+      const uint8_t* at = act + (size_t)t * stride;
+      float* ot = o + t * out_stride;
+      switch (std::min<int64_t>(3, n - t)) {
+        case 1:
+          xs_tile<1>(gw, pm.n_blocks, at, stride, ot, out_stride, mask, a);
+          break;
+        case 2:
+          xs_tile<2>(gw, pm.n_blocks, at, stride, ot, out_stride, mask, a);
+          break;
+        default:
+          xs_tile<3>(gw, pm.n_blocks, at, stride, ot, out_stride, mask, a);
+      }
+    }
+    return;
+  }
   for (int64_t t = 0; t < n; t += 2) {
     // Later pairs find the group's weights in cache.
     const size_t a = t == 0 ? ahead : 0;

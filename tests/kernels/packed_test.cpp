@@ -141,9 +141,10 @@ TEST_P(PackedKQuants, BitIdenticalToScalar) {
   }
 }
 
-// IQ4_NL and MXFP4 (packed_lut*.cpp, AVX-512 VNNI only): Lanes8's order per
-// row, tiles of 2 tokens and a lone last one, a short last group, token
-// chunks of 64, several threads, TinyLlama's widths; padding rows' scale 0.
+// IQ4_NL, MXFP4 and IQ4_XS (packed_lut*.cpp, AVX-512 VNNI only): Lanes8's
+// order per row, tiles of 2 tokens (IQ4_XS: 3) and a shorter last one, a short
+// last group, token chunks of 64, several threads, TinyLlama's widths;
+// padding rows' scale 0.
 class PackedLut : public ::testing::TestWithParam<TensorType> {
  protected:
   void SetUp() override {
@@ -155,9 +156,10 @@ class PackedLut : public ::testing::TestWithParam<TensorType> {
 
 TEST_P(PackedLut, BitIdenticalToScalarOnRaggedShapes) {
   ThreadPool pool(2), three(3);
+  const bool super = GetParam() == TensorType::IQ4_XS;  // 256-element blocks
   for (int64_t rows : {1, 15, 16, 17, 40}) {
-    for (int64_t cols : {32, 96, 512}) {
-      for (int64_t tokens : {1, 2, 3, 4, 5, 9, 13})
+    for (int64_t cols : super ? std::vector<int64_t>{256, 768} : std::vector<int64_t>{32, 96, 512}) {
+      for (int64_t tokens : {1, 2, 3, 4, 5, 6, 7, 9, 13})
         check_bit_identical({GetParam(), rows, cols, tokens}, pool);
     }
   }
@@ -170,7 +172,8 @@ TEST_P(PackedLut, BitIdenticalToScalarOnRaggedShapes) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, PackedLut,
-                         ::testing::Values(TensorType::IQ4_NL, TensorType::MXFP4),
+                         ::testing::Values(TensorType::IQ4_NL, TensorType::MXFP4,
+                                           TensorType::IQ4_XS),
                          [](const auto& info) { return std::string(type_info(info.param).name); });
 
 INSTANTIATE_TEST_SUITE_P(Types, PackedKQuants,
@@ -275,7 +278,7 @@ TEST(MatmulMany, MadeRowsGiveTheBitsOfMadeMatrix) {
   std::vector<float> src((size_t)(max_tokens * cols));
   for (float& v : src) v = dist(rng);
   for (TensorType type : {TensorType::Q4_0, TensorType::Q8_0, TensorType::Q4_K, TensorType::Q6_K,
-                          TensorType::IQ4_NL, TensorType::MXFP4,
+                          TensorType::IQ4_NL, TensorType::MXFP4, TensorType::IQ4_XS,
                           TensorType::F16, TensorType::BF16, TensorType::F32}) {
     const size_t rb = *row_bytes(type, cols);
     std::vector<std::vector<uint8_t>> bytes(2);
