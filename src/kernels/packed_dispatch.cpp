@@ -68,6 +68,8 @@ constexpr LayoutRow kLayouts[] = {
      packed_lut_matmul_many, amx_mode, Isa::Avx512Vnni},
     {L::IQ4_XSx16, TensorType::IQ4_XS, kQK, kXsBlock, false, true, pack_iq4_xs_rows,
      packed_lut_matmul_many, amx_mode, Isa::Avx512Vnni},
+    {L::Q5_0x16, TensorType::Q5_0, 32, kQ5Block, false, true, pack_q5_0_rows,
+     packed_lut_matmul_many, amx_mode, Isa::Avx512Vnni},
 };
 constexpr bool in_layout_order() {
   for (size_t i = 0; i < std::size(kLayouts); ++i)

@@ -106,7 +106,7 @@ size_t packed_stream_ahead(PackedMatrix::Layout layout) {
   const bool dense =
       layout == PackedMatrix::Layout::Q4_Kx16 || layout == PackedMatrix::Layout::Q6_Kx16 ||
       layout == PackedMatrix::Layout::IQ4_NLx16 || layout == PackedMatrix::Layout::MXFP4x16 ||
-      layout == PackedMatrix::Layout::IQ4_XSx16;
+      layout == PackedMatrix::Layout::IQ4_XSx16 || layout == PackedMatrix::Layout::Q5_0x16;
   return dense ? dense_stream_ahead : stream_ahead;
 }
 

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "core/half.h"
@@ -23,16 +24,27 @@ struct Biased16 {
 };
 constexpr Biased16 kIq4nlBiased(quant::kIq4nlValues);
 constexpr Biased16 kFp4Biased(quant::kFp4Values);
+// Q5_0's low four bits + 112: with the fifth bit's 16 added in the kernel,
+// the code - 16 + 128.
+struct Q5Low {
+  uint8_t v[16];
+  constexpr Q5Low() : v{} {
+    for (int i = 0; i < 16; ++i) v[i] = static_cast<uint8_t>(i + 112);
+  }
+};
+constexpr Q5Low kQ5Low;
 
 // Row r's scale (as f32, exactly the scalar dot's) to float r of the block,
 // its qs bytes 4k..4k+3 to bytes 4r..4r+3 of chunk k (Q4_0x16's nibbles).
 template <typename Block, typename Scale>
 void pack_rows(const WeightMatrix& w, PackedMatrix& p, Scale scale) {
+  constexpr bool kQ5 = std::is_same_v<Block, quant::BlockQ5_0>;
   const auto* src = static_cast<const uint8_t*>(w.data);
   for (int64_t g = 0; g < p.n_groups; ++g) {
     uint8_t* gw = const_cast<uint8_t*>(p.slice(g, 0));
     for (int64_t b = 0; b < p.n_blocks; ++b) {
-      uint8_t* blk = gw + (size_t)b * kLutBlock;
+      uint8_t* blk = gw + (size_t)b * p.block_bytes;
+      uint64_t masks[8] = {};
       for (int r = 0; r < kGroup; ++r) {
         const int64_t row = g * kGroup + r;
         if (row >= w.rows) break;  // padding rows stay zero (scale 0)
@@ -41,7 +53,17 @@ void pack_rows(const WeightMatrix& w, PackedMatrix& p, Scale scale) {
         std::memcpy(blk + 4 * r, &d, 4);
         for (int k = 0; k < 4; ++k)
           std::memcpy(blk + 64 + 64 * k + 4 * r, x->qs + 4 * k, 4);
+        if constexpr (kQ5) {
+          uint32_t qh;
+          std::memcpy(&qh, x->qh, 4);
+          // Element j's fifth bit is bit j: chunk k's low half holds elements
+          // 4k..4k+3, its high half 16 + 4k..
+          for (int h = 0; h < 8; ++h)
+            for (int i = 0; i < 4; ++i)
+              masks[h] |= (uint64_t)((qh >> (4 * h + i)) & 1) << (4 * r + i);
+        }
       }
+      if constexpr (kQ5) std::memcpy(blk + kLutBlock, masks, sizeof(masks));
     }
   }
 }
@@ -74,6 +96,7 @@ void pack_iq4_xs_rows(const WeightMatrix& w, PackedMatrix& p) {
 }
 
 const uint8_t* lut_biased_table(PackedMatrix::Layout layout) {
+  if (layout == PackedMatrix::Layout::Q5_0x16) return kQ5Low.v;
   return layout == PackedMatrix::Layout::MXFP4x16 ? kFp4Biased.v : kIq4nlBiased.v;
 }
 
@@ -83,6 +106,10 @@ void pack_iq4_nl_rows(const WeightMatrix& w, PackedMatrix& p) {
 
 void pack_mxfp4_rows(const WeightMatrix& w, PackedMatrix& p) {
   pack_rows<quant::BlockMXFP4>(w, p, [](const quant::BlockMXFP4& x) { return quant::e8m0_half(x.e); });
+}
+
+void pack_q5_0_rows(const WeightMatrix& w, PackedMatrix& p) {
+  pack_rows<quant::BlockQ5_0>(w, p, [](const quant::BlockQ5_0& x) { return f16_to_f32(x.d); });
 }
 
 void packed_lut_matmul_many(std::span<const PackedJob> jobs, const ActRows& in, int64_t n_tokens,

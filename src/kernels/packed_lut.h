@@ -28,6 +28,10 @@ namespace cairn::kernels {
 // starts on a line. Blocks one after another, groups one after another (one
 // slice).
 constexpr size_t kLutBlock = 64 + 4 * 64;
+// Q5_0x16: the same, the table being the codes + 112 (value + 128), then each
+// chunk half's fifth bits as a 64-bit byte mask (bit 4r + i: byte i of row r;
+// low halves of chunks 0..3, then their high halves): 6 cache lines.
+constexpr size_t kQ5Block = kLutBlock + 8 * 8;
 
 // An activation record per block of 32: qs[32] (Q8_0 codes, as
 // quant::q8_0_from_float_act), d (the f16 scale as float), then per lane l the

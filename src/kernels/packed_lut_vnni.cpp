@@ -67,7 +67,9 @@ CAIRN_VNNI inline __m512i dpbusd_bcast(__m512i acc, __m512i w, const uint8_t* p)
 // 4 chunks become 8 vectors of table values (+128) once, then per token and
 // lane one vpdpbusd and one fma. 2 tokens x 8 lanes of accumulators, 8 of
 // weights and the constants fill the 32 registers; a third token spilled.
-template <int NT>
+// Q5_0 (kQ5): the shuffled low bits get 16 where the block's byte mask of
+// that chunk half says so.
+template <int NT, bool kQ5>
 [[gnu::noinline]] CAIRN_VNNI void tile(const uint8_t* gw, int64_t n, const uint8_t* table,
                                        const uint8_t* act, size_t stride, float* out,
                                        int64_t out_stride, __mmask16 mask, size_t ahead) {
@@ -80,10 +82,11 @@ template <int NT>
 #pragma GCC unroll 8
     for (int l = 0; l < 8; ++l) acc[t][l] = _mm512_setzero_ps();
   for (int64_t b = 0; b < n; ++b) {
-    const uint8_t* blk = gw + (size_t)b * kLutBlock;
+    constexpr size_t kBlock = kQ5 ? kQ5Block : kLutBlock;
+    const uint8_t* blk = gw + (size_t)b * kBlock;
     if (ahead != 0) {
       const uintptr_t next = reinterpret_cast<uintptr_t>(blk) + ahead;
-      for (size_t line = 0; line < kLutBlock; line += 64)
+      for (size_t line = 0; line < kBlock; line += 64)
         _mm_prefetch(reinterpret_cast<const char*>(next + line), _MM_HINT_T1);
     }
     const __m512 dw = _mm512_loadu_ps(reinterpret_cast<const float*>(blk));
@@ -95,6 +98,14 @@ template <int NT>
       const __m512i q = _mm512_loadu_si512(blk + 64 + 64 * k);
       w[k] = _mm512_shuffle_epi8(tbl, _mm512_and_si512(q, m4));
       w[k + 4] = _mm512_shuffle_epi8(tbl, _mm512_and_si512(_mm512_srli_epi16(q, 4), m4));
+      if constexpr (kQ5) {
+        const __m512i sixteen = _mm512_set1_epi8(16);
+        uint64_t lo, hi;
+        std::memcpy(&lo, blk + kLutBlock + 8 * k, 8);
+        std::memcpy(&hi, blk + kLutBlock + 8 * (k + 4), 8);
+        w[k] = _mm512_mask_add_epi8(w[k], (__mmask64)lo, w[k], sixteen);
+        w[k + 4] = _mm512_mask_add_epi8(w[k + 4], (__mmask64)hi, w[k + 4], sixteen);
+      }
     }
 #pragma GCC unroll 2
     for (int t = 0; t < NT; ++t) {
@@ -275,15 +286,16 @@ void lut_vnni_group(const PackedMatrix& pm, int64_t g, const uint8_t* act, size_
     }
     return;
   }
+  using TileFn = void (*)(const uint8_t*, int64_t, const uint8_t*, const uint8_t*, size_t, float*,
+                         int64_t, __mmask16, size_t);
+  const bool q5 = pm.layout == PackedMatrix::Layout::Q5_0x16;
+  const TileFn one = q5 ? tile<1, true> : tile<1, false>;
+  const TileFn two = q5 ? tile<2, true> : tile<2, false>;
   for (int64_t t = 0; t < n; t += 2) {
     // Later pairs find the group's weights in cache.
     const size_t a = t == 0 ? ahead : 0;
-    if (n - t >= 2)
-      tile<2>(gw, pm.n_blocks, table, act + (size_t)t * stride, stride, o + t * out_stride,
-              out_stride, mask, a);
-    else
-      tile<1>(gw, pm.n_blocks, table, act + (size_t)t * stride, stride, o + t * out_stride,
-              out_stride, mask, a);
+    (n - t >= 2 ? two : one)(gw, pm.n_blocks, table, act + (size_t)t * stride, stride,
+                             o + t * out_stride, out_stride, mask, a);
   }
 }
 
