@@ -51,7 +51,7 @@ namespace cairn::kernels {
 struct PackedMatrix {
   static constexpr int64_t kRunGroups = 4;
   enum class Layout { Q4_0x16, Q8_0x16, Q4_Kx16, Q6_Kx16, BF16x16, F16x16, IQ4_NLx16, MXFP4x16,
-                      IQ4_XSx16, Q5_0x16 };
+                      IQ4_XSx16, Q5_0x16, Q4_1x16, Q5_1x16 };
   Layout layout = Layout::Q4_0x16;
   int64_t rows = 0, cols = 0;
   int64_t n_groups = 0, n_blocks = 0;  // 16-row groups; blocks per row (32 elements; K: 256)
@@ -100,8 +100,8 @@ constexpr size_t kF16BlockBytes = 16 * 32;
 // IQ4_NLx16 / MXFP4x16 (packed_lut.h, AVX-512 VNNI only): Q4_0x16's nibble
 // chunks after 16 f32 scales per block, the type's 16-value table applied in
 // the kernel; one slice. IQ4_XSx16 likewise per 256-element super-block,
-// with each row's 6-bit sub-block scales, and Q5_0x16 with the fifth bits as
-// byte masks (packed_lut.h has the maps).
+// with each row's 6-bit sub-block scales, Q5_0x16 with the fifth bits as
+// byte masks, Q4_1x16 / Q5_1x16 with the mins (packed_lut.h has the maps).
 
 // A packed copy of `w` when a packed kernel exists for its type at the active
 // ISA level, else nullptr (matmul then uses the type table's vec_dot).
@@ -181,11 +181,13 @@ void packed_k_matmul_many(std::span<const PackedJob> jobs, const ActRows& in, in
                           ThreadPool& pool, std::span<const PackedMatrix* const> next,
                           AmxModeFn amx_mode_fn);
 
-// IQ4_NLx16 / MXFP4x16 / IQ4_XSx16 / Q5_0x16 (packed_lut.cpp): AVX-512 VNNI kernels only.
+// The lookup layouts, IQ4_NLx16 .. Q5_1x16 (packed_lut.cpp): AVX-512 VNNI kernels only.
 void pack_iq4_nl_rows(const WeightMatrix& w, PackedMatrix& p);
 void pack_mxfp4_rows(const WeightMatrix& w, PackedMatrix& p);
 void pack_iq4_xs_rows(const WeightMatrix& w, PackedMatrix& p);
 void pack_q5_0_rows(const WeightMatrix& w, PackedMatrix& p);
+void pack_q4_1_rows(const WeightMatrix& w, PackedMatrix& p);
+void pack_q5_1_rows(const WeightMatrix& w, PackedMatrix& p);
 void packed_lut_matmul_many(std::span<const PackedJob> jobs, const ActRows& in, int64_t n_tokens,
                             ThreadPool& pool, std::span<const PackedMatrix* const> next,
                             AmxModeFn amx_mode_fn);

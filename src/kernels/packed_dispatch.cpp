@@ -70,6 +70,10 @@ constexpr LayoutRow kLayouts[] = {
      packed_lut_matmul_many, amx_mode, Isa::Avx512Vnni},
     {L::Q5_0x16, TensorType::Q5_0, 32, kQ5Block, false, true, pack_q5_0_rows,
      packed_lut_matmul_many, amx_mode, Isa::Avx512Vnni},
+    {L::Q4_1x16, TensorType::Q4_1, 32, kQ4_1Block, false, true, pack_q4_1_rows,
+     packed_lut_matmul_many, amx_mode, Isa::Avx512Vnni},
+    {L::Q5_1x16, TensorType::Q5_1, 32, kQ5_1Block, false, true, pack_q5_1_rows,
+     packed_lut_matmul_many, amx_mode, Isa::Avx512Vnni},
 };
 constexpr bool in_layout_order() {
   for (size_t i = 0; i < std::size(kLayouts); ++i)

@@ -103,10 +103,8 @@ const size_t dense_stream_ahead = prefetch_from_env().value_or(4096);
 
 size_t packed_stream_ahead(PackedMatrix::Layout layout) {
   // The K-quants and the lookup layouts spend more instructions per line.
-  const bool dense =
-      layout == PackedMatrix::Layout::Q4_Kx16 || layout == PackedMatrix::Layout::Q6_Kx16 ||
-      layout == PackedMatrix::Layout::IQ4_NLx16 || layout == PackedMatrix::Layout::MXFP4x16 ||
-      layout == PackedMatrix::Layout::IQ4_XSx16 || layout == PackedMatrix::Layout::Q5_0x16;
+  const bool dense = layout != PackedMatrix::Layout::Q4_0x16 &&
+                     layout != PackedMatrix::Layout::Q8_0x16;
   return dense ? dense_stream_ahead : stream_ahead;
 }
 

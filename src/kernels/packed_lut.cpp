@@ -24,21 +24,24 @@ struct Biased16 {
 };
 constexpr Biased16 kIq4nlBiased(quant::kIq4nlValues);
 constexpr Biased16 kFp4Biased(quant::kFp4Values);
-// Q5_0's low four bits + 112: with the fifth bit's 16 added in the kernel,
-// the code - 16 + 128.
-struct Q5Low {
+// The low four bits of a code plus `add`: Q5_0's + 112 (with the fifth bit's
+// 16 added in the kernel, the value - 16 + 128); Q4_1's and Q5_1's + 128
+// (unsigned codes: value + 128 again, so the records' bias fits all).
+struct Low4 {
   uint8_t v[16];
-  constexpr Q5Low() : v{} {
-    for (int i = 0; i < 16; ++i) v[i] = static_cast<uint8_t>(i + 112);
+  constexpr explicit Low4(int add) : v{} {
+    for (int i = 0; i < 16; ++i) v[i] = static_cast<uint8_t>(i + add);
   }
 };
-constexpr Q5Low kQ5Low;
+constexpr Low4 kQ5_0Low(112), kQ_1Low(128);
 
 // Row r's scale (as f32, exactly the scalar dot's) to float r of the block,
 // its qs bytes 4k..4k+3 to bytes 4r..4r+3 of chunk k (Q4_0x16's nibbles).
 template <typename Block, typename Scale>
 void pack_rows(const WeightMatrix& w, PackedMatrix& p, Scale scale) {
-  constexpr bool kQ5 = std::is_same_v<Block, quant::BlockQ5_0>;
+  constexpr bool kHigh = requires(const Block& x) { x.qh; };
+  constexpr bool kMin = requires(const Block& x) { x.m; };
+  constexpr size_t kCodes = lut_codes_at(kMin);
   const auto* src = static_cast<const uint8_t*>(w.data);
   for (int64_t g = 0; g < p.n_groups; ++g) {
     uint8_t* gw = const_cast<uint8_t*>(p.slice(g, 0));
@@ -51,9 +54,13 @@ void pack_rows(const WeightMatrix& w, PackedMatrix& p, Scale scale) {
         const auto* x = reinterpret_cast<const Block*>(src + (size_t)row * w.row_stride) + b;
         const float d = scale(*x);
         std::memcpy(blk + 4 * r, &d, 4);
+        if constexpr (kMin) {
+          const float m = f16_to_f32(x->m);
+          std::memcpy(blk + 64 + 4 * r, &m, 4);
+        }
         for (int k = 0; k < 4; ++k)
-          std::memcpy(blk + 64 + 64 * k + 4 * r, x->qs + 4 * k, 4);
-        if constexpr (kQ5) {
+          std::memcpy(blk + kCodes + 64 * k + 4 * r, x->qs + 4 * k, 4);
+        if constexpr (kHigh) {
           uint32_t qh;
           std::memcpy(&qh, x->qh, 4);
           // Element j's fifth bit is bit j: chunk k's low half holds elements
@@ -63,7 +70,7 @@ void pack_rows(const WeightMatrix& w, PackedMatrix& p, Scale scale) {
               masks[h] |= (uint64_t)((qh >> (4 * h + i)) & 1) << (4 * r + i);
         }
       }
-      if constexpr (kQ5) std::memcpy(blk + kLutBlock, masks, sizeof(masks));
+      if constexpr (kHigh) std::memcpy(blk + kCodes + 4 * 64, masks, sizeof(masks));
     }
   }
 }
@@ -96,7 +103,9 @@ void pack_iq4_xs_rows(const WeightMatrix& w, PackedMatrix& p) {
 }
 
 const uint8_t* lut_biased_table(PackedMatrix::Layout layout) {
-  if (layout == PackedMatrix::Layout::Q5_0x16) return kQ5Low.v;
+  if (layout == PackedMatrix::Layout::Q5_0x16) return kQ5_0Low.v;
+  if (layout == PackedMatrix::Layout::Q4_1x16 || layout == PackedMatrix::Layout::Q5_1x16)
+    return kQ_1Low.v;
   return layout == PackedMatrix::Layout::MXFP4x16 ? kFp4Biased.v : kIq4nlBiased.v;
 }
 
@@ -110,6 +119,14 @@ void pack_mxfp4_rows(const WeightMatrix& w, PackedMatrix& p) {
 
 void pack_q5_0_rows(const WeightMatrix& w, PackedMatrix& p) {
   pack_rows<quant::BlockQ5_0>(w, p, [](const quant::BlockQ5_0& x) { return f16_to_f32(x.d); });
+}
+
+void pack_q4_1_rows(const WeightMatrix& w, PackedMatrix& p) {
+  pack_rows<quant::BlockQ4_1>(w, p, [](const quant::BlockQ4_1& x) { return f16_to_f32(x.d); });
+}
+
+void pack_q5_1_rows(const WeightMatrix& w, PackedMatrix& p) {
+  pack_rows<quant::BlockQ5_1>(w, p, [](const quant::BlockQ5_1& x) { return f16_to_f32(x.d); });
 }
 
 void packed_lut_matmul_many(std::span<const PackedJob> jobs, const ActRows& in, int64_t n_tokens,

@@ -31,14 +31,23 @@ constexpr size_t kLutBlock = 64 + 4 * 64;
 // Q5_0x16: the same, the table being the codes + 112 (value + 128), then each
 // chunk half's fifth bits as a 64-bit byte mask (bit 4r + i: byte i of row r;
 // low halves of chunks 0..3, then their high halves): 6 cache lines.
-constexpr size_t kQ5Block = kLutBlock + 8 * 8;
+// Q4_1x16 / Q5_1x16: the scales, then the 16 mins as f32, the chunks (the
+// table the codes + 128), Q5_1 then the masks: 6 and 7 cache lines.
+constexpr size_t lut_codes_at(bool min) { return min ? 128 : 64; }
+constexpr size_t lut_block_bytes(bool high, bool min) {
+  return lut_codes_at(min) + 4 * 64 + (high ? 64 : 0);
+}
+constexpr size_t kQ5Block = lut_block_bytes(true, false);
+constexpr size_t kQ4_1Block = lut_block_bytes(false, true);
+constexpr size_t kQ5_1Block = lut_block_bytes(true, true);
 
 // An activation record per block of 32: qs[32] (Q8_0 codes, as
-// quant::q8_0_from_float_act), d (the f16 scale as float), then per lane l the
-// int32 -128 * (sum of codes 4l..4l+3): the exact correction for the table
-// values being stored + 128 (unsigned, as vpdpbusd wants them).
-constexpr size_t kLutActRec = 32 + 4 + 4 + 8 * 4;  // 4 bytes padding after d
-constexpr size_t kLutActD = 32, kLutActBias = 40;
+// quant::q8_0_from_float_act; Q8_1's are the same), d (the f16 scale as
+// float), s (Q8_1's f16 s as float, for Q4_1/Q5_1), then per lane l the int32
+// -128 * (sum of codes 4l..4l+3): the exact correction for the table values
+// being stored + 128 (unsigned, as vpdpbusd wants them).
+constexpr size_t kLutActRec = 32 + 4 + 4 + 8 * 4;
+constexpr size_t kLutActD = 32, kLutActS = 36, kLutActBias = 40;
 
 inline size_t lut_act_stride(int64_t cols) {
   const size_t bytes = kLutActRec * (size_t)(cols / 32);

@@ -44,13 +44,17 @@ CAIRN_VNNI void quantize_act(const float* x, int64_t cols, uint8_t* dst) {
     _mm_storeu_si128(reinterpret_cast<__m128i*>(rec + 16), _mm512_cvtsepi32_epi8(i1));
     const float d = f16_to_f32(dh);
     std::memcpy(rec + kLutActD, &d, 4);
-    std::memset(rec + kLutActD + 4, 0, 4);
+    int32_t sum = 0;
     for (int l = 0; l < 8; ++l) {
       int32_t s = 0;
       for (int i = 0; i < 4; ++i) s += (int8_t)rec[4 * l + i];
+      sum += s;
       const int32_t bias = -128 * s;
       std::memcpy(rec + kLutActBias + 4 * l, &bias, 4);
     }
+    // Q8_1's s: the codes' sum times the unrounded scale, stored as f16.
+    const float s = f16_to_f32(f32_to_f16((float)sum * (amax / 127.0f)));
+    std::memcpy(rec + kLutActS, &s, 4);
   }
 }
 
@@ -67,22 +71,27 @@ CAIRN_VNNI inline __m512i dpbusd_bcast(__m512i acc, __m512i w, const uint8_t* p)
 // 4 chunks become 8 vectors of table values (+128) once, then per token and
 // lane one vpdpbusd and one fma. 2 tokens x 8 lanes of accumulators, 8 of
 // weights and the constants fill the 32 registers; a third token spilled.
-// Q5_0 (kQ5): the shuffled low bits get 16 where the block's byte mask of
-// that chunk half says so.
-template <int NT, bool kQ5>
+// kHigh (Q5_0, Q5_1): the shuffled low bits get 16 where the block's byte
+// mask of that chunk half says so. kMin (Q4_1, Q5_1): each token's second
+// chain, min * the activation block's s, added after the lanes (the scalar's
+// offsets).
+template <int NT, bool kHigh, bool kMin>
 [[gnu::noinline]] CAIRN_VNNI void tile(const uint8_t* gw, int64_t n, const uint8_t* table,
                                        const uint8_t* act, size_t stride, float* out,
                                        int64_t out_stride, __mmask16 mask, size_t ahead) {
   const __m512i tbl =
       _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(table)));
   const __m512i m4 = _mm512_set1_epi8(0x0F);
-  __m512 acc[NT][8];
+  __m512 acc[NT][8], off[NT];
 #pragma GCC unroll 8
-  for (int t = 0; t < NT; ++t)
+  for (int t = 0; t < NT; ++t) {
+    off[t] = _mm512_setzero_ps();
 #pragma GCC unroll 8
     for (int l = 0; l < 8; ++l) acc[t][l] = _mm512_setzero_ps();
+  }
+  constexpr size_t kBlock = lut_block_bytes(kHigh, kMin);
+  constexpr size_t kCodes = lut_codes_at(kMin), kMasks = kCodes + 4 * 64;
   for (int64_t b = 0; b < n; ++b) {
-    constexpr size_t kBlock = kQ5 ? kQ5Block : kLutBlock;
     const uint8_t* blk = gw + (size_t)b * kBlock;
     if (ahead != 0) {
       const uintptr_t next = reinterpret_cast<uintptr_t>(blk) + ahead;
@@ -95,14 +104,14 @@ template <int NT, bool kQ5>
     __m512i w[8];
 #pragma GCC unroll 4
     for (int k = 0; k < 4; ++k) {
-      const __m512i q = _mm512_loadu_si512(blk + 64 + 64 * k);
+      const __m512i q = _mm512_loadu_si512(blk + kCodes + 64 * k);
       w[k] = _mm512_shuffle_epi8(tbl, _mm512_and_si512(q, m4));
       w[k + 4] = _mm512_shuffle_epi8(tbl, _mm512_and_si512(_mm512_srli_epi16(q, 4), m4));
-      if constexpr (kQ5) {
+      if constexpr (kHigh) {
         const __m512i sixteen = _mm512_set1_epi8(16);
         uint64_t lo, hi;
-        std::memcpy(&lo, blk + kLutBlock + 8 * k, 8);
-        std::memcpy(&hi, blk + kLutBlock + 8 * (k + 4), 8);
+        std::memcpy(&lo, blk + kMasks + 8 * k, 8);
+        std::memcpy(&hi, blk + kMasks + 8 * (k + 4), 8);
         w[k] = _mm512_mask_add_epi8(w[k], (__mmask64)lo, w[k], sixteen);
         w[k + 4] = _mm512_mask_add_epi8(w[k + 4], (__mmask64)hi, w[k + 4], sixteen);
       }
@@ -113,6 +122,12 @@ template <int NT, bool kQ5>
       float d;
       std::memcpy(&d, rec + kLutActD, 4);
       const __m512 dd = _mm512_mul_ps(dw, _mm512_set1_ps(d));
+      if constexpr (kMin) {
+        float s;
+        std::memcpy(&s, rec + kLutActS, 4);
+        off[t] = _mm512_fmadd_ps(_mm512_loadu_ps(reinterpret_cast<const float*>(blk + 64)),
+                                 _mm512_set1_ps(s), off[t]);
+      }
 #pragma GCC unroll 8
       for (int l = 0; l < 8; ++l) {
         int32_t bias;
@@ -126,11 +141,12 @@ template <int NT, bool kQ5>
 #pragma GCC unroll 2
   for (int t = 0; t < NT; ++t) {
     // Lanes8::sum's tree.
-    const __m512 sum =
+    __m512 sum =
         _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(acc[t][0], acc[t][4]),
                                     _mm512_add_ps(acc[t][2], acc[t][6])),
                       _mm512_add_ps(_mm512_add_ps(acc[t][1], acc[t][5]),
                                     _mm512_add_ps(acc[t][3], acc[t][7])));
+    if constexpr (kMin) sum = _mm512_add_ps(sum, off[t]);
     _mm512_mask_storeu_ps(out + t * out_stride, mask, sum);
   }
 }
@@ -288,9 +304,14 @@ void lut_vnni_group(const PackedMatrix& pm, int64_t g, const uint8_t* act, size_
   }
   using TileFn = void (*)(const uint8_t*, int64_t, const uint8_t*, const uint8_t*, size_t, float*,
                          int64_t, __mmask16, size_t);
-  const bool q5 = pm.layout == PackedMatrix::Layout::Q5_0x16;
-  const TileFn one = q5 ? tile<1, true> : tile<1, false>;
-  const TileFn two = q5 ? tile<2, true> : tile<2, false>;
+  using L = PackedMatrix::Layout;
+  const bool high = pm.layout == L::Q5_0x16 || pm.layout == L::Q5_1x16;
+  const bool min = pm.layout == L::Q4_1x16 || pm.layout == L::Q5_1x16;
+  // [tokens - 1][high][min]
+  constexpr TileFn kTiles[2][2][2] = {
+      {{tile<1, false, false>, tile<1, false, true>}, {tile<1, true, false>, tile<1, true, true>}},
+      {{tile<2, false, false>, tile<2, false, true>}, {tile<2, true, false>, tile<2, true, true>}}};
+  const TileFn one = kTiles[0][high][min], two = kTiles[1][high][min];
   for (int64_t t = 0; t < n; t += 2) {
     // Later pairs find the group's weights in cache.
     const size_t a = t == 0 ? ahead : 0;

@@ -141,7 +141,7 @@ TEST_P(PackedKQuants, BitIdenticalToScalar) {
   }
 }
 
-// IQ4_NL, MXFP4, IQ4_XS and Q5_0 (packed_lut*.cpp, AVX-512 VNNI only): Lanes8's
+// IQ4_NL, MXFP4, IQ4_XS, Q5_0, Q4_1 and Q5_1 (packed_lut*.cpp, AVX-512 VNNI only): Lanes8's
 // order per row, tiles of 2 tokens (IQ4_XS: 3) and a shorter last one, a short
 // last group, token chunks of 64, several threads, TinyLlama's widths;
 // padding rows' scale 0.
@@ -173,7 +173,8 @@ TEST_P(PackedLut, BitIdenticalToScalarOnRaggedShapes) {
 
 INSTANTIATE_TEST_SUITE_P(Types, PackedLut,
                          ::testing::Values(TensorType::IQ4_NL, TensorType::MXFP4,
-                                           TensorType::IQ4_XS, TensorType::Q5_0),
+                                           TensorType::IQ4_XS, TensorType::Q5_0,
+                                           TensorType::Q4_1, TensorType::Q5_1),
                          [](const auto& info) { return std::string(type_info(info.param).name); });
 
 INSTANTIATE_TEST_SUITE_P(Types, PackedKQuants,
@@ -279,7 +280,7 @@ TEST(MatmulMany, MadeRowsGiveTheBitsOfMadeMatrix) {
   for (float& v : src) v = dist(rng);
   for (TensorType type : {TensorType::Q4_0, TensorType::Q8_0, TensorType::Q4_K, TensorType::Q6_K,
                           TensorType::IQ4_NL, TensorType::MXFP4, TensorType::IQ4_XS,
-                          TensorType::Q5_0,
+                          TensorType::Q5_0, TensorType::Q4_1, TensorType::Q5_1,
                           TensorType::F16, TensorType::BF16, TensorType::F32}) {
     const size_t rb = *row_bytes(type, cols);
     std::vector<std::vector<uint8_t>> bytes(2);
