@@ -1,7 +1,8 @@
 // kernels/packed.h — internal to src/kernels: Q4_0, Q8_0, Q4_K and Q6_K weights
 // repacked at load for the integer-dot kernels (AVX-512 VNNI, AMX for
 // batches; on hosts without VNNI, AVX2 kernels over the same layouts:
-// packed_q_*.cpp, packed_k_*.cpp), BF16 and F16 for AVX-512 (BF16) float tiles or
+// packed_q_*.cpp, packed_k_*.cpp), IQ4_NL, MXFP4, IQ4_XS, Q5_0, Q4_1 and Q5_1
+// for AVX-512 VNNI only (packed_lut*.cpp), BF16 and F16 for AVX-512 (BF16) float tiles or
 // AVX2 kernels in the same float steps, and the matmul over them. Owns the packed layouts and their
 // kernels. The integer kernels give the bits of the type table's scalar vec_dot for the same
 // weights and activations (the golden tests depend on the reference's float order, which the scalar

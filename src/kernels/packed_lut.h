@@ -1,9 +1,11 @@
 // kernels/packed_lut.h — internal to src/kernels: the "4-bit lookup" layouts
-// IQ4_NLx16 and MXFP4x16 (packed_lut.cpp packs and drives them, the AVX-512
-// VNNI kernels are packed_lut_vnni.cpp). Both types are a 4-bit index into a
-// 16-entry int8 table times a per-32 scale, so one layout serves both: Q4_0x16's
-// nibble chunks (packed.h), the scale as an exact f32 (f16 d, or E8M0 halved),
-// and the type's table, applied in the kernel with a byte shuffle.
+// IQ4_NLx16, MXFP4x16, Q5_0x16, Q4_1x16, Q5_1x16 and IQ4_XSx16 (packed_lut.cpp
+// packs and drives them, the AVX-512 VNNI kernels are packed_lut_vnni.cpp).
+// IQ4_NL and MXFP4 are a 4-bit index into a 16-entry int8 table times a per-32
+// scale, so one layout serves both: Q4_0x16's nibble chunks (packed.h), the
+// scale as an exact f32 (f16 d, or E8M0 halved), and the type's table, applied
+// in the kernel with a byte shuffle; the 5-bit and offset types add a bit
+// mask and mins to it, IQ4_XS a sub-block scale per row.
 //
 // Their scalar dot (core/quant_nonlinear.cpp) sums in Lanes8's order: lane l
 // of a block is the exact integer sum over elements 4l..4l+3, and each lane
