@@ -1,7 +1,8 @@
 // kernels/packed.h — internal to src/kernels: Q4_0, Q8_0, Q4_K and Q6_K weights
 // repacked at load for the integer-dot kernels (AVX-512 VNNI, AMX for
 // batches; on hosts without VNNI, AVX2 kernels over the same layouts:
-// packed_q_*.cpp, packed_k_*.cpp), BF16 and F16 for AVX-512 (BF16) float tiles or
+// packed_q_*.cpp, packed_k_*.cpp), IQ4_NL, MXFP4, IQ4_XS, Q5_0, Q4_1 and Q5_1
+// for AVX-512 VNNI only (packed_lut*.cpp), BF16 and F16 for AVX-512 (BF16) float tiles or
 // AVX2 kernels in the same float steps, and the matmul over them. Owns the packed layouts and their
 // kernels. The integer kernels give the bits of the type table's scalar vec_dot for the same
 // weights and activations (the golden tests depend on the reference's float order, which the scalar
@@ -50,7 +51,8 @@ namespace cairn::kernels {
 // one slice: then the layout is simply group after group.
 struct PackedMatrix {
   static constexpr int64_t kRunGroups = 4;
-  enum class Layout { Q4_0x16, Q8_0x16, Q4_Kx16, Q6_Kx16, BF16x16, F16x16 };
+  enum class Layout { Q4_0x16, Q8_0x16, Q4_Kx16, Q6_Kx16, BF16x16, F16x16, IQ4_NLx16, MXFP4x16,
+                      IQ4_XSx16, Q5_0x16, Q4_1x16, Q5_1x16 };
   Layout layout = Layout::Q4_0x16;
   int64_t rows = 0, cols = 0;
   int64_t n_groups = 0, n_blocks = 0;  // 16-row groups; blocks per row (32 elements; K: 256)
@@ -96,6 +98,11 @@ constexpr size_t kBF16BlockBytes = 16 * 64;
 // these kernels give.
 constexpr size_t kF16BlockBytes = 16 * 32;
 // Both: one slice; groups one after another.
+// IQ4_NLx16 / MXFP4x16 (packed_lut.h, AVX-512 VNNI only): Q4_0x16's nibble
+// chunks after 16 f32 scales per block, the type's 16-value table applied in
+// the kernel; one slice. IQ4_XSx16 likewise per 256-element super-block,
+// with each row's 6-bit sub-block scales, Q5_0x16 with the fifth bits as
+// byte masks, Q4_1x16 / Q5_1x16 with the mins (packed_lut.h has the maps).
 
 // A packed copy of `w` when a packed kernel exists for its type at the active
 // ISA level, else nullptr (matmul then uses the type table's vec_dot).
@@ -174,6 +181,17 @@ void pack_q6_k_rows(const WeightMatrix& w, PackedMatrix& p);
 void packed_k_matmul_many(std::span<const PackedJob> jobs, const ActRows& in, int64_t n_tokens,
                           ThreadPool& pool, std::span<const PackedMatrix* const> next,
                           AmxModeFn amx_mode_fn);
+
+// The lookup layouts, IQ4_NLx16 .. Q5_1x16 (packed_lut.cpp): AVX-512 VNNI kernels only.
+void pack_iq4_nl_rows(const WeightMatrix& w, PackedMatrix& p);
+void pack_mxfp4_rows(const WeightMatrix& w, PackedMatrix& p);
+void pack_iq4_xs_rows(const WeightMatrix& w, PackedMatrix& p);
+void pack_q5_0_rows(const WeightMatrix& w, PackedMatrix& p);
+void pack_q4_1_rows(const WeightMatrix& w, PackedMatrix& p);
+void pack_q5_1_rows(const WeightMatrix& w, PackedMatrix& p);
+void packed_lut_matmul_many(std::span<const PackedJob> jobs, const ActRows& in, int64_t n_tokens,
+                            ThreadPool& pool, std::span<const PackedMatrix* const> next,
+                            AmxModeFn amx_mode_fn);
 
 // BF16x16 / F16x16 (packed_float.cpp): activations from in.x only (never
 // made rows); amx_mode_fn gives the AMX-BF16 mode.

@@ -18,6 +18,7 @@
 #include "kernels/packed.h"
 #include "kernels/packed_k.h"
 #include "kernels/packed_layout.h"
+#include "kernels/packed_lut.h"
 #include "kernels/packed_q.h"
 
 namespace cairn::kernels {
@@ -44,21 +45,35 @@ struct LayoutRow {
   PackFn pack;            // at load, into the sized and zeroed PackedMatrix
   PackedMatmulFn matmul;  // the family's driver: one token, few, or a prompt
   AmxModeFn amx_mode;     // which AMX tiles its driver may use
+  Isa min_isa;            // the level its kernels need (AVX2: every family has AVX2 kernels)
 };
 using L = PackedMatrix::Layout;
 constexpr LayoutRow kLayouts[] = {
     {L::Q4_0x16, TensorType::Q4_0, 32, kQ4Block, true, true, pack_q4_0_rows, packed_q_matmul_many,
-     amx_mode},
+     amx_mode, Isa::Avx2},
     {L::Q8_0x16, TensorType::Q8_0, 32, kQ8Block, true, true, pack_q8_0_rows, packed_q_matmul_many,
-     amx_mode},
+     amx_mode, Isa::Avx2},
     {L::Q4_Kx16, TensorType::Q4_K, kQK, kQ4KBlockBytes, false, true, pack_q4_k_rows,
-     packed_k_matmul_many, amx_mode},
+     packed_k_matmul_many, amx_mode, Isa::Avx2},
     {L::Q6_Kx16, TensorType::Q6_K, kQK, kQ6KBlockBytes, false, true, pack_q6_k_rows,
-     packed_k_matmul_many, amx_mode},
+     packed_k_matmul_many, amx_mode, Isa::Avx2},
     {L::BF16x16, TensorType::BF16, 32, kBF16BlockBytes, false, false, pack_bf16_rows,
-     packed_float_matmul_many, amx_bf16_mode},
+     packed_float_matmul_many, amx_bf16_mode, Isa::Avx2},
     {L::F16x16, TensorType::F16, 16, kF16BlockBytes, false, false, pack_f16_rows,
-     packed_float_matmul_many, amx_bf16_mode},
+     packed_float_matmul_many, amx_bf16_mode, Isa::Avx2},
+    // No AVX2 kernels yet: an AVX2 host keeps the row-dot kernels for these.
+    {L::IQ4_NLx16, TensorType::IQ4_NL, 32, kLutBlock, false, true, pack_iq4_nl_rows,
+     packed_lut_matmul_many, amx_mode, Isa::Avx512Vnni},
+    {L::MXFP4x16, TensorType::MXFP4, 32, kLutBlock, false, true, pack_mxfp4_rows,
+     packed_lut_matmul_many, amx_mode, Isa::Avx512Vnni},
+    {L::IQ4_XSx16, TensorType::IQ4_XS, kQK, kXsBlock, false, true, pack_iq4_xs_rows,
+     packed_lut_matmul_many, amx_mode, Isa::Avx512Vnni},
+    {L::Q5_0x16, TensorType::Q5_0, 32, kQ5Block, false, true, pack_q5_0_rows,
+     packed_lut_matmul_many, amx_mode, Isa::Avx512Vnni},
+    {L::Q4_1x16, TensorType::Q4_1, 32, kQ4_1Block, false, true, pack_q4_1_rows,
+     packed_lut_matmul_many, amx_mode, Isa::Avx512Vnni},
+    {L::Q5_1x16, TensorType::Q5_1, 32, kQ5_1Block, false, true, pack_q5_1_rows,
+     packed_lut_matmul_many, amx_mode, Isa::Avx512Vnni},
 };
 constexpr bool in_layout_order() {
   for (size_t i = 0; i < std::size(kLayouts); ++i)
@@ -183,7 +198,7 @@ std::shared_ptr<const PackedMatrix> pack_matrix(const WeightMatrix& w) {
   // Every layout has AVX2 kernels too.
   if (!isa_enabled(Isa::Avx512Vnni) && !isa_enabled(Isa::Avx2)) return nullptr;
   const LayoutRow* row = row_for(w.type);
-  if (!row || w.cols % row->block_cols != 0) return nullptr;
+  if (!row || w.cols % row->block_cols != 0 || !isa_enabled(row->min_isa)) return nullptr;
   auto p = std::make_shared<PackedMatrix>();
   p->layout = row->layout;
   p->rows = w.rows;

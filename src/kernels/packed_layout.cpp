@@ -102,9 +102,10 @@ const size_t stream_ahead = prefetch_from_env().value_or(cpu_features().intel ? 
 const size_t dense_stream_ahead = prefetch_from_env().value_or(4096);
 
 size_t packed_stream_ahead(PackedMatrix::Layout layout) {
-  const bool k_quant =
-      layout == PackedMatrix::Layout::Q4_Kx16 || layout == PackedMatrix::Layout::Q6_Kx16;
-  return k_quant ? dense_stream_ahead : stream_ahead;
+  // The K-quants and the lookup layouts spend more instructions per line.
+  const bool dense = layout != PackedMatrix::Layout::Q4_0x16 &&
+                     layout != PackedMatrix::Layout::Q8_0x16;
+  return dense ? dense_stream_ahead : stream_ahead;
 }
 
 namespace {

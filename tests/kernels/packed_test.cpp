@@ -141,6 +141,42 @@ TEST_P(PackedKQuants, BitIdenticalToScalar) {
   }
 }
 
+// IQ4_NL, MXFP4, IQ4_XS, Q5_0, Q4_1 and Q5_1 (packed_lut*.cpp, AVX-512 VNNI only): Lanes8's
+// order per row, tiles of 2 tokens (IQ4_XS: 3) and a shorter last one, a short
+// last group, token chunks of 64, several threads, TinyLlama's widths;
+// padding rows' scale 0.
+class PackedLut : public ::testing::TestWithParam<TensorType> {
+ protected:
+  void SetUp() override {
+    if (!isa_enabled(Isa::Avx512Vnni))
+      GTEST_SKIP() << "packed IQ4_NL/MXFP4 kernels need AVX-512 VNNI (absent here, or capped by "
+                      "CAIRN_ISA)";
+  }
+};
+
+TEST_P(PackedLut, BitIdenticalToScalarOnRaggedShapes) {
+  ThreadPool pool(2), three(3);
+  const bool super = GetParam() == TensorType::IQ4_XS;  // 256-element blocks
+  for (int64_t rows : {1, 15, 16, 17, 40}) {
+    for (int64_t cols : super ? std::vector<int64_t>{256, 768} : std::vector<int64_t>{32, 96, 512}) {
+      for (int64_t tokens : {1, 2, 3, 4, 5, 6, 7, 9, 13})
+        check_bit_identical({GetParam(), rows, cols, tokens}, pool);
+    }
+  }
+  for (int64_t tokens : {1, 2, 3, 64, 65, 70}) {
+    check_bit_identical({GetParam(), 100, 2048, tokens}, pool);
+    check_bit_identical({GetParam(), 33, 5632, tokens}, three);
+  }
+  for (int64_t tokens : {1, 4, 64})
+    for (int rep = 0; rep < 3; ++rep) check_bit_identical({GetParam(), 1200, 256, tokens}, three);
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, PackedLut,
+                         ::testing::Values(TensorType::IQ4_NL, TensorType::MXFP4,
+                                           TensorType::IQ4_XS, TensorType::Q5_0,
+                                           TensorType::Q4_1, TensorType::Q5_1),
+                         [](const auto& info) { return std::string(type_info(info.param).name); });
+
 INSTANTIATE_TEST_SUITE_P(Types, PackedKQuants,
                          ::testing::Values(TensorType::Q4_K, TensorType::Q6_K),
                          [](const auto& info) { return std::string(type_info(info.param).name); });
@@ -243,6 +279,8 @@ TEST(MatmulMany, MadeRowsGiveTheBitsOfMadeMatrix) {
   std::vector<float> src((size_t)(max_tokens * cols));
   for (float& v : src) v = dist(rng);
   for (TensorType type : {TensorType::Q4_0, TensorType::Q8_0, TensorType::Q4_K, TensorType::Q6_K,
+                          TensorType::IQ4_NL, TensorType::MXFP4, TensorType::IQ4_XS,
+                          TensorType::Q5_0, TensorType::Q4_1, TensorType::Q5_1,
                           TensorType::F16, TensorType::BF16, TensorType::F32}) {
     const size_t rb = *row_bytes(type, cols);
     std::vector<std::vector<uint8_t>> bytes(2);
@@ -290,6 +328,9 @@ TEST(PackedMatrixTest, OnlyForTypesWithAPackedKernel) {
   std::vector<uint8_t> k_data(2 * 144);
   WeightMatrix q4k{TensorType::Q4_K, k_data.data(), 2, 256, 144, nullptr};
   EXPECT_EQ(pack_matrix(q4k) != nullptr, isa_enabled(Isa::Avx2));
+  // The lookup layouts have VNNI kernels only.
+  WeightMatrix iq4{TensorType::IQ4_NL, data.data(), 2, 64, 36, nullptr};
+  EXPECT_EQ(pack_matrix(iq4) != nullptr, isa_enabled(Isa::Avx512Vnni));
 }
 
 // ctest runs the packed tests and the model suite once more with
