@@ -22,18 +22,6 @@ Status bad_request(std::string message, std::string param = {}) {
   return Status::invalid_argument(std::move(message), std::move(param));
 }
 
-}  // namespace
-
-Result<json> parse_json_object(std::string_view body) {
-  // The parser validates UTF-8 inside strings, so invalid bytes fail here.
-  json j = json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return bad_request("request body is not valid JSON (or not valid UTF-8)");
-  if (!j.is_object()) return bad_request("request body must be a JSON object");
-  return j;
-}
-
-namespace {
-
 // A field that is absent or null counts as "not given", as OpenAI treats it.
 const json* field(const json& body, const char* name) {
   auto it = body.find(name);

@@ -46,9 +46,34 @@ struct ParsedGenerate {
   int32_t choices() const { return static_cast<int32_t>(prompts.size()) * n; }
 };
 
-// Parses a body into a JSON object: malformed JSON, invalid UTF-8 and
-// non-object bodies are InvalidArgument. Keys stay in body order.
-Result<RequestJson> parse_json_object(std::string_view body);
+// Nesting beyond this is refused while parsing: copying or printing a JSON
+// value recurses, so no deeper value may reach the code after the parser.
+inline constexpr int kMaxJsonDepth = 256;
+
+// Parses a body into a JSON object: malformed JSON, invalid UTF-8, nesting
+// deeper than kMaxJsonDepth and non-object bodies are InvalidArgument.
+// RequestJson keeps the keys in body order (servables, whose inputs are
+// looked up by name, take nlohmann::json).
+template <typename Json = RequestJson>
+Result<Json> parse_json_object(std::string_view body) {
+  bool too_deep = false;
+  // The parser itself does not recurse; the callback stops keeping values
+  // past the limit, so nothing that deep is ever built.
+  typename Json::parser_callback_t depth_check = [&too_deep](int depth, typename Json::parse_event_t,
+                                                             Json&) {
+    if (depth > kMaxJsonDepth) too_deep = true;
+    return !too_deep;
+  };
+  // The parser validates UTF-8 inside strings, so invalid bytes fail here.
+  Json j = Json::parse(body.begin(), body.end(), depth_check, /*allow_exceptions=*/false);
+  if (too_deep)
+    return Status::invalid_argument("the request body nests deeper than " +
+                                    std::to_string(kMaxJsonDepth) + " levels");
+  if (j.is_discarded())
+    return Status::invalid_argument("request body is not valid JSON (or not valid UTF-8)");
+  if (!j.is_object()) return Status::invalid_argument("request body must be a JSON object");
+  return j;
+}
 
 // Resolves `model` (absent: the only served model) to a served model, or
 // InvalidArgument / NotFound.

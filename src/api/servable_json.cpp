@@ -460,7 +460,7 @@ Result<PredictBody> parse_predict_json(const json& body, const ServableJsonLimit
 }
 
 Result<PredictBody> parse_predict_body(std::string_view body, const ServableJsonLimits& limits) {
-  CAIRN_ASSIGN_OR_RETURN(const json j, parse_json_object(body));
+  CAIRN_ASSIGN_OR_RETURN(const json j, parse_json_object<json>(body));
   return parse_predict_json(j, limits);
 }
 

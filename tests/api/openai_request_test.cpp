@@ -141,6 +141,14 @@ TEST(OpenAiRequest, BodyMustBeJsonObjectInUtf8) {
     EXPECT_EQ(to_http_error(res.status()).status, 400);
   }
   EXPECT_TRUE((parse_json_object(R"({"prompt":"ok"})")).is_ok());
+  // Deep nesting anywhere is refused by the parser, before anything copies
+  // or prints it (both recurse).
+  const std::string deep = R"({"prompt": "x", "tools": )" + std::string(100000, '[') + std::string(100000, ']') + "}";
+  auto too_deep = parse_json_object(deep);
+  ASSERT_FALSE(too_deep.is_ok());
+  EXPECT_NE(too_deep.status().message().find("deeper than 256"), std::string::npos);
+  const std::string fine = R"({"a": )" + std::string(200, '[') + std::string(200, ']') + "}";
+  EXPECT_TRUE(parse_json_object(fine).is_ok());
 }
 
 TEST(OpenAiRequest, ErrorMessagesDoNotEchoTheRequest) {
