@@ -13,7 +13,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view body(reinterpret_cast<const char*>(data), size);
   auto parsed = api::parse_json_object(body);
   if (parsed.is_ok()) {
-    const nlohmann::json* json = &*parsed;
+    const api::RequestJson* json = &*parsed;
     (void)api::parse_generate(api::Endpoint::Completions, *json, models);
     (void)api::parse_generate(api::Endpoint::Chat, *json, models);
     (void)api::parse_tokenize(*json, models);
