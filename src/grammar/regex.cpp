@@ -1,6 +1,7 @@
 // grammar/regex.cpp — a recursive-descent translator from regex to GBNF.
 #include "grammar/regex.h"
 
+#include "grammar/grammar.h"
 #include "grammar/text.h"
 
 #include <algorithm>
@@ -348,7 +349,13 @@ class Translator {
 
 Result<std::string> regex_to_gbnf(std::string_view pattern, RegexContext context) {
   if (!valid_utf8(pattern)) return Status::invalid_argument("the regular expression is not valid UTF-8");
-  return Translator(pattern, context).run();
+  auto expr = Translator(pattern, context).run();
+  if (!expr) return expr;
+  // What the grammar parser refuses (an empty group repeated, say) is this
+  // expression's problem, said here rather than as a grammar error later.
+  auto g = parse_gbnf("root ::= " + *expr + "\n");
+  if (!g) return Status::invalid_argument("the regular expression cannot be compiled (" + g.status().message() + ")");
+  return expr;
 }
 
 }  // namespace cairn::grammar
