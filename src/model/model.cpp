@@ -252,6 +252,14 @@ Status Model::forward_stage(const Batch&, KvView&, const StageIo&, Logits&) {
   return Status::error("this model cannot run as a shard");
 }
 
+Status Model::forward_hidden(const Batch&, KvView&, Logits&) {
+  return Status::error("this model cannot make embeddings");
+}
+
+Status Model::classify(std::span<const float>, std::vector<float>&) {
+  return Status::error("this model has no classification head");
+}
+
 Status Model::set_adapters(std::vector<std::shared_ptr<const LoraAdapter>> adapters) {
   if (adapters.empty()) return Status::ok();
   return Status::error("this model cannot apply LoRA adapters at run time");

@@ -24,6 +24,17 @@ namespace cairn {
 
 namespace model {
 
+// How an embedding is made from a sequence's final hidden rows; the values
+// are GGUF's <arch>.pooling_type (llama.cpp's enum).
+enum class Pooling : int32_t {
+  Unspecified = -1,  // the file does not say (decoders): the server's default applies
+  None = 0,          // every token's row
+  Mean = 1,
+  Cls = 2,   // the first token's row
+  Last = 3,  // the last token's row
+  Rank = 4,  // the first token's row through the classification head (rerankers)
+};
+
 struct HParams {
   std::string arch;         // general.architecture, e.g. "llama", "qwen2", "qwen3"
   int64_t n_vocab = 0;      // rows of token_embd.weight
@@ -64,6 +75,14 @@ struct HParams {
   float attn_scale = 0.0f;     // Q's scale before attention; 0: 1/sqrt(head_dim)
   float attn_softcap = 0.0f;   // scores = cap * tanh(scores / cap) before the softmax; 0: none
   float final_softcap = 0.0f;  // the logits likewise; 0: none
+  // Embedding models (bert): attention sees the whole sequence
+  // (<arch>.attention.causal, default true), the pooling the file asks for,
+  // whether there is a language-model head (forward() gives logits) and how
+  // many scores the classification head of a reranker makes (0: none).
+  bool causal = true;
+  Pooling pooling = Pooling::Unspecified;
+  bool has_lm_head = true;
+  int64_t n_cls_out = 0;
 
   int64_t kv_row_elems() const { return n_head_kv * head_dim; }  // one K (or V) row per token
   kv::KvShape kv_shape() const { return {(int32_t)n_layer, (int32_t)kv_row_elems()}; }
@@ -192,6 +211,17 @@ class Model {
   // token whose wants_logits is set. Errors (bad token id, position beyond the
   // view's capacity, malformed batch) are reported before any K/V is written.
   virtual Status forward(const Batch& batch, KvView& kv, Logits& out) = 0;
+
+  // As forward, but `out` gets the final hidden rows (after the output norm;
+  // out.n_vocab is n_embd) of the tokens whose wants_logits is set: what
+  // embeddings are pooled from. A non-causal model (hparams().causal false)
+  // needs each sequence whole in the batch, from position 0, and says so
+  // otherwise. A model without this path says so.
+  virtual Status forward_hidden(const Batch& batch, KvView& kv, Logits& out);
+
+  // A reranker's classification head (hparams().n_cls_out > 0) over one
+  // pooled row of n_embd: n_cls_out scores. A model without one says so.
+  virtual Status classify(std::span<const float> pooled, std::vector<float>& scores);
 
   // A shard's part of a forward (see ShardSpec): the first stage embeds the
   // tokens, the others start from io.hidden_in; the last stage fills `out`
