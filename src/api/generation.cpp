@@ -1,6 +1,8 @@
 // api/generation.cpp — one generation request's events turned into SSE chunks or a JSON body.
 #include "api/generation.h"
 
+#include <algorithm>
+
 namespace cairn::api {
 
 Generation::Generation(const ParsedGenerate& req, ResponseMeta meta)
@@ -11,7 +13,14 @@ Generation::Generation(const ParsedGenerate& req, ResponseMeta meta)
       choices_(static_cast<size_t>(req.choices())),
       offsets_(choices_.size(), 0),
       syntax_(choices_.size()),
-      parsers_(choices_.size()) {}
+      parsers_(choices_.size()) {
+  if (!req.echo) return;
+  echo_.resize(choices_.size());
+  for (size_t i = 0; i < choices_.size(); ++i) {
+    const size_t prompt = i / static_cast<size_t>(std::max(1, n_));
+    if (prompt < req.echo_text.size()) echo_[i] = choices_[i].text = req.echo_text[prompt];
+  }
+}
 
 namespace {
 
@@ -53,6 +62,14 @@ std::string Generation::opening() {
   if (stream_ && meta_.endpoint == Endpoint::Chat)
     for (size_t i = 0; i < choices_.size(); ++i)
       out += sse_data(role_chunk(meta_, static_cast<int32_t>(i)));
+  // Echoed prompts go first, as one chunk per choice (vLLM's order).
+  for (size_t i = 0; i < echo_.size() && stream_; ++i) {
+    if (echo_[i].empty()) continue;
+    serving::TokenEvent ev{-1, echo_[i], 0.0f, {}};
+    out += sse_data(token_chunk(meta_, static_cast<int32_t>(i), ev, offsets_[i]));
+    offsets_[i] += static_cast<int64_t>(echo_[i].size());
+  }
+  echo_.clear();
   return out;
 }
 

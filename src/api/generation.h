@@ -19,7 +19,8 @@ class Generation {
   Generation(const ParsedGenerate& req, ResponseMeta meta);
 
   bool streaming() const { return stream_; }
-  // Streaming: what to send right after the headers (chat role chunks).
+  // Streaming: what to send right after the headers (chat role chunks,
+  // echoed prompts).
   std::string opening();
   // Consumes one event; streaming: returns the bytes to send (maybe empty).
   std::string on_event(int32_t index, const Event& ev);
@@ -39,6 +40,7 @@ class Generation {
   bool include_usage_;
   std::vector<ChoiceResult> choices_;
   std::vector<int64_t> offsets_;  // text bytes sent per choice (completions text_offset)
+  std::vector<std::string> echo_;  // per choice: the prompt text opening() puts first
   // Per choice, once the backend said how to read a chat output: the
   // options (non-streaming: parsed whole at the end) and the streaming parser.
   std::vector<std::optional<chat::OutputParserOptions>> syntax_;

@@ -46,6 +46,11 @@ const HttpRoutes::Route HttpRoutes::kRoutes[] = {
     {"POST", "/tokenize", false, true, false, &HttpRoutes::tokenize},
     {"POST", "/detokenize", false, true, false, &HttpRoutes::detokenize},
     {"POST", "/apply-template", false, true, false, &HttpRoutes::apply_template},
+    {"GET", "/props", false, true, false, &HttpRoutes::props},
+    {"POST", "/v1/embeddings", false, true, false, &HttpRoutes::embeddings},
+    {"POST", "/embeddings", false, true, false, &HttpRoutes::embeddings},
+    {"POST", "/v1/rerank", false, true, false, &HttpRoutes::rerank},
+    {"POST", "/rerank", false, true, false, &HttpRoutes::rerank},
     // MindSpore Serving: /model/<servable>[/version/<n>]:<method>
     {"POST", "/model", true, true, true, &HttpRoutes::predict},
 };
@@ -203,6 +208,15 @@ Result<HttpRoutes::Outcome> HttpRoutes::list_models(const HttpRequest&, const ch
                   {"created", m.created},
                   {"owned_by", "cairn"},
                   {"max_model_len", m.n_ctx}};
+    // llama.cpp's server lists the same facts under "meta".
+    json meta = {{"n_ctx", m.n_ctx}, {"n_vocab", m.n_vocab}};
+    if (m.n_ctx_train > 0) meta["n_ctx_train"] = m.n_ctx_train;
+    if (m.n_embd > 0) meta["n_embd"] = m.n_embd;
+    if (m.n_params > 0) meta["n_params"] = m.n_params;
+    if (!m.arch.empty()) meta["architecture"] = m.arch;
+    if (!m.pooling.empty()) meta["pooling"] = m.pooling;
+    meta["generates"] = m.generates;
+    entry["meta"] = std::move(meta);
     if (!m.parent.empty()) {  // a LoRA adapter, as vLLM lists them
       entry["parent"] = m.parent;
       entry["root"] = m.root;
@@ -247,6 +261,107 @@ Result<HttpRoutes::Outcome> HttpRoutes::apply_template(const HttpRequest& req, c
   return Outcome(json_response(200, {{"prompt", std::move(prompt)}}));
 }
 
+// llama.cpp's server route: what the server runs with, for UIs and scripts.
+Result<HttpRoutes::Outcome> HttpRoutes::props(const HttpRequest&, const char*) {
+  const auto models = backend_.models();
+  json body = json::object();
+  if (!models.empty()) {
+    const auto& m = models.front();
+    body["model_alias"] = m.id;
+    body["n_ctx"] = m.n_ctx;
+    body["model_path"] = m.id;
+    body["chat_template"] = m.chat_template;
+    body["embedding"] = !m.generates;
+    if (!m.pooling.empty()) body["pooling"] = m.pooling;
+    json meta = {{"n_ctx_train", m.n_ctx_train}, {"n_embd", m.n_embd}, {"n_vocab", m.n_vocab},
+                 {"n_params", m.n_params}, {"architecture", m.arch}};
+    body["model_meta"] = std::move(meta);
+  }
+  // The sampling a request gets for every field it leaves out.
+  const serving::SamplingOptions defaults;
+  body["default_generation_settings"] = {
+      {"n_ctx", models.empty() ? 0 : models.front().n_ctx},
+      {"params",
+       {{"temperature", defaults.temperature},
+        {"top_k", defaults.top_k},
+        {"top_p", defaults.top_p},
+        {"min_p", defaults.min_p},
+        {"presence_penalty", defaults.presence_penalty},
+        {"frequency_penalty", defaults.frequency_penalty},
+        {"repetition_penalty", defaults.repetition_penalty},
+        {"max_tokens", -1}}}};
+  json ids = json::array();
+  for (const auto& m : models) ids.push_back(m.id);
+  body["models"] = std::move(ids);
+  body["api_key_required"] = !opt_.api_key.empty();
+  body["build_info"] = "cairn";
+  return Outcome(json_response(200, body));
+}
+
+namespace {
+
+// Hands an embedding request's answer to the HTTP server, which formats it
+// on its own thread.
+class DeferredEmbedSink final : public serving::EmbedSink {
+ public:
+  using Format = std::function<HttpResponse(const Result<serving::EmbedResult>&)>;
+  DeferredEmbedSink(DeferredReply reply, Format format)
+      : reply_(std::move(reply)), format_(std::move(format)) {}
+  void on_done(serving::EmbedResult result) override { deliver(std::move(result)); }
+  void on_error(const Status& err) override { deliver(err); }
+
+ private:
+  void deliver(Result<serving::EmbedResult> r) {
+    auto shared = std::make_shared<Result<serving::EmbedResult>>(std::move(r));
+    reply_([format = format_, shared] { return format(*shared); });
+  }
+  DeferredReply reply_;
+  Format format_;
+};
+
+}  // namespace
+
+Result<HttpRoutes::Outcome> HttpRoutes::embeddings(const HttpRequest& req, const char* path) {
+  CAIRN_ASSIGN_OR_RETURN(const RequestJson body, model_request_body(req));
+  CAIRN_ASSIGN_OR_RETURN(EmbeddingsRequest parsed, parse_embeddings(body, backend_.models()));
+  auto shared = std::make_shared<EmbeddingsRequest>(std::move(parsed));
+  const std::string origin = req.origin;
+  DeferredJob job;
+  job.route = path;
+  job.start = [this, shared, origin](DeferredReply reply) -> Result<serving::RequestId> {
+    auto format = [this, shared, origin](const Result<serving::EmbedResult>& r) {
+      if (!r.is_ok()) return error_response(r.status(), origin);
+      HttpResponse out = json_response(200, embeddings_response(shared->model, *r, shared->base64));
+      add_cors(out, origin);
+      return out;
+    };
+    return backend_.embed(std::move(shared->request),
+                          std::make_shared<DeferredEmbedSink>(std::move(reply), format));
+  };
+  return Outcome(std::move(job));
+}
+
+Result<HttpRoutes::Outcome> HttpRoutes::rerank(const HttpRequest& req, const char* path) {
+  CAIRN_ASSIGN_OR_RETURN(const RequestJson body, model_request_body(req));
+  CAIRN_ASSIGN_OR_RETURN(RerankRequest parsed, parse_rerank(body, backend_.models()));
+  auto shared = std::make_shared<RerankRequest>(std::move(parsed));
+  const std::string origin = req.origin;
+  DeferredJob job;
+  job.route = path;
+  job.start = [this, shared, origin](DeferredReply reply) -> Result<serving::RequestId> {
+    auto format = [this, shared, origin](const Result<serving::EmbedResult>& r) {
+      if (!r.is_ok()) return error_response(r.status(), origin);
+      HttpResponse out = json_response(200, rerank_response(*shared, *r));
+      add_cors(out, origin);
+      return out;
+    };
+    serving::EmbedRequest request = shared->request;  // the documents stay for the answer
+    return backend_.embed(std::move(request),
+                          std::make_shared<DeferredEmbedSink>(std::move(reply), format));
+  };
+  return Outcome(std::move(job));
+}
+
 Result<HttpRoutes::Outcome> HttpRoutes::completions(const HttpRequest& req, const char* path) {
   return generate(Endpoint::Completions, req, path);
 }
@@ -261,6 +376,15 @@ Result<HttpRoutes::Outcome> HttpRoutes::generate(Endpoint endpoint, const HttpRe
   CAIRN_ASSIGN_OR_RETURN(const RequestJson body, model_request_body(req));
   CAIRN_ASSIGN_OR_RETURN(ParsedGenerate parsed,
                          parse_generate(endpoint, body, backend_.models(), opt_.limits));
+  if (parsed.echo)
+    for (const auto& p : parsed.prompts) {
+      if (const auto* text = std::get_if<std::string>(&p.prompt)) {
+        parsed.echo_text.push_back(*text);
+      } else if (const auto* ids = std::get_if<std::vector<serving::Token>>(&p.prompt)) {
+        CAIRN_ASSIGN_OR_RETURN(std::string text, backend_.detokenize(p.model, *ids));
+        parsed.echo_text.push_back(std::move(text));
+      }
+    }
   return Outcome(GenerateJob{path, std::move(parsed)});
 }
 

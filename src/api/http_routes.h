@@ -2,7 +2,8 @@
 // Owns the route table (one row per endpoint: method, path or path prefix,
 // whether it needs the API key, and its handler), the API key check, CORS
 // headers, request counters for /metrics, and every endpoint that answers at
-// once (/health, /metrics, /v1/models, /tokenize, /detokenize, /apply-template). Generation
+// once (/health, /metrics, /v1/models, /props, /tokenize, /detokenize,
+// /apply-template). Embeddings and rerank come back as deferred jobs. Generation
 // requests and servable method calls (MindSpore Serving's POST
 // /model/<servable>[/version/<n>]:<method>) come back validated, for the HTTP
 // server to run. Errors become responses through to_http_error only (the
@@ -69,11 +70,22 @@ struct PredictJob {
   servable::PredictCall call;
 };
 
+// A request the backend answers later in one piece (embeddings, rerank).
+// `start` submits it and returns the backend's request id (cancelled if
+// the client goes away); the backend's answer comes through `reply`, from
+// any thread, once, as a function the HTTP server calls on its own thread
+// to make the response (so large bodies are not formatted on the engine's).
+using DeferredReply = std::function<void(std::function<HttpResponse()> make)>;
+struct DeferredJob {
+  std::string route;
+  std::function<Result<serving::RequestId>(DeferredReply reply)> start;
+};
+
 class HttpRoutes {
  public:
-  // What a request comes to: a response to send now, or a generation or a
-  // servable method call to run.
-  using Outcome = std::variant<HttpResponse, GenerateJob, PredictJob>;
+  // What a request comes to: a response to send now, a generation or a
+  // servable method call to run, or a request answered later.
+  using Outcome = std::variant<HttpResponse, GenerateJob, PredictJob, DeferredJob>;
 
   // `servables` may be null: then /model/... answers 404 "no servables are served".
   HttpRoutes(serving::Backend& backend, HttpRoutesOptions options,
@@ -123,6 +135,9 @@ class HttpRoutes {
   Result<Outcome> tokenize(const HttpRequest& req, const char* path);
   Result<Outcome> detokenize(const HttpRequest& req, const char* path);
   Result<Outcome> apply_template(const HttpRequest& req, const char* path);
+  Result<Outcome> props(const HttpRequest& req, const char* path);
+  Result<Outcome> embeddings(const HttpRequest& req, const char* path);
+  Result<Outcome> rerank(const HttpRequest& req, const char* path);
   Result<Outcome> completions(const HttpRequest& req, const char* path);
   Result<Outcome> chat_completions(const HttpRequest& req, const char* path);
   Result<Outcome> predict(const HttpRequest& req, const char* path);

@@ -215,6 +215,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
       return respond(std::move(*r), !keep_alive_);
     }
     if (auto* p = std::get_if<PredictJob>(&outcome)) return start_predict(std::move(*p));
+    if (auto* d = std::get_if<DeferredJob>(&outcome)) return start_deferred(std::move(*d));
     start_job(std::move(std::get<GenerateJob>(outcome)));
   }
 
@@ -366,6 +367,60 @@ class Connection : public std::enable_shared_from_this<Connection> {
       send(head(200, h.content_type, h.headers, std::nullopt, keep_alive_));
     }
     watch();
+  }
+
+  // A request the backend answers in one piece (embeddings, rerank): the
+  // answer is posted to this strand and formatted here.
+  void start_deferred(DeferredJob job) {
+    servable_job_ = false;
+    streaming_ = false;
+    route_ = job.route;
+    gen_.reset();
+    ids_.clear();
+    call_id_.reset();
+    job_active_ = true;
+    job_ending_ = false;
+    counted_ = false;
+    ++serial_;
+    srv_.job_started();
+
+    auto gate = srv_.gate;
+    std::weak_ptr<Connection> weak = shared_from_this();
+    const uint64_t serial = serial_;
+    DeferredReply reply = [gate, weak, serial](std::function<HttpResponse()> make) {
+      std::lock_guard<std::mutex> lock(gate->mu);
+      if (!gate->open) return;
+      if (auto c = weak.lock()) {
+        auto ex = c->stream_.get_executor();
+        net::post(ex, [c = std::move(c), serial, make = std::move(make)] {
+          c->on_deferred(serial, make);
+        });
+      }
+    };
+    auto res = job.start(std::move(reply));
+    if (!res.is_ok()) {
+      HttpResponse refused = srv_.routes.error_response(res.status(), origin_);
+      end_job(refused.status);
+      return respond(std::move(refused), !keep_alive_);
+    }
+    ids_.push_back(*res);
+    timer_.expires_after(seconds(srv_.opt.request_timeout_s));
+    timer_.async_wait([self = shared_from_this(), serial](error_code ec) {
+      if (!ec) self->on_timeout(serial);
+    });
+    watch();
+  }
+
+  void on_deferred(uint64_t serial, const std::function<HttpResponse()>& make) {
+    if (serial != serial_ || !job_active_ || job_ending_ || closed_) return;
+    job_ending_ = true;
+    ids_.clear();  // answered: nothing left to cancel
+    HttpResponse r = make();
+    send(head(r.status, r.content_type, r.headers, r.body.size(), keep_alive_) + r.body);
+    end_status_ = r.status;
+    count_once(r.status);
+    then_ = keep_alive_ ? Then::ReadNext : Then::Close;
+    if (!write_in_flight_) after_writes();
   }
 
   void on_predict_events(uint64_t serial) {

@@ -29,6 +29,11 @@ class LoadingBackend final : public serving::Backend {
     if (auto* b = get()) return b->submit(std::move(req), std::move(sink));
     return loading();
   }
+  Result<serving::RequestId> embed(serving::EmbedRequest req,
+                                   std::shared_ptr<serving::EmbedSink> sink) override {
+    if (auto* b = get()) return b->embed(std::move(req), std::move(sink));
+    return loading();
+  }
   void cancel(serving::RequestId id) override {
     if (auto* b = get()) b->cancel(id);
   }

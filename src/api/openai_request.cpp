@@ -398,10 +398,22 @@ Result<ParsedGenerate> parse_generate(Endpoint endpoint, const json& body,
       CAIRN_RETURN_IF_ERROR(get_int(body, "logprobs", 0, limits.max_top_logprobs, top));
       if (top) base.top_logprobs = static_cast<int32_t>(*top);
     }
-    bool echo = false;
-    CAIRN_RETURN_IF_ERROR(get_bool(body, "echo", echo));
-    if (echo) return bad_request("'echo' is not supported", "echo");
+    CAIRN_RETURN_IF_ERROR(get_bool(body, "echo", out.echo));
+    // The prompt's own log-probabilities would need a forward that keeps
+    // every prompt row's logits; refused rather than answered without them.
+    if (out.echo && base.top_logprobs >= 0)
+      return bad_request("'echo' together with 'logprobs' is not supported", "echo");
   }
+  // Fields of OpenAI's API that cairn does not do: refused by name rather
+  // than ignored, so a client never takes the answer for what it asked.
+  for (const char* name : {"suffix", "functions", "function_call", "audio", "modalities",
+                           "prediction", "web_search_options"})
+    if (field(body, name))
+      return bad_request(std::string("'") + name + "' is not supported", name);
+  std::optional<int64_t> best_of;
+  CAIRN_RETURN_IF_ERROR(get_int(body, "best_of", 1, 1 << 20, best_of));
+  if (best_of && *best_of != out.n)
+    return bad_request("'best_of' other than n is not supported", "best_of");
   out.logprobs = base.top_logprobs >= 0;
 
   for (auto& p : prompts) {
@@ -443,6 +455,119 @@ Result<DetokenizeRequest> parse_detokenize(const json& body,
                          "tokens");
     out.tokens.push_back(static_cast<Token>(id));
   }
+  return out;
+}
+
+namespace {
+
+// A token-id list of `v`, each inside the vocabulary; false when v is not one.
+Result<bool> token_list(const json& v, const serving::ModelInfo& info, const char* name,
+                        std::vector<serving::Token>& out) {
+  if (!v.is_array() || v.empty()) return false;
+  out.clear();
+  out.reserve(v.size());
+  for (const auto& t : v) {
+    int64_t id = 0;
+    if (!as_int64(t, id)) return false;
+    if (id < 0 || id >= info.n_vocab)
+      return bad_request("token id " + std::to_string(id) + " is outside the vocabulary (size " +
+                             std::to_string(info.n_vocab) + ")",
+                         name);
+    out.push_back(static_cast<serving::Token>(id));
+  }
+  return true;
+}
+
+}  // namespace
+
+Result<EmbeddingsRequest> parse_embeddings(const json& body,
+                                           const std::vector<serving::ModelInfo>& models) {
+  CAIRN_ASSIGN_OR_RETURN(const serving::ModelInfo info, resolve_model(body, models));
+  EmbeddingsRequest out;
+  out.model = info.id;
+  out.request.model = info.id;
+  const json* input = field(body, "input");
+  if (!input) return bad_request("'input' is required", "input");
+  constexpr const char* kShape =
+      "a string, a list of strings, a list of token ids or a list of token-id lists";
+  auto& inputs = out.request.inputs;
+  std::vector<serving::Token> ids;
+  if (input->is_string()) {
+    inputs.emplace_back(input->get<std::string>());
+  } else if (!input->is_array() || input->empty()) {
+    return type_error("input", kShape);
+  } else {
+    CAIRN_ASSIGN_OR_RETURN(const bool one_list, token_list(*input, info, "input", ids));
+    if (one_list) {
+      inputs.emplace_back(std::move(ids));
+    } else {
+      if (input->size() > kMaxEmbeddingInputs)
+        return bad_request("'input' has " + std::to_string(input->size()) + " items; at most " +
+                               std::to_string(kMaxEmbeddingInputs) + " are allowed",
+                           "input");
+      for (const auto& item : *input) {
+        if (item.is_string()) {
+          inputs.emplace_back(item.get<std::string>());
+          continue;
+        }
+        CAIRN_ASSIGN_OR_RETURN(const bool list, token_list(item, info, "input", ids));
+        if (!list) return type_error("input", kShape);
+        inputs.emplace_back(std::move(ids));
+      }
+    }
+  }
+  for (const auto& in : inputs)
+    if (const auto* text = std::get_if<std::string>(&in); text && text->empty())
+      return bad_request("'input' must not contain an empty string", "input");
+  if (const json* f = field(body, "encoding_format")) {
+    if (*f == "base64")
+      out.base64 = true;
+    else if (*f != "float")
+      return bad_request("'encoding_format' must be \"float\" or \"base64\"", "encoding_format");
+  }
+  std::optional<int64_t> dims;
+  CAIRN_RETURN_IF_ERROR(get_int(body, "dimensions", 1, std::numeric_limits<int32_t>::max(), dims));
+  if (dims && *dims != info.n_embd)
+    return bad_request("the model '" + info.id.substr(0, 64) + "' makes " +
+                           std::to_string(info.n_embd) +
+                           "-dimensional embeddings and cannot shorten them: 'dimensions' may "
+                           "only be " + std::to_string(info.n_embd),
+                       "dimensions");
+  CAIRN_RETURN_IF_ERROR(get_bool(body, "normalize", out.request.normalize));
+  if (const json* u = field(body, "user"); u && !u->is_string()) return type_error("user", "a string");
+  return out;
+}
+
+Result<RerankRequest> parse_rerank(const json& body,
+                                   const std::vector<serving::ModelInfo>& models) {
+  CAIRN_ASSIGN_OR_RETURN(const serving::ModelInfo info, resolve_model(body, models));
+  RerankRequest out;
+  out.model = info.id;
+  out.request.model = info.id;
+  const json* query = field(body, "query");
+  if (!query) return bad_request("'query' is required", "query");
+  if (!query->is_string()) return type_error("query", "a string");
+  out.request.query = query->get<std::string>();
+  // llama.cpp's server also takes "texts".
+  const char* name = field(body, "documents") ? "documents" : "texts";
+  const json* docs = field(body, name);
+  if (!docs) return bad_request("'documents' is required", "documents");
+  if (!docs->is_array() || docs->empty())
+    return type_error(name, "a non-empty list of strings or {\"text\": ...} objects");
+  if (docs->size() > kMaxEmbeddingInputs)
+    return bad_request("at most " + std::to_string(kMaxEmbeddingInputs) + " documents are allowed",
+                       name);
+  for (const auto& d : *docs) {
+    const json* text = d.is_object() ? field(d, "text") : &d;
+    if (!text || !text->is_string())
+      return type_error(name, "a non-empty list of strings or {\"text\": ...} objects");
+    out.documents.push_back(text->get<std::string>());
+    out.request.inputs.emplace_back(text->get<std::string>());
+  }
+  std::optional<int64_t> top_n;
+  CAIRN_RETURN_IF_ERROR(get_int(body, "top_n", 1, std::numeric_limits<int32_t>::max(), top_n));
+  out.top_n = top_n;
+  CAIRN_RETURN_IF_ERROR(get_bool(body, "return_documents", out.return_documents));
   return out;
 }
 

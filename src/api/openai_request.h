@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
@@ -43,6 +44,10 @@ struct ParsedGenerate {
   bool stream = false;
   bool include_usage = false;
   bool logprobs = false;  // top_logprobs of the requests is >= 0
+  // Completions' echo: each choice's text starts with its prompt's. Token
+  // prompts' text is filled in by whoever can detokenize (http_routes).
+  bool echo = false;
+  std::vector<std::string> echo_text;  // per prompt, once filled
   int32_t choices() const { return static_cast<int32_t>(prompts.size()) * n; }
 };
 
@@ -98,5 +103,29 @@ struct DetokenizeRequest {
 };
 Result<DetokenizeRequest> parse_detokenize(const RequestJson& body,
                                            const std::vector<serving::ModelInfo>& models);
+
+// POST /v1/embeddings (OpenAI's shape): `input` as a string, a list of
+// strings, a list of token ids or a list of such lists; encoding_format
+// "float" or "base64"; `dimensions` only as the model's own width.
+struct EmbeddingsRequest {
+  std::string model;
+  serving::EmbedRequest request;
+  bool base64 = false;
+};
+inline constexpr size_t kMaxEmbeddingInputs = 2048;  // OpenAI's limit per request
+Result<EmbeddingsRequest> parse_embeddings(const RequestJson& body,
+                                           const std::vector<serving::ModelInfo>& models);
+
+// POST /v1/rerank (the shape llama.cpp's server and Jina take): a query,
+// documents (strings or {"text": ...}), top_n and return_documents.
+struct RerankRequest {
+  std::string model;
+  serving::EmbedRequest request;  // query set, one input per document
+  std::vector<std::string> documents;
+  std::optional<int64_t> top_n;
+  bool return_documents = true;
+};
+Result<RerankRequest> parse_rerank(const RequestJson& body,
+                                   const std::vector<serving::ModelInfo>& models);
 
 }  // namespace cairn::api

@@ -1,12 +1,15 @@
 // api/openai_response.cpp — OpenAI response JSON, SSE framing, errors and /metrics text.
 #include "api/openai_response.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <random>
 
+#include "api/servable_json.h"
 #include "serving/prometheus.h"
 
 namespace cairn::api {
@@ -363,6 +366,50 @@ std::string metrics_text(const serving::BackendStats& s, const RequestCounts& re
   histogram(out, "cairn_e2e_request_latency_seconds", "End-to-end request latency.",
             s.e2e_latency_s, labels);
   return out;
+}
+
+json embeddings_response(const std::string& model, const serving::EmbedResult& result,
+                         bool base64) {
+  json data = json::array();
+  for (size_t i = 0; i < result.vectors.size(); ++i) {
+    const auto& v = result.vectors[i];
+    json entry = {{"object", "embedding"}, {"index", i}};
+    if (base64) {
+      std::string bytes(v.size() * sizeof(float), '\0');
+      for (size_t k = 0; k < v.size(); ++k) {
+        uint32_t bits;
+        std::memcpy(&bits, &v[k], sizeof bits);
+        for (int b = 0; b < 4; ++b) bytes[k * 4 + (size_t)b] = static_cast<char>((bits >> (8 * b)) & 0xff);
+      }
+      entry["embedding"] = base64_encode(bytes);
+    } else {
+      entry["embedding"] = v;
+    }
+    data.push_back(std::move(entry));
+  }
+  return {{"object", "list"},
+          {"data", std::move(data)},
+          {"model", model},
+          {"usage", {{"prompt_tokens", result.prompt_tokens}, {"total_tokens", result.prompt_tokens}}}};
+}
+
+json rerank_response(const RerankRequest& request, const serving::EmbedResult& result) {
+  std::vector<size_t> order(result.vectors.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  auto score = [&](size_t i) { return result.vectors[i].empty() ? 0.0f : result.vectors[i][0]; };
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return score(a) > score(b); });
+  if (request.top_n && (size_t)*request.top_n < order.size()) order.resize((size_t)*request.top_n);
+  json results = json::array();
+  for (size_t i : order) {
+    json r = {{"index", i}, {"relevance_score", score(i)}};
+    if (request.return_documents && i < request.documents.size())
+      r["document"] = {{"text", request.documents[i]}};
+    results.push_back(std::move(r));
+  }
+  return {{"object", "list"},
+          {"model", request.model},
+          {"results", std::move(results)},
+          {"usage", {{"prompt_tokens", result.prompt_tokens}, {"total_tokens", result.prompt_tokens}}}};
 }
 
 }  // namespace cairn::api

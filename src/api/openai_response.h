@@ -98,6 +98,13 @@ nlohmann::json finish_chunk(const ResponseMeta& meta, int32_t index, const std::
                             const std::string& finish_reason);
 nlohmann::json usage_chunk(const ResponseMeta& meta, const nlohmann::json& usage);
 
+// POST /v1/embeddings' answer: one entry per input, as floats or base64 of
+// little-endian float32 (what OpenAI's SDKs decode).
+nlohmann::json embeddings_response(const std::string& model, const serving::EmbedResult& result,
+                                   bool base64);
+// POST /v1/rerank's answer: documents by relevance, best first, top_n of them.
+nlohmann::json rerank_response(const RerankRequest& request, const serving::EmbedResult& result);
+
 // Request counts kept by the HTTP layer, keyed by (route, status).
 using RequestCounts = std::map<std::pair<std::string, int>, uint64_t>;
 

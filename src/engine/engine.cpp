@@ -76,6 +76,7 @@ void Engine::stop() {
   // Whatever is left never runs: tell its clients rather than leave them hanging.
   take_new_and_cancelled_requests();
   for (auto& seq : scheduler_.take_all(kv_)) fail(*seq, "the engine stopped");
+  while (!embed_jobs_.empty()) fail_embedding(0, Status::error("the engine stopped"));
   publish_stats();
 }
 
@@ -116,6 +117,53 @@ Result<RequestId> Engine::submit(EngineRequest req, std::shared_ptr<SequenceSink
   return id;
 }
 
+Result<RequestId> Engine::submit_embedding(EmbedRequest req, std::shared_ptr<EmbedSink> sink) {
+  if (!sink) return Status::error("a request needs a sink");
+  const model::HParams& hp = model_.hparams();
+  using model::Pooling;
+  if (req.pooling != Pooling::Mean && req.pooling != Pooling::Cls &&
+      req.pooling != Pooling::Last && req.pooling != Pooling::Rank)
+    return Status::invalid_argument("embeddings need mean, cls, last or rank pooling");
+  if (req.pooling == Pooling::Rank && hp.n_cls_out <= 0)
+    return Status::invalid_argument("this model has no classification head to rank with");
+  if (req.inputs.empty()) return Status::invalid_argument("there is no input to embed", "input");
+  // A non-causal model sees each input whole in one forward.
+  const int64_t longest = hp.causal ? cfg_.n_ctx : std::min<int64_t>(cfg_.n_ctx, std::max(cfg_.max_batch_tokens, 1));
+  int64_t total = 0;
+  for (size_t i = 0; i < req.inputs.size(); ++i) {
+    const auto& in = req.inputs[i];
+    const std::string which = req.inputs.size() > 1 ? "input " + std::to_string(i) : "the input";
+    if (in.empty()) return Status::invalid_argument(which + " has no tokens", "input");
+    if ((int64_t)in.size() > longest)
+      return Status::invalid_argument(
+          which + " has " + std::to_string(in.size()) + " tokens; at most " +
+              std::to_string(longest) +
+              (hp.causal || longest == cfg_.n_ctx ? " fit the context"
+                                                  : " fit one forward (raise --batch-tokens)"),
+          "input");
+    for (Token t : in)
+      if (t < 0 || t >= n_vocab_)
+        return Status::invalid_argument(which + " has token " + std::to_string(t) +
+                                            ", outside the vocabulary of " + std::to_string(n_vocab_),
+                                        "input");
+    total += (int64_t)in.size();
+  }
+  if (total > INT32_MAX) return Status::invalid_argument("too many input tokens", "input");
+  auto job = std::make_unique<EmbedJob>();
+  job->id = next_id_.fetch_add(1);
+  job->vectors.resize(req.inputs.size());
+  job->request = std::move(req);
+  job->sink = std::move(sink);
+  const RequestId id = job->id;
+  {
+    std::lock_guard lk(inbox_mu_);
+    if (stopping_) return Status::unavailable("the engine is stopping");
+    inbox_embed_.push_back(std::move(job));
+  }
+  inbox_cv_.notify_one();
+  return id;
+}
+
 void Engine::cancel(RequestId id) {
   {
     std::lock_guard lk(inbox_mu_);
@@ -133,7 +181,7 @@ int32_t Engine::queued() const {
   int32_t inbox;
   {
     std::lock_guard lk(inbox_mu_);
-    inbox = static_cast<int32_t>(inbox_new_.size());
+    inbox = static_cast<int32_t>(inbox_new_.size() + inbox_embed_.size());
   }
   std::lock_guard lk(stats_mu_);
   return inbox + published_.waiting;
@@ -146,11 +194,11 @@ void Engine::run() {
       std::unique_lock lk(inbox_mu_);
       auto has_work = [&] {
         return stopping_ || !inbox_new_.empty() || !inbox_cancelled_.empty() ||
-               (!scheduler_.idle() && worked);
+               !inbox_embed_.empty() || !embed_jobs_.empty() || (!scheduler_.idle() && worked);
       };
       // A step that could schedule nothing (everyone waits for blocks that
       // never come) retries on the next request or shortly after.
-      if (worked || scheduler_.idle())
+      if (worked || (scheduler_.idle() && embed_jobs_.empty()))
         inbox_cv_.wait(lk, has_work);
       else
         inbox_cv_.wait_for(lk, std::chrono::milliseconds(5), has_work);
@@ -180,20 +228,159 @@ bool Engine::step() {
     ++counters_.steps;
   }
   free_finished();
+  const bool embedded = embed_step();
   publish_stats();
-  return worked;
+  return worked || embedded;
+}
+
+namespace {
+
+// Which of an input's n tokens give rows for this pooling.
+bool pooled_row(model::Pooling p, int32_t pos, int32_t n) {
+  switch (p) {
+    case model::Pooling::Cls:
+    case model::Pooling::Rank:
+      return pos == 0;
+    case model::Pooling::Last:
+      return pos == n - 1;
+    default:
+      return true;
+  }
+}
+
+}  // namespace
+
+bool Engine::embed_step() {
+  if (embed_jobs_.empty()) return false;
+  // Whole inputs, oldest job first, up to the step's token budget (an input
+  // longer than that runs alone); the scratch K/V is one slab per input of
+  // the longest input's length, so that is bounded too.
+  struct Item {
+    EmbedJob* job;
+    size_t input;
+  };
+  std::vector<Item> items;
+  const int64_t budget = cfg_.max_batch_tokens;
+  int64_t tokens = 0, longest = 0;
+  for (auto& job : embed_jobs_) {
+    bool full = false;
+    while (job->next < job->request.inputs.size()) {
+      const int64_t n = (int64_t)job->request.inputs[job->next].size();
+      const int64_t l = std::max(longest, n);
+      if (!items.empty() &&
+          (tokens + n > budget || (int64_t)(items.size() + 1) * l > 2 * budget)) {
+        full = true;
+        break;
+      }
+      items.push_back({job.get(), job->next++});
+      tokens += n;
+      longest = l;
+    }
+    if (full) break;
+  }
+  if (items.empty()) return false;
+  Status st = Status::ok();
+  if (!embed_kv_ || embed_kv_->n_seqs() < (int)items.size() || embed_kv_->n_ctx() < longest) {
+    const int n_seqs = std::max<int>((int)items.size(), embed_kv_ ? embed_kv_->n_seqs() : 0);
+    const int64_t n_ctx = std::max<int64_t>(longest, embed_kv_ ? embed_kv_->n_ctx() : 0);
+    embed_kv_.reset();  // the old slab goes before the new one is made
+    auto made = kv::ContiguousKvCache::create(model_.kv_shape(), n_seqs, n_ctx);
+    if (made.is_ok())
+      embed_kv_ = std::move(*made);
+    else
+      st = Status::error("no memory for its K/V: " + made.status().message());
+  }
+  if (st.is_ok()) {
+    embed_batch_.clear();
+    for (size_t i = 0; i < items.size(); ++i) {
+      const auto& in = items[i].job->request.inputs[items[i].input];
+      const int32_t n = (int32_t)in.size();
+      for (int32_t pos = 0; pos < n; ++pos)
+        embed_batch_.add(in[(size_t)pos], pos, (SeqId)i,
+                         pooled_row(items[i].job->request.pooling, pos, n));
+    }
+    st = model_.forward_hidden(embed_batch_, *embed_kv_, hidden_);
+  }
+  std::vector<EmbedJob*> failed;
+  if (!st.is_ok()) {
+    for (const Item& it : items) failed.push_back(it.job);
+  } else {
+    const int64_t d = hidden_.n_vocab;
+    size_t row = 0;
+    std::vector<float> scores;
+    for (const Item& it : items) {
+      EmbedJob& job = *it.job;
+      const auto& in = job.request.inputs[it.input];
+      const int32_t n = (int32_t)in.size();
+      const model::Pooling pooling = job.request.pooling;
+      const size_t rows = pooling == model::Pooling::Mean ? (size_t)n : 1;
+      if (row + rows > hidden_.rows()) {
+        failed.push_back(&job);
+        continue;
+      }
+      std::vector<float> v((size_t)d, 0.0f);
+      for (size_t r = 0; r < rows; ++r) {
+        const auto src = hidden_.row(row + r);
+        for (int64_t k = 0; k < d; ++k) v[(size_t)k] += src[(size_t)k];
+      }
+      row += rows;
+      if (rows > 1)
+        for (float& x : v) x /= (float)rows;
+      if (pooling == model::Pooling::Rank) {
+        const Status cs = model_.classify(v, scores);
+        if (!cs.is_ok()) {
+          failed.push_back(&job);
+          continue;
+        }
+        v = scores;
+      }
+      job.vectors[it.input] = std::move(v);
+      job.n_tokens += n;
+      ++job.finished;
+      counters_.embed_tokens_total += (uint64_t)n;
+      ++counters_.embed_inputs_total;
+    }
+  }
+  for (size_t j = embed_jobs_.size(); j-- > 0;) {
+    EmbedJob& job = *embed_jobs_[j];
+    if (std::find(failed.begin(), failed.end(), &job) != failed.end()) {
+      fail_embedding(j, Status::error("the embedding forward failed: " +
+                                      (st.is_ok() ? std::string("no rows came back") : st.message())));
+      continue;
+    }
+    if (job.finished < job.request.inputs.size()) continue;
+    job.sink->on_embeddings(std::move(job.vectors), job.n_tokens);
+    ++counters_.embed_requests_total;
+    embed_jobs_.erase(embed_jobs_.begin() + (std::ptrdiff_t)j);
+  }
+  return true;
+}
+
+void Engine::fail_embedding(size_t j, const Status& error) {
+  embed_jobs_[j]->sink->on_error(error);
+  if (error.code() != StatusCode::Cancelled) ++counters_.requests_failed;
+  embed_jobs_.erase(embed_jobs_.begin() + (std::ptrdiff_t)j);
 }
 
 void Engine::take_new_and_cancelled_requests() {
   std::vector<std::unique_ptr<Sequence>> fresh;
   std::vector<RequestId> cancelled;
+  std::vector<std::unique_ptr<EmbedJob>> embeds;
   {
     std::lock_guard lk(inbox_mu_);
     fresh.swap(inbox_new_);
     cancelled.swap(inbox_cancelled_);
+    embeds.swap(inbox_embed_);
   }
   for (auto& seq : fresh) scheduler_.add(std::move(seq));
+  for (auto& job : embeds) embed_jobs_.push_back(std::move(job));
   for (RequestId id : cancelled) {
+    for (size_t j = 0; j < embed_jobs_.size(); ++j)
+      if (embed_jobs_[j]->id == id) {
+        fail_embedding(j, Status::error(StatusCode::Cancelled, "the request was cancelled"));
+        ++counters_.requests_cancelled;
+        break;
+      }
     std::unique_ptr<Sequence> seq = scheduler_.remove(id, kv_);
     if (!seq) continue;  // finished already, or never existed: cancel is idempotent
     EndOutput end;
@@ -319,7 +506,7 @@ void Engine::free_finished() { scheduler_.take_done(kv_); }
 void Engine::publish_stats() {
   EngineStats s = counters_;
   s.running = scheduler_.running();
-  s.waiting = scheduler_.waiting();
+  s.waiting = scheduler_.waiting() + static_cast<int32_t>(embed_jobs_.size());
   s.kv = kv_.stats();
   std::lock_guard lk(stats_mu_);
   published_ = std::move(s);

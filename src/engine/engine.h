@@ -21,6 +21,7 @@
 #include "engine/request.h"
 #include "engine/scheduler.h"
 #include "grammar/token_mask.h"
+#include "kv/contiguous_kv.h"
 #include "kv/kv_cache.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
@@ -52,6 +53,9 @@ struct EngineStats {
   uint64_t requests_failed = 0;
   uint64_t preemptions = 0;
   uint64_t steps = 0;
+  uint64_t embed_requests_total = 0;  // embedding jobs answered
+  uint64_t embed_inputs_total = 0;
+  uint64_t embed_tokens_total = 0;
   int32_t running = 0;
   int32_t waiting = 0;  // queued, not yet admitted (inbox included)
   kv::KvStats kv;
@@ -74,8 +78,15 @@ class Engine {
   // Any thread. Checks the request (prompt ids, context, sampling) and queues
   // it; the error is one line naming the problem.
   Result<RequestId> submit(EngineRequest req, std::shared_ptr<SequenceSink> sink);
+  // Any thread. Checks an embedding job (inputs non-empty, inside the
+  // vocabulary and the context; a non-causal model's inputs at most one
+  // forward long; the model able to pool so) and queues it. Its inputs run
+  // in forwards of their own between generation steps, batched with other
+  // jobs' up to max_batch_tokens.
+  Result<RequestId> submit_embedding(EmbedRequest req, std::shared_ptr<EmbedSink> sink);
   // Any thread, idempotent: the request leaves the batch and frees its
-  // blocks in the next step; its sink gets on_end(Cancelled).
+  // blocks in the next step; its sink gets on_end(Cancelled) (an embedding
+  // job's on_error(Cancelled)).
   void cancel(RequestId id);
 
   EngineStats stats() const;  // any thread: a snapshot taken after the last step
@@ -94,6 +105,9 @@ class Engine {
   void fail(Sequence& seq, const std::string& message, StatusCode code = StatusCode::Internal);
   void free_finished();
   void publish_stats();
+  // One forward over queued embedding inputs; false when none wait.
+  bool embed_step();
+  void fail_embedding(size_t job, const Status& error);
 
   model::Model& model_;
   const Tokenizer& tok_;
@@ -120,11 +134,27 @@ class Engine {
   std::unordered_map<const grammar::Grammar*, std::unique_ptr<GrammarMasks>> mask_caches_;
   grammar::MaskCache& mask_cache(const std::shared_ptr<const grammar::Grammar>& g);
 
+  // Embedding jobs (engine thread): their inputs in arrival order, the
+  // next input to schedule, and the vectors made so far.
+  struct EmbedJob {
+    RequestId id = 0;
+    EmbedRequest request;
+    std::shared_ptr<EmbedSink> sink;
+    std::vector<std::vector<float>> vectors;
+    size_t next = 0, finished = 0;
+    int32_t n_tokens = 0;
+  };
+  std::vector<std::unique_ptr<EmbedJob>> embed_jobs_;
+  std::unique_ptr<kv::ContiguousKvCache> embed_kv_;  // scratch K/V of one embedding forward
+  model::Batch embed_batch_;
+  model::Logits hidden_;
+
   // Inbox, shared with submitting threads.
   mutable std::mutex inbox_mu_;
   std::condition_variable inbox_cv_;
   std::vector<std::unique_ptr<Sequence>> inbox_new_;
   std::vector<RequestId> inbox_cancelled_;
+  std::vector<std::unique_ptr<EmbedJob>> inbox_embed_;
   bool stopping_ = false;
   std::atomic<RequestId> next_id_{1};
 

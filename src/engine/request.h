@@ -11,9 +11,11 @@
 #include <string>
 #include <vector>
 
+#include "core/status.h"
 #include "engine/sampler.h"
 #include "grammar/grammar.h"
 #include "engine/stop_conditions.h"
+#include "model/model.h"
 #include "tokenizer/tokenizer.h"
 
 namespace cairn::engine {
@@ -61,6 +63,24 @@ class SequenceSink {
   virtual void on_end(const EndOutput& out) = 0;
   // Internal unless the cause says otherwise (Unavailable: the model's
   // agents are gone, a retry may succeed).
+  virtual void on_error(const Status& error) = 0;
+};
+
+// An embedding job: each input's final hidden rows pooled into one vector
+// (Rank: the classification head's scores), answered in input order. Inputs
+// of many jobs share a forward; no K/V outlives it (nothing is cached).
+struct EmbedRequest {
+  std::vector<std::vector<Token>> inputs;  // each non-empty, inside the vocabulary and context
+  model::Pooling pooling = model::Pooling::Mean;  // Mean, Cls, Last or Rank
+};
+
+// Called once on the engine thread: on_embeddings or on_error (Cancelled
+// when the job was cancelled). Must never block.
+class EmbedSink {
+ public:
+  virtual ~EmbedSink() = default;
+  // vectors[i] is input i's pooled row (not normalized); n_tokens counts every input's tokens.
+  virtual void on_embeddings(std::vector<std::vector<float>> vectors, int32_t n_tokens) = 0;
   virtual void on_error(const Status& error) = 0;
 };
 

@@ -55,21 +55,59 @@ Result<serving::RequestId> LlmRouter::submit(serving::GenerateRequest req,
   CAIRN_ASSIGN_OR_RETURN(Target t, find(req.model));
   req.model = t.model;
   auto wrapped = std::make_shared<Sink>(shared_, std::move(sink));
-  serving::RequestId id;
+  return shared_->route(t, *wrapped, [&] { return t.backend->submit(std::move(req), wrapped); });
+}
+
+class LlmRouter::EmbedSink final : public serving::EmbedSink {
+ public:
+  EmbedSink(std::shared_ptr<Shared> shared, std::shared_ptr<serving::EmbedSink> inner)
+      : shared_(std::move(shared)), inner_(std::move(inner)) {}
+  void set_id(serving::RequestId id) { id_ = id; }
+  void on_done(serving::EmbedResult result) override {
+    inner_->on_done(std::move(result));
+    shared_->forget(id_);
+  }
+  void on_error(const Status& err) override {
+    inner_->on_error(err);
+    shared_->forget(id_);
+  }
+
+ private:
+  std::shared_ptr<Shared> shared_;
+  std::shared_ptr<serving::EmbedSink> inner_;
+  serving::RequestId id_ = 0;
+};
+
+Result<serving::RequestId> LlmRouter::embed(serving::EmbedRequest req,
+                                            std::shared_ptr<serving::EmbedSink> sink) {
   {
     std::lock_guard<std::mutex> lock(shared_->mu);
-    id = shared_->next_id++;
-    // Registered before submit: events may arrive before submit returns.
-    shared_->running[id] = {t.version, t.backend, 0};
+    if (shared_->draining) return Status::unavailable("the server is shutting down");
   }
-  wrapped->set_id(id);
-  auto inner = t.backend->submit(std::move(req), wrapped);
+  CAIRN_ASSIGN_OR_RETURN(Target t, find(req.model));
+  req.model = t.model;
+  auto wrapped = std::make_shared<EmbedSink>(shared_, std::move(sink));
+  return shared_->route(t, *wrapped, [&] { return t.backend->embed(std::move(req), wrapped); });
+}
+
+template <typename WrappedSink, typename Submit>
+Result<serving::RequestId> LlmRouter::Shared::route(const Target& t, WrappedSink& wrapped,
+                                                    Submit submit) {
+  serving::RequestId id;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    id = next_id++;
+    // Registered before submit: events may arrive before submit returns.
+    running[id] = {t.version, t.backend, 0};
+  }
+  wrapped.set_id(id);
+  auto inner = submit();
   if (!inner.is_ok()) {
-    shared_->forget(id);
+    forget(id);
     return inner.status();
   }
-  std::lock_guard<std::mutex> lock(shared_->mu);
-  if (auto it = shared_->running.find(id); it != shared_->running.end()) it->second.inner = *inner;
+  std::lock_guard<std::mutex> lock(mu);
+  if (auto it = running.find(id); it != running.end()) it->second.inner = *inner;
   return id;
 }
 

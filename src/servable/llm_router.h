@@ -26,6 +26,8 @@ class LlmRouter final : public serving::Backend {
 
   Result<serving::RequestId> submit(serving::GenerateRequest req,
                                     std::shared_ptr<serving::EventSink> sink) override;
+  Result<serving::RequestId> embed(serving::EmbedRequest req,
+                                   std::shared_ptr<serving::EmbedSink> sink) override;
   void cancel(serving::RequestId id) override;
   std::vector<serving::ModelInfo> models() const override;
   serving::Health health() const override;
@@ -46,6 +48,7 @@ class LlmRouter final : public serving::Backend {
   Result<Target> find(const std::string& model) const;
 
   class Sink;
+  class EmbedSink;
   // What a request's sink still needs after the router may be gone: the map
   // of running requests (shared with the sinks).
   struct Running {
@@ -59,6 +62,11 @@ class LlmRouter final : public serving::Backend {
     std::map<serving::RequestId, Running> running;
     bool draining = false;
     void forget(serving::RequestId id);
+    // Registers a request to `t` under a new id of the router's, then runs
+    // `submit` (the backend's submit or embed, given the sink's id setter's
+    // owner); the backend's id is kept for cancel.
+    template <typename WrappedSink, typename Submit>
+    Result<serving::RequestId> route(const Target& t, WrappedSink& wrapped, Submit submit);
   };
   VersionsFn versions_;
   ReadyFn ready_;

@@ -117,13 +117,17 @@ Status apply_option(const std::string& stage, const std::string& name, const Val
     } else if (!str->empty()) {
       req.stop.push_back(*str);
     }
+  } else if (name == "task") {
+    const auto* t = std::get_if<std::string>(&v);
+    if (!t || (*t != "generate" && *t != "embed"))
+      return bad(stage, "option 'task' must be \"generate\" or \"embed\"");
   } else {
     return bad(stage,
                "unknown option '" + name +
                    "' (options: max_tokens, temperature, top_p, top_k, min_p, seed, stop, "
                    "ignore_eos, presence_penalty, frequency_penalty, repetition_penalty, "
                    "response_format, guided_json, json_schema, guided_regex, guided_choice, "
-                   "guided_grammar, grammar)");
+                   "guided_grammar, grammar, task)");
   }
   return Status::ok();
 }
@@ -260,8 +264,85 @@ serving::RequestId run_llm(serving::Backend& backend, serving::GenerateRequest r
   return *id;
 }
 
+bool is_embed_task(const std::map<std::string, Value>& kwargs) {
+  const auto it = kwargs.find("task");
+  if (it == kwargs.end()) return false;
+  const auto* s = std::get_if<std::string>(&it->second);
+  return s && *s == "embed";
+}
+
+Result<serving::EmbedRequest> llm_embed_request(const std::string& stage,
+                                                const std::vector<Value>& args,
+                                                const std::map<std::string, Value>& kwargs) {
+  if (args.size() != 1)
+    return bad(stage, "an embedding stage takes one argument (the text), got " +
+                          std::to_string(args.size()));
+  for (const auto& [name, v] : kwargs)
+    if (name != "task") return bad(stage, "an embedding stage takes no option '" + name + "'");
+  serving::EmbedRequest req;
+  const Value& p = args.front();
+  if (const auto* s = std::get_if<std::string>(&p)) {
+    if (s->empty()) return bad(stage, "the text is empty");
+    req.inputs.emplace_back(*s);
+  } else if (const auto* t = std::get_if<Tensor>(&p)) {
+    CAIRN_ASSIGN_OR_RETURN(auto ids, token_ids(stage, *t));
+    req.inputs.emplace_back(std::move(ids));
+  } else {
+    return bad(stage, "the text must be a str or a 1-d int32/int64 tensor of token ids, got " +
+                          values::describe(p));
+  }
+  return req;
+}
+
+namespace {
+
+class LlmEmbedSink final : public serving::EmbedSink {
+ public:
+  explicit LlmEmbedSink(LlmCallbacks cb) : cb_(std::move(cb)) {}
+  void on_done(serving::EmbedResult result) override {
+    if (result.vectors.size() != 1) return cb_.on_done(Status::internal("no embedding came back"));
+    const auto n = static_cast<int64_t>(result.vectors[0].size());
+    std::vector<Value> out;
+    out.emplace_back(values::make_tensor(result.vectors[0], {n}));
+    cb_.on_done(std::move(out));
+  }
+  void on_error(const Status& err) override { cb_.on_done(err); }
+
+ private:
+  LlmCallbacks cb_;
+};
+
+}  // namespace
+
+serving::RequestId run_llm_embed(serving::Backend& backend, serving::EmbedRequest req,
+                                 LlmCallbacks callbacks) {
+  auto on_done = callbacks.on_done;
+  auto id = backend.embed(std::move(req), std::make_shared<LlmEmbedSink>(std::move(callbacks)));
+  if (!id.is_ok()) {
+    on_done(id.status());
+    return 0;
+  }
+  return *id;
+}
+
 Result<std::vector<Value>> call_llm(serving::Backend& backend, serving::GenerateRequest req,
                                     int outputs_count, double timeout_s) {
+  return wait_for_llm(
+      backend,
+      [&](LlmCallbacks cb) { return run_llm(backend, std::move(req), outputs_count, std::move(cb)); },
+      timeout_s);
+}
+
+Result<std::vector<Value>> call_llm_embed(serving::Backend& backend, serving::EmbedRequest req,
+                                          double timeout_s) {
+  return wait_for_llm(
+      backend, [&](LlmCallbacks cb) { return run_llm_embed(backend, std::move(req), std::move(cb)); },
+      timeout_s);
+}
+
+Result<std::vector<Value>> wait_for_llm(serving::Backend& backend,
+                                        const std::function<serving::RequestId(LlmCallbacks)>& start,
+                                        double timeout_s) {
   struct Wait {
     std::mutex mu;
     std::condition_variable cv;
@@ -276,7 +357,7 @@ Result<std::vector<Value>> call_llm(serving::Backend& backend, serving::Generate
     w->done = true;
     w->cv.notify_all();
   };
-  const auto id = run_llm(backend, std::move(req), outputs_count, std::move(cb));
+  const auto id = start(std::move(cb));
   std::unique_lock<std::mutex> lock(w->mu);
   const auto deadline = std::chrono::steady_clock::now() +
                         std::chrono::duration_cast<std::chrono::steady_clock::duration>(

@@ -39,9 +39,28 @@ struct LlmCallbacks {
 serving::RequestId run_llm(serving::Backend& backend, serving::GenerateRequest req,
                            int outputs_count, LlmCallbacks callbacks);
 
+// An LLM stage whose option `task` is "embed" (the automatic `embed` method's,
+// or add_stage(model, text, task="embed")): one argument, a str or token
+// ids, and one output, the input's embedding as a float32 vector of unit
+// length. Any other option is refused.
+bool is_embed_task(const std::map<std::string, values::Value>& kwargs);
+Result<serving::EmbedRequest> llm_embed_request(const std::string& stage,
+                                                const std::vector<values::Value>& args,
+                                                const std::map<std::string, values::Value>& kwargs);
+// Submits it; the embedding (or the failure) comes back through on_done.
+serving::RequestId run_llm_embed(serving::Backend& backend, serving::EmbedRequest req,
+                                 LlmCallbacks callbacks);
+
 // A synchronous call (model.call() from Python): waits up to `timeout_s`,
 // cancelling the generation when it passes.
 Result<std::vector<values::Value>> call_llm(serving::Backend& backend, serving::GenerateRequest req,
                                             int outputs_count, double timeout_s);
+Result<std::vector<values::Value>> call_llm_embed(serving::Backend& backend,
+                                                  serving::EmbedRequest req, double timeout_s);
+// Either call: `start` submits with the callbacks given and returns the id
+// to cancel when the time runs out.
+Result<std::vector<values::Value>> wait_for_llm(
+    serving::Backend& backend, const std::function<serving::RequestId(LlmCallbacks)>& start,
+    double timeout_s);
 
 }  // namespace cairn::servable

@@ -350,10 +350,27 @@ class Run {
       if (!alive(i)) continue;
       std::map<std::string, Value> kwargs;
       for (const auto& [name, ref] : st.kwargs) kwargs[name] = value(i, ref);
-      auto req = llm_request(st.name, args(i, st), defaults, kwargs);
-      if (!req.is_ok()) {
-        errors_[i] = req.status();
+      const bool embed = is_embed_task(kwargs);
+      std::optional<serving::EmbedRequest> embed_req;
+      Result<serving::GenerateRequest> req = serving::GenerateRequest{};
+      if (embed && st.outputs_count != 1) {
+        errors_[i] = Status::invalid_argument("stage '" + st.name +
+                                              "': an embedding stage has one output (outputs_count=1)");
         continue;
+      }
+      if (embed) {
+        auto e = llm_embed_request(st.name, args(i, st), kwargs);
+        if (!e.is_ok()) {
+          errors_[i] = e.status();
+          continue;
+        }
+        embed_req = std::move(*e);
+      } else {
+        req = llm_request(st.name, args(i, st), defaults, kwargs);
+        if (!req.is_ok()) {
+          errors_[i] = req.status();
+          continue;
+        }
       }
       auto job = std::make_shared<Job>();
       job->state = Job::State::Running;
@@ -370,7 +387,9 @@ class Run {
         else
           job->finish(std::vector<Outputs>{std::move(r.value())});
       };
-      const auto id = run_llm(backend, std::move(req.value()), st.outputs_count, std::move(cb));
+      const auto id = embed_req
+                          ? run_llm_embed(backend, std::move(*embed_req), std::move(cb))
+                          : run_llm(backend, std::move(req.value()), st.outputs_count, std::move(cb));
       if (id != 0) {
         {
           std::lock_guard<std::mutex> lock(job->mu);

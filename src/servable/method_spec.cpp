@@ -1,6 +1,7 @@
 // servable/method_spec.cpp — the checks a recorded pipeline must pass before it is served.
 #include "servable/method_spec.h"
 
+#include <filesystem>
 #include <set>
 
 namespace cairn::servable {
@@ -83,6 +84,32 @@ Status validate(const ServableConfig& c) {
       CAIRN_RETURN_IF_ERROR(check_ref(c, m, n, m.outputs[o], "output '" + m.output_names[o] + "'"));
   }
   return Status::ok();
+}
+
+void add_embed_methods(ServableConfig& config) {
+  std::vector<int> gguf;
+  for (size_t i = 0; i < config.models.size(); ++i)
+    if (config.models[i].format == "GGUF") gguf.push_back(static_cast<int>(i));
+  for (int model : gguf) {
+    MethodSpec m;
+    m.name = "embed";
+    if (gguf.size() > 1) m.name += "_" + std::filesystem::path(config.models[model].file).stem().string();
+    bool taken = false;
+    for (const auto& existing : config.methods) taken |= existing.name == m.name;
+    if (taken) continue;
+    m.inputs = {"text"};
+    m.output_names = {"embedding"};
+    StageSpec st;
+    st.kind = StageSpec::Kind::Model;
+    st.name = config.models[model].file;
+    st.model = model;
+    st.args = {ValueRef{ValueRef::Source::Input, 0, 0, {}}};
+    st.kwargs["task"] = ValueRef{ValueRef::Source::Constant, 0, 0, Value(std::string("embed"))};
+    st.outputs_count = 1;
+    m.stages.push_back(std::move(st));
+    m.outputs = {ValueRef{ValueRef::Source::Stage, 0, 0, {}}};
+    config.methods.push_back(std::move(m));
+  }
 }
 
 }  // namespace cairn::servable

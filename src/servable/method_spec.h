@@ -90,4 +90,10 @@ struct ServableConfig {
 // method names unique. The error names the servable, method and stage.
 Status validate(const ServableConfig& config);
 
+// Gives each GGUF model a method of its own that embeds a text: `embed`
+// (`embed_<file stem>` when the servable declares several GGUF models),
+// input "text" (a str or token ids), output "embedding" (float32, unit
+// length), unless the config already has a method of that name.
+void add_embed_methods(ServableConfig& config);
+
 }  // namespace cairn::servable

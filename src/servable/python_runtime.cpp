@@ -559,6 +559,7 @@ Result<ServableConfig> PythonRuntime::load_config(const std::string& servable_na
     } catch (StatusError& e) {
       return e.status;
     }
+    add_embed_methods(config);
     CAIRN_RETURN_IF_ERROR(validate(config));
     ctx.attr("loading") = false;  // model.call() may run from now on
     return config;

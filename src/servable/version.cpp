@@ -36,6 +36,10 @@ Result<std::vector<Value>> VersionModels::call_model(int model, std::vector<Valu
                                       "' is a tensor model and takes no keyword arguments");
     return call_tensor_model(*tensor, std::move(args), timeout_s_);
   }
+  if (is_embed_task(kwargs)) {
+    CAIRN_ASSIGN_OR_RETURN(auto req, llm_embed_request(name, args, kwargs));
+    return call_llm_embed(*backend, std::move(req), timeout_s_);
+  }
   CAIRN_ASSIGN_OR_RETURN(auto req, llm_request(name, args, defaults, kwargs));
   return call_llm(*backend, std::move(req), 1, timeout_s_);
 }

@@ -131,6 +131,39 @@ struct ModelInfo {
   int64_t created = 0;  // unix seconds when loaded
   std::string parent = {};  // a LoRA adapter's base model id; empty for a model
   std::string root = {};    // a LoRA adapter's file; empty for a model
+  // What the model is and can do (zero / empty where unknown, e.g. a remote worker's).
+  int32_t n_ctx_train = 0;
+  int32_t n_embd = 0;
+  int64_t n_params = 0;
+  std::string arch = {};
+  bool generates = true;      // serves completions (false: --embeddings, or no LM head)
+  std::string pooling = {};   // embeddings' pooling ("mean", "cls", "last", "rank"); empty: none
+  std::string chat_template = {};  // the Jinja source chat requests render with
+};
+
+// Embeddings (POST /v1/embeddings) and reranking (POST /v1/rerank): every
+// input pooled into one vector, or with `query` set, each input a document
+// scored against the query by the model's classification head.
+using EmbedInput = std::variant<std::string, std::vector<Token>>;
+struct EmbedRequest {
+  std::string model;  // empty: the only model served
+  std::vector<EmbedInput> inputs;
+  std::optional<std::string> query;  // rerank
+  bool normalize = true;             // embeddings: scaled to unit length (L2)
+};
+
+struct EmbedResult {
+  std::vector<std::vector<float>> vectors;  // per input: the embedding, or (rerank) the scores
+  int32_t prompt_tokens = 0;
+};
+
+// Receives an embedding request's answer: exactly one call, on any thread;
+// must never block.
+class EmbedSink {
+ public:
+  virtual ~EmbedSink() = default;
+  virtual void on_done(EmbedResult result) = 0;
+  virtual void on_error(const Status& err) = 0;
 };
 
 enum class HealthState { Loading, Ready, Draining };
@@ -172,7 +205,13 @@ class Backend {
   // Errors: InvalidArgument (bad input), NotFound (unknown model),
   // Unavailable (queue full or draining).
   virtual Result<RequestId> submit(GenerateRequest req, std::shared_ptr<EventSink> sink) = 0;
-  virtual void cancel(RequestId id) = 0;  // idempotent, any thread
+  virtual void cancel(RequestId id) = 0;  // idempotent, any thread (embeddings too)
+  // Validates and queues an embedding or rerank request (errors as submit).
+  virtual Result<RequestId> embed(EmbedRequest req, std::shared_ptr<EmbedSink> sink) {
+    (void)req;
+    (void)sink;
+    return Status::invalid_argument("this server does not make embeddings");
+  }
   virtual std::vector<ModelInfo> models() const = 0;
   virtual Health health() const = 0;
   virtual BackendStats stats() const = 0;

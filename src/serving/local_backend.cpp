@@ -65,6 +65,40 @@ std::string sampling_param(const std::string& message) {
   return message.substr(kPrefix.size(), end == std::string::npos ? end : end - kPrefix.size());
 }
 
+// Turns the engine's pooled rows into the API's answer: unit length when
+// asked (rerank scores are left as the head made them).
+class EmbedSinkAdapter final : public engine::EmbedSink {
+ public:
+  EmbedSinkAdapter(std::shared_ptr<serving::EmbedSink> sink, bool normalize)
+      : sink_(std::move(sink)), normalize_(normalize) {}
+  void on_embeddings(std::vector<std::vector<float>> vectors, int32_t n_tokens) override {
+    if (normalize_)
+      for (auto& v : vectors) {
+        double sum = 0;
+        for (float x : v) sum += (double)x * x;
+        const double norm = std::sqrt(sum);
+        if (norm > 0)
+          for (float& x : v) x = (float)(x / norm);
+      }
+    sink_->on_done(EmbedResult{std::move(vectors), n_tokens});
+  }
+  void on_error(const Status& error) override { sink_->on_error(error); }
+
+ private:
+  std::shared_ptr<serving::EmbedSink> sink_;
+  bool normalize_;
+};
+
+const char* pooling_name(model::Pooling p) {
+  switch (p) {
+    case model::Pooling::Mean: return "mean";
+    case model::Pooling::Cls: return "cls";
+    case model::Pooling::Last: return "last";
+    case model::Pooling::Rank: return "rank";
+    default: return "none";
+  }
+}
+
 }  // namespace
 
 Result<LocalBackend::KvPlan> LocalBackend::kv_plan(const LocalBackendOptions& options,
@@ -142,7 +176,36 @@ Result<std::unique_ptr<LocalBackend>> LocalBackend::create(const LocalBackendOpt
                                     options.reasoning_format + "')");
 
   const model::HParams& hp = b->loaded_.model->hparams();
-  CAIRN_ASSIGN_OR_RETURN(const KvPlan plan, kv_plan(options, hp));
+  b->template_text_ = template_text;
+  b->generates_ = hp.has_lm_head && !options.embeddings_only;
+  if (options.pooling.empty())
+    b->pooling_ = hp.pooling == model::Pooling::Unspecified || hp.pooling == model::Pooling::None
+                      ? model::Pooling::Last
+                      : hp.pooling;
+  else if (options.pooling == "mean")
+    b->pooling_ = model::Pooling::Mean;
+  else if (options.pooling == "cls")
+    b->pooling_ = model::Pooling::Cls;
+  else if (options.pooling == "last")
+    b->pooling_ = model::Pooling::Last;
+  else if (options.pooling == "rank")
+    b->pooling_ = model::Pooling::Rank;
+  else
+    return Status::invalid_argument("--pooling must be mean, cls, last or rank (got '" +
+                                    options.pooling.substr(0, 64) + "')");
+  if (b->pooling_ == model::Pooling::Rank && hp.n_cls_out <= 0)
+    return Status::invalid_argument("--pooling rank needs a reranker's classification head (cls.output), which " +
+                                    b->model_id_ + " lacks");
+  for (const auto& t : b->loaded_.file->tensors()) {
+    int64_t n = 1;
+    for (int64_t d : t.dims) n *= d;
+    b->n_params_ += n;
+  }
+  CAIRN_ASSIGN_OR_RETURN(KvPlan plan, kv_plan(options, hp));
+  // Embeddings never use the paged cache (each forward has its own scratch
+  // K/V): one context's blocks keep the cache valid without the memory.
+  if (!b->generates_)
+    plan.pool_bytes = kv::PagedKvCache::block_bytes(hp.paged_kv_shape()) * ((plan.n_ctx + 15) / 16);
   const int32_t n_ctx = plan.n_ctx;
   // Agents keep every position of every layer (one block table).
   const kv::KvShape shape = options.remote_model ? hp.kv_shape() : hp.paged_kv_shape();
@@ -290,6 +353,12 @@ Result<RequestId> LocalBackend::submit(GenerateRequest req, std::shared_ptr<Even
   if (draining_.load())
     return Status::unavailable("the server is shutting down and takes no new requests");
   CAIRN_ASSIGN_OR_RETURN(const uint16_t adapter, resolve_model(req.model));
+  if (!generates_)
+    return invalid("the model '" + model_id_ + "' is served for embeddings only (" +
+                       (loaded_.model->hparams().has_lm_head ? "--embeddings"
+                                                             : "it has no language-model head") +
+                       "): use /v1/embeddings",
+                   "model");
   if (!sink) return Status::internal("no event sink for the request");
   if (req.max_tokens == 0 || req.max_tokens < -1)
     return invalid("max_tokens must be at least 1 (got " + std::to_string(req.max_tokens) + ")",
@@ -364,13 +433,76 @@ Result<RequestId> LocalBackend::submit(GenerateRequest req, std::shared_ptr<Even
   return *id;
 }
 
+Result<RequestId> LocalBackend::embed(EmbedRequest req, std::shared_ptr<EmbedSink> sink) {
+  if (draining_.load())
+    return Status::unavailable("the server is shutting down and takes no new requests");
+  CAIRN_ASSIGN_OR_RETURN(const uint16_t adapter, resolve_model(req.model));
+  if (!sink) return Status::internal("no sink for the request");
+  if (adapter != 0)
+    return invalid("LoRA adapters do not make embeddings; name the base model", "model");
+  const bool rank = req.query.has_value();
+  if (rank && pooling_ != model::Pooling::Rank)
+    return invalid("the model '" + model_id_ +
+                       "' is not a reranker (serve one with a classification head, --pooling rank)",
+                   "model");
+  if (!rank && pooling_ == model::Pooling::Rank)
+    return invalid("the model '" + model_id_ + "' is served as a reranker: use /v1/rerank",
+                   "model");
+  const Tokenizer& tok = *loaded_.tokenizer;
+  engine::EmbedRequest er;
+  er.pooling = pooling_;
+  er.inputs.reserve(req.inputs.size());
+  std::vector<Token> query;
+  if (rank) query = tok.encode(*req.query, /*add_special=*/false, /*parse_special=*/true);
+  for (auto& in : req.inputs) {
+    std::vector<Token> ids;
+    if (auto* text = std::get_if<std::string>(&in)) {
+      if (!rank) {
+        ids = tok.encode(*text, /*add_special=*/true, /*parse_special=*/true);
+      } else {
+        // The pair as the reference's rerank formats it: BOS query EOS,
+        // then the document and EOS again (each where the vocabulary adds them).
+        if (tok.add_bos() && tok.bos() >= 0) ids.push_back(tok.bos());
+        ids.insert(ids.end(), query.begin(), query.end());
+        if (tok.add_eos() && tok.eos() >= 0) ids.push_back(tok.eos());
+        const auto doc = tok.encode(*text, /*add_special=*/false, /*parse_special=*/true);
+        ids.insert(ids.end(), doc.begin(), doc.end());
+        if (tok.add_eos() && tok.eos() >= 0) ids.push_back(tok.eos());
+      }
+    } else {
+      ids = std::move(std::get<std::vector<Token>>(in));
+    }
+    er.inputs.push_back(std::move(ids));
+  }
+  if (engine_->queued() >= options_.max_queue)
+    return Status::unavailable("too many requests are queued (" +
+                               std::to_string(options_.max_queue) + "); retry later");
+  auto id = engine_->submit_embedding(
+      std::move(er), std::make_shared<EmbedSinkAdapter>(std::move(sink), req.normalize && !rank));
+  if (!id.is_ok()) return invalid(id.status().message(), id.status().param());
+  return *id;
+}
+
 void LocalBackend::cancel(RequestId id) { engine_->cancel(id); }
 
 std::vector<ModelInfo> LocalBackend::models() const {
-  const int32_t n_vocab = static_cast<int32_t>(loaded_.model->hparams().n_vocab);
-  std::vector<ModelInfo> out = {ModelInfo{model_id_, engine_->n_ctx(), n_vocab, created_}};
-  for (const auto& a : loaded_.adapters)
-    out.push_back(ModelInfo{a->name, engine_->n_ctx(), n_vocab, created_, model_id_, a->path});
+  const model::HParams& hp = loaded_.model->hparams();
+  ModelInfo base{model_id_, engine_->n_ctx(), static_cast<int32_t>(hp.n_vocab), created_};
+  base.n_ctx_train = static_cast<int32_t>(std::min<int64_t>(hp.n_ctx_train, INT32_MAX));
+  base.n_embd = static_cast<int32_t>(hp.n_embd);
+  base.n_params = n_params_;
+  base.arch = hp.arch;
+  base.generates = generates_;
+  base.pooling = pooling_name(pooling_);
+  base.chat_template = template_text_;
+  std::vector<ModelInfo> out = {base};
+  for (const auto& a : loaded_.adapters) {
+    ModelInfo m = base;
+    m.id = a->name;
+    m.parent = model_id_;
+    m.root = a->path;
+    out.push_back(std::move(m));
+  }
   return out;
 }
 

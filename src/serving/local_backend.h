@@ -56,6 +56,12 @@ struct LocalBackendOptions {
   std::string chat_template = {};
   std::string tool_parser = {};
   std::string reasoning_format = "auto";
+  // Embeddings: serve the model for /v1/embeddings (and /v1/rerank) only
+  // (--embeddings; a model without a language-model head always is), and
+  // the pooling ("mean", "cls", "last", "rank"; empty: the file's
+  // pooling_type, else "last" for a decoder).
+  bool embeddings_only = false;
+  std::string pooling = {};
 };
 
 class LocalBackend final : public Backend {
@@ -76,6 +82,7 @@ class LocalBackend final : public Backend {
   ~LocalBackend() override;
 
   Result<RequestId> submit(GenerateRequest req, std::shared_ptr<EventSink> sink) override;
+  Result<RequestId> embed(EmbedRequest req, std::shared_ptr<EmbedSink> sink) override;
   void cancel(RequestId id) override;
   std::vector<ModelInfo> models() const override;
   Health health() const override;
@@ -121,6 +128,10 @@ class LocalBackend final : public Backend {
   LocalBackendOptions options_;
   std::string model_id_;
   int64_t created_ = 0;
+  model::Pooling pooling_ = model::Pooling::Last;
+  bool generates_ = true;       // completions and chat are served
+  std::string template_text_;   // the chat template in use (empty: ChatML)
+  int64_t n_params_ = 0;
   int64_t kv_pool_bytes_ = 0;
   int32_t kv_blocks_ = 0;
   std::atomic<bool> draining_{false};

@@ -111,6 +111,12 @@ void add_engine_flags(CLI::App* cmd, serving::LocalBackendOptions& b, int64_t& k
                   "auto: <think>...</think> goes to reasoning_content; none: left in the content")
       ->check(CLI::IsMember({"auto", "deepseek", "none"}))
       ->capture_default_str();
+  cmd->add_flag("--embeddings", b.embeddings_only,
+                "serve the model for /v1/embeddings (and /v1/rerank) only; completions are refused");
+  cmd->add_option("--pooling", b.pooling,
+                  "how embeddings are pooled: mean, cls, last or rank (a reranker's head); "
+                  "default: the model file's pooling_type, else last")
+      ->check(CLI::IsMember({"mean", "cls", "last", "rank"}));
 }
 
 }  // namespace cairn::cli
