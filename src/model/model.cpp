@@ -138,6 +138,26 @@ Status read_experts(const MetaReader& m, HParams& hp) {
   return Status::ok();
 }
 
+// What embeddings need from any architecture: the pooling the file asks
+// for (Unspecified when absent) and whether attention is causal.
+Status read_embedding_keys(const MetaReader& m, HParams& hp) {
+  const std::string pk = m.key("pooling_type");
+  auto pooling = m.file().get_uint(pk);
+  if (!pooling) return pooling.status().with_context("metadata '" + pk + "'");
+  if (pooling->has_value()) {
+    const uint64_t v = **pooling;
+    if (v > (uint64_t)Pooling::Rank)
+      return Status::error("metadata '" + pk + "' = " + std::to_string(v) +
+                           " is not a pooling type (0 none, 1 mean, 2 cls, 3 last, 4 rank)");
+    hp.pooling = (Pooling)v;
+  }
+  const std::string ck = m.key("attention.causal");
+  auto causal = m.file().get_bool(ck);
+  if (!causal) return causal.status().with_context("metadata '" + ck + "'");
+  hp.causal = causal->value_or(true);
+  return Status::ok();
+}
+
 }  // namespace
 
 Status read_swa_pattern(const MetaReader& m, HParams& hp, uint64_t default_period) {
@@ -234,6 +254,7 @@ Result<HParams> Model::read_hparams(const gguf::File& file) {
     return Status::error("metadata '" + m.key("attention.layer_norm_rms_epsilon") +
                          "' must be in (0, 1), got " + std::to_string(eps));
   hp.norm_eps = (float)eps;
+  CAIRN_RETURN_IF_ERROR(read_embedding_keys(m, hp));
   if (spec->read_extra) CAIRN_RETURN_IF_ERROR(spec->read_extra(m, hp));
 
   // The vocabulary size is the embedding's row count; the shape checks of the
