@@ -21,6 +21,8 @@ constexpr ArchSpec kArchs[] = {
     {"gemma2", kernels::RopeStyle::Neox, &load_gemma2, false, &read_gemma2_hparams},
     {"gemma3", kernels::RopeStyle::Neox, &load_gemma3, false, &read_gemma3_hparams},
     {"gpt-oss", kernels::RopeStyle::Neox, &load_gptoss, /*moe=*/true, &read_gptoss_hparams},
+    {"bert", kernels::RopeStyle::Norm, &load_bert, false, &read_bert_hparams,
+     "attention.layer_norm_epsilon"},
 };
 
 // Generous ceilings: they keep products of sizes far from overflow while
@@ -249,9 +251,9 @@ Result<HParams> Model::read_hparams(const gguf::File& file) {
   CAIRN_RETURN_IF_ERROR(read_rope_scaling(m, hp));
 
   double eps = 0;
-  CAIRN_ASSIGN_OR_RETURN(eps, m.real("attention.layer_norm_rms_epsilon", std::nan("")));
+  CAIRN_ASSIGN_OR_RETURN(eps, m.real(spec->eps_key, std::nan("")));
   if (eps <= 0 || eps >= 1)
-    return Status::error("metadata '" + m.key("attention.layer_norm_rms_epsilon") +
+    return Status::error("metadata '" + m.key(spec->eps_key) +
                          "' must be in (0, 1), got " + std::to_string(eps));
   hp.norm_eps = (float)eps;
   CAIRN_RETURN_IF_ERROR(read_embedding_keys(m, hp));
