@@ -85,6 +85,8 @@ struct ArchSpec {
   // is optional.
   bool moe = false;
   ArchHParams read_extra = nullptr;  // the architecture's own keys, if any
+  // The norm's epsilon: RMSNorm's for decoders, LayerNorm's for encoders (bert).
+  std::string_view eps_key = "attention.layer_norm_rms_epsilon";
 };
 
 // Gemma's interleaved sliding-window layers (hp.swa_layers), as the
@@ -121,6 +123,9 @@ Status read_gemma3_hparams(const MetaReader& m, HParams& hp);
 Result<std::unique_ptr<Model>> load_gptoss(std::shared_ptr<const gguf::File> file, HParams hp,
                                            const LoadOptions& options);
 Status read_gptoss_hparams(const MetaReader& m, HParams& hp);
+Result<std::unique_ptr<Model>> load_bert(std::shared_ptr<const gguf::File> file, HParams hp,
+                                         const LoadOptions& options);
+Status read_bert_hparams(const MetaReader& m, HParams& hp);
 Result<std::unique_ptr<Model>> load_phi3(std::shared_ptr<const gguf::File> file, HParams hp,
                                          const LoadOptions& options);
 

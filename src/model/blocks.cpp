@@ -43,6 +43,10 @@ const uint16_t* gelu_f16_table() {
   return table.data();
 }
 
+float gelu_f16(float x) {
+  return x <= -10.0f ? 0.0f : x >= 10.0f ? x : f16_to_f32(gelu_f16_table()[f32_to_f16(x)]);
+}
+
 // Row t of gelu(gate[t]) * up[t] (GeGLU).
 class GegluRows final : public kernels::RowMaker {
  public:
@@ -665,6 +669,30 @@ void output_logits(const HParams& hp, const DecoderWeights& w, const Batch& batc
     const float cap = hp.final_softcap, inv = 1.0f / cap;
     for (float& v : out.data) v = std::tanh(v * inv) * cap;
   }
+}
+
+}  // namespace cairn::model
+
+namespace cairn::model {
+
+void output_hidden(const HParams& hp, const DecoderWeights& w, const Batch& batch, Workspace& ws,
+                   ThreadPool& pool, Logits& out) {
+  out.n_vocab = hp.n_embd;
+  out.batch_index.clear();
+  for (size_t t = 0; t < batch.size(); ++t)
+    if (batch.wants_logits[t]) out.batch_index.push_back((int32_t)t);
+  const int64_t R = (int64_t)out.batch_index.size();
+  out.data.resize((size_t)(R * hp.n_embd));
+  // keep_output_rows put the rows that want output first in ws.x.
+  for_token_rows(pool, R, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r)
+      kernels::rms_norm(ws.x.data() + r * hp.n_embd, w.output_norm.data(), hp.n_embd, hp.norm_eps,
+                        out.data.data() + r * hp.n_embd);
+  });
+}
+
+void gelu_inplace(float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] = gelu_f16(x[i]);
 }
 
 }  // namespace cairn::model

@@ -217,4 +217,13 @@ int64_t keep_output_rows(const Batch& batch, Workspace& ws, int64_t n_embd);
 void output_logits(const HParams& hp, const DecoderWeights& w, const Batch& batch, Workspace& ws,
                    ThreadPool& pool, Logits& out, NextWeights next, LayerLoras lora = {});
 
+// output_logits without the output head: the final norm of the (compacted)
+// rows that want logits into `out` (out.n_vocab = n_embd), for embeddings.
+void output_hidden(const HParams& hp, const DecoderWeights& w, const Batch& batch, Workspace& ws,
+                   ThreadPool& pool, Logits& out);
+
+// x = gelu(x) over n floats, GELU's tanh form through the reference's F16
+// table (ggml's GGML_GELU_FP16), as gemma's GeGLU uses it.
+void gelu_inplace(float* x, int64_t n);
+
 }  // namespace cairn::model

@@ -32,7 +32,15 @@ class DecoderModel final : public Model {
   }
 
   Status forward(const Batch& batch, KvView& kv, Logits& out) override {
-    return forward_stage(batch, kv, StageIo{}, out);
+    return run(batch, kv, StageIo{}, out, /*hidden=*/false);
+  }
+
+  // The whole model only: a shard's last stage holds a slice of the rows'
+  // producers, not the rows.
+  Status forward_hidden(const Batch& batch, KvView& kv, Logits& out) override {
+    if (shard_.tp_size > 1 || shard_.layer_begin != 0 || local_.n_layer != hparams_.n_layer)
+      return Status::error("embeddings cannot be made by a model cut into shards");
+    return run(batch, kv, StageIo{}, out, /*hidden=*/true);
   }
 
   Status set_adapters(std::vector<std::shared_ptr<const LoraAdapter>> adapters) override {
@@ -56,6 +64,12 @@ class DecoderModel final : public Model {
   }
 
   Status forward_stage(const Batch& batch, KvView& kv, const StageIo& io, Logits& out) override {
+    return run(batch, kv, io, out, /*hidden=*/false);
+  }
+
+  // forward_stage, or (hidden) forward_hidden's output-normed rows in place
+  // of the output head's logits.
+  Status run(const Batch& batch, KvView& kv, const StageIo& io, Logits& out, bool hidden) {
     CAIRN_RETURN_IF_ERROR(validate_batch(local_, batch, kv));
     for (uint16_t a : batch.adapters)
       if (a > loras_.size())
@@ -122,6 +136,10 @@ class DecoderModel final : public Model {
     }
     if (!last) {
       io.hidden_out->assign(ws_.x.begin(), ws_.x.begin() + T * hp.n_embd);
+      return Status::ok();
+    }
+    if (hidden) {
+      output_hidden(hp, w_, batch, ws_, pool_, out);
       return Status::ok();
     }
     if (!tp) {
@@ -323,6 +341,10 @@ class DecoderModel final : public Model {
 Result<std::unique_ptr<Model>> load_decoder(std::shared_ptr<const gguf::File> file, HParams hp,
                                             const LoadOptions& options,
                                             const DecoderOptions& decoder) {
+  if (!hp.causal)
+    return Status::error("metadata '" + hp.arch +
+                         ".attention.causal' is false: a " + hp.arch +
+                         " decoder runs causal attention only");
   const ShardSpec& shard = options.shard;
   auto local = shard_hparams(hp, shard);
   if (!local) return local.status();

@@ -21,6 +21,8 @@ constexpr ArchSpec kArchs[] = {
     {"gemma2", kernels::RopeStyle::Neox, &load_gemma2, false, &read_gemma2_hparams},
     {"gemma3", kernels::RopeStyle::Neox, &load_gemma3, false, &read_gemma3_hparams},
     {"gpt-oss", kernels::RopeStyle::Neox, &load_gptoss, /*moe=*/true, &read_gptoss_hparams},
+    {"bert", kernels::RopeStyle::Norm, &load_bert, false, &read_bert_hparams,
+     "attention.layer_norm_epsilon"},
 };
 
 // Generous ceilings: they keep products of sizes far from overflow while
@@ -138,6 +140,26 @@ Status read_experts(const MetaReader& m, HParams& hp) {
   return Status::ok();
 }
 
+// What embeddings need from any architecture: the pooling the file asks
+// for (Unspecified when absent) and whether attention is causal.
+Status read_embedding_keys(const MetaReader& m, HParams& hp) {
+  const std::string pk = m.key("pooling_type");
+  auto pooling = m.file().get_uint(pk);
+  if (!pooling) return pooling.status().with_context("metadata '" + pk + "'");
+  if (pooling->has_value()) {
+    const uint64_t v = **pooling;
+    if (v > (uint64_t)Pooling::Rank)
+      return Status::error("metadata '" + pk + "' = " + std::to_string(v) +
+                           " is not a pooling type (0 none, 1 mean, 2 cls, 3 last, 4 rank)");
+    hp.pooling = (Pooling)v;
+  }
+  const std::string ck = m.key("attention.causal");
+  auto causal = m.file().get_bool(ck);
+  if (!causal) return causal.status().with_context("metadata '" + ck + "'");
+  hp.causal = causal->value_or(true);
+  return Status::ok();
+}
+
 }  // namespace
 
 Status read_swa_pattern(const MetaReader& m, HParams& hp, uint64_t default_period) {
@@ -229,11 +251,12 @@ Result<HParams> Model::read_hparams(const gguf::File& file) {
   CAIRN_RETURN_IF_ERROR(read_rope_scaling(m, hp));
 
   double eps = 0;
-  CAIRN_ASSIGN_OR_RETURN(eps, m.real("attention.layer_norm_rms_epsilon", std::nan("")));
+  CAIRN_ASSIGN_OR_RETURN(eps, m.real(spec->eps_key, std::nan("")));
   if (eps <= 0 || eps >= 1)
-    return Status::error("metadata '" + m.key("attention.layer_norm_rms_epsilon") +
+    return Status::error("metadata '" + m.key(spec->eps_key) +
                          "' must be in (0, 1), got " + std::to_string(eps));
   hp.norm_eps = (float)eps;
+  CAIRN_RETURN_IF_ERROR(read_embedding_keys(m, hp));
   if (spec->read_extra) CAIRN_RETURN_IF_ERROR(spec->read_extra(m, hp));
 
   // The vocabulary size is the embedding's row count; the shape checks of the

@@ -40,8 +40,9 @@ struct ArchDefaults {
   bool shared_expert = false;  // qwen2moe
   bool gemma = false;  // post-norms, output tied to token_embd, sliding window and soft-capping keys
   bool oai = false;    // gpt-oss: output bias, sinks, router and expert biases, sliding window
+  bool bert = false;   // the encoder (plan_bert_tensors); norm_eps is its LayerNorm's
 };
-constexpr std::array<ArchDefaults, 9> kArchs = {{
+constexpr std::array<ArchDefaults, 10> kArchs = {{
     {"llama", 10000.0f, 1e-5f, false},
     {"qwen2", 1000000.0f, 1e-6f, true},
     {"qwen3", 1000000.0f, 1e-6f, false, true},
@@ -51,7 +52,17 @@ constexpr std::array<ArchDefaults, 9> kArchs = {{
     {"gemma2", 10000.0f, 1e-6f, false, false, false, false, false, true},
     {"gemma3", 1000000.0f, 1e-6f, false, true, false, false, false, true},
     {"gpt-oss", 150000.0f, 1e-5f, true, false, false, true, false, false, true},
+    {"bert", 10000.0f, 1e-12f, true, false, false, false, false, false, false, true},
 }};
+
+// GGUF's pooling_type values (llama.cpp's enum).
+int pooling_id(std::string_view p) {
+  return p == "mean" ? 1 : p == "cls" ? 2 : p == "last" ? 3 : p == "rank" ? 4 : -1;
+}
+
+// The bert tensor set as llama.cpp's converter names it (model/bert.cpp
+// reads these names): LayerNorm weights near 1, biases small, two token types.
+constexpr int64_t kBertTokenTypes = 2;
 
 const ArchDefaults* find_arch(std::string_view a) {
   for (const auto& d : kArchs)
@@ -126,7 +137,53 @@ ExpertSizes experts_of(const RandomModelSpec& s) {
   return e;
 }
 
+std::vector<TensorPlan> plan_bert_tensors(const RandomModelSpec& s, int64_t n_vocab) {
+  const int64_t E = s.dim, q = s.heads * head_dim_of(s), kv = s.kv_heads * head_dim_of(s);
+  std::vector<TensorPlan> p;
+  const auto matrix = [&](std::string name, int64_t in, int64_t out) {
+    p.push_back({std::move(name), {in, out}, storage_type(s.type, in), Fill::Uniform,
+                 1.0f / std::sqrt(static_cast<float>(in)), s.type});
+  };
+  const auto norm = [&](const std::string& name, int64_t n) {
+    p.push_back({name + ".weight", {n}, TensorType::F32, Fill::NearOne, 0.1f});
+    p.push_back({name + ".bias", {n}, TensorType::F32, Fill::Uniform, 0.02f});
+  };
+  const auto bias = [&](std::string name, int64_t n) {
+    p.push_back({std::move(name), {n}, TensorType::F32, Fill::Uniform, 0.02f});
+  };
+  p.push_back({"token_embd.weight", {E, n_vocab}, storage_type(s.type, E), Fill::Uniform, 1.0f,
+               s.type});
+  p.push_back({"token_types.weight", {E, kBertTokenTypes}, TensorType::F32, Fill::Uniform, 0.5f});
+  p.push_back({"position_embd.weight", {E, s.ctx}, TensorType::F32, Fill::Uniform, 0.5f});
+  norm("token_embd_norm", E);
+  for (int64_t il = 0; il < s.layers; ++il) {
+    const std::string b = "blk." + std::to_string(il) + ".";
+    matrix(b + "attn_q.weight", E, q);
+    bias(b + "attn_q.bias", q);
+    matrix(b + "attn_k.weight", E, kv);
+    bias(b + "attn_k.bias", kv);
+    matrix(b + "attn_v.weight", E, kv);
+    bias(b + "attn_v.bias", kv);
+    matrix(b + "attn_output.weight", q, E);
+    bias(b + "attn_output.bias", E);
+    norm(b + "attn_output_norm", E);
+    matrix(b + "ffn_up.weight", E, s.ffn);
+    bias(b + "ffn_up.bias", s.ffn);
+    matrix(b + "ffn_down.weight", s.ffn, E);
+    bias(b + "ffn_down.bias", E);
+    norm(b + "layer_output_norm", E);
+  }
+  if (s.pooling == "rank") {  // the classification head, one score
+    matrix("cls.weight", E, E);
+    bias("cls.bias", E);
+    matrix("cls.output.weight", E, 1);
+    bias("cls.output.bias", 1);
+  }
+  return p;
+}
+
 std::vector<TensorPlan> plan_tensors(const RandomModelSpec& s, int64_t n_vocab) {
+  if (find_arch(s.arch)->bert) return plan_bert_tensors(s, n_vocab);
   const int64_t head_dim = head_dim_of(s);
   const ArchDefaults& ad = *find_arch(s.arch);
   model::TensorSizes sizes;
@@ -303,6 +360,9 @@ Result<VocabSource> vocab_from_gguf(std::shared_ptr<const gguf::File> file) {
     return Status::error("vocabulary file has no tokenizer.ggml.tokens");
   VocabSource v;
   v.n_vocab = static_cast<int64_t>((*tokens)->size());
+  auto model = file->get_string("tokenizer.ggml.model");
+  if (!model.is_ok()) return model.status();
+  if (model->has_value()) v.model = std::string(**model);
   v.is_byte_token.assign(v.n_vocab, 0);
   auto types = file->get_int_array("tokenizer.ggml.token_type");
   if (!types.is_ok()) return types.status();
@@ -322,7 +382,15 @@ Status validate(const RandomModelSpec& s) {
   auto bad = [](const std::string& m) { return Status::error("make-model: " + m); };
   if (!find_arch(s.arch))
     return bad("unknown --arch '" + s.arch +
-               "' (llama, qwen2, qwen3, phi3, qwen2moe, qwen3moe, gemma2, gemma3 or gpt-oss)");
+               "' (llama, qwen2, qwen3, phi3, qwen2moe, qwen3moe, gemma2, gemma3, gpt-oss or "
+               "bert)");
+  if (!s.pooling.empty() && pooling_id(s.pooling) < 0)
+    return bad("unknown --pooling '" + s.pooling + "' (mean, cls, last, rank)");
+  if (s.pooling == "rank" && s.arch != "bert")
+    return bad("--pooling rank needs --arch bert (its classification head)");
+  if (s.arch == "bert" && (!s.rope_freqs.empty() || !s.rope_scaling.empty() ||
+                           s.sliding_window != 0 || s.head_dim != 0 || s.mix != KMix::None))
+    return bad("--arch bert takes no RoPE, sliding-window, head-dim or K-quant mix options");
   if (s.dim < 1 || s.dim > kMaxDim) return bad("--dim must be in [1, 65536]");
   if (s.layers < 1 || s.layers > kMaxLayers) return bad("--layers must be in [1, 1024]");
   if (s.heads < 1 || s.heads > s.dim) return bad("--heads must be in [1, dim]");
@@ -475,58 +543,74 @@ Result<BuildSummary> write_random_model(const RandomModelSpec& spec, const Vocab
   w.set_uint32(a + ".block_count", static_cast<uint32_t>(spec.layers));
   w.set_uint32(a + ".feed_forward_length", static_cast<uint32_t>(spec.ffn));
   w.set_uint32(a + ".attention.head_count", static_cast<uint32_t>(spec.heads));
-  w.set_uint32(a + ".attention.head_count_kv", static_cast<uint32_t>(spec.kv_heads));
-  w.set_uint32(a + ".rope.dimension_count", static_cast<uint32_t>(head_dim_of(spec)));
-  if (spec.head_dim > 0) {
-    w.set_uint32(a + ".attention.key_length", static_cast<uint32_t>(spec.head_dim));
-    w.set_uint32(a + ".attention.value_length", static_cast<uint32_t>(spec.head_dim));
-  }
-  if (ad.moe) {
-    const ExpertSizes ex = experts_of(spec);
-    w.set_uint32(a + ".expert_count", static_cast<uint32_t>(ex.n));
-    w.set_uint32(a + ".expert_used_count", static_cast<uint32_t>(ex.used));
-    w.set_uint32(a + ".expert_feed_forward_length", static_cast<uint32_t>(ex.ffn));
-    if (ad.shared_expert)
-      w.set_uint32(a + ".expert_shared_feed_forward_length", static_cast<uint32_t>(ex.shared_ffn));
-  }
-  if (ad.gemma && spec.arch == "gemma2") {  // as the converter writes them (Gemma 2's defaults)
-    w.set_uint32(a + ".attention.sliding_window",
-                 static_cast<uint32_t>(spec.sliding_window > 0 ? spec.sliding_window : 4096));
-    w.set_float32(a + ".attn_logit_softcapping", spec.attn_softcap > 0 ? spec.attn_softcap : 50.0f);
-    w.set_float32(a + ".final_logit_softcapping",
-                  spec.final_softcap > 0 ? spec.final_softcap : 30.0f);
-  } else if (ad.oai) {  // gpt-oss: the released files' window unless asked otherwise
-    w.set_uint32(a + ".attention.sliding_window",
-                 static_cast<uint32_t>(spec.sliding_window > 0 ? spec.sliding_window : 128));
-  } else if (ad.gemma) {  // gemma3: each key only when asked for
-    if (spec.sliding_window > 0)
-      w.set_uint32(a + ".attention.sliding_window", static_cast<uint32_t>(spec.sliding_window));
-    if (spec.final_softcap > 0)
-      w.set_float32(a + ".final_logit_softcapping", spec.final_softcap);
-  }
-  if (spec.arch == "llama" && spec.sliding_window > 0)
-    w.set_uint32(a + ".attention.sliding_window", static_cast<uint32_t>(spec.sliding_window));
-  w.set_float32(a + ".rope.freq_base", ad.rope_base);
-  if (!spec.rope_scaling.empty()) {  // as the converter writes them
-    w.set_string(a + ".rope.scaling.type", spec.rope_scaling);
-    const int64_t orig =
-        spec.rope_orig_ctx > 0
-            ? spec.rope_orig_ctx
-            : std::max<int64_t>(1, (int64_t)((double)spec.ctx / spec.rope_scaling_factor));
-    if (spec.rope_scaling == "longrope") {
-      // The factor lives in the tensors; the converter's attention factor.
-      const double scale = (double)spec.ctx / (double)orig;
-      const double attn =
-          scale > 1 && orig > 1 ? std::sqrt(1 + std::log(scale) / std::log((double)orig)) : 1.0;
-      w.set_float32(a + ".rope.scaling.attn_factor", static_cast<float>(attn));
-    } else {
-      w.set_float32(a + ".rope.scaling.factor", spec.rope_scaling_factor);
+  if (ad.bert) {  // the keys llama.cpp's converter writes for BERT
+    w.set_float32(a + ".attention.layer_norm_epsilon", ad.norm_eps);
+    w.set_bool(a + ".attention.causal", false);
+    w.set_uint32(a + ".attention.head_count_kv", static_cast<uint32_t>(spec.kv_heads));
+    w.set_uint32(a + ".pooling_type",
+                 static_cast<uint32_t>(pooling_id(spec.pooling.empty() ? "mean" : spec.pooling)));
+    vocab.write_metadata(w);
+    w.set_uint32("tokenizer.ggml.token_type_count", static_cast<uint32_t>(kBertTokenTypes));
+    // An uncased BERT vocabulary, said outright: the reference lowercases
+    // only when this key says so (cairn's default for WordPiece without it).
+    if (vocab.model == "bert")
+      w.set_bool("tokenizer.ggml.normalizer.lowercase", true);
+  } else {
+    if (!spec.pooling.empty())
+      w.set_uint32(a + ".pooling_type", static_cast<uint32_t>(pooling_id(spec.pooling)));
+    w.set_uint32(a + ".attention.head_count_kv", static_cast<uint32_t>(spec.kv_heads));
+    w.set_uint32(a + ".rope.dimension_count", static_cast<uint32_t>(head_dim_of(spec)));
+    if (spec.head_dim > 0) {
+      w.set_uint32(a + ".attention.key_length", static_cast<uint32_t>(spec.head_dim));
+      w.set_uint32(a + ".attention.value_length", static_cast<uint32_t>(spec.head_dim));
     }
-    if (spec.rope_scaling != "linear")
-      w.set_uint32(a + ".rope.scaling.original_context_length", static_cast<uint32_t>(orig));
+    if (ad.moe) {
+      const ExpertSizes ex = experts_of(spec);
+      w.set_uint32(a + ".expert_count", static_cast<uint32_t>(ex.n));
+      w.set_uint32(a + ".expert_used_count", static_cast<uint32_t>(ex.used));
+      w.set_uint32(a + ".expert_feed_forward_length", static_cast<uint32_t>(ex.ffn));
+      if (ad.shared_expert)
+        w.set_uint32(a + ".expert_shared_feed_forward_length", static_cast<uint32_t>(ex.shared_ffn));
+    }
+    if (ad.gemma && spec.arch == "gemma2") {  // as the converter writes them (Gemma 2's defaults)
+      w.set_uint32(a + ".attention.sliding_window",
+                   static_cast<uint32_t>(spec.sliding_window > 0 ? spec.sliding_window : 4096));
+      w.set_float32(a + ".attn_logit_softcapping", spec.attn_softcap > 0 ? spec.attn_softcap : 50.0f);
+      w.set_float32(a + ".final_logit_softcapping",
+                    spec.final_softcap > 0 ? spec.final_softcap : 30.0f);
+    } else if (ad.oai) {  // gpt-oss: the released files' window unless asked otherwise
+      w.set_uint32(a + ".attention.sliding_window",
+                   static_cast<uint32_t>(spec.sliding_window > 0 ? spec.sliding_window : 128));
+    } else if (ad.gemma) {  // gemma3: each key only when asked for
+      if (spec.sliding_window > 0)
+        w.set_uint32(a + ".attention.sliding_window", static_cast<uint32_t>(spec.sliding_window));
+      if (spec.final_softcap > 0)
+        w.set_float32(a + ".final_logit_softcapping", spec.final_softcap);
+    }
+    if (spec.arch == "llama" && spec.sliding_window > 0)
+      w.set_uint32(a + ".attention.sliding_window", static_cast<uint32_t>(spec.sliding_window));
+    w.set_float32(a + ".rope.freq_base", ad.rope_base);
+    if (!spec.rope_scaling.empty()) {  // as the converter writes them
+      w.set_string(a + ".rope.scaling.type", spec.rope_scaling);
+      const int64_t orig =
+          spec.rope_orig_ctx > 0
+              ? spec.rope_orig_ctx
+              : std::max<int64_t>(1, (int64_t)((double)spec.ctx / spec.rope_scaling_factor));
+      if (spec.rope_scaling == "longrope") {
+        // The factor lives in the tensors; the converter's attention factor.
+        const double scale = (double)spec.ctx / (double)orig;
+        const double attn =
+            scale > 1 && orig > 1 ? std::sqrt(1 + std::log(scale) / std::log((double)orig)) : 1.0;
+        w.set_float32(a + ".rope.scaling.attn_factor", static_cast<float>(attn));
+      } else {
+        w.set_float32(a + ".rope.scaling.factor", spec.rope_scaling_factor);
+      }
+      if (spec.rope_scaling != "linear")
+        w.set_uint32(a + ".rope.scaling.original_context_length", static_cast<uint32_t>(orig));
+    }
+    w.set_float32(a + ".attention.layer_norm_rms_epsilon", ad.norm_eps);
+    vocab.write_metadata(w);
   }
-  w.set_float32(a + ".attention.layer_norm_rms_epsilon", ad.norm_eps);
-  vocab.write_metadata(w);
 
   // Tensors are declared, then their data is streamed to the file one at a
   // time, so a model of real size never sits in memory.

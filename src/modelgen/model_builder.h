@@ -32,7 +32,14 @@ struct RandomModelSpec {
   // GeGLU, output tied to token_embd, sliding-window and soft-capping keys)
   // or "gemma3" (gemma2's with per-head Q/K norms, no attention soft-capping,
   // RoPE base 1e6 for the global layers and 10000 for the sliding ones)
+  // or "bert" (an encoder for embeddings: token, token-type and position
+  // embeddings, post-LayerNorm layers with biases, GELU FFN, no output head;
+  // see `pooling`)
   std::string arch = "llama";
+  // <arch>.pooling_type written into the file: "mean", "cls", "last" or
+  // "rank" (bert only: adds a reranker's classification head, cls then
+  // cls.output with one score); empty: bert gets "mean", decoders no key.
+  std::string pooling;
   std::string name;            // general.name; a default names the shape
   int64_t dim = 256;           // embedding length
   int64_t layers = 2;
@@ -82,6 +89,7 @@ struct RandomModelSpec {
 struct VocabSource {
   int64_t n_vocab = 0;
   std::vector<uint8_t> is_byte_token;  // n_vocab entries, 0/1
+  std::string model;                   // tokenizer.ggml.model ("bert": WordPiece), or empty
   std::function<void(gguf::Writer&)> write_metadata;
 };
 

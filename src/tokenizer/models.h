@@ -87,4 +87,28 @@ class BpeTokenizer final : public VocabTokenizer {
   bool ignore_merges_ = false;  // a word that is already a token is not merged (Llama 3)
 };
 
+// WordPiece (BERT), as llama.cpp's WPM tokenizer: BERT's basic tokenizer
+// (control characters dropped, whitespace splits, punctuation, ASCII
+// symbols and CJK ideographs become words of their own; with the
+// normalizer's lowercase, also lowercasing and accent stripping), then
+// greedy longest-match-first pieces per word. The GGUF stores a word's first
+// piece with a U+2581 prefix and continuations bare (the converter's form of
+// "##"); a word with no complete cover becomes [UNK].
+class WpmTokenizer final : public VocabTokenizer {
+ public:
+  static Result<std::unique_ptr<WpmTokenizer>> create(std::unique_ptr<Vocab> v,
+                                                      const gguf::File& file);
+
+ private:
+  explicit WpmTokenizer(std::unique_ptr<Vocab> v) : VocabTokenizer(std::move(v)) {}
+  void encode_text(std::string_view text, bool after_special,
+                   std::vector<Token>& out) const override;
+  std::string make_piece(Token t) const override;
+  void encode_word(std::string_view word, std::vector<Token>& out) const;
+
+  bool lowercase_ = true;
+  bool strip_accents_ = true;
+  size_t max_token_len_ = 0;  // bytes of the longest token text
+};
+
 }  // namespace cairn::tok

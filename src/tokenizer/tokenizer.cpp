@@ -64,8 +64,15 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::from_gguf(const gguf::File& file) 
     if (!t) return t.status();
     return std::unique_ptr<Tokenizer>(std::move(t.value()));
   }
+  if (name == "bert") {
+    auto v = tok::load_vocab(file, tok::Model::Wpm);
+    if (!v) return v.status();
+    auto t = tok::WpmTokenizer::create(std::move(v.value()), file);
+    if (!t) return t.status();
+    return std::unique_ptr<Tokenizer>(std::move(t.value()));
+  }
   return Status::error("tokenizer: tokenizer.ggml.model '" + std::string(name.substr(0, 64)) +
-                       "' is not supported (only 'llama' and 'gpt2')");
+                       "' is not supported (only 'llama', 'gpt2' and 'bert')");
 }
 
 std::string Tokenizer::decode(const std::vector<Token>& tokens, bool render_special) const {

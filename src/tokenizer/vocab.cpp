@@ -234,20 +234,40 @@ Result<std::unique_ptr<Vocab>> load_vocab(const gguf::File& f, Model model) {
   CAIRN_RETURN_IF_ERROR(check_id_keys(f, n));
 
   const bool spm = model == Model::Spm;
-  const std::array<Token, 6> defaults = {spm ? 1 : -1, spm ? 2 : -1, -1, -1, spm ? 0 : -1, -1};
+  const bool wpm = model == Model::Wpm;
+  const std::array<Token, 6> defaults = {spm ? 1 : -1, spm ? 2 : -1, -1, -1,
+                                         spm ? 0 : wpm ? 100 : -1, wpm ? 0 : -1};
   for (size_t k = 0; k < kIdKeys.size(); ++k) {
     auto id = read_id(f, kIdKeys[k].name, defaults[k], n);
     if (!id) return id.status();
     (*v).*(kIdKeys[k].field) = id.value();
   }
+  if (wpm) {
+    // BERT's ends are [CLS] and [SEP] (llama.cpp's bos and sep), which its
+    // converter writes under their own keys (and "seperator", sic).
+    if (f.find(key("bos_token_id")) == nullptr) {
+      auto id = read_id(f, "cls_token_id", 101, n);
+      if (!id) return id.status();
+      v->bos = id.value();
+    }
+    if (f.find(key("eos_token_id")) == nullptr) {
+      auto id = read_id(f, "seperator_token_id", 102, n);
+      if (!id) return id.status();
+      v->eos = id.value();
+    }
+  }
 
   v->add_space_prefix = spm;
-  v->add_bos = spm || std::find(kBpeAddBos.begin(), kBpeAddBos.end(), v->pre) != kBpeAddBos.end();
-  v->add_eos = false;
+  v->add_bos = spm || wpm ||
+               std::find(kBpeAddBos.begin(), kBpeAddBos.end(), v->pre) != kBpeAddBos.end();
+  v->add_eos = wpm;
   CAIRN_RETURN_IF_ERROR(read_flag(f, "add_bos_token", v->add_bos));
-  CAIRN_RETURN_IF_ERROR(read_flag(f, "add_eos_token", v->add_eos));
+  CAIRN_RETURN_IF_ERROR(read_flag(f, wpm ? "add_sep_token" : "add_eos_token", v->add_eos));
   CAIRN_RETURN_IF_ERROR(read_flag(f, "add_space_prefix", v->add_space_prefix));
   if (!spm) v->add_space_prefix = false;  // the BPE path never adds one
+  // WordPiece starts every word with a phantom U+2581, so a decoded text's
+  // first piece has a space for decode() to drop.
+  if (wpm) v->add_space_prefix = true;
 
   // End of generation: declared ids, then tokens known by their text (which
   // become control tokens, so plain text never produces them).

@@ -18,7 +18,7 @@
 
 namespace cairn::tok {
 
-enum class Model { Spm, Bpe };
+enum class Model { Spm, Bpe, Wpm };
 
 struct Vocab {
   Model model = Model::Spm;
@@ -42,7 +42,9 @@ struct Vocab {
 
 // Reads and validates the vocabulary. `model` decides the defaults llama.cpp
 // uses (SPM: bos 1, eos 2, unk 0, add_bos, space prefix; BPE: add_bos only
-// for the Llama-3 style pre-tokenizers).
+// for the Llama-3 style pre-tokenizers; WPM (BERT): bos is [CLS]
+// (cls_token_id, default 101), eos is [SEP] (seperator_token_id, default
+// 102), unk 100, both added unless add_bos_token / add_sep_token say no).
 Result<std::unique_ptr<Vocab>> load_vocab(const gguf::File& file, Model model);
 
 // A piece of input after special tokens are taken out: raw text (a view into

@@ -72,6 +72,7 @@ inline modelgen::RandomModelSpec golden_model_spec(const nlohmann::json& j) {
   s.rope_orig_ctx = j.value("rope_orig_ctx", int64_t{0});
   s.seed = j.at("seed").get<uint64_t>();
   s.name = j.value("name", std::string());
+  s.pooling = j.value("pooling", std::string());  // bert (and decoders with the key)
   const auto type = type_from_name(j.value("type", std::string("f32")));
   s.type = type ? *type : TensorType::F32;
   return s;

@@ -199,7 +199,7 @@ TEST(ModelLoad, ReadsHyperParameters) {
   EXPECT_FLOAT_EQ(bq.model->hparams().rope_freq_base, 1e6f);
   EXPECT_EQ(supported_architectures(),
             (std::vector<std::string_view>{"llama", "qwen2", "qwen3", "phi3", "qwen2moe",
-                                           "qwen3moe", "gemma2", "gemma3", "gpt-oss"}));
+                                           "qwen3moe", "gemma2", "gemma3", "gpt-oss", "bert"}));
 }
 
 // The model (F32 K/V) against the plain double-precision reference above, for

@@ -305,6 +305,9 @@ TEST(ModelBuilder, RejectsBadSpecs) {
   rejects([](RandomModelSpec& s) { s.arch = "qwen3moe", s.experts = 2000; }, "--experts must be");
   rejects([](RandomModelSpec& s) { s.arch = "qwen2moe", s.head_dim = 128; },
           "qwen2moe needs heads * head size == dim");
+  rejects([](RandomModelSpec& s) { s.pooling = "max"; }, "unknown --pooling");
+  rejects([](RandomModelSpec& s) { s.pooling = "rank"; }, "--pooling rank needs --arch bert");
+  rejects([](RandomModelSpec& s) { s.arch = "bert", s.rope_freqs = "llama3"; }, "--arch bert");
   EXPECT_FALSE(std::filesystem::exists(path));
   auto s = small_spec(TensorType::F32);
   EXPECT_FALSE(
@@ -345,6 +348,40 @@ TEST(ModelBuilder, VocabFromGgufCopiesTokenizerKeys) {
   auto ev = vocab_from_gguf(std::shared_ptr<const gguf::File>(std::move(*e)));
   ASSERT_FALSE(ev.is_ok());
   EXPECT_NE(ev.status().message().find("tokenizer.ggml.tokens"), std::string::npos);
+}
+
+// bert: the converter's tensor names and keys, LayerNorm weights near 1,
+// the classification head only with rank pooling.
+TEST(ModelBuilder, BertLayoutPoolingAndHead) {
+  auto dir = test::temp_dir("builder-bert");
+  for (const char* pooling : {"", "cls", "rank"}) {
+    SCOPED_TRACE(pooling);
+    auto spec = small_spec(TensorType::F32);
+    spec.arch = "bert";
+    spec.kv_heads = 4;
+    spec.pooling = pooling;
+    const auto path = (dir / (std::string("b") + pooling + ".gguf")).string();
+    auto r = write_random_model(spec, demo_vocab(), path);
+    ASSERT_TRUE(r.is_ok()) << r.status().message();
+    auto file = gguf::File::open(path);
+    ASSERT_TRUE(file.is_ok());
+    const gguf::File& f = **file;
+    EXPECT_EQ(*f.get_uint("bert.pooling_type").value(),
+              std::string(pooling) == "rank" ? 4u : std::string(pooling) == "cls" ? 2u : 1u);
+    EXPECT_EQ(*f.get_bool("bert.attention.causal").value(), false);
+    EXPECT_NEAR(*f.get_float("bert.attention.layer_norm_epsilon").value(), 1e-12, 1e-15);
+    EXPECT_EQ(*f.get_uint("tokenizer.ggml.token_type_count").value(), 2u);
+    for (const char* name :
+         {"token_embd.weight", "token_types.weight", "position_embd.weight",
+          "token_embd_norm.weight", "token_embd_norm.bias", "blk.1.attn_q.bias",
+          "blk.1.attn_output_norm.bias", "blk.1.ffn_down.bias", "blk.1.layer_output_norm.weight"})
+      EXPECT_NE(f.find_tensor(name), nullptr) << name;
+    EXPECT_EQ(f.find_tensor("output.weight"), nullptr);
+    EXPECT_EQ(f.find_tensor("cls.output.weight") != nullptr, std::string(pooling) == "rank");
+    const auto norm = to_floats(*f.find_tensor("blk.0.layer_output_norm.weight"));
+    for (float v : norm) EXPECT_NEAR(v, 1.0f, 0.11f);
+    EXPECT_EQ(f.find_tensor("position_embd.weight")->dims[1], spec.ctx);
+  }
 }
 
 TEST(DemoModel, VocabularyShape) {

@@ -25,8 +25,8 @@ TEST(Malformed, BaselinesAreValid) {
 
 TEST(Malformed, ModelKey) {
   gguf::Writer w = test::spm_writer(test::spm_spec());
-  w.set_string("tokenizer.ggml.model", "bert");
-  expect_error(w, "'bert' is not supported");
+  w.set_string("tokenizer.ggml.model", "t5");
+  expect_error(w, "'t5' is not supported");
   w.set_uint32("tokenizer.ggml.model", 1);
   expect_error(w, "tokenizer.ggml.model");
   gguf::Writer none;

@@ -124,8 +124,12 @@ void register_make_model(CLI::App& app, CommandResult& result) {
   auto& s = a->spec;
   cmd->add_option("OUT", a->out, "output GGUF path")->required();
   cmd->add_option("--arch", s.arch,
-                  "llama, qwen2, qwen3, phi3, qwen2moe, qwen3moe, gemma2, gemma3 or gpt-oss")
+                  "llama, qwen2, qwen3, phi3, qwen2moe, qwen3moe, gemma2, gemma3, gpt-oss or "
+                  "bert (an embedding encoder; give it a WordPiece --vocab-from)")
       ->capture_default_str();
+  cmd->add_option("--pooling", s.pooling,
+                  "mean, cls, last or (bert) rank: <arch>.pooling_type; rank adds a reranker's "
+                  "classification head (bert default: mean)");
   cmd->add_option("--dim", s.dim, "embedding length")->capture_default_str();
   cmd->add_option("--layers", s.layers, "transformer blocks")->capture_default_str();
   cmd->add_option("--heads", s.heads, "attention heads")->capture_default_str();
