@@ -1,6 +1,8 @@
 // engine/engine.cpp — the engine thread's loop: inbox, schedule, forward, sample, stop, report.
 #include "engine/engine.h"
 
+#include "model/pooling.h"
+
 #include <algorithm>
 #include <cmath>
 #include <chrono>
@@ -318,14 +320,14 @@ bool Engine::embed_step() {
         failed.push_back(&job);
         continue;
       }
-      std::vector<float> v((size_t)d, 0.0f);
-      for (size_t r = 0; r < rows; ++r) {
-        const auto src = hidden_.row(row + r);
-        for (int64_t k = 0; k < d; ++k) v[(size_t)k] += src[(size_t)k];
+      // Logits rows of one forward are contiguous: this input's rows in order.
+      std::vector<float> v;
+      if (!model::pool_rows(pooling, hidden_.data.data() + row * (size_t)d, (int64_t)rows, d, v)
+               .is_ok()) {
+        failed.push_back(&job);
+        continue;
       }
       row += rows;
-      if (rows > 1)
-        for (float& x : v) x /= (float)rows;
       if (pooling == model::Pooling::Rank) {
         const Status cs = model_.classify(v, scores);
         if (!cs.is_ok()) {
