@@ -162,6 +162,12 @@ describe('web UI: the chat page in Chromium', { skip: skip ?? false }, () => {
     await setField(page, '#max-tokens', '100000');
     await page.click('#new-chat');
     await page.type('#prompt', 'Hello');
+    // Shift+Enter is a new line, not a send.
+    await page.keyboard.down('Shift');
+    await page.keyboard.press('Enter');
+    await page.keyboard.up('Shift');
+    await page.type('#prompt', 'there');
+    assert.equal(await page.$eval('#prompt', (el) => el.value), 'Hello\nthere');
     await page.keyboard.press('Enter');
     await page.waitForFunction(() => !document.getElementById('error').hidden);
     const error = await page.$eval('#error', (el) => el.textContent);
@@ -226,6 +232,13 @@ describe('web UI: the chat page in Chromium', { skip: skip ?? false }, () => {
       assert.ok(reply.length > 0, 'a reply with the key');
       assert.equal(await page.$eval('#error', (el) => el.hidden), true);
       assert.equal(await page.evaluate(() => localStorage.getItem('cairn.apiKey')), 'webui-secret');
+      // Regenerate replaces the reply; edit-last puts the question back in the box.
+      await page.click('#regenerate');
+      await waitIdle(page);
+      assert.equal(await page.$$eval('#log .msg', (els) => els.map((e) => e.className).join()), 'msg user,msg assistant');
+      await page.click('#edit-last');
+      assert.equal(await page.$eval('#prompt', (el) => el.value), 'Hi');
+      assert.equal(await page.$$eval('#log .msg', (els) => els.length), 0);
       // The status page uses the stored key too.
       await page.goto(`${keyed.url}/ui/status`, { waitUntil: 'domcontentloaded' });
       await page.waitForFunction(() => /^\d+$/.test(document.getElementById('s-ctx').textContent));
