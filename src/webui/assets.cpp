@@ -24,9 +24,12 @@ std::string_view content_type_of(std::string_view name) {
     std::string_view type;
   };
   static constexpr Type kTypes[] = {
-      {".html", "text/html; charset=utf-8"}, {".js", "text/javascript; charset=utf-8"},
-      {".css", "text/css; charset=utf-8"},   {".svg", "image/svg+xml"},
-      {".png", "image/png"},                 {".json", "application/json"},
+      {".html", "text/html; charset=utf-8"},
+      {".js", "text/javascript; charset=utf-8"},
+      {".css", "text/css; charset=utf-8"},
+      {".svg", "image/svg+xml"},
+      {".png", "image/png"},
+      {".json", "application/json"},
   };
   for (const auto& t : kTypes)
     if (name.size() >= t.ext.size() && name.substr(name.size() - t.ext.size()) == t.ext)
@@ -58,8 +61,10 @@ const Table& table() {
     }
     for (std::size_t i = 0; i < kEmbeddedFileCount; ++i) {
       const auto& f = kEmbeddedFiles[i];
-      t.assets.push_back({f.name, content_type_of(f.name),
-                          {reinterpret_cast<const char*>(f.data), f.size}, t.etags[i]});
+      t.assets.push_back({f.name,
+                          content_type_of(f.name),
+                          {reinterpret_cast<const char*>(f.data), f.size},
+                          t.etags[i]});
     }
     return t;
   }();

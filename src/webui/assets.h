@@ -14,7 +14,7 @@ struct Asset {
   std::string_view name;          // "index.html"
   std::string_view content_type;  // "text/html; charset=utf-8"
   std::string_view bytes;
-  std::string_view etag;          // quoted, a hash of the bytes
+  std::string_view etag;  // quoted, a hash of the bytes
 };
 
 // The file called `name` (no folders), or nothing.
