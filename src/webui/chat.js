@@ -94,6 +94,18 @@ function renderContent(el, text) {
   el.replaceChildren(...nodes);
 }
 
+// A reasoning model's thinking (reasoning_content), folded away.
+function reasoningView(text) {
+  const details = document.createElement('details');
+  details.className = 'reasoning';
+  const summary = document.createElement('summary');
+  summary.textContent = 'Reasoning';
+  const p = document.createElement('p');
+  p.textContent = text;
+  details.append(summary, p);
+  return details;
+}
+
 function messageView(message) {
   const article = document.createElement('article');
   article.className = `msg ${message.role}`;
@@ -103,7 +115,9 @@ function messageView(message) {
   const body = document.createElement('div');
   body.className = 'body';
   renderContent(body, message.content);
-  article.append(who, body);
+  article.append(who);
+  if (message.reasoning) article.append(reasoningView(message.reasoning));
+  article.append(body);
   if (message.stopped) {
     const note = document.createElement('p');
     note.className = 'note';
@@ -258,12 +272,23 @@ async function reply() {
       if (data === '[DONE]') break;
       const chunk = JSON.parse(data);
       if (chunk.error) throw new ApiError(chunk.error.message || 'the server reported an error', 0);
-      const delta = chunk.choices?.[0]?.delta?.content;
-      if (delta) {
-        answer.content += delta;
-        renderContent(body, answer.content);
-        log.scrollTop = log.scrollHeight;
+      const delta = chunk.choices?.[0]?.delta || {};
+      if (delta.reasoning_content) {
+        answer.reasoning = (answer.reasoning || '') + delta.reasoning_content;
+        const view = reasoningView(answer.reasoning);
+        const shown = article.querySelector('.reasoning');
+        if (shown) {
+          view.open = shown.open;
+          shown.replaceWith(view);
+        } else {
+          body.before(view);
+        }
       }
+      if (delta.content) {
+        answer.content += delta.content;
+        renderContent(body, answer.content);
+      }
+      log.scrollTop = log.scrollHeight;
     }
   } catch (e) {
     if (e.name === 'AbortError') answer.stopped = true;
@@ -271,7 +296,7 @@ async function reply() {
   } finally {
     if (inFlight === controller) inFlight = null;
     setBusy(false);
-    if (answer.content || answer.stopped) conv.messages.push(answer);
+    if (answer.content || answer.reasoning || answer.stopped) conv.messages.push(answer);
     conv.updated = Date.now();
     save();
     if (conv === current) renderLog();
