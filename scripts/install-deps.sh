@@ -13,6 +13,7 @@ PACKAGES=(
   python3-dev python3-numpy pybind11-dev
   libonnx-dev python3-onnx
   libgloo-dev
+  chromium
 )
 
 # Node.js runs the integration tests (the official `openai` client); many

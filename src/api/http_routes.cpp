@@ -4,6 +4,8 @@
 #include <chrono>
 #include <cstring>
 
+#include "webui/assets.h"
+
 namespace cairn::api {
 
 using nlohmann::json;
@@ -53,6 +55,9 @@ const HttpRoutes::Route HttpRoutes::kRoutes[] = {
     {"POST", "/rerank", false, true, false, &HttpRoutes::rerank},
     // MindSpore Serving: /model/<servable>[/version/<n>]:<method>
     {"POST", "/model", true, true, true, &HttpRoutes::predict},
+    // The browser chat page: no key needed to load it (it asks for one on 401).
+    {"GET", "/", false, false, false, &HttpRoutes::webui},
+    {"GET", "/ui", true, false, false, &HttpRoutes::webui},
 };
 
 const HttpRoutes::Route* HttpRoutes::find_route(const std::string& path) {
@@ -402,6 +407,37 @@ Result<HttpRoutes::Outcome> HttpRoutes::predict(const HttpRequest& req, const ch
   call.instances = std::move(body.instances);
   call.stream = body.stream;
   return Outcome(PredictJob{path, std::move(call)});
+}
+
+Result<HttpRoutes::Outcome> HttpRoutes::webui(const HttpRequest& req, const char*) {
+  const std::string path = path_of(req.target);
+  // "/ui/status" is the status page; any other "/ui/<file>" is that file.
+  std::string name = "index.html";
+  if (path == "/ui/status")
+    name = "status.html";
+  else if (path.size() > 4)
+    name = path.substr(4);
+  const auto asset = name.find('/') == std::string::npos ? webui::find_asset(name) : std::nullopt;
+  if (!asset) return Status::not_found("no web UI file at " + path.substr(0, 256));
+  HttpResponse r;
+  r.content_type = std::string(asset->content_type);
+  // Nothing inline, nothing from elsewhere: model text the page shows cannot run code.
+  r.headers.emplace_back("Content-Security-Policy",
+                         "default-src 'self'; script-src 'self'; style-src 'self'; "
+                         "img-src 'self' data:; connect-src 'self'; object-src 'none'; "
+                         "base-uri 'none'; form-action 'self'; frame-ancestors 'none'");
+  r.headers.emplace_back("X-Content-Type-Options", "nosniff");
+  r.headers.emplace_back("Referrer-Policy", "no-referrer");
+  // Revalidated on every load (the files change with the binary), 304 when unchanged.
+  r.headers.emplace_back("Cache-Control", "no-cache");
+  r.headers.emplace_back("ETag", std::string(asset->etag));
+  if (req.if_none_match == asset->etag) {
+    r.status = 304;
+    r.content_type.clear();
+    return Outcome(std::move(r));
+  }
+  r.body = std::string(asset->bytes);
+  return Outcome(std::move(r));
 }
 
 }  // namespace cairn::api

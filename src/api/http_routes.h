@@ -3,7 +3,8 @@
 // whether it needs the API key, and its handler), the API key check, CORS
 // headers, request counters for /metrics, and every endpoint that answers at
 // once (/health, /metrics, /v1/models, /props, /tokenize, /detokenize,
-// /apply-template). Embeddings and rerank come back as deferred jobs. Generation
+// /apply-template, the web UI's files at / and /ui/). Embeddings and rerank
+// come back as deferred jobs. Generation
 // requests and servable method calls (MindSpore Serving's POST
 // /model/<servable>[/version/<n>]:<method>) come back validated, for the HTTP
 // server to run. Errors become responses through to_http_error only (the
@@ -32,6 +33,7 @@ struct HttpRequest {
   std::string target;         // path plus optional query
   std::string authorization;  // the Authorization header, or empty
   std::string origin;         // the Origin header, or empty
+  std::string if_none_match;  // the If-None-Match header (web UI assets), or empty
   std::string body;
 };
 
@@ -141,6 +143,8 @@ class HttpRoutes {
   Result<Outcome> completions(const HttpRequest& req, const char* path);
   Result<Outcome> chat_completions(const HttpRequest& req, const char* path);
   Result<Outcome> predict(const HttpRequest& req, const char* path);
+  // The browser chat page's files (webui/): "/" and "/ui/<file>".
+  Result<Outcome> webui(const HttpRequest& req, const char* path);
   // The JSON body of a request that needs the model: 503 while draining or
   // loading, 400 when the body is not a JSON object.
   Result<RequestJson> model_request_body(const HttpRequest& req) const;

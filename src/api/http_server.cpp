@@ -205,6 +205,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     req.target = std::string(msg.target());
     req.authorization = std::string(msg[http::field::authorization]);
     req.origin = std::string(msg[http::field::origin]);
+    req.if_none_match = std::string(msg[http::field::if_none_match]);
     req.body = std::move(msg.body());
     parser_.reset();
     origin_ = req.origin;
