@@ -452,26 +452,13 @@ Result<RequestId> LocalBackend::embed(EmbedRequest req, std::shared_ptr<EmbedSin
   engine::EmbedRequest er;
   er.pooling = pooling_;
   er.inputs.reserve(req.inputs.size());
-  std::vector<Token> query;
-  if (rank) query = tok.encode(*req.query, /*add_special=*/false, /*parse_special=*/true);
   for (auto& in : req.inputs) {
     std::vector<Token> ids;
-    if (auto* text = std::get_if<std::string>(&in)) {
-      if (!rank) {
-        ids = tok.encode(*text, /*add_special=*/true, /*parse_special=*/true);
-      } else {
-        // The pair as the reference's rerank formats it: BOS query EOS,
-        // then the document and EOS again (each where the vocabulary adds them).
-        if (tok.add_bos() && tok.bos() >= 0) ids.push_back(tok.bos());
-        ids.insert(ids.end(), query.begin(), query.end());
-        if (tok.add_eos() && tok.eos() >= 0) ids.push_back(tok.eos());
-        const auto doc = tok.encode(*text, /*add_special=*/false, /*parse_special=*/true);
-        ids.insert(ids.end(), doc.begin(), doc.end());
-        if (tok.add_eos() && tok.eos() >= 0) ids.push_back(tok.eos());
-      }
-    } else {
+    if (auto* text = std::get_if<std::string>(&in))
+      ids = rank ? tok.encode_pair(*req.query, *text)
+                 : tok.encode(*text, /*add_special=*/true, /*parse_special=*/true);
+    else
       ids = std::move(std::get<std::vector<Token>>(in));
-    }
     er.inputs.push_back(std::move(ids));
   }
   if (engine_->queued() >= options_.max_queue)

@@ -98,6 +98,7 @@ class WpmTokenizer final : public VocabTokenizer {
  public:
   static Result<std::unique_ptr<WpmTokenizer>> create(std::unique_ptr<Vocab> v,
                                                       const gguf::File& file);
+  bool wordpiece() const override { return true; }
 
  private:
   explicit WpmTokenizer(std::unique_ptr<Vocab> v) : VocabTokenizer(std::move(v)) {}

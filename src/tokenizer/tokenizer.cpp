@@ -47,6 +47,19 @@ std::string VocabTokenizer::token_to_piece(Token t, bool render_special) const {
 
 }  // namespace tok
 
+std::vector<Token> Tokenizer::encode_pair(std::string_view a, std::string_view b) const {
+  std::vector<Token> out;
+  if (add_bos() && bos() >= 0) out.push_back(bos());
+  const auto first = encode(a, /*add_special=*/false);
+  out.insert(out.end(), first.begin(), first.end());
+  const bool close = add_eos() && eos() >= 0;
+  if (close) out.push_back(eos());
+  const auto second = encode(b, /*add_special=*/false);
+  out.insert(out.end(), second.begin(), second.end());
+  if (close && !wordpiece()) out.push_back(eos());
+  return out;
+}
+
 Result<std::unique_ptr<Tokenizer>> Tokenizer::from_gguf(const gguf::File& file) {
   auto model = file.get_string("tokenizer.ggml.model");
   if (!model) return Status::error("tokenizer: " + model.status().message());

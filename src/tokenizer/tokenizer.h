@@ -46,6 +46,14 @@ class Tokenizer {
   virtual std::vector<Token> encode(std::string_view text, bool add_special,
                                     bool parse_special = true) const = 0;
 
+  // Two texts as one input (a reranker's query and document), joined as the
+  // reference's rerank joins them: bos (add_bos), a, then [SEP] for a
+  // WordPiece vocabulary (BERT's add_sep) or else eos where add_eos, b, and
+  // eos again where add_eos (not for WordPiece).
+  std::vector<Token> encode_pair(std::string_view a, std::string_view b) const;
+  // True for BERT's WordPiece vocabularies, whose eos() is the [SEP] between segments.
+  virtual bool wordpiece() const { return false; }
+
   // Bytes of one token as it appears in text (byte-fallback tokens give one raw
   // byte, so a piece may be an incomplete UTF-8 sequence). Control and unknown
   // tokens give their text only when `render_special`; unused tokens give

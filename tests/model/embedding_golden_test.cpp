@@ -151,6 +151,9 @@ TEST(EmbeddingGolden, ReferenceParity) {
         toks.insert(toks.end(), q.begin(), q.end());
         toks.push_back((*tok)->eos());
         toks.insert(toks.end(), d.begin(), d.end());
+        // The server's pairing (LocalBackend's rerank) builds the same.
+        EXPECT_EQ((*tok)->encode_pair(r["query"].get<std::string>(), pair["document"].get<std::string>()),
+                  toks);
         ASSERT_EQ((int64_t)toks.size(), pair["n_tokens"].get<int64_t>())
             << "the reference built the pair otherwise";
         std::vector<float> pooled, scores;
