@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/float_order.h"
 #include "model/arch.h"
 
 namespace cairn::model {
@@ -287,10 +288,8 @@ class BertModel final : public Model {
         for (int32_t t : rows) {
           const float* q = q_.data() + t * nq + h * hd;
           for (size_t i = 0; i < rows.size(); ++i) {
-            const float* k = k_.data() + rows[i] * nkv + hk * hd;
-            float d = 0;
-            for (int64_t c = 0; c < hd; ++c) d += q[c] * k[c];
-            p[i] = d * scale;
+            // ggml_vec_dot_f32's order, as the reference's K.q of F32 rows.
+            p[i] = kernels::order::vec_f32(k_.data() + rows[i] * nkv + hk * hd, q, hd) * scale;
           }
           kernels::softmax(p.data(), (int64_t)p.size());
           float* o = attn_.data() + t * nq + h * hd;

@@ -43,10 +43,6 @@ const uint16_t* gelu_f16_table() {
   return table.data();
 }
 
-float gelu_f16(float x) {
-  return x <= -10.0f ? 0.0f : x >= 10.0f ? x : f16_to_f32(gelu_f16_table()[f32_to_f16(x)]);
-}
-
 // Row t of gelu(gate[t]) * up[t] (GeGLU).
 class GegluRows final : public kernels::RowMaker {
  public:
@@ -671,10 +667,6 @@ void output_logits(const HParams& hp, const DecoderWeights& w, const Batch& batc
   }
 }
 
-}  // namespace cairn::model
-
-namespace cairn::model {
-
 void output_hidden(const HParams& hp, const DecoderWeights& w, const Batch& batch, Workspace& ws,
                    ThreadPool& pool, Logits& out) {
   out.n_vocab = hp.n_embd;
@@ -692,7 +684,9 @@ void output_hidden(const HParams& hp, const DecoderWeights& w, const Batch& batc
 }
 
 void gelu_inplace(float* x, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) x[i] = gelu_f16(x[i]);
+  const uint16_t* table = gelu_f16_table();
+  for (int64_t i = 0; i < n; ++i)
+    x[i] = x[i] <= -10.0f ? 0.0f : x[i] >= 10.0f ? x[i] : f16_to_f32(table[f32_to_f16(x[i])]);
 }
 
 }  // namespace cairn::model

@@ -256,3 +256,65 @@ TEST(Streaming, ContinuationOfBpeText) {
 
 }  // namespace
 }  // namespace cairn
+
+namespace cairn {
+namespace {
+
+// WordPiece on a tiny BERT-style vocabulary: word-start pieces with U+2581,
+// continuations bare, [CLS]/[SEP] from cls/seperator ids.
+gguf::Writer wpm_writer(bool with_unk = true) {
+  using test::kSp;
+  gguf::Writer w;
+  w.set_string("general.architecture", "bert");
+  w.set_string("tokenizer.ggml.model", "bert");
+  const std::vector<std::string> tokens = {
+      "[PAD]", "[UNK]", "[CLS]", "[SEP]", kSp + "hello", kSp + "un", "aff", "able",
+      kSp + ",", kSp + "!", kSp + "cafe", kSp + "\xE6\x9D\xB1", kSp + "x", "y"};
+  w.set_string_array("tokenizer.ggml.tokens", tokens);
+  std::vector<int32_t> types(tokens.size(), 1);
+  for (int i = 0; i < 4; ++i) types[(size_t)i] = 3;
+  w.set_int32_array("tokenizer.ggml.token_type", types);
+  if (with_unk) w.set_uint32("tokenizer.ggml.unknown_token_id", 1);
+  w.set_uint32("tokenizer.ggml.cls_token_id", 2);
+  w.set_uint32("tokenizer.ggml.seperator_token_id", 3);
+  w.set_uint32("tokenizer.ggml.padding_token_id", 0);
+  return w;
+}
+
+TEST(WordPiece, BasicTokenizerThenLongestMatch) {
+  Built b(wpm_writer());
+  ASSERT_TRUE(b.tok) << b.error;
+  const Tokenizer& t = *b;
+  // Lowercased, accents stripped, punctuation split off, control characters dropped.
+  EXPECT_EQ(t.encode("Hello,\x01 UNaffable!", false),
+            (std::vector<Token>{4, 8, 5, 6, 7, 9}));
+  EXPECT_EQ(t.encode("Caf\xC3\xA9", false), (std::vector<Token>{10}));
+  // A CJK ideograph is a word of its own even inside a run of letters.
+  EXPECT_EQ(t.encode("x\xE6\x9D\xB1y", false), (std::vector<Token>{12, 11, 1}));
+  // A word without a complete cover is one [UNK]; "xy" is x + ##y.
+  EXPECT_EQ(t.encode("unzz xy", false), (std::vector<Token>{1, 12, 13}));
+  EXPECT_EQ(t.encode("hello", true), (std::vector<Token>{2, 4, 3}));
+  EXPECT_EQ(t.bos(), 2);
+  EXPECT_EQ(t.eos(), 3);
+  EXPECT_EQ(t.decode({2, 4, 8, 5, 6, 7, 9, 3}), "hello , unaffable !");
+  EXPECT_TRUE(t.encode(" \t\n", false).empty());
+}
+
+TEST(WordPiece, CasedWhenTheNormalizerSaysSo) {
+  gguf::Writer w = wpm_writer();
+  w.set_bool("tokenizer.ggml.normalizer.lowercase", false);
+  Built b(w);
+  ASSERT_TRUE(b.tok) << b.error;
+  EXPECT_EQ(b->encode("Hello hello", false), (std::vector<Token>{1, 4}));
+}
+
+TEST(WordPiece, NeedsAnUnknownToken) {
+  gguf::Writer w = wpm_writer(false);
+  w.set_uint32("tokenizer.ggml.unknown_token_id", 0xFFFFFFFFu);  // "none"
+  Built b(w);
+  ASSERT_FALSE(b.tok);
+  EXPECT_NE(b.error.find("unknown token"), std::string::npos) << b.error;
+}
+
+}  // namespace
+}  // namespace cairn
