@@ -73,7 +73,14 @@ const BadCase kBad[] = {
     {"logit_bias value range", Endpoint::Completions, R"({"prompt":"a","logit_bias":{"5":1000}})", 400, "logit_bias"},
     {"logprobs too many", Endpoint::Completions, R"({"prompt":"a","logprobs":21})", 400, "logprobs"},
     {"logprobs negative", Endpoint::Completions, R"({"prompt":"a","logprobs":-1})", 400, "logprobs"},
-    {"echo unsupported", Endpoint::Completions, R"({"prompt":"a","echo":true})", 400, "echo"},
+    {"echo with logprobs", Endpoint::Completions, R"({"prompt":"a","echo":true,"logprobs":1})", 400, "echo"},
+    {"echo not bool", Endpoint::Completions, R"({"prompt":"a","echo":1})", 400, "echo"},
+    {"suffix unsupported", Endpoint::Completions, R"({"prompt":"a","suffix":"b"})", 400, "suffix"},
+    {"best_of unsupported", Endpoint::Completions, R"({"prompt":"a","best_of":3})", 400, "best_of"},
+    {"functions unsupported", Endpoint::Chat,
+     R"({"messages":[{"role":"user","content":"hi"}],"functions":[]})", 400, "functions"},
+    {"audio unsupported", Endpoint::Chat,
+     R"({"messages":[{"role":"user","content":"hi"}],"audio":{"voice":"x"}})", 400, "audio"},
     {"stream not bool", Endpoint::Completions, R"({"prompt":"a","stream":"yes"})", 400, "stream"},
     {"stream_options type", Endpoint::Completions, R"({"prompt":"a","stream_options":1})", 400, "stream_options"},
     {"ignore_eos type", Endpoint::Completions, R"({"prompt":"a","ignore_eos":1})", 400, "ignore_eos"},
@@ -429,6 +436,133 @@ TEST(OpenAiRequest, ToolFieldsKeepTheClientsKeyOrder) {
   auto none = parse_json_object(R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": "required"})");
   ASSERT_TRUE(none.is_ok());
   EXPECT_EQ(parse_generate(Endpoint::Chat, *none, one_model()).status().param(), "tool_choice");
+}
+
+TEST(OpenAiRequest, EchoKeepsThePrompt) {
+  auto r = parse_generate(Endpoint::Completions,
+                          RequestJson::parse(R"({"prompt":"a","echo":true,"best_of":1})"), one_model());
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  EXPECT_TRUE(r->echo);
+}
+
+std::vector<serving::ModelInfo> embedding_model() {
+  auto m = one_model();
+  m[0].n_embd = 8;
+  return m;
+}
+
+TEST(OpenAiRequest, EmbeddingInputShapes) {
+  auto parse = [](const char* body) {
+    return parse_embeddings(RequestJson::parse(body), embedding_model());
+  };
+  auto one = parse(R"({"input":"hello"})");
+  ASSERT_TRUE(one.is_ok());
+  ASSERT_EQ(one->request.inputs.size(), 1u);
+  EXPECT_EQ(std::get<std::string>(one->request.inputs[0]), "hello");
+  EXPECT_FALSE(one->base64);
+  EXPECT_TRUE(one->request.normalize);
+  EXPECT_EQ(one->model, "tiny");
+
+  auto ids = parse(R"({"input":[1,2,3],"encoding_format":"base64"})");
+  ASSERT_TRUE(ids.is_ok());
+  ASSERT_EQ(ids->request.inputs.size(), 1u);
+  EXPECT_EQ(std::get<std::vector<serving::Token>>(ids->request.inputs[0]),
+            (std::vector<serving::Token>{1, 2, 3}));
+  EXPECT_TRUE(ids->base64);
+
+  auto many = parse(R"({"input":["a",[4,5],"b"],"dimensions":8,"normalize":false})");
+  ASSERT_TRUE(many.is_ok()) << many.status().message();
+  ASSERT_EQ(many->request.inputs.size(), 3u);
+  EXPECT_EQ(std::get<std::vector<serving::Token>>(many->request.inputs[1]),
+            (std::vector<serving::Token>{4, 5}));
+  EXPECT_FALSE(many->request.normalize);
+  EXPECT_FALSE(many->request.query.has_value());
+}
+
+TEST(OpenAiRequest, BadEmbeddingRequests) {
+  const std::pair<const char*, const char*> kCases[] = {
+      {R"({})", "input"},
+      {R"({"input":""})", "input"},
+      {R"({"input":[]})", "input"},
+      {R"({"input":["a",""]})", "input"},
+      {R"({"input":5})", "input"},
+      {R"({"input":[1,"a",{}]})", "input"},
+      {R"({"input":[[1],[]]})", "input"},
+      {R"({"input":[512]})", "input"},
+      {R"({"input":[[1],[-1]]})", "input"},
+      {R"({"input":"a","encoding_format":"int8"})", "encoding_format"},
+      {R"({"input":"a","dimensions":4})", "dimensions"},
+      {R"({"input":"a","dimensions":"8"})", "dimensions"},
+      {R"({"input":"a","normalize":1})", "normalize"},
+      {R"({"input":"a","user":1})", "user"},
+      {R"({"input":"a","model":"other"})", "model"},
+  };
+  for (const auto& [body, param] : kCases) {
+    auto r = parse_embeddings(RequestJson::parse(body), embedding_model());
+    ASSERT_FALSE(r.is_ok()) << body;
+    EXPECT_EQ(r.status().param(), param) << body << ": " << r.status().message();
+  }
+  RequestJson big = {{"input", RequestJson::array()}};
+  for (size_t i = 0; i <= kMaxEmbeddingInputs; ++i) big["input"].push_back("x");
+  auto r = parse_embeddings(big, embedding_model());
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_EQ(r.status().param(), "input");
+}
+
+TEST(OpenAiRequest, RerankRequests) {
+  auto r = parse_rerank(
+      RequestJson::parse(
+          R"({"query":"q","documents":["a",{"text":"b"}],"top_n":1,"return_documents":false})"),
+      one_model());
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  EXPECT_EQ(*r->request.query, "q");
+  EXPECT_EQ(r->documents, (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(r->request.inputs.size(), 2u);
+  EXPECT_EQ(*r->top_n, 1);
+  EXPECT_FALSE(r->return_documents);
+  // llama.cpp's server calls them texts.
+  EXPECT_TRUE(parse_rerank(RequestJson::parse(R"({"query":"q","texts":["a"]})"), one_model()).is_ok());
+  const std::pair<const char*, const char*> kCases[] = {
+      {R"({"documents":["a"]})", "query"},
+      {R"({"query":1,"documents":["a"]})", "query"},
+      {R"({"query":"q"})", "documents"},
+      {R"({"query":"q","documents":[]})", "documents"},
+      {R"({"query":"q","documents":[1]})", "documents"},
+      {R"({"query":"q","documents":[{"txt":"a"}]})", "documents"},
+      {R"({"query":"q","documents":["a"],"top_n":0})", "top_n"},
+  };
+  for (const auto& [body, param] : kCases) {
+    auto bad = parse_rerank(RequestJson::parse(body), one_model());
+    ASSERT_FALSE(bad.is_ok()) << body;
+    EXPECT_EQ(bad.status().param(), param) << body;
+  }
+}
+
+TEST(OpenAiResponse, EmbeddingsAndRerankShapes) {
+  serving::EmbedResult result{{{1.0f, -2.5f}, {0.0f, 3.0f}}, 7};
+  json plain = embeddings_response("m", result, false);
+  EXPECT_EQ(plain["object"], "list");
+  EXPECT_EQ(plain["model"], "m");
+  EXPECT_EQ(plain["usage"]["prompt_tokens"], 7);
+  EXPECT_EQ(plain["usage"]["total_tokens"], 7);
+  ASSERT_EQ(plain["data"].size(), 2u);
+  EXPECT_EQ(plain["data"][1]["index"], 1);
+  EXPECT_EQ(plain["data"][0]["embedding"], json::array({1.0, -2.5}));
+  // base64 of little-endian float32: 1.0 = 00 00 80 3f, -2.5 = 00 00 20 c0.
+  json b64 = embeddings_response("m", result, true);
+  EXPECT_EQ(b64["data"][0]["embedding"], "AACAPwAAIMA=");
+
+  RerankRequest req;
+  req.model = "r";
+  req.documents = {"a", "b", "c"};
+  req.top_n = 2;
+  serving::EmbedResult scores{{{0.1f}, {0.9f}, {0.5f}}, 12};
+  json ranked = rerank_response(req, scores);
+  ASSERT_EQ(ranked["results"].size(), 2u);
+  EXPECT_EQ(ranked["results"][0]["index"], 1);
+  EXPECT_EQ(ranked["results"][0]["document"]["text"], "b");
+  EXPECT_EQ(ranked["results"][1]["index"], 2);
+  EXPECT_EQ(ranked["usage"]["prompt_tokens"], 12);
 }
 
 }  // namespace
