@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <future>
+
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
@@ -78,6 +80,10 @@ def wrap(text):
 def call_model(text):
     return model.call(text, max_tokens=3)
 
+def embedding_norm(text):
+    vector = model.call(text, task="embed")
+    return np.float32(np.linalg.norm(vector)), np.int32(vector.shape[0])
+
 @register.register_method(output_names=["y"])
 def add_common(x1, x2):
     return register.add_stage(add, x1, x2, outputs_count=1)
@@ -98,6 +104,14 @@ def generate(prompt):
 @register.register_method(output_names=["text"])
 def nested(prompt):
     return register.add_stage(call_model, prompt, outputs_count=1)
+
+@register.register_method(output_names=["vector"])
+def embed_stage(text):
+    return register.add_stage(model, text, outputs_count=1, task="embed")
+
+@register.register_method(output_names=["norm", "width"])
+def embed_in_python(text):
+    return register.add_stage(embedding_norm, text, outputs_count=2)
 )";
 
 class RepositoryTest : public ::testing::Test {
@@ -216,6 +230,50 @@ TEST_F(RepositoryTest, ModelCallFromPython) {
   auto sink = call(*repo, "nested", {{{"prompt", std::string("Once upon a time")}}});
   ASSERT_TRUE(sink->results[0].is_ok()) << sink->results[0].status().message();
   EXPECT_FALSE(std::get<std::string>(sink->results[0]->at("text")).empty());
+}
+
+// The automatic `embed` method of a GGUF model, a stage with task="embed"
+// and model.call(..., task="embed") all give the backend's embedding.
+TEST_F(RepositoryTest, GgufModelsEmbed) {
+  auto repo = open();
+  ASSERT_TRUE(repo);
+  auto sink = call(*repo, "embed",
+                   {{{"text", std::string("Once upon a time")}}, {{"text", std::string("")}}});
+  ASSERT_TRUE(sink->results[0].is_ok()) << sink->results[0].status().message();
+  const auto& v = std::get<values::Tensor>(sink->results[0]->at("embedding"));
+  ASSERT_EQ(v.dtype, values::DType::Float32);
+  ASSERT_EQ(v.shape.size(), 1u);
+  double norm = 0;
+  for (int64_t i = 0; i < v.element_count(); ++i) norm += (double)v.as<float>()[i] * v.as<float>()[i];
+  EXPECT_NEAR(norm, 1.0, 1e-4);
+  ASSERT_FALSE(sink->results[1].is_ok());  // an empty text fails its instance only
+
+  auto staged = call(*repo, "embed_stage", {{{"text", std::string("Once upon a time")}}});
+  ASSERT_TRUE(staged->results[0].is_ok()) << staged->results[0].status().message();
+  EXPECT_EQ(std::get<values::Tensor>(staged->results[0]->at("vector")), v);
+
+  auto python = call(*repo, "embed_in_python", {{{"text", std::string("Once upon a time")}}});
+  ASSERT_TRUE(python->results[0].is_ok()) << python->results[0].status().message();
+  const auto& width = std::get<values::Tensor>(python->results[0]->at("width"));
+  EXPECT_EQ(width.as<int32_t>()[0], v.element_count());
+
+  // The same through the OpenAI-side backend.
+  struct Wait final : serving::EmbedSink {
+    std::promise<Result<serving::EmbedResult>> done;
+    void on_done(serving::EmbedResult r) override { done.set_value(std::move(r)); }
+    void on_error(const Status& e) override { done.set_value(e); }
+  };
+  auto wait = std::make_shared<Wait>();
+  auto result = wait->done.get_future();
+  serving::EmbedRequest req;
+  req.model = "main";
+  req.inputs.emplace_back(std::string("Once upon a time"));
+  ASSERT_TRUE(repo->llm_backend().embed(req, wait).is_ok());
+  auto r = result.get();
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  ASSERT_EQ((int64_t)r->vectors.at(0).size(), v.element_count());
+  for (int64_t i = 0; i < v.element_count(); ++i)
+    EXPECT_FLOAT_EQ(r->vectors[0][(size_t)i], v.as<float>()[i]);
 }
 
 TEST_F(RepositoryTest, BadLlmInputsAreInstanceErrors) {

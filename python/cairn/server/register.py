@@ -29,10 +29,14 @@ __all__ = [
     "AscendDeviceInfo", "AclOptions", "GpuOptions",
 ]
 
-# What a model stage's keyword arguments may set (the LLM sampling options).
+# What a model stage's keyword arguments may set: the LLM sampling options,
+# structured outputs (by the OpenAI API's names, objects as JSON text) and
+# task="embed" (the stage's output is the text's embedding).
 GENERATION_OPTIONS = frozenset([
     "max_tokens", "temperature", "top_p", "top_k", "min_p", "seed", "stop",
     "ignore_eos", "presence_penalty", "frequency_penalty", "repetition_penalty",
+    "response_format", "guided_json", "json_schema", "guided_regex", "guided_choice",
+    "guided_grammar", "grammar", "task",
 ])
 
 _CONSTANT_TYPES = (str, bytes, bool, int, float, np.ndarray, np.generic)
