@@ -355,6 +355,12 @@ std::string metrics_text(const serving::BackendStats& s, const RequestCounts& re
        double(s.prefix_cache_hits)},
       {"cairn_preemptions_total", "counter", "Sequences preempted for lack of KV blocks.",
        double(s.preemptions)},
+      {"cairn_requests_cancelled_total", "counter", "Requests cancelled before they ended.",
+       double(s.requests_cancelled)},
+      {"cairn_embedding_inputs_total", "counter", "Inputs embedded (embeddings and rerank).",
+       double(s.embedding_inputs_total)},
+      {"cairn_embedding_tokens_total", "counter", "Tokens of the inputs embedded.",
+       double(s.embedding_tokens_total)},
   };
   for (const auto& r : rows) scalar(out, r.name, r.type, r.help, labels, r.value);
   histogram(out, "cairn_time_to_first_token_seconds", "Time to first token.",

@@ -192,6 +192,9 @@ struct BackendStats {
   uint64_t prefix_cache_queries = 0;  // prompt tokens looked up
   uint64_t prefix_cache_hits = 0;     // prompt tokens found cached
   uint64_t preemptions = 0;
+  uint64_t requests_cancelled = 0;  // ended by a cancel (a client gone, a stop button)
+  uint64_t embedding_inputs_total = 0;
+  uint64_t embedding_tokens_total = 0;
   Histogram time_to_first_token_s;
   Histogram inter_token_latency_s;
   Histogram queue_time_s;

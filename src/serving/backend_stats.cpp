@@ -28,6 +28,9 @@ void add_stats(BackendStats& into, const BackendStats& from) {
   into.prefix_cache_queries += from.prefix_cache_queries;
   into.prefix_cache_hits += from.prefix_cache_hits;
   into.preemptions += from.preemptions;
+  into.requests_cancelled += from.requests_cancelled;
+  into.embedding_inputs_total += from.embedding_inputs_total;
+  into.embedding_tokens_total += from.embedding_tokens_total;
   add_histogram(into.time_to_first_token_s, from.time_to_first_token_s);
   add_histogram(into.inter_token_latency_s, from.inter_token_latency_s);
   add_histogram(into.queue_time_s, from.queue_time_s);

@@ -515,6 +515,9 @@ BackendStats LocalBackend::stats() const {
   b.prefix_cache_queries = s.kv.prefix_queries;
   b.prefix_cache_hits = s.kv.prefix_hits;
   b.preemptions = s.preemptions;
+  b.requests_cancelled = s.requests_cancelled;
+  b.embedding_inputs_total = s.embed_inputs_total;
+  b.embedding_tokens_total = s.embed_tokens_total;
   b.time_to_first_token_s = to_histogram(s.time_to_first_token_s);
   b.inter_token_latency_s = to_histogram(s.inter_token_latency_s);
   b.queue_time_s = to_histogram(s.queue_time_s);

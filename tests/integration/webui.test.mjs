@@ -49,13 +49,15 @@ if (!skip) {
   }
 }
 
-// The count of chat requests the server ended as cancelled (status 499).
-async function cancelledChats(url, headers = {}) {
+// A series' value on /metrics (0 when absent).
+async function series(url, prefix, headers = {}) {
   const text = await (await fetch(`${url}/metrics`, { headers })).text();
-  const line = text.split('\n').find((l) =>
-    l.startsWith('cairn_http_requests_total{route="/v1/chat/completions",status="499"}'));
+  const line = text.split('\n').find((l) => l.startsWith(prefix));
   return line ? Number(line.slice(line.lastIndexOf(' ') + 1)) : 0;
 }
+// The count of chat requests the server ended as cancelled (status 499).
+const cancelledChats = (url, headers = {}) =>
+  series(url, 'cairn_http_requests_total{route="/v1/chat/completions",status="499"}', headers);
 
 async function openChat(context, url) {
   const page = await context.newPage();
@@ -144,6 +146,7 @@ describe('web UI: the chat page in Chromium', { skip: skip ?? false }, () => {
     await setField(page, '#max-tokens', '');  // no limit: until the context is full
     await setField(page, '#temperature', '1');
     const before = await cancelledChats(url);
+    const engineBefore = await series(url, 'cairn_requests_cancelled_total');
     await page.click('#new-chat');
     await page.type('#prompt', 'Tell me a long story');
     await page.click('#send');
@@ -153,6 +156,11 @@ describe('web UI: the chat page in Chromium', { skip: skip ?? false }, () => {
     assert.equal(await page.$eval('#log .msg.assistant .note', (el) => el.textContent), '(stopped)');
     await waitFor(async () => (await cancelledChats(url)) === before + 1, 10000,
       'cairn_http_requests_total{route="/v1/chat/completions",status="499"} to go up by one');
+    // The engine dropped the sequence and gave its KV blocks back.
+    await waitFor(async () => (await series(url, 'cairn_requests_cancelled_total')) === engineBefore + 1,
+      10000, 'cairn_requests_cancelled_total to go up by one');
+    await waitFor(async () => (await series(url, 'cairn_requests_running')) === 0, 10000,
+      'no request left running');
     await page.close();
   }
 
