@@ -326,45 +326,44 @@ class DeferredEmbedSink final : public serving::EmbedSink {
 
 }  // namespace
 
-Result<HttpRoutes::Outcome> HttpRoutes::embeddings(const HttpRequest& req, const char* path) {
-  CAIRN_ASSIGN_OR_RETURN(const RequestJson body, model_request_body(req));
-  CAIRN_ASSIGN_OR_RETURN(EmbeddingsRequest parsed, parse_embeddings(body, backend_.models()));
-  auto shared = std::make_shared<EmbeddingsRequest>(std::move(parsed));
-  const std::string origin = req.origin;
+// An embedding job for the backend whose answer `to_json` turns into the
+// response body, on the connection's thread.
+template <typename Parsed>
+HttpRoutes::Outcome HttpRoutes::deferred_embed(
+    const char* path, const std::string& origin, std::shared_ptr<Parsed> parsed,
+    nlohmann::json (*to_json)(const Parsed&, const serving::EmbedResult&)) {
   DeferredJob job;
   job.route = path;
-  job.start = [this, shared, origin](DeferredReply reply) -> Result<serving::RequestId> {
-    auto format = [this, shared, origin](const Result<serving::EmbedResult>& r) {
+  job.start = [this, parsed, origin, to_json](DeferredReply reply) -> Result<serving::RequestId> {
+    auto format = [this, parsed, origin, to_json](const Result<serving::EmbedResult>& r) {
       if (!r.is_ok()) return error_response(r.status(), origin);
-      HttpResponse out = json_response(200, embeddings_response(shared->model, *r, shared->base64));
+      HttpResponse out = json_response(200, to_json(*parsed, *r));
       add_cors(out, origin);
       return out;
     };
-    return backend_.embed(std::move(shared->request),
+    serving::EmbedRequest request = parsed->request;  // rerank's documents stay for the answer
+    return backend_.embed(std::move(request),
                           std::make_shared<DeferredEmbedSink>(std::move(reply), format));
   };
   return Outcome(std::move(job));
 }
 
+Result<HttpRoutes::Outcome> HttpRoutes::embeddings(const HttpRequest& req, const char* path) {
+  CAIRN_ASSIGN_OR_RETURN(const RequestJson body, model_request_body(req));
+  CAIRN_ASSIGN_OR_RETURN(EmbeddingsRequest parsed, parse_embeddings(body, backend_.models()));
+  return deferred_embed<EmbeddingsRequest>(
+      path, req.origin, std::make_shared<EmbeddingsRequest>(std::move(parsed)),
+      [](const EmbeddingsRequest& p, const serving::EmbedResult& r) {
+        return embeddings_response(p.model, r, p.base64);
+      });
+}
+
 Result<HttpRoutes::Outcome> HttpRoutes::rerank(const HttpRequest& req, const char* path) {
   CAIRN_ASSIGN_OR_RETURN(const RequestJson body, model_request_body(req));
   CAIRN_ASSIGN_OR_RETURN(RerankRequest parsed, parse_rerank(body, backend_.models()));
-  auto shared = std::make_shared<RerankRequest>(std::move(parsed));
-  const std::string origin = req.origin;
-  DeferredJob job;
-  job.route = path;
-  job.start = [this, shared, origin](DeferredReply reply) -> Result<serving::RequestId> {
-    auto format = [this, shared, origin](const Result<serving::EmbedResult>& r) {
-      if (!r.is_ok()) return error_response(r.status(), origin);
-      HttpResponse out = json_response(200, rerank_response(*shared, *r));
-      add_cors(out, origin);
-      return out;
-    };
-    serving::EmbedRequest request = shared->request;  // the documents stay for the answer
-    return backend_.embed(std::move(request),
-                          std::make_shared<DeferredEmbedSink>(std::move(reply), format));
-  };
-  return Outcome(std::move(job));
+  return deferred_embed<RerankRequest>(path, req.origin,
+                                       std::make_shared<RerankRequest>(std::move(parsed)),
+                                       &rerank_response);
 }
 
 Result<HttpRoutes::Outcome> HttpRoutes::completions(const HttpRequest& req, const char* path) {

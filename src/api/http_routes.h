@@ -149,6 +149,10 @@ class HttpRoutes {
   // loading, 400 when the body is not a JSON object.
   Result<RequestJson> model_request_body(const HttpRequest& req) const;
   Result<Outcome> generate(Endpoint endpoint, const HttpRequest& req, const char* path);
+  template <typename Parsed>
+  Outcome deferred_embed(const char* path, const std::string& origin,
+                         std::shared_ptr<Parsed> parsed,
+                         nlohmann::json (*to_json)(const Parsed&, const serving::EmbedResult&));
 
   serving::Backend& backend_;
   HttpRoutesOptions opt_;

@@ -263,16 +263,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
                        .count();
     meta.model = req.model;
     meta.logprobs = req.logprobs;
+    begin_job(job.route, /*servable=*/false, req.stream);
     gen_ = std::make_unique<Generation>(req, meta);
-    streaming_ = req.stream;
-    servable_job_ = false;
-    call_id_.reset();
-    route_ = job.route;
-    job_active_ = true;
-    job_ending_ = false;
-    counted_ = false;
-    ++serial_;
-    srv_.job_started();
 
     auto gate = srv_.gate;
     std::weak_ptr<Connection> weak = shared_from_this();
@@ -307,10 +299,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
       }
     }
 
-    timer_.expires_after(seconds(srv_.opt.request_timeout_s));
-    timer_.async_wait([self = shared_from_this(), serial](error_code ec) {
-      if (!ec) self->on_timeout(serial);
-    });
+    arm_timeout(serial);
     if (streaming_) {
       HttpResponse h;
       h.content_type = "text/event-stream";
@@ -324,17 +313,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // once (an error is an ordinary JSON response), then its events arrive
   // through a PredictQueue posted to this strand.
   void start_predict(PredictJob job) {
-    servable_job_ = true;
-    streaming_ = job.call.stream;
-    route_ = job.route;
-    gen_.reset();
-    ids_.clear();
-    call_id_.reset();
-    job_active_ = true;
-    job_ending_ = false;
-    counted_ = false;
-    ++serial_;
-    srv_.job_started();
+    begin_job(job.route, /*servable=*/true, job.call.stream);
 
     auto gate = srv_.gate;
     std::weak_ptr<Connection> weak = shared_from_this();
@@ -357,10 +336,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     }
     call_id_ = *res;
 
-    timer_.expires_after(seconds(srv_.opt.request_timeout_s));
-    timer_.async_wait([self = shared_from_this(), serial](error_code ec) {
-      if (!ec) self->on_timeout(serial);
-    });
+    arm_timeout(serial);
     if (streaming_) {
       HttpResponse h;
       h.content_type = "text/event-stream";
@@ -370,12 +346,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
     watch();
   }
 
-  // A request the backend answers in one piece (embeddings, rerank): the
-  // answer is posted to this strand and formatted here.
-  void start_deferred(DeferredJob job) {
-    servable_job_ = false;
-    streaming_ = false;
-    route_ = job.route;
+  // The state of a request that runs past this read (a generation, a
+  // servable call, a deferred answer): events carry the new serial, so
+  // those of an earlier request on this connection are ignored.
+  void begin_job(const std::string& route, bool servable, bool streaming) {
+    servable_job_ = servable;
+    streaming_ = streaming;
+    route_ = route;
     gen_.reset();
     ids_.clear();
     call_id_.reset();
@@ -384,6 +361,19 @@ class Connection : public std::enable_shared_from_this<Connection> {
     counted_ = false;
     ++serial_;
     srv_.job_started();
+  }
+
+  void arm_timeout(uint64_t serial) {
+    timer_.expires_after(seconds(srv_.opt.request_timeout_s));
+    timer_.async_wait([self = shared_from_this(), serial](error_code ec) {
+      if (!ec) self->on_timeout(serial);
+    });
+  }
+
+  // A request the backend answers in one piece (embeddings, rerank): the
+  // answer is posted to this strand and formatted here.
+  void start_deferred(DeferredJob job) {
+    begin_job(job.route, /*servable=*/false, /*streaming=*/false);
 
     auto gate = srv_.gate;
     std::weak_ptr<Connection> weak = shared_from_this();
@@ -405,10 +395,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
       return respond(std::move(refused), !keep_alive_);
     }
     ids_.push_back(*res);
-    timer_.expires_after(seconds(srv_.opt.request_timeout_s));
-    timer_.async_wait([self = shared_from_this(), serial](error_code ec) {
-      if (!ec) self->on_timeout(serial);
-    });
+    arm_timeout(serial);
     watch();
   }
 
