@@ -276,28 +276,36 @@ const goldenPath = path.join(sharedDir, 'golden', 'chat-templates.json');
 const renderSkip = skip ?? (existsSync(goldenPath) ? null : 'skipped: ../shared/golden/chat-templates.json is not available');
 
 describe('tools reach chat templates in the client\'s key order', { skip: renderSkip ?? false, timeout: 180000 }, () => {
-  test('POST /apply-template equals Jinja2 for every shared template with tools', async () => {
+  test('POST /apply-template equals Jinja2 for every render of the shared golden file', async () => {
     const gold = JSON.parse(readFileSync(goldenPath, 'utf8'));
-    let compared = 0;
+    // The reference rendered strftime_now with a fixed date; cairn prints today's.
+    const fixed = '15 Jan 2026';
+    const now = new Date();
+    const today = `${String(now.getDate()).padStart(2, '0')} ${now.toLocaleString('en-US', { month: 'short' })} ${now.getFullYear()}`;
+    const byTemplate = new Map();
     for (const c of gold.cases) {
-      if (!c.tools || c.error) continue;
-      const templatePath = path.join(sharedDir, 'templates', c.template);
-      // The reference rendered with a fixed date; these print today's.
-      if (readFileSync(templatePath, 'utf8').includes('strftime_now')) continue;
-      const server = await startServer(['--chat-template', templatePath]);
+      if (c.error) continue;
+      if (!byTemplate.has(c.template)) byTemplate.set(c.template, []);
+      byTemplate.get(c.template).push(c);
+    }
+    let compared = 0;
+    for (const [template, cases] of byTemplate) {
+      const server = await startServer(['--chat-template', path.join(sharedDir, 'templates', template)]);
       try {
-        const r = await fetch(`${server.url}/apply-template`, {
-          method: 'POST', headers: { 'Content-Type': 'application/json' },
-          body: JSON.stringify({ messages: c.messages, tools: c.tools }),
-        });
-        const body = await r.json();
-        assert.equal(r.status, 200, `${c.template}: ${JSON.stringify(body)}`);
-        assert.equal(body.prompt, c.render, c.template);
-        compared++;
+        for (const c of cases) {
+          const r = await fetch(`${server.url}/apply-template`, {
+            method: 'POST', headers: { 'Content-Type': 'application/json' },
+            body: JSON.stringify({ messages: c.messages, ...(c.tools ? { tools: c.tools } : {}) }),
+          });
+          const body = await r.json();
+          assert.equal(r.status, 200, `${template} / ${c.conversation}: ${JSON.stringify(body)}`);
+          assert.equal(body.prompt, c.render.replaceAll(fixed, today), `${template} / ${c.conversation}`);
+          compared++;
+        }
       } finally {
         await server.stop();
       }
     }
-    assert.ok(compared >= 8, `only ${compared} templates compared`);
+    assert.equal(compared, gold.cases.filter((c) => !c.error).length);
   });
 });
