@@ -1,10 +1,11 @@
 // cluster/cluster_backend.h — the controller: requests spread over workers, as a serving::Backend.
 // Owns request routing across the registry's workers: picks a ready worker
-// that serves the model (and generates, for a completion) (cluster/worker_picker.h), forwards through a per-worker
-// Backend (a RemoteBackend in production, fakes in tests), counts what it has
-// in flight per worker, retries a request on another worker when its worker
-// fails before the first token reached the client, and otherwise ends it with
-// an error event: never a hang. Also the union of models, the aggregated
+// that serves the model, and for a completion generates with it
+// (cluster/worker_picker.h), forwards through a per-worker Backend (a
+// RemoteBackend in production, fakes in tests), counts what it has in flight
+// per worker, retries a request (generation or embedding) on another worker
+// when its worker fails before the first token or the answer reached the
+// client, and otherwise ends it with an error: never a hang. Also the union of models, the aggregated
 // health and stats, and per-worker gauges for /metrics. Never speaks HTTP,
 // never blocks on the network in submit.
 #pragma once

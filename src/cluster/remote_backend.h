@@ -3,8 +3,9 @@
 // it: submit starts a server-streaming Generate (with a deadline) whose events
 // reach the sink from gRPC's callback threads, embed starts a unary Embed
 // call, cancel cancels either, and a broken call ends the request with an
-// Unavailable error (and tells the owner through on_broken). Never routes, retries or knows other workers
-// (cluster/cluster_backend.h does); never blocks the caller of submit.
+// Unavailable error (and tells the owner through on_broken). Never routes,
+// retries or knows other workers (cluster/cluster_backend.h does); never
+// blocks the caller of submit or embed.
 // Destroying it cancels its calls and waits for them: no call or thread outlives it.
 #pragma once
 

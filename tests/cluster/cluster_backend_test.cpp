@@ -40,8 +40,8 @@ class FakeWorker final : public serving::Backend {
     embeds[id] = {std::move(req), std::move(sink)};
     return id;
   }
-  std::map<serving::RequestId, std::pair<serving::EmbedRequest, std::shared_ptr<serving::EmbedSink>>>
-      embeds;
+  using Embed = std::pair<serving::EmbedRequest, std::shared_ptr<serving::EmbedSink>>;
+  std::map<serving::RequestId, Embed> embeds;
   void cancel(serving::RequestId id) override { cancelled.push_back(id); }
   std::vector<serving::ModelInfo> models() const override { return {}; }
   serving::Health health() const override { return {}; }
@@ -487,7 +487,8 @@ TEST(ClusterBackend, CompletionToAnEmbeddingsOnlyClusterIsAnInvalidArgument) {
   }
   EXPECT_EQ(c.at("h:1").submits, 0);
   // Embeddings still go there.
-  EXPECT_TRUE(c.backend->embed(embed_request("bge"), std::make_shared<RecordingEmbedSink>()).is_ok());
+  auto embedded = c.backend->embed(embed_request("bge"), std::make_shared<RecordingEmbedSink>());
+  EXPECT_TRUE(embedded.is_ok());
 }
 
 TEST(ClusterBackend, ModelsCarryWhatTheWorkerSaysOfThem) {

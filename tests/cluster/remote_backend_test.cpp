@@ -44,8 +44,9 @@ class ScriptedBackend final : public serving::Backend {
   Result<serving::RequestId> embed(serving::EmbedRequest req,
                                    std::shared_ptr<serving::EmbedSink> sink) override {
     std::lock_guard<std::mutex> l(mu_);
-    if (const auto* text = req.inputs.empty() ? nullptr : std::get_if<std::string>(&req.inputs.front());
-        text && *text == "bad")
+    const auto* text =
+        req.inputs.empty() ? nullptr : std::get_if<std::string>(&req.inputs.front());
+    if (text && *text == "bad")
       return Status::error(StatusCode::InvalidArgument, "bad input", "input");
     const serving::RequestId id = next_++;
     embeds_[id] = {std::move(req), std::move(sink)};
@@ -123,8 +124,8 @@ class ScriptedBackend final : public serving::Backend {
   std::mutex mu_;
   std::condition_variable cv_;
   std::map<serving::RequestId, std::shared_ptr<serving::EventSink>> live_;
-  std::map<serving::RequestId, std::pair<serving::EmbedRequest, std::shared_ptr<serving::EmbedSink>>>
-      embeds_;
+  using Embed = std::pair<serving::EmbedRequest, std::shared_ptr<serving::EmbedSink>>;
+  std::map<serving::RequestId, Embed> embeds_;
   serving::RequestId next_ = 1;
   int cancels_ = 0;
 };
