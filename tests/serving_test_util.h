@@ -100,4 +100,33 @@ class NullSink final : public serving::EventSink {
   void on_error(const Status&) override {}
 };
 
+// Records an embedding request's one answer (and how many came: must be 1).
+class RecordingEmbedSink final : public serving::EmbedSink {
+ public:
+  void on_done(serving::EmbedResult r) override {
+    std::lock_guard lk(mu_);
+    result = std::move(r);
+    ++answers;
+    cv_.notify_all();
+  }
+  void on_error(const Status& err) override {
+    std::lock_guard lk(mu_);
+    error = err;
+    ++answers;
+    cv_.notify_all();
+  }
+  bool wait(double seconds = 60) {
+    std::unique_lock lk(mu_);
+    return cv_.wait_for(lk, std::chrono::duration<double>(seconds), [&] { return answers > 0; });
+  }
+
+  std::optional<serving::EmbedResult> result;
+  std::optional<Status> error;
+  int answers = 0;
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+};
+
 }  // namespace cairn::test

@@ -9,6 +9,7 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <variant>
 
@@ -70,6 +71,37 @@ class StreamSink final : public serving::EventSink {
   std::condition_variable cv_;
   std::deque<Event> events_;
   bool cancel_requested_ = false;
+};
+
+// The hand-off from the engine to one Embed handler: the one answer, stored.
+class EmbedWaiter final : public serving::EmbedSink {
+ public:
+  void on_done(serving::EmbedResult result) override { set(std::move(result)); }
+  void on_error(const cairn::Status& err) override { set(err); }
+
+  // Waits up to `timeout` for the answer; true once it is there.
+  bool wait(std::chrono::milliseconds timeout) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, timeout, [&] { return answer_.has_value(); });
+  }
+  Result<serving::EmbedResult> take() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return std::move(*answer_);
+  }
+
+ private:
+  void set(Result<serving::EmbedResult> r) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (answer_) return;  // exactly one answer counts
+      answer_.emplace(std::move(r));
+    }
+    cv_.notify_all();
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::optional<Result<serving::EmbedResult>> answer_;
 };
 
 grpc::Status invalid_argument(const std::string& message) {
@@ -151,6 +183,37 @@ class WorkerService final : public v1::Worker::Service {
         if (last) return grpc::Status::OK;
       }
     }
+  }
+
+  // Failures of the request itself travel in the reply's error (kind, message
+  // and param intact); a gRPC error status means the call itself failed.
+  grpc::Status Embed(grpc::ServerContext* ctx, const v1::EmbedRequest* msg,
+                     v1::EmbedResponse* out) override {
+    auto parsed = rpc::from_proto(*msg);
+    if (!parsed.is_ok()) {
+      *out->mutable_error() = rpc::to_proto_error(parsed.status());
+      return grpc::Status::OK;
+    }
+    auto waiter = std::make_shared<EmbedWaiter>();
+    auto submitted = backend_.embed(std::move(parsed).value(), waiter);
+    if (!submitted.is_ok()) {
+      *out->mutable_error() = rpc::to_proto_error(submitted.status());
+      return grpc::Status::OK;
+    }
+    while (!waiter->wait(kPollInterval)) {
+      if (ctx->IsCancelled()) {
+        // The controller gave up (cancel, deadline, or it went away): the
+        // engine drops the request; the waiter outlives this handler.
+        backend_.cancel(*submitted);
+        return call_cancelled("the call was cancelled");
+      }
+    }
+    auto r = waiter->take();
+    if (!r.is_ok())
+      *out->mutable_error() = rpc::to_proto_error(r.status());
+    else
+      *out = rpc::to_proto(*r);
+    return grpc::Status::OK;
   }
 
   grpc::Status Cancel(grpc::ServerContext*, const v1::CancelRequest* msg,

@@ -1,9 +1,10 @@
 // api/grpc_worker_service.h — the cairn.v1.Worker gRPC service over a Backend.
 // Owns the translation of Worker calls into Backend calls: Generate streams a
 // request's events as the engine produces them, Cancel stops a running
-// Generate by the caller's request id, Status/Tokenize/Detokenize answer from
-// the backend. Every message is checked (rpc::from_proto and the limits here)
-// before it reaches the backend. Never owns the backend or the server, never
+// Generate by the caller's request id, Embed answers once the backend's
+// embedding sink fires, Status/Tokenize/Detokenize answer from the backend.
+// Every message is checked (rpc::from_proto and the limits here) before it
+// reaches the backend. Never owns the backend or the server, never
 // blocks the engine thread (events are queued and written by the handler).
 #pragma once
 

@@ -3,7 +3,9 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <optional>
 #include <set>
+#include <variant>
 
 #include "cluster/remote_backend.h"
 #include "rpc/convert.h"
@@ -12,11 +14,26 @@
 
 namespace cairn::cluster {
 
-// One client request and the attempts made for it.
+namespace {
+
+// Whether the worker's `model` (empty: its first, the one it serves when a
+// request names none) makes completions; embeddings-only models do not.
+bool generates(const WorkerView& w, const std::string& model) {
+  for (const auto& m : w.status.models())
+    if (model.empty() || m.id() == model) return !m.embeddings_only();
+  return false;
+}
+
+}  // namespace
+
+// One client request (a generation or an embedding) and the attempts made for it.
 struct ClusterBackend::Flight {
   serving::RequestId id = 0;
   serving::GenerateRequest req;
   std::shared_ptr<serving::EventSink> client;
+  // Set for an embedding request, which goes to Backend::embed instead.
+  std::optional<serving::EmbedRequest> embed;
+  std::shared_ptr<serving::EmbedSink> embed_client;
   std::string key;  // prefix-affinity key
 
   std::mutex mu;
@@ -101,6 +118,49 @@ class ClusterBackend::RelaySink final : public serving::EventSink {
   bool ended_ = false;  // a worker Backend calls its sink from one thread at a time
 };
 
+// The sink one embedding attempt's worker Backend answers: forwards to the
+// client, or turns an Unavailable answer into a retry on another worker.
+class ClusterBackend::EmbedRelaySink final : public serving::EmbedSink {
+ public:
+  EmbedRelaySink(ClusterBackend* owner, std::shared_ptr<Flight> flight, std::string worker_id)
+      : owner_(owner), flight_(std::move(flight)), worker_id_(std::move(worker_id)) {}
+
+  void on_done(serving::EmbedResult result) override {
+    if (!end(false)) return;
+    owner_->finished(flight_->id);  // as RelaySink: the slot frees before the client hears
+    flight_->embed_client->on_done(std::move(result));
+  }
+
+  void on_error(const Status& err) override {
+    if (!end(true)) return;
+    if (owner_->retry(flight_, err)) return;  // another worker has it now
+    {
+      std::lock_guard<std::mutex> lock(flight_->mu);
+      if (flight_->done) return;
+      flight_->done = true;
+    }
+    owner_->finished(flight_->id);
+    flight_->embed_client->on_error(err);
+  }
+
+ private:
+  // The attempt's answer: true when it is the first and the client still
+  // waits (an error leaves `done` to the retry decision).
+  bool end(bool error) {
+    if (ended_.exchange(true)) return false;
+    owner_->registry_.add_outstanding(worker_id_, -1);
+    std::lock_guard<std::mutex> lock(flight_->mu);
+    if (flight_->done) return false;
+    if (!error) flight_->done = true;
+    return true;
+  }
+
+  ClusterBackend* owner_;
+  std::shared_ptr<Flight> flight_;
+  std::string worker_id_;
+  std::atomic<bool> ended_{false};
+};
+
 ClusterBackend::ClusterBackend(Registry& registry, ClusterOptions options,
                                WorkerBackendFactory factory)
     : registry_(registry),
@@ -137,10 +197,12 @@ ClusterBackend::~ClusterBackend() {
 }
 
 std::vector<WorkerView> ClusterBackend::candidates(const std::string& model,
-                                                   const std::vector<std::string>& exclude) const {
+                                                   const std::vector<std::string>& exclude,
+                                                   bool generation) const {
   std::vector<WorkerView> out;
   for (auto& w : registry_.list()) {
     if (!w.ready() || !w.serves(model)) continue;
+    if (generation && !generates(w, model)) continue;
     if (std::find(exclude.begin(), exclude.end(), w.id) != exclude.end()) continue;
     out.push_back(std::move(w));
   }
@@ -173,13 +235,22 @@ std::shared_ptr<serving::Backend> ClusterBackend::backend_for(const WorkerView& 
   return slot;
 }
 
-Status ClusterBackend::no_worker_error(const std::string& model) const {
+Status ClusterBackend::no_worker_error(const std::string& model, bool generation) const {
   bool any_ready = false;
+  std::string embeddings_only;  // a model that is served, but only for embeddings
   for (const auto& w : registry_.list()) {
     if (!w.ready()) continue;
     any_ready = true;
-    if (w.serves(model)) return Status::ok();
+    if (!w.serves(model)) continue;
+    if (!generation || generates(w, model)) return Status::ok();
+    embeddings_only = model.empty() ? w.status.models(0).id() : model;
   }
+  // A request, not a worker, problem: 400, like a single server's refusal.
+  if (!embeddings_only.empty())
+    return Status::invalid_argument("the model '" + embeddings_only +
+                                        "' is served for embeddings only by every worker that "
+                                        "has it: use /v1/embeddings",
+                                    "model");
   if (any_ready && !model.empty())
     return Status::not_found("model '" + model + "' is not served by any worker", "model");
   return Status::unavailable("no worker is ready");
@@ -196,7 +267,9 @@ Status ClusterBackend::dispatch(const std::shared_ptr<Flight>& flight) {
         return !last.is_ok() ? last : Status::unavailable("no worker could take the request");
       tried = flight->tried;
     }
-    auto workers = candidates(flight->req.model, tried);
+    const bool generation = !flight->embed;
+    auto workers =
+        candidates(generation ? flight->req.model : flight->embed->model, tried, generation);
     const int pick = picker_.pick(workers, flight->key);
     if (pick < 0) {
       if (!last.is_ok()) return last;
@@ -213,8 +286,10 @@ Status ClusterBackend::dispatch(const std::shared_ptr<Flight>& flight) {
       flight->inner_started = false;
     }
     registry_.add_outstanding(w.id, +1);
-    auto sink = std::make_shared<RelaySink>(this, flight, w.id);
-    auto res = backend->submit(flight->req, std::move(sink));
+    auto res = generation
+                   ? backend->submit(flight->req, std::make_shared<RelaySink>(this, flight, w.id))
+                   : backend->embed(*flight->embed,
+                                    std::make_shared<EmbedRelaySink>(this, flight, w.id));
     if (res.is_ok()) {
       const serving::RequestId id = *res;
       bool cancel_now = false;
@@ -256,12 +331,32 @@ Result<serving::RequestId> ClusterBackend::submit(serving::GenerateRequest req,
                                                   std::shared_ptr<serving::EventSink> sink) {
   if (draining_ || stopping_) return Status::unavailable("the server is draining");
   if (!sink) return Status::internal("no event sink");
-  CAIRN_RETURN_IF_ERROR(no_worker_error(req.model));
+  CAIRN_RETURN_IF_ERROR(no_worker_error(req.model, true));
   auto flight = std::make_shared<Flight>();
   flight->id = next_id_.fetch_add(1);
   flight->key = prefix_key(req, picker_.options().prefix_chars);
   flight->req = std::move(req);
   flight->client = std::move(sink);
+  return start(flight);
+}
+
+Result<serving::RequestId> ClusterBackend::embed(serving::EmbedRequest req,
+                                                 std::shared_ptr<serving::EmbedSink> sink) {
+  if (draining_ || stopping_) return Status::unavailable("the server is draining");
+  if (!sink) return Status::internal("no embedding sink");
+  CAIRN_RETURN_IF_ERROR(no_worker_error(req.model, false));
+  auto flight = std::make_shared<Flight>();
+  flight->id = next_id_.fetch_add(1);
+  // Prefix-affinity hashes the first text input, as it hashes a prompt.
+  if (!req.inputs.empty())
+    if (const auto* text = std::get_if<std::string>(&req.inputs.front()))
+      flight->key = text->substr(0, picker_.options().prefix_chars);
+  flight->embed = std::move(req);
+  flight->embed_client = std::move(sink);
+  return start(flight);
+}
+
+Result<serving::RequestId> ClusterBackend::start(const std::shared_ptr<Flight>& flight) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (in_flight_.load() >= options_.max_queue)
@@ -333,8 +428,8 @@ serving::BackendStats ClusterBackend::stats() const {
 Result<std::vector<serving::Token>> ClusterBackend::tokenize(const std::string& model,
                                                              const std::string& text,
                                                              bool add_special) const {
-  CAIRN_RETURN_IF_ERROR(no_worker_error(model));
-  auto workers = candidates(model, {});
+  CAIRN_RETURN_IF_ERROR(no_worker_error(model, false));
+  auto workers = candidates(model, {}, false);
   const int pick = picker_.pick(workers, {});
   if (pick < 0) return Status::unavailable("no worker is ready");
   return backend_for(workers[static_cast<size_t>(pick)])->tokenize(model, text, add_special);
@@ -342,8 +437,8 @@ Result<std::vector<serving::Token>> ClusterBackend::tokenize(const std::string& 
 
 Result<std::string> ClusterBackend::detokenize(const std::string& model,
                                                const std::vector<serving::Token>& tokens) const {
-  CAIRN_RETURN_IF_ERROR(no_worker_error(model));
-  auto workers = candidates(model, {});
+  CAIRN_RETURN_IF_ERROR(no_worker_error(model, false));
+  auto workers = candidates(model, {}, false);
   const int pick = picker_.pick(workers, {});
   if (pick < 0) return Status::unavailable("no worker is ready");
   return backend_for(workers[static_cast<size_t>(pick)])->detokenize(model, tokens);

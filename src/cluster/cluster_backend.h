@@ -1,10 +1,11 @@
 // cluster/cluster_backend.h — the controller: requests spread over workers, as a serving::Backend.
 // Owns request routing across the registry's workers: picks a ready worker
-// that serves the model (cluster/worker_picker.h), forwards through a per-worker
-// Backend (a RemoteBackend in production, fakes in tests), counts what it has
-// in flight per worker, retries a request on another worker when its worker
-// fails before the first token reached the client, and otherwise ends it with
-// an error event: never a hang. Also the union of models, the aggregated
+// that serves the model, and for a completion generates with it
+// (cluster/worker_picker.h), forwards through a per-worker Backend (a
+// RemoteBackend in production, fakes in tests), counts what it has in flight
+// per worker, retries a request (generation or embedding) on another worker
+// when its worker fails before the first token or the answer reached the
+// client, and otherwise ends it with an error: never a hang. Also the union of models, the aggregated
 // health and stats, and per-worker gauges for /metrics. Never speaks HTTP,
 // never blocks on the network in submit.
 #pragma once
@@ -45,6 +46,10 @@ class ClusterBackend final : public serving::Backend {
 
   Result<serving::RequestId> submit(serving::GenerateRequest req,
                                     std::shared_ptr<serving::EventSink> sink) override;
+  // Routed like submit (same picker, same retry on a worker lost before it
+  // answered), to any worker serving the model, embeddings-only ones included.
+  Result<serving::RequestId> embed(serving::EmbedRequest req,
+                                   std::shared_ptr<serving::EmbedSink> sink) override;
   void cancel(serving::RequestId id) override;
   std::vector<serving::ModelInfo> models() const override;
   serving::Health health() const override;
@@ -64,18 +69,26 @@ class ClusterBackend final : public serving::Backend {
 
   struct Flight;
   class RelaySink;
+  class EmbedRelaySink;
 
  private:
-  // Ready workers serving `model`, minus those named in `exclude`.
+  // Ready workers serving `model`, minus those named in `exclude`; for a
+  // generation, only those whose model generates.
   std::vector<WorkerView> candidates(const std::string& model,
-                                     const std::vector<std::string>& exclude) const;
+                                     const std::vector<std::string>& exclude,
+                                     bool generation) const;
   std::shared_ptr<serving::Backend> backend_for(const WorkerView& w) const;
   // Starts the flight on the next worker; an error when no worker took it.
   Status dispatch(const std::shared_ptr<Flight>& flight);
+  // Counts a new flight in and dispatches it; its id, or why nobody took it.
+  Result<serving::RequestId> start(const std::shared_ptr<Flight>& flight);
   void finished(serving::RequestId id);
   // Called by the relay when an attempt ended with `err` before any token.
   bool retry(const std::shared_ptr<Flight>& flight, const Status& err);
-  Status no_worker_error(const std::string& model) const;
+  // Why no worker can take a request for `model` (ok when one can):
+  // NotFound, Unavailable, or for a generation InvalidArgument when every
+  // worker serving it is embeddings-only.
+  Status no_worker_error(const std::string& model, bool generation) const;
 
   Registry& registry_;
   ClusterOptions options_;

@@ -25,9 +25,16 @@ std::chrono::system_clock::time_point deadline_after(double seconds) {
 
 }  // namespace
 
+// A call in flight, as cancel() and the destructor see it.
+class Call {
+ public:
+  virtual ~Call() = default;
+  virtual void cancel() = 0;
+};
+
 // One Generate call. Keeps itself alive (self_) until gRPC reports OnDone;
 // cancel() holds another reference while it calls TryCancel.
-class GenerateCall final : public grpc::ClientReadReactor<v1::GenerateEvent> {
+class GenerateCall final : public Call, public grpc::ClientReadReactor<v1::GenerateEvent> {
  public:
   GenerateCall(RemoteBackend::Impl* owner, serving::RequestId id,
                std::shared_ptr<serving::EventSink> sink);
@@ -40,7 +47,7 @@ class GenerateCall final : public grpc::ClientReadReactor<v1::GenerateEvent> {
     StartCall();
   }
 
-  void cancel() {
+  void cancel() override {
     cancelled_.store(true);
     ctx_.TryCancel();
   }
@@ -100,8 +107,8 @@ struct RemoteBackend::Impl {
 
   mutable std::mutex mu;
   std::condition_variable idle;
-  std::map<serving::RequestId, std::shared_ptr<GenerateCall>> calls;  // not yet done
-  int objects = 0;  // GenerateCall objects not yet destroyed
+  std::map<serving::RequestId, std::shared_ptr<Call>> calls;  // not yet done
+  int objects = 0;  // GenerateCall and EmbedCall objects not yet destroyed
   bool stopping = false;
 
   void call_done(serving::RequestId id) {
@@ -123,6 +130,78 @@ struct RemoteBackend::Impl {
   }
 };
 
+// The status of a failed call as the client should see it; tells the owner
+// when the worker could not be reached. Shared by Generate and Embed.
+static Status call_failure(RemoteBackend::Impl* owner, const grpc::Status& status) {
+  // UNAVAILABLE with the connection no longer up: the worker is gone or
+  // unreachable. (A worker that is up but refuses, e.g. a full queue,
+  // answers UNAVAILABLE over a READY channel and is not dropped.)
+  if (status.error_code() == grpc::StatusCode::UNAVAILABLE && owner->options.on_broken &&
+      owner->channel->GetState(false) != GRPC_CHANNEL_READY)
+    owner->options.on_broken();
+  Status err = rpc::from_grpc_status(status);
+  if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED)
+    err = Status::error(err.code(), "the request did not finish in time", err.param());
+  else if (status.error_code() == grpc::StatusCode::UNAVAILABLE)
+    err = err.with_context("worker " + owner->options.address + " failed");
+  return err;
+}
+
+// One unary Embed call. gRPC's callback holds a reference (self) until it
+// has run, so the object outlives the call; cancel() cancels the call.
+class EmbedCall final : public Call {
+ public:
+  EmbedCall(RemoteBackend::Impl* owner, serving::RequestId id,
+            std::shared_ptr<serving::EmbedSink> sink)
+      : alive_{owner}, owner_(owner), id_(id), sink_(std::move(sink)) {
+    std::lock_guard<std::mutex> lock(owner->mu);
+    ++owner->objects;
+  }
+
+  void start(std::shared_ptr<EmbedCall> self, v1::Worker::Stub* stub, double timeout_s) {
+    ctx_.set_deadline(deadline_after(timeout_s));
+    stub->async()->Embed(&ctx_, &request_, &response_,
+                         [self = std::move(self)](grpc::Status status) mutable {
+                           self->done(status);
+                           self.reset();  // may delete the call: nothing below
+                         });
+  }
+
+  void cancel() override {
+    cancelled_.store(true);
+    ctx_.TryCancel();
+  }
+
+  v1::EmbedRequest request_;
+
+ private:
+  void done(const grpc::Status& status) {
+    if (cancelled_.load()) {
+      sink_->on_error(Status::error(StatusCode::Cancelled, "the request was cancelled"));
+    } else if (!status.ok()) {
+      sink_->on_error(call_failure(owner_, status));
+    } else if (response_.has_error() && !response_.error().message().empty()) {
+      sink_->on_error(rpc::from_proto(response_.error()));
+    } else {
+      sink_->on_done(rpc::from_proto(response_));
+    }
+    sink_.reset();
+    owner_->call_done(id_);
+  }
+
+  // Declared first, so destroyed last (as in GenerateCall).
+  struct Alive {
+    RemoteBackend::Impl* owner;
+    ~Alive() { owner->object_gone(); }
+  } alive_;
+  RemoteBackend::Impl* owner_;
+  serving::RequestId id_;
+  std::shared_ptr<serving::EmbedSink> sink_;
+  grpc::ClientContext ctx_;
+  v1::EmbedResponse response_;
+  std::atomic<bool> cancelled_{false};
+};
+
 GenerateCall::GenerateCall(RemoteBackend::Impl* owner, serving::RequestId id,
                            std::shared_ptr<serving::EventSink> sink)
     : alive_{owner}, owner_(owner), id_(id), sink_(std::move(sink)) {
@@ -142,18 +221,7 @@ void GenerateCall::OnDone(const grpc::Status& status) {
     } else if (status.ok()) {
       sink_->on_error(Status::internal("the worker ended the stream without a result"));
     } else {
-      // UNAVAILABLE with the connection no longer up: the worker is gone or
-      // unreachable. (A worker that is up but refuses, e.g. a full queue,
-      // answers UNAVAILABLE over a READY channel and is not dropped.)
-      if (status.error_code() == grpc::StatusCode::UNAVAILABLE && owner_->options.on_broken &&
-          owner_->channel->GetState(false) != GRPC_CHANNEL_READY)
-        owner_->options.on_broken();
-      Status err = rpc::from_grpc_status(status);
-      if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED)
-        err = Status::error(err.code(), "the request did not finish in time", err.param());
-      else if (status.error_code() == grpc::StatusCode::UNAVAILABLE)
-        err = err.with_context("worker " + owner_->options.address + " failed");
-      sink_->on_error(err);
+      sink_->on_error(call_failure(owner_, status));
     }
   }
   sink_.reset();
@@ -182,7 +250,7 @@ RemoteBackend::RemoteBackend(RemoteBackendOptions options) : impl_(std::make_uni
 }
 
 RemoteBackend::~RemoteBackend() {
-  std::vector<std::shared_ptr<GenerateCall>> live;
+  std::vector<std::shared_ptr<Call>> live;
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
     impl_->stopping = true;
@@ -213,8 +281,25 @@ Result<serving::RequestId> RemoteBackend::submit(serving::GenerateRequest req,
   return id;
 }
 
+Result<serving::RequestId> RemoteBackend::embed(serving::EmbedRequest req,
+                                                std::shared_ptr<serving::EmbedSink> sink) {
+  if (!sink) return Status::internal("no embedding sink");
+  const serving::RequestId id = impl_->next_id.fetch_add(1);
+  auto call = std::make_shared<EmbedCall>(impl_.get(), id, std::move(sink));
+  call->request_ = rpc::to_proto(req);
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    // Checked under the lock that registers the call, so the destructor
+    // either sees it (and cancels it) or this refuses.
+    if (impl_->stopping) return Status::unavailable("the connection to the worker is closing");
+    impl_->calls.emplace(id, call);
+  }
+  call->start(call, impl_->stub.get(), impl_->options.request_timeout_s);
+  return id;
+}
+
 void RemoteBackend::cancel(serving::RequestId id) {
-  std::shared_ptr<GenerateCall> call;
+  std::shared_ptr<Call> call;
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
     auto it = impl_->calls.find(id);

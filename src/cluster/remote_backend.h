@@ -1,10 +1,11 @@
 // cluster/remote_backend.h — a serving::Backend that is one worker over gRPC.
 // Owns the channel to one worker's cairn.v1.Worker service and every call on
 // it: submit starts a server-streaming Generate (with a deadline) whose events
-// reach the sink from gRPC's callback threads, cancel cancels the call, and a
-// broken stream ends the request with an Unavailable error (and tells the
-// owner through on_broken). Never routes, retries or knows other workers
-// (cluster/cluster_backend.h does); never blocks the caller of submit.
+// reach the sink from gRPC's callback threads, embed starts a unary Embed
+// call, cancel cancels either, and a broken call ends the request with an
+// Unavailable error (and tells the owner through on_broken). Never routes,
+// retries or knows other workers (cluster/cluster_backend.h does); never
+// blocks the caller of submit or embed.
 // Destroying it cancels its calls and waits for them: no call or thread outlives it.
 #pragma once
 
@@ -34,6 +35,10 @@ class RemoteBackend final : public serving::Backend {
 
   Result<serving::RequestId> submit(serving::GenerateRequest req,
                                     std::shared_ptr<serving::EventSink> sink) override;
+  // A unary Embed call (deadline request_timeout_s); the sink hears once,
+  // from a gRPC thread. Shares ids with submit: cancel() cancels either.
+  Result<serving::RequestId> embed(serving::EmbedRequest req,
+                                   std::shared_ptr<serving::EmbedSink> sink) override;
   void cancel(serving::RequestId id) override;
   // These three ask the worker (Status RPC, bounded by rpc_timeout_s); an
   // unreachable worker reads as no models and Loading.
@@ -48,7 +53,7 @@ class RemoteBackend final : public serving::Backend {
   void start_draining() override;
 
   const std::string& address() const;
-  int active_calls() const;  // Generate calls not yet finished (for tests)
+  int active_calls() const;  // Generate and Embed calls not yet finished (for tests)
 
   struct Impl;
 

@@ -231,11 +231,89 @@ v1::ModelInfo to_proto(const serving::ModelInfo& mi) {
   m.set_created(mi.created);
   m.set_parent(mi.parent);
   m.set_root(mi.root);
+  m.set_n_ctx_train(mi.n_ctx_train);
+  m.set_n_embd(mi.n_embd);
+  m.set_n_params(mi.n_params);
+  m.set_arch(mi.arch);
+  m.set_embeddings_only(!mi.generates);
+  m.set_pooling(mi.pooling);
+  m.set_chat_template(mi.chat_template);
   return m;
 }
 
 serving::ModelInfo from_proto(const v1::ModelInfo& m) {
-  return serving::ModelInfo{m.id(), m.n_ctx(), m.n_vocab(), m.created(), m.parent(), m.root()};
+  serving::ModelInfo mi{m.id(), m.n_ctx(), m.n_vocab(), m.created(), m.parent(), m.root()};
+  mi.n_ctx_train = m.n_ctx_train();
+  mi.n_embd = m.n_embd();
+  mi.n_params = m.n_params();
+  mi.arch = m.arch();
+  mi.generates = !m.embeddings_only();
+  mi.pooling = m.pooling();
+  mi.chat_template = m.chat_template();
+  return mi;
+}
+
+v1::EmbedRequest to_proto(const serving::EmbedRequest& req) {
+  v1::EmbedRequest m;
+  m.set_model(req.model);
+  for (const auto& in : req.inputs) {
+    auto* out = m.add_inputs();
+    if (const auto* text = std::get_if<std::string>(&in))
+      out->set_text(*text);
+    else
+      out->mutable_tokens()->mutable_ids()->Add(std::get<std::vector<serving::Token>>(in).begin(),
+                                                std::get<std::vector<serving::Token>>(in).end());
+  }
+  if (req.query) m.set_query(*req.query);
+  m.set_normalize(req.normalize);
+  return m;
+}
+
+Result<serving::EmbedRequest> from_proto(const v1::EmbedRequest& m) {
+  serving::EmbedRequest req;
+  req.model = m.model();
+  if (m.inputs_size() == 0) return invalid("the request has no inputs", "input");
+  if (static_cast<size_t>(m.inputs_size()) > kMaxEmbedInputs)
+    return invalid("more than " + std::to_string(kMaxEmbedInputs) + " inputs", "input");
+  size_t tokens = 0;
+  req.inputs.reserve(m.inputs_size());
+  for (int i = 0; i < m.inputs_size(); ++i) {
+    const auto& in = m.inputs(i);
+    switch (in.input_case()) {
+      case v1::EmbedInput::kText:
+        req.inputs.emplace_back(in.text());
+        break;
+      case v1::EmbedInput::kTokens:
+        tokens += static_cast<size_t>(in.tokens().ids_size());
+        if (tokens > kMaxPromptTokens)
+          return invalid("the inputs hold more than " + std::to_string(kMaxPromptTokens) +
+                             " tokens",
+                         "input");
+        req.inputs.emplace_back(
+            std::vector<serving::Token>(in.tokens().ids().begin(), in.tokens().ids().end()));
+        break;
+      default:
+        return invalid("input " + std::to_string(i) + " has neither text nor tokens", "input");
+    }
+  }
+  if (m.has_query()) req.query = m.query();
+  req.normalize = m.normalize();
+  return req;
+}
+
+v1::EmbedResponse to_proto(const serving::EmbedResult& r) {
+  v1::EmbedResponse m;
+  for (const auto& v : r.vectors) m.add_vectors()->mutable_values()->Add(v.begin(), v.end());
+  m.set_prompt_tokens(r.prompt_tokens);
+  return m;
+}
+
+serving::EmbedResult from_proto(const v1::EmbedResponse& m) {
+  serving::EmbedResult r;
+  r.vectors.reserve(m.vectors_size());
+  for (const auto& v : m.vectors()) r.vectors.emplace_back(v.values().begin(), v.values().end());
+  r.prompt_tokens = m.prompt_tokens();
+  return r;
 }
 
 v1::WorkerStatus worker_status(const serving::Backend& backend) {

@@ -45,6 +45,14 @@ v1::Error to_proto_error(const Status& err);
 v1::ModelInfo to_proto(const serving::ModelInfo& m);
 serving::ModelInfo from_proto(const v1::ModelInfo& m);
 
+// Embeddings and rerank. from_proto refuses a request with no inputs, an
+// input with neither text nor tokens, or more than kMaxPromptTokens tokens.
+inline constexpr size_t kMaxEmbedInputs = 1 << 16;
+v1::EmbedRequest to_proto(const serving::EmbedRequest& req);
+Result<serving::EmbedRequest> from_proto(const v1::EmbedRequest& msg);
+v1::EmbedResponse to_proto(const serving::EmbedResult& result);
+serving::EmbedResult from_proto(const v1::EmbedResponse& msg);
+
 // A backend's whole load picture, as a worker reports it.
 v1::WorkerStatus worker_status(const serving::Backend& backend);
 serving::Health health_of(const v1::WorkerStatus& st);

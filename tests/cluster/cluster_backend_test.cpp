@@ -12,6 +12,7 @@ namespace cairn::cluster {
 namespace {
 
 // The tests drive fake workers from this thread, so no waits are needed.
+using cairn::test::RecordingEmbedSink;
 using cairn::test::RecordingSink;
 
 // A worker whose requests the test finishes by hand.
@@ -31,6 +32,16 @@ class FakeWorker final : public serving::Backend {
     live[id] = std::move(sink);
     return id;
   }
+  Result<serving::RequestId> embed(serving::EmbedRequest req,
+                                   std::shared_ptr<serving::EmbedSink> sink) override {
+    ++submits;
+    if (refuse) return *refuse;
+    const serving::RequestId id = next_++;
+    embeds[id] = {std::move(req), std::move(sink)};
+    return id;
+  }
+  using Embed = std::pair<serving::EmbedRequest, std::shared_ptr<serving::EmbedSink>>;
+  std::map<serving::RequestId, Embed> embeds;
   void cancel(serving::RequestId id) override { cancelled.push_back(id); }
   std::vector<serving::ModelInfo> models() const override { return {}; }
   serving::Health health() const override { return {}; }
@@ -80,6 +91,20 @@ v1::WorkerStatus ready(const std::string& model = "m", int queue = 0) {
   st.set_requests_total(5);
   st.set_prefix_cache_hits(11);
   return st;
+}
+
+v1::WorkerStatus embeddings_only(const std::string& model = "m") {
+  v1::WorkerStatus st = ready(model);
+  st.mutable_models(0)->set_embeddings_only(true);
+  st.mutable_models(0)->set_pooling("cls");
+  return st;
+}
+
+serving::EmbedRequest embed_request(const std::string& model = "") {
+  serving::EmbedRequest r;
+  r.model = model;
+  r.inputs = {std::string("hello"), std::vector<serving::Token>{1, 2}};
+  return r;
 }
 
 struct Cluster {
@@ -367,6 +392,117 @@ TEST(ClusterBackend, TokenizeGoesToAWorker) {
   auto missing = c.backend->tokenize("nope", "abc", true);
   ASSERT_FALSE(missing.is_ok());
   EXPECT_EQ(missing.status().code(), StatusCode::NotFound);
+}
+
+TEST(ClusterBackend, EmbedReachesAWorkerAndAnswersTheClient) {
+  Cluster c;
+  c.add("h:1", embeddings_only());
+  auto sink = std::make_shared<RecordingEmbedSink>();
+  ASSERT_TRUE(c.backend->embed(embed_request("m"), sink).is_ok());
+  ASSERT_EQ(c.at("h:1").embeds.size(), 1u);
+  EXPECT_EQ(c.registry.list()[0].outstanding, 1);
+  auto [req, worker_sink] = c.at("h:1").embeds.begin()->second;
+  EXPECT_EQ(req.inputs.size(), 2u);
+  worker_sink->on_done({{{0.25f, -0.5f}, {1.0f}}, 3});
+  ASSERT_EQ(sink->answers, 1);
+  ASSERT_TRUE(sink->result);
+  EXPECT_EQ(sink->result->vectors, (std::vector<std::vector<float>>{{0.25f, -0.5f}, {1.0f}}));
+  EXPECT_EQ(sink->result->prompt_tokens, 3);
+  EXPECT_EQ(c.registry.list()[0].outstanding, 0);
+  EXPECT_EQ(c.backend->in_flight(), 0);
+}
+
+TEST(ClusterBackend, EmbedRetriesOnAnotherWorkerWhenTheFirstIsUnreachable) {
+  Cluster c;
+  c.add("h:1");
+  c.add("h:2");
+  auto sink = std::make_shared<RecordingEmbedSink>();
+  ASSERT_TRUE(c.backend->embed(embed_request(), sink).is_ok());
+  FakeWorker* first = c.at("h:1").embeds.empty() ? &c.at("h:2") : &c.at("h:1");
+  FakeWorker* second = first == &c.at("h:1") ? &c.at("h:2") : &c.at("h:1");
+  auto s1 = first->embeds.begin()->second.second;
+  first->embeds.clear();
+  first->on_broken();
+  s1->on_error(Status::error(StatusCode::Unavailable, "connection refused"));
+  EXPECT_EQ(sink->answers, 0) << "the client must not notice";
+  ASSERT_EQ(second->embeds.size(), 1u);
+  second->embeds.begin()->second.second->on_done({{{1.0f}}, 1});
+  ASSERT_EQ(sink->answers, 1);
+  ASSERT_TRUE(sink->result);
+  EXPECT_EQ(c.backend->in_flight(), 0);
+}
+
+TEST(ClusterBackend, EmbedInvalidArgumentKeepsItsCodeAndIsNotRetried) {
+  Cluster c;
+  c.add("h:1");
+  c.add("h:2");
+  auto sink = std::make_shared<RecordingEmbedSink>();
+  ASSERT_TRUE(c.backend->embed(embed_request(), sink).is_ok());
+  FakeWorker* first = c.at("h:1").embeds.empty() ? &c.at("h:2") : &c.at("h:1");
+  first->embeds.begin()->second.second->on_error(
+      Status::invalid_argument("input 1 is longer than the context", "input"));
+  ASSERT_EQ(sink->answers, 1);
+  ASSERT_TRUE(sink->error);
+  EXPECT_EQ(sink->error->code(), StatusCode::InvalidArgument);
+  EXPECT_EQ(sink->error->param(), "input");
+  EXPECT_EQ(c.at("h:1").submits + c.at("h:2").submits, 1);
+  EXPECT_EQ(c.backend->in_flight(), 0);
+}
+
+TEST(ClusterBackend, EmbedCancelReachesTheWorker) {
+  Cluster c;
+  c.add("h:1");
+  auto sink = std::make_shared<RecordingEmbedSink>();
+  auto id = c.backend->embed(embed_request(), sink);
+  ASSERT_TRUE(id.is_ok());
+  c.backend->cancel(*id);
+  ASSERT_EQ(c.at("h:1").cancelled.size(), 1u);
+  EXPECT_EQ(c.at("h:1").cancelled[0], c.at("h:1").embeds.begin()->first);
+  c.at("h:1").embeds.begin()->second.second->on_error(
+      Status::error(StatusCode::Cancelled, "cancelled"));
+  ASSERT_EQ(sink->answers, 1);
+  EXPECT_EQ(c.at("h:1").submits, 1) << "a cancelled request is not retried";
+}
+
+TEST(ClusterBackend, CompletionsSkipEmbeddingsOnlyWorkers) {
+  Cluster c;
+  c.add("h:1", embeddings_only());
+  c.add("h:2");
+  for (int i = 0; i < 4; ++i)
+    ASSERT_TRUE(c.backend->submit(request("x", "m"), std::make_shared<RecordingSink>()).is_ok());
+  EXPECT_EQ(c.at("h:1").submits, 0);
+  EXPECT_EQ(c.at("h:2").submits, 4);
+}
+
+TEST(ClusterBackend, CompletionToAnEmbeddingsOnlyClusterIsAnInvalidArgument) {
+  Cluster c;
+  c.add("h:1", embeddings_only("bge"));
+  for (const std::string model : {"bge", ""}) {
+    auto res = c.backend->submit(request("x", model), std::make_shared<RecordingSink>());
+    ASSERT_FALSE(res.is_ok());
+    EXPECT_EQ(res.status().code(), StatusCode::InvalidArgument);
+    EXPECT_EQ(res.status().param(), "model");
+    EXPECT_NE(res.status().message().find("'bge' is served for embeddings only"), std::string::npos)
+        << res.status().message();
+  }
+  EXPECT_EQ(c.at("h:1").submits, 0);
+  // Embeddings still go there.
+  auto embedded = c.backend->embed(embed_request("bge"), std::make_shared<RecordingEmbedSink>());
+  EXPECT_TRUE(embedded.is_ok());
+}
+
+TEST(ClusterBackend, ModelsCarryWhatTheWorkerSaysOfThem) {
+  Cluster c;
+  v1::WorkerStatus st = embeddings_only("bge");
+  st.mutable_models(0)->set_n_embd(128);
+  st.mutable_models(0)->set_arch("bert");
+  c.add("h:1", st);
+  auto models = c.backend->models();
+  ASSERT_EQ(models.size(), 1u);
+  EXPECT_FALSE(models[0].generates);
+  EXPECT_EQ(models[0].pooling, "cls");
+  EXPECT_EQ(models[0].n_embd, 128);
+  EXPECT_EQ(models[0].arch, "bert");
 }
 
 }  // namespace

@@ -11,7 +11,10 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <thread>
+#include <utility>
+#include <variant>
 
 #include "api/grpc_server.h"
 #include "api/grpc_worker_service.h"
@@ -22,6 +25,7 @@ namespace cairn::cluster {
 namespace {
 
 using namespace std::chrono_literals;
+using cairn::test::RecordingEmbedSink;
 using cairn::test::RecordingSink;
 
 // The worker side: requests wait until the test plays their events.
@@ -37,10 +41,43 @@ class ScriptedBackend final : public serving::Backend {
     cv_.notify_all();
     return id;
   }
+  Result<serving::RequestId> embed(serving::EmbedRequest req,
+                                   std::shared_ptr<serving::EmbedSink> sink) override {
+    std::lock_guard<std::mutex> l(mu_);
+    const auto* text =
+        req.inputs.empty() ? nullptr : std::get_if<std::string>(&req.inputs.front());
+    if (text && *text == "bad")
+      return Status::error(StatusCode::InvalidArgument, "bad input", "input");
+    const serving::RequestId id = next_++;
+    embeds_[id] = {std::move(req), std::move(sink)};
+    cv_.notify_all();
+    return id;
+  }
+  // Waits (bounded) until an embedding request arrives and hands it over.
+  std::optional<std::pair<serving::EmbedRequest, std::shared_ptr<serving::EmbedSink>>>
+  next_embed() {
+    std::unique_lock<std::mutex> l(mu_);
+    if (!cv_.wait_for(l, 5s, [&] { return !embeds_.empty(); })) return std::nullopt;
+    auto it = embeds_.begin();
+    auto out = it->second;
+    embeds_.erase(it);
+    return out;
+  }
+  bool wait_embeds(size_t n) {
+    std::unique_lock<std::mutex> l(mu_);
+    return cv_.wait_for(l, 5s, [&] { return embeds_.size() == n; });
+  }
   void cancel(serving::RequestId id) override {
     std::shared_ptr<serving::EventSink> sink;
     {
       std::lock_guard<std::mutex> l(mu_);
+      if (auto e = embeds_.find(id); e != embeds_.end()) {
+        auto embed_sink = e->second.second;
+        embeds_.erase(e);
+        ++cancels_;
+        embed_sink->on_error(Status::error(StatusCode::Cancelled, "cancelled"));
+        return;
+      }
       auto it = live_.find(id);
       if (it == live_.end()) return;
       sink = it->second;
@@ -87,6 +124,8 @@ class ScriptedBackend final : public serving::Backend {
   std::mutex mu_;
   std::condition_variable cv_;
   std::map<serving::RequestId, std::shared_ptr<serving::EventSink>> live_;
+  using Embed = std::pair<serving::EmbedRequest, std::shared_ptr<serving::EmbedSink>>;
+  std::map<serving::RequestId, Embed> embeds_;
   serving::RequestId next_ = 1;
   int cancels_ = 0;
 };
@@ -290,6 +329,150 @@ TEST(ClusterOverGrpc, UnreachableWorkerIsDroppedAndTheRequestRetried) {
     EXPECT_EQ(rec->text, "hi");
     ASSERT_TRUE(rec->finish);
     EXPECT_FALSE(rec->error);
+    auto workers = registry.list();
+    ASSERT_EQ(workers.size(), 1u);
+    EXPECT_EQ(workers[0].name, "live");
+    EXPECT_EQ(cluster.in_flight(), 0);
+  }
+}
+
+TEST(RemoteBackend, EmbedCarriesTheRequestAndTheVectors) {
+  Worker w;
+  ASSERT_TRUE(w.server);
+  RemoteBackend remote(opts(w.address()));
+  serving::EmbedRequest req;
+  req.model = "m";
+  req.inputs = {std::string("doc one"), std::vector<serving::Token>{4, 5, 6}};
+  req.query = "what";
+  req.normalize = false;
+  auto rec = std::make_shared<RecordingEmbedSink>();
+  ASSERT_TRUE(remote.embed(req, rec).is_ok());
+  auto got = w.backend.next_embed();
+  ASSERT_TRUE(got);
+  EXPECT_EQ(got->first.model, "m");
+  ASSERT_EQ(got->first.inputs.size(), 2u);
+  EXPECT_EQ(std::get<std::string>(got->first.inputs[0]), "doc one");
+  EXPECT_EQ(std::get<std::vector<serving::Token>>(got->first.inputs[1]),
+            (std::vector<serving::Token>{4, 5, 6}));
+  EXPECT_EQ(got->first.query, std::optional<std::string>("what"));
+  EXPECT_FALSE(got->first.normalize);
+  // Floats travel bit for bit.
+  const std::vector<std::vector<float>> vectors = {{0.1f, -3.5e-7f, 1e30f}, {-0.0f}};
+  got->second->on_done({vectors, 9});
+  ASSERT_TRUE(rec->wait(10));
+  ASSERT_TRUE(rec->result) << (rec->error ? rec->error->message() : "");
+  EXPECT_EQ(rec->result->vectors, vectors);
+  EXPECT_EQ(rec->result->prompt_tokens, 9);
+  EXPECT_EQ(rec->answers, 1);
+  for (int i = 0; i < 250 && remote.active_calls() > 0; ++i) std::this_thread::sleep_for(4ms);
+  EXPECT_EQ(remote.active_calls(), 0);
+}
+
+TEST(RemoteBackend, EmbedRefusalKeepsItsCodeAndParam) {
+  Worker w;
+  ASSERT_TRUE(w.server);
+  std::atomic<int> broken{0};
+  RemoteBackend remote(opts(w.address(), 600, [&] { broken++; }));
+  serving::EmbedRequest req;
+  req.inputs = {std::string("bad")};
+  auto rec = std::make_shared<RecordingEmbedSink>();
+  ASSERT_TRUE(remote.embed(req, rec).is_ok());
+  ASSERT_TRUE(rec->wait(10));
+  ASSERT_TRUE(rec->error);
+  EXPECT_EQ(rec->error->code(), StatusCode::InvalidArgument);
+  EXPECT_EQ(rec->error->param(), "input");
+  EXPECT_EQ(broken.load(), 0);
+  // An empty request is refused by the worker's own check.
+  auto empty = std::make_shared<RecordingEmbedSink>();
+  ASSERT_TRUE(remote.embed(serving::EmbedRequest{}, empty).is_ok());
+  ASSERT_TRUE(empty->wait(10));
+  ASSERT_TRUE(empty->error);
+  EXPECT_EQ(empty->error->code(), StatusCode::InvalidArgument);
+}
+
+TEST(RemoteBackend, EmbedCancelStopsTheRequestOnTheWorker) {
+  Worker w;
+  ASSERT_TRUE(w.server);
+  RemoteBackend remote(opts(w.address()));
+  serving::EmbedRequest req;
+  req.inputs = {std::string("slow")};
+  auto rec = std::make_shared<RecordingEmbedSink>();
+  auto id = remote.embed(req, rec);
+  ASSERT_TRUE(id.is_ok());
+  ASSERT_TRUE(w.backend.wait_embeds(1));
+  remote.cancel(*id);
+  ASSERT_TRUE(rec->wait(10));
+  ASSERT_TRUE(rec->error);
+  EXPECT_EQ(rec->error->code(), StatusCode::Cancelled);
+  for (int i = 0; i < 250 && w.backend.cancels() == 0; ++i) std::this_thread::sleep_for(20ms);
+  EXPECT_EQ(w.backend.cancels(), 1);
+  EXPECT_EQ(rec->answers, 1);
+}
+
+TEST(RemoteBackend, EmbedToAnUnreachableWorkerIsUnavailableAndBroken) {
+  std::string address;
+  {
+    Worker w;
+    ASSERT_TRUE(w.server);
+    address = w.address();
+  }
+  std::atomic<int> broken{0};
+  RemoteBackend remote(opts(address, 600, [&] { broken++; }));
+  serving::EmbedRequest req;
+  req.inputs = {std::string("x")};
+  auto rec = std::make_shared<RecordingEmbedSink>();
+  ASSERT_TRUE(remote.embed(req, rec).is_ok());
+  ASSERT_TRUE(rec->wait(10));
+  ASSERT_TRUE(rec->error);
+  EXPECT_EQ(rec->error->code(), StatusCode::Unavailable);
+  EXPECT_EQ(broken.load(), 1);
+}
+
+TEST(RemoteBackend, DestructionCancelsEmbedCallsInFlight) {
+  Worker w;
+  ASSERT_TRUE(w.server);
+  auto rec = std::make_shared<RecordingEmbedSink>();
+  {
+    RemoteBackend remote(opts(w.address()));
+    serving::EmbedRequest req;
+    req.inputs = {std::string("slow")};
+    ASSERT_TRUE(remote.embed(req, rec).is_ok());
+    ASSERT_TRUE(w.backend.wait_embeds(1));
+  }
+  EXPECT_EQ(rec->answers, 1);  // answered before the destructor returned
+}
+
+TEST(ClusterOverGrpc, UnreachableWorkerIsDroppedAndTheEmbeddingRetried) {
+  std::string dead;
+  {
+    Worker w;
+    ASSERT_TRUE(w.server);
+    dead = w.address();
+  }
+  Worker live;
+  ASSERT_TRUE(live.server);
+  Registry registry;
+  v1::WorkerStatus st;
+  st.set_state(v1::WorkerStatus::READY);
+  auto* m = st.add_models();
+  m->set_id("m");
+  m->set_embeddings_only(true);
+  ASSERT_TRUE(registry.register_worker("dead", dead, st).is_ok());  // first: picked on the tie
+  ASSERT_TRUE(registry.register_worker("live", live.address(), st).is_ok());
+  ClusterOptions opt;
+  opt.rpc_timeout_s = 2;
+  auto rec = std::make_shared<RecordingEmbedSink>();
+  {
+    ClusterBackend cluster(registry, opt);
+    serving::EmbedRequest req;
+    req.inputs = {std::string("x")};
+    ASSERT_TRUE(cluster.embed(req, rec).is_ok());
+    auto got = live.backend.next_embed();
+    ASSERT_TRUE(got) << "the request never reached the live worker";
+    got->second->on_done({{{0.5f, 0.5f}}, 1});
+    ASSERT_TRUE(rec->wait(10));
+    ASSERT_TRUE(rec->result);
+    EXPECT_EQ(rec->result->vectors, (std::vector<std::vector<float>>{{0.5f, 0.5f}}));
     auto workers = registry.list();
     ASSERT_EQ(workers.size(), 1u);
     EXPECT_EQ(workers[0].name, "live");

@@ -98,5 +98,71 @@ TEST(ValueConvert, InstancesNameTheBadInput) {
   EXPECT_EQ(r.status().message().rfind("input 'img': ", 0), 0u) << r.status().message();
 }
 
+TEST(ModelInfoConvert, WhatTheModelIsTravels) {
+  serving::ModelInfo m{"bge", 512, 30522, 17};
+  m.n_ctx_train = 512;
+  m.n_embd = 128;
+  m.n_params = 123456789012;
+  m.arch = "bert";
+  m.generates = false;
+  m.pooling = "rank";
+  m.chat_template = "{{ messages }}";
+  const serving::ModelInfo back = from_proto(to_proto(m));
+  EXPECT_EQ(back.id, "bge");
+  EXPECT_EQ(back.n_ctx, 512);
+  EXPECT_EQ(back.n_vocab, 30522);
+  EXPECT_EQ(back.n_ctx_train, 512);
+  EXPECT_EQ(back.n_embd, 128);
+  EXPECT_EQ(back.n_params, 123456789012);
+  EXPECT_EQ(back.arch, "bert");
+  EXPECT_FALSE(back.generates);
+  EXPECT_EQ(back.pooling, "rank");
+  EXPECT_EQ(back.chat_template, "{{ messages }}");
+}
+
+TEST(ModelInfoConvert, AnOlderWorkersModelStillGenerates) {
+  v1::ModelInfo old;  // no embeddings_only field on the wire
+  old.set_id("llama");
+  old.set_n_ctx(4096);
+  EXPECT_TRUE(from_proto(old).generates);
+}
+
+TEST(EmbedConvert, RequestAndResultRoundTrip) {
+  serving::EmbedRequest req;
+  req.model = "bge";
+  req.inputs = {std::string("a"), std::vector<serving::Token>{1, 2, 3}};
+  req.query = "q";
+  req.normalize = false;
+  auto back = from_proto(to_proto(req));
+  ASSERT_TRUE(back.is_ok()) << back.status().message();
+  EXPECT_EQ(back->model, "bge");
+  EXPECT_EQ(back->inputs, req.inputs);
+  EXPECT_EQ(back->query, req.query);
+  EXPECT_FALSE(back->normalize);
+  req.query.reset();
+  EXPECT_FALSE(from_proto(to_proto(req))->query.has_value());
+
+  serving::EmbedResult r{{{1.5f, -2.0f}, {}, {3.0f}}, 11};
+  const serving::EmbedResult rb = from_proto(to_proto(r));
+  EXPECT_EQ(rb.vectors, r.vectors);
+  EXPECT_EQ(rb.prompt_tokens, 11);
+}
+
+TEST(EmbedConvert, BadRequestsAreClearErrors) {
+  v1::EmbedRequest none;
+  auto r = from_proto(none);
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_EQ(r.status().code(), StatusCode::InvalidArgument);
+  EXPECT_EQ(r.status().message(), "the request has no inputs");
+
+  v1::EmbedRequest blank;
+  blank.add_inputs();
+  blank.add_inputs();
+  r = from_proto(blank);
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_EQ(r.status().message(), "input 0 has neither text nor tokens");
+  EXPECT_EQ(r.status().param(), "input");
+}
+
 }  // namespace
 }  // namespace cairn::rpc
