@@ -37,7 +37,7 @@ int32_t nfd_first(int32_t c) {
   int last_boundclass = 0;
   const utf8proc_ssize_t n =
       utf8proc_decompose_char(c, buf, 8, UTF8PROC_DECOMPOSE, &last_boundclass);
-  return n >= 1 ? buf[0] : c;
+  return n >= 1 && n <= 8 ? buf[0] : c;  // longer than the buffer: nothing was written
 }
 
 void append_utf8(std::string& s, int32_t c) {

@@ -298,6 +298,11 @@ TEST(WordPiece, BasicTokenizerThenLongestMatch) {
   EXPECT_EQ(t.eos(), 3);
   EXPECT_EQ(t.decode({2, 4, 8, 5, 6, 7, 9, 3}), "hello , unaffable !");
   EXPECT_TRUE(t.encode(" \t\n", false).empty());
+  // Invalid UTF-8, lone surrogates' bytes, a Hangul syllable (three code
+  // points when decomposed) and an overlong form: no crash, words around kept.
+  EXPECT_EQ(t.encode("hello \xFF\xFE\xED\xA0\x80 \xEA\xB0\x80 \xC0\xAF hello", false).front(), 4);
+  // A pair as the reference's rerank builds it: [CLS] a [SEP] b.
+  EXPECT_EQ(t.encode_pair("hello", "hello"), (std::vector<Token>{2, 4, 3, 4}));
 }
 
 TEST(WordPiece, CasedWhenTheNormalizerSaysSo) {
