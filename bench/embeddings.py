@@ -19,7 +19,7 @@ A cell BxC: C clients, each sending requests of B inputs back to back (keep-aliv
 connections, threads of this process). The reference gets --ref-parallel slots
 (default 8) and a context of 512 per slot, so it too runs several inputs per
 forward; cairn's engine batches the inputs of all requests up to its
---batch-tokens. Without a llama-server the reference columns stay empty.
+--max-batch-tokens (--batch-tokens, default 2048 as the reference's -b/-ub). Without a llama-server the reference columns stay empty.
 """
 
 import argparse
@@ -138,7 +138,7 @@ def wait_healthy(addr, proc, timeout=300):
 
 def embed(conn, inputs):
     """POST /v1/embeddings; returns (vectors, prompt tokens)."""
-    body = json.dumps({"model": "m", "input": inputs, "encoding_format": "float"})
+    body = json.dumps({"input": inputs, "encoding_format": "float"})
     conn.request("POST", "/v1/embeddings", body, {"Content-Type": "application/json"})
     r = conn.getresponse()
     data = r.read()
@@ -213,7 +213,8 @@ def main():
     ap.add_argument("--seconds", type=float, default=3.0, help="per cell, server and round (at least a request each)")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--batch-tokens", type=int, default=0, help="cairn serve --batch-tokens (0: its default)")
+    ap.add_argument("--batch-tokens", type=int, default=2048,
+                    help="cairn serve --max-batch-tokens (the reference's -b/-ub are 2048)")
     ap.add_argument("--ref-parallel", type=int, default=8)
     ap.add_argument("--texts", type=int, default=256, help="distinct inputs per length")
     ap.add_argument("--dir", default="/tmp/cairn-bench")
@@ -236,7 +237,7 @@ def main():
         cmd = [CAIRN_BIN, "serve", "-m", model, "--embeddings", "--pooling", "mean", "--port", str(port),
                "--threads", str(args.threads)]
         if args.batch_tokens:
-            cmd += ["--batch-tokens", str(args.batch_tokens)]
+            cmd += ["--max-batch-tokens", str(args.batch_tokens)]
         p = Proc("cairn", cmd)
         procs.append(p)
         wait_healthy("127.0.0.1:%d" % port, p)
@@ -268,7 +269,7 @@ def main():
             conn.close()
 
         print("model %s (%d threads each; reference --parallel %d); load before: %s"
-              % (os.path.basename(model), args.threads, args.ref_parallel, loadavg()))
+              % (os.path.basename(model), args.threads, args.ref_parallel, loadavg()), flush=True)
         fmt = "{:>7} {:>6} {:>7}   {:>9} {:>9} {:>6}   {:>9} {:>9}   {}"
         print(fmt.format("tokens", "batch", "clients", "cairn in/s", "ref in/s", "ratio", "cairn tok/s",
                          "ref tok/s", "load (1 min)"))
