@@ -12,7 +12,7 @@
 #include <utility>
 #include <vector>
 
-#include "kernels/float_order.h"
+#include "kernels/sgemm.h"
 #include "model/arch.h"
 
 namespace cairn::model {
@@ -280,25 +280,55 @@ class BertModel final : public Model {
     const float scale = 1.0f / std::sqrt((float)hd);
     const int64_t jobs = (int64_t)seq_rows_.size() * hp.n_head;
     pool_.parallel_for(jobs, [&](int64_t begin, int64_t end) {
-      std::vector<float> p;
+      // Per (sequence, head): scores = scale · Q Kᵀ and out = softmax(scores) V
+      // as two small GEMMs, which read each K and V row once per block of
+      // queries instead of once per query (the per-pair dot products with
+      // their horizontal sums cost more than every weight matrix).
+      std::vector<float> scores, gathered;
+      std::vector<uint8_t> pack;
       for (int64_t j = begin; j < end; ++j) {
         const std::vector<int32_t>& rows = seq_rows_[(size_t)(j / hp.n_head)];
         const int64_t h = j % hp.n_head, hk = h * hp.n_head_kv / hp.n_head;
-        p.resize(rows.size());
-        for (int32_t t : rows) {
-          const float* q = q_.data() + t * nq + h * hd;
-          for (size_t i = 0; i < rows.size(); ++i) {
-            // ggml_vec_dot_f32's order, as the reference's K.q of F32 rows.
-            p[i] = kernels::order::vec_f32(k_.data() + rows[i] * nkv + hk * hd, q, hd) * scale;
+        const int64_t n = (int64_t)rows.size();
+        bool contiguous = true;
+        for (int64_t i = 1; i < n && contiguous; ++i) contiguous = rows[(size_t)i] == rows[0] + i;
+        // Q, K, V and the output of this head: in place when the sequence's
+        // rows are one run of the batch, else gathered into [n][hd] blocks.
+        const float *q, *k, *v;
+        float* o;
+        int64_t ldq = nq, ldkv = nkv, ldo = nq;
+        if (contiguous) {
+          q = q_.data() + rows[0] * nq + h * hd;
+          k = k_.data() + rows[0] * nkv + hk * hd;
+          v = v_.data() + rows[0] * nkv + hk * hd;
+          o = attn_.data() + rows[0] * nq + h * hd;
+        } else {
+          gathered.resize((size_t)(4 * n * hd));
+          float* g = gathered.data();
+          for (int64_t i = 0; i < n; ++i) {
+            const int64_t t = rows[(size_t)i];
+            std::copy_n(q_.data() + t * nq + h * hd, hd, g + i * hd);
+            std::copy_n(k_.data() + t * nkv + hk * hd, hd, g + (n + i) * hd);
+            std::copy_n(v_.data() + t * nkv + hk * hd, hd, g + (2 * n + i) * hd);
           }
-          kernels::softmax(p.data(), (int64_t)p.size());
-          float* o = attn_.data() + t * nq + h * hd;
-          std::fill(o, o + hd, 0.0f);
-          for (size_t i = 0; i < rows.size(); ++i) {
-            const float* v = v_.data() + rows[i] * nkv + hk * hd;
-            for (int64_t c = 0; c < hd; ++c) o[c] += p[i] * v[c];
-          }
+          q = g;
+          k = g + n * hd;
+          v = g + 2 * n * hd;
+          o = g + 3 * n * hd;
+          ldq = ldkv = ldo = hd;
         }
+        scores.resize((size_t)(n * n));
+        pack.resize(std::max(kernels::sgemm_scratch_bytes(hd, n), kernels::sgemm_scratch_bytes(n, hd)) + 64);
+        void* scratch = pack.data() + (64 - reinterpret_cast<uintptr_t>(pack.data()) % 64) % 64;
+        kernels::SgemmEpilogue scaled;
+        scaled.alpha = scale;
+        kernels::sgemm(n, n, hd, q, ldq, 1, k, 1, ldkv, scores.data(), n, scaled, scratch, nullptr);
+        for (int64_t i = 0; i < n; ++i) kernels::softmax(scores.data() + i * n, n);
+        kernels::sgemm(n, hd, n, scores.data(), n, 1, v, ldkv, 1, o, ldo, kernels::SgemmEpilogue{},
+                       scratch, nullptr);
+        if (!contiguous)
+          for (int64_t i = 0; i < n; ++i)
+            std::copy_n(o + i * hd, hd, attn_.data() + rows[(size_t)i] * nq + h * hd);
       }
     }, /*grain=*/1);
   }
