@@ -237,7 +237,8 @@ class WorkerService final : public v1::Worker::Service {
 
   grpc::Status Tokenize(grpc::ServerContext*, const v1::TokenizeRequest* msg,
                         v1::TokenizeResponse* out) override {
-    auto r = backend_.tokenize(msg->model(), msg->text(), msg->add_special());
+    const bool parse_special = msg->has_parse_special() ? msg->parse_special() : true;
+    auto r = backend_.tokenize(msg->model(), msg->text(), msg->add_special(), parse_special);
     if (!r.is_ok()) {
       *out->mutable_error() = rpc::to_proto_error(r.status());
     } else {
@@ -251,6 +252,15 @@ class WorkerService final : public v1::Worker::Service {
     if (static_cast<size_t>(msg->tokens_size()) > rpc::kMaxPromptTokens)
       return invalid_argument("more than " + std::to_string(rpc::kMaxPromptTokens) + " tokens");
     std::vector<serving::Token> ids(msg->tokens().begin(), msg->tokens().end());
+    if (msg->pieces()) {
+      auto p = backend_.token_pieces(msg->model(), ids);
+      if (!p.is_ok()) {
+        *out->mutable_error() = rpc::to_proto_error(p.status());
+      } else {
+        for (auto& piece : *p) out->add_pieces(std::move(piece));
+      }
+      return grpc::Status::OK;
+    }
     auto r = backend_.detokenize(msg->model(), ids);
     if (!r.is_ok()) {
       *out->mutable_error() = rpc::to_proto_error(r.status());

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "grammar/text.h"
 #include "webui/assets.h"
 
 namespace cairn::api {
@@ -242,12 +243,26 @@ Result<HttpRoutes::Outcome> HttpRoutes::tokenize(const HttpRequest& req, const c
   CAIRN_ASSIGN_OR_RETURN(const RequestJson body, model_request_body(req));
   const auto models = backend_.models();
   CAIRN_ASSIGN_OR_RETURN(const TokenizeRequest tr, parse_tokenize(body, models));
-  CAIRN_ASSIGN_OR_RETURN(const auto toks, backend_.tokenize(tr.model, tr.text, tr.add_special));
+  CAIRN_ASSIGN_OR_RETURN(const auto toks,
+                         backend_.tokenize(tr.model, tr.text, tr.add_special, tr.parse_special));
   int32_t ctx = 0;
   for (const auto& m : models)
     if (m.id == tr.model) ctx = m.n_ctx;
-  return Outcome(
-      json_response(200, {{"tokens", toks}, {"count", toks.size()}, {"max_model_len", ctx}}));
+  json tokens = toks;
+  if (tr.with_pieces) {  // llama.cpp's form: a piece that is not UTF-8 is its byte values
+    CAIRN_ASSIGN_OR_RETURN(const auto pieces, backend_.token_pieces(tr.model, toks));
+    tokens = json::array();
+    for (size_t i = 0; i < toks.size() && i < pieces.size(); ++i) {
+      json piece = pieces[i];
+      if (!grammar::valid_utf8(pieces[i])) {
+        piece = json::array();
+        for (unsigned char c : pieces[i]) piece.push_back(static_cast<int>(c));
+      }
+      tokens.push_back({{"id", toks[i]}, {"piece", std::move(piece)}});
+    }
+  }
+  return Outcome(json_response(
+      200, {{"tokens", std::move(tokens)}, {"count", toks.size()}, {"max_model_len", ctx}}));
 }
 
 Result<HttpRoutes::Outcome> HttpRoutes::detokenize(const HttpRequest& req, const char*) {

@@ -52,8 +52,14 @@ class LoadingBackend final : public serving::Backend {
     return {};
   }
   Result<std::vector<serving::Token>> tokenize(const std::string& model, const std::string& text,
-                                               bool add_special) const override {
-    if (auto* b = get()) return b->tokenize(model, text, add_special);
+                                               bool add_special,
+                                               bool parse_special = true) const override {
+    if (auto* b = get()) return b->tokenize(model, text, add_special, parse_special);
+    return loading();
+  }
+  Result<std::vector<std::string>> token_pieces(
+      const std::string& model, const std::vector<serving::Token>& tokens) const override {
+    if (auto* b = get()) return b->token_pieces(model, tokens);
     return loading();
   }
   Result<std::string> detokenize(const std::string& model,

@@ -435,6 +435,8 @@ Result<TokenizeRequest> parse_tokenize(const json& body,
   if (!v->is_string()) return type_error(key, "a string");
   out.text = v->get<std::string>();
   CAIRN_RETURN_IF_ERROR(get_bool(body, "add_special", out.add_special));
+  CAIRN_RETURN_IF_ERROR(get_bool(body, "parse_special", out.parse_special));
+  CAIRN_RETURN_IF_ERROR(get_bool(body, "with_pieces", out.with_pieces));
   return out;
 }
 

@@ -93,6 +93,10 @@ struct TokenizeRequest {
   std::string model;
   std::string text;
   bool add_special = true;
+  // As llama.cpp's server: special-token text ("<|im_start|>") is that token
+  // unless parse_special is false (Hugging Face's encode also matches it).
+  bool parse_special = true;
+  bool with_pieces = false;  // tokens as {"id", "piece"} objects
 };
 Result<TokenizeRequest> parse_tokenize(const RequestJson& body,
                                        const std::vector<serving::ModelInfo>& models);

@@ -427,12 +427,23 @@ serving::BackendStats ClusterBackend::stats() const {
 
 Result<std::vector<serving::Token>> ClusterBackend::tokenize(const std::string& model,
                                                              const std::string& text,
-                                                             bool add_special) const {
+                                                             bool add_special,
+                                                             bool parse_special) const {
   CAIRN_RETURN_IF_ERROR(no_worker_error(model, false));
   auto workers = candidates(model, {}, false);
   const int pick = picker_.pick(workers, {});
   if (pick < 0) return Status::unavailable("no worker is ready");
-  return backend_for(workers[static_cast<size_t>(pick)])->tokenize(model, text, add_special);
+  return backend_for(workers[static_cast<size_t>(pick)])
+      ->tokenize(model, text, add_special, parse_special);
+}
+
+Result<std::vector<std::string>> ClusterBackend::token_pieces(
+    const std::string& model, const std::vector<serving::Token>& tokens) const {
+  CAIRN_RETURN_IF_ERROR(no_worker_error(model, false));
+  auto workers = candidates(model, {}, false);
+  const int pick = picker_.pick(workers, {});
+  if (pick < 0) return Status::unavailable("no worker is ready");
+  return backend_for(workers[static_cast<size_t>(pick)])->token_pieces(model, tokens);
 }
 
 Result<std::string> ClusterBackend::detokenize(const std::string& model,

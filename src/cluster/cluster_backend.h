@@ -55,7 +55,10 @@ class ClusterBackend final : public serving::Backend {
   serving::Health health() const override;
   serving::BackendStats stats() const override;
   Result<std::vector<serving::Token>> tokenize(const std::string& model, const std::string& text,
-                                               bool add_special) const override;
+                                               bool add_special,
+                                               bool parse_special = true) const override;
+  Result<std::vector<std::string>> token_pieces(
+      const std::string& model, const std::vector<serving::Token>& tokens) const override;
   Result<std::string> apply_template(const serving::GenerateRequest&) const override {
     return Status::invalid_argument(
         "the controller does not render chat templates: ask a worker's /apply-template");

@@ -328,13 +328,15 @@ serving::BackendStats RemoteBackend::stats() const {
 
 Result<std::vector<serving::Token>> RemoteBackend::tokenize(const std::string& model,
                                                             const std::string& text,
-                                                            bool add_special) const {
+                                                            bool add_special,
+                                                            bool parse_special) const {
   grpc::ClientContext ctx;
   ctx.set_deadline(deadline_after(impl_->options.rpc_timeout_s));
   v1::TokenizeRequest req;
   req.set_model(model);
   req.set_text(text);
   req.set_add_special(add_special);
+  req.set_parse_special(parse_special);
   v1::TokenizeResponse resp;
   grpc::Status s = impl_->stub->Tokenize(&ctx, req, &resp);
   if (!s.ok()) return rpc::from_grpc_status(s);
@@ -354,6 +356,23 @@ Result<std::string> RemoteBackend::detokenize(const std::string& model,
   if (!s.ok()) return rpc::from_grpc_status(s);
   if (resp.has_error() && !resp.error().message().empty()) return rpc::from_proto(resp.error());
   return resp.text();
+}
+
+Result<std::vector<std::string>> RemoteBackend::token_pieces(
+    const std::string& model, const std::vector<serving::Token>& tokens) const {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(deadline_after(impl_->options.rpc_timeout_s));
+  v1::DetokenizeRequest req;
+  req.set_model(model);
+  req.set_pieces(true);
+  for (serving::Token t : tokens) req.add_tokens(t);
+  v1::DetokenizeResponse resp;
+  grpc::Status s = impl_->stub->Detokenize(&ctx, req, &resp);
+  if (!s.ok()) return rpc::from_grpc_status(s);
+  if (resp.has_error() && !resp.error().message().empty()) return rpc::from_proto(resp.error());
+  if (resp.pieces_size() != static_cast<int>(tokens.size()))
+    return Status::unavailable("the worker gave no token pieces (an older worker?)");
+  return std::vector<std::string>(resp.pieces().begin(), resp.pieces().end());
 }
 
 void RemoteBackend::start_draining() {

@@ -46,7 +46,10 @@ class RemoteBackend final : public serving::Backend {
   serving::Health health() const override;
   serving::BackendStats stats() const override;
   Result<std::vector<serving::Token>> tokenize(const std::string& model, const std::string& text,
-                                               bool add_special) const override;
+                                               bool add_special,
+                                               bool parse_special = true) const override;
+  Result<std::vector<std::string>> token_pieces(
+      const std::string& model, const std::vector<serving::Token>& tokens) const override;
   Result<std::string> detokenize(const std::string& model,
                                  const std::vector<serving::Token>& tokens) const override;
   // Only stops this object from starting new calls; the worker keeps serving others.

@@ -182,9 +182,16 @@ serving::BackendStats LlmRouter::stats() const {
 
 Result<std::vector<serving::Token>> LlmRouter::tokenize(const std::string& model,
                                                         const std::string& text,
-                                                        bool add_special) const {
+                                                        bool add_special,
+                                                        bool parse_special) const {
   CAIRN_ASSIGN_OR_RETURN(Target t, find(model));
-  return t.backend->tokenize(t.model, text, add_special);
+  return t.backend->tokenize(t.model, text, add_special, parse_special);
+}
+
+Result<std::vector<std::string>> LlmRouter::token_pieces(
+    const std::string& model, const std::vector<serving::Token>& tokens) const {
+  CAIRN_ASSIGN_OR_RETURN(Target t, find(model));
+  return t.backend->token_pieces(t.model, tokens);
 }
 
 Result<std::string> LlmRouter::detokenize(const std::string& model,

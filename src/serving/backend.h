@@ -219,9 +219,20 @@ class Backend {
   virtual Health health() const = 0;
   virtual BackendStats stats() const = 0;
 
-  // /tokenize and /detokenize.
+  // /tokenize and /detokenize. parse_special: special-token text in `text`
+  // ("<|im_start|>") becomes that token, as llama.cpp's server does by
+  // default; false tokenizes it as plain text.
   virtual Result<std::vector<Token>> tokenize(const std::string& model, const std::string& text,
-                                              bool add_special) const = 0;
+                                              bool add_special,
+                                              bool parse_special = true) const = 0;
+  // Each token's bytes as the text holds them (special tokens rendered), for
+  // /tokenize's with_pieces; a piece may be part of a UTF-8 character.
+  virtual Result<std::vector<std::string>> token_pieces(const std::string& model,
+                                                        const std::vector<Token>& tokens) const {
+    (void)model;
+    (void)tokens;
+    return Status::invalid_argument("this server cannot give token pieces");
+  }
   virtual Result<std::string> detokenize(const std::string& model,
                                          const std::vector<Token>& tokens) const = 0;
   // /apply-template: the prompt a chat request renders to (its messages,

@@ -526,9 +526,18 @@ BackendStats LocalBackend::stats() const {
 }
 
 Result<std::vector<Token>> LocalBackend::tokenize(const std::string& model, const std::string& text,
-                                                  bool add_special) const {
+                                                  bool add_special, bool parse_special) const {
   CAIRN_RETURN_IF_ERROR(check_model(model));
-  return loaded_.tokenizer->encode(text, add_special, /*parse_special=*/true);
+  return loaded_.tokenizer->encode(text, add_special, parse_special);
+}
+
+Result<std::vector<std::string>> LocalBackend::token_pieces(const std::string& model,
+                                                            const std::vector<Token>& tokens) const {
+  CAIRN_RETURN_IF_ERROR(check_model(model));
+  std::vector<std::string> out;
+  out.reserve(tokens.size());
+  for (Token t : tokens) out.push_back(loaded_.tokenizer->token_to_piece(t, /*render_special=*/true));
+  return out;
 }
 
 Result<std::string> LocalBackend::detokenize(const std::string& model,

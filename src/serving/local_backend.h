@@ -88,7 +88,9 @@ class LocalBackend final : public Backend {
   Health health() const override;
   BackendStats stats() const override;
   Result<std::vector<Token>> tokenize(const std::string& model, const std::string& text,
-                                      bool add_special) const override;
+                                      bool add_special, bool parse_special = true) const override;
+  Result<std::vector<std::string>> token_pieces(const std::string& model,
+                                                const std::vector<Token>& tokens) const override;
   Result<std::string> detokenize(const std::string& model,
                                  const std::vector<Token>& tokens) const override;
   void start_draining() override;

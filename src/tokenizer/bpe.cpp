@@ -49,6 +49,7 @@ Result<std::unique_ptr<BpeTokenizer>> BpeTokenizer::create(std::unique_ptr<Vocab
   const Vocab& voc = *tok->vocab_;
   tok->pre_ = std::move(pre.value());
   tok->ignore_merges_ = pre_used == "llama-bpe" || pre_used == "tekken";
+  tok->norm_ = bpe_normalization(voc.pre);
 
   // Every merge must name two tokens and produce a third (as Hugging Face
   // requires), which lets the merge loop work on ids instead of strings.
@@ -86,6 +87,13 @@ Result<std::unique_ptr<BpeTokenizer>> BpeTokenizer::create(std::unique_ptr<Vocab
 
 void BpeTokenizer::encode_text(std::string_view text, bool /*after_special*/,
                                std::vector<Token>& out) const {
+  // Special tokens were split off before this, so normalization never reaches
+  // across one (as Hugging Face normalizes only the text between them).
+  if (norm_ == Normalization::Nfc && !is_ascii(text)) {
+    const std::string normalized = nfc(text);
+    for (std::string_view word : pre_->split(normalized)) encode_word(word, out);
+    return;
+  }
   for (std::string_view word : pre_->split(text)) encode_word(word, out);
 }
 

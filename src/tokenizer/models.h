@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "tokenizer/flat_map.h"
+#include "tokenizer/normalizer.h"
 #include "tokenizer/pretokenizer.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/vocab.h"
@@ -67,8 +68,9 @@ class SpmTokenizer final : public VocabTokenizer {
   std::array<Token, 256> byte_tokens_{};
 };
 
-// Byte-level BPE: pre-tokenizer words, each byte as its GPT-2 character,
-// merges applied lowest rank first (ties: leftmost), via a heap.
+// Byte-level BPE: the family's normalizer (NFC for Qwen, see normalizer.h)
+// on each run of plain text, pre-tokenizer words, each byte as its GPT-2
+// character, merges applied lowest rank first (ties: leftmost), via a heap.
 class BpeTokenizer final : public VocabTokenizer {
  public:
   static Result<std::unique_ptr<BpeTokenizer>> create(std::unique_ptr<Vocab> v,
@@ -85,6 +87,7 @@ class BpeTokenizer final : public VocabTokenizer {
   std::array<Token, 256> byte_tokens_{};  // token of each byte's GPT-2 character, or -1
   std::unique_ptr<Pretokenizer> pre_;
   bool ignore_merges_ = false;  // a word that is already a token is not merged (Llama 3)
+  Normalization norm_ = Normalization::None;
 };
 
 // WordPiece (BERT), as llama.cpp's WPM tokenizer: BERT's basic tokenizer

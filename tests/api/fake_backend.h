@@ -75,8 +75,8 @@ class FakeBackend : public serving::Backend {
     s.kv_blocks_total = 10;
     return s;
   }
-  Result<std::vector<serving::Token>> tokenize(const std::string&, const std::string& text,
-                                               bool) const override {
+  Result<std::vector<serving::Token>> tokenize(const std::string&, const std::string& text, bool,
+                                               bool = true) const override {
     std::vector<serving::Token> out;
     for (unsigned char c : text) out.push_back(c % 100);
     return out;
@@ -84,6 +84,13 @@ class FakeBackend : public serving::Backend {
   Result<std::string> detokenize(const std::string&,
                                  const std::vector<serving::Token>& tokens) const override {
     return std::string(tokens.size(), 'x');
+  }
+  // "p<id>", except token 99 ('c'), whose piece is a lone UTF-8 lead byte.
+  Result<std::vector<std::string>> token_pieces(
+      const std::string&, const std::vector<serving::Token>& tokens) const override {
+    std::vector<std::string> out;
+    for (serving::Token t : tokens) out.push_back(t == 99 ? "\xC3" : "p" + std::to_string(t));
+    return out;
   }
   void start_draining() override {
     std::lock_guard<std::mutex> lock(mu_);

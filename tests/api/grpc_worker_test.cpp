@@ -350,6 +350,21 @@ TEST_F(GrpcWorkerTest, TokenizeAndDetokenizeRoundTrip) {
   EXPECT_FALSE(dres.has_error());
   EXPECT_NE(dres.text().find("hello world"), std::string::npos) << dres.text();
 
+  // pieces: one per token, the text's bytes (BOS rendered).
+  {
+    v1::DetokenizeRequest preq = dreq;
+    preq.set_pieces(true);
+    v1::DetokenizeResponse pres;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(in_seconds(10));
+    ASSERT_TRUE(stub_->Detokenize(&ctx, preq, &pres).ok());
+    EXPECT_FALSE(pres.has_error());
+    ASSERT_EQ(pres.pieces_size(), tres.tokens_size());
+    std::string joined;
+    for (const auto& p : pres.pieces()) joined += p;
+    EXPECT_NE(joined.find("hello world"), std::string::npos) << joined;
+  }
+
   // A bad model or token is an error in the response, not a broken call.
   treq.set_model("no-such-model");
   {

@@ -223,6 +223,12 @@ TEST_F(ServerTest, RoutesAndMethods) {
   auto tok = exchange(post("/tokenize", R"({"prompt":"abc"})"));
   ASSERT_EQ(status_of(tok), 200);
   EXPECT_EQ(json::parse(body_of(tok))["count"], 3);
+  // with_pieces: llama.cpp's objects; a piece that is not UTF-8 as its bytes.
+  auto pieces = exchange(post("/tokenize", R"({"prompt":"abc","with_pieces":true})"));
+  ASSERT_EQ(status_of(pieces), 200);
+  EXPECT_EQ(json::parse(body_of(pieces))["tokens"],
+            json::parse(R"([{"id":97,"piece":"p97"},{"id":98,"piece":"p98"},)"
+                        R"({"id":99,"piece":[195]}])"));
   auto detok = exchange(post("/detokenize", R"({"tokens":[1,2]})"));
   ASSERT_EQ(status_of(detok), 200);
   EXPECT_EQ(json::parse(body_of(detok))["prompt"], "xx");

@@ -284,9 +284,21 @@ TEST(OpenAiRequest, TokenizeAndDetokenize) {
   ASSERT_TRUE(t.is_ok());
   EXPECT_EQ(t->text, "hello");
   EXPECT_FALSE(t->add_special);
+  EXPECT_TRUE(t->parse_special);  // llama.cpp's server default
+  EXPECT_FALSE(t->with_pieces);
   auto c = parse_tokenize(json::parse(R"({"content":"hi"})"), one_model());
   ASSERT_TRUE(c.is_ok());
   EXPECT_EQ(c->text, "hi");
+  auto p = parse_tokenize(
+      json::parse(R"({"prompt":"<|im_start|>","parse_special":false,"with_pieces":true})"),
+      one_model());
+  ASSERT_TRUE(p.is_ok());
+  EXPECT_FALSE(p->parse_special);
+  EXPECT_TRUE(p->with_pieces);
+  EXPECT_FALSE((parse_tokenize(json::parse(R"({"prompt":"a","parse_special":1})"), one_model()))
+                   .is_ok());
+  EXPECT_FALSE((parse_tokenize(json::parse(R"({"prompt":"a","with_pieces":"yes"})"), one_model()))
+                   .is_ok());
   EXPECT_FALSE((parse_tokenize(json::parse(R"({"prompt":3})"), one_model())).is_ok());
   auto d = parse_detokenize(json::parse(R"({"tokens":[1,2,3]})"), one_model());
   ASSERT_TRUE(d.is_ok());

@@ -46,8 +46,8 @@ class FakeWorker final : public serving::Backend {
   std::vector<serving::ModelInfo> models() const override { return {}; }
   serving::Health health() const override { return {}; }
   serving::BackendStats stats() const override { return {}; }
-  Result<std::vector<serving::Token>> tokenize(const std::string&, const std::string& text,
-                                               bool) const override {
+  Result<std::vector<serving::Token>> tokenize(const std::string&, const std::string& text, bool,
+                                               bool = true) const override {
     return std::vector<serving::Token>(text.size(), 7);
   }
   Result<std::string> detokenize(const std::string&,

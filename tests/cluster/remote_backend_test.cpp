@@ -91,9 +91,16 @@ class ScriptedBackend final : public serving::Backend {
   std::vector<serving::ModelInfo> models() const override { return {{"m", 64, 100, 1}}; }
   serving::Health health() const override { return {serving::HealthState::Ready, 0, 0}; }
   serving::BackendStats stats() const override { return {}; }
-  Result<std::vector<serving::Token>> tokenize(const std::string&, const std::string& text,
-                                               bool) const override {
-    return std::vector<serving::Token>(text.size(), 5);
+  // One token per byte, and one more when parse_special is false.
+  Result<std::vector<serving::Token>> tokenize(const std::string&, const std::string& text, bool,
+                                               bool parse_special = true) const override {
+    return std::vector<serving::Token>(text.size() + (parse_special ? 0 : 1), 5);
+  }
+  Result<std::vector<std::string>> token_pieces(
+      const std::string&, const std::vector<serving::Token>& tokens) const override {
+    std::vector<std::string> out;
+    for (serving::Token t : tokens) out.push_back("p" + std::to_string(t));
+    return out;
   }
   Result<std::string> detokenize(const std::string& model,
                                  const std::vector<serving::Token>& t) const override {
@@ -284,6 +291,12 @@ TEST(RemoteBackend, UnaryCallsReachTheWorker) {
   auto t = remote.tokenize("m", "abcd", true);
   ASSERT_TRUE(t.is_ok());
   EXPECT_EQ(t->size(), 4u);
+  auto plain = remote.tokenize("m", "abcd", true, /*parse_special=*/false);  // reaches the worker
+  ASSERT_TRUE(plain.is_ok());
+  EXPECT_EQ(plain->size(), 5u);
+  auto pieces = remote.token_pieces("m", {1, 2});
+  ASSERT_TRUE(pieces.is_ok());
+  EXPECT_EQ(*pieces, (std::vector<std::string>{"p1", "p2"}));
   auto d = remote.detokenize("m", {1, 2, 3});
   ASSERT_TRUE(d.is_ok());
   EXPECT_EQ(*d, "qqq");
