@@ -20,13 +20,14 @@ least one).
 import argparse
 import json
 import os
-import queue
 import re
 import subprocess
 import tempfile
 import threading
 import time
 import urllib.request
+
+from child_process import Proc
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CAIRN_BIN = os.environ.get("CAIRN_BIN", os.path.join(REPO, "build", "cairn"))
@@ -40,44 +41,6 @@ model = distributed.declare_servable(rank_size={r}, stage_size={s}, model_file={
 def generate(prompt):
     return register.add_stage(model, prompt, outputs_count=1)
 """
-
-
-class Proc:
-    """A child whose stderr is read on a thread (for lines to wait on)."""
-
-    def __init__(self, cmd):
-        self.proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
-        self.lines, self.events = [], queue.Queue()
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self):
-        for line in self.proc.stderr:
-            self.lines.append(line)
-            self.events.put(line)
-        self.events.put(None)
-
-    def wait_for(self, pattern, timeout=600):
-        end = time.time() + timeout
-        while time.time() < end:
-            try:
-                line = self.events.get(timeout=max(0.1, end - time.time()))
-            except queue.Empty:
-                break
-            if line is None:
-                break
-            m = re.search(pattern, line)
-            if m:
-                return m
-        raise RuntimeError("no line matching %r:\n%s" % (pattern, "".join(self.lines[-40:])))
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
 
 
 def make_model(path):

@@ -27,14 +27,14 @@ import http.client
 import json
 import math
 import os
-import queue
 import random
-import re
 import socket
 import subprocess
 import sys
 import threading
 import time
+
+from child_process import Proc
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CAIRN_BIN = os.environ.get("CAIRN_BIN", os.path.join(REPO, "build", "cairn"))
@@ -79,45 +79,6 @@ def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-class Proc:
-    """A server child whose stderr and stdout are read on a thread."""
-
-    def __init__(self, name, cmd):
-        self.name, self.lines, self.events = name, [], queue.Queue()
-        self.proc = subprocess.Popen(cmd, stderr=subprocess.STDOUT, stdout=subprocess.PIPE, text=True,
-                                     errors="replace")
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self):
-        for line in self.proc.stdout:
-            self.lines.append(line)
-            self.events.put(line)
-        self.events.put(None)
-
-    def wait_for(self, pattern, timeout=300):
-        end = time.time() + timeout
-        while time.time() < end:
-            try:
-                line = self.events.get(timeout=max(0.1, end - time.time()))
-            except queue.Empty:
-                break
-            if line is None:
-                break
-            m = re.search(pattern, line)
-            if m:
-                return m
-        raise RuntimeError("%s: no line matching %r:\n%s" % (self.name, pattern, "".join(self.lines[-30:])))
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
 
 
 def wait_healthy(addr, proc, timeout=300):
@@ -238,13 +199,13 @@ def main():
                "--threads", str(args.threads)]
         if args.batch_tokens:
             cmd += ["--max-batch-tokens", str(args.batch_tokens)]
-        p = Proc("cairn", cmd)
+        p = Proc(cmd, name="cairn", stdout=True)
         procs.append(p)
         wait_healthy("127.0.0.1:%d" % port, p)
         servers["cairn"] = "127.0.0.1:%d" % port
         if args.llama_server and os.path.exists(args.llama_server):
             port = free_port()
-            p = Proc("reference", [args.llama_server, "--embeddings", "--pooling", "mean", "-m", model,
+            p = Proc(name="reference", stdout=True, cmd=[args.llama_server, "--embeddings", "--pooling", "mean", "-m", model,
                                    "--host", "127.0.0.1", "--port", str(port), "-t", str(args.threads),
                                    "-tb", str(args.threads), "-c", str(512 * args.ref_parallel),
                                    "-b", "2048", "-ub", "2048", "--parallel", str(args.ref_parallel)])

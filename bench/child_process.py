@@ -1,0 +1,55 @@
+"""A child process for the benchmarks whose output lines are read on a thread,
+so a benchmark can wait for a line ("listening on ...") without blocking on
+the pipe, and stop the child cleanly at the end."""
+import queue
+import re
+import subprocess
+import threading
+import time
+
+
+class Proc:
+    def __init__(self, cmd, name=None, stdout=False):
+        """Reads the child's stderr (and its stdout too when `stdout`)."""
+        self.name = name or cmd[0]
+        self.lines, self.events = [], queue.Queue()
+        out = subprocess.STDOUT if stdout else subprocess.DEVNULL
+        if stdout:
+            self.proc = subprocess.Popen(cmd, stderr=subprocess.STDOUT, stdout=subprocess.PIPE, text=True,
+                                         errors="replace")
+            stream = self.proc.stdout
+        else:
+            self.proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=out, text=True, errors="replace")
+            stream = self.proc.stderr
+        threading.Thread(target=self._read, args=(stream,), daemon=True).start()
+
+    def _read(self, stream):
+        for line in stream:
+            self.lines.append(line)
+            self.events.put(line)
+        self.events.put(None)
+
+    def wait_for(self, pattern, timeout=600):
+        """The match of the first line matching `pattern`; raises with the
+        last lines when the child ends or `timeout` passes first."""
+        end = time.time() + timeout
+        while time.time() < end:
+            try:
+                line = self.events.get(timeout=max(0.1, end - time.time()))
+            except queue.Empty:
+                break
+            if line is None:
+                break
+            m = re.search(pattern, line)
+            if m:
+                return m
+        raise RuntimeError("%s: no line matching %r:\n%s" % (self.name, pattern, "".join(self.lines[-40:])))
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
