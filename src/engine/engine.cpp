@@ -282,9 +282,14 @@ bool Engine::embed_step() {
   }
   if (items.empty()) return false;
   Status st = Status::ok();
-  if (!embed_kv_ || embed_kv_->n_seqs() < (int)items.size() || embed_kv_->n_ctx() < longest) {
-    const int n_seqs = std::max<int>((int)items.size(), embed_kv_ ? embed_kv_->n_seqs() : 0);
-    const int64_t n_ctx = std::max<int64_t>(longest, embed_kv_ ? embed_kv_->n_ctx() : 0);
+  // A non-causal model never reads K/V (each input is whole in the batch):
+  // a one-row slab satisfies the interface.
+  const bool causal = model_.hparams().causal;
+  const int want_seqs = causal ? (int)items.size() : 1;
+  const int64_t want_ctx = causal ? longest : 1;
+  if (!embed_kv_ || embed_kv_->n_seqs() < want_seqs || embed_kv_->n_ctx() < want_ctx) {
+    const int n_seqs = std::max<int>(want_seqs, embed_kv_ ? embed_kv_->n_seqs() : 0);
+    const int64_t n_ctx = std::max<int64_t>(want_ctx, embed_kv_ ? embed_kv_->n_ctx() : 0);
     embed_kv_.reset();  // the old slab goes before the new one is made
     auto made = kv::ContiguousKvCache::create(model_.kv_shape(), n_seqs, n_ctx);
     if (made.is_ok())
@@ -355,6 +360,9 @@ bool Engine::embed_step() {
     ++counters_.embed_requests_total;
     embed_jobs_.erase(embed_jobs_.begin() + (std::ptrdiff_t)j);
   }
+  // The scratch K/V is as large as the largest batch seen: not kept while no
+  // embedding waits (a generating model rarely embeds).
+  if (embed_jobs_.empty()) embed_kv_.reset();
   return true;
 }
 
