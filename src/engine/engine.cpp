@@ -325,21 +325,19 @@ bool Engine::embed_step() {
         failed.push_back(&job);
         continue;
       }
-      // Logits rows of one forward are contiguous: this input's rows in order.
+      // The rows of one forward are in batch order: this input's, in order.
+      const float* first = hidden_.data.data() + row * (size_t)d;
+      row += rows;
       std::vector<float> v;
-      if (!model::pool_rows(pooling, hidden_.data.data() + row * (size_t)d, (int64_t)rows, d, v)
-               .is_ok()) {
+      Status pooled = model::pool_rows(pooling, first, (int64_t)rows, d, v);
+      if (pooled.is_ok() && pooling == model::Pooling::Rank) {
+        pooled = model_.classify(v, scores);
+        v = scores;
+      }
+      if (!pooled.is_ok()) {
+        if (st.is_ok()) st = pooled;  // the reason the failed jobs are told
         failed.push_back(&job);
         continue;
-      }
-      row += rows;
-      if (pooling == model::Pooling::Rank) {
-        const Status cs = model_.classify(v, scores);
-        if (!cs.is_ok()) {
-          failed.push_back(&job);
-          continue;
-        }
-        v = scores;
       }
       job.vectors[it.input] = std::move(v);
       job.n_tokens += n;
@@ -352,7 +350,7 @@ bool Engine::embed_step() {
     EmbedJob& job = *embed_jobs_[j];
     if (std::find(failed.begin(), failed.end(), &job) != failed.end()) {
       fail_embedding(j, Status::error("the embedding forward failed: " +
-                                      (st.is_ok() ? std::string("no rows came back") : st.message())));
+                                      (st.is_ok() ? std::string("rows missing") : st.message())));
       continue;
     }
     if (job.finished < job.request.inputs.size()) continue;
