@@ -28,10 +28,13 @@ import importlib.util
 import json
 import os
 import sys
+import threading
+import time
 
 import grpc
 
 _pb2 = None
+_PB2_LOCK = threading.Lock()  # clients made on several threads load the module once
 _PB2_MODULE = "_cairn_v1_serving_pb2"  # as python/cairn/client.py names it
 
 
@@ -48,11 +51,23 @@ def _load_protos(proto_path=None):
     package's client (python/cairn/client.py) uses the same private name, so
     both share one module."""
     global _pb2
-    if _pb2 is not None:
+    with _PB2_LOCK:
+        if _pb2 is not None:
+            return _pb2
+        # Another loader's module (python/cairn/client.py): only once it is whole.
+        deadline = time.monotonic() + 30
+        while _PB2_MODULE in sys.modules and not getattr(sys.modules[_PB2_MODULE], "_cairn_ready", False):
+            if time.monotonic() > deadline:
+                raise ImportError("%s is still being loaded by another thread after 30 s" % _PB2_MODULE)
+            time.sleep(0.01)
+        if _PB2_MODULE in sys.modules:
+            _pb2 = sys.modules[_PB2_MODULE]
+            return _pb2
+        _pb2 = _load_protos_from_file(proto_path)
         return _pb2
-    if _PB2_MODULE in sys.modules:
-        _pb2 = sys.modules[_PB2_MODULE]
-        return _pb2
+
+
+def _load_protos_from_file(proto_path):
     dirs = []
     if proto_path:
         dirs.append(proto_path)
@@ -70,8 +85,8 @@ def _load_protos(proto_path=None):
             except BaseException:
                 del sys.modules[_PB2_MODULE]
                 raise
-            _pb2 = module
-            return _pb2
+            module._cairn_ready = True
+            return module
     raise ImportError(
         "cairn/v1/serving_pb2.py not found in %s: build the cairn_python_protos target "
         "and pass proto_path= or set CAIRN_PYTHON_PROTOS to BUILD/python" % dirs

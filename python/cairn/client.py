@@ -31,6 +31,8 @@ beside this checkout.
 import importlib.util
 import os
 import sys
+import threading
+import time
 
 import grpc
 import numpy as np
@@ -52,10 +54,33 @@ def _repo_root():
     return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
+# Clients made on several threads at once load the module once: the loader
+# holds this lock, and a module another loader (python/cairn_client.py) is
+# still executing is waited for, not returned half made.
+_PB2_LOCK = threading.Lock()
+
+
+def _loaded_pb2():
+    """The module once it is whole (a loader sets _cairn_ready last), else None."""
+    deadline = time.monotonic() + 30
+    while True:
+        module = sys.modules.get(_PB2_MODULE)
+        if module is None or getattr(module, "_cairn_ready", False):
+            return module
+        if time.monotonic() > deadline:
+            raise RuntimeError("%s is still being loaded by another thread after 30 s" % _PB2_MODULE)
+        time.sleep(0.01)
+
+
 def load_serving_pb2(proto_path=None):
     """The generated cairn/v1/serving_pb2 module, from the first of: proto_path,
     $CAIRN_PYTHON_PROTOS, build/python beside this checkout."""
-    loaded = sys.modules.get(_PB2_MODULE)
+    with _PB2_LOCK:
+        return _load_serving_pb2_locked(proto_path)
+
+
+def _load_serving_pb2_locked(proto_path):
+    loaded = _loaded_pb2()
     if loaded is not None:
         return loaded
     dirs = []
@@ -80,6 +105,7 @@ def load_serving_pb2(proto_path=None):
             del sys.modules[_PB2_MODULE]
             raise RuntimeError("%s predates tensors (no Value.tensor_value): rebuild the "
                                "cairn_python_protos target" % path)
+        module._cairn_ready = True
         return module
     raise RuntimeError("cairn/v1/serving_pb2.py not found in %s: build the cairn_python_protos "
                        "target and pass proto_path= or set CAIRN_PYTHON_PROTOS to BUILD/python"
