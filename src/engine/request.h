@@ -14,6 +14,7 @@
 #include "core/status.h"
 #include "engine/sampler.h"
 #include "grammar/grammar.h"
+#include "kv/transfer.h"
 #include "engine/stop_conditions.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
@@ -37,6 +38,23 @@ struct EngineRequest {
   // this grammar's language, and an end-of-generation token comes only
   // where the output is a whole sentence of it. Null: free text.
   std::shared_ptr<const grammar::Grammar> grammar;
+
+  // Prefill → decode handoff (cluster workers with roles).
+  // export_kv: the prefill side. The prompt's K/V rows go to the sink's
+  // on_kv as they are computed (whole blocks after each step, the rest
+  // after the first token); once the first token is out, a sequence that did
+  // not end there ends with EndReason::Handoff, its held-back text kept
+  // (the decode side releases it).
+  bool export_kv = false;
+  // The decode side. `forced` are the tokens already generated (and sent)
+  // elsewhere: they are replayed through the stop checks, grammar and
+  // sampler without being reported, so the output continues exactly where
+  // it left off. `import_kv` (optional: without it the prompt and forced
+  // tokens are recomputed) holds the prompt's rows; its prompt must equal
+  // `prompt`, and the sequence is admitted only when its blocks can be
+  // reserved whole.
+  std::vector<Token> forced;
+  std::shared_ptr<const kv::ImportedKv> import_kv;
 };
 
 // One generated token that is not an end-of-generation token.
@@ -64,6 +82,10 @@ class SequenceSink {
   // Internal unless the cause says otherwise (Unavailable: the model's
   // agents are gone, a retry may succeed).
   virtual void on_error(const Status& error) = 0;
+  // export_kv requests only: a run of the prompt's K/V rows, in order from
+  // position 0 (the first also carries the geometry and prompt); the last
+  // run follows the first token's on_token. Must never block.
+  virtual void on_kv(kv::KvRun run) { (void)run; }
 };
 
 // An embedding job: each input's final hidden rows pooled into one vector

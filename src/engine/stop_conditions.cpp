@@ -7,7 +7,7 @@
 namespace cairn::engine {
 
 const char* end_reason_name(EndReason r) {
-  static constexpr const char* kNames[] = {"stop", "length", "cancelled"};
+  static constexpr const char* kNames[] = {"stop", "length", "cancelled", "handoff"};
   return kNames[static_cast<int>(r)];
 }
 

@@ -16,9 +16,11 @@
 namespace cairn::engine {
 
 // Why a sequence ended, as OpenAI's finish_reason reports it.
-enum class EndReason { Stop, Length, Cancelled };
+// Handoff: the prefill side of a handoff stopped after the first token (not a
+// client-visible end; see EngineRequest::export_kv).
+enum class EndReason { Stop, Length, Cancelled, Handoff };
 
-const char* end_reason_name(EndReason r);  // "stop", "length", "cancelled"
+const char* end_reason_name(EndReason r);  // "stop", "length", "cancelled", "handoff"
 
 struct StopConfig {
   int32_t max_tokens = -1;        // generated tokens; -1: no limit but the context

@@ -29,6 +29,7 @@
 #include <atomic>
 #include <bit>
 #include <cassert>
+#include <cstring>
 #include <limits>
 #include <map>
 #include <new>
@@ -129,6 +130,26 @@ class Paged final : public PagedKvCache {
     uint16_t* dv = const_cast<uint16_t*>(static_cast<const uint16_t*>(row(*s, layer, pos, 1)));
     f16_from_float_(k, dk, shape_.row_elems);
     f16_from_float_(v, dv, shape_.row_elems);
+  }
+  bool read_raw(int layer, SeqId seq, int32_t pos, void* k, void* v) const override {
+    const Seq* s = pool_ ? find(seq) : nullptr;
+    if (!s || layer < 0 || layer >= shape_.n_layer || pos < 0 || pos >= s->reserved ||
+        (size_t)(pos >> shift_) >= s->n_blocks() || block_of(*s, layer, pos) < 0)
+      return false;
+    std::memcpy(k, row(*s, layer, pos, 0), row_bytes_);
+    std::memcpy(v, row(*s, layer, pos, 1), row_bytes_);
+    return true;
+  }
+  bool write_raw(int layer, SeqId seq, int32_t pos, const void* k, const void* v) override {
+    const Seq* s = pool_ ? find(seq) : nullptr;
+    if (!s || layer < 0 || layer >= shape_.n_layer || pos < 0 || pos < s->n_frozen * bt_ ||
+        pos >= s->reserved || block_of(*s, layer, pos) < 0) {
+      writes_skipped_.fetch_add(1, std::memory_order_relaxed);
+      return false;
+    }
+    std::memcpy(const_cast<void*>(row(*s, layer, pos, 0)), k, row_bytes_);
+    std::memcpy(const_cast<void*>(row(*s, layer, pos, 1)), v, row_bytes_);
+    return true;
   }
   const void* key(int layer, SeqId seq, int32_t pos) const override {
     return row(*find(seq), layer, pos, 0);

@@ -116,6 +116,21 @@ class PagedKvCache : public KvView {
   virtual int32_t block_tokens() const { return 16; }  // tokens per block
   // Empty (no blocks, capacity 0) for an unknown sequence.
   virtual SeqLayout layout(SeqId seq) const = 0;
+
+  // A row's bytes as stored (dtype() elements), for handing K/V to another
+  // cache (kv/transfer.h). read_raw copies layer `layer`'s K and V rows at
+  // `pos` out; false (nothing copied) when the sequence does not hold that
+  // row (unknown, beyond its reservation, or fallen out of a sliding
+  // window). write_raw copies them in under write()'s rules (false when
+  // write() would skip it).
+  virtual bool read_raw(int layer, SeqId seq, int32_t pos, void* k, void* v) const {
+    (void)layer, (void)seq, (void)pos, (void)k, (void)v;
+    return false;
+  }
+  virtual bool write_raw(int layer, SeqId seq, int32_t pos, const void* k, const void* v) {
+    (void)layer, (void)seq, (void)pos, (void)k, (void)v;
+    return false;
+  }
 };
 
 // MemAvailable from /proc/meminfo in bytes, or -1 when it cannot be read.

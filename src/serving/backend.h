@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "kv/transfer.h"
 
 namespace cairn::serving {
 
@@ -70,6 +71,26 @@ struct GenerateRequest {
   // as the API layer made it from response_format, a JSON schema, a regular
   // expression, choices or a grammar; empty: free text.
   std::string grammar;
+
+  // Prefill → decode handoff between cluster workers (set by the
+  // controller, never by a client; docs/cluster.md "Prefill and decode
+  // workers"). With `handoff`, the worker computes the prompt and the first
+  // token, streams the prompt's K/V rows to the decode worker at
+  // handoff->peer under handoff->id while it computes, and ends with a
+  // FinishEvent whose reason is "handoff". With `resume`, the worker
+  // continues a request whose first tokens were generated elsewhere
+  // (engine::EngineRequest::forced / import_kv).
+  struct Handoff {
+    std::string peer;  // host:port of the decode worker's Worker service
+    std::string id;    // names the transfer there
+  };
+  struct Resume {
+    std::string handoff_id;  // the transfer to take the prompt's K/V from; empty: recompute
+    std::vector<Token> forced;  // tokens already generated and sent, in order (at least one)
+    std::shared_ptr<const kv::ImportedKv> kv;  // filled by the worker from handoff_id
+  };
+  std::optional<Handoff> handoff;
+  std::optional<Resume> resume;
 };
 
 struct TopLogprob {
@@ -94,9 +115,13 @@ struct Usage {
 };
 
 struct FinishEvent {
-  std::string reason;  // "stop" (EOS or stop string), "length", "cancelled"
+  std::string reason;  // "stop" (EOS or stop string), "length", "cancelled"; "handoff" (above)
   std::string text;    // any held-back text released at the end
   Usage usage;
+  // reason "handoff": empty when the decode worker acknowledged every K/V
+  // row; else why the transfer failed (the controller then resumes
+  // without it, recomputing the prompt).
+  std::string handoff_error;
 };
 
 // How to read a chat request's output, as the backend that rendered its
@@ -122,6 +147,9 @@ class EventSink {
   // Last event on failure; the message is one line and never echoes the
   // whole request.
   virtual void on_error(const Status& err) = 0;
+  // Requests with `handoff` only: the prompt's K/V rows, in order from
+  // position 0 (kv::KvRun; geometry and prompt on the first run only).
+  virtual void on_kv(kv::KvRun run) { (void)run; }
 };
 
 struct ModelInfo {
@@ -240,6 +268,13 @@ class Backend {
   virtual Result<std::string> apply_template(const GenerateRequest& req) const {
     (void)req;
     return Status::invalid_argument("this server cannot render chat templates");
+  }
+  // The K/V geometry of `model`'s cache (empty: the only model), for
+  // checking a handoff's rows before they are buffered; Unavailable where no
+  // local cache exists.
+  virtual Result<kv::KvGeometry> kv_geometry(const std::string& model) const {
+    (void)model;
+    return Status::unavailable("this server holds no K/V cache");
   }
   // Stops accepting (submit gives Unavailable); running requests continue.
   virtual void start_draining() = 0;
