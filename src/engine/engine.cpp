@@ -57,6 +57,13 @@ Engine::Engine(model::Model& model, const Tokenizer& tok, kv::PagedKvCache& kv, 
   counters_.queue_time_s = LatencyHistogram(request_buckets());
   counters_.e2e_latency_s = LatencyHistogram(request_buckets());
   counters_.inter_token_latency_s = LatencyHistogram(token_buckets());
+  if (kv_.stores_rows()) {
+    const kv::KvShape shape = model.kv_shape();
+    geometry_.n_layer = shape.n_layer;
+    geometry_.row_elems = shape.row_elems;
+    geometry_.elem_bytes = kv_.dtype() == TensorType::F32 ? 4 : 2;
+    geometry_.block_tokens = kv_.block_tokens();
+  }
   publish_stats();
 }
 
@@ -94,7 +101,9 @@ Result<RequestId> Engine::submit(EngineRequest req, std::shared_ptr<SequenceSink
     return Status::error("max_tokens must be positive (or -1 for no limit)");
   if (req.adapter > model_.n_adapters())
     return Status::error("LoRA adapter " + std::to_string(req.adapter) + " is not loaded");
-  const int64_t wanted = n_prompt + std::max(req.max_tokens, 1);
+  CAIRN_RETURN_IF_ERROR(check_handoff(req));
+  const int64_t wanted =
+      n_prompt + std::max<int64_t>(std::max(req.max_tokens, 1), (int64_t)req.forced.size() + 1);
   if (wanted > cfg_.n_ctx)
     return Status::error("the prompt has " + std::to_string(n_prompt) + " tokens and " +
                          std::to_string(std::max(req.max_tokens, 1)) +
@@ -110,6 +119,7 @@ Result<RequestId> Engine::submit(EngineRequest req, std::shared_ptr<SequenceSink
   auto seq = std::make_unique<Sequence>(id, std::move(req), std::move(*sampler),
                                         StopChecker(tok_, std::move(stop)), std::move(sink));
   if (seq->request.grammar) seq->matcher.emplace(seq->request.grammar);
+  CAIRN_RETURN_IF_ERROR(replay_forced(*seq));
   {
     std::lock_guard lk(inbox_mu_);
     if (stopping_) return Status::error("the engine is stopping");
@@ -117,6 +127,94 @@ Result<RequestId> Engine::submit(EngineRequest req, std::shared_ptr<SequenceSink
   }
   inbox_cv_.notify_one();
   return id;
+}
+
+Status Engine::check_handoff(const EngineRequest& req) const {
+  if (req.export_kv && (!req.forced.empty() || req.import_kv))
+    return Status::invalid_argument("a request cannot both hand its K/V over and continue a handoff");
+  if ((req.export_kv || req.import_kv) && geometry_.n_layer == 0)
+    return Status::invalid_argument("this model's K/V rows are not held here (a distributed model): "
+                                    "it cannot take part in a prefill/decode handoff");
+  for (Token t : req.forced)
+    if (t < 0 || t >= n_vocab_)
+      return Status::invalid_argument("handed-over token " + std::to_string(t) +
+                                      " is outside the vocabulary of " + std::to_string(n_vocab_));
+  if (!req.import_kv) return Status::ok();
+  if (req.forced.empty())
+    return Status::invalid_argument("handed-over K/V comes with the first token generated from it");
+  if (std::string why = kv::geometry_mismatch(geometry_, req.import_kv->geometry); !why.empty())
+    return Status::invalid_argument("the handed-over K/V does not fit this model's cache: " + why);
+  CAIRN_RETURN_IF_ERROR(req.import_kv->check());
+  if (req.import_kv->prompt != req.prompt)
+    return Status::invalid_argument(
+        "the handed-over K/V was computed for another prompt (" +
+        std::to_string(req.import_kv->prompt.size()) + " tokens; this request's has " +
+        std::to_string(req.prompt.size()) + ")");
+  return Status::ok();
+}
+
+Status Engine::replay_forced(Sequence& seq) {
+  // The tokens were sampled and sent elsewhere: the stop checks, grammar and
+  // sampler see them as if sampled here, and nothing is reported.
+  for (Token t : seq.request.forced) {
+    if (seq.matcher && !tok_.is_eog(t) && !seq.matcher->accept(tok_.token_to_piece(t)))
+      return Status::invalid_argument("a handed-over token leaves the request's grammar");
+    seq.sampler.replay(t);
+    seq.tokens.push_back(t);
+    if (seq.stop.push(t, static_cast<int32_t>(seq.tokens.size())).end)
+      return Status::invalid_argument("the handed-over tokens already end the request");
+  }
+  if (!seq.request.forced.empty()) {
+    seq.has_token = true;
+    seq.last_token = seq.arrived;
+  }
+  return Status::ok();
+}
+
+void Engine::export_rows(Sequence& seq, int32_t upto) {
+  if (upto <= seq.exported) return;
+  kv::KvRun run;
+  if (seq.exported == 0) {
+    run.geometry = geometry_;
+    run.prompt = seq.request.prompt;
+  }
+  const int32_t n = upto - seq.exported;
+  run.rows.first = seq.exported;
+  run.rows.n = n;
+  // Zero-filled: a row a sliding layer has already dropped stays zeros.
+  run.rows.bytes.assign((size_t)geometry_.bytes_for(n), 0);
+  const size_t rb = (size_t)geometry_.row_bytes();
+  uint8_t* out = run.rows.bytes.data();
+  for (int32_t l = 0; l < geometry_.n_layer; ++l) {
+    uint8_t* k = out + (size_t)l * 2 * (size_t)n * rb;
+    uint8_t* v = k + (size_t)n * rb;
+    for (int32_t i = 0; i < n; ++i)
+      kv_.read_raw(l, seq.kv_seq, seq.exported + i, k + (size_t)i * rb, v + (size_t)i * rb);
+  }
+  seq.exported = upto;
+  seq.sink->on_kv(std::move(run));
+}
+
+void Engine::import_rows(Sequence& seq) {
+  const kv::ImportedKv& in = *seq.request.import_kv;
+  const int32_t from = seq.n_computed;
+  const size_t rb = (size_t)geometry_.row_bytes();
+  for (const kv::KvRows& run : in.runs) {
+    const int32_t lo = std::max(from, run.first), hi = std::min(seq.n_prompt, run.first + run.n);
+    if (lo >= hi) continue;
+    const uint8_t* base = run.bytes.data();
+    for (int32_t l = 0; l < geometry_.n_layer; ++l) {
+      const uint8_t* k = base + (size_t)l * 2 * (size_t)run.n * rb;
+      const uint8_t* v = k + (size_t)run.n * rb;
+      for (int32_t pos = lo; pos < hi; ++pos) {
+        const size_t at = (size_t)(pos - run.first) * rb;
+        kv_.write_raw(l, seq.kv_seq, pos, k + at, v + at);
+      }
+    }
+  }
+  kv_.commit(seq.kv_seq, std::span<const Token>(seq.tokens).subspan((size_t)from,
+                                                                  (size_t)(seq.n_prompt - from)));
+  seq.n_computed = seq.n_prompt;
 }
 
 Result<RequestId> Engine::submit_embedding(EmbedRequest req, std::shared_ptr<EmbedSink> sink) {
@@ -216,12 +314,19 @@ bool Engine::step() {
   scheduler_.schedule(kv_, plan_);
   for (Sequence* seq : plan_.failed) fail(*seq, seq->failure);
   counters_.preemptions += static_cast<uint64_t>(plan_.preempted);
-  const bool worked = !plan_.empty();
-  if (worked) {
+  for (Sequence* seq : plan_.imports) import_rows(*seq);
+  const bool worked = !plan_.empty() || !plan_.imports.empty();
+  if (!plan_.empty()) {
     observe_queue_times(plan_);
     Status st = model_.forward(plan_.batch, kv_, logits_);
     if (st.is_ok()) {
       scheduler_.commit(plan_, kv_);
+      // Whole blocks of a prompt still being computed leave now, so the
+      // transfer overlaps the next chunks; the rest follows the first token.
+      const int32_t bt = std::max(1, kv_.block_tokens());
+      for (const ScheduledChunk& c : plan_.chunks)
+        if (c.seq->request.export_kv && c.seq->n_computed < c.seq->n_prompt)
+          export_rows(*c.seq, c.seq->n_computed / bt * bt);
       sample_and_check_stops(plan_);
     } else {
       for (const ScheduledChunk& c : plan_.chunks) fail(*c.seq, "forward failed: " + st.message(),
@@ -486,6 +591,20 @@ void Engine::sample_and_check_stops(const ScheduledBatch& plan) {
       out.text = std::move(st.text);
       out.sample = std::move(*sample);
       seq.sink->on_token(out);
+    }
+    if (!st.end && seq.request.export_kv) {
+      // The prefill side's part is done: the rest of the rows, then the end
+      // that tells the caller to continue on the decode side (the held-back
+      // text stays held: the decode side's replay holds the same).
+      export_rows(seq, seq.n_prompt);
+      EndOutput end;
+      end.reason = EndReason::Handoff;
+      end.prompt_tokens = seq.n_prompt;
+      end.completion_tokens = static_cast<int32_t>(seq.tokens.size()) - seq.n_prompt;
+      end.cached_prompt_tokens = std::max(0, seq.cached_prompt_tokens);
+      seq.sink->on_end(end);
+      seq.done = true;
+      continue;
     }
     if (!st.end) continue;
     EndOutput end;

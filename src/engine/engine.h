@@ -92,6 +92,9 @@ class Engine {
   EngineStats stats() const;  // any thread: a snapshot taken after the last step
   int32_t queued() const;     // any thread: requests not yet running
   int32_t n_ctx() const { return cfg_.n_ctx; }
+  // The K/V rows a handoff moves (kv/transfer.h); n_layer 0 when this
+  // engine's cache stores none (a distributed model's agents hold them).
+  const kv::KvGeometry& kv_geometry() const { return geometry_; }
 
   // One loop iteration on the calling thread, for tests that never call
   // start(). Returns false when there was nothing to do.
@@ -108,12 +111,20 @@ class Engine {
   // One forward over queued embedding inputs; false when none wait.
   bool embed_step();
   void fail_embedding(size_t job, const Status& error);
+  // Handoff: checks an export/import request and replays its forced tokens.
+  Status check_handoff(const EngineRequest& req) const;
+  Status replay_forced(Sequence& seq);
+  // Sends rows [seq.exported, upto) of an export_kv sequence to its sink.
+  void export_rows(Sequence& seq, int32_t upto);
+  // Writes an admitted sequence's handed-over rows and commits its prompt.
+  void import_rows(Sequence& seq);
 
   model::Model& model_;
   const Tokenizer& tok_;
   kv::PagedKvCache& kv_;
   EngineConfig cfg_;
   int32_t n_vocab_ = 0;
+  kv::KvGeometry geometry_;
 
   // Engine-thread state.
   Scheduler scheduler_;

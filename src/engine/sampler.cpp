@@ -103,6 +103,11 @@ Result<Sampler> Sampler::create(SamplingParams params, int32_t vocab_size) {
 Sampler::Sampler(SamplingParams params, int32_t vocab_size, uint64_t seed)
     : params_(std::move(params)), vocab_size_(vocab_size), seed_(seed), rng_(seed) {}
 
+void Sampler::replay(Token t) {
+  if (params_.temperature != 0.0f) (void)uniform();  // sample() draws once per non-greedy token
+  accept(t);
+}
+
 double Sampler::uniform() { return static_cast<double>(rng_() >> 11) * 0x1.0p-53; }
 
 void Sampler::accept(Token t) {

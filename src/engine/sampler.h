@@ -69,6 +69,11 @@ class Sampler {
   // sequence really continues with.
   Result<SampleResult> sample(std::span<const float> logits);
 
+  // A token sampled elsewhere (a handoff's first tokens): the random draw
+  // sample() would have made is made and discarded, and the token accepted,
+  // so a seeded request continues with the same numbers.
+  void replay(Token t);
+
   // Appends a token to the penalty history (the prompt's tokens too, as
   // llama.cpp does).
   void accept(Token t);

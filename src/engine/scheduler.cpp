@@ -32,6 +32,7 @@ void Scheduler::schedule(kv::PagedKvCache& kv, ScheduledBatch& plan) {
   plan.chunks.clear();
   plan.batch.clear();
   plan.failed.clear();
+  plan.imports.clear();
   plan.preempted = 0;
   int32_t budget = cfg_.max_batch_tokens;
   schedule_running(kv, plan, budget);
@@ -106,6 +107,11 @@ void Scheduler::admit_waiting(kv::PagedKvCache& kv, ScheduledBatch& plan, int32_
   while (!waiting_.empty() && budget > 0 && running() < cfg_.max_seqs) {
     Sequence& seq = *waiting_.front();
     const bool alone = running_.empty();
+    if (seq.request.import_kv) {
+      const int imported = admit_imported(seq, kv, plan, alone);
+      if (imported < 0) break;  // waits for blocks: nobody overtakes the head
+      if (imported > 0) continue;
+    }
     // Under pressure, do not even look up the prefix (its statistics would
     // count the same prompt every step it waits).
     const int32_t first = std::min<int32_t>((int32_t)seq.tokens.size(), budget);
@@ -134,6 +140,36 @@ void Scheduler::admit_waiting(kv::PagedKvCache& kv, ScheduledBatch& plan, int32_
     add_chunk(seq, got, plan);
     budget -= got;
   }
+}
+
+int Scheduler::admit_imported(Sequence& seq, kv::PagedKvCache& kv, ScheduledBatch& plan, bool alone) {
+  // The handed-over rows are reserved whole or not at all (no over-commit):
+  // a sequence that cannot fit them waits at the head of the queue.
+  if (!alone && kv.free_blocks() < kv.blocks_for(seq.n_prompt + 1)) return -1;
+  seq.kv_seq = next_kv_seq();
+  const int32_t cached = kv.reuse_prefix(seq.kv_seq, seq.tokens, seq.request.adapter);
+  if (cached >= seq.n_prompt) {  // the prefix cache had it all: a plain admission
+    kv.release(seq.kv_seq);
+    return 0;
+  }
+  if (!kv.reserve(seq.kv_seq, seq.n_prompt - cached)) {
+    kv.release(seq.kv_seq);
+    if (!alone) return -1;
+    seq.failure = "the KV cache (" + std::to_string(kv.stats().blocks_total) +
+                  " blocks) has no room for this sequence's " + std::to_string(seq.n_prompt) +
+                  " handed-over prompt tokens";
+    running_.push_back(std::move(waiting_.front()));
+    waiting_.pop_front();
+    plan.failed.push_back(&seq);
+    return 1;
+  }
+  seq.in_kv = true;
+  seq.n_computed = cached;
+  if (seq.cached_prompt_tokens < 0) seq.cached_prompt_tokens = cached;
+  running_.push_back(std::move(waiting_.front()));
+  waiting_.pop_front();
+  plan.imports.push_back(&seq);
+  return 1;
 }
 
 void Scheduler::commit(const ScheduledBatch& plan, kv::PagedKvCache& kv) {

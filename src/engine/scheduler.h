@@ -49,6 +49,7 @@ struct Sequence {
   int32_t n_computed = 0;
   int32_t cached_prompt_tokens = -1;  // prefix hit of the first admission; -1 before
   std::string failure;                // set when the sequence cannot run at all
+  int32_t exported = 0;               // export_kv: rows [0, exported) went to the sink
   bool done = false;                  // ended; the engine retires it this step
 
   // Timing for latency statistics.
@@ -78,6 +79,10 @@ struct ScheduledBatch {
   model::Batch batch;
   int32_t preempted = 0;
   std::vector<Sequence*> failed;  // cannot fit the KV pool even alone; engine reports them
+  // Admitted with handed-over K/V (EngineRequest::import_kv): rows
+  // [n_computed, n_prompt) are reserved and must be written and committed by
+  // the engine before their next chunk (they get none this step).
+  std::vector<Sequence*> imports;
 
   bool empty() const { return chunks.empty(); }
 };
@@ -109,6 +114,10 @@ class Scheduler {
  private:
   void schedule_running(kv::PagedKvCache& kv, ScheduledBatch& plan, int32_t& budget);
   void admit_waiting(kv::PagedKvCache& kv, ScheduledBatch& plan, int32_t& budget);
+  // The head of the queue when it brings handed-over K/V: 1 admitted (or
+  // failed), 0 take the plain path (the prefix cache covers the prompt),
+  // -1 wait for blocks.
+  int admit_imported(Sequence& seq, kv::PagedKvCache& kv, ScheduledBatch& plan, bool alone);
   // Reserves up to `want` tokens for `seq`, shrinking the chunk when the pool
   // is short; 0 when not even one token fits.
   int32_t reserve_chunk(Sequence& seq, int32_t want, kv::PagedKvCache& kv);

@@ -131,6 +131,7 @@ class Paged final : public PagedKvCache {
     f16_from_float_(k, dk, shape_.row_elems);
     f16_from_float_(v, dv, shape_.row_elems);
   }
+  bool stores_rows() const override { return pool_ != nullptr; }
   bool read_raw(int layer, SeqId seq, int32_t pos, void* k, void* v) const override {
     const Seq* s = pool_ ? find(seq) : nullptr;
     if (!s || layer < 0 || layer >= shape_.n_layer || pos < 0 || pos >= s->reserved ||

@@ -131,6 +131,8 @@ class PagedKvCache : public KvView {
     (void)layer, (void)seq, (void)pos, (void)k, (void)v;
     return false;
   }
+  // false for a tables_only cache (its rows live elsewhere: none to hand over).
+  virtual bool stores_rows() const { return false; }
 };
 
 // MemAvailable from /proc/meminfo in bytes, or -1 when it cannot be read.
