@@ -512,7 +512,9 @@ void Engine::observe_queue_times(const ScheduledBatch& plan) {
     if (c.seq->started) continue;
     c.seq->started = true;
     counters_.queue_time_s.observe(seconds(now - c.seq->arrived));
-    counters_.prompt_tokens_total += static_cast<uint64_t>(c.seq->n_prompt);
+    // A continued handoff's prompt was counted where it was first computed.
+    if (c.seq->request.forced.empty())
+      counters_.prompt_tokens_total += static_cast<uint64_t>(c.seq->n_prompt);
   }
 }
 
