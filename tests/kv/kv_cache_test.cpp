@@ -588,3 +588,56 @@ TEST(PoolSize, DefaultIsFourContextsCappedByMemory) {
 
 }  // namespace
 }  // namespace cairn::kv
+
+namespace cairn::kv {
+namespace {
+
+// Raw rows for a handoff: what read_raw copies out, write_raw puts back into
+// another cache byte for byte; rows a sequence does not hold, and rows of
+// full (immutable) blocks, are refused.
+TEST(PagedKvCache, RawRowsMoveBetweenCachesUnderTheWriteRules) {
+  auto a = make(8), b = make(8);
+  ASSERT_TRUE(a && b);
+  EXPECT_TRUE(a->stores_rows());
+  std::vector<Token> toks(20);
+  for (int i = 0; i < 20; ++i) toks[(size_t)i] = 100 + i;
+  ASSERT_TRUE(a->reserve(1, 20));
+  for (int l = 0; l < kShape.n_layer; ++l)
+    for (int32_t p = 0; p < 20; ++p) {
+      auto k = row_for(toks, p, l, 0), v = row_for(toks, p, l, 1);
+      a->write(l, 1, p, k.data(), v.data());
+    }
+  a->commit(1, toks);
+  const size_t rb = (size_t)kShape.row_elems * 2;
+  std::vector<uint8_t> k(rb), v(rb);
+  EXPECT_FALSE(a->read_raw(0, 1, 20 + kBt, k.data(), v.data()));  // beyond the reservation
+  EXPECT_FALSE(a->read_raw(0, 9, 0, k.data(), v.data()));         // unknown sequence
+  EXPECT_FALSE(a->read_raw(kShape.n_layer, 1, 0, k.data(), v.data()));
+
+  ASSERT_TRUE(b->reserve(4, 20));
+  for (int l = 0; l < kShape.n_layer; ++l)
+    for (int32_t p = 0; p < 20; ++p) {
+      ASSERT_TRUE(a->read_raw(l, 1, p, k.data(), v.data()));
+      EXPECT_TRUE(b->write_raw(l, 4, p, k.data(), v.data()));
+    }
+  b->commit(4, toks);
+  for (int l = 0; l < kShape.n_layer; ++l)
+    for (int32_t p = 0; p < 20; ++p) {
+      EXPECT_EQ(std::memcmp(a->key(l, 1, p), b->key(l, 4, p), rb), 0) << l << " " << p;
+      EXPECT_EQ(std::memcmp(a->value(l, 1, p), b->value(l, 4, p), rb), 0) << l << " " << p;
+    }
+  // Position 3 is in a full block now: immutable.
+  const uint64_t skipped = b->stats().writes_skipped;
+  EXPECT_FALSE(b->write_raw(0, 4, 3, k.data(), v.data()));
+  EXPECT_EQ(b->stats().writes_skipped, skipped + 1);
+  // The imported full block is findable by prefix in the receiving cache.
+  EXPECT_EQ(b->reuse_prefix(5, toks), kBt);
+  b->release(4);
+  b->release(5);
+  a->release(1);
+  EXPECT_EQ(a->stats().blocks_used, 0);
+  EXPECT_EQ(b->stats().blocks_used, 0);
+}
+
+}  // namespace
+}  // namespace cairn::kv
