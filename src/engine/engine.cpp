@@ -52,7 +52,8 @@ Engine::Engine(model::Model& model, const Tokenizer& tok, kv::PagedKvCache& kv, 
       kv_(kv),
       cfg_(resolve(cfg, model.hparams())),
       n_vocab_(static_cast<int32_t>(model.hparams().n_vocab)),
-      scheduler_(SchedulerConfig{cfg_.max_batch_tokens, cfg_.max_seqs}) {
+      scheduler_(SchedulerConfig{cfg_.max_batch_tokens, cfg_.max_seqs}),
+      step_budget_(StepBudgetConfig{cfg_.max_step_ms}) {
   counters_.time_to_first_token_s = LatencyHistogram(request_buckets());
   counters_.queue_time_s = LatencyHistogram(request_buckets());
   counters_.e2e_latency_s = LatencyHistogram(request_buckets());
@@ -311,13 +312,15 @@ void Engine::run() {
 // DESIGN.md's loop: requests in, schedule, one forward, sample + stop, events out, free.
 bool Engine::step() {
   take_new_and_cancelled_requests();
-  scheduler_.schedule(kv_, plan_);
+  scheduler_.schedule(kv_, plan_,
+                      step_budget_.prefill_tokens(scheduler_.decoding(), cfg_.max_batch_tokens));
   for (Sequence* seq : plan_.failed) fail(*seq, seq->failure);
   counters_.preemptions += static_cast<uint64_t>(plan_.preempted);
   for (Sequence* seq : plan_.imports) import_rows(*seq);
   const bool worked = !plan_.empty() || !plan_.imports.empty();
   if (!plan_.empty()) {
     observe_queue_times(plan_);
+    const auto started = Clock::now();
     Status st = model_.forward(plan_.batch, kv_, logits_);
     if (st.is_ok()) {
       scheduler_.commit(plan_, kv_);
@@ -328,6 +331,8 @@ bool Engine::step() {
         if (c.seq->request.export_kv && c.seq->n_computed < c.seq->n_prompt)
           export_rows(*c.seq, c.seq->n_computed / bt * bt);
       sample_and_check_stops(plan_);
+      step_budget_.observe(plan_.decode_tokens, plan_.prefill_tokens,
+                           seconds(Clock::now() - started));
     } else {
       for (const ScheduledChunk& c : plan_.chunks) fail(*c.seq, "forward failed: " + st.message(),
                                                          st.code() == StatusCode::Unavailable ? st.code() : StatusCode::Internal);

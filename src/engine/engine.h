@@ -20,6 +20,7 @@
 #include "core/status.h"
 #include "engine/request.h"
 #include "engine/scheduler.h"
+#include "engine/step_budget.h"
 #include "grammar/token_mask.h"
 #include "kv/contiguous_kv.h"
 #include "kv/kv_cache.h"
@@ -32,6 +33,9 @@ struct EngineConfig {
   int32_t max_batch_tokens = 512;  // tokens per forward (decode + prefill chunks)
   int32_t max_seqs = 64;           // sequences running at once
   int32_t n_ctx = 0;               // tokens per sequence; 0: the model's context_length (or 4096)
+  // Stall-free batching (engine/step_budget.h): the step-time target in ms
+  // that sizes prompt chunks while streams decode; 0 automatic, < 0 off.
+  double max_step_ms = -1;
 };
 
 // Counts per bucket; `bounds` are upper bounds, ascending, +Inf implied.
@@ -128,6 +132,7 @@ class Engine {
 
   // Engine-thread state.
   Scheduler scheduler_;
+  StepBudget step_budget_;
   ScheduledBatch plan_;
   model::Logits logits_;
   EngineStats counters_;

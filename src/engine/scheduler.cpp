@@ -28,16 +28,24 @@ SeqId Scheduler::next_kv_seq() {
   return id;
 }
 
-void Scheduler::schedule(kv::PagedKvCache& kv, ScheduledBatch& plan) {
+int32_t Scheduler::decoding() const {
+  int32_t n = 0;
+  for (const auto& s : running_) n += s->remaining() == 1 && !s->done;
+  return n;
+}
+
+void Scheduler::schedule(kv::PagedKvCache& kv, ScheduledBatch& plan, int32_t prefill_cap) {
   plan.chunks.clear();
   plan.batch.clear();
   plan.failed.clear();
   plan.imports.clear();
   plan.preempted = 0;
+  plan.decode_tokens = plan.prefill_tokens = 0;
   int32_t budget = cfg_.max_batch_tokens;
-  schedule_running(kv, plan, budget);
+  int32_t prefill_left = std::max(prefill_cap, 0);
+  schedule_running(kv, plan, budget, prefill_left);
   // Admitting while preempting would only evict the newcomer next step.
-  if (plan.preempted == 0) admit_waiting(kv, plan, budget);
+  if (plan.preempted == 0) admit_waiting(kv, plan, budget, prefill_left);
 }
 
 int32_t Scheduler::reserve_chunk(Sequence& seq, int32_t want, kv::PagedKvCache& kv) {
@@ -67,12 +75,14 @@ void Scheduler::preempt(size_t index, kv::PagedKvCache& kv) {
   waiting_.push_front(std::move(seq));
 }
 
-void Scheduler::schedule_running(kv::PagedKvCache& kv, ScheduledBatch& plan, int32_t& budget) {
+void Scheduler::schedule_running(kv::PagedKvCache& kv, ScheduledBatch& plan, int32_t& budget,
+                                 int32_t& prefill_left) {
   // Oldest first: each gets its decode token (or its next prefill chunk);
   // when the pool runs dry the newest running sequence gives its blocks back.
   for (size_t i = 0; i < running_.size() && budget > 0;) {
     Sequence& seq = *running_[i];
-    const int32_t want = std::min(seq.remaining(), budget);
+    const bool decode = seq.remaining() == 1;
+    const int32_t want = std::min({seq.remaining(), budget, decode ? 1 : prefill_left});
     if (seq.done || !seq.failure.empty() || want <= 0) {
       ++i;
       continue;
@@ -99,11 +109,14 @@ void Scheduler::schedule_running(kv::PagedKvCache& kv, ScheduledBatch& plan, int
     }
     add_chunk(seq, got, plan);
     budget -= got;
+    (decode ? plan.decode_tokens : plan.prefill_tokens) += got;
+    if (!decode) prefill_left -= got;
     ++i;
   }
 }
 
-void Scheduler::admit_waiting(kv::PagedKvCache& kv, ScheduledBatch& plan, int32_t& budget) {
+void Scheduler::admit_waiting(kv::PagedKvCache& kv, ScheduledBatch& plan, int32_t& budget,
+                              int32_t& prefill_left) {
   while (!waiting_.empty() && budget > 0 && running() < cfg_.max_seqs) {
     Sequence& seq = *waiting_.front();
     const bool alone = running_.empty();
@@ -112,16 +125,17 @@ void Scheduler::admit_waiting(kv::PagedKvCache& kv, ScheduledBatch& plan, int32_
       if (imported < 0) break;  // waits for blocks: nobody overtakes the head
       if (imported > 0) continue;
     }
+    if (prefill_left <= 0) break;  // (handed-over rows, above, take no forward)
     // Under pressure, do not even look up the prefix (its statistics would
     // count the same prompt every step it waits).
-    const int32_t first = std::min<int32_t>((int32_t)seq.tokens.size(), budget);
+    const int32_t first = std::min<int32_t>({(int32_t)seq.tokens.size(), budget, prefill_left});
     if (!alone && kv.free_blocks() < kv.blocks_for(first)) break;
     seq.kv_seq = next_kv_seq();
     // Another adapter computes other K/V for the same tokens: its own prefixes.
     const int32_t cached = kv.reuse_prefix(seq.kv_seq, seq.tokens, seq.request.adapter);
     seq.in_kv = true;
     seq.n_computed = cached;
-    const int32_t got = reserve_chunk(seq, std::min(seq.remaining(), budget), kv);
+    const int32_t got = reserve_chunk(seq, std::min({seq.remaining(), budget, prefill_left}), kv);
     if (got == 0 && !alone) {
       kv.release(seq.kv_seq);
       seq.in_kv = false;
@@ -139,6 +153,8 @@ void Scheduler::admit_waiting(kv::PagedKvCache& kv, ScheduledBatch& plan, int32_
     }
     add_chunk(seq, got, plan);
     budget -= got;
+    plan.prefill_tokens += got;
+    prefill_left -= got;
   }
 }
 

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -78,6 +79,8 @@ struct ScheduledBatch {
   std::vector<ScheduledChunk> chunks;
   model::Batch batch;
   int32_t preempted = 0;
+  int32_t decode_tokens = 0;   // chunks of one token of running sequences
+  int32_t prefill_tokens = 0;  // every other scheduled token
   std::vector<Sequence*> failed;  // cannot fit the KV pool even alone; engine reports them
   // Admitted with handed-over K/V (EngineRequest::import_kv): rows
   // [n_computed, n_prompt) are reserved and must be written and committed by
@@ -95,7 +98,13 @@ class Scheduler {
 
   // Plans the next step and reserves its KV slots. Every chunk's slots are
   // reserved when this returns; commit() must follow the forward.
-  void schedule(kv::PagedKvCache& kv, ScheduledBatch& plan);
+  // `prefill_cap` bounds the prompt tokens (every chunk but a running
+  // sequence's single next token) within the token budget: the stall-free
+  // chunk size (engine/step_budget.h).
+  void schedule(kv::PagedKvCache& kv, ScheduledBatch& plan,
+                int32_t prefill_cap = std::numeric_limits<int32_t>::max());
+  // Running sequences whose next chunk is one token (they decode).
+  int32_t decoding() const;
 
   // Records the K/V the forward wrote for each chunk.
   void commit(const ScheduledBatch& plan, kv::PagedKvCache& kv);
@@ -112,8 +121,10 @@ class Scheduler {
   bool idle() const { return running_.empty() && waiting_.empty(); }
 
  private:
-  void schedule_running(kv::PagedKvCache& kv, ScheduledBatch& plan, int32_t& budget);
-  void admit_waiting(kv::PagedKvCache& kv, ScheduledBatch& plan, int32_t& budget);
+  void schedule_running(kv::PagedKvCache& kv, ScheduledBatch& plan, int32_t& budget,
+                        int32_t& prefill_left);
+  void admit_waiting(kv::PagedKvCache& kv, ScheduledBatch& plan, int32_t& budget,
+                     int32_t& prefill_left);
   // The head of the queue when it brings handed-over K/V: 1 admitted (or
   // failed), 0 take the plain path (the prefix cache covers the prompt),
   // -1 wait for blocks.

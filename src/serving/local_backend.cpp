@@ -225,7 +225,7 @@ Result<std::unique_ptr<LocalBackend>> LocalBackend::create(const LocalBackendOpt
                options.remote_model ? "; the agents hold it, each its share" : "", n_ctx);
   b->kv_blocks_ = blocks;
 
-  engine::EngineConfig ec{options.max_batch_tokens, options.max_seqs, n_ctx};
+  engine::EngineConfig ec{options.max_batch_tokens, options.max_seqs, n_ctx, options.max_step_ms};
   b->engine_ =
       std::make_unique<engine::Engine>(*b->loaded_.model, *b->loaded_.tokenizer, *b->kv_, ec);
   b->engine_->start();

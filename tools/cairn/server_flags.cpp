@@ -82,6 +82,12 @@ void add_engine_flags(CLI::App* cmd, serving::LocalBackendOptions& b, int64_t& k
   cmd->add_option("--max-batch-tokens", b.max_batch_tokens, "tokens per engine step")
       ->check(CLI::Range(1, 1 << 20))
       ->capture_default_str();
+  cmd->add_option("--max-step-ms", b.max_step_ms,
+                  "stall-free batching: while streams decode, prompt chunks are sized so a step "
+                  "takes about this long (from measured costs); 0: automatic (4x a decode step), "
+                  "negative: off (chunks of --max-batch-tokens)")
+      ->check(CLI::Range(-1.0, 600000.0))
+      ->capture_default_str();
   cmd->add_option("--max-seqs", b.max_seqs, "sequences running at once")
       ->check(CLI::Range(1, 1 << 16))
       ->capture_default_str();

@@ -1,0 +1,134 @@
+// Stall-free batching: the chunk-size arithmetic, and a scheduler driven by
+// a model of step time (a fixed cost per step, per decode token and per
+// prompt token) in place of a clock: a long prompt arriving among running
+// streams never makes a step longer than the target, and still completes.
+#include "engine/step_budget.h"
+
+#include <gtest/gtest.h>
+
+#include "engine/scheduler.h"
+#include "engine_test_util.h"
+
+namespace cairn::engine {
+namespace {
+
+using test_support::demo;
+using test_support::make_kv;
+
+TEST(StepBudget, OffUnmeasuredProbingAndFitted) {
+  StepBudget off(StepBudgetConfig{-1});
+  off.observe(8, 0, 0.010);
+  off.observe(8, 100, 0.5);
+  EXPECT_EQ(off.prefill_tokens(8, 512), 512);
+  EXPECT_EQ(off.target_s(), 0);
+
+  StepBudget b(StepBudgetConfig{0, 16});
+  EXPECT_EQ(b.prefill_tokens(8, 512), 512);  // no decode step measured yet
+  b.observe(8, 0, 0.010);
+  EXPECT_DOUBLE_EQ(b.target_s(), 0.040);     // 4x the decode step
+  EXPECT_EQ(b.prefill_tokens(0, 512), 512);  // nobody decodes: nobody waits
+  EXPECT_EQ(b.prefill_tokens(8, 512), 16);   // a probe while a token's cost is unknown
+  b.observe(8, 16, 0.010 + 16 * 0.001);
+  EXPECT_NEAR(b.prefill_token_s(), 0.001, 1e-12);
+  EXPECT_EQ(b.prefill_tokens(8, 512), 30);   // (40 - 10) ms / 1 ms
+  EXPECT_EQ(b.prefill_tokens(8, 20), 20);    // never above the ceiling
+  // The automatic target has a floor; a fixed one is taken as given.
+  StepBudget tiny(StepBudgetConfig{0});
+  tiny.observe(1, 0, 0.0001);
+  EXPECT_DOUBLE_EQ(tiny.target_s(), StepBudget::kAutoFloorMs / 1000);
+  StepBudget fixed(StepBudgetConfig{100, 8});
+  fixed.observe(4, 0, 0.090);
+  fixed.observe(4, 8, 0.090 + 8 * 0.005);
+  EXPECT_EQ(fixed.prefill_tokens(4, 512), 8);  // 10 ms of room: 2 tokens, raised to the minimum
+  // Bad observations are ignored.
+  fixed.observe(4, 8, -1);
+  fixed.observe(4, 8, std::numeric_limits<double>::quiet_NaN());
+  EXPECT_NEAR(fixed.prefill_token_s(), 0.005, 1e-12);
+}
+
+class NullSink final : public SequenceSink {
+ public:
+  void on_token(const TokenOutput&) override {}
+  void on_end(const EndOutput&) override {}
+  void on_error(const Status&) override {}
+};
+
+std::unique_ptr<Sequence> make_seq(RequestId id, int32_t n_prompt) {
+  EngineRequest r;
+  for (int32_t i = 0; i < n_prompt; ++i) r.prompt.push_back(10 + ((int32_t)id * 7 + i) % 200);
+  r.sampling.temperature = 0;
+  auto sampler = Sampler::create(r.sampling, 512);
+  EXPECT_TRUE(sampler.is_ok());
+  StopChecker stop(*demo().tokenizer, {});
+  return std::make_unique<Sequence>(id, std::move(r), std::move(*sampler), std::move(stop),
+                                    std::make_shared<NullSink>());
+}
+
+// Step time on a made-up host: 20 ms a step, 0.5 ms per decode token, 4 ms
+// per prompt token (prefill ~250 tokens/s, as a 1B model on two cores).
+double step_seconds(const ScheduledBatch& plan) {
+  return 0.020 + 0.0005 * plan.decode_tokens + 0.004 * plan.prefill_tokens;
+}
+
+TEST(StepBudget, LongPromptsAmongStreamsStayUnderTheTargetAndComplete) {
+  auto kv = make_kv(*demo().model, 512);
+  Scheduler s({512, 64});
+  StepBudget budget(StepBudgetConfig{0, 16});
+  ScheduledBatch plan;
+  auto step = [&] {
+    s.schedule(*kv, plan, budget.prefill_tokens(s.decoding(), 512));
+    const double t = step_seconds(plan);
+    budget.observe(plan.decode_tokens, plan.prefill_tokens, t);
+    s.commit(plan, *kv);
+    for (auto& c : plan.chunks)
+      if (c.wants_logits) c.seq->tokens.push_back(42);
+    return t;
+  };
+  for (RequestId id = 1; id <= 16; ++id) s.add(make_seq(id, 8));
+  step();  // the 16 short prompts, before anyone decodes
+  for (int i = 0; i < 5; ++i) step();  // decode only: 28 ms steps
+  const double target = budget.target_s();
+  EXPECT_NEAR(target, 4 * 0.028, 1e-9);
+
+  // Two 1,024-token prompts arrive.
+  s.add(make_seq(100, 1024));
+  s.add(make_seq(101, 1024));
+  double longest = 0, elapsed = 0;
+  int steps = 0;
+  auto done = [&] {
+    int32_t prefilled = 0;
+    for (const auto& c : plan.chunks)
+      if (c.seq->id >= 100 && c.wants_logits) ++prefilled;
+    return prefilled;
+  };
+  int finished = 0;
+  while (finished < 2 && steps < 2000) {
+    const double t = step();
+    longest = std::max(longest, t);
+    elapsed += t;
+    finished += done();
+    ++steps;
+  }
+  ASSERT_EQ(finished, 2) << "the long prompts never completed";
+  EXPECT_LE(longest, target + 1e-9) << "a step ran over the target";
+  // The prompt tokens' own time (4 ms each) is most of the elapsed time:
+  // cutting them into chunks costs only the decode parts of the extra steps.
+  const double prompt_time = 2048 * 0.004;
+  EXPECT_LT(elapsed, 1.6 * prompt_time) << steps << " steps";
+
+  // Off: the same arrival makes one step of the whole budget.
+  auto kv2 = make_kv(*demo().model, 512);
+  Scheduler s2({512, 64});
+  for (RequestId id = 1; id <= 16; ++id) s2.add(make_seq(id, 8));
+  ScheduledBatch p2;
+  s2.schedule(*kv2, p2);
+  s2.commit(p2, *kv2);
+  for (auto& c : p2.chunks) c.seq->tokens.push_back(42);
+  s2.add(make_seq(100, 1024));
+  s2.schedule(*kv2, p2);
+  EXPECT_EQ(p2.prefill_tokens, 512 - 16);
+  EXPECT_GT(step_seconds(p2), 10 * target);
+}
+
+}  // namespace
+}  // namespace cairn::engine
