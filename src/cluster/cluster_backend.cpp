@@ -815,8 +815,10 @@ std::string ClusterBackend::extra_metrics() const {
     if (whole)
       for (int i = 0; i < h.seconds_bounds_size(); ++i) {
         cumulative += h.seconds_counts(i);
-        out += "cairn_worker_kv_handoff_seconds_bucket{" + labels(w) + ",le=\"" +
-               num(h.seconds_bounds(i)) + "\"} " + std::to_string(cumulative) + "\n";
+        char le[32];  // as the server's own histograms write their bounds
+        std::snprintf(le, sizeof le, "%g", h.seconds_bounds(i));
+        out += "cairn_worker_kv_handoff_seconds_bucket{" + labels(w) + ",le=\"" + le + "\"} " +
+               std::to_string(cumulative) + "\n";
       }
     uint64_t count = 0;
     for (uint64_t c : h.seconds_counts()) count += c;
