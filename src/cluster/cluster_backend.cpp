@@ -359,7 +359,8 @@ Status ClusterBackend::dispatch(const std::shared_ptr<Flight>& flight) {
     const bool generation = !flight->embed;
     auto workers =
         candidates(generation ? flight->req.model : flight->embed->model, tried, generation);
-    if (pd) workers = prefer_role(std::move(workers), "prefill", false);
+    // Prefill-capable first; with none left, a decode worker runs it whole.
+    if (pd) workers = prefer_role(std::move(workers), "prefill", true);
     const int pick = picker_.pick(workers, flight->key);
     if (pick < 0) {
       if (!last.is_ok()) return last;
@@ -371,12 +372,14 @@ Status ClusterBackend::dispatch(const std::shared_ptr<Flight>& flight) {
     auto kind = RelaySink::Kind::Plain;
     if (generation) {
       req = flight->req;
-      if (pd) {
+      if (pd && w.role() != "decode") {
         if (auto d = reserve_decode(flight, w.id)) {
           req.handoff = serving::GenerateRequest::Handoff{d->address, flight->handoff_id};
           kind = RelaySink::Kind::Prefill;
         }
         // else no decode-capable worker is left: this attempt generates whole.
+      } else if (pd) {
+        release_reservation(*flight);
       }
     }
     uint64_t attempt;

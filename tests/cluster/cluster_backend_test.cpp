@@ -714,6 +714,27 @@ TEST(ClusterBackendPd, PrefillLostBeforeTheFirstTokenIsRetriedOnAnotherPrefillWo
   EXPECT_EQ(c.backend->in_flight(), 0);
 }
 
+TEST(ClusterBackendPd, WithNoPrefillWorkerLeftADecodeWorkerRunsTheWholeRequest) {
+  Cluster c;
+  c.add("p:1", with_role("prefill"));
+  c.add("d:1", with_role("decode"));
+  auto sink = std::make_shared<RecordingSink>();
+  ASSERT_TRUE(c.backend->submit(request(), sink).is_ok());
+  auto& p = c.at("p:1");
+  auto ps = p.take_one();
+  p.on_broken();
+  ps->on_error(Status::unavailable("socket closed"));
+  auto& d = c.at("d:1");
+  ASSERT_EQ(d.live.size(), 1u);
+  EXPECT_FALSE(d.live_req().handoff);
+  EXPECT_FALSE(d.live_req().resume);
+  auto ds = d.take_one();
+  d.token_id(*ds, 5, "A");
+  d.finish(*ds);
+  EXPECT_EQ(sink->finishes.size(), 1u);
+  EXPECT_TRUE(sink->errors.empty());
+}
+
 TEST(ClusterBackendPd, PrefillLostAfterTheFirstTokenResumesOnADecodeWorker) {
   Cluster c;
   c.add("p:1", with_role("prefill"));
