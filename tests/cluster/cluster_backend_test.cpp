@@ -3,8 +3,10 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <map>
 #include <mutex>
+#include <thread>
 
 #include "serving_test_util.h"
 
@@ -1035,6 +1037,155 @@ TEST(ClusterBackendPd, MetricsShowRolesAndHandoffCounters) {
        })
     EXPECT_NE(m.find(want), std::string::npos) << want << "\n" << m;
   EXPECT_NE(m.find("cairn_worker_kv_handoff_seconds_count{worker_id=\""), std::string::npos);
+}
+
+// A worker that plays its side of each request on its own thread, with
+// failures at set points, for the concurrency test below.
+class ThreadedWorker final : public serving::Backend {
+ public:
+  static constexpr int kLength = 6;  // tokens per request; token i has id 100 + i
+
+  ~ThreadedWorker() override { join(); }
+
+  Result<serving::RequestId> submit(serving::GenerateRequest req,
+                                    std::shared_ptr<serving::EventSink> sink) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    const serving::RequestId id = next_++;
+    auto cancelled = std::make_shared<std::atomic<bool>>(false);
+    cancels_[id] = cancelled;
+    const uint64_t n = count_++;
+    threads_.emplace_back([req = std::move(req), sink, cancelled, n] {
+      run(req, *sink, *cancelled, n);
+    });
+    return id;
+  }
+  void cancel(serving::RequestId id) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto it = cancels_.find(id); it != cancels_.end()) *it->second = true;
+  }
+  void join() {
+    for (;;) {
+      std::vector<std::thread> threads;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        threads.swap(threads_);
+      }
+      if (threads.empty()) return;
+      for (auto& t : threads) t.join();
+    }
+  }
+  std::vector<serving::ModelInfo> models() const override { return {}; }
+  serving::Health health() const override { return {}; }
+  serving::BackendStats stats() const override { return {}; }
+  Result<std::vector<serving::Token>> tokenize(const std::string&, const std::string&, bool,
+                                               bool = true) const override {
+    return std::vector<serving::Token>{};
+  }
+  Result<std::string> detokenize(const std::string&,
+                                 const std::vector<serving::Token>&) const override {
+    return std::string();
+  }
+  void start_draining() override {}
+
+ private:
+  static void run(const serving::GenerateRequest& req, serving::EventSink& sink,
+                  const std::atomic<bool>& cancelled, uint64_t n) {
+    auto end_cancelled = [&] {
+      serving::FinishEvent f;
+      f.reason = "cancelled";
+      sink.on_finish(f);
+    };
+    if (req.handoff) {
+      if (n % 7 == 3) return sink.on_error(Status::unavailable("lost before a token"));
+      sink.on_token({100, "t", 0, {}});
+      if (n % 7 == 5) return sink.on_error(Status::unavailable("lost after a token"));
+      if (cancelled) return end_cancelled();
+      serving::FinishEvent f;
+      f.reason = "handoff";
+      if (n % 5 == 1) f.handoff_error = "refused";
+      return sink.on_finish(f);
+    }
+    const int from = req.resume ? static_cast<int>(req.resume->forced.size()) : 0;
+    for (int i = from; i < kLength; ++i) {
+      if (cancelled) return end_cancelled();
+      if (req.resume && n % 5 == 2 && i == from + 1)
+        return sink.on_error(Status::unavailable("decode lost"));
+      sink.on_token({100 + i, "t", 0, {}});
+    }
+    serving::FinishEvent f;
+    f.reason = "stop";
+    sink.on_finish(f);
+  }
+
+  std::mutex mu_;
+  std::vector<std::thread> threads_;
+  std::map<serving::RequestId, std::shared_ptr<std::atomic<bool>>> cancels_;
+  serving::RequestId next_ = 1;
+  uint64_t count_ = 0;
+};
+
+TEST(ClusterBackendPd, ConcurrentFlightsWithFaultsAndCancelsEndOnceEachWithTheRightTokens) {
+  Registry registry;
+  std::mutex mu;
+  std::map<std::string, std::shared_ptr<ThreadedWorker>> workers;
+  ClusterOptions opt;
+  opt.max_queue = 1000;
+  auto backend = std::make_unique<ClusterBackend>(
+      registry, opt, [&](const WorkerView& w, std::function<void()>) {
+        std::lock_guard<std::mutex> lock(mu);
+        auto& slot = workers[w.address];
+        if (!slot) slot = std::make_shared<ThreadedWorker>();
+        return slot;
+      });
+  for (const auto& [address, role] : std::vector<std::pair<std::string, std::string>>{
+           {"p:1", "prefill"}, {"p:2", "prefill"}, {"d:1", "decode"},
+           {"d:2", "decode"}, {"d:3", "decode"}, {"b:1", "both"}})
+    ASSERT_TRUE(registry.register_worker(address, address, with_role(role)).is_ok());
+  constexpr int kRequests = 300;
+  std::vector<std::shared_ptr<RecordingSink>> sinks;
+  std::vector<serving::RequestId> ids;
+  for (int i = 0; i < kRequests; ++i) {
+    sinks.push_back(std::make_shared<RecordingSink>());
+    auto id = backend->submit(request(), sinks.back());
+    ASSERT_TRUE(id.is_ok()) << id.status().message();
+    ids.push_back(*id);
+  }
+  // Cancels race the workers' threads.
+  std::thread canceller([&] {
+    for (int i = 0; i < kRequests; i += 4) backend->cancel(ids[static_cast<size_t>(i)]);
+  });
+  canceller.join();
+  int finished = 0, cancelled = 0, errors = 0;
+  for (int i = 0; i < kRequests; ++i) {
+    auto& s = *sinks[static_cast<size_t>(i)];
+    ASSERT_TRUE(s.wait(30)) << "request " << i << " hangs";
+    const std::string reason = s.reason();
+    if (reason == "stop") {
+      ++finished;
+      std::vector<serving::Token> want;
+      for (int t = 0; t < ThreadedWorker::kLength; ++t) want.push_back(100 + t);
+      EXPECT_EQ(s.ids(), want) << "request " << i;
+    } else if (reason == "cancelled") {
+      ++cancelled;
+      EXPECT_EQ(i % 4, 0) << "request " << i;
+    } else {
+      ++errors;  // a cancelled one's worker failing, or every attempt lost
+    }
+  }
+  for (auto& [address, w] : workers) w->join();
+  for (int i = 0; i < kRequests; ++i) EXPECT_EQ(sinks[static_cast<size_t>(i)]->ends, 1) << i;
+  EXPECT_GT(finished, kRequests / 2);
+  EXPECT_EQ(backend->in_flight(), 0);
+  for (const auto& v : registry.list()) EXPECT_EQ(v.outstanding, 0) << v.address;
+  // Every fault path ran.
+  const std::string m = backend->extra_metrics();
+  for (const char* reason : {"transfer", "decode_lost", "prefill_lost"})
+    EXPECT_EQ(m.find(std::string("cairn_pd_fallbacks_total{reason=\"") + reason + "\"} 0\n"),
+              std::string::npos)
+        << reason;
+  (void)cancelled;
+  (void)errors;
+  backend.reset();
 }
 
 }  // namespace
