@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <optional>
+#include <random>
 #include <set>
 #include <variant>
 
@@ -24,6 +25,19 @@ bool generates(const WorkerView& w, const std::string& model) {
   return false;
 }
 
+// `workers` narrowed for one side of a handoff: those of `role` when any
+// is there, else the "both" ones, else (with `any`) all of them.
+std::vector<WorkerView> prefer_role(std::vector<WorkerView> workers, const std::string& role,
+                                    bool any) {
+  for (const std::string& r : {role, std::string("both")}) {
+    std::vector<WorkerView> out;
+    for (const auto& w : workers)
+      if (w.role() == r) out.push_back(w);
+    if (!out.empty()) return out;
+  }
+  return any ? workers : std::vector<WorkerView>{};
+}
+
 }  // namespace
 
 // One client request (a generation or an embedding) and the attempts made for it.
@@ -42,24 +56,47 @@ struct ClusterBackend::Flight {
   std::string worker_id;           // the current attempt's worker
   std::weak_ptr<serving::Backend> worker;
   serving::RequestId inner_id = 0;
+  uint64_t serial = 0;  // the current attempt's number (both phases); older sinks are stale
   bool inner_started = false;
   bool token_sent = false;
+  bool start_sent = false;
   bool cancelled = false;
   bool done = false;
+
+  // Prefill → decode (docs/cluster.md "Prefill and decode workers").
+  bool pd = false;        // the prompt runs on a prefill worker that hands off
+  bool decoding = false;  // the prefill part is over: attempts go to decode workers
+  std::string handoff_id;
+  std::string decode_id;  // the decode worker the current prefill attempt sends to
+  bool reserved = false;  // decode_id is counted in pending_decode_
+  std::vector<serving::Token> sent;  // token ids the client has, in order (the resume's forced)
+  std::optional<int32_t> prefill_cached;  // from the prefill worker's handoff finish
+  int decode_attempts = 0;
+  std::vector<std::string> decode_tried;
 };
 
 // The sink one attempt's worker Backend pushes to: forwards to the client,
-// or turns a failure before the first token into a retry.
+// or turns a failure into a retry (before the first token) or, for a
+// prefill/decode flight, into a decode attempt elsewhere.
 class ClusterBackend::RelaySink final : public serving::EventSink {
  public:
-  RelaySink(ClusterBackend* owner, std::shared_ptr<Flight> flight, std::string worker_id)
-      : owner_(owner), flight_(std::move(flight)), worker_id_(std::move(worker_id)) {}
+  enum class Kind { Plain, Prefill, Decode };
+  RelaySink(ClusterBackend* owner, std::shared_ptr<Flight> flight, std::string worker_id,
+            uint64_t serial, Kind kind)
+      : owner_(owner),
+        flight_(std::move(flight)),
+        worker_id_(std::move(worker_id)),
+        serial_(serial),
+        kind_(kind) {}
 
-  // A retried request's next worker sends its own; the client takes the last.
+  // A retried request's next worker sends its own; the client takes the
+  // last. A decode worker's is dropped: the client has the prefill worker's.
   void on_start(const serving::OutputSyntax& syntax) override {
     {
       std::lock_guard<std::mutex> lock(flight_->mu);
-      if (flight_->done) return;
+      if (flight_->done || flight_->serial != serial_) return;
+      if (kind_ == Kind::Decode && flight_->start_sent) return;
+      flight_->start_sent = true;
     }
     flight_->client->on_start(syntax);
   }
@@ -67,37 +104,37 @@ class ClusterBackend::RelaySink final : public serving::EventSink {
   void on_token(const serving::TokenEvent& ev) override {
     {
       std::lock_guard<std::mutex> lock(flight_->mu);
-      if (flight_->done) return;
+      if (flight_->done || flight_->serial != serial_) return;
       flight_->token_sent = true;
+      flight_->sent.push_back(ev.id);
     }
     flight_->client->on_token(ev);
   }
 
   void on_finish(const serving::FinishEvent& ev) override {
+    if (kind_ == Kind::Prefill && ev.reason == "handoff") {
+      handoff(ev);
+      return;
+    }
     if (!end()) return;
+    serving::FinishEvent out = ev;
+    if (kind_ == Kind::Decode) {
+      // The prompt's cache hit happened on the prefill worker.
+      std::lock_guard<std::mutex> lock(flight_->mu);
+      if (flight_->prefill_cached) out.usage.cached_prompt_tokens = *flight_->prefill_cached;
+    }
     // The slot frees before the client hears: one who sends the next request
     // at once is not refused by a queue it no longer occupies.
     owner_->finished(flight_->id);
-    flight_->client->on_finish(ev);
+    flight_->client->on_finish(out);
   }
 
   void on_error(const Status& err) override {
     if (ended_) return;
     ended_ = true;
     owner_->registry_.add_outstanding(worker_id_, -1);
-    if (owner_->retry(flight_, err)) return;  // another worker has it now
-    bool token_sent;
-    {
-      std::lock_guard<std::mutex> lock(flight_->mu);
-      if (flight_->done) return;
-      flight_->done = true;
-      token_sent = flight_->token_sent;
-    }
-    Status out = err;
-    if (token_sent && err.code() == StatusCode::Unavailable)
-      out = err.with_context("the worker failed during generation");
-    owner_->finished(flight_->id);
-    flight_->client->on_error(out);
+    if (owner_->recover(flight_, err)) return;  // another worker has it now
+    fail(err);
   }
 
  private:
@@ -112,9 +149,55 @@ class ClusterBackend::RelaySink final : public serving::EventSink {
     return true;
   }
 
+  // The prefill worker's part is over (its attempt ends here): the decode
+  // worker continues, with the rows when they all arrived, else recomputing.
+  void handoff(const serving::FinishEvent& ev) {
+    if (ended_) return;
+    ended_ = true;
+    owner_->registry_.add_outstanding(worker_id_, -1);
+    owner_->pd_handoffs_.fetch_add(1);
+    std::string id;
+    bool no_token;
+    {
+      std::lock_guard<std::mutex> lock(flight_->mu);
+      if (flight_->done || flight_->serial != serial_) return;
+      flight_->prefill_cached = ev.usage.cached_prompt_tokens;
+      flight_->decoding = true;
+      // A cancel from now on is kept for the decode attempt's submit.
+      flight_->inner_started = false;
+      id = ev.handoff_error.empty() ? flight_->handoff_id : std::string();
+      no_token = flight_->sent.empty();
+    }
+    if (no_token) {  // a resume needs the first token; the worker broke the protocol
+      fail(Status::internal("the prefill worker handed off without a token"));
+      return;
+    }
+    if (!ev.handoff_error.empty()) owner_->fallback_transfer_.fetch_add(1);
+    Status st = owner_->dispatch_decode(flight_, std::move(id));
+    if (!st.is_ok()) fail(st);
+  }
+
+  // Ends the flight with `err` unless it already ended.
+  void fail(const Status& err) {
+    bool token_sent;
+    {
+      std::lock_guard<std::mutex> lock(flight_->mu);
+      if (flight_->done) return;
+      flight_->done = true;
+      token_sent = flight_->token_sent;
+    }
+    Status out = err;
+    if (token_sent && err.code() == StatusCode::Unavailable)
+      out = err.with_context("the worker failed during generation");
+    owner_->finished(flight_->id);
+    flight_->client->on_error(out);
+  }
+
   ClusterBackend* owner_;
   std::shared_ptr<Flight> flight_;
   std::string worker_id_;
+  uint64_t serial_;
+  Kind kind_;
   bool ended_ = false;  // a worker Backend calls its sink from one thread at a time
 };
 
@@ -168,6 +251,11 @@ ClusterBackend::ClusterBackend(Registry& registry, ClusterOptions options,
       factory_(std::move(factory)),
       picker_(options.routing) {
   if (options_.max_attempts < 1) options_.max_attempts = 1;
+  std::random_device rd;
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%08x%08x-", static_cast<unsigned>(rd()),
+                static_cast<unsigned>(rd()));
+  handoff_prefix_ = buf;
   if (!factory_) {
     const double timeout = options_.request_timeout_s, rpc_timeout = options_.rpc_timeout_s;
     factory_ = [timeout, rpc_timeout](const WorkerView& w, std::function<void()> on_broken) {
@@ -260,16 +348,19 @@ Status ClusterBackend::dispatch(const std::shared_ptr<Flight>& flight) {
   Status last;  // ok: no attempt refused yet
   for (;;) {
     std::vector<std::string> tried;
-    int attempt;
+    bool pd;
     {
       std::lock_guard<std::mutex> lock(flight->mu);
       if (flight->attempts >= options_.max_attempts)
         return !last.is_ok() ? last : Status::unavailable("no worker could take the request");
       tried = flight->tried;
+      pd = flight->pd;
     }
     const bool generation = !flight->embed;
     auto workers =
         candidates(generation ? flight->req.model : flight->embed->model, tried, generation);
+    // Prefill-capable first; with none left, a decode worker runs it whole.
+    if (pd) workers = prefer_role(std::move(workers), "prefill", true);
     const int pick = picker_.pick(workers, flight->key);
     if (pick < 0) {
       if (!last.is_ok()) return last;
@@ -277,25 +368,42 @@ Status ClusterBackend::dispatch(const std::shared_ptr<Flight>& flight) {
     }
     const WorkerView& w = workers[static_cast<size_t>(pick)];
     auto backend = backend_for(w);
+    serving::GenerateRequest req;
+    auto kind = RelaySink::Kind::Plain;
+    if (generation) {
+      req = flight->req;
+      if (pd && w.role() != "decode") {
+        if (auto d = reserve_decode(flight, w.id)) {
+          req.handoff = serving::GenerateRequest::Handoff{d->address, flight->handoff_id};
+          kind = RelaySink::Kind::Prefill;
+        }
+        // else no decode-capable worker is left: this attempt generates whole.
+      } else if (pd) {
+        release_reservation(*flight);
+      }
+    }
+    uint64_t attempt;
     {
       std::lock_guard<std::mutex> lock(flight->mu);
-      attempt = ++flight->attempts;
+      ++flight->attempts;
+      attempt = ++flight->serial;
       flight->tried.push_back(w.id);
       flight->worker_id = w.id;
       flight->worker = backend;
       flight->inner_started = false;
     }
     registry_.add_outstanding(w.id, +1);
-    auto res = generation
-                   ? backend->submit(flight->req, std::make_shared<RelaySink>(this, flight, w.id))
-                   : backend->embed(*flight->embed,
-                                    std::make_shared<EmbedRelaySink>(this, flight, w.id));
+    auto res =
+        generation
+            ? backend->submit(std::move(req),
+                              std::make_shared<RelaySink>(this, flight, w.id, attempt, kind))
+            : backend->embed(*flight->embed, std::make_shared<EmbedRelaySink>(this, flight, w.id));
     if (res.is_ok()) {
       const serving::RequestId id = *res;
       bool cancel_now = false;
       {
         std::lock_guard<std::mutex> lock(flight->mu);
-        if (flight->attempts == attempt) {
+        if (flight->serial == attempt) {
           flight->inner_id = id;
           flight->inner_started = true;
           cancel_now = flight->cancelled;
@@ -311,6 +419,111 @@ Status ClusterBackend::dispatch(const std::shared_ptr<Flight>& flight) {
   }
 }
 
+Status ClusterBackend::dispatch_decode(const std::shared_ptr<Flight>& flight,
+                                       std::string handoff_id) {
+  Status last;  // ok: no attempt refused yet
+  for (;;) {
+    if (stopping_) return Status::unavailable("the server is stopping");
+    std::vector<std::string> tried;
+    std::vector<serving::Token> forced;
+    std::string target;
+    {
+      std::lock_guard<std::mutex> lock(flight->mu);
+      if (flight->decode_attempts >= options_.max_attempts)
+        return !last.is_ok() ? last : Status::unavailable("no worker could continue the request");
+      tried = flight->decode_tried;
+      forced = flight->sent;
+      target = flight->decode_id;
+    }
+    auto workers = candidates(flight->req.model, tried, true);
+    int pick = -1;
+    if (!handoff_id.empty()) {
+      // The rows wait on the worker the prefill worker sent them to.
+      for (size_t i = 0; i < workers.size(); ++i)
+        if (workers[i].id == target) pick = static_cast<int>(i);
+      if (pick < 0) {
+        handoff_id.clear();
+        fallback_decode_lost_.fetch_add(1);
+      }
+    }
+    release_reservation(*flight);  // from here the decode worker's own count says it
+    if (pick < 0) {
+      workers = prefer_role(std::move(workers), "decode", true);
+      {
+        // Requests about to decode somewhere count against that worker's blocks too.
+        std::lock_guard<std::mutex> lock(mu_);
+        for (auto& w : workers)
+          if (auto it = pending_decode_.find(w.id); it != pending_decode_.end())
+            w.outstanding += it->second;
+      }
+      pick = pick_most_free_kv(workers, options_.decode_blocks_per_request);
+    }
+    if (pick < 0) {
+      if (!last.is_ok()) return last;
+      return Status::unavailable("no ready worker can continue the request");
+    }
+    const WorkerView& w = workers[static_cast<size_t>(pick)];
+    auto backend = backend_for(w);
+    serving::GenerateRequest req = flight->req;
+    req.handoff.reset();
+    req.resume = serving::GenerateRequest::Resume{handoff_id, std::move(forced), nullptr};
+    uint64_t attempt;
+    {
+      std::lock_guard<std::mutex> lock(flight->mu);
+      ++flight->decode_attempts;
+      attempt = ++flight->serial;
+      flight->decoding = true;
+      flight->decode_tried.push_back(w.id);
+      flight->worker_id = w.id;
+      flight->worker = backend;
+      flight->inner_started = false;
+    }
+    registry_.add_outstanding(w.id, +1);
+    auto res = backend->submit(
+        std::move(req),
+        std::make_shared<RelaySink>(this, flight, w.id, attempt, RelaySink::Kind::Decode));
+    if (res.is_ok()) {
+      bool cancel_now = false;
+      {
+        std::lock_guard<std::mutex> lock(flight->mu);
+        if (flight->serial == attempt) {
+          flight->inner_id = *res;
+          flight->inner_started = true;
+          cancel_now = flight->cancelled;  // a cancel that came while no worker had it
+        }
+      }
+      if (cancel_now) backend->cancel(*res);
+      return Status::ok();
+    }
+    registry_.add_outstanding(w.id, -1);
+    const Status& err = res.status();
+    if (err.code() != StatusCode::Unavailable) return err;  // the request itself is wrong
+    last = err;
+    if (!handoff_id.empty()) {
+      handoff_id.clear();  // the rows stay with the worker that refused
+      fallback_decode_lost_.fetch_add(1);
+    }
+  }
+}
+
+bool ClusterBackend::recover(const std::shared_ptr<Flight>& flight, const Status& err) {
+  if (err.code() != StatusCode::Unavailable || stopping_) return false;
+  bool pd, decoding, token_sent;
+  {
+    std::lock_guard<std::mutex> lock(flight->mu);
+    if (flight->cancelled || flight->done) return false;
+    pd = flight->pd;
+    decoding = flight->decoding;
+    token_sent = flight->token_sent;
+  }
+  if (!token_sent && !decoding) return retry(flight, err);
+  // A prefill/decode flight continues from the tokens the client has, on
+  // another worker that recomputes them (the rows, if any, are lost).
+  if (!pd || !token_sent) return false;
+  (decoding ? fallback_decode_lost_ : fallback_prefill_lost_).fetch_add(1);
+  return dispatch_decode(flight, "").is_ok();
+}
+
 bool ClusterBackend::retry(const std::shared_ptr<Flight>& flight, const Status& err) {
   if (err.code() != StatusCode::Unavailable || stopping_) return false;
   {
@@ -322,9 +535,65 @@ bool ClusterBackend::retry(const std::shared_ptr<Flight>& flight, const Status& 
   return dispatch(flight).is_ok();
 }
 
-void ClusterBackend::finished(serving::RequestId id) {
+bool ClusterBackend::pd_mode(const std::string& model) const {
+  bool prefill = false, decode = false;
+  for (const auto& w : candidates(model, {}, true)) {
+    const std::string role = w.role();
+    prefill = prefill || role == "prefill";
+    decode = decode || role == "decode";
+  }
+  return prefill && decode;
+}
+
+std::optional<WorkerView> ClusterBackend::reserve_decode(const std::shared_ptr<Flight>& flight,
+                                                         const std::string& prefill_id) {
+  release_reservation(*flight);  // a retried prefill attempt picks afresh
+  auto workers = prefer_role(candidates(flight->req.model, {}, true), "decode", false);
+  // Not the prefill worker itself ("both"), unless it is the only one.
+  if (workers.size() > 1)
+    std::erase_if(workers, [&](const WorkerView& w) { return w.id == prefill_id; });
+  std::optional<WorkerView> d;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& w : workers)
+      if (auto it = pending_decode_.find(w.id); it != pending_decode_.end())
+        w.outstanding += it->second;
+    const int pick = pick_most_free_kv(workers, options_.decode_blocks_per_request);
+    if (pick < 0) return std::nullopt;
+    d = workers[static_cast<size_t>(pick)];
+    ++pending_decode_[d->id];
+  }
+  // Only this flight's current dispatcher touches its reservation: no race here.
+  std::lock_guard<std::mutex> lock(flight->mu);
+  flight->decode_id = d->id;
+  flight->reserved = true;
+  return d;
+}
+
+void ClusterBackend::release_reservation(Flight& flight) {
+  std::string id;
+  {
+    std::lock_guard<std::mutex> lock(flight.mu);
+    if (!flight.reserved) return;
+    flight.reserved = false;
+    id = flight.decode_id;
+  }
   std::lock_guard<std::mutex> lock(mu_);
-  if (flights_.erase(id) > 0) in_flight_.fetch_sub(1);
+  if (auto it = pending_decode_.find(id); it != pending_decode_.end() && --it->second <= 0)
+    pending_decode_.erase(it);
+}
+
+void ClusterBackend::finished(serving::RequestId id) {
+  std::shared_ptr<Flight> flight;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = flights_.find(id);
+    if (it == flights_.end()) return;
+    flight = std::move(it->second);
+    flights_.erase(it);
+    in_flight_.fetch_sub(1);
+  }
+  release_reservation(*flight);
 }
 
 Result<serving::RequestId> ClusterBackend::submit(serving::GenerateRequest req,
@@ -335,6 +604,13 @@ Result<serving::RequestId> ClusterBackend::submit(serving::GenerateRequest req,
   auto flight = std::make_shared<Flight>();
   flight->id = next_id_.fetch_add(1);
   flight->key = prefix_key(req, picker_.options().prefix_chars);
+  req.handoff.reset();  // the controller's to set, never a client's
+  req.resume.reset();
+  if (pd_mode(req.model)) {
+    flight->pd = true;
+    flight->handoff_id = handoff_prefix_ + std::to_string(next_handoff_.fetch_add(1));
+    pd_requests_.fetch_add(1);
+  }
   flight->req = std::move(req);
   flight->client = std::move(sink);
   return start(flight);
@@ -366,8 +642,10 @@ Result<serving::RequestId> ClusterBackend::start(const std::shared_ptr<Flight>& 
     in_flight_.fetch_add(1);
   }
   if (Status err = dispatch(flight); !err.is_ok()) {
-    std::lock_guard<std::mutex> lock(flight->mu);
-    flight->done = true;
+    {
+      std::lock_guard<std::mutex> lock(flight->mu);
+      flight->done = true;
+    }
     finished(flight->id);
     return err;
   }
@@ -490,21 +768,83 @@ std::string ClusterBackend::extra_metrics() const {
       {"cairn_worker_last_heartbeat_ms_ago", "gauge",
        "milliseconds since the worker's last heartbeat",
        [](const WorkerView& w) { return double(w.last_heartbeat_ms_ago); }},
+      {"cairn_worker_kv_handoffs_sent_total", "counter",
+       "K/V handoffs the worker sent whole (as prefill worker)",
+       [](const WorkerView& w) { return double(w.status.handoff().sent()); }},
+      {"cairn_worker_kv_handoffs_received_total", "counter",
+       "K/V handoffs the worker received whole (as decode worker)",
+       [](const WorkerView& w) { return double(w.status.handoff().received()); }},
+      {"cairn_worker_kv_handoff_bytes_sent_total", "counter", "K/V bytes the worker sent",
+       [](const WorkerView& w) { return double(w.status.handoff().bytes_sent()); }},
+      {"cairn_worker_kv_handoff_bytes_received_total", "counter", "K/V bytes the worker received",
+       [](const WorkerView& w) { return double(w.status.handoff().bytes_received()); }},
+      {"cairn_worker_kv_handoff_expired_total", "counter",
+       "received K/V handoffs dropped unclaimed or refused",
+       [](const WorkerView& w) { return double(w.status.handoff().expired()); }},
   };
   std::string out =
       "# HELP cairn_workers workers registered with the controller\n"
       "# TYPE cairn_workers gauge\ncairn_workers " +
       std::to_string(workers.size()) + "\n";
+  auto labels = [](const WorkerView& w) {
+    return "worker_id=\"" + serving::prometheus_label(w.id) + "\",name=\"" +
+           serving::prometheus_label(w.name) + "\",address=\"" +
+           serving::prometheus_label(w.address) + "\"";
+  };
+  auto num = [](double v) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%.17g", v);
+    return std::string(buf);
+  };
+  auto header = [&out](const char* name, const char* type, const char* help) {
+    out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
+  };
   for (const auto& g : gauges) {
-    out +=
-        std::string("# HELP ") + g.name + " " + g.help + "\n# TYPE " + g.name + " " + g.type + "\n";
-    for (const auto& w : workers) {
-      char num[64];
-      std::snprintf(num, sizeof num, "%.17g", g.value(w));
-      out += std::string(g.name) + "{worker_id=\"" + serving::prometheus_label(w.id) + "\",name=\"" +
-             serving::prometheus_label(w.name) + "\",address=\"" + serving::prometheus_label(w.address) + "\"} " + num + "\n";
-    }
+    header(g.name, g.type, g.help);
+    for (const auto& w : workers)
+      out += std::string(g.name) + "{" + labels(w) + "} " + num(g.value(w)) + "\n";
   }
+  // The role as an info-style series, so the other series keep their labels.
+  header("cairn_worker_role", "gauge", "1 for the worker's role: prefill, decode or both");
+  for (const auto& w : workers)
+    out += "cairn_worker_role{" + labels(w) + ",role=\"" + w.role() + "\"} 1\n";
+  header("cairn_worker_kv_handoff_seconds", "histogram",
+         "seconds from a handoff's first K/V row to the decode worker's reply");
+  for (const auto& w : workers) {
+    const auto& h = w.status.handoff();
+    uint64_t cumulative = 0;
+    // Buckets only when the counts match the bounds (+Inf last); else just the totals.
+    const bool whole = h.seconds_counts_size() == h.seconds_bounds_size() + 1;
+    if (whole)
+      for (int i = 0; i < h.seconds_bounds_size(); ++i) {
+        cumulative += h.seconds_counts(i);
+        char le[32];  // as the server's own histograms write their bounds
+        std::snprintf(le, sizeof le, "%g", h.seconds_bounds(i));
+        out += "cairn_worker_kv_handoff_seconds_bucket{" + labels(w) + ",le=\"" + le + "\"} " +
+               std::to_string(cumulative) + "\n";
+      }
+    uint64_t count = 0;
+    for (uint64_t c : h.seconds_counts()) count += c;
+    out += "cairn_worker_kv_handoff_seconds_bucket{" + labels(w) + ",le=\"+Inf\"} " +
+           std::to_string(count) + "\n";
+    out += "cairn_worker_kv_handoff_seconds_sum{" + labels(w) + "} " + num(h.seconds_sum()) + "\n";
+    out += "cairn_worker_kv_handoff_seconds_count{" + labels(w) + "} " + std::to_string(count) +
+           "\n";
+  }
+  header("cairn_pd_requests_total", "counter",
+         "generations routed as prefill on one worker, then decode on another");
+  out += "cairn_pd_requests_total " + std::to_string(pd_requests_.load()) + "\n";
+  header("cairn_pd_handoffs_total", "counter", "handoff finishes received from prefill workers");
+  out += "cairn_pd_handoffs_total " + std::to_string(pd_handoffs_.load()) + "\n";
+  header("cairn_pd_fallbacks_total", "counter",
+         "decode attempts that recomputed the prompt: the transfer failed, the decode worker was "
+         "lost, or the prefill worker was lost after its first token");
+  out += "cairn_pd_fallbacks_total{reason=\"transfer\"} " +
+         std::to_string(fallback_transfer_.load()) + "\n";
+  out += "cairn_pd_fallbacks_total{reason=\"decode_lost\"} " +
+         std::to_string(fallback_decode_lost_.load()) + "\n";
+  out += "cairn_pd_fallbacks_total{reason=\"prefill_lost\"} " +
+         std::to_string(fallback_prefill_lost_.load()) + "\n";
   return out;
 }
 

@@ -5,7 +5,11 @@
 // RemoteBackend in production, fakes in tests), counts what it has in flight
 // per worker, retries a request (generation or embedding) on another worker
 // when its worker fails before the first token or the answer reached the
-// client, and otherwise ends it with an error: never a hang. Also the union of models, the aggregated
+// client, and otherwise ends it with an error: never a hang. When the
+// workers of a model include dedicated prefill and decode ones, a generation
+// runs its prompt on a prefill worker that hands the K/V over to a decode
+// worker, and a decode worker lost mid-stream is replaced by another that
+// recomputes from the tokens so far. Also the union of models, the aggregated
 // health and stats, and per-worker gauges for /metrics. Never speaks HTTP,
 // never blocks on the network in submit.
 #pragma once
@@ -15,6 +19,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,6 +35,9 @@ struct ClusterOptions {
   int32_t max_queue = 256;         // requests in flight through the controller (503 beyond)
   double request_timeout_s = 600;  // deadline of each forwarded Generate
   double rpc_timeout_s = 10;       // tokenize / detokenize on a worker
+  // Prefill → decode: KV blocks one request is guessed to take on its decode
+  // worker, for requests routed there that its heartbeat does not show yet.
+  int64_t decode_blocks_per_request = 16;
 };
 
 // Makes the Backend that reaches one worker; `on_broken` is to be called
@@ -82,7 +90,23 @@ class ClusterBackend final : public serving::Backend {
                                      bool generation) const;
   std::shared_ptr<serving::Backend> backend_for(const WorkerView& w) const;
   // Starts the flight on the next worker; an error when no worker took it.
+  // For a prefill/decode flight, the next prefill-capable worker, told to
+  // hand off to a decode worker picked (and reserved) with it.
   Status dispatch(const std::shared_ptr<Flight>& flight);
+  // Continues a flight whose first tokens were sent on a decode-capable
+  // worker (any generating one when none is left): with the rows under
+  // `handoff_id` on the reserved decode worker, or recomputing when it is
+  // empty; an error when no worker took it.
+  Status dispatch_decode(const std::shared_ptr<Flight>& flight, std::string handoff_id);
+  // After an attempt failed with `err`: true when another attempt has the flight now.
+  bool recover(const std::shared_ptr<Flight>& flight, const Status& err);
+  // Whether a generation for `model` runs as prefill then decode now.
+  bool pd_mode(const std::string& model) const;
+  // The decode worker for a new handoff (dedicated first, then "both"; not
+  // `prefill_id` where another exists), with its reservation counted.
+  std::optional<WorkerView> reserve_decode(const std::shared_ptr<Flight>& flight,
+                                           const std::string& prefill_id);
+  void release_reservation(Flight& flight);
   // Counts a new flight in and dispatches it; its id, or why nobody took it.
   Result<serving::RequestId> start(const std::shared_ptr<Flight>& flight);
   void finished(serving::RequestId id);
@@ -109,6 +133,18 @@ class ClusterBackend final : public serving::Backend {
   mutable std::map<std::string, std::shared_ptr<serving::Backend>> backends_;
   mutable std::vector<std::shared_ptr<serving::Backend>> retired_;
   mutable uint64_t seen_version_ = 0;
+  // Decode workers chosen for handoffs whose decode part has not started
+  // (by worker id), so that a burst of requests spreads over them.
+  std::map<std::string, int> pending_decode_;
+
+  // Prefill → decode.
+  std::string handoff_prefix_;  // random per controller: handoff ids never repeat
+  std::atomic<uint64_t> next_handoff_{1};
+  std::atomic<uint64_t> pd_requests_{0};
+  std::atomic<uint64_t> pd_handoffs_{0};
+  std::atomic<uint64_t> fallback_transfer_{0};
+  std::atomic<uint64_t> fallback_decode_lost_{0};
+  std::atomic<uint64_t> fallback_prefill_lost_{0};
 };
 
 }  // namespace cairn::cluster

@@ -55,6 +55,11 @@ bool WorkerView::serves(const std::string& model) const {
   return false;
 }
 
+std::string WorkerView::role() const {
+  const std::string& r = status.role();
+  return r == "prefill" || r == "decode" ? r : std::string("both");
+}
+
 int64_t Registry::steady_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
              std::chrono::steady_clock::now().time_since_epoch())

@@ -37,6 +37,9 @@ struct WorkerView {
 
   bool ready() const { return status.state() == v1::WorkerStatus::READY; }
   bool serves(const std::string& model) const;  // empty model: any
+  // "prefill", "decode" or "both" (cairn worker --role); an empty or unknown
+  // role is "both", so workers that predate roles keep taking everything.
+  std::string role() const;
 };
 
 class Registry {

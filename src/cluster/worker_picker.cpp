@@ -65,6 +65,25 @@ double kv_usage(const WorkerView& w) {
   return total > 0 ? static_cast<double>(w.status.kv_blocks_used()) / total : 0.0;
 }
 
+int64_t free_kv_estimate(const WorkerView& w, int64_t blocks_per_request) {
+  return int64_t{w.status.kv_blocks_total()} - w.status.kv_blocks_used() -
+         w.outstanding * blocks_per_request;
+}
+
+int pick_most_free_kv(const std::vector<WorkerView>& c, int64_t blocks_per_request) {
+  int best = -1;
+  int64_t best_free = 0;
+  for (int i = 0; i < static_cast<int>(c.size()); ++i) {
+    const int64_t f = free_kv_estimate(c[i], blocks_per_request);
+    if (best < 0 || f > best_free ||
+        (f == best_free && worker_load(c[i]) < worker_load(c[best]))) {
+      best = i;
+      best_free = f;
+    }
+  }
+  return best;
+}
+
 std::string prefix_key(const serving::GenerateRequest& req, size_t max_chars) {
   std::string key;
   if (const auto* text = std::get_if<std::string>(&req.prompt)) {

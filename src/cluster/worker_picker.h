@@ -34,6 +34,15 @@ int64_t worker_load(const WorkerView& w);
 // Used KV blocks as a fraction of the pool (0 when unknown); breaks load ties.
 double kv_usage(const WorkerView& w);
 
+// A decode worker's free KV blocks as the controller guesses them: the pool
+// less the blocks in use at its last heartbeat, less `blocks_per_request`
+// for each request the controller has in flight to it (that heartbeat may
+// not show them yet). Negative when it looks full.
+int64_t free_kv_estimate(const WorkerView& w, int64_t blocks_per_request);
+// Where a handed-off request decodes: the candidate with the most estimated
+// free blocks, ties to the lower load; -1 when there is none.
+int pick_most_free_kv(const std::vector<WorkerView>& candidates, int64_t blocks_per_request);
+
 // The bytes of a request's prompt that prefix-affinity hashes: the text, the
 // token ids, or the chat messages' roles and contents, cut at `max_chars`.
 std::string prefix_key(const serving::GenerateRequest& req, size_t max_chars);

@@ -137,5 +137,31 @@ TEST(WorkerPicker, PrefixKeyCutsThePromptAndCoversEveryPromptKind) {
   EXPECT_LE(prefix_key(m1, 10).size(), 11u);
 }
 
+TEST(WorkerPicker, DecodePickTakesTheMostFreeBlocksLessWhatIsInFlight) {
+  EXPECT_EQ(pick_most_free_kv({}, 16), -1);
+  // b has the most free blocks at its heartbeat...
+  std::vector<WorkerView> c = {worker("a", 0, 0, 60), worker("b", 0, 0, 20), worker("c", 0, 0, 50)};
+  EXPECT_EQ(pick_most_free_kv(c, 16), 1);
+  // ...until requests in flight there are counted (80 - 3 * 16 = 32 < 50).
+  c[1].outstanding = 3;
+  EXPECT_EQ(free_kv_estimate(c[1], 16), 32);
+  EXPECT_EQ(pick_most_free_kv(c, 16), 2);
+  // Ties go to the lower load.
+  c[0].status.set_kv_blocks_used(50);
+  c[2].status.set_queue_length(2);
+  EXPECT_EQ(pick_most_free_kv(c, 16), 0);
+}
+
+TEST(WorkerPicker, RoleDefaultsToBoth) {
+  WorkerView w = worker("a", 0);
+  EXPECT_EQ(w.role(), "both");
+  w.status.set_role("prefill");
+  EXPECT_EQ(w.role(), "prefill");
+  w.status.set_role("decode");
+  EXPECT_EQ(w.role(), "decode");
+  w.status.set_role("something-new");
+  EXPECT_EQ(w.role(), "both");
+}
+
 }  // namespace
 }  // namespace cairn::cluster
