@@ -1,4 +1,4 @@
-// engine/step_budget.cpp — the stall-free chunk size from measured step costs.
+// engine/step_budget.cpp — the stall-free chunk size from a line fitted to step times.
 #include "engine/step_budget.h"
 
 #include <algorithm>
@@ -6,38 +6,48 @@
 
 namespace cairn::engine {
 
-namespace {
-double blend(double old_value, double sample, double alpha) {
-  return old_value <= 0 ? sample : old_value + alpha * (sample - old_value);
-}
-}  // namespace
-
 void StepBudget::observe(int32_t n_decode, int32_t n_prefill, double seconds) {
-  if (!(seconds >= 0) || !std::isfinite(seconds)) return;
-  if (n_prefill <= 0) {
-    if (n_decode > 0) decode_s_ = blend(decode_s_, seconds, kAlpha);
-    return;
-  }
-  // Without a decode-only measurement yet, the whole step is the prompt's.
-  const double base = n_decode > 0 ? decode_s_ : 0;
-  const double per_token = std::max(0.0, seconds - base) / n_prefill;
-  per_token_s_ = blend(per_token_s_, per_token, kAlpha);
+  const double x = (double)std::max(0, n_decode) + (double)std::max(0, n_prefill);
+  if (!(seconds >= 0) || !std::isfinite(seconds) || x <= 0) return;
+  const double a = seen_ ? kAlpha : 1.0;
+  mx_ += a * (x - mx_);
+  my_ += a * (seconds - my_);
+  mxx_ += a * (x * x - mxx_);
+  mxy_ += a * (x * seconds - mxy_);
+  seen_ = true;
 }
 
-double StepBudget::target_s() const {
+double StepBudget::per_token_s() const {
+  if (!seen_) return 0;
+  const double var = mxx_ - mx_ * mx_;
+  // Steps of (nearly) one size say nothing about the split: all per token.
+  if (var > 1e-6 * mx_ * mx_ + 1e-12) {
+    const double slope = (mxy_ - mx_ * my_) / var;
+    if (slope > 0 && my_ - slope * mx_ >= 0) return slope;
+    if (slope > 0) return my_ / mx_;  // a negative fixed part is noise: no fixed part
+  }
+  return my_ / mx_;
+}
+
+double StepBudget::fixed_s() const {
+  if (!seen_) return 0;
+  return std::max(0.0, my_ - per_token_s() * mx_);
+}
+
+double StepBudget::target_s(int32_t n_decode) const {
   if (cfg_.max_step_ms > 0) return cfg_.max_step_ms / 1000;
-  if (cfg_.max_step_ms < 0 || decode_s_ <= 0) return 0;
-  return std::max(kAutoFactor * decode_s_, kAutoFloorMs / 1000);
+  if (cfg_.max_step_ms < 0 || !seen_) return 0;
+  const double decode_step = fixed_s() + per_token_s() * std::max(0, n_decode);
+  return std::max(kAutoFactor * decode_step, kAutoFloorMs / 1000);
 }
 
 int32_t StepBudget::prefill_tokens(int32_t n_decode, int32_t ceiling) const {
   ceiling = std::max(ceiling, 0);
-  const double target = target_s();
-  if (n_decode <= 0 || target <= 0 || decode_s_ <= 0) return ceiling;
-  // Streams wait but a prompt token's cost is unknown: a small probe first.
-  if (per_token_s_ <= 0) return std::min(ceiling, cfg_.min_prefill_tokens);
-  const double room = target - decode_s_;
-  const double fit = room > 0 ? std::floor(room / per_token_s_) : 0;
+  const double target = target_s(n_decode);
+  const double per_token = per_token_s();
+  if (n_decode <= 0 || target <= 0 || per_token <= 0) return ceiling;
+  const double room = target - fixed_s() - per_token * n_decode;
+  const double fit = room > 0 ? std::floor(room / per_token) : 0;
   const int32_t n = fit >= (double)ceiling ? ceiling : (int32_t)fit;
   return std::min(ceiling, std::max(n, cfg_.min_prefill_tokens));
 }
