@@ -107,10 +107,10 @@ class EmbedWaiter final : public serving::EmbedSink {
 };
 
 // Inside PushKv: a failed step's status goes into the reply's error.
-#define CAIRN_GRPC_TRY(expr)                     \
-  do {                                           \
-    const cairn::Status st_ = (expr);            \
-    if (!st_.is_ok()) return refuse(st_);        \
+#define CAIRN_GRPC_TRY(expr)              \
+  do {                                    \
+    const cairn::Status st_ = (expr);     \
+    if (!st_.is_ok()) return refuse(st_); \
   } while (0)
 
 grpc::Status invalid_argument(const std::string& message) {
@@ -210,12 +210,14 @@ class KvPusher {
     writer_->WritesDone();
     const grpc::Status st = writer_->Finish();
     done_ = true;
-    if (!st.ok()) return error_ = one_line("K/V push to the decode worker failed: " + st.error_message());
+    if (!st.ok())
+      return error_ = one_line("K/V push to the decode worker failed: " + st.error_message());
     if (reply_.has_error())
-      return error_ = one_line("the decode worker refused the K/V rows: " + reply_.error().message());
+      return error_ =
+                 one_line("the decode worker refused the K/V rows: " + reply_.error().message());
     if (reply_.bytes() != bytes_)
-      return error_ = "the decode worker acknowledged " + std::to_string(reply_.bytes()) +
-                      " of " + std::to_string(bytes_) + " K/V bytes";
+      return error_ = "the decode worker acknowledged " + std::to_string(reply_.bytes()) + " of " +
+                      std::to_string(bytes_) + " K/V bytes";
     return {};
   }
 
@@ -288,9 +290,10 @@ class WorkerService final : public v1::Worker::Service {
       // Taken before submit: a transfer the engine may import is one that
       // arrived whole and was not claimed before.
       const std::string& hid = req.resume->handoff_id;
-      auto kv = options_.handoff_store ? options_.handoff_store->take(hid)
-                                       : Result<std::shared_ptr<const kv::ImportedKv>>(
-                                             cairn::Status::not_found("no store"));
+      auto kv =
+          options_.handoff_store
+              ? options_.handoff_store->take(hid)
+              : Result<std::shared_ptr<const kv::ImportedKv>>(cairn::Status::not_found("no store"));
       if (!kv.is_ok())
         return rpc::to_grpc_status(cairn::Status::error(
             StatusCode::Unavailable,
@@ -351,10 +354,10 @@ class WorkerService final : public v1::Worker::Service {
         } else if (auto* run = std::get_if<kv::KvRun>(&ev)) {
           if (!handoff) continue;  // not asked for: never pushed anywhere
           if (!pusher)
-            pusher = std::make_unique<KvPusher>(channel_to(handoff->peer), handoff->id,
-                                                msg->model(),
-                                                std::chrono::milliseconds(options_.handoff_timeout_ms),
-                                                options_.kv_push_chunk_bytes);
+            pusher =
+                std::make_unique<KvPusher>(channel_to(handoff->peer), handoff->id, msg->model(),
+                                           std::chrono::milliseconds(options_.handoff_timeout_ms),
+                                           options_.kv_push_chunk_bytes);
           pusher->push(std::move(*run));
           continue;
         } else if (auto* fin = std::get_if<serving::FinishEvent>(&ev)) {

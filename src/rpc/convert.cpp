@@ -166,12 +166,11 @@ Result<serving::GenerateRequest> from_proto(const v1::GenerateRequest& m) {
   if (m.has_resume()) {
     const auto& r = m.resume();
     if (r.handoff_id().size() > kMaxHandoffIdBytes)
-      return invalid("resume.handoff_id is longer than " + std::to_string(kMaxHandoffIdBytes) +
-                         " bytes",
-                     "resume");
+      return invalid(
+          "resume.handoff_id is longer than " + std::to_string(kMaxHandoffIdBytes) + " bytes",
+          "resume");
     if (static_cast<size_t>(r.forced_tokens_size()) > kMaxPromptTokens)
-      return invalid("resume has more than " + std::to_string(kMaxPromptTokens) +
-                         " forced tokens",
+      return invalid("resume has more than " + std::to_string(kMaxPromptTokens) + " forced tokens",
                      "resume");
     serving::GenerateRequest::Resume res;
     res.handoff_id = r.handoff_id();
@@ -196,9 +195,9 @@ v1::KvHeader to_proto(const KvHeader& h) {
 Result<KvHeader> from_proto(const v1::KvHeader& m) {
   if (m.prompt_size() == 0) return invalid("the K/V header has no prompt", "prompt");
   if (static_cast<size_t>(m.prompt_size()) > kMaxPromptTokens)
-    return invalid("the K/V header's prompt has more than " + std::to_string(kMaxPromptTokens) +
-                       " tokens",
-                   "prompt");
+    return invalid(
+        "the K/V header's prompt has more than " + std::to_string(kMaxPromptTokens) + " tokens",
+        "prompt");
   if (m.model().size() > kMaxModelNameBytes)
     return invalid("the K/V header's model name is longer than " +
                        std::to_string(kMaxModelNameBytes) + " bytes",

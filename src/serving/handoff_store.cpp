@@ -69,7 +69,8 @@ Status HandoffStore::begin(const std::string& id, const std::string& model,
   if (prompt.empty()) return refused(Status::invalid_argument("the handed-over prompt is empty"));
   if (prompt.size() > options_.max_prompt_tokens)
     return refused(Status::invalid_argument("the handed-over prompt has more than " +
-                                            std::to_string(options_.max_prompt_tokens) + " tokens"));
+                                            std::to_string(options_.max_prompt_tokens) +
+                                            " tokens"));
   for (Token t : prompt)
     if (t < 0)
       return refused(Status::invalid_argument("the handed-over prompt has a negative token id"));

@@ -25,14 +25,14 @@ namespace cairn::serving {
 
 // Handoffs as one worker counts them (both roles; proto HandoffCounters).
 struct HandoffCountersSnapshot {
-  uint64_t sent = 0;         // transfers the decode worker acknowledged whole
+  uint64_t sent = 0;  // transfers the decode worker acknowledged whole
   uint64_t send_failed = 0;
   uint64_t bytes_sent = 0;
-  uint64_t received = 0;     // transfers received whole
+  uint64_t received = 0;  // transfers received whole
   uint64_t bytes_received = 0;
-  uint64_t resumed = 0;      // Generate calls that took a transfer's rows
-  uint64_t expired = 0;      // transfers dropped unclaimed (timeout, refused, cut off)
-  Histogram seconds;         // first row to the decode worker's reply
+  uint64_t resumed = 0;  // Generate calls that took a transfer's rows
+  uint64_t expired = 0;  // transfers dropped unclaimed (timeout, refused, cut off)
+  Histogram seconds;     // first row to the decode worker's reply
 };
 
 class HandoffCounters {
@@ -56,7 +56,7 @@ struct HandoffStoreOptions {
   int64_t max_bytes = int64_t(1) << 30;  // all transfers' rows together
   int64_t timeout_ms = 30000;            // since an entry's last activity
   size_t max_prompt_tokens = 1 << 20;
-  size_t max_entries = 4096;             // transfers held at once
+  size_t max_entries = 4096;  // transfers held at once
   size_t max_id_bytes = 256;
   // Injectable for tests; default: steady_clock::now.
   std::function<std::chrono::steady_clock::time_point()> clock = {};
@@ -90,15 +90,15 @@ class HandoffStore {
   // incomplete or expired.
   Result<std::shared_ptr<const kv::ImportedKv>> take(const std::string& id);
 
-  int64_t bytes() const;   // reserved for the transfers held
-  size_t size() const;     // transfers held (complete or not)
+  int64_t bytes() const;  // reserved for the transfers held
+  size_t size() const;    // transfers held (complete or not)
 
  private:
   struct Entry {
     std::string model;
     kv::ImportedKv kv;
-    int32_t next = 0;        // the next position expected
-    int64_t reserved = 0;    // bytes_for(prompt.size())
+    int32_t next = 0;      // the next position expected
+    int64_t reserved = 0;  // bytes_for(prompt.size())
     bool whole = false;
     std::chrono::steady_clock::time_point touched;
   };

@@ -82,8 +82,7 @@ struct Worker {
     if (!s.is_ok()) return;
     server = std::move(*s);
     address = "127.0.0.1:" + std::to_string(server->port());
-    stub = v1::Worker::NewStub(
-        grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+    stub = v1::Worker::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
   }
   ~Worker() {
     if (server) server->shutdown(1);
@@ -177,7 +176,8 @@ kv::KvRows make_rows(const kv::KvGeometry& g, int32_t first, int32_t n) {
     for (int t = 0; t < 2; ++t)
       for (int j = 0; j < n; ++j)
         for (int64_t o = 0; o < rb; ++o)
-          r.bytes[(size_t)(((int64_t)l * 2 + t) * n * rb + j * rb + o)] = row_byte(l, t, first + j, o);
+          r.bytes[(size_t)(((int64_t)l * 2 + t) * n * rb + j * rb + o)] =
+              row_byte(l, t, first + j, o);
   return r;
 }
 

@@ -135,7 +135,8 @@ TEST(HandoffStore, BadRunsDropTheTransfer) {
   EXPECT_EQ(f.store.append("a", rows(1, 1)).code(), StatusCode::InvalidArgument);  // a gap
   EXPECT_EQ(f.store.size(), 0u);
   again();
-  EXPECT_EQ(f.store.append("a", rows(0, 5)).code(), StatusCode::InvalidArgument);  // past the prompt
+  EXPECT_EQ(f.store.append("a", rows(0, 5)).code(),
+            StatusCode::InvalidArgument);  // past the prompt
   again();
   EXPECT_EQ(f.store.append("a", rows(0, 0)).code(), StatusCode::InvalidArgument);  // empty
   again();

@@ -132,6 +132,10 @@ Status run_worker(WorkerArgs a) {
   wo.handoff_counters = &handoff_counters;
   wo.role = a.role;
   wo.handoff_timeout_ms = a.handoff_timeout_ms;
+  // Room for the first message's prompt under a peer with the same
+  // --max-message-mb.
+  wo.kv_push_chunk_bytes =
+      std::min<int64_t>(int64_t(4) << 20, (int64_t(a.max_message_mb) << 20) / 2);
   auto service = api::make_worker_service(backend, wo);
   api::GrpcServerOptions so;
   so.address = a.listen;
