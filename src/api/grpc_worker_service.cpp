@@ -28,6 +28,9 @@ using Event = std::variant<serving::OutputSyntax, serving::TokenEvent, serving::
 // whose client went away keeps running.
 constexpr auto kPollInterval = std::chrono::milliseconds(20);
 
+// Decode workers whose channels are kept (a cluster has few).
+constexpr size_t kMaxCachedChannels = 64;
+
 // The hand-off from the engine thread to one Generate handler. The engine
 // only locks, appends and notifies; the handler converts and writes.
 class StreamSink final : public serving::EventSink {
@@ -543,6 +546,9 @@ class WorkerService final : public v1::Worker::Service {
   // connection each time.
   std::shared_ptr<grpc::Channel> channel_to(const std::string& peer) {
     std::lock_guard<std::mutex> lock(mu_);
+    // Peers come from requests: the cache stays bounded (calls in flight
+    // keep their channel alive).
+    if (channels_.size() >= kMaxCachedChannels && !channels_.count(peer)) channels_.clear();
     auto& ch = channels_[peer];
     if (!ch) {
       grpc::ChannelArguments args;
