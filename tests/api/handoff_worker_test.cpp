@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <filesystem>
 #include <thread>
 
 #include "api/grpc_server.h"
@@ -57,12 +58,12 @@ struct Worker {
   std::string address;
   std::unique_ptr<v1::Worker::Stub> stub;
 
-  Worker(const std::string& role, int64_t chunk_bytes = 0) {
+  Worker(const std::string& role, int64_t chunk_bytes = 0, const std::string& model = {}) {
     serving::LocalBackendOptions o;
-    o.model_path = demo_path();
+    o.model_path = model.empty() ? demo_path() : model;
     o.model_name = "demo";
     o.threads = 1;
-    o.n_ctx = 512;
+    o.n_ctx = model.empty() ? 512 : 0;  // 0: the model's
     auto b = serving::LocalBackend::create(o);
     EXPECT_TRUE(b.is_ok()) << b.status().message();
     if (!b.is_ok()) return;
@@ -412,6 +413,67 @@ TEST(HandoffWorker, PrefillThenDecodeEqualsOneWorker) {
   Outcome again = generate(d, dec);
   EXPECT_EQ(again.status.error_code(), grpc::StatusCode::UNAVAILABLE);
   EXPECT_NE(again.status.error_message().find("not found"), std::string::npos);
+}
+
+// One request through P then D, against the same request on D alone: the
+// tokens and text together must be the same.
+void expect_handoff_matches(Worker& p, Worker& d, serving::GenerateRequest r,
+                            const std::string& id) {
+  Outcome whole = generate(d, r);
+  ASSERT_TRUE(whole.status.ok()) << whole.status.error_message();
+  ASSERT_TRUE(whole.finish);
+  serving::GenerateRequest pre = r;
+  pre.handoff = serving::GenerateRequest::Handoff{d.address, id};
+  Outcome first = generate(p, pre);
+  ASSERT_TRUE(first.status.ok()) << first.status.error_message();
+  ASSERT_TRUE(first.finish);
+  if (whole.ids.size() <= 1) {  // ended at its first token: nothing to hand off
+    EXPECT_EQ(first.ids, whole.ids);
+    return;
+  }
+  ASSERT_EQ(first.finish->reason(), "handoff") << "the engine did not hand the request off";
+  ASSERT_EQ(first.finish->handoff_error(), "");
+  ASSERT_EQ(first.ids.size(), 1u);
+  serving::GenerateRequest dec = r;
+  dec.resume = serving::GenerateRequest::Resume{};
+  dec.resume->handoff_id = id;
+  dec.resume->forced = first.ids;
+  Outcome rest = generate(d, dec);
+  ASSERT_TRUE(rest.status.ok()) << rest.status.error_message();
+  ASSERT_TRUE(rest.finish);
+  EXPECT_EQ(rest.finish->reason(), whole.finish->reason());
+  std::vector<serving::Token> joined = first.ids;
+  joined.insert(joined.end(), rest.ids.begin(), rest.ids.end());
+  EXPECT_EQ(joined, whole.ids);
+  EXPECT_EQ(first.text + rest.text, whole.text);
+}
+
+// The same on a real model and tokenizer (stories260K, when ../shared has
+// it): greedy, and seeded sampling (the decode side replays the first
+// token's random draw). Needs the engine's export/import.
+TEST(HandoffWorker, StoriesThroughTheHandoffEqualOneWorker) {
+  auto shared = ::cairn::test::shared_dir();
+  if (!shared || !std::filesystem::exists(*shared / "models" / "stories260K.gguf"))
+    GTEST_SKIP() << "no ../shared/models/stories260K.gguf";
+  const std::string model = (*shared / "models" / "stories260K.gguf").string();
+  Worker d("decode", 0, model);
+  ASSERT_TRUE(d.server);
+  Worker p("prefill", 0, model);
+  ASSERT_TRUE(p.server);
+  serving::GenerateRequest r;
+  r.prompt = std::string(
+      "Once upon a time, there was a little girl named Lily. She loved to play outside in the "
+      "park with her friends. One day, she saw a big");
+  r.max_tokens = 40;
+  r.sampling.temperature = 0;
+  expect_handoff_matches(p, d, r, "greedy");
+  r.sampling.temperature = 0.9f;
+  r.sampling.top_p = 0.95f;
+  r.sampling.seed = 1234;
+  expect_handoff_matches(p, d, r, "seeded");
+  r.stop = {"."};
+  expect_handoff_matches(p, d, r, "stop");
+  EXPECT_EQ(d.store->size(), 0u);
 }
 
 // A decode worker that cannot be reached: the first token still reaches the
