@@ -476,6 +476,29 @@ TEST(HandoffWorker, StoriesThroughTheHandoffEqualOneWorker) {
   EXPECT_EQ(d.store->size(), 0u);
 }
 
+// Many handoffs at once between the same two workers: each request's rows go
+// to its own transfer and every output matches. Needs the engine's export/import.
+TEST(HandoffWorker, ConcurrentHandoffsStayApart) {
+  Worker d("decode");
+  ASSERT_TRUE(d.server);
+  Worker p("prefill", d.geometry().bytes_for(7));
+  ASSERT_TRUE(p.server);
+  const char* kPrompts[] = {"the quick brown fox", "a cat sat on the mat and looked at the dog",
+                            "one two three four five six seven eight nine ten eleven twelve",
+                            "hello world"};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 8; ++i)
+    threads.emplace_back([&, i] {
+      serving::GenerateRequest r = greedy(10);
+      r.prompt = std::string(kPrompts[i % 4]) + " " + std::to_string(i);
+      expect_handoff_matches(p, d, r, "c" + std::to_string(i));
+    });
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(d.store->size(), 0u);
+  EXPECT_EQ(p.counters.snapshot().sent, 8u);
+  EXPECT_EQ(d.counters.snapshot().resumed, 8u);
+}
+
 // A decode worker that cannot be reached: the first token still reaches the
 // caller and the handoff's finish says why the rows did not arrive.
 // Needs the engine's export.
