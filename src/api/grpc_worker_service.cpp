@@ -227,6 +227,8 @@ class KvPusher {
   // Abandons the push: the decode worker drops what it holds of it.
   void cancel() {
     if (!writer_ || done_) return;
+    // A later finish() reports this rather than touching the closed call.
+    if (error_.empty()) error_ = "the K/V push was cancelled";
     ctx_.TryCancel();
     writer_->Finish();
     done_ = true;
@@ -289,22 +291,6 @@ class WorkerService final : public v1::Worker::Service {
     serving::GenerateRequest& req = *parsed;
     if (req.handoff && options_.role == "decode")
       return invalid_argument("this worker decodes only (--role decode): it hands nothing off");
-    if (req.resume && !req.resume->handoff_id.empty()) {
-      // Taken before submit: a transfer the engine may import is one that
-      // arrived whole and was not claimed before.
-      const std::string& hid = req.resume->handoff_id;
-      auto kv =
-          options_.handoff_store
-              ? options_.handoff_store->take(hid)
-              : Result<std::shared_ptr<const kv::ImportedKv>>(cairn::Status::not_found("no store"));
-      if (!kv.is_ok())
-        return rpc::to_grpc_status(cairn::Status::error(
-            StatusCode::Unavailable,
-            "handoff " + hid.substr(0, 64) + " not found: expired, refused or never arrived",
-            "resume"));
-      req.resume->kv = std::move(*kv);
-      if (options_.handoff_counters) ++options_.handoff_counters->resumed;
-    }
     std::optional<serving::GenerateRequest::Handoff> handoff = req.handoff;
 
     auto sink = std::make_shared<StreamSink>();
@@ -323,6 +309,22 @@ class WorkerService final : public v1::Worker::Service {
         self->running_.erase(id);
       }
     } unname{this, id};
+    if (req.resume && !req.resume->handoff_id.empty()) {
+      // Taken before submit: a transfer the engine may import is one that
+      // arrived whole and was not claimed before.
+      const std::string& hid = req.resume->handoff_id;
+      auto kv =
+          options_.handoff_store
+              ? options_.handoff_store->take(hid)
+              : Result<std::shared_ptr<const kv::ImportedKv>>(cairn::Status::not_found("no store"));
+      if (!kv.is_ok())
+        return rpc::to_grpc_status(cairn::Status::error(
+            StatusCode::Unavailable,
+            "handoff " + hid.substr(0, 64) + " not found: expired, refused or never arrived",
+            "resume"));
+      req.resume->kv = std::move(*kv);
+      if (options_.handoff_counters) ++options_.handoff_counters->resumed;
+    }
 
     auto submitted = backend_.submit(std::move(parsed).value(), sink);
     if (!submitted.is_ok()) return rpc::to_grpc_status(submitted.status());
