@@ -71,6 +71,10 @@ class LoadingBackend final : public serving::Backend {
     if (auto* b = get()) return b->apply_template(req);
     return loading();
   }
+  Result<kv::KvGeometry> kv_geometry(const std::string& model) const override {
+    if (auto* b = get()) return b->kv_geometry(model);
+    return loading();
+  }
   void start_draining() override {
     draining_ = true;
     if (auto* b = get()) b->start_draining();

@@ -79,7 +79,7 @@ struct WorkerAgent::Impl {
     v1::RegisterRequest req;
     req.set_name(options.name);
     req.set_address(options.advertise);
-    *req.mutable_status() = rpc::worker_status(backend);
+    *req.mutable_status() = rpc::worker_status(backend, options.role, options.handoff_counters);
     v1::RegisterResponse res;
     grpc::Status st =
         call([&](grpc::ClientContext* ctx) { return stub->Register(ctx, req, &res); });
@@ -120,7 +120,7 @@ struct WorkerAgent::Impl {
   void do_heartbeat(const std::string& id) {
     v1::HeartbeatRequest req;
     req.set_worker_id(id);
-    *req.mutable_status() = rpc::worker_status(backend);
+    *req.mutable_status() = rpc::worker_status(backend, options.role, options.handoff_counters);
     v1::HeartbeatResponse res;
     grpc::Status st =
         call([&](grpc::ClientContext* ctx) { return stub->Heartbeat(ctx, req, &res); });
@@ -167,6 +167,8 @@ Status WorkerAgent::validate(const WorkerAgentOptions& o) {
   if (o.advertise.empty()) return Status::error("the advertised address is empty");
   if (o.advertise.size() > 1024) return Status::error("the advertised address is too long");
   if (o.name.size() > 256) return Status::error("the worker name is longer than 256 bytes");
+  if (o.role != "prefill" && o.role != "decode" && o.role != "both")
+    return Status::error("the role must be prefill, decode or both");
   if (o.heartbeat_ms < kMinHeartbeatMs || o.heartbeat_ms > kMaxHeartbeatMs)
     return Status::error("the heartbeat interval must be " + std::to_string(kMinHeartbeatMs) +
                          ".." + std::to_string(kMaxHeartbeatMs) + " ms");

@@ -14,6 +14,7 @@
 
 #include "core/status.h"
 #include "serving/backend.h"
+#include "serving/handoff_store.h"
 
 namespace cairn::cluster {
 
@@ -22,6 +23,11 @@ struct WorkerAgentOptions {
   std::string name;        // human-readable; need not be unique
   std::string advertise;   // HOST:PORT where this worker's Worker service listens
   int heartbeat_ms = 2000;
+  // Sent in every WorkerStatus: the worker's role in prefill → decode
+  // handoffs ("prefill", "decode" or "both") and its handoff counters
+  // (borrowed, outliving the agent; null: none sent).
+  std::string role = "both";
+  const serving::HandoffCounters* handoff_counters = nullptr;
   // Called on the agent's thread after each successful Register with the new
   // worker id (e.g. for the CLI's "registered" line). Must not block.
   std::function<void(const std::string& worker_id)> on_registered;

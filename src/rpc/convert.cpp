@@ -78,6 +78,15 @@ v1::GenerateRequest to_proto(const serving::GenerateRequest& req, const std::str
   m.set_tool_choice_name(req.tool_choice_name);
   m.set_no_parallel_tool_calls(!req.parallel_tool_calls);
   m.set_chat_template_kwargs_json(req.chat_template_kwargs_json);
+  if (req.handoff) {
+    m.mutable_handoff()->set_peer(req.handoff->peer);
+    m.mutable_handoff()->set_id(req.handoff->id);
+  }
+  if (req.resume) {
+    m.mutable_resume()->set_handoff_id(req.resume->handoff_id);
+    m.mutable_resume()->mutable_forced_tokens()->Add(req.resume->forced.begin(),
+                                                     req.resume->forced.end());
+  }
   return m;
 }
 
@@ -144,7 +153,66 @@ Result<serving::GenerateRequest> from_proto(const v1::GenerateRequest& m) {
   req.tool_choice_name = m.tool_choice_name();
   req.parallel_tool_calls = !m.no_parallel_tool_calls();
   req.chat_template_kwargs_json = m.chat_template_kwargs_json();
+  if (m.has_handoff()) {
+    const auto& h = m.handoff();
+    if (h.peer().empty() || h.peer().size() > kMaxPeerBytes)
+      return invalid("handoff.peer must have 1 to " + std::to_string(kMaxPeerBytes) + " bytes",
+                     "handoff");
+    if (h.id().empty() || h.id().size() > kMaxHandoffIdBytes)
+      return invalid("handoff.id must have 1 to " + std::to_string(kMaxHandoffIdBytes) + " bytes",
+                     "handoff");
+    req.handoff = serving::GenerateRequest::Handoff{h.peer(), h.id()};
+  }
+  if (m.has_resume()) {
+    const auto& r = m.resume();
+    if (r.handoff_id().size() > kMaxHandoffIdBytes)
+      return invalid(
+          "resume.handoff_id is longer than " + std::to_string(kMaxHandoffIdBytes) + " bytes",
+          "resume");
+    if (static_cast<size_t>(r.forced_tokens_size()) > kMaxPromptTokens)
+      return invalid("resume has more than " + std::to_string(kMaxPromptTokens) + " forced tokens",
+                     "resume");
+    serving::GenerateRequest::Resume res;
+    res.handoff_id = r.handoff_id();
+    res.forced.assign(r.forced_tokens().begin(), r.forced_tokens().end());
+    req.resume = std::move(res);
+  }
   return req;
+}
+
+v1::KvHeader to_proto(const KvHeader& h) {
+  v1::KvHeader m;
+  m.set_version(h.geometry.version);
+  m.set_model(h.model);
+  m.set_n_layer(h.geometry.n_layer);
+  m.set_row_elems(h.geometry.row_elems);
+  m.set_elem_bytes(h.geometry.elem_bytes);
+  m.set_block_tokens(h.geometry.block_tokens);
+  m.mutable_prompt()->Add(h.prompt.begin(), h.prompt.end());
+  return m;
+}
+
+Result<KvHeader> from_proto(const v1::KvHeader& m) {
+  if (m.prompt_size() == 0) return invalid("the K/V header has no prompt", "prompt");
+  if (static_cast<size_t>(m.prompt_size()) > kMaxPromptTokens)
+    return invalid(
+        "the K/V header's prompt has more than " + std::to_string(kMaxPromptTokens) + " tokens",
+        "prompt");
+  if (m.model().size() > kMaxModelNameBytes)
+    return invalid("the K/V header's model name is longer than " +
+                       std::to_string(kMaxModelNameBytes) + " bytes",
+                   "model");
+  KvHeader h;
+  h.model = m.model();
+  h.geometry.version = m.version();
+  h.geometry.n_layer = m.n_layer();
+  h.geometry.row_elems = m.row_elems();
+  h.geometry.elem_bytes = m.elem_bytes();
+  h.geometry.block_tokens = m.block_tokens();
+  h.prompt.assign(m.prompt().begin(), m.prompt().end());
+  for (serving::Token t : h.prompt)
+    if (t < 0) return invalid("the K/V header's prompt has a negative token id", "prompt");
+  return h;
 }
 
 v1::GenerateEvent to_proto(const serving::OutputSyntax& syntax) {
@@ -184,6 +252,7 @@ v1::GenerateEvent to_proto(const serving::FinishEvent& ev) {
   f->mutable_usage()->set_prompt_tokens(ev.usage.prompt_tokens);
   f->mutable_usage()->set_completion_tokens(ev.usage.completion_tokens);
   f->mutable_usage()->set_cached_prompt_tokens(ev.usage.cached_prompt_tokens);
+  f->set_handoff_error(ev.handoff_error);
   return m;
 }
 
@@ -215,6 +284,7 @@ serving::FinishEvent from_proto(const v1::FinishEvent& m) {
   ev.usage.prompt_tokens = m.usage().prompt_tokens();
   ev.usage.completion_tokens = m.usage().completion_tokens();
   ev.usage.cached_prompt_tokens = m.usage().cached_prompt_tokens();
+  ev.handoff_error = m.handoff_error();
   return ev;
 }
 
@@ -344,6 +414,49 @@ v1::WorkerStatus worker_status(const serving::Backend& backend) {
   st.set_prefix_cache_hits(s.prefix_cache_hits);
   st.set_preemptions(s.preemptions);
   return st;
+}
+
+v1::WorkerStatus worker_status(const serving::Backend& backend, const std::string& role,
+                               const serving::HandoffCounters* handoff) {
+  v1::WorkerStatus st = worker_status(backend);
+  st.set_role(role);
+  if (handoff) *st.mutable_handoff() = to_proto(handoff->snapshot());
+  return st;
+}
+
+v1::HandoffCounters to_proto(const serving::HandoffCountersSnapshot& c) {
+  v1::HandoffCounters m;
+  m.set_sent(c.sent);
+  m.set_send_failed(c.send_failed);
+  m.set_bytes_sent(c.bytes_sent);
+  m.set_received(c.received);
+  m.set_bytes_received(c.bytes_received);
+  m.set_resumed(c.resumed);
+  m.set_expired(c.expired);
+  m.mutable_seconds_bounds()->Add(c.seconds.bounds.begin(), c.seconds.bounds.end());
+  m.mutable_seconds_counts()->Add(c.seconds.counts.begin(), c.seconds.counts.end());
+  m.set_seconds_sum(c.seconds.sum);
+  return m;
+}
+
+serving::HandoffCountersSnapshot from_proto(const v1::HandoffCounters& m) {
+  serving::HandoffCountersSnapshot c;
+  c.sent = m.sent();
+  c.send_failed = m.send_failed();
+  c.bytes_sent = m.bytes_sent();
+  c.received = m.received();
+  c.bytes_received = m.bytes_received();
+  c.resumed = m.resumed();
+  c.expired = m.expired();
+  // A peer's histogram is used only when its shape is sound.
+  if (m.seconds_counts_size() == m.seconds_bounds_size() + 1 &&
+      static_cast<size_t>(m.seconds_bounds_size()) <= 64) {
+    c.seconds.bounds.assign(m.seconds_bounds().begin(), m.seconds_bounds().end());
+    c.seconds.counts.assign(m.seconds_counts().begin(), m.seconds_counts().end());
+    c.seconds.sum = m.seconds_sum();
+    for (uint64_t n : c.seconds.counts) c.seconds.count += n;
+  }
+  return c;
 }
 
 serving::Health health_of(const v1::WorkerStatus& st) {

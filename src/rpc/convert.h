@@ -16,6 +16,7 @@
 #include "core/status.h"
 #include "core/value.h"
 #include "serving/backend.h"
+#include "serving/handoff_store.h"
 
 namespace cairn::rpc {
 
@@ -25,9 +26,27 @@ inline constexpr size_t kMaxPromptTokens = 1 << 20;
 inline constexpr size_t kMaxChatMessages = 4096;
 inline constexpr size_t kMaxStopStrings = 16;
 inline constexpr size_t kMaxLogitBias = 4096;
+inline constexpr size_t kMaxHandoffIdBytes = 256;
+inline constexpr size_t kMaxPeerBytes = 512;
+inline constexpr size_t kMaxModelNameBytes = 1024;
 
+// handoff and resume travel too, except resume.kv (the worker fills it from
+// its HandoffStore). from_proto refuses an empty or too long handoff id or
+// peer, a too long resume id and more than kMaxPromptTokens forced tokens.
 v1::GenerateRequest to_proto(const serving::GenerateRequest& req, const std::string& request_id);
 Result<serving::GenerateRequest> from_proto(const v1::GenerateRequest& msg);
+
+// A K/V transfer's first message: the rows' geometry, the model they are
+// for and the prompt they were computed from. from_proto refuses an empty
+// or too long prompt (kMaxPromptTokens), a negative token id and a too long
+// model name; the geometry is checked against the local one by the store.
+struct KvHeader {
+  std::string model;
+  kv::KvGeometry geometry;
+  std::vector<serving::Token> prompt;
+};
+v1::KvHeader to_proto(const KvHeader& h);
+Result<KvHeader> from_proto(const v1::KvHeader& msg);
 
 v1::GenerateEvent to_proto(const serving::OutputSyntax& syntax);
 v1::GenerateEvent to_proto(const serving::TokenEvent& ev);
@@ -53,8 +72,14 @@ Result<serving::EmbedRequest> from_proto(const v1::EmbedRequest& msg);
 v1::EmbedResponse to_proto(const serving::EmbedResult& result);
 serving::EmbedResult from_proto(const v1::EmbedResponse& msg);
 
-// A backend's whole load picture, as a worker reports it.
+// A backend's whole load picture, as a worker reports it; with a role, the
+// worker's role and (when given) its handoff counters too.
 v1::WorkerStatus worker_status(const serving::Backend& backend);
+v1::WorkerStatus worker_status(const serving::Backend& backend, const std::string& role,
+                               const serving::HandoffCounters* handoff);
+v1::HandoffCounters to_proto(const serving::HandoffCountersSnapshot& c);
+// A histogram whose bucket count does not match its bounds comes back empty.
+serving::HandoffCountersSnapshot from_proto(const v1::HandoffCounters& msg);
 serving::Health health_of(const v1::WorkerStatus& st);
 serving::BackendStats stats_of(const v1::WorkerStatus& st);
 

@@ -46,6 +46,7 @@ class SinkAdapter final : public engine::SequenceSink {
     sink_->on_finish(ev);
   }
   void on_error(const Status& error) override { sink_->on_error(error); }
+  void on_kv(kv::KvRun run) override { sink_->on_kv(std::move(run)); }
 
  private:
   std::shared_ptr<EventSink> sink_;
@@ -375,6 +376,16 @@ Result<RequestId> LocalBackend::submit(GenerateRequest req, std::shared_ptr<Even
       return invalid("a stop string is longer than " + std::to_string(kMaxStopBytes) + " bytes",
                      "stop");
 
+  if (req.handoff && req.resume)
+    return invalid("a request is either handed off or resumed, not both", "handoff");
+  if (req.handoff && (req.handoff->peer.empty() || req.handoff->id.empty()))
+    return invalid("a handoff needs the decode worker's address and an id", "handoff");
+  if (req.handoff && options_.remote_model)
+    return invalid("this worker's K/V rows are held by its agents and cannot be handed off",
+                   "handoff");
+  if (req.resume && req.resume->forced.empty())
+    return invalid("a resumed request needs the tokens already generated (forced)", "resume");
+
   std::string rendered;
   CAIRN_ASSIGN_OR_RETURN(std::vector<Token> prompt, prompt_tokens(req, &rendered));
   if (prompt.empty()) return invalid("the prompt is empty", "prompt");
@@ -392,8 +403,34 @@ Result<RequestId> LocalBackend::submit(GenerateRequest req, std::shared_ptr<Even
                        std::to_string(n_ctx) + " tokens",
                    "max_tokens");
 
-  const SamplingOptions& so = req.sampling;
   engine::EngineRequest er;
+  if (req.resume) {
+    const auto& forced = req.resume->forced;
+    const int32_t n_vocab = static_cast<int32_t>(loaded_.model->hparams().n_vocab);
+    for (Token t : forced)
+      if (t < 0 || t >= n_vocab)
+        return invalid("forced token id " + std::to_string(t) + " is outside the vocabulary",
+                       "resume");
+    // The sender stops at max_tokens itself, so forced never reaches it.
+    if (req.max_tokens > 0 && (int64_t)forced.size() >= req.max_tokens)
+      return invalid("a resumed request has " + std::to_string(forced.size()) +
+                         " tokens already generated, max_tokens is " +
+                         std::to_string(req.max_tokens),
+                     "resume");
+    if (n_prompt + (int64_t)forced.size() >= n_ctx)
+      return invalid("the prompt and the tokens already generated fill the context", "resume");
+    er.forced = forced;
+    // Rows computed for another prompt are useless here: recompute instead.
+    if (req.resume->kv && req.resume->kv->prompt == prompt) {
+      er.import_kv = req.resume->kv;
+    } else if (req.resume->kv) {
+      spdlog::warn("handoff {}: the handed-over rows belong to another prompt; recomputing",
+                   req.resume->handoff_id.substr(0, 64));
+    }
+  }
+  er.export_kv = req.handoff.has_value();
+
+  const SamplingOptions& so = req.sampling;
   er.sampling.temperature = so.temperature;
   er.sampling.top_k = so.top_k;
   er.sampling.top_p = so.top_p;
@@ -548,6 +585,19 @@ Result<std::string> LocalBackend::detokenize(const std::string& model,
     if (t < 0 || t >= n_vocab)
       return invalid("token id " + std::to_string(t) + " is outside the vocabulary", "tokens");
   return loaded_.tokenizer->decode(tokens);
+}
+
+Result<kv::KvGeometry> LocalBackend::kv_geometry(const std::string& model) const {
+  CAIRN_RETURN_IF_ERROR(check_model(model));
+  if (options_.remote_model || !kv_)
+    return Status::unavailable("the model's K/V rows are held by its agents, not here");
+  const kv::KvShape shape = loaded_.model->kv_shape();
+  kv::KvGeometry g;
+  g.n_layer = shape.n_layer;
+  g.row_elems = shape.row_elems;
+  g.elem_bytes = kv_->dtype() == TensorType::F32 ? 4 : 2;
+  g.block_tokens = kv_->block_tokens();
+  return g;
 }
 
 void LocalBackend::start_draining() { draining_.store(true); }

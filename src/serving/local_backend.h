@@ -94,6 +94,9 @@ class LocalBackend final : public Backend {
                                                 const std::vector<Token>& tokens) const override;
   Result<std::string> detokenize(const std::string& model,
                                  const std::vector<Token>& tokens) const override;
+  // The paged cache's row layout (F16 rows of kv_shape(), its block size);
+  // Unavailable for a model computed elsewhere (its rows are not here).
+  Result<kv::KvGeometry> kv_geometry(const std::string& model) const override;
   void start_draining() override;
 
   const std::string& model_id() const { return model_id_; }

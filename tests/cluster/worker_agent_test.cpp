@@ -111,6 +111,38 @@ WorkerAgentOptions options_for(const std::string& controller, int heartbeat_ms =
   return o;
 }
 
+TEST(WorkerAgentTest, StatusCarriesRoleAndHandoffCounters) {
+  RunningController c;
+  ASSERT_TRUE(c.server);
+  api::test::FakeBackend backend;
+  serving::HandoffCounters counters;
+  counters.received = 3;
+  counters.observe_seconds(0.02);
+  auto o = options_for(c.address);
+  o.role = "decode";
+  o.handoff_counters = &counters;
+  auto agent = WorkerAgent::start(o, backend);
+  ASSERT_NE(agent, nullptr);
+  ASSERT_TRUE(c.service->wait([](FakeController& f) { return f.registers.size() >= 1; }));
+  const v1::RegisterRequest reg =
+      c.service->locked([](FakeController& f) { return f.registers[0]; });
+  EXPECT_EQ(reg.status().role(), "decode");
+  EXPECT_EQ(reg.status().handoff().received(), 3u);
+  EXPECT_EQ(reg.status().handoff().seconds_counts_size(),
+            reg.status().handoff().seconds_bounds_size() + 1);
+  // Heartbeats carry fresh counts.
+  counters.resumed = 2;
+  ASSERT_TRUE(c.service->wait([](FakeController& f) {
+    return !f.heartbeats.empty() && f.heartbeats.back().status().handoff().resumed() == 2 &&
+           f.heartbeats.back().status().role() == "decode";
+  }));
+  agent->stop_and_deregister();
+
+  o.role = "middle";
+  EXPECT_FALSE(WorkerAgent::validate(o).is_ok());
+  EXPECT_EQ(WorkerAgent::start(o, backend), nullptr);
+}
+
 TEST(WorkerAgentTest, RegistersHeartbeatsWithStatusAndDeregisters) {
   RunningController c;
   ASSERT_TRUE(c.server);

@@ -581,5 +581,36 @@ TEST(LocalBackend, ToolChoiceNoneKwargsAndOutputSyntax) {
   EXPECT_NE(bt.status().message().find("--chat-template"), std::string::npos);
 }
 
+TEST(LocalBackend, KvGeometryAndHandoffChecks) {
+  auto b = make();
+  ASSERT_NE(b, nullptr);
+  auto g = b->kv_geometry("");
+  ASSERT_TRUE(g.is_ok()) << g.status().message();
+  auto loaded = model::load_model(models().plain, {});
+  ASSERT_TRUE(loaded.is_ok());
+  const kv::KvShape shape = loaded->model->hparams().kv_shape();
+  EXPECT_EQ(g->n_layer, shape.n_layer);
+  EXPECT_EQ(g->row_elems, shape.row_elems);
+  EXPECT_EQ(g->elem_bytes, 2);
+  EXPECT_EQ(g->block_tokens, 16);
+  EXPECT_EQ(g->version, kv::kTransferVersion);
+  EXPECT_EQ(b->kv_geometry("nope").status().code(), StatusCode::NotFound);
+
+  auto sink = std::make_shared<RecordingSink>();
+  GenerateRequest r = greedy("hello", 4);
+  r.resume = GenerateRequest::Resume{};
+  EXPECT_EQ(b->submit(r, sink).status().code(), StatusCode::InvalidArgument);  // no forced
+  r.resume->forced = {1, 2, 3, 4};
+  EXPECT_EQ(b->submit(r, sink).status().code(), StatusCode::InvalidArgument);  // >= max_tokens
+  r.resume->forced = {-1};
+  EXPECT_EQ(b->submit(r, sink).status().code(), StatusCode::InvalidArgument);
+  r.resume->forced = {1};
+  r.handoff = GenerateRequest::Handoff{"127.0.0.1:1", "x"};
+  EXPECT_EQ(b->submit(r, sink).status().code(), StatusCode::InvalidArgument);  // both
+  r.resume.reset();
+  r.handoff->peer.clear();
+  EXPECT_EQ(b->submit(r, sink).status().code(), StatusCode::InvalidArgument);
+}
+
 }  // namespace
 }  // namespace cairn::serving

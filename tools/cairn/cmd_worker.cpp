@@ -7,6 +7,10 @@
 // a second signal exits at once. With --rank-size the model is computed by
 // that many `cairn agent` processes (docs/distributed.md); the worker reports
 // itself loading to the controller whenever their group is not whole.
+// --role splits prefill and decode over workers (docs/cluster.md): a prefill
+// worker pushes each handed-off request's K/V rows to a decode worker, which
+// buffers them (--handoff-buffer-mb, --handoff-timeout-ms) until the request
+// resumes there.
 #include <grpcpp/impl/service_type.h>  // destroys the worker service
 #include <pthread.h>
 #include <spdlog/spdlog.h>
@@ -26,6 +30,7 @@
 #include "distributed_worker.h"
 #include "modelgen/demo_model.h"
 #include "server_flags.h"
+#include "serving/handoff_store.h"
 #include "serving/local_backend.h"
 
 namespace cairn::cli {
@@ -47,6 +52,10 @@ struct WorkerArgs {
   int rank_size = 0;
   int stage_size = 1;
   DistributedFlags distributed;
+  // Prefill → decode handoff.
+  std::string role = "both";
+  int64_t handoff_timeout_ms = 30000;
+  int64_t handoff_buffer_mb = 1024;
 };
 
 // Waits up to `seconds` for SIGTERM or SIGINT (blocked in every thread, so
@@ -79,6 +88,7 @@ Status run_worker(WorkerArgs a) {
     probe.name = a.name;
     probe.advertise = a.advertise.empty() ? a.listen : a.advertise;
     probe.heartbeat_ms = a.heartbeat_ms;
+    probe.role = a.role;
     Status ok = cluster::WorkerAgent::validate(probe);
     if (!ok.is_ok()) return ok;
   }
@@ -108,7 +118,25 @@ Status run_worker(WorkerArgs a) {
   spdlog::info("worker model '{}' (context {} tokens, KV pool {} MiB)", backend.model_id(),
                backend.n_ctx(), backend.kv_pool_bytes() >> 20);
 
-  auto service = api::make_worker_service(backend);
+  // Both roles count; only a worker that decodes buffers incoming rows.
+  serving::HandoffCounters handoff_counters;
+  std::unique_ptr<serving::HandoffStore> handoff_store;
+  if (a.role != "prefill") {
+    serving::HandoffStoreOptions ho;
+    ho.max_bytes = a.handoff_buffer_mb << 20;
+    ho.timeout_ms = a.handoff_timeout_ms;
+    handoff_store = std::make_unique<serving::HandoffStore>(backend, ho, &handoff_counters);
+  }
+  api::WorkerServiceOptions wo;
+  wo.handoff_store = handoff_store.get();
+  wo.handoff_counters = &handoff_counters;
+  wo.role = a.role;
+  wo.handoff_timeout_ms = a.handoff_timeout_ms;
+  // Room for the first message's prompt under a peer with the same
+  // --max-message-mb.
+  wo.kv_push_chunk_bytes =
+      std::min<int64_t>(int64_t(4) << 20, (int64_t(a.max_message_mb) << 20) / 2);
+  auto service = api::make_worker_service(backend, wo);
   api::GrpcServerOptions so;
   so.address = a.listen;
   so.max_message_bytes = a.max_message_mb << 20;
@@ -123,6 +151,8 @@ Status run_worker(WorkerArgs a) {
   ao.controller = a.controller;
   ao.name = a.name;
   ao.heartbeat_ms = a.heartbeat_ms;
+  ao.role = a.role;
+  ao.handoff_counters = &handoff_counters;
   if (!a.advertise.empty()) {
     ao.advertise = a.advertise;
   } else if (listen_host == "0.0.0.0" || listen_host == "[::]") {
@@ -215,6 +245,20 @@ void register_worker(CLI::App& app, CommandResult& result) {
       ->capture_default_str();
   cmd->add_option("--distributed-address", a->distributed.address,
                   "HOST:PORT the agents join (with --rank-size); port 0: any free port")
+      ->capture_default_str();
+  cmd->add_option("--role", a->role,
+                  "prefill: compute prompts and hand their K/V to a decode worker; decode: "
+                  "take handed-over K/V and generate the rest; both: either")
+      ->check(CLI::IsMember({"prefill", "decode", "both"}))
+      ->capture_default_str();
+  cmd->add_option("--handoff-timeout-ms", a->handoff_timeout_ms,
+                  "a K/V push's deadline (prefill) and how long received rows wait for their "
+                  "request (decode)")
+      ->check(CLI::Range(int64_t(100), int64_t(3600000)))
+      ->capture_default_str();
+  cmd->add_option("--handoff-buffer-mb", a->handoff_buffer_mb,
+                  "MiB of received K/V rows held at once (decode); more transfers are refused")
+      ->check(CLI::Range(int64_t(1), int64_t(1) << 20))
       ->capture_default_str();
   add_engine_flags(cmd, b, a->kv_cache_mb);
   cmd->add_option("--max-queue", b.max_queue, "requests waiting to run (refused beyond)")
