@@ -33,7 +33,7 @@ struct LocalBackendOptions {
   int64_t kv_pool_bytes = 0;       // 0: kv::default_pool_bytes for this model and n_ctx
   int32_t max_batch_tokens = 512;  // tokens per forward (decode + prefill chunks)
   int32_t max_seqs = 64;           // sequences running at once
-  double max_step_ms = -1;         // stall-free step target (engine::EngineConfig); 0 auto, < 0 off
+  double max_step_ms = 0;          // stall-free step target (engine::EngineConfig); 0 auto, < 0 off
   int32_t max_queue = 256;         // requests waiting to run; more get Unavailable
   int threads = 0;                 // kernel threads; <= 0: all cores
   // A model computed elsewhere (a distributed LLM's agents): its network is
