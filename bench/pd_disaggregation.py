@@ -67,6 +67,7 @@ import argparse
 import atexit
 import http.client
 import json
+import math
 import os
 import random
 import re
@@ -109,7 +110,7 @@ def pct(values, p):
     if not values:
         return None
     s = sorted(values)
-    k = max(0, min(len(s) - 1, int(round(p / 100.0 * len(s) + 0.5)) - 1))
+    k = max(0, min(len(s) - 1, math.ceil(p / 100.0 * len(s)) - 1))
     return s[k]
 
 
@@ -518,7 +519,7 @@ def handoff_text(h):
     per = []
     b = s["cairn_worker_kv_handoff_bytes_sent_total"]
     if b is not None and toks:
-        per.append("%.3f MB per 1,000 prompt tokens" % (b / toks))
+        per.append("%.3f MB per 1,000 prompt tokens" % (b / toks / 1000.0))
     sec, cnt = s["cairn_worker_kv_handoff_seconds_sum"], s["cairn_worker_kv_handoff_seconds_count"]
     if sec is not None and toks:
         per.append("%.2f ms per 1,000 prompt tokens" % (sec / toks * 1e6))
@@ -543,6 +544,7 @@ def make_model(cairn, path, shape):
 
 
 def model_shape(cairn, path):
+    """(description, K/V bytes per token as f16 rows, or None)."""
     out = subprocess.run([cairn, "gguf", path], capture_output=True, text=True).stdout
     keys = {}
     for line in out.splitlines():
@@ -552,10 +554,18 @@ def model_shape(cairn, path):
     arch = keys.get("general.architecture", "?").strip('"')
     g = lambda k: keys.get("%s.%s" % (arch, k), "?")
     vocab = re.search(r"\((\d+) elements\)", keys.get("tokenizer.ggml.tokens", ""))
-    ftype = {"0": "f32", "1": "f16", "2": "q4_0", "7": "q8_0", "15": "q4_k_m"}.get(keys.get("general.file_type"), "type " + keys.get("general.file_type", "?"))
-    return "%s, n_embd %s, %s layers, %s heads (%s kv), ffn %s, %s, vocab %s, %.1f MiB" % (
+    ftype = {"0": "f32", "1": "f16", "2": "q4_0", "7": "q8_0", "15": "q4_k_m"}.get(
+        keys.get("general.file_type"), "file type " + keys.get("general.file_type", "?"))
+    desc = "%s, n_embd %s, %s layers, %s heads (%s kv), ffn %s, %s, vocab %s, %.1f MiB" % (
         arch, g("embedding_length"), g("block_count"), g("attention.head_count"), g("attention.head_count_kv"),
         g("feed_forward_length"), ftype, vocab.group(1) if vocab else "?", os.path.getsize(path) / 2 ** 20)
+    try:
+        head_dim = int(g("attention.key_length")) if g("attention.key_length") != "?" else \
+            int(g("embedding_length")) // int(g("attention.head_count"))
+        kv_bytes = int(g("block_count")) * 2 * int(g("attention.head_count_kv")) * head_dim * 2
+    except ValueError:
+        kv_bytes = None
+    return desc, kv_bytes
 
 
 def summary(results, args, model_desc):
@@ -592,6 +602,13 @@ def summary(results, args, model_desc):
                 ok = (ratio <= 1.5) == (want == "within")
                 lines.append("%s: p99 ITL %.2fx idle (issue 41 wants %s 1.5x): %s"
                              % (r["name"], ratio, want, "as claimed" if ok else "NOT as claimed"))
+    idle_d = next((r for r in results if r.get("name") == "idle-disaggregated" and r.get("itl")), None)
+    dis = next((r for r in results if r.get("name") == "disaggregated" and r.get("itl")), None)
+    if idle_d and dis:
+        lines.append("disaggregated against the streams alone on the same prefill/decode pair: p99 ITL %.2fx"
+                     % (pct(dis["itl"], 99) / pct(idle_d["itl"], 99)))
+    if getattr(args, "kv_bytes", None):
+        lines.append("K/V rows as f16 would be %.3f MB per 1,000 prompt tokens." % (args.kv_bytes / 1000.0))
     print("\n".join(lines), flush=True)
 
 
@@ -636,8 +653,12 @@ def main():
         model = os.path.join(args.dir, "pd-llama-%dx%d-ffn%d-%s.gguf" % (dim, layers, ffn, typ))
         if not os.path.exists(model):
             make_model(cairn, model, DEFAULT_SHAPE)
-    desc = model_shape(cairn, model)
+    desc, kv_bytes = model_shape(cairn, model)
+    args.kv_bytes = kv_bytes
     print("model %s: %s" % (model, desc))
+    if kv_bytes:
+        print("K/V rows as f16: %d bytes per token, %.3f MB per 1,000 tokens (what a handoff should send)"
+              % (kv_bytes, kv_bytes / 1000.0))
     print("cairn %s (copied from %s); host %d CPUs, load %s" % (cairn, args.cairn, os.cpu_count() or 0, loadavg()))
 
     help_text = subprocess.run([cairn, "worker", "--help"], capture_output=True, text=True).stdout
