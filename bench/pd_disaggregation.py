@@ -421,6 +421,7 @@ def run_setup(name, args, cairn, model, prompts, all_procs):
         time.sleep(args.warmup)
 
         before = scrape(addr) if disagg else {}
+        cpu0 = os.times()
         t0 = time.perf_counter()
         longs = []
         if load:
@@ -443,6 +444,8 @@ def run_setup(name, args, cairn, model, prompts, all_procs):
         t1 = max([t0 + args.duration] + [o.get("end", 0) for _, o in longs])
         after = scrape(addr) if disagg else {}
         t_scrape = time.perf_counter()
+        cpu1 = os.times()
+        res["client_cpu"] = (cpu1.user + cpu1.system - cpu0.user - cpu0.system) / max(1e-9, t_scrape - t0)
         stop.set()
         for st in streams:
             st.join(timeout=30)
@@ -506,7 +509,8 @@ def print_setup(r, args):
     if "handoff" in r:
         print("handoff: " + handoff_text(r["handoff"]))
     r["load_after"] = loadavg().split()[0]
-    print("load average: %s before, %s after (1 min)" % (r["load_before"], r["load_after"]), flush=True)
+    print("load average: %s before, %s after (1 min); this client used %.0f%% of a CPU in the window"
+          % (r["load_before"], r["load_after"], 100 * r["client_cpu"]), flush=True)
 
 
 def handoff_text(h):
@@ -568,11 +572,48 @@ def model_shape(cairn, path):
     return desc, kv_bytes
 
 
+def merge(results):
+    """One result per setup: its rounds' gaps and TTFTs pooled, the handoff
+    counts summed, each round's p99 ITL kept (p99_rounds)."""
+    names = []
+    for r in results:
+        if r["name"] not in names:
+            names.append(r["name"])
+    out = []
+    for name in names:
+        ok = [r for r in results if r["name"] == name and "itl" in r]
+        bad = [r for r in results if r["name"] == name and "itl" not in r]
+        if not ok:
+            out.append(bad[0])
+            continue
+        m = dict(ok[0])
+        m["failed_rounds"] = len(bad)
+        m["itl"] = [g for r in ok for g in r["itl"]]
+        m["ttft"] = [t for r in ok for t in r["ttft"]]
+        m["p99_rounds"] = [pct(r["itl"], 99) for r in ok]
+        m["idle_ttft"] = pct([r["idle_ttft"] for r in ok], 50)
+        m["stream_tok_s"] = sum(r["stream_tok_s"] for r in ok) / len(ok)
+        loads = sorted(float(x) for r in ok for x in (r["load_before"], r["load_after"]))
+        m["load_before"], m["load_after"] = "%.1f" % loads[0], "%.1f" % loads[-1]
+        hs = [r["handoff"] for r in ok if "handoff" in r]
+        if hs:
+            series = {}
+            for k in hs[0]["series"]:
+                vals = [h["series"][k] for h in hs if h["series"][k] is not None]
+                series[k] = sum(vals) if vals else None
+            m["handoff"] = dict(series=series, requests=sum(h["requests"] for h in hs),
+                                prompt_tokens=sum(h["prompt_tokens"] for h in hs))
+        out.append(m)
+    return out
+
+
 def summary(results, args, model_desc):
+    results = merge(results)
     idle = next((r for r in results if r.get("name") == "idle" and "itl" in r), None)
     idle_p99 = pct(idle["itl"], 99) if idle else None
-    lines = ["", "Summary (%s; %d running streams; %d-token prompts every %.2g s for %.0f s; workers --threads %d; "
+    lines = ["", "Summary (%s; %d running streams; %d-token prompts every %.2g s for %.0f s%s; workers --threads %d; "
              "host: %d CPUs):" % (model_desc, args.streams, args.prompt_tokens, args.interval, args.duration,
+                                  ", %d rounds pooled" % args.rounds if args.rounds > 1 else "",
                                   args.threads, os.cpu_count() or 0), "",
              "| setup | workers | ITL p50 ms | p90 | p99 | max | p99 / idle p99 | TTFT p50 ms | TTFT p99 | "
              "idle TTFT | stream tok/s | load |",
@@ -590,6 +631,12 @@ def summary(results, args, model_desc):
             ms(pct(r["ttft"], 50), 0) if r["ttft"] else "-", ms(pct(r["ttft"], 99), 0) if r["ttft"] else "-",
             ms(r["idle_ttft"], 0), r["stream_tok_s"], r["load_before"], r["load_after"]))
     lines.append("")
+    if args.rounds > 1:
+        for r in results:
+            if "p99_rounds" in r:
+                lines.append("%s: p99 ITL per round %s ms%s" % (
+                    r["name"], ", ".join(ms(v, 2) for v in r["p99_rounds"]),
+                    " (%d rounds failed)" % r["failed_rounds"] if r.get("failed_rounds") else ""))
     for r in results:
         if "handoff" in r:
             lines.append("Handoff (%s): %s" % (r["name"], handoff_text(r["handoff"])))
@@ -622,18 +669,23 @@ def main():
     ap.add_argument("--stream-tokens", type=int, default=1024,
                     help="max_tokens of each running-stream request (a stream then starts another)")
     ap.add_argument("--interval", type=float, default=1.0, help="seconds between long prompts")
-    ap.add_argument("--duration", type=float, default=20.0, help="seconds of long prompts (the window)")
+    ap.add_argument("--duration", type=float, help="seconds of long prompts (the window; default 20, 6 with --quick)")
     ap.add_argument("--prompt-tokens", type=int, default=1024, help="tokens of each long prompt (BOS included)")
     ap.add_argument("--long-tokens", type=int, default=16, help="max_tokens of each long prompt")
     ap.add_argument("--long-timeout", type=float, default=300.0, help="seconds to wait for the long prompts")
-    ap.add_argument("--warmup", type=float, default=3.0, help="seconds the streams run before the window")
+    ap.add_argument("--warmup", type=float, help="seconds the streams run before the window (default 3, 2 with --quick)")
     ap.add_argument("--threads", type=int, default=1, help="cairn worker --threads")
     ap.add_argument("--controller-arg", action="append", default=[], help="extra controller flag (repeatable)")
     ap.add_argument("--worker-arg", action="append", default=[], help="extra worker flag (repeatable)")
-    ap.add_argument("--quick", action="store_true", help="a smoke run: --duration 6, --warmup 2")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="run the setups this many times, in turn; the summary pools the rounds")
+    ap.add_argument("--quick", action="store_true", help="a smoke run: default --duration 6, --warmup 2")
     args = ap.parse_args()
-    if args.quick:
-        args.duration, args.warmup = 6.0, 2.0
+    sys.setswitchinterval(0.0005)  # chunk timestamps: a reading thread waits less for the GIL
+    if args.duration is None:
+        args.duration = 6.0 if args.quick else 20.0
+    if args.warmup is None:
+        args.warmup = 2.0 if args.quick else 3.0
     setups = [s for s in args.setups.split(",") if s]
     for s in setups:
         if s not in ALL_SETUPS:
@@ -673,10 +725,13 @@ def main():
 
     results, prompts, failed = [], {}, False
     try:
-        for name in setups:
+        for rnd, name in [(k, n) for k in range(args.rounds) for n in setups]:
+            if args.rounds > 1 and name == setups[0]:
+                print("\n#### round %d of %d" % (rnd + 1, args.rounds), flush=True)
             if name.endswith("disaggregated") and not args.role_flag:
                 why = "`cairn worker --help` has no --role (this binary predates issue 41)"
-                print("\n== %s: skipped: %s" % (name, why), flush=True)
+                if rnd == 0:
+                    print("\n== %s: skipped: %s" % (name, why), flush=True)
                 results.append({"name": name, "workers": "prefill + decode", "skipped": why})
                 continue
             try:
