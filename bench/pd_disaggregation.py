@@ -6,7 +6,10 @@ prefill -> decode KV handoff costs.
 
     /usr/bin/python3 bench/pd_disaggregation.py [--cairn PATH] [--model FILE]
         [--setups idle,colocated,disaggregated] [--streams 4] [--interval 1.0]
-        [--duration 20] [--prompt-tokens 1024] [--quick]
+        [--duration 20] [--prompt-tokens 1024] [--rounds 1] [--quick]
+        [--worker-arg=--max-batch-tokens=256] [--controller-arg=--route=round-robin]
+
+(about a minute per setup and round; --quick: 6-s windows, a smoke run.)
 
 Each setup starts `cairn controller --http-port 0 --grpc-port 0` and two
 `cairn worker -m MODEL --controller ADDR --threads 1`, waits for /health and
@@ -28,30 +31,42 @@ Each setup starts `cairn controller --http-port 0 --grpc-port 0` and two
      the end of --duration or the last long reply, whichever is later). The
      first gap of each stream request (first -> second token; in the
      disaggregated setup it holds the handoff) is left out of the ITL and
-     shown apart as "2nd tok"; for the long prompts, TTFT and the same
-     first gap.
+     shown apart as the "2nd-token gap"; for the long prompts, TTFT and
+     the same first gap.
 
 Setups: `idle` is the running streams alone on the colocated pair (no long
 prompts): the baseline; `colocated` adds the long prompts; `disaggregated`
 is the same load on a prefill and a decode worker (skipped, with the reason,
-when `cairn worker --help` has no --role); `idle-disaggregated` (not in the
-default list) is the streams alone on the disaggregated pair.
+when `cairn worker --help` has no --role; before the load starts, the
+controller's cairn_worker_role series must show one prefill and one decode
+worker); `idle-disaggregated` (not in the default list) is the streams
+alone on the disaggregated pair, all on the one decode worker. --rounds N
+runs the setups N times in turn and pools each setup's gaps, printing the
+p99 of every round too: on a shared 2-vCPU host one round's p99 moves by
+tens of percent.
 
 The claim checked (issue 41): the disaggregated p99 ITL stays within 1.5x of
 the idle baseline's, the colocated one does not. In the disaggregated setup
 the controller's /metrics is read before and after the window for the
 handoff series (cairn_worker_kv_handoff_bytes_sent_total,
-cairn_worker_kv_handoff_seconds_sum/_count, cairn_pd_handoffs_total; any
-missing is "not reported"), summed over their labels, and divided by the
-prompt tokens of the requests started in between (long prompts and stream
-restarts): bytes and milliseconds per 1,000 prompt tokens.
+cairn_worker_kv_handoff_seconds_sum/_count, cairn_pd_handoffs_total,
+cairn_pd_requests_total, cairn_pd_fallbacks_total,
+cairn_worker_kv_handoff_expired_total; any missing is "not reported"),
+summed over their labels; bytes and seconds are divided by the prompt
+tokens of the requests started in between (long prompts and stream
+restarts): bytes and milliseconds per 1,000 prompt tokens, next to what the
+model's K/V rows weigh as f16 (n_layer x 2 x kv_heads x head_dim x 2 bytes
+a token). Fallbacks (prompts recomputed on the decode worker) are flagged:
+they make the disaggregated numbers mean something else.
 
 Without --model the script makes (once, under --dir) a random-weight llama
 with the demo vocabulary (1,284 tokens), 640 wide, 8 layers, 10 heads, FFN
-1728, Q8_0 (42 MiB), which one thread of the 2-vCPU dev host prefills 1,024
-tokens with in about 0.55 s when the host is quiet (`cairn bench-model -p
-1024 -t 1`; 768 wide took 0.73 s and left a prefill worker too little
-headroom for a prompt a second once the host is busy). The cairn
+1728, Q8_0 (42 MiB). One thread of the 2-vCPU dev host prefills 1,024 of
+its tokens in 0.6-1.0 s (idle TTFT through the cluster 0.63 s, `cairn
+bench-model -p 1024 -t 1` 0.97 s, both with the host's load average at 7
+from other builds; about 0.55 s quiet, scaled from the 768-wide shape's
+0.73 s). 768 wide left a prefill worker too little headroom for a prompt
+a second once the host was busy: prompts queued, and TTFT grew all run. The cairn
 binary is copied to a temporary file first, so a rebuild under the run does
 not change it. Every child is stopped at the end (SIGTERM, then SIGKILL),
 on errors and Ctrl-C too. The summary is a Markdown table for
