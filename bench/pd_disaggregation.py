@@ -669,6 +669,10 @@ def summary(results, args, model_desc):
     if idle_d and dis:
         lines.append("disaggregated against the streams alone on the same prefill/decode pair: p99 ITL %.2fx"
                      % (pct(dis["itl"], 99) / pct(idle_d["itl"], 99)))
+    worst = max((float(r["load_after"]) for r in results if "load_after" in r), default=0.0)
+    if worst > (os.cpu_count() or 1) * 0.75:
+        lines.append("Note: 1-min load average up to %.1f on %d CPUs during the run (other processes): noisy tails."
+                     % (worst, os.cpu_count() or 0))
     if getattr(args, "kv_bytes", None):
         lines.append("K/V rows as f16 would be %.3f MB per 1,000 prompt tokens." % (args.kv_bytes / 1000.0))
     print("\n".join(lines), flush=True)
@@ -728,6 +732,10 @@ def main():
               % (kv_bytes, kv_bytes / 1000.0))
     print("cairn %s (copied from %s); host %d CPUs, load %s" % (cairn, args.cairn, os.cpu_count() or 0, loadavg()))
 
+    busy = float(loadavg().split()[0]) if loadavg() != "?" else 0.0
+    if busy > (os.cpu_count() or 1) * 0.75:
+        print("note: the host is busy (1-min load average %.1f on %d CPUs): ITL tails and TTFT will be noisy; "
+              "compare setups within one run, and use --rounds" % (busy, os.cpu_count() or 0), flush=True)
     help_text = subprocess.run([cairn, "worker", "--help"], capture_output=True, text=True).stdout
     args.role_flag = "--role" in help_text
     all_procs = []
