@@ -308,6 +308,8 @@ def stream_completion(addr, body, on_text, stop=None, timeout=600):
             if not line:
                 break
             now = time.perf_counter()
+            if stop is not None and stop.is_set():
+                break
             if not line.startswith(b"data: "):
                 continue
             data = line[6:].strip()
@@ -325,8 +327,6 @@ def stream_completion(addr, body, on_text, stop=None, timeout=600):
             for c in j.get("choices") or ():
                 if c.get("text"):
                     on_text(now)
-            if stop is not None and stop.is_set():
-                break
     except (OSError, http.client.HTTPException, ValueError) as e:
         err = repr(e)
     finally:
@@ -484,6 +484,7 @@ def run_setup(name, args, cairn, model, prompts, all_procs):
         ttft = [o["times"][0] - o["start"] for o in long_done]
         long_first_gap = [o["times"][1] - o["times"][0] for o in long_done if len(o["times"]) > 1]
         long_tokens = sum(len(o["times"]) for o in long_done)
+        res["long_usage"] = sorted({int(o["usage"].get("prompt_tokens", -1)) for o in long_done if o.get("usage")})
         res.update(long_sent=len(longs), long_done=len(long_done), long_errors=long_err, ttft=ttft,
                    long_first_gap=long_first_gap, total_tok_s=(chunks + long_tokens) / window if window else 0)
 
@@ -520,8 +521,11 @@ def print_setup(r, args):
              "; %d stream errors, first: %s" % (len(r["stream_errors"]), r["stream_errors"][0])
              if r["stream_errors"] else ""))
     if r["long_sent"]:
-        print("long prompts: %d sent, %d answered; TTFT p50 %s  p99 %s  max %s ms; their 2nd-token gap p50 %s ms%s"
-              % (r["long_sent"], r["long_done"], ms(pct(r["ttft"], 50)), ms(pct(r["ttft"], 99)),
+        u = r["long_usage"]
+        print("long prompts: %d sent, %d answered (usage.prompt_tokens %s); TTFT p50 %s  p99 %s  max %s ms; "
+              "their 2nd-token gap p50 %s ms%s"
+              % (r["long_sent"], r["long_done"], "..".join(str(x) for x in (u[0], u[-1])) if u else "?",
+                 ms(pct(r["ttft"], 50)), ms(pct(r["ttft"], 99)),
                  ms(max(r["ttft"]) if r["ttft"] else None), ms(pct(r["long_first_gap"], 50)),
                  "; errors: %s" % r["long_errors"][0] if r["long_errors"] else ""))
     if "handoff" in r:
