@@ -467,6 +467,8 @@ def run_setup(name, args, cairn, model, prompts, all_procs):
         for th, _ in longs:
             th.join(timeout=max(1.0, args.long_timeout - (time.perf_counter() - t0)))
         t1 = max([t0 + args.duration] + [o.get("end", 0) for _, o in longs])
+        if disagg:
+            time.sleep(1.2)  # the workers' handoff counters reach the controller with their heartbeats (500 ms)
         after = scrape(addr) if disagg else {}
         t_scrape = time.perf_counter()
         cpu1 = os.times()
