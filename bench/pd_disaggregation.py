@@ -145,6 +145,27 @@ def loadavg():
         return "?"
 
 
+def proc_cpu(pid):
+    """CPU seconds (user + system) of a process so far, or None."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def host_cpu():
+    """(busy, total) jiffies of all CPUs from /proc/stat, or None."""
+    try:
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:]]
+        idle = v[3] + (v[4] if len(v) > 4 else 0)
+        return sum(v) - idle, sum(v)
+    except (OSError, ValueError):
+        return None
+
+
 def http_json(addr, method, path, body=None, timeout=60):
     conn = http.client.HTTPConnection(addr, timeout=timeout)
     try:
@@ -446,6 +467,8 @@ def run_setup(name, args, cairn, model, prompts, all_procs):
         time.sleep(args.warmup)
 
         before = scrape(addr) if disagg else {}
+        pcpu0 = [(p.name, proc_cpu(p.proc.pid)) for p in cl.procs]
+        host0 = host_cpu()
         cpu0 = os.times()
         t0 = time.perf_counter()
         longs = []
@@ -472,7 +495,15 @@ def run_setup(name, args, cairn, model, prompts, all_procs):
         after = scrape(addr) if disagg else {}
         t_scrape = time.perf_counter()
         cpu1 = os.times()
-        res["client_cpu"] = (cpu1.user + cpu1.system - cpu0.user - cpu0.system) / max(1e-9, t_scrape - t0)
+        span = max(1e-9, t_scrape - t0)
+        res["client_cpu"] = (cpu1.user + cpu1.system - cpu0.user - cpu0.system) / span
+        res["proc_cpu"] = []
+        for (pname, c0), p in zip(pcpu0, cl.procs):
+            c1 = proc_cpu(p.proc.pid)
+            if c0 is not None and c1 is not None:
+                res["proc_cpu"].append((pname, (c1 - c0) / span))
+        host1 = host_cpu()
+        res["host_busy"] = ((host1[0] - host0[0]) / max(1, host1[1] - host0[1])) if host0 and host1 else None
         stop.set()
         for st in streams:
             st.join(timeout=30)
@@ -541,8 +572,11 @@ def print_setup(r, args):
     if "handoff" in r:
         print("handoff: " + handoff_text(r["handoff"]))
     r["load_after"] = loadavg().split()[0]
-    print("load average: %s before, %s after (1 min); this client used %.0f%% of a CPU in the window"
-          % (r["load_before"], r["load_after"], 100 * r["client_cpu"]), flush=True)
+    print("load average: %s before, %s after (1 min); CPU in the window, %% of one CPU: %s, this client %.0f%%; "
+          "host busy %s"
+          % (r["load_before"], r["load_after"], ", ".join("%s %.0f%%" % (n, 100 * c) for n, c in r["proc_cpu"]),
+             100 * r["client_cpu"], "%.0f%% of all CPUs" % (100 * r["host_busy"]) if r["host_busy"] is not None
+             else "?"), flush=True)
 
 
 def handoff_text(h):
