@@ -432,6 +432,7 @@ def run_setup(name, args, cairn, model, prompts, all_procs):
                 s = "Stream %d: once upon a time in the %s %s, there was a" % (
                     i, WORDS[(7 * i) % len(WORDS)], WORDS[(13 * i + 5) % len(WORDS)])
                 prompts["stream"].append((s, count_tokens(addr, s)))
+            args.stream_prompt_tokens = round(sum(n for _, n in prompts["stream"]) / len(prompts["stream"]))
             counts = [n for _, n in built]
             print("long prompts: %d built in %.1f s, %d..%d tokens (BOS included)"
                   % (len(built), time.perf_counter() - t, min(counts), max(counts)), flush=True)
@@ -657,6 +658,7 @@ def merge(results):
         m["failed_rounds"] = len(bad)
         m["itl"] = [g for r in ok for g in r["itl"]]
         m["ttft"] = [t for r in ok for t in r["ttft"]]
+        m["first_gaps"] = [g for r in ok for g in r["first_gaps"]]
         m["p99_rounds"] = [pct(r["itl"], 99) for r in ok]
         m["idle_ttft"] = pct([r["idle_ttft"] for r in ok], 50)
         m["idle_gap2"] = pct([r["idle_gap2"] for r in ok], 50)
@@ -673,6 +675,11 @@ def merge(results):
                                 prompt_tokens=sum(h["prompt_tokens"] for h in hs))
         out.append(m)
     return out
+
+
+def prompts_short_tokens(args):
+    """The running streams' mean prompt tokens (set once the prompts are built)."""
+    return getattr(args, "stream_prompt_tokens", 0)
 
 
 def summary(results, args, model_desc):
@@ -735,6 +742,24 @@ def summary(results, args, model_desc):
     if worst > (os.cpu_count() or 1) * 0.75:
         lines.append("Note: 1-min load average up to %.1f on %d CPUs during the run (other processes): noisy tails."
                      % (worst, os.cpu_count() or 0))
+    # The handoff as the client sees it: the gap between the first token (from
+    # the prefill worker) and the second (from the decode worker), less the
+    # same gap without a handoff.
+    by = {r["name"]: r for r in results if r.get("itl") is not None and "skipped" not in r}
+    for d_name, c_name in (("disaggregated", "colocated"), ("idle-disaggregated", "idle")):
+        d, c = by.get(d_name), by.get(c_name)
+        if not d or not c:
+            continue
+        extra = d["idle_gap2"] - c["idle_gap2"]
+        msg = ("Handoff as the client sees it (%s vs %s, idle cluster): the 2nd token of a %d-token prompt "
+               "comes %s ms later (%s vs %s ms), %.1f ms per 1,000 prompt tokens"
+               % (d_name, c_name, args.prompt_tokens, ms(extra), ms(d["idle_gap2"]), ms(c["idle_gap2"]),
+                  extra * 1e3 * 1000.0 / args.prompt_tokens))
+        if d.get("first_gaps") and c.get("first_gaps") and prompts_short_tokens(args):
+            msg += "; the running streams' %d-token prompts: %s ms later (p50 %s vs %s ms)" % (
+                prompts_short_tokens(args), ms(pct(d["first_gaps"], 50) - pct(c["first_gaps"], 50)),
+                ms(pct(d["first_gaps"], 50)), ms(pct(c["first_gaps"], 50)))
+        lines.append(msg + ".")
     if getattr(args, "kv_bytes", None):
         lines.append("K/V rows as f16 would be %.3f MB per 1,000 prompt tokens." % (args.kv_bytes / 1000.0))
     print("\n".join(lines), flush=True)
