@@ -41,10 +41,13 @@ when `cairn worker --help` has no --role; before the load starts, the
 controller's cairn_worker_role series must show one prefill and one decode
 worker); `idle-disaggregated` (not in the default list) is the streams
 alone on the disaggregated pair, all on the one decode worker;
-`colocated-stallfree` (not in the default list either) is `colocated` with
-the engine's stall-free batching, `cairn worker --max-step-ms MS`
-(--max-step-ms, default 0: automatic), the alternative to disaggregation
-on the same two workers (skipped when the binary has no such flag). --rounds N
+`colocated-stallfree` and `colocated-chunked` (not in the default list
+either) are `colocated` with the engine's stall-free batching forced on,
+`cairn worker --max-step-ms MS` (this script's --max-step-ms, default 0:
+automatic), or off (`--max-step-ms -1`: prompt chunks of --max-batch-tokens,
+512), the alternative to disaggregation on the same two workers and the
+plain baseline (both skipped when the binary has no such flag; plain
+`colocated` runs the binary's default, which the header prints). --rounds N
 runs the setups N times in turn and pools each setup's gaps, printing the
 p99 of every round too: on a shared 2-vCPU host one round's p99 moves by
 tens of percent.
@@ -119,7 +122,7 @@ HANDOFF_SERIES = ("cairn_worker_kv_handoff_bytes_sent_total", "cairn_worker_kv_h
                   "cairn_worker_kv_handoff_seconds_count", "cairn_pd_handoffs_total", "cairn_pd_requests_total",
                   "cairn_pd_fallbacks_total", "cairn_worker_kv_handoff_expired_total")
 
-ALL_SETUPS = ("idle", "colocated", "disaggregated", "idle-disaggregated", "colocated-stallfree")
+ALL_SETUPS = ("idle", "colocated", "disaggregated", "idle-disaggregated", "colocated-stallfree", "colocated-chunked")
 
 
 # ---------------------------------------------------------------- helpers
@@ -401,19 +404,25 @@ def long_request(addr, text, max_tokens, out):
 
 # ---------------------------------------------------------------- one setup
 
+def setup_step_ms(name, args):
+    """The --max-step-ms a setup passes its workers, or None (the default)."""
+    return {"colocated-stallfree": args.max_step_ms, "colocated-chunked": -1.0}.get(name)
+
+
 def run_setup(name, args, cairn, model, prompts, all_procs):
     """Returns a dict of results (or {'skipped': reason})."""
     disagg = name.endswith("disaggregated")
     load = not name.startswith("idle")
     roles = ("prefill", "decode") if disagg else (("both", "both") if args.role_flag else None)
+    step = setup_step_ms(name, args)
     print("\n== %s: workers %s%s, %d running streams%s" % (
         name, "/".join(roles) if roles else "both/both (no --role flag)",
-        " with --max-step-ms %g" % args.max_step_ms if name == "colocated-stallfree" else "", args.streams,
+        " with --max-step-ms %g" % step if step is not None else "", args.streams,
         ", a %d-token prompt every %.2g s for %.0f s" % (args.prompt_tokens, args.interval, args.duration)
         if load else ", no long prompts"), flush=True)
     extra = list(args.worker_arg)
-    if name == "colocated-stallfree":
-        extra += ["--max-step-ms", "%g" % args.max_step_ms]
+    if step is not None:
+        extra += ["--max-step-ms", "%g" % step]
     cl = Cluster(cairn, model, roles, args.threads, args.controller_arg, extra, all_procs)
     res = {"name": name, "roles": roles, "load_before": loadavg().split()[0]}
     stop = threading.Event()
@@ -686,10 +695,12 @@ def summary(results, args, model_desc):
     results = merge(results)
     idle = next((r for r in results if r.get("name") == "idle" and "itl" in r), None)
     idle_p99 = pct(idle["itl"], 99) if idle else None
-    lines = ["", "Summary (%s; %d running streams; %d-token prompts every %.2g s for %.0f s%s; workers --threads %d; "
+    lines = ["", "Summary (%s; %d running streams; %d-token prompts every %.2g s for %.0f s%s; workers --threads %d%s; "
              "host: %d CPUs):" % (model_desc, args.streams, args.prompt_tokens, args.interval, args.duration,
-                                  ", %d rounds pooled" % args.rounds if args.rounds > 1 else "",
-                                  args.threads, os.cpu_count() or 0), "",
+                                  ", %d rounds pooled" % args.rounds if args.rounds > 1 else "", args.threads,
+                                  ", default --max-step-ms %s" % args.max_step_default
+                                  if getattr(args, "max_step_default", None) else "",
+                                  os.cpu_count() or 0), "",
              "| setup | workers | ITL p50 ms | p90 | p99 | p99.9 | max | p99 / idle p99 | TTFT p50 ms | TTFT p99 | "
              "idle TTFT | idle 2nd tok | stream tok/s | load |",
              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
@@ -702,7 +713,8 @@ def summary(results, args, model_desc):
         ratio = "%.2fx" % (p99 / idle_p99) if p99 and idle_p99 else "-"
         lines.append("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %.0f | %s-%s |" % (
             r["name"], (" + ".join(r["roles"]) if r["roles"] else "both + both")
-            + (" (--max-step-ms %g)" % args.max_step_ms if r["name"] == "colocated-stallfree" else ""),
+            + (" (--max-step-ms %g)" % setup_step_ms(r["name"], args) if setup_step_ms(r["name"], args) is not None
+               else ""),
             ms(pct(itl, 50), 2), ms(pct(itl, 90), 2), ms(p99, 2), ms(pct(itl, 99.9), 1),
             ms(max(itl) if itl else None, 1), ratio,
             ms(pct(r["ttft"], 50), 0) if r["ttft"] else "-", ms(pct(r["ttft"], 99), 0) if r["ttft"] else "-",
@@ -724,13 +736,15 @@ def summary(results, args, model_desc):
     if idle_p99:
         lines.append("Bound: 1.5 x idle p99 = %s ms." % ms(1.5 * idle_p99, 2))
         for r in results:
-            if r.get("name") in ("colocated", "disaggregated", "colocated-stallfree") and r.get("itl"):
+            if r.get("name") in ("colocated", "disaggregated", "colocated-stallfree", "colocated-chunked") \
+                    and r.get("itl"):
                 ratio = pct(r["itl"], 99) / idle_p99
                 want = "beyond" if r["name"] == "colocated" else "within"
                 ok = (ratio <= 1.5) == (want == "within")
                 over = sum(1 for g in r["itl"] if g > 1.5 * idle_p99) / len(r["itl"])
                 verdict = ("issue 41 wants %s 1.5x): %s" % (want, "as claimed" if ok else "NOT as claimed")
-                           if r["name"] != "colocated-stallfree" else "%s 1.5x)" % ("within" if ratio <= 1.5 else "beyond"))
+                           if r["name"] in ("colocated", "disaggregated")
+                           else "%s 1.5x)" % ("within" if ratio <= 1.5 else "beyond"))
                 lines.append("%s: p99 ITL %.2fx idle (%s; %.2f%% of its gaps over the bound"
                              % (r["name"], ratio, verdict, 100 * over))
     idle_d = next((r for r in results if r.get("name") == "idle-disaggregated" and r.get("itl")), None)
@@ -828,6 +842,13 @@ def main():
     help_text = subprocess.run([cairn, "worker", "--help"], capture_output=True, text=True).stdout
     args.role_flag = "--role" in help_text
     args.max_step_flag = "--max-step-ms" in help_text
+    m = re.search(r"--max-step-ms[^\n]*?\]=(-?[0-9.]+)", help_text)
+    args.max_step_default = m.group(1) if m else None
+    print("cairn worker: --role %s; --max-step-ms %s" % (
+        "accepted" if args.role_flag else "NOT accepted",
+        "default %s (%s)" % (args.max_step_default, "stall-free batching off" if args.max_step_default and
+                             float(args.max_step_default) < 0 else "stall-free batching on")
+        if args.max_step_default else "not accepted (prompt chunks of --max-batch-tokens)"), flush=True)
     all_procs = []
 
     def on_term(signum, frame):
@@ -847,7 +868,7 @@ def main():
                     print("\n== %s: skipped: %s" % (name, why), flush=True)
                 results.append({"name": name, "workers": "prefill + decode", "skipped": why})
                 continue
-            if name == "colocated-stallfree" and not args.max_step_flag:
+            if name in ("colocated-stallfree", "colocated-chunked") and not args.max_step_flag:
                 why = "`cairn worker --help` has no --max-step-ms"
                 if rnd == 0:
                     print("\n== %s: skipped: %s" % (name, why), flush=True)
