@@ -63,8 +63,16 @@ summed over their labels; bytes and seconds are divided by the prompt
 tokens of the requests started in between (long prompts and stream
 restarts): bytes and milliseconds per 1,000 prompt tokens, next to what the
 model's K/V rows weigh as f16 (n_layer x 2 x kv_heads x head_dim x 2 bytes
-a token). Fallbacks (prompts recomputed on the decode worker) are flagged:
-they make the disaggregated numbers mean something else.
+a token). That histogram runs from a transfer's first row to the decode
+worker's reply, so it overlaps the prefill that streams the rows; the cost
+a client sees is printed apart: on the idle cluster, the gap from a long
+prompt's first token (prefill worker) to its second (decode worker) less
+the same gap on the colocated pair, per 1,000 prompt tokens, and the same
+for the running streams' short prompts. Fallbacks (prompts recomputed on
+the decode worker) are flagged: they make the disaggregated numbers mean
+something else. Each setup also prints the CPU share every child and this
+client used in the window, and how busy the host was: on 2 vCPUs, two busy
+workers, the controller and the client already fill the machine.
 
 Without --model the script makes (once, under --dir) a random-weight llama
 with the demo vocabulary (1,284 tokens), 640 wide, 8 layers, 10 heads, FFN
