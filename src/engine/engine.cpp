@@ -196,9 +196,8 @@ void Engine::export_rows(Sequence& seq, int32_t upto) {
   seq.sink->on_kv(std::move(run));
 }
 
-void Engine::import_rows(Sequence& seq) {
+void Engine::import_rows(Sequence& seq, int32_t from) {
   const kv::ImportedKv& in = *seq.request.import_kv;
-  const int32_t from = seq.n_computed;
   const size_t rb = (size_t)geometry_.row_bytes();
   for (const kv::KvRows& run : in.runs) {
     const int32_t lo = std::max(from, run.first), hi = std::min(seq.n_prompt, run.first + run.n);
@@ -215,7 +214,6 @@ void Engine::import_rows(Sequence& seq) {
   }
   kv_.commit(seq.kv_seq, std::span<const Token>(seq.tokens).subspan((size_t)from,
                                                                   (size_t)(seq.n_prompt - from)));
-  seq.n_computed = seq.n_prompt;
 }
 
 Result<RequestId> Engine::submit_embedding(EmbedRequest req, std::shared_ptr<EmbedSink> sink) {
@@ -316,7 +314,7 @@ bool Engine::step() {
                       step_budget_.prefill_tokens(scheduler_.decoding(), cfg_.max_batch_tokens));
   for (Sequence* seq : plan_.failed) fail(*seq, seq->failure);
   counters_.preemptions += static_cast<uint64_t>(plan_.preempted);
-  for (Sequence* seq : plan_.imports) import_rows(*seq);
+  for (const ScheduledBatch::Import& im : plan_.imports) import_rows(*im.seq, im.from);
   const bool worked = !plan_.empty() || !plan_.imports.empty();
   if (!plan_.empty()) {
     observe_queue_times(plan_);

@@ -120,8 +120,9 @@ class Engine {
   Status replay_forced(Sequence& seq);
   // Sends rows [seq.exported, upto) of an export_kv sequence to its sink.
   void export_rows(Sequence& seq, int32_t upto);
-  // Writes an admitted sequence's handed-over rows and commits its prompt.
-  void import_rows(Sequence& seq);
+  // Writes an admitted sequence's handed-over rows [from, n_prompt) and
+  // commits those prompt tokens.
+  void import_rows(Sequence& seq, int32_t from);
 
   model::Model& model_;
   const Tokenizer& tok_;

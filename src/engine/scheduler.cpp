@@ -121,7 +121,7 @@ void Scheduler::admit_waiting(kv::PagedKvCache& kv, ScheduledBatch& plan, int32_
     Sequence& seq = *waiting_.front();
     const bool alone = running_.empty();
     if (seq.request.import_kv) {
-      const int imported = admit_imported(seq, kv, plan, alone);
+      const int imported = admit_imported(seq, kv, plan, alone, budget);
       if (imported < 0) break;  // waits for blocks: nobody overtakes the head
       if (imported > 0) continue;
     }
@@ -158,7 +158,8 @@ void Scheduler::admit_waiting(kv::PagedKvCache& kv, ScheduledBatch& plan, int32_
   }
 }
 
-int Scheduler::admit_imported(Sequence& seq, kv::PagedKvCache& kv, ScheduledBatch& plan, bool alone) {
+int Scheduler::admit_imported(Sequence& seq, kv::PagedKvCache& kv, ScheduledBatch& plan, bool alone,
+                              int32_t& budget) {
   // The handed-over rows are reserved whole or not at all (no over-commit):
   // a sequence that cannot fit them waits at the head of the queue.
   if (!alone && kv.free_blocks() < kv.blocks_for(seq.n_prompt + 1)) return -1;
@@ -168,7 +169,9 @@ int Scheduler::admit_imported(Sequence& seq, kv::PagedKvCache& kv, ScheduledBatc
     kv.release(seq.kv_seq);
     return 0;
   }
-  if (!kv.reserve(seq.kv_seq, seq.n_prompt - cached)) {
+  // The rows, and the forced tokens' first chunk in this same step.
+  const int32_t next = std::min<int32_t>((int32_t)seq.tokens.size() - seq.n_prompt, budget);
+  if (!kv.reserve(seq.kv_seq, seq.n_prompt - cached + next)) {
     kv.release(seq.kv_seq);
     if (!alone) return -1;
     seq.failure = "the KV cache (" + std::to_string(kv.stats().blocks_total) +
@@ -180,11 +183,16 @@ int Scheduler::admit_imported(Sequence& seq, kv::PagedKvCache& kv, ScheduledBatc
     return 1;
   }
   seq.in_kv = true;
-  seq.n_computed = cached;
+  seq.n_computed = seq.n_prompt;
   if (seq.cached_prompt_tokens < 0) seq.cached_prompt_tokens = cached;
   running_.push_back(std::move(waiting_.front()));
   waiting_.pop_front();
-  plan.imports.push_back(&seq);
+  plan.imports.push_back({&seq, cached});
+  if (next > 0) {
+    add_chunk(seq, next, plan);
+    budget -= next;
+    (next == 1 ? plan.decode_tokens : plan.prefill_tokens) += next;
+  }
   return 1;
 }
 

@@ -83,9 +83,14 @@ struct ScheduledBatch {
   int32_t prefill_tokens = 0;  // every other scheduled token
   std::vector<Sequence*> failed;  // cannot fit the KV pool even alone; engine reports them
   // Admitted with handed-over K/V (EngineRequest::import_kv): rows
-  // [n_computed, n_prompt) are reserved and must be written and committed by
-  // the engine before their next chunk (they get none this step).
-  std::vector<Sequence*> imports;
+  // [from, n_prompt) are reserved (n_computed already counts them) and the
+  // engine writes and commits them before this step's forward, which may
+  // carry the sequence's next chunk.
+  struct Import {
+    Sequence* seq;
+    int32_t from;
+  };
+  std::vector<Import> imports;
 
   bool empty() const { return chunks.empty(); }
 };
@@ -128,7 +133,8 @@ class Scheduler {
   // The head of the queue when it brings handed-over K/V: 1 admitted (or
   // failed), 0 take the plain path (the prefix cache covers the prompt),
   // -1 wait for blocks.
-  int admit_imported(Sequence& seq, kv::PagedKvCache& kv, ScheduledBatch& plan, bool alone);
+  int admit_imported(Sequence& seq, kv::PagedKvCache& kv, ScheduledBatch& plan, bool alone,
+                     int32_t& budget);
   // Reserves up to `want` tokens for `seq`, shrinking the chunk when the pool
   // is short; 0 when not even one token fits.
   int32_t reserve_chunk(Sequence& seq, int32_t want, kv::PagedKvCache& kv);
