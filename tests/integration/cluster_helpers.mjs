@@ -6,7 +6,10 @@ import { spawn } from 'node:child_process';
 import { cairnBin, modelPath, waitFor } from './helpers.mjs';
 
 export const HEARTBEAT_MS = 300;
-export const WORKER_TIMEOUT_MS = 1500;
+// Ten heartbeats: on a loaded 2-core CI host a controller may answer a few
+// heartbeats late (each has a 500 ms deadline), and a worker dropped then
+// re-registered mid-test resets the counters the tests read.
+export const WORKER_TIMEOUT_MS = 3000;
 
 const children = new Set();
 export function killAll() {
