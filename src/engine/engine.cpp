@@ -25,6 +25,25 @@ std::vector<double> token_buckets() {
 
 double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
+kv::KvGeometry geometry_of(const model::Model& model, const kv::PagedKvCache& kv) {
+  kv::KvGeometry g;
+  if (!kv.stores_rows()) {
+    g.n_layer = 0;  // a distributed model's agents hold the rows: no handoff
+    return g;
+  }
+  const kv::KvShape shape = model.kv_shape();
+  g.n_layer = shape.n_layer;
+  g.row_elems = shape.row_elems;
+  g.elem_bytes = kv.dtype() == TensorType::F32 ? 4 : 2;
+  g.block_tokens = kv.block_tokens();
+  return g;
+}
+
+int32_t import_positions(const kv::KvGeometry& g, int64_t bytes_per_step) {
+  const int64_t per_position = std::max<int64_t>(1, g.bytes_for(1));
+  return (int32_t)std::clamp<int64_t>(bytes_per_step / per_position, 1, INT32_MAX);
+}
+
 EngineConfig resolve(EngineConfig cfg, const model::HParams& hp) {
   const int64_t train = hp.n_ctx_train > 0 ? hp.n_ctx_train : INT32_MAX;
   int64_t n = cfg.n_ctx > 0 ? cfg.n_ctx : std::min<int64_t>(kDefaultCtx, train);
@@ -52,19 +71,14 @@ Engine::Engine(model::Model& model, const Tokenizer& tok, kv::PagedKvCache& kv, 
       kv_(kv),
       cfg_(resolve(cfg, model.hparams())),
       n_vocab_(static_cast<int32_t>(model.hparams().n_vocab)),
-      scheduler_(SchedulerConfig{cfg_.max_batch_tokens, cfg_.max_seqs}),
+      geometry_(geometry_of(model, kv)),
+      scheduler_(SchedulerConfig{cfg_.max_batch_tokens, cfg_.max_seqs,
+                                 import_positions(geometry_, cfg_.import_bytes_per_step)}),
       step_budget_(StepBudgetConfig{cfg_.max_step_ms}) {
   counters_.time_to_first_token_s = LatencyHistogram(request_buckets());
   counters_.queue_time_s = LatencyHistogram(request_buckets());
   counters_.e2e_latency_s = LatencyHistogram(request_buckets());
   counters_.inter_token_latency_s = LatencyHistogram(token_buckets());
-  if (kv_.stores_rows()) {
-    const kv::KvShape shape = model.kv_shape();
-    geometry_.n_layer = shape.n_layer;
-    geometry_.row_elems = shape.row_elems;
-    geometry_.elem_bytes = kv_.dtype() == TensorType::F32 ? 4 : 2;
-    geometry_.block_tokens = kv_.block_tokens();
-  }
   publish_stats();
 }
 
@@ -196,11 +210,11 @@ void Engine::export_rows(Sequence& seq, int32_t upto) {
   seq.sink->on_kv(std::move(run));
 }
 
-void Engine::import_rows(Sequence& seq, int32_t from) {
+void Engine::import_rows(Sequence& seq, int32_t from, int32_t to) {
   const kv::ImportedKv& in = *seq.request.import_kv;
   const size_t rb = (size_t)geometry_.row_bytes();
   for (const kv::KvRows& run : in.runs) {
-    const int32_t lo = std::max(from, run.first), hi = std::min(seq.n_prompt, run.first + run.n);
+    const int32_t lo = std::max(from, run.first), hi = std::min(to, run.first + run.n);
     if (lo >= hi) continue;
     const uint8_t* base = run.bytes.data();
     for (int32_t l = 0; l < geometry_.n_layer; ++l) {
@@ -212,8 +226,8 @@ void Engine::import_rows(Sequence& seq, int32_t from) {
       }
     }
   }
-  kv_.commit(seq.kv_seq, std::span<const Token>(seq.tokens).subspan((size_t)from,
-                                                                  (size_t)(seq.n_prompt - from)));
+  kv_.commit(seq.kv_seq,
+             std::span<const Token>(seq.tokens).subspan((size_t)from, (size_t)(to - from)));
 }
 
 Result<RequestId> Engine::submit_embedding(EmbedRequest req, std::shared_ptr<EmbedSink> sink) {
@@ -314,7 +328,7 @@ bool Engine::step() {
                       step_budget_.prefill_tokens(scheduler_.decoding(), cfg_.max_batch_tokens));
   for (Sequence* seq : plan_.failed) fail(*seq, seq->failure);
   counters_.preemptions += static_cast<uint64_t>(plan_.preempted);
-  for (const ScheduledBatch::Import& im : plan_.imports) import_rows(*im.seq, im.from);
+  for (const ScheduledBatch::Import& im : plan_.imports) import_rows(*im.seq, im.from, im.to);
   const bool worked = !plan_.empty() || !plan_.imports.empty();
   if (!plan_.empty()) {
     observe_queue_times(plan_);

@@ -36,6 +36,9 @@ struct EngineConfig {
   // Stall-free batching (engine/step_budget.h): the step-time target in ms
   // that sizes prompt chunks while streams decode; 0 automatic, < 0 off.
   double max_step_ms = -1;
+  // Handed-over K/V rows copied per step and sequence: a long prompt's rows
+  // enter over several steps, a few milliseconds of copying in each.
+  int64_t import_bytes_per_step = int64_t(4) << 20;
 };
 
 // Counts per bucket; `bounds` are upper bounds, ascending, +Inf implied.
@@ -120,9 +123,9 @@ class Engine {
   Status replay_forced(Sequence& seq);
   // Sends rows [seq.exported, upto) of an export_kv sequence to its sink.
   void export_rows(Sequence& seq, int32_t upto);
-  // Writes an admitted sequence's handed-over rows [from, n_prompt) and
-  // commits those prompt tokens.
-  void import_rows(Sequence& seq, int32_t from);
+  // Writes an admitted sequence's handed-over rows [from, to) and commits
+  // those prompt tokens.
+  void import_rows(Sequence& seq, int32_t from, int32_t to);
 
   model::Model& model_;
   const Tokenizer& tok_;

@@ -72,6 +72,7 @@ void Scheduler::preempt(size_t index, kv::PagedKvCache& kv) {
   kv.release(seq->kv_seq);
   seq->in_kv = false;
   seq->n_computed = 0;  // prompt and generated tokens are recomputed on readmission
+  seq->import_next = -1;  // (handed-over rows are imported again)
   waiting_.push_front(std::move(seq));
 }
 
@@ -81,6 +82,10 @@ void Scheduler::schedule_running(kv::PagedKvCache& kv, ScheduledBatch& plan, int
   // when the pool runs dry the newest running sequence gives its blocks back.
   for (size_t i = 0; i < running_.size() && budget > 0;) {
     Sequence& seq = *running_[i];
+    if (seq.import_next >= 0 && !seq.done && seq.failure.empty() && !plan_import(seq, plan)) {
+      ++i;  // its rows are still being copied in
+      continue;
+    }
     const bool decode = seq.remaining() == 1;
     const int32_t want = std::min({seq.remaining(), budget, decode ? 1 : prefill_left});
     if (seq.done || !seq.failure.empty() || want <= 0) {
@@ -183,17 +188,27 @@ int Scheduler::admit_imported(Sequence& seq, kv::PagedKvCache& kv, ScheduledBatc
     return 1;
   }
   seq.in_kv = true;
-  seq.n_computed = seq.n_prompt;
+  seq.n_computed = cached;
+  seq.import_next = cached;
   if (seq.cached_prompt_tokens < 0) seq.cached_prompt_tokens = cached;
   running_.push_back(std::move(waiting_.front()));
   waiting_.pop_front();
-  plan.imports.push_back({&seq, cached});
-  if (next > 0) {
+  if (plan_import(seq, plan) && next > 0) {
     add_chunk(seq, next, plan);
     budget -= next;
     (next == 1 ? plan.decode_tokens : plan.prefill_tokens) += next;
   }
   return 1;
+}
+
+bool Scheduler::plan_import(Sequence& seq, ScheduledBatch& plan) {
+  const int32_t from = seq.import_next;
+  const int32_t to = (int32_t)std::min<int64_t>(
+      seq.n_prompt, (int64_t)from + std::max(1, cfg_.import_positions_per_step));
+  plan.imports.push_back({&seq, from, to});
+  seq.n_computed = to;
+  seq.import_next = to < seq.n_prompt ? to : -1;
+  return seq.import_next < 0;
 }
 
 void Scheduler::commit(const ScheduledBatch& plan, kv::PagedKvCache& kv) {

@@ -51,6 +51,7 @@ struct Sequence {
   int32_t cached_prompt_tokens = -1;  // prefix hit of the first admission; -1 before
   std::string failure;                // set when the sequence cannot run at all
   int32_t exported = 0;               // export_kv: rows [0, exported) went to the sink
+  int32_t import_next = -1;           // import_kv: rows [import_next, n_prompt) still to write
   bool done = false;                  // ended; the engine retires it this step
 
   // Timing for latency statistics.
@@ -65,6 +66,10 @@ struct Sequence {
 struct SchedulerConfig {
   int32_t max_batch_tokens = 512;  // tokens per forward, decode and prefill together
   int32_t max_seqs = 64;           // running sequences
+  // Handed-over rows written per step and sequence: a long prompt's rows
+  // are copied over several steps so no step of the running streams pays
+  // for all of them at once.
+  int32_t import_positions_per_step = std::numeric_limits<int32_t>::max();
 };
 
 // Tokens [start, start + n) of one sequence in this step's batch.
@@ -82,13 +87,13 @@ struct ScheduledBatch {
   int32_t decode_tokens = 0;   // chunks of one token of running sequences
   int32_t prefill_tokens = 0;  // every other scheduled token
   std::vector<Sequence*> failed;  // cannot fit the KV pool even alone; engine reports them
-  // Admitted with handed-over K/V (EngineRequest::import_kv): rows
-  // [from, n_prompt) are reserved (n_computed already counts them) and the
-  // engine writes and commits them before this step's forward, which may
-  // carry the sequence's next chunk.
+  // Handed-over K/V (EngineRequest::import_kv) of admitted sequences: rows
+  // [from, to) are reserved (n_computed already counts them) and the engine
+  // writes and commits them before this step's forward, which carries the
+  // sequence's next chunk once its last rows are in.
   struct Import {
     Sequence* seq;
-    int32_t from;
+    int32_t from, to;
   };
   std::vector<Import> imports;
 
@@ -135,6 +140,9 @@ class Scheduler {
   // -1 wait for blocks.
   int admit_imported(Sequence& seq, kv::PagedKvCache& kv, ScheduledBatch& plan, bool alone,
                      int32_t& budget);
+  // Plans the next rows of an admitted import; true when they are the last
+  // (the sequence may then compute in this step).
+  bool plan_import(Sequence& seq, ScheduledBatch& plan);
   // Reserves up to `want` tokens for `seq`, shrinking the chunk when the pool
   // is short; 0 when not even one token fits.
   int32_t reserve_chunk(Sequence& seq, int32_t want, kv::PagedKvCache& kv);

@@ -37,6 +37,12 @@ class ExportSink final : public SequenceSink {
   std::vector<size_t> tokens_when_run;  // tokens reported before each run
 };
 
+// One position's K/V bytes in the demo model.
+int64_t demo_geometry_bytes() {
+  const kv::KvShape shape = demo().model->kv_shape();
+  return 2 * (int64_t)shape.n_layer * shape.row_elems * 2;
+}
+
 struct Side {
   std::unique_ptr<kv::PagedKvCache> kv;
   std::unique_ptr<Engine> engine;
@@ -151,7 +157,11 @@ TEST(Handoff, GoldenModelsContinueTokenForToken) {
 
 TEST(Handoff, LongChunkedPromptSeededSamplingAndStopStrings) {
   auto& m = demo();
-  Side single = make_side(m, 256), p = make_side(m, 256, {16, 8, 0}), d = make_side(m, 256);
+  // The decode side copies the rows in over several steps (5 positions each).
+  EngineConfig slow_import;
+  slow_import.import_bytes_per_step = 5 * demo_geometry_bytes();
+  Side single = make_side(m, 256), p = make_side(m, 256, {16, 8, 0}),
+       d = make_side(m, 256, slow_import);
   std::vector<Token> prompt;
   for (int i = 0; i < 6; ++i) {
     auto part = m.tokenizer->encode("once upon a time the little dog ran to the park and ", i == 0);
@@ -335,6 +345,57 @@ TEST(Handoff, ImportWaitsForWholeBlocksAndCancelFreesThem) {
   step_until(*d.engine, [&] { return hog->ends > 0; });
   EXPECT_EQ(d.kv->stats().blocks_used, 0);
   EXPECT_EQ(p.kv->stats().blocks_used, 0);
+}
+
+}  // namespace
+}  // namespace cairn::engine
+
+namespace cairn::engine {
+namespace {
+
+TEST(Handoff, LongImportsAreCopiedOverSeveralStepsWhileOthersDecode) {
+  auto& m = demo();
+  EngineConfig slow_import;
+  slow_import.import_bytes_per_step = 8 * demo_geometry_bytes();  // 8 positions a step
+  Side p = make_side(m, 256), d = make_side(m, 256, slow_import);
+  std::vector<Token> prompt;
+  for (int i = 0; i < 4; ++i) {
+    auto part = m.tokenizer->encode("the little dog ran to the big tree and sat ", i == 0);
+    prompt.insert(prompt.end(), part.begin(), part.end());
+  }
+  EngineRequest req = greedy(prompt, 6);
+  EngineRequest pre = req;
+  pre.export_kv = true;
+  auto exp = std::make_shared<ExportSink>();
+  ASSERT_TRUE(p.engine->submit(pre, exp).is_ok());
+  step_until(*p.engine, [&] { return exp->rec->ends > 0; });
+  ASSERT_EQ(exp->rec->end.reason, EndReason::Handoff);
+
+  // A stream already decoding on the decode side keeps a token every step.
+  auto other = std::make_shared<RecordingSink>();
+  ASSERT_TRUE(d.engine->submit(greedy(m.tokenizer->encode("once upon", true), 40), other).is_ok());
+  d.engine->step();
+  EngineRequest post = req;
+  post.forced = exp->rec->tokens;
+  post.import_kv = std::make_shared<const kv::ImportedKv>(exp->imported);
+  auto sink = std::make_shared<RecordingSink>();
+  ASSERT_TRUE(d.engine->submit(post, sink).is_ok());
+  const size_t steps_needed = (prompt.size() + 7) / 8;
+  for (size_t s = 0; s + 1 < steps_needed; ++s) {
+    const size_t before = other->n_tokens();
+    d.engine->step();
+    EXPECT_EQ(sink->n_tokens(), 0u) << "step " << s;
+    EXPECT_EQ(other->n_tokens(), before + 1) << "step " << s;
+  }
+  d.engine->step();  // the last rows, and the forced token's forward
+  EXPECT_EQ(sink->n_tokens(), 1u);
+  step_until(*d.engine, [&] { return sink->ends > 0 && other->ends > 0; });
+  Side single = make_side(m, 256);
+  Outcome alone = run_single(single, req);
+  std::vector<Token> joined = exp->rec->tokens;
+  joined.insert(joined.end(), sink->tokens.begin(), sink->tokens.end());
+  EXPECT_EQ(joined, alone.tokens);
+  EXPECT_EQ(d.kv->stats().blocks_used, 0);
 }
 
 }  // namespace
