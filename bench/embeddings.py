@@ -34,7 +34,7 @@ import sys
 import threading
 import time
 
-from child_process import Proc
+from child_process import Proc, loadavg
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CAIRN_BIN = os.environ.get("CAIRN_BIN", os.path.join(REPO, "build", "cairn"))
@@ -154,14 +154,6 @@ def measure(addr, texts, batch, clients, seconds):
 def cosine(a, b):
     dot = sum(x * y for x, y in zip(a, b))
     return dot / (math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b)))
-
-
-def loadavg():
-    try:
-        with open("/proc/loadavg") as f:
-            return " ".join(f.read().split()[:3])
-    except OSError:
-        return "?"
 
 
 def main():

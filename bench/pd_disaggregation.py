@@ -109,7 +109,7 @@ import tempfile
 import threading
 import time
 
-from child_process import Proc
+from child_process import Proc, loadavg
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CAIRN_BIN = os.environ.get("CAIRN_BIN", os.path.join(REPO, "build", "cairn"))
@@ -146,14 +146,6 @@ def pct(values, p):
 
 def ms(v, digits=1):
     return "-" if v is None else ("%.*f" % (digits, v * 1e3))
-
-
-def loadavg():
-    try:
-        with open("/proc/loadavg") as f:
-            return " ".join(f.read().split()[:3])
-    except OSError:
-        return "?"
 
 
 def proc_cpu(pid):
