@@ -328,6 +328,13 @@ bool Engine::step() {
                       step_budget_.prefill_tokens(scheduler_.decoding(), cfg_.max_batch_tokens));
   for (Sequence* seq : plan_.failed) fail(*seq, seq->failure);
   counters_.preemptions += static_cast<uint64_t>(plan_.preempted);
+  {
+    // Who runs and waits is published before this step's tokens go out: a
+    // client that saw its first token never reads "0 running" (a drain's log).
+    std::lock_guard lk(stats_mu_);
+    published_.running = scheduler_.running();
+    published_.waiting = scheduler_.waiting() + static_cast<int32_t>(embed_jobs_.size());
+  }
   for (const ScheduledBatch::Import& im : plan_.imports) import_rows(*im.seq, im.from, im.to);
   const bool worked = !plan_.empty() || !plan_.imports.empty();
   if (!plan_.empty()) {
