@@ -16,6 +16,7 @@
 #include "kv/kv_cache.h"
 #include "model/load.h"
 #include "modelgen/demo_model.h"
+#include "modelgen/model_builder.h"
 #include "test_util.h"
 
 namespace cairn::engine::test_support {
@@ -26,6 +27,28 @@ inline model::LoadedModel& demo() {
     auto path = modelgen::ensure_demo_model(cairn::test::temp_dir("engine-demo"));
     if (!path.is_ok()) return static_cast<model::LoadedModel*>(nullptr);
     auto loaded = model::load_model(*path, model::LoadOptions{2, {}});
+    return loaded.is_ok() ? new model::LoadedModel(std::move(*loaded)) : nullptr;
+  }();
+  return *m;
+}
+
+// gemma2: layers 0 and 2 slide over 16 positions, 1 and 3 are global; written and loaded once.
+inline model::LoadedModel& gemma2_swa16() {
+  static model::LoadedModel* m = [] {
+    modelgen::RandomModelSpec spec;
+    spec.arch = "gemma2";
+    spec.dim = 128;
+    spec.layers = 4;
+    spec.heads = 4;
+    spec.kv_heads = 2;
+    spec.ffn = 256;
+    spec.ctx = 1024;
+    spec.sliding_window = 16;
+    spec.seed = 77;
+    const std::string path = (test::temp_dir("engine-gemma2") / "gemma2-swa16.gguf").string();
+    auto written = modelgen::write_random_model(spec, modelgen::demo_vocab(), path);
+    if (!written.is_ok()) return static_cast<model::LoadedModel*>(nullptr);
+    auto loaded = model::load_model(path, model::LoadOptions{2, {}});
     return loaded.is_ok() ? new model::LoadedModel(std::move(*loaded)) : nullptr;
   }();
   return *m;

@@ -80,14 +80,20 @@ Outcome run_single(Side& s, const EngineRequest& req) {
   return {sink->tokens, sink->text, sink->end, sink->error};
 }
 
-// Prefill on `p`, decode on `d`; the joined outcome.
-Outcome run_handoff(Side& p, Side& d, const EngineRequest& req, int64_t* bytes = nullptr) {
+// Runs `req` on `p` as the prefill side of a handoff until it ends.
+std::shared_ptr<ExportSink> prefill(Side& p, const EngineRequest& req) {
   EngineRequest pre = req;
   pre.export_kv = true;
   auto exp = std::make_shared<ExportSink>();
   auto id = p.engine->submit(pre, exp);
   EXPECT_TRUE(id.is_ok()) << id.status().message();
   step_until(*p.engine, [&] { return exp->rec->ends > 0; });
+  return exp;
+}
+
+// Prefill on `p`, decode on `d`; the joined outcome.
+Outcome run_handoff(Side& p, Side& d, const EngineRequest& req, int64_t* bytes = nullptr) {
+  auto exp = prefill(p, req);
   Outcome out{exp->rec->tokens, exp->rec->text, exp->rec->end, exp->rec->error};
   if (!out.error.empty() || out.end.reason != EndReason::Handoff) return out;
   EXPECT_EQ(out.tokens.size(), 1u);
@@ -191,20 +197,7 @@ TEST(Handoff, LongChunkedPromptSeededSamplingAndStopStrings) {
 }
 
 TEST(Handoff, SlidingWindowModel) {
-  modelgen::RandomModelSpec spec;
-  spec.arch = "gemma2";
-  spec.dim = 128;
-  spec.layers = 4;
-  spec.heads = 4;
-  spec.kv_heads = 2;
-  spec.ffn = 256;
-  spec.ctx = 1024;
-  spec.sliding_window = 16;
-  spec.seed = 78;
-  const std::string path = (test::temp_dir("handoff-gemma2") / "gemma2-swa16.gguf").string();
-  ASSERT_TRUE(modelgen::write_random_model(spec, modelgen::demo_vocab(), path).is_ok());
-  auto loaded = model::load_model(path, model::LoadOptions{2, {}});
-  ASSERT_TRUE(loaded.is_ok()) << loaded.status().message();
+  auto* loaded = &test_support::gemma2_swa16();
   Side single = make_side(*loaded, 256), p = make_side(*loaded, 256, {16, 8, 0}),
        d = make_side(*loaded, 256);
   std::vector<Token> prompt;
@@ -244,11 +237,7 @@ TEST(Handoff, RefusesWhatDoesNotFit) {
   auto& m = demo();
   Side p = make_side(m, 128), d = make_side(m, 128);
   EngineRequest req = greedy(m.tokenizer->encode("the little dog ran", true), 8);
-  EngineRequest pre = req;
-  pre.export_kv = true;
-  auto exp = std::make_shared<ExportSink>();
-  ASSERT_TRUE(p.engine->submit(pre, exp).is_ok());
-  step_until(*p.engine, [&] { return exp->rec->ends > 0; });
+  auto exp = prefill(p, req);
   ASSERT_EQ(exp->rec->end.reason, EndReason::Handoff);
   const kv::ImportedKv good = exp->imported;
   auto sink = std::make_shared<RecordingSink>();
@@ -302,11 +291,7 @@ TEST(Handoff, ImportWaitsForWholeBlocksAndCancelFreesThem) {
     prompt.insert(prompt.end(), part.begin(), part.end());
   }
   EngineRequest req = greedy(prompt, 8);
-  EngineRequest pre = req;
-  pre.export_kv = true;
-  auto exp = std::make_shared<ExportSink>();
-  ASSERT_TRUE(p.engine->submit(pre, exp).is_ok());
-  step_until(*p.engine, [&] { return exp->rec->ends > 0; });
+  auto exp = prefill(p, req);
   ASSERT_EQ(exp->rec->end.reason, EndReason::Handoff);
   const auto rows = std::make_shared<const kv::ImportedKv>(exp->imported);
 
@@ -364,11 +349,7 @@ TEST(Handoff, LongImportsAreCopiedOverSeveralStepsWhileOthersDecode) {
     prompt.insert(prompt.end(), part.begin(), part.end());
   }
   EngineRequest req = greedy(prompt, 6);
-  EngineRequest pre = req;
-  pre.export_kv = true;
-  auto exp = std::make_shared<ExportSink>();
-  ASSERT_TRUE(p.engine->submit(pre, exp).is_ok());
-  step_until(*p.engine, [&] { return exp->rec->ends > 0; });
+  auto exp = prefill(p, req);
   ASSERT_EQ(exp->rec->end.reason, EndReason::Handoff);
 
   // A stream already decoding on the decode side keeps a token every step.

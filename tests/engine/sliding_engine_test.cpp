@@ -15,30 +15,9 @@
 namespace cairn::engine {
 namespace {
 
+using test_support::gemma2_swa16;
 using test_support::greedy;
 using test_support::RecordingSink;
-
-// gemma2: layers 0 and 2 slide over 16 positions, 1 and 3 are global.
-model::LoadedModel& gemma2() {
-  static model::LoadedModel* m = [] {
-    modelgen::RandomModelSpec spec;
-    spec.arch = "gemma2";
-    spec.dim = 128;
-    spec.layers = 4;
-    spec.heads = 4;
-    spec.kv_heads = 2;
-    spec.ffn = 256;
-    spec.ctx = 1024;
-    spec.sliding_window = 16;
-    spec.seed = 77;
-    const std::string path = (test::temp_dir("engine-gemma2") / "gemma2-swa16.gguf").string();
-    auto written = modelgen::write_random_model(spec, modelgen::demo_vocab(), path);
-    if (!written.is_ok()) return static_cast<model::LoadedModel*>(nullptr);
-    auto loaded = model::load_model(path, model::LoadOptions{2, {}});
-    return loaded.is_ok() ? new model::LoadedModel(std::move(*loaded)) : nullptr;
-  }();
-  return *m;
-}
 
 // The KV blocks in use each time the request yields a token (read on the
 // engine thread, the only one that touches the cache).
@@ -100,7 +79,7 @@ std::vector<Served> serve(model::LoadedModel& m, kv::PagedKvCache& kv,
 }
 
 TEST(SlidingEngine, WindowedCacheUsesFarFewerBlocksWithIdenticalOutput) {
-  auto& m = gemma2();
+  auto& m = gemma2_swa16();
   ASSERT_EQ(m.model->hparams().n_swa, 16);
   const kv::KvShape all = m.model->hparams().kv_shape();
   const kv::KvShape windowed = m.model->hparams().paged_kv_shape();
@@ -131,7 +110,7 @@ TEST(SlidingEngine, WindowedCacheUsesFarFewerBlocksWithIdenticalOutput) {
 }
 
 TEST(SlidingEngine, PreemptionAndCancellationReturnEveryBlock) {
-  auto& m = gemma2();
+  auto& m = gemma2_swa16();
   const kv::KvShape windowed = m.model->hparams().paged_kv_shape();
   // Room for 24 blocks of 16 positions in every layer: 6 requests of ~100
   // tokens each need 7 global + <= 2 sliding blocks, so some wait or get preempted.
@@ -177,7 +156,7 @@ TEST(SlidingEngine, PreemptionAndCancellationReturnEveryBlock) {
 // A model whose layers slide refuses a cache that dropped rows of a layer
 // that does not slide (or slides over more positions than it kept).
 TEST(SlidingEngine, ForwardRefusesACacheThatKeepsTooLittle) {
-  auto& m = gemma2();
+  auto& m = gemma2_swa16();
   kv::KvShape wrong = m.model->hparams().paged_kv_shape();
   std::reverse(wrong.sliding.begin(), wrong.sliding.end());  // the global layers marked sliding
   auto kv = make_cache(wrong, 16);
