@@ -161,7 +161,7 @@ class KvPusher {
       ctx_.set_deadline(std::chrono::system_clock::now() + timeout_);
       writer_ = stub_->PushKv(&ctx_, &reply_);
     }
-    const kv::KvRows& r = run.rows;
+    kv::KvRows& r = run.rows;
     if (r.n < 1 || r.first != next_ || (int64_t)r.first + r.n > (int64_t)prompt_.size() ||
         (int64_t)r.bytes.size() != geometry_.bytes_for(r.n))
       return fail_local("the engine exported a malformed K/V run (positions " +
@@ -181,11 +181,11 @@ class KvPusher {
       msg.set_n(m);
       std::string* out = msg.mutable_rows();
       if (m == r.n) {
-        out->assign(r.bytes.begin(), r.bytes.end());
+        *out = std::move(r.bytes);  // the whole run in one message
       } else {
         // Positions [a, a + m) of every layer's K rows, then its V rows.
         out->reserve((size_t)geometry_.bytes_for(m));
-        const auto* base = reinterpret_cast<const char*>(r.bytes.data());
+        const char* base = r.bytes.data();
         for (int32_t l = 0; l < geometry_.n_layer; ++l) {
           const char* layer = base + (int64_t)l * 2 * r.n * rb;
           out->append(layer + a * rb, (size_t)(m * rb));
@@ -494,7 +494,7 @@ class WorkerService final : public v1::Worker::Service {
       kv::KvRows rows;
       rows.first = msg.first();
       rows.n = msg.n();
-      rows.bytes.assign(msg.rows().begin(), msg.rows().end());
+      rows.bytes.swap(*msg.mutable_rows());  // the message is read anew each time
       bytes += (int64_t)rows.bytes.size();
       CAIRN_GRPC_TRY(store->append(id, std::move(rows)));
       if (msg.last()) {

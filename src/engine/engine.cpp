@@ -197,9 +197,9 @@ void Engine::export_rows(Sequence& seq, int32_t upto) {
   run.rows.first = seq.exported;
   run.rows.n = n;
   // Zero-filled: a row a sliding layer has already dropped stays zeros.
-  run.rows.bytes.assign((size_t)geometry_.bytes_for(n), 0);
+  run.rows.bytes.assign((size_t)geometry_.bytes_for(n), '\0');
   const size_t rb = (size_t)geometry_.row_bytes();
-  uint8_t* out = run.rows.bytes.data();
+  auto* out = reinterpret_cast<uint8_t*>(run.rows.bytes.data());
   for (int32_t l = 0; l < geometry_.n_layer; ++l) {
     uint8_t* k = out + (size_t)l * 2 * (size_t)n * rb;
     uint8_t* v = k + (size_t)n * rb;
@@ -216,7 +216,7 @@ void Engine::import_rows(Sequence& seq, int32_t from, int32_t to) {
   for (const kv::KvRows& run : in.runs) {
     const int32_t lo = std::max(from, run.first), hi = std::min(to, run.first + run.n);
     if (lo >= hi) continue;
-    const uint8_t* base = run.bytes.data();
+    const auto* base = reinterpret_cast<const uint8_t*>(run.bytes.data());
     for (int32_t l = 0; l < geometry_.n_layer; ++l) {
       const uint8_t* k = base + (size_t)l * 2 * (size_t)run.n * rb;
       const uint8_t* v = k + (size_t)run.n * rb;

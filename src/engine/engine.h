@@ -38,7 +38,7 @@ struct EngineConfig {
   double max_step_ms = -1;
   // Handed-over K/V rows copied per step and sequence: a long prompt's rows
   // enter over several steps, a few milliseconds of copying in each.
-  int64_t import_bytes_per_step = int64_t(4) << 20;
+  int64_t import_bytes_per_step = int64_t(1) << 20;
 };
 
 // Counts per bucket; `bounds` are upper bounds, ascending, +Inf implied.

@@ -39,11 +39,12 @@ std::string geometry_mismatch(const KvGeometry& want, const KvGeometry& got);
 // layer, the n K rows then the n V rows (geometry.row_bytes() each), so a
 // layer's run is contiguous. Rows a sliding-window layer no longer held at
 // export time are zeros (they are never read again: attention of the
-// positions after the prompt does not reach back that far).
+// positions after the prompt does not reach back that far). A string so that
+// a received message's bytes move in without a copy.
 struct KvRows {
   int32_t first = 0;
   int32_t n = 0;
-  std::vector<uint8_t> bytes;
+  std::string bytes;
 };
 
 // One run as the prefill side reports it: the first run (rows.first == 0)

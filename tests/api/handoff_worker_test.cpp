@@ -188,7 +188,7 @@ bool rows_are_right(const kv::KvGeometry& g, const kv::KvRows& r) {
     for (int t = 0; t < 2; ++t)
       for (int j = 0; j < r.n; ++j)
         for (int64_t o = 0; o < rb; ++o)
-          if (r.bytes[(size_t)(((int64_t)l * 2 + t) * r.n * rb + j * rb + o)] !=
+          if ((uint8_t)r.bytes[(size_t)(((int64_t)l * 2 + t) * r.n * rb + j * rb + o)] !=
               row_byte(l, t, r.first + j, o))
             return false;
   return true;

@@ -47,7 +47,7 @@ kv::KvRows rows(int32_t first, int32_t n, uint8_t fill = 7) {
   kv::KvRows r;
   r.first = first;
   r.n = n;
-  r.bytes.assign((size_t)geometry().bytes_for(n), fill);
+  r.bytes.assign((size_t)geometry().bytes_for(n), (char)fill);
   return r;
 }
 

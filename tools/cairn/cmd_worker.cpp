@@ -14,6 +14,7 @@
 #include <grpcpp/impl/service_type.h>  // destroys the worker service
 #include <pthread.h>
 #include <spdlog/spdlog.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -56,6 +57,7 @@ struct WorkerArgs {
   std::string role = "both";
   int64_t handoff_timeout_ms = 30000;
   int64_t handoff_buffer_mb = 1024;
+  int nice = -1;  // -1: 10 for --role prefill, else 0
 };
 
 // Waits up to `seconds` for SIGTERM or SIGINT (blocked in every thread, so
@@ -101,6 +103,14 @@ Status run_worker(WorkerArgs a) {
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  // A prefill worker's prompts are throughput work and a decode worker's
+  // tokens are latency work: where the two share cores, the decode worker
+  // should run first. Linux keeps the nice value per thread and new threads
+  // inherit it, so it is set here, before the engine and gRPC threads start.
+  const int nice = a.nice >= 0 ? a.nice : (a.role == "prefill" ? 10 : 0);
+  if (nice > 0 && setpriority(PRIO_PROCESS, 0, nice) != 0)
+    spdlog::warn("--nice {}: could not lower this worker's CPU priority", nice);
 
   auto resolved = modelgen::model_or_demo(a.model);
   if (!resolved.is_ok()) return resolved.status();
@@ -260,6 +270,10 @@ void register_worker(CLI::App& app, CommandResult& result) {
                   "MiB of received K/V rows held at once (decode); more transfers are refused")
       ->check(CLI::Range(int64_t(1), int64_t(1) << 20))
       ->capture_default_str();
+  cmd->add_option("--nice", a->nice,
+                  "lower this worker's CPU priority by N (0-19) so the workers it shares cores "
+                  "with run first (default: 10 with --role prefill, else 0)")
+      ->check(CLI::Range(0, 19));
   add_engine_flags(cmd, b, a->kv_cache_mb);
   cmd->add_option("--max-queue", b.max_queue, "requests waiting to run (refused beyond)")
       ->check(CLI::Range(1, 1 << 20))
