@@ -37,7 +37,8 @@ struct EngineConfig {
   // that sizes prompt chunks while streams decode; 0 automatic, < 0 off.
   double max_step_ms = -1;
   // Handed-over K/V rows copied per step and sequence: a long prompt's rows
-  // enter over several steps, a few milliseconds of copying in each.
+  // enter over many steps, so the running streams' steps each grow by a
+  // fraction of a millisecond (docs/performance.md, prefill and decode workers).
   int64_t import_bytes_per_step = int64_t(1) << 20;
 };
 
