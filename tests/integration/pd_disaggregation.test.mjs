@@ -7,7 +7,7 @@
 // Every process is killed at the end, pass or fail.
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import os from 'node:os';
 import path from 'node:path';
@@ -106,6 +106,19 @@ describe('prefill → decode handoff on the golden models', { skip: skipReason()
       return (sent['stories260K-prefill'] > 0 && got['stories260K-decode'] === sent['stories260K-prefill']) ||
         `sent ${JSON.stringify(sent)} received ${JSON.stringify(got)}`;
     }, 10 * HEARTBEAT_MS + 3000, 'handoff byte counters');
+  });
+
+  test('a prefill worker and all its threads run at nice 10, a decode worker at 0', () => {
+    // Field 19 of /proc/PID/task/TID/stat, counted after the command's closing parenthesis.
+    const nices = (pid) => readdirSync(`/proc/${pid}/task`).map((tid) => {
+      const stat = readFileSync(`/proc/${pid}/task/${tid}/stat`, 'utf8');
+      return Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[16]);
+    });
+    for (const [name, w] of Object.entries(roles)) {
+      const want = name.endsWith('-prefill') ? 10 : 0;
+      const got = nices(w.proc.pid);
+      assert.ok(got.length > 1 && got.every((n) => n === want), `${name}: threads' nice ${got}, want ${want}`);
+    }
   });
 
   test('cancelled streams free every block on the decode worker', async () => {
