@@ -55,16 +55,6 @@ EngineConfig resolve(EngineConfig cfg, const model::HParams& hp) {
 
 }  // namespace
 
-LatencyHistogram::LatencyHistogram(std::vector<double> upper_bounds)
-    : bounds(std::move(upper_bounds)), counts(bounds.size() + 1, 0) {}
-
-void LatencyHistogram::observe(double s) {
-  const size_t bucket = std::lower_bound(bounds.begin(), bounds.end(), s) - bounds.begin();
-  ++counts[bucket];
-  sum += s;
-  ++count;
-}
-
 Engine::Engine(model::Model& model, const Tokenizer& tok, kv::PagedKvCache& kv, EngineConfig cfg)
     : model_(model),
       tok_(tok),

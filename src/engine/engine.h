@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/histogram.h"
 #include "core/status.h"
 #include "engine/request.h"
 #include "engine/scheduler.h"
@@ -42,16 +43,7 @@ struct EngineConfig {
   int64_t import_bytes_per_step = int64_t(1) << 20;
 };
 
-// Counts per bucket; `bounds` are upper bounds, ascending, +Inf implied.
-struct LatencyHistogram {
-  std::vector<double> bounds;
-  std::vector<uint64_t> counts;  // bounds.size() + 1, not cumulative
-  double sum = 0;
-  uint64_t count = 0;
-
-  explicit LatencyHistogram(std::vector<double> upper_bounds = {});
-  void observe(double seconds);
-};
+using LatencyHistogram = Histogram;
 
 struct EngineStats {
   uint64_t prompt_tokens_total = 0;  // of requests admitted

@@ -16,6 +16,7 @@
 #include <variant>
 #include <vector>
 
+#include "core/histogram.h"
 #include "core/status.h"
 #include "kv/transfer.h"
 
@@ -203,12 +204,7 @@ struct Health {
 };
 
 // Counters and histograms for /metrics, sampled by the front-end.
-struct Histogram {
-  std::vector<double> bounds;        // upper bounds, ascending (+Inf implied)
-  std::vector<uint64_t> counts;      // bounds.size() + 1 buckets, not cumulative
-  double sum = 0;
-  uint64_t count = 0;
-};
+using Histogram = cairn::Histogram;
 
 struct BackendStats {
   uint64_t prompt_tokens_total = 0;

@@ -12,12 +12,8 @@ const std::vector<double>& HandoffCounters::seconds_bounds() {
 }
 
 void HandoffCounters::observe_seconds(double s) {
-  const auto& b = seconds_bounds();
-  const size_t i = std::lower_bound(b.begin(), b.end(), s) - b.begin();
   std::lock_guard lock(mu_);
-  ++counts_[i];
-  sum_ += s;
-  ++count_;
+  seconds_.observe(s);
 }
 
 HandoffCountersSnapshot HandoffCounters::snapshot() const {
@@ -30,7 +26,7 @@ HandoffCountersSnapshot HandoffCounters::snapshot() const {
   s.resumed = resumed.load();
   s.expired = expired.load();
   std::lock_guard lock(mu_);
-  s.seconds = Histogram{seconds_bounds(), counts_, sum_, count_};
+  s.seconds = seconds_;
   return s;
 }
 

@@ -47,9 +47,7 @@ class HandoffCounters {
 
  private:
   mutable std::mutex mu_;  // guards the histogram only
-  std::vector<uint64_t> counts_ = std::vector<uint64_t>(seconds_bounds().size() + 1, 0);
-  double sum_ = 0;
-  uint64_t count_ = 0;
+  Histogram seconds_{seconds_bounds()};
 };
 
 struct HandoffStoreOptions {

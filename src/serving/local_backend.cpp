@@ -54,10 +54,6 @@ class SinkAdapter final : public engine::SequenceSink {
   bool logprobs_;
 };
 
-Histogram to_histogram(const engine::LatencyHistogram& h) {
-  return Histogram{h.bounds, h.counts, h.sum, h.count};
-}
-
 // "invalid sampling parameter top_p: must be in (0, 1]" -> "top_p".
 std::string sampling_param(const std::string& message) {
   static constexpr std::string_view kPrefix = "invalid sampling parameter ";
@@ -555,10 +551,10 @@ BackendStats LocalBackend::stats() const {
   b.requests_cancelled = s.requests_cancelled;
   b.embedding_inputs_total = s.embed_inputs_total;
   b.embedding_tokens_total = s.embed_tokens_total;
-  b.time_to_first_token_s = to_histogram(s.time_to_first_token_s);
-  b.inter_token_latency_s = to_histogram(s.inter_token_latency_s);
-  b.queue_time_s = to_histogram(s.queue_time_s);
-  b.e2e_latency_s = to_histogram(s.e2e_latency_s);
+  b.time_to_first_token_s = s.time_to_first_token_s;
+  b.inter_token_latency_s = s.inter_token_latency_s;
+  b.queue_time_s = s.queue_time_s;
+  b.e2e_latency_s = s.e2e_latency_s;
   return b;
 }
 
