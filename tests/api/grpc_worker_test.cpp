@@ -15,6 +15,7 @@
 #include "modelgen/demo_model.h"
 #include "rpc/convert.h"
 #include "serving/local_backend.h"
+#include "served_worker.h"
 #include "serving_test_util.h"
 #include "test_util.h"
 
@@ -64,21 +65,11 @@ class GrpcWorkerTest : public ::testing::Test {
 
   void SetUp() override {
     ASSERT_NE(backend_, nullptr);
-    service_ = make_worker_service(*backend_);
-    auto s = GrpcServer::start(GrpcServerOptions{}, {service_.get()});
-    ASSERT_TRUE(s.is_ok()) << s.status().message();
-    server_ = std::move(s.value());
-    ASSERT_GT(server_->port(), 0);
-    channel_ = grpc::CreateChannel("127.0.0.1:" + std::to_string(server_->port()),
-                                   grpc::InsecureChannelCredentials());
-    stub_ = v1::Worker::NewStub(channel_);
+    ASSERT_TRUE(served_.start(*backend_).is_ok());
+    stub_ = served_.stub.get();
   }
   void TearDown() override {
-    stub_.reset();
-    channel_.reset();
-    if (server_) server_->shutdown(1);
-    server_.reset();
-    service_.reset();
+    served_.stop();
     // Every test leaves the engine idle for the next one.
     EXPECT_TRUE(eventually([] {
       auto h = backend_->health();
@@ -96,10 +87,8 @@ class GrpcWorkerTest : public ::testing::Test {
   }
 
   static serving::LocalBackend* backend_;
-  std::unique_ptr<grpc::Service> service_;
-  std::unique_ptr<GrpcServer> server_;
-  std::shared_ptr<grpc::Channel> channel_;
-  std::unique_ptr<v1::Worker::Stub> stub_;
+  cairn::test::ServedWorker served_;
+  v1::Worker::Stub* stub_ = nullptr;  // served_'s
 };
 
 serving::LocalBackend* GrpcWorkerTest::backend_ = nullptr;
@@ -182,16 +171,12 @@ class GrpcWorkerHoldTest : public ::testing::Test {
  protected:
   void SetUp() override {
     backend_.set_mode(test::FakeBackend::Mode::Hold);
-    service_ = make_worker_service(backend_);
-    auto s = GrpcServer::start(GrpcServerOptions{}, {service_.get()});
-    ASSERT_TRUE(s.is_ok()) << s.status().message();
-    server_ = std::move(s.value());
-    stub_ = v1::Worker::NewStub(grpc::CreateChannel("127.0.0.1:" + std::to_string(server_->port()),
-                                                    grpc::InsecureChannelCredentials()));
+    ASSERT_TRUE(served_.start(backend_).is_ok());
+    stub_ = served_.stub.get();
   }
   void TearDown() override {
     backend_.release_all();
-    if (server_) server_->shutdown(1);
+    served_.stop();
   }
   static v1::GenerateRequest request(const std::string& id) {
     v1::GenerateRequest r;
@@ -201,9 +186,8 @@ class GrpcWorkerHoldTest : public ::testing::Test {
     return r;
   }
   test::FakeBackend backend_;
-  std::unique_ptr<grpc::Service> service_;
-  std::unique_ptr<GrpcServer> server_;
-  std::unique_ptr<v1::Worker::Stub> stub_;
+  cairn::test::ServedWorker served_;
+  v1::Worker::Stub* stub_ = nullptr;  // served_'s
 };
 
 TEST_F(GrpcWorkerHoldTest, ClientCancelFreesTheRequest) {
@@ -302,7 +286,7 @@ TEST_F(GrpcWorkerHoldTest, ShutdownCancelsRunningCallsAfterTheGrace) {
   auto reader = stub_->Generate(&ctx, request("held"));
   ASSERT_TRUE(backend_.wait_held(1));
   const auto t0 = Clock::now();
-  server_->shutdown(0.2);
+  served_.server->shutdown(0.2);
   EXPECT_LT(Clock::now() - t0, std::chrono::seconds(5));
   EXPECT_TRUE(backend_.wait_cancelled(1));
   v1::GenerateEvent ev;

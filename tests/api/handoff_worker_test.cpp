@@ -16,6 +16,7 @@
 #include "rpc/convert.h"
 #include "serving/handoff_store.h"
 #include "serving/local_backend.h"
+#include "served_worker.h"
 #include "test_util.h"
 
 namespace cairn::api {
@@ -53,10 +54,10 @@ struct Worker {
   std::unique_ptr<serving::LocalBackend> backend;
   serving::HandoffCounters counters;
   std::unique_ptr<serving::HandoffStore> store;
-  std::unique_ptr<grpc::Service> service;
-  std::unique_ptr<GrpcServer> server;
+  cairn::test::ServedWorker served;
+  // served's, for short
   std::string address;
-  std::unique_ptr<v1::Worker::Stub> stub;
+  v1::Worker::Stub* stub = nullptr;
 
   Worker(const std::string& role, int64_t chunk_bytes = 0, const std::string& model = {}) {
     serving::LocalBackendOptions o;
@@ -77,19 +78,12 @@ struct Worker {
     wo.role = role;
     wo.handoff_timeout_ms = 20000;
     if (chunk_bytes > 0) wo.kv_push_chunk_bytes = chunk_bytes;
-    service = make_worker_service(*backend, wo);
-    auto s = GrpcServer::start(GrpcServerOptions{}, {service.get()});
-    EXPECT_TRUE(s.is_ok()) << s.status().message();
-    if (!s.is_ok()) return;
-    server = std::move(*s);
-    address = "127.0.0.1:" + std::to_string(server->port());
-    stub = v1::Worker::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+    const Status started = served.start(*backend, wo);
+    EXPECT_TRUE(started.is_ok()) << started.message();
+    address = served.address;
+    stub = served.stub.get();
   }
-  ~Worker() {
-    if (server) server->shutdown(1);
-    server.reset();
-    service.reset();
-  }
+  ~Worker() { served.stop(); }
   kv::KvGeometry geometry() const { return *backend->kv_geometry(""); }
 };
 
@@ -247,7 +241,7 @@ class ExportingBackend final : public serving::Backend {
 // reassembled there byte for byte; the token reaches the caller first.
 TEST(HandoffWorker, PushedRowsArriveWholeAndInOrder) {
   Worker d("decode");
-  ASSERT_TRUE(d.server);
+  ASSERT_TRUE(d.stub);
   const kv::KvGeometry g = d.geometry();
   ExportingBackend fake(g);
   serving::HandoffCounters counters;
@@ -255,11 +249,9 @@ TEST(HandoffWorker, PushedRowsArriveWholeAndInOrder) {
   wo.handoff_counters = &counters;
   wo.role = "prefill";
   wo.kv_push_chunk_bytes = g.bytes_for(5);  // 5 positions a message
-  auto service = make_worker_service(fake, wo);
-  auto server = GrpcServer::start(GrpcServerOptions{}, {service.get()});
-  ASSERT_TRUE(server.is_ok());
-  auto stub = v1::Worker::NewStub(grpc::CreateChannel(
-      "127.0.0.1:" + std::to_string((*server)->port()), grpc::InsecureChannelCredentials()));
+  cairn::test::ServedWorker served;
+  ASSERT_TRUE(served.start(fake, wo).is_ok());
+  v1::Worker::Stub* stub = served.stub.get();
 
   std::vector<serving::Token> prompt(40);
   for (int i = 0; i < 40; ++i) prompt[i] = i + 1;
@@ -352,8 +344,6 @@ TEST(HandoffWorker, PushedRowsArriveWholeAndInOrder) {
   EXPECT_NE(handoff_error, "");
   EXPECT_EQ(handoff_error.find('\n'), std::string::npos);
   EXPECT_EQ(counters.snapshot().send_failed, 2u);
-
-  (*server)->shutdown(1);
 }
 
 // The whole feature: prefill on P, the rows pushed to D, decode on D; the
@@ -361,10 +351,10 @@ TEST(HandoffWorker, PushedRowsArriveWholeAndInOrder) {
 // Needs the engine's export/import (EngineRequest::export_kv, import_kv).
 TEST(HandoffWorker, PrefillThenDecodeEqualsOneWorker) {
   Worker d("decode");
-  ASSERT_TRUE(d.server);
+  ASSERT_TRUE(d.stub);
   // Three positions a message: every run is split over several.
   Worker p("prefill", d.geometry().bytes_for(3));
-  ASSERT_TRUE(p.server);
+  ASSERT_TRUE(p.stub);
 
   const int kMax = 12;
   Outcome whole = generate(d, greedy(kMax));
@@ -457,9 +447,9 @@ TEST(HandoffWorker, StoriesThroughTheHandoffEqualOneWorker) {
     GTEST_SKIP() << "no ../shared/models/stories260K.gguf";
   const std::string model = (*shared / "models" / "stories260K.gguf").string();
   Worker d("decode", 0, model);
-  ASSERT_TRUE(d.server);
+  ASSERT_TRUE(d.stub);
   Worker p("prefill", 0, model);
-  ASSERT_TRUE(p.server);
+  ASSERT_TRUE(p.stub);
   serving::GenerateRequest r;
   r.prompt = std::string(
       "Once upon a time, there was a little girl named Lily. She loved to play outside in the "
@@ -480,9 +470,9 @@ TEST(HandoffWorker, StoriesThroughTheHandoffEqualOneWorker) {
 // to its own transfer and every output matches. Needs the engine's export/import.
 TEST(HandoffWorker, ConcurrentHandoffsStayApart) {
   Worker d("decode");
-  ASSERT_TRUE(d.server);
+  ASSERT_TRUE(d.stub);
   Worker p("prefill", d.geometry().bytes_for(7));
-  ASSERT_TRUE(p.server);
+  ASSERT_TRUE(p.stub);
   const char* kPrompts[] = {"the quick brown fox", "a cat sat on the mat and looked at the dog",
                             "one two three four five six seven eight nine ten eleven twelve",
                             "hello world"};
@@ -504,7 +494,7 @@ TEST(HandoffWorker, ConcurrentHandoffsStayApart) {
 // Needs the engine's export.
 TEST(HandoffWorker, UnreachablePeerIsReportedAtTheFinish) {
   Worker p("prefill");
-  ASSERT_TRUE(p.server);
+  ASSERT_TRUE(p.stub);
   serving::GenerateRequest pre = greedy(8);
   pre.handoff = serving::GenerateRequest::Handoff{"127.0.0.1:1", "h-x"};
   Outcome first = generate(p, pre);
@@ -522,9 +512,9 @@ TEST(HandoffWorker, UnreachablePeerIsReportedAtTheFinish) {
 // was pushed is cancelled and dropped there.
 TEST(HandoffWorker, RequestEndingAtTheFirstTokenLeavesNothingBehind) {
   Worker d("decode");
-  ASSERT_TRUE(d.server);
+  ASSERT_TRUE(d.stub);
   Worker p("prefill");
-  ASSERT_TRUE(p.server);
+  ASSERT_TRUE(p.stub);
   serving::GenerateRequest pre = greedy(1);
   pre.handoff = serving::GenerateRequest::Handoff{d.address, "h-2"};
   Outcome first = generate(p, pre);
@@ -538,7 +528,7 @@ TEST(HandoffWorker, RequestEndingAtTheFirstTokenLeavesNothingBehind) {
 
 TEST(HandoffWorker, GeometryMismatchIsRefusedNamingTheField) {
   Worker d("decode");
-  ASSERT_TRUE(d.server);
+  ASSERT_TRUE(d.stub);
   kv::KvGeometry g = d.geometry();
   g.n_layer += 1;
   auto reply = push(d, {first_msg("g", g, {1, 2}, 2, true)});
@@ -552,7 +542,7 @@ TEST(HandoffWorker, GeometryMismatchIsRefusedNamingTheField) {
 
 TEST(HandoffWorker, PushKvRefusesMalformedStreamsAndKeepsNothing) {
   Worker d("decode");
-  ASSERT_TRUE(d.server);
+  ASSERT_TRUE(d.stub);
   const kv::KvGeometry g = d.geometry();
 
   // No header first.
@@ -602,7 +592,7 @@ TEST(HandoffWorker, PushKvRefusesMalformedStreamsAndKeepsNothing) {
 
 TEST(HandoffWorker, ResumeTakesTheRowsOnceAndRolesAreEnforced) {
   Worker d("decode");
-  ASSERT_TRUE(d.server);
+  ASSERT_TRUE(d.stub);
   const kv::KvGeometry g = d.geometry();
   // Rows of another prompt: taken, then left unused (the prompt is recomputed).
   auto r = push(d, {first_msg("r", g, {1, 2, 3}, 3, true)});
@@ -630,7 +620,7 @@ TEST(HandoffWorker, ResumeTakesTheRowsOnceAndRolesAreEnforced) {
 
   // A prefill worker keeps no rows.
   Worker p("prefill");
-  ASSERT_TRUE(p.server);
+  ASSERT_TRUE(p.stub);
   r = push(p, {first_msg("p", g, {1}, 1, true)});
   ASSERT_TRUE(r.has_error());
   EXPECT_EQ(r.error().kind(), v1::Error::UNAVAILABLE);
