@@ -112,7 +112,9 @@ void Scheduler::schedule_running(kv::PagedKvCache& kv, ScheduledBatch& plan, int
     seq.draft.clear();
     if (decode) {
       const int32_t later = (int32_t)(running_.size() - i - 1);
-      n_draft = propose_drafts(seq, std::min(budget - 1 - later, prefill_left));
+      int32_t room = std::min(budget - 1 - later, prefill_left);
+      if (!waiting_.empty()) room /= 2;  // prompts waiting keep a share: no starving them
+      n_draft = propose_drafts(seq, room);
       want += n_draft;
     }
     int32_t got = reserve_chunk(seq, want, kv);

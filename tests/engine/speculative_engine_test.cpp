@@ -10,6 +10,7 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <thread>
 
 #include "engine_test_util.h"
@@ -147,7 +148,7 @@ TEST(SpeculativeGolden, GreedyOutputIdenticalOnEveryGoldenModel) {
 
 // A batch of requests of different lengths, some opted out, one ended by a
 // stop string and one by an end token in the middle of a draft, one with
-// logprobs and one with a grammar-free penalty: each equals its plain run.
+// logprobs, one with penalties, one with a grammar: each equals its plain run.
 TEST(Speculative, MixedBatchEqualsThePlainPathPerRequest) {
   auto& m = demo();
   const char* texts[] = {"the little dog the little dog the little dog",
@@ -179,11 +180,20 @@ TEST(Speculative, MixedBatchEqualsThePlainPathPerRequest) {
     r = reqs[3];
     r.max_tokens = 5;
     reqs.push_back(r);
+    // A grammar: each row's mask follows the accepted drafts.
+    auto g = grammar::parse_gbnf(R"(root ::= [a-z ]{1,60} ".")");
+    ASSERT_TRUE(g) << g.status().message();
+    r = reqs[0];
+    r.ignore_eos = false;
+    r.grammar = std::make_shared<const grammar::Grammar>(std::move(*g));
+    reqs.push_back(r);
   }
   const Outcome plain = run(m, reqs, config(0));
   const Outcome spec = run(m, reqs, config(6));
   expect_same_outputs(plain, spec, "mixed");
   EXPECT_EQ(spec.sinks[10]->end.reason, EndReason::Stop);
+  EXPECT_TRUE(spec.sinks.back()->error.empty()) << spec.sinks.back()->error;
+  EXPECT_GT(spec.sinks.back()->tokens.size(), 3u);
   EXPECT_GT(spec.stats.spec_accepted_tokens_total, 0u);
   // Each emitted token's logprobs are its own row's.
   ASSERT_EQ(plain.sinks[4]->samples.size(), spec.sinks[4]->samples.size());
@@ -205,6 +215,53 @@ TEST(Speculative, MixedBatchEqualsThePlainPathPerRequest) {
   const Outcome tiny = run(m, reqs, config(6, 64, 64), 16);
   expect_same_outputs(plain, tiny, "tiny pool");
   EXPECT_EQ(tiny.kv.blocks_used, 0);
+}
+
+// A sliding-window model (gemma2: layers over 16 positions), its cache
+// dropping blocks past the window: drafts written past the committed length
+// and given back change nothing, alone, in a batch and in a small pool.
+TEST(Speculative, SlidingWindowModelGreedyIdentical) {
+  auto& m = test_support::gemma2_swa16();
+  const kv::KvShape windowed = m.model->hparams().paged_kv_shape();
+  auto outcome = [&](const std::vector<EngineRequest>& reqs, int32_t lookup, int32_t blocks) {
+    const int64_t bytes = (int64_t)blocks * kv::PagedKvCache::tables(windowed) *
+                          kv::PagedKvCache::block_bytes(windowed);
+    auto kv = kv::PagedKvCache::create(windowed, {bytes, 16, true});
+    EXPECT_TRUE(kv.is_ok());
+    Engine e(*m.model, *m.tokenizer, **kv, config(lookup));
+    e.start();
+    Outcome r;
+    for (const auto& q : reqs) {
+      r.sinks.push_back(std::make_shared<RecordingSink>());
+      EXPECT_TRUE(e.submit(q, r.sinks.back()).is_ok());
+    }
+    for (auto& sk : r.sinks) EXPECT_TRUE(sk->wait());
+    e.stop();
+    r.stats = e.stats();
+    r.kv = (*kv)->stats();
+    return r;
+  };
+  std::vector<EngineRequest> reqs;
+  for (uint32_t seed = 1; seed <= 4; ++seed) {
+    std::mt19937 rng(seed);
+    std::vector<Token> unit(24 + 7 * seed);
+    for (Token& t : unit) t = (Token)(3 + rng() % 200);
+    std::vector<Token> prompt;
+    for (int k = 0; k < 3; ++k) prompt.insert(prompt.end(), unit.begin(), unit.end());
+    reqs.push_back(greedy(prompt, 50));
+  }
+  const Outcome plain = outcome(reqs, 0, 128);
+  const Outcome spec = outcome(reqs, 8, 128);
+  expect_same_outputs(plain, spec, "gemma2 sliding");
+  EXPECT_GT(spec.stats.spec_accepted_tokens_total, 0u);
+  EXPECT_EQ(spec.kv.blocks_used, 0);
+  const Outcome small = outcome(reqs, 8, 20);
+  expect_same_outputs(plain, small, "gemma2 sliding, small pool");
+  EXPECT_EQ(small.kv.blocks_used, 0);
+  for (const auto& q : reqs) {
+    const Outcome a = outcome({q}, 0, 64), b = outcome({q}, 8, 64);
+    expect_same_outputs(a, b, "gemma2 sliding alone");
+  }
 }
 
 // Rejected drafts never reach the prefix cache: a request that reuses the
