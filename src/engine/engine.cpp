@@ -587,8 +587,9 @@ void Engine::sample_and_check_stops(const ScheduledBatch& plan) {
       if (!sample) break;
       const Token t = sample->token;
       const bool more = emit(seq, std::move(*sample));
-      if (t != draft || !more) break;
-      ++accepted;
+      if (t != draft) break;
+      ++accepted;  // (also when a stop ends the sequence on it)
+      if (!more) break;
     }
     if (c.n_draft > 0) finish_speculation(seq, c, accepted);
     if (!seq.done) plan_draft(seq);
