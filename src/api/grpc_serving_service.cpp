@@ -92,7 +92,8 @@ constexpr const char* kCommonInputs[] = {
     "max_tokens",       "temperature",       "top_p",        "top_k",       "min_p",
     "seed",             "stop",              "ignore_eos",   "presence_penalty",
     "frequency_penalty", "response_format",  "guided_json",  "json_schema", "guided_regex",
-    "guided_choice",    "guided_grammar",    "grammar",      "chat_template_kwargs"};
+    "guided_choice",    "guided_grammar",    "grammar",      "chat_template_kwargs",
+    "speculative"};
 
 // Inputs given as JSON text (an object or a list), as the OpenAI body holds them.
 bool is_json_input(const std::string& name) {
@@ -121,7 +122,7 @@ Result<serving::GenerateRequest> parse_instance(const v1::Instance& inst, const 
       return Status::invalid_argument("unknown input " + shown(name) + " for method " +
                                       (chat ? "chat" : "generate") + " (inputs: " + prompt_name +
                                       ", max_tokens, temperature, top_p, top_k, min_p, seed, stop, "
-                                      "ignore_eos, presence_penalty, frequency_penalty, "
+                                      "ignore_eos, speculative, presence_penalty, frequency_penalty, "
                                       "response_format, guided_json, json_schema, guided_regex, "
                                       "guided_choice, guided_grammar, grammar" +
                                       (chat ? ", chat_template_kwargs)" : ")"));
@@ -151,7 +152,7 @@ Result<serving::GenerateRequest> parse_instance(const v1::Instance& inst, const 
           body[name] = s;
         } else {
           return Status::invalid_argument("input '" + name + "' must be a " +
-                                          (name == "ignore_eos" ? "bool" : "number") +
+                                          (name == "ignore_eos" || name == "speculative" ? "bool" : "number") +
                                           ", not a string");
         }
         break;

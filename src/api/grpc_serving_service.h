@@ -14,7 +14,7 @@
 //   max_tokens (int >= 1; default 16 for generate, until the context is full
 //   for chat), temperature, top_p, min_p, presence_penalty, frequency_penalty
 //   (numbers), top_k, seed (ints), stop (a string, or a string holding a JSON
-//   array of strings), ignore_eos (bool).
+//   array of strings), ignore_eos (bool), speculative (bool).
 // Outputs per instance: text, finish_reason, prompt_tokens, completion_tokens.
 // Errors carry an HTTP-like code: 400 bad input, 404 unknown servable, method
 // or version, 503 busy or still loading, 500 anything else.

@@ -371,6 +371,7 @@ Result<ParsedGenerate> parse_generate(Endpoint endpoint, const json& body,
                        "output format",
                        "tool_choice");
   CAIRN_RETURN_IF_ERROR(get_bool(body, "ignore_eos", base.ignore_eos));
+  CAIRN_RETURN_IF_ERROR(get_bool(body, "speculative", base.speculative));
   CAIRN_RETURN_IF_ERROR(get_bool(body, "stream", out.stream));
   if (const json* so = field(body, "stream_options")) {
     if (!so->is_object()) return type_error("stream_options", "an object");

@@ -50,6 +50,7 @@ EngineConfig resolve(EngineConfig cfg, const model::HParams& hp) {
   cfg.n_ctx = static_cast<int32_t>(std::min(n, train));
   cfg.max_batch_tokens = std::max(1, cfg.max_batch_tokens);
   cfg.max_seqs = std::max(1, cfg.max_seqs);
+  cfg.spec_lookup_max = std::clamp(cfg.spec_lookup_max, 0, 64);
   return cfg;
 }
 
@@ -69,6 +70,10 @@ Engine::Engine(model::Model& model, const Tokenizer& tok, kv::PagedKvCache& kv, 
   counters_.queue_time_s = LatencyHistogram(request_buckets());
   counters_.e2e_latency_s = LatencyHistogram(request_buckets());
   counters_.inter_token_latency_s = LatencyHistogram(token_buckets());
+  if (cfg_.spec_lookup_max > 0) {
+    drafts_ = std::make_unique<PromptLookup>();
+    scheduler_.set_draft_source(drafts_.get());
+  }
   publish_stats();
 }
 
@@ -124,7 +129,13 @@ Result<RequestId> Engine::submit(EngineRequest req, std::shared_ptr<SequenceSink
   auto seq = std::make_unique<Sequence>(id, std::move(req), std::move(*sampler),
                                         StopChecker(tok_, std::move(stop)), std::move(sink));
   if (seq->request.grammar) seq->matcher.emplace(seq->request.grammar);
+  // Speculation needs rows this cache holds (a distributed model's agents
+  // hold theirs) and has nothing to do on the prefill side of a handoff.
+  seq->speculate = drafts_ && seq->request.speculative && !seq->request.export_kv &&
+                   kv_.stores_rows();
+  seq->draft_len = seq->speculate ? cfg_.spec_lookup_max : 0;
   CAIRN_RETURN_IF_ERROR(replay_forced(*seq));
+  plan_draft(*seq);
   {
     std::lock_guard lk(inbox_mu_);
     if (stopping_) return Status::error("the engine is stopping");
@@ -510,6 +521,7 @@ void Engine::take_new_and_cancelled_requests() {
       }
     std::unique_ptr<Sequence> seq = scheduler_.remove(id, kv_);
     if (!seq) continue;  // finished already, or never existed: cancel is idempotent
+    if (drafts_) drafts_->forget(seq->id);
     EndOutput end;
     end.reason = EndReason::Cancelled;
     end.prompt_tokens = seq->n_prompt;
@@ -552,88 +564,144 @@ void Engine::sample_and_check_stops(const ScheduledBatch& plan) {
   for (const ScheduledChunk& c : plan.chunks) {
     if (!c.wants_logits) continue;
     Sequence& seq = *c.seq;
-    std::span<const float> logits = logits_.row(row++);
-    if (seq.matcher) {
-      if (!trie_) {
-        // The bytes each token writes; control tokens none (never allowed),
-        // end-of-generation tokens only where the grammar may end.
-        std::vector<std::string> pieces((size_t)n_vocab_);
-        std::vector<int32_t> ends;
-        for (Token t = 0; t < n_vocab_; ++t) {
-          if (tok_.is_eog(t)) {
-            ends.push_back(t);
-            continue;
-          }
-          pieces[(size_t)t] = tok_.token_to_piece(t);
+    const size_t first = row;
+    row += 1 + (size_t)c.n_draft;
+    // Row i verifies draft[i] (the last row, past the drafts, gives one
+    // more token): each row's token is sampled exactly as the plain path
+    // would, with the tokens accepted so far in its history, and the first
+    // that differs from the draft ends the chunk.
+    int32_t accepted = 0;
+    for (int32_t i = 0; i <= c.n_draft; ++i) {
+      const Token draft = i < c.n_draft ? seq.draft[(size_t)i] : -1;
+      std::optional<SampleResult> sample = sample_row(seq, logits_.row(first + (size_t)i), draft);
+      if (!sample) break;
+      const Token t = sample->token;
+      const bool more = emit(seq, std::move(*sample));
+      if (t != draft) break;
+      ++accepted;  // (also when a stop ends the sequence on it)
+      if (!more) break;
+    }
+    if (c.n_draft > 0) finish_speculation(seq, c, accepted);
+    if (!seq.done) plan_draft(seq);
+  }
+}
+
+std::optional<SampleResult> Engine::sample_row(Sequence& seq, std::span<const float> logits,
+                                               Token draft) {
+  if (seq.matcher) {
+    if (!trie_) {
+      // The bytes each token writes; control tokens none (never allowed),
+      // end-of-generation tokens only where the grammar may end.
+      std::vector<std::string> pieces((size_t)n_vocab_);
+      std::vector<int32_t> ends;
+      for (Token t = 0; t < n_vocab_; ++t) {
+        if (tok_.is_eog(t)) {
+          ends.push_back(t);
+          continue;
         }
-        trie_ = std::make_unique<grammar::TokenTrie>(pieces, std::move(ends));
+        pieces[(size_t)t] = tok_.token_to_piece(t);
       }
-      if (trie_->fill_mask(*seq.matcher, mask_, mask_cache(seq.request.grammar)) == 0) {
-        fail(seq, "the grammar allows no token of this vocabulary here", StatusCode::InvalidArgument);
-        continue;
-      }
-      masked_.assign(logits.begin(), logits.end());
-      for (size_t i = 0; i < masked_.size(); ++i)
-        if (!mask_[i]) masked_[i] = -INFINITY;
-      logits = masked_;
+      trie_ = std::make_unique<grammar::TokenTrie>(pieces, std::move(ends));
     }
-    auto sample = seq.sampler.sample(logits);
-    if (!sample.is_ok()) {
-      fail(seq, sample.status().message());
-      continue;
+    if (trie_->fill_mask(*seq.matcher, mask_, mask_cache(seq.request.grammar)) == 0) {
+      fail(seq, "the grammar allows no token of this vocabulary here", StatusCode::InvalidArgument);
+      return std::nullopt;
     }
-    const Token t = sample->token;
-    if (seq.matcher && !tok_.is_eog(t) && !seq.matcher->accept(tok_.token_to_piece(t))) {
-      fail(seq, "internal: a sampled token left the grammar");
-      continue;
-    }
-    seq.sampler.accept(t);
-    seq.tokens.push_back(t);
-    ++counters_.generated_tokens_total;
+    masked_.assign(logits.begin(), logits.end());
+    for (size_t i = 0; i < masked_.size(); ++i)
+      if (!mask_[i]) masked_[i] = -INFINITY;
+    logits = masked_;
+  }
+  auto sample = draft >= 0 ? seq.sampler.sample_draft(logits, draft) : seq.sampler.sample(logits);
+  if (!sample.is_ok()) {
+    fail(seq, sample.status().message());
+    return std::nullopt;
+  }
+  return std::move(*sample);
+}
 
-    const auto now = Clock::now();
-    if (seq.has_token)
-      counters_.inter_token_latency_s.observe(seconds(now - seq.last_token));
-    else
-      counters_.time_to_first_token_s.observe(seconds(now - seq.arrived));
-    seq.has_token = true;
-    seq.last_token = now;
+bool Engine::emit(Sequence& seq, SampleResult sample) {
+  const Token t = sample.token;
+  if (seq.matcher && !tok_.is_eog(t) && !seq.matcher->accept(tok_.token_to_piece(t))) {
+    fail(seq, "internal: a sampled token left the grammar");
+    return false;
+  }
+  seq.sampler.accept(t);
+  seq.tokens.push_back(t);
+  ++counters_.generated_tokens_total;
 
-    StopStep st = seq.stop.push(t, static_cast<int32_t>(seq.tokens.size()));
-    const bool end_token = st.end && !seq.request.ignore_eos && tok_.is_eog(t);
-    if (!end_token) {
-      TokenOutput out;
-      out.id = t;
-      out.text = std::move(st.text);
-      out.sample = std::move(*sample);
-      seq.sink->on_token(out);
-    }
-    if (!st.end && seq.request.export_kv) {
-      // The prefill side's part is done: the rest of the rows, then the end
-      // that tells the caller to continue on the decode side (the held-back
-      // text stays held: the decode side's replay holds the same).
-      export_rows(seq, seq.n_prompt);
-      EndOutput end;
-      end.reason = EndReason::Handoff;
-      end.prompt_tokens = seq.n_prompt;
-      end.completion_tokens = static_cast<int32_t>(seq.tokens.size()) - seq.n_prompt;
-      end.cached_prompt_tokens = std::max(0, seq.cached_prompt_tokens);
-      seq.sink->on_end(end);
-      seq.done = true;
-      continue;
-    }
-    if (!st.end) continue;
+  const auto now = Clock::now();
+  if (seq.has_token)
+    counters_.inter_token_latency_s.observe(seconds(now - seq.last_token));
+  else
+    counters_.time_to_first_token_s.observe(seconds(now - seq.arrived));
+  seq.has_token = true;
+  seq.last_token = now;
+
+  StopStep st = seq.stop.push(t, static_cast<int32_t>(seq.tokens.size()));
+  const bool end_token = st.end && !seq.request.ignore_eos && tok_.is_eog(t);
+  if (!end_token) {
+    TokenOutput out;
+    out.id = t;
+    out.text = std::move(st.text);
+    out.sample = std::move(sample);
+    seq.sink->on_token(out);
+  }
+  if (!st.end && seq.request.export_kv) {
+    // The prefill side's part is done: the rest of the rows, then the end
+    // that tells the caller to continue on the decode side (the held-back
+    // text stays held: the decode side's replay holds the same).
+    export_rows(seq, seq.n_prompt);
     EndOutput end;
-    end.reason = *st.end;
-    if (end_token) end.text = std::move(st.text);
+    end.reason = EndReason::Handoff;
     end.prompt_tokens = seq.n_prompt;
     end.completion_tokens = static_cast<int32_t>(seq.tokens.size()) - seq.n_prompt;
     end.cached_prompt_tokens = std::max(0, seq.cached_prompt_tokens);
     seq.sink->on_end(end);
     seq.done = true;
-    ++counters_.requests_finished;
-    counters_.e2e_latency_s.observe(seconds(now - seq.arrived));
+    return false;
   }
+  if (!st.end) return true;
+  EndOutput end;
+  end.reason = *st.end;
+  if (end_token) end.text = std::move(st.text);
+  end.prompt_tokens = seq.n_prompt;
+  end.completion_tokens = static_cast<int32_t>(seq.tokens.size()) - seq.n_prompt;
+  end.cached_prompt_tokens = std::max(0, seq.cached_prompt_tokens);
+  seq.sink->on_end(end);
+  seq.done = true;
+  ++counters_.requests_finished;
+  counters_.e2e_latency_s.observe(seconds(now - seq.arrived));
+  return false;
+}
+
+void Engine::finish_speculation(Sequence& seq, const ScheduledChunk& c, int32_t accepted) {
+  counters_.spec_draft_tokens_total += (uint64_t)c.n_draft;
+  counters_.spec_accepted_tokens_total += (uint64_t)accepted;
+  // The accepted drafts' rows are the sequence's K/V now; the rejected
+  // ones' were never committed, so they never reach the prefix cache, and
+  // their positions go back (overwritten when computed for real).
+  if (seq.in_kv) {
+    kv_.commit(seq.kv_seq, std::span<const Token>(seq.tokens)
+                               .subspan((size_t)c.start + 1, (size_t)accepted));
+    seq.n_computed += accepted;
+    kv_.unreserve(seq.kv_seq);
+  }
+  // Adaptive length: double after a full acceptance, else one past what
+  // was accepted (a draft that keeps failing costs one row per step).
+  seq.draft_len = accepted == c.n_draft ? std::min(cfg_.spec_lookup_max, 2 * seq.draft_len)
+                                        : std::max(1, accepted + 1);
+}
+
+void Engine::plan_draft(Sequence& seq) {
+  if (!seq.speculate) return;
+  // Room: every emitted token within max_tokens (the verified drafts and
+  // one more), every verified position inside the context.
+  int64_t room = (int64_t)cfg_.n_ctx - (int64_t)seq.tokens.size() - 1;
+  if (seq.request.max_tokens > 0)
+    room = std::min<int64_t>(room, (int64_t)seq.request.max_tokens -
+                                       ((int64_t)seq.tokens.size() - seq.n_prompt) - 1);
+  seq.draft_max = (int32_t)std::clamp<int64_t>(room, 0, seq.draft_len);
 }
 
 void Engine::fail(Sequence& seq, const std::string& message, StatusCode code) {
@@ -644,7 +712,10 @@ void Engine::fail(Sequence& seq, const std::string& message, StatusCode code) {
   ++counters_.requests_failed;
 }
 
-void Engine::free_finished() { scheduler_.take_done(kv_); }
+void Engine::free_finished() {
+  for (auto& seq : scheduler_.take_done(kv_))
+    if (drafts_) drafts_->forget(seq->id);
+}
 
 void Engine::publish_stats() {
   EngineStats s = counters_;

@@ -19,6 +19,7 @@
 
 #include "core/histogram.h"
 #include "core/status.h"
+#include "engine/draft.h"
 #include "engine/request.h"
 #include "engine/scheduler.h"
 #include "engine/step_budget.h"
@@ -41,6 +42,9 @@ struct EngineConfig {
   // enter over many steps, so the running streams' steps each grow by a
   // fraction of a millisecond (docs/performance.md, prefill and decode workers).
   int64_t import_bytes_per_step = int64_t(1) << 20;
+  // Speculative decoding by prompt lookup (engine/draft.h): the most draft
+  // tokens a decoding sequence verifies per step (adaptive below it); 0 off.
+  int32_t spec_lookup_max = 0;
 };
 
 using LatencyHistogram = Histogram;
@@ -56,6 +60,8 @@ struct EngineStats {
   uint64_t embed_requests_total = 0;  // embedding jobs answered
   uint64_t embed_inputs_total = 0;
   uint64_t embed_tokens_total = 0;
+  uint64_t spec_draft_tokens_total = 0;     // draft tokens verified
+  uint64_t spec_accepted_tokens_total = 0;  // of those, accepted (emitted)
   int32_t running = 0;
   int32_t waiting = 0;  // queued, not yet admitted (inbox included)
   kv::KvStats kv;
@@ -105,6 +111,17 @@ class Engine {
   void take_new_and_cancelled_requests();
   void observe_queue_times(const ScheduledBatch& plan);
   void sample_and_check_stops(const ScheduledBatch& plan);
+  // One logits row through the grammar mask and the sampler (verifying
+  // `draft` when >= 0); nullopt when the sequence failed.
+  std::optional<SampleResult> sample_row(Sequence& seq, std::span<const float> logits, Token draft);
+  // Appends a sampled token, reports it and checks the stops; false when the
+  // sequence ended (or failed) with it.
+  bool emit(Sequence& seq, SampleResult sample);
+  // After a speculative chunk: commits the accepted drafts' rows, gives
+  // back the rest, counts, and adapts the draft length.
+  void finish_speculation(Sequence& seq, const ScheduledChunk& c, int32_t accepted);
+  // Sets how many drafts the sequence's next step may verify.
+  void plan_draft(Sequence& seq);
   void fail(Sequence& seq, const std::string& message, StatusCode code = StatusCode::Internal);
   void free_finished();
   void publish_stats();
@@ -128,6 +145,7 @@ class Engine {
   kv::KvGeometry geometry_;
 
   // Engine-thread state.
+  std::unique_ptr<DraftSource> drafts_;  // null: no speculative decoding
   Scheduler scheduler_;
   StepBudget step_budget_;
   ScheduledBatch plan_;

@@ -38,6 +38,11 @@ struct EngineRequest {
   // this grammar's language, and an end-of-generation token comes only
   // where the output is a whole sentence of it. Null: free text.
   std::shared_ptr<const grammar::Grammar> grammar;
+  // false: never speculative decoding for this request (the engine's
+  // EngineConfig::spec_lookup_max turns it on). Speculation never changes
+  // greedy output nor the output distribution; it changes which random
+  // numbers a seeded sampled request draws.
+  bool speculative = true;
 
   // Prefill → decode handoff (cluster workers with roles).
   // export_kv: the prefill side. The prompt's K/V rows go to the sink's

@@ -145,6 +145,14 @@ bool Sampler::apply_bias_and_penalties(std::span<float> logits) const {
 }
 
 Result<SampleResult> Sampler::sample(std::span<const float> logits) {
+  return sample_impl(logits, -1);
+}
+
+Result<SampleResult> Sampler::sample_draft(std::span<const float> logits, Token draft) {
+  return sample_impl(logits, draft);
+}
+
+Result<SampleResult> Sampler::sample_impl(std::span<const float> logits, Token draft) {
   if (logits.size() != static_cast<size_t>(vocab_size_))
     return Status::error("sampler: got " + std::to_string(logits.size()) +
                          " logits for a vocabulary of " + std::to_string(vocab_size_));
@@ -251,14 +259,28 @@ Result<SampleResult> Sampler::sample(std::span<const float> logits) {
       p3 += weights_[k + 3];
     }
     for (; k < nw; ++k) p0 += weights_[k];
-    const double total = (p0 + p1) + (p2 + p3);
-    const double target = uniform() * total;
+    double total = (p0 + p1) + (p2 + p3);
+    if (draft >= 0) {
+      // Keep the draft with probability p(draft); on rejection it leaves the
+      // candidates and the draw below renormalises over the rest.
+      size_t at = candidates_.size();
+      for (size_t i = 0; i < candidates_.size(); ++i)
+        if (candidates_[i] == draft) at = i;
+      const double wd = at < candidates_.size() ? (double)weights_[at] : 0.0;
+      if (wd > 0 && (uniform() * total < wd || total - wd <= 0)) {
+        chosen = draft;
+      } else if (at < candidates_.size()) {
+        weights_[at] = 0;
+        total -= wd;
+      }
+    }
+    const double target = chosen >= 0 ? 0.0 : uniform() * total;
     // The running sum adds in another order than the total: should it end a
     // rounding short of the target, the last token with any weight is drawn
     // (never one whose weight is 0).
     double cum = 0;
     size_t last = 0;
-    for (size_t i = 0; i < candidates_.size(); ++i) {
+    for (size_t i = 0; i < candidates_.size() && chosen < 0; ++i) {
       cum += weights_[i];
       if (weights_[i] > 0) last = i;
       if (target < cum) {
@@ -266,7 +288,7 @@ Result<SampleResult> Sampler::sample(std::span<const float> logits) {
         break;
       }
     }
-    if (chosen < 0) chosen = candidates_[last];
+    if (chosen < 0) chosen = candidates_[last];  // (a rejected draft's weight is 0 here)
   }
   if (chosen < 0) return Status::error("sampler: every logit is -inf after bias and penalties");
 

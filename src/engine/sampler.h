@@ -69,6 +69,16 @@ class Sampler {
   // sequence really continues with.
   Result<SampleResult> sample(std::span<const float> logits);
 
+  // Speculative verification of one drafted token: a token whose distribution
+  // is exactly sample()'s. Greedy: the same argmax (the caller compares it
+  // with the draft). Temperature > 0, for a draft proposed with certainty
+  // (prompt lookup): the draft is kept with probability p(draft), p the
+  // final processed distribution, else a token is drawn from p without the
+  // draft, renormalised; so each token's probability is p's. Draws other
+  // random numbers than sample(): a seeded request repeats with speculation
+  // as it was, not as it would be without.
+  Result<SampleResult> sample_draft(std::span<const float> logits, Token draft);
+
   // A token sampled elsewhere (a handoff's first tokens): the random draw
   // sample() would have made is made and discarded, and the token accepted,
   // so a seeded request continues with the same numbers.
@@ -94,6 +104,7 @@ class Sampler {
   // reproduces across standard libraries (std::uniform_real_distribution
   // need not).
   double uniform();
+  Result<SampleResult> sample_impl(std::span<const float> logits, Token draft);
 
   SamplingParams params_;
   int32_t vocab_size_ = 0;

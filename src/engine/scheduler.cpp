@@ -40,7 +40,7 @@ void Scheduler::schedule(kv::PagedKvCache& kv, ScheduledBatch& plan, int32_t pre
   plan.failed.clear();
   plan.imports.clear();
   plan.preempted = 0;
-  plan.decode_tokens = plan.prefill_tokens = 0;
+  plan.decode_tokens = plan.prefill_tokens = plan.draft_tokens = 0;
   int32_t budget = cfg_.max_batch_tokens;
   int32_t prefill_left = std::max(prefill_cap, 0);
   schedule_running(kv, plan, budget, prefill_left);
@@ -57,13 +57,26 @@ int32_t Scheduler::reserve_chunk(Sequence& seq, int32_t want, kv::PagedKvCache& 
 }
 
 void Scheduler::add_chunk(Sequence& seq, int32_t n, ScheduledBatch& plan) {
-  ScheduledChunk c{&seq, seq.n_computed, n, seq.n_computed + n == (int32_t)seq.tokens.size()};
+  // Tokens past the sequence's own are its draft (a decode step's chunk only).
+  const int32_t known = std::min(n, seq.remaining());
+  const int32_t n_draft = n - known;
+  ScheduledChunk c{&seq, seq.n_computed, n, seq.n_computed + known == (int32_t)seq.tokens.size(),
+                   n_draft};
   for (int32_t i = 0; i < n; ++i) {
     const int32_t pos = c.start + i;
-    plan.batch.add(seq.tokens[(size_t)pos], pos, seq.kv_seq, c.wants_logits && i == n - 1,
-                   seq.request.adapter);
+    const Token t = i < known ? seq.tokens[(size_t)pos] : seq.draft[(size_t)(i - known)];
+    plan.batch.add(t, pos, seq.kv_seq, c.wants_logits && i >= known - 1, seq.request.adapter);
   }
   plan.chunks.push_back(c);
+}
+
+int32_t Scheduler::propose_drafts(Sequence& seq, int32_t room) {
+  seq.draft.clear();
+  const int32_t max = std::min(seq.draft_max, room);
+  if (!drafts_ || !seq.speculate || max <= 0) return 0;
+  drafts_->propose(seq.id, seq.tokens, max, seq.draft);
+  if ((int32_t)seq.draft.size() > max) seq.draft.resize((size_t)max);
+  return (int32_t)seq.draft.size();
 }
 
 void Scheduler::preempt(size_t index, kv::PagedKvCache& kv) {
@@ -87,10 +100,22 @@ void Scheduler::schedule_running(kv::PagedKvCache& kv, ScheduledBatch& plan, int
       continue;
     }
     const bool decode = seq.remaining() == 1;
-    const int32_t want = std::min({seq.remaining(), budget, decode ? 1 : prefill_left});
+    int32_t want = std::min({seq.remaining(), budget, decode ? 1 : prefill_left});
     if (seq.done || !seq.failure.empty() || want <= 0) {
       ++i;
       continue;
+    }
+    // Draft tokens take what is left of the budget once every later
+    // running sequence has its next token, and count as prompt tokens
+    // (the stall-free cap): a full step drafts less, or not at all.
+    int32_t n_draft = 0;
+    seq.draft.clear();
+    if (decode) {
+      const int32_t later = (int32_t)(running_.size() - i - 1);
+      int32_t room = std::min(budget - 1 - later, prefill_left);
+      if (!waiting_.empty()) room /= 2;  // prompts waiting keep a share: no starving them
+      n_draft = propose_drafts(seq, room);
+      want += n_draft;
     }
     int32_t got = reserve_chunk(seq, want, kv);
     while (got == 0 && i + 1 < running_.size()) {
@@ -112,10 +137,22 @@ void Scheduler::schedule_running(kv::PagedKvCache& kv, ScheduledBatch& plan, int
       }
       break;  // everything after i has been preempted already
     }
+    if (decode) {
+      // A chunk the pool could not hold whole keeps the drafts that fit.
+      seq.draft.resize((size_t)std::max(0, got - 1));
+      n_draft = got - 1;
+    }
     add_chunk(seq, got, plan);
     budget -= got;
-    (decode ? plan.decode_tokens : plan.prefill_tokens) += got;
-    if (!decode) prefill_left -= got;
+    if (decode) {
+      plan.decode_tokens += 1;
+      plan.prefill_tokens += n_draft;
+      plan.draft_tokens += n_draft;
+      prefill_left -= n_draft;
+    } else {
+      plan.prefill_tokens += got;
+      prefill_left -= got;
+    }
     ++i;
   }
 }
@@ -214,8 +251,11 @@ bool Scheduler::plan_import(Sequence& seq, ScheduledBatch& plan) {
 void Scheduler::commit(const ScheduledBatch& plan, kv::PagedKvCache& kv) {
   for (const ScheduledChunk& c : plan.chunks) {
     Sequence& seq = *c.seq;
-    kv.commit(seq.kv_seq, std::span<const Token>(seq.tokens).subspan((size_t)c.start, (size_t)c.n));
-    seq.n_computed += c.n;
+    // A speculative chunk's draft rows wait for verification (the engine
+    // commits the accepted ones): only the sequence's own token is known.
+    const int32_t n = c.n - c.n_draft;
+    kv.commit(seq.kv_seq, std::span<const Token>(seq.tokens).subspan((size_t)c.start, (size_t)n));
+    seq.n_computed += n;
   }
 }
 

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/draft.h"
 #include "engine/request.h"
 #include "engine/sampler.h"
 #include "engine/stop_conditions.h"
@@ -54,6 +55,15 @@ struct Sequence {
   int32_t import_next = -1;           // import_kv: rows [import_next, n_prompt) still to write
   bool done = false;                  // ended; the engine retires it this step
 
+  // Speculative decoding (engine/draft.h): `draft_max` is how many draft
+  // tokens the next decode step may verify (the engine sets it: the adaptive
+  // length within the request's room; 0 for a sequence that never
+  // speculates); `draft` the tokens riding in this step's chunk.
+  bool speculate = false;
+  int32_t draft_len = 0;  // adaptive: grows on full acceptance, shrinks on rejection
+  int32_t draft_max = 0;
+  std::vector<Token> draft;
+
   // Timing for latency statistics.
   Clock::time_point arrived;
   Clock::time_point last_token;
@@ -78,6 +88,11 @@ struct ScheduledChunk {
   int32_t start = 0;
   int32_t n = 0;
   bool wants_logits = false;  // the chunk reaches the sequence's end: sample after it
+  // Speculative: the last n_draft tokens are seq->draft, not yet the
+  // sequence's; every token of the chunk wants logits (the first verifies
+  // draft[0], the last gives a bonus token), and commit() leaves the
+  // chunk's K/V to the engine, which commits only the accepted rows.
+  int32_t n_draft = 0;
 };
 
 struct ScheduledBatch {
@@ -85,7 +100,8 @@ struct ScheduledBatch {
   model::Batch batch;
   int32_t preempted = 0;
   int32_t decode_tokens = 0;   // chunks of one token of running sequences
-  int32_t prefill_tokens = 0;  // every other scheduled token
+  int32_t prefill_tokens = 0;  // every other scheduled token (draft tokens too)
+  int32_t draft_tokens = 0;    // speculative draft tokens (counted in prefill_tokens)
   std::vector<Sequence*> failed;  // cannot fit the KV pool even alone; engine reports them
   // Handed-over K/V (EngineRequest::import_kv) of admitted sequences: rows
   // [from, to) are reserved (n_computed already counts them) and the engine
@@ -103,6 +119,10 @@ struct ScheduledBatch {
 class Scheduler {
  public:
   explicit Scheduler(SchedulerConfig cfg) : cfg_(cfg) {}
+
+  // Speculative decoding: a decoding sequence with draft_max > 0 asks this
+  // source for drafts (borrowed; null: nobody drafts).
+  void set_draft_source(DraftSource* drafts) { drafts_ = drafts; }
 
   void add(std::unique_ptr<Sequence> seq);  // joins the back of the waiting queue
 
@@ -152,7 +172,11 @@ class Scheduler {
   std::vector<std::unique_ptr<Sequence>> take_if(kv::PagedKvCache& kv,
                                                  const std::function<bool(const Sequence&)>& pred);
 
+  // How many draft tokens `seq` proposes into seq.draft, within `room`.
+  int32_t propose_drafts(Sequence& seq, int32_t room);
+
   SchedulerConfig cfg_;
+  DraftSource* drafts_ = nullptr;
   std::deque<std::unique_ptr<Sequence>> waiting_;
   std::vector<std::unique_ptr<Sequence>> running_;  // admission order: newest last
   SeqId kv_seq_counter_ = 0;

@@ -309,6 +309,19 @@ class Paged final : public PagedKvCache {
     }
   }
 
+  void unreserve(SeqId seq) override {
+    Seq* s = find_mut(seq);
+    if (!s) return;
+    const int32_t n = (int32_t)s->tokens.size();
+    s->reserved = std::min(s->reserved, n);
+    const size_t keep = (size_t)std::max(tokens_to_blocks(n), s->n_frozen);
+    for (std::vector<int32_t>& table : s->tables)
+      while (table.size() > keep) {
+        if (table.back() >= 0) drop(table.back());
+        table.pop_back();
+      }
+  }
+
   void release(SeqId seq) override {
     auto it = seqs_.find(seq);
     if (it == seqs_.end()) return;

@@ -104,6 +104,12 @@ class PagedKvCache : public KvView {
   // become content-addressed and findable by later prompts. Tokens beyond the
   // reserved positions are ignored (a caller bug; asserted in debug builds).
   virtual void commit(SeqId seq, std::span<const Token> tokens) = 0;
+  // Gives back the positions reserved past the committed length (a
+  // speculative step's rejected draft rows): blocks wholly past it return
+  // to the pool, and the next reserve() starts from the committed length.
+  // Rows there were never committed, so no block holding them was ever
+  // findable by prefix. Unknown sequences are ignored.
+  virtual void unreserve(SeqId seq) { (void)seq; }
   // Frees the sequence's blocks (cached ones stay findable until evicted).
   // Unknown sequences are ignored.
   virtual void release(SeqId seq) = 0;

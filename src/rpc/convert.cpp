@@ -61,6 +61,7 @@ v1::GenerateRequest to_proto(const serving::GenerateRequest& req, const std::str
   m.set_max_tokens(req.max_tokens);
   for (const auto& s : req.stop) m.add_stop(s);
   m.set_ignore_eos(req.ignore_eos);
+  m.set_no_speculation(!req.speculative);
   auto* s = m.mutable_sampling();
   s->set_temperature(req.sampling.temperature);
   s->set_top_k(req.sampling.top_k);
@@ -123,6 +124,7 @@ Result<serving::GenerateRequest> from_proto(const v1::GenerateRequest& m) {
     return invalid("at most " + std::to_string(kMaxStopStrings) + " stop strings", "stop");
   req.stop.assign(m.stop().begin(), m.stop().end());
   req.ignore_eos = m.ignore_eos();
+  req.speculative = !m.no_speculation();
   if (m.has_sampling()) {
     const auto& s = m.sampling();
     req.sampling.temperature = s.temperature();
@@ -413,6 +415,8 @@ v1::WorkerStatus worker_status(const serving::Backend& backend) {
   st.set_prefix_cache_queries(s.prefix_cache_queries);
   st.set_prefix_cache_hits(s.prefix_cache_hits);
   st.set_preemptions(s.preemptions);
+  st.set_spec_draft_tokens_total(s.spec_draft_tokens_total);
+  st.set_spec_accepted_tokens_total(s.spec_accepted_tokens_total);
   return st;
 }
 
@@ -488,6 +492,8 @@ serving::BackendStats stats_of(const v1::WorkerStatus& st) {
   s.prefix_cache_queries = st.prefix_cache_queries();
   s.prefix_cache_hits = st.prefix_cache_hits();
   s.preemptions = st.preemptions();
+  s.spec_draft_tokens_total = st.spec_draft_tokens_total();
+  s.spec_accepted_tokens_total = st.spec_accepted_tokens_total();
   return s;
 }
 

@@ -101,6 +101,10 @@ Status apply_option(const std::string& stage, const std::string& name, const Val
     const bool* b = std::get_if<bool>(&v);
     if (!b) return bad(stage, "option 'ignore_eos' must be a bool, got " + values::describe(v));
     req.ignore_eos = *b;
+  } else if (name == "speculative") {
+    const bool* b = std::get_if<bool>(&v);
+    if (!b) return bad(stage, "option 'speculative' must be a bool, got " + values::describe(v));
+    req.speculative = *b;
   } else if (name == "stop") {
     const auto* str = std::get_if<std::string>(&v);
     if (!str) return bad(stage, "option 'stop' must be a str, got " + values::describe(v));
@@ -125,7 +129,8 @@ Status apply_option(const std::string& stage, const std::string& name, const Val
     return bad(stage,
                "unknown option '" + name +
                    "' (options: max_tokens, temperature, top_p, top_k, min_p, seed, stop, "
-                   "ignore_eos, presence_penalty, frequency_penalty, repetition_penalty, "
+                   "ignore_eos, speculative, presence_penalty, frequency_penalty, "
+                   "repetition_penalty, "
                    "response_format, guided_json, json_schema, guided_regex, guided_choice, "
                    "guided_grammar, grammar, task)");
   }

@@ -65,6 +65,7 @@ struct GenerateRequest {
   int32_t max_tokens = -1;       // -1: until the context is full
   std::vector<std::string> stop;
   bool ignore_eos = false;
+  bool speculative = true;  // false: no speculative decoding (engine::EngineRequest::speculative)
   SamplingOptions sampling;
   int32_t top_logprobs = -1;     // -1: no logprobs; 0..20: chosen (+ top-N)
   std::string user;
@@ -216,6 +217,8 @@ struct BackendStats {
   uint64_t prefix_cache_queries = 0;  // prompt tokens looked up
   uint64_t prefix_cache_hits = 0;     // prompt tokens found cached
   uint64_t preemptions = 0;
+  uint64_t spec_draft_tokens_total = 0;     // speculative draft tokens verified
+  uint64_t spec_accepted_tokens_total = 0;  // of those, accepted
   uint64_t requests_cancelled = 0;  // ended by a cancel (a client gone, a stop button)
   uint64_t embedding_inputs_total = 0;
   uint64_t embedding_tokens_total = 0;

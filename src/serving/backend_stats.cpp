@@ -28,6 +28,8 @@ void add_stats(BackendStats& into, const BackendStats& from) {
   into.prefix_cache_queries += from.prefix_cache_queries;
   into.prefix_cache_hits += from.prefix_cache_hits;
   into.preemptions += from.preemptions;
+  into.spec_draft_tokens_total += from.spec_draft_tokens_total;
+  into.spec_accepted_tokens_total += from.spec_accepted_tokens_total;
   into.requests_cancelled += from.requests_cancelled;
   into.embedding_inputs_total += from.embedding_inputs_total;
   into.embedding_tokens_total += from.embedding_tokens_total;

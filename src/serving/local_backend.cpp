@@ -223,6 +223,7 @@ Result<std::unique_ptr<LocalBackend>> LocalBackend::create(const LocalBackendOpt
   b->kv_blocks_ = blocks;
 
   engine::EngineConfig ec{options.max_batch_tokens, options.max_seqs, n_ctx, options.max_step_ms};
+  ec.spec_lookup_max = options.spec_lookup_max;
   b->engine_ =
       std::make_unique<engine::Engine>(*b->loaded_.model, *b->loaded_.tokenizer, *b->kv_, ec);
   b->engine_->start();
@@ -443,6 +444,7 @@ Result<RequestId> LocalBackend::submit(GenerateRequest req, std::shared_ptr<Even
   er.prompt = std::move(prompt);
   er.max_tokens = req.max_tokens;
   er.ignore_eos = req.ignore_eos;
+  er.speculative = req.speculative;
   er.stop = std::move(req.stop);
   er.adapter = adapter;
   std::optional<OutputSyntax> syntax;
@@ -548,6 +550,8 @@ BackendStats LocalBackend::stats() const {
   b.prefix_cache_queries = s.kv.prefix_queries;
   b.prefix_cache_hits = s.kv.prefix_hits;
   b.preemptions = s.preemptions;
+  b.spec_draft_tokens_total = s.spec_draft_tokens_total;
+  b.spec_accepted_tokens_total = s.spec_accepted_tokens_total;
   b.requests_cancelled = s.requests_cancelled;
   b.embedding_inputs_total = s.embed_inputs_total;
   b.embedding_tokens_total = s.embed_tokens_total;

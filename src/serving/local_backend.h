@@ -34,6 +34,7 @@ struct LocalBackendOptions {
   int32_t max_batch_tokens = 512;  // tokens per forward (decode + prefill chunks)
   int32_t max_seqs = 64;           // sequences running at once
   double max_step_ms = 0;          // stall-free step target (engine::EngineConfig); 0 auto, < 0 off
+  int32_t spec_lookup_max = 0;     // speculative decoding by prompt lookup: drafts per step; 0 off
   int32_t max_queue = 256;         // requests waiting to run; more get Unavailable
   int threads = 0;                 // kernel threads; <= 0: all cores
   // A model computed elsewhere (a distributed LLM's agents): its network is

@@ -149,6 +149,7 @@ TEST_F(GrpcServingFake, GenerateMapsEveryInputAndReturnsTextAndUsage) {
                                  {"seed", num(42)},
                                  {"stop", str("[\"a\", \"b\"]")},
                                  {"ignore_eos", boolean(true)},
+                                 {"speculative", boolean(false)},
                                  {"presence_penalty", dbl(0.25)},
                                  {"frequency_penalty", num(1)}}}));
   EXPECT_EQ(reply.error_msg_size(), 0);
@@ -171,6 +172,7 @@ TEST_F(GrpcServingFake, GenerateMapsEveryInputAndReturnsTextAndUsage) {
   EXPECT_EQ(r.sampling.seed, std::optional<uint64_t>(42));
   EXPECT_EQ(r.stop, (std::vector<std::string>{"a", "b"}));
   EXPECT_TRUE(r.ignore_eos);
+  EXPECT_FALSE(r.speculative);
   EXPECT_FLOAT_EQ(r.sampling.presence_penalty, 0.25f);
   EXPECT_FLOAT_EQ(r.sampling.frequency_penalty, 1.0f);
 }

@@ -201,7 +201,14 @@ TEST(OpenAiRequest, CompletionFieldsMapToTheRequest) {
   EXPECT_EQ(r.stop, (std::vector<std::string>{"\n", "END"}));
   EXPECT_EQ(r.top_logprobs, 3);
   EXPECT_TRUE(r.ignore_eos);
+  EXPECT_TRUE(r.speculative);  // speculative decoding unless the request opts out
   EXPECT_EQ(r.user, "u1");
+  body["speculative"] = false;
+  auto off = parse_generate(Endpoint::Completions, body, one_model());
+  ASSERT_TRUE(off.is_ok()) << off.status().message();
+  EXPECT_FALSE(off->prompts[0].speculative);
+  body["speculative"] = "no";
+  EXPECT_FALSE(parse_generate(Endpoint::Completions, body, one_model()).is_ok());
 }
 
 TEST(OpenAiRequest, PromptShapes) {

@@ -220,6 +220,8 @@ TEST(Metrics, PrometheusText) {
   s.kv_blocks_total = 100;
   s.prefix_cache_queries = 50;
   s.prefix_cache_hits = 32;
+  s.spec_draft_tokens_total = 40;
+  s.spec_accepted_tokens_total = 25;
   s.time_to_first_token_s.bounds = {0.1, 1.0};
   s.time_to_first_token_s.counts = {3, 1, 1};
   s.time_to_first_token_s.sum = 4.5;
@@ -233,6 +235,8 @@ TEST(Metrics, PrometheusText) {
   EXPECT_TRUE(has("cairn_http_requests_total{route=\"/v1/completions\",status=\"400\"} 1"));
   EXPECT_TRUE(has("cairn_prompt_tokens_total{model=\"tiny\"} 120"));
   EXPECT_TRUE(has("cairn_generation_tokens_total{model=\"tiny\"} 64"));
+  EXPECT_TRUE(has("cairn_spec_draft_tokens_total{model=\"tiny\"} 40"));
+  EXPECT_TRUE(has("cairn_spec_accepted_tokens_total{model=\"tiny\"} 25"));
   EXPECT_TRUE(has("cairn_requests_running{model=\"tiny\"} 2"));
   EXPECT_TRUE(has("cairn_requests_waiting{model=\"tiny\"} 1"));
   EXPECT_TRUE(has("cairn_kv_blocks_used{model=\"tiny\"} 7"));

@@ -381,3 +381,30 @@ TEST(Handoff, LongImportsAreCopiedOverSeveralStepsWhileOthersDecode) {
 
 }  // namespace
 }  // namespace cairn::engine
+
+namespace cairn::engine {
+namespace {
+
+// Speculative decoding on both sides: the prefill side never drafts (its
+// export holds only the prompt's rows), the decode side drafts after the
+// handed-over rows and forced token; the joined output is the plain one.
+TEST(Handoff, SpeculativeDecodeSideContinuesTokenForToken) {
+  auto& m = demo();
+  EngineConfig spec;
+  spec.spec_lookup_max = 8;
+  Side single = make_side(m, 256), p = make_side(m, 256, spec), d = make_side(m, 256, spec);
+  for (const char* text : {"the little dog the little dog the little dog",
+                           "a king and his best horse and his best horse and his"}) {
+    auto req = greedy(m.tokenizer->encode(text, true), 40);
+    const Outcome alone = run_single(single, req);
+    const Outcome split = run_handoff(p, d, req);
+    expect_same(split, alone, text);
+  }
+  EXPECT_EQ(p.engine->stats().spec_draft_tokens_total, 0u);
+  EXPECT_GT(d.engine->stats().spec_accepted_tokens_total, 0u);
+  EXPECT_EQ(p.kv->stats().blocks_used, 0);
+  EXPECT_EQ(d.kv->stats().blocks_used, 0);
+}
+
+}  // namespace
+}  // namespace cairn::engine

@@ -347,3 +347,104 @@ TEST(Sampler, RejectsBadLogits) {
 
 }  // namespace
 }  // namespace cairn::engine
+
+namespace cairn::engine {
+namespace {
+
+// The chi-squared statistic's critical value at p = 1e-3 for `dof` degrees
+// of freedom (Wilson-Hilferty; within a few percent for dof >= 2).
+double chi2_critical(int dof) {
+  const double k = dof, z = 3.0902;  // the standard normal's 1 - 1e-3 quantile
+  const double a = 2.0 / (9.0 * k);
+  return k * std::pow(1 - a + z * std::sqrt(a), 3);
+}
+
+// Chi-squared of observed counts against probabilities `want` (bins with
+// probability 0 must be empty; bins expecting < 5 are pooled).
+void expect_chi2(const std::vector<double>& counts, const std::vector<double>& want, int n,
+                 const std::string& what) {
+  double stat = 0, pooled_obs = 0, pooled_exp = 0;
+  int bins = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (want[i] == 0) {
+      EXPECT_EQ(counts[i], 0) << what << ": token " << i << " is filtered out";
+      continue;
+    }
+    const double e = want[i] * n;
+    if (e < 5) {
+      pooled_obs += counts[i];
+      pooled_exp += e;
+      continue;
+    }
+    stat += (counts[i] - e) * (counts[i] - e) / e;
+    ++bins;
+  }
+  if (pooled_exp > 0) {
+    stat += (pooled_obs - pooled_exp) * (pooled_obs - pooled_exp) / pooled_exp;
+    ++bins;
+  }
+  if (bins < 2) return;
+  EXPECT_LT(stat, chi2_critical(bins - 1)) << what << ": chi-squared " << stat << " over " << bins
+                                           << " bins";
+}
+
+// sample_draft() keeps a drafted token with probability p(draft) and else
+// draws from p without it: the emitted token's distribution is p's whatever
+// the draft (the likeliest, a middling one, one the filters remove), over
+// many seeds, through the whole chain (temperature, top-k, top-p, min-p).
+TEST(SamplerDistribution, DraftVerificationKeepsTheDistribution) {
+  constexpr int kSeeds = 4000;
+  struct Case {
+    SamplingParams params;
+    std::vector<bool> keep;
+    double temp;
+  };
+  std::vector<Case> cases;
+  cases.push_back({SamplingParams{}, std::vector<bool>(8, true), 1.0});
+  SamplingParams topk;
+  topk.top_k = 4;
+  topk.temperature = 0.8f;
+  cases.push_back({topk, {1, 1, 1, 1, 0, 0, 0, 0}, 0.8});
+  // top-p 0.7 at temperature 1 keeps .405 .245 .149 (cumulative .799).
+  SamplingParams topp;
+  topp.top_p = 0.7f;
+  topp.temperature = 1.2f;
+  cases.push_back({topp, {1, 1, 1, 0, 0, 0, 0, 0}, 1.2});
+  for (size_t ci = 0; ci < cases.size(); ++ci) {
+    const auto want = expected(cases[ci].keep, cases[ci].temp);
+    for (Token draft : {0, 2, 6}) {
+      std::vector<double> counts(kLogits.size(), 0);
+      int kept = 0;
+      for (int seed = 0; seed < kSeeds; ++seed) {
+        SamplingParams p = cases[ci].params;
+        p.seed = 1000003ull * (uint64_t)seed + 17;
+        auto s = Sampler::create(p, (int32_t)kLogits.size());
+        ASSERT_TRUE(s.is_ok());
+        auto r = s->sample_draft(kLogits, draft);
+        ASSERT_TRUE(r.is_ok());
+        counts[(size_t)r->token] += 1;
+        kept += r->token == draft;
+      }
+      expect_chi2(counts, want, kSeeds,
+                  "case " + std::to_string(ci) + " draft " + std::to_string(draft));
+      if (want[(size_t)draft] == 0) {
+        EXPECT_EQ(kept, 0);
+      }
+    }
+  }
+}
+
+TEST(Sampler, GreedyDraftVerificationIsTheArgmax) {
+  SamplingParams p;
+  p.temperature = 0;
+  auto s = Sampler::create(p, (int32_t)kLogits.size());
+  ASSERT_TRUE(s.is_ok());
+  for (Token draft : {0, 3, 7}) {
+    auto r = s->sample_draft(kLogits, draft);
+    ASSERT_TRUE(r.is_ok());
+    EXPECT_EQ(r->token, 0);
+  }
+}
+
+}  // namespace
+}  // namespace cairn::engine

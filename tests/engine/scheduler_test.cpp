@@ -193,3 +193,70 @@ TEST(Scheduler, RemoveReleasesBlocksWherever) {
 
 }  // namespace
 }  // namespace cairn::engine
+
+namespace cairn::engine {
+namespace {
+
+// Proposes `n` tokens 7, 8, 9, ... whatever the sequence.
+class FixedDrafts final : public DraftSource {
+ public:
+  void propose(uint64_t, std::span<const Token>, int32_t max, std::vector<Token>& out) override {
+    out.clear();
+    for (int32_t i = 0; i < max; ++i) out.push_back(7 + i);
+  }
+};
+
+// A decoding sequence that speculates: its chunk is its last token plus the
+// drafts, every row wanting logits; drafts count as prompt tokens, take
+// only the budget the later running sequences leave, and their rows are not
+// committed by the scheduler (the engine commits what verification keeps).
+TEST(Scheduler, DraftsRideInTheDecodeChunkWithinTheBudget) {
+  auto kv = make_kv(*demo().model, 64);
+  FixedDrafts drafts;
+  Scheduler s({/*max_batch_tokens=*/8, /*max_seqs=*/8});
+  s.set_draft_source(&drafts);
+  auto a = make_seq(1, 5);
+  auto b = make_seq(2, 3);
+  Sequence* sa = a.get();
+  Sequence* sb = b.get();
+  sa->speculate = true;
+  sa->draft_max = 6;
+  s.add(std::move(a));
+  s.add(std::move(b));
+  ScheduledBatch plan;
+  s.schedule(*kv, plan);  // both prompts whole (8 tokens)
+  finish_step(s, plan, *kv);
+
+  s.schedule(*kv, plan);
+  ASSERT_EQ(plan.chunks.size(), 2u);
+  // 8 tokens: one for b, so a takes its token and 6 drafts.
+  EXPECT_EQ(plan.chunks[0].seq, sa);
+  EXPECT_EQ(plan.chunks[0].n, 7);
+  EXPECT_EQ(plan.chunks[0].n_draft, 6);
+  EXPECT_TRUE(plan.chunks[0].wants_logits);
+  EXPECT_EQ(plan.chunks[1].n, 1);
+  EXPECT_EQ(plan.decode_tokens, 2);
+  EXPECT_EQ(plan.prefill_tokens, 6);
+  EXPECT_EQ(plan.draft_tokens, 6);
+  ASSERT_EQ(plan.batch.size(), 8u);
+  EXPECT_EQ(plan.batch.tokens[1], 7);
+  EXPECT_EQ(plan.batch.positions[6], 11);
+  EXPECT_EQ(std::count(plan.batch.wants_logits.begin(), plan.batch.wants_logits.end(), 1), 8);
+  s.commit(plan, *kv);
+  EXPECT_EQ(kv->length(sa->kv_seq), 6);  // its own token only
+  EXPECT_EQ(sa->n_computed, 6);
+  EXPECT_EQ(kv->length(sb->kv_seq), 4);
+
+  // A smaller draft_max, and a sequence that does not speculate, drafts nothing more.
+  sa->tokens.push_back(42);
+  sb->tokens.push_back(42);
+  kv->unreserve(sa->kv_seq);
+  sa->draft_max = 2;
+  s.schedule(*kv, plan);
+  EXPECT_EQ(plan.chunks[0].n, 3);
+  EXPECT_EQ(plan.chunks[1].n, 1);
+  EXPECT_EQ(plan.chunks[1].n_draft, 0);
+}
+
+}  // namespace
+}  // namespace cairn::engine

@@ -641,3 +641,38 @@ TEST(PagedKvCache, RawRowsMoveBetweenCachesUnderTheWriteRules) {
 
 }  // namespace
 }  // namespace cairn::kv
+
+namespace cairn::kv {
+namespace {
+
+// Speculative decoding reserves rows for draft tokens, commits the accepted
+// ones and gives back the rest: blocks wholly past the committed length
+// return to the pool, none of them ever findable by prefix.
+TEST(PagedKvCache, UnreserveGivesBackBlocksPastTheCommittedLength) {
+  auto kv = make(8);
+  std::vector<Token> toks(40);
+  for (size_t i = 0; i < toks.size(); ++i) toks[i] = (Token)(i % 7 + 1);
+  ASSERT_TRUE(kv->reserve(1, 17));
+  kv->commit(1, std::span<const Token>(toks).first(17));
+  ASSERT_TRUE(kv->reserve(1, 23));  // 17 + 23 = 40 positions: 3 blocks
+  EXPECT_EQ(kv->stats().blocks_used, 3);
+  kv->commit(1, std::span<const Token>(toks).subspan(17, 2));  // two of 23 accepted
+  kv->unreserve(1);
+  EXPECT_EQ(kv->length(1), 19);
+  EXPECT_EQ(kv->stats().blocks_used, 2);
+  EXPECT_EQ(kv->layout(1).capacity, 19);
+  ASSERT_TRUE(kv->reserve(1, 13));  // 32: still two blocks
+  EXPECT_EQ(kv->stats().blocks_used, 2);
+  kv->commit(1, std::span<const Token>(toks).subspan(19, 13));
+  kv->unreserve(1);  // nothing past the length: nothing changes
+  EXPECT_EQ(kv->stats().blocks_used, 2);
+  kv->release(1);
+  EXPECT_EQ(kv->stats().blocks_used, 0);
+  // Only the two full blocks committed are findable.
+  EXPECT_EQ(kv->reuse_prefix(2, toks), 32);
+  kv->release(2);
+  kv->unreserve(99);  // unknown: ignored
+}
+
+}  // namespace
+}  // namespace cairn::kv

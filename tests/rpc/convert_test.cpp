@@ -166,3 +166,22 @@ TEST(EmbedConvert, BadRequestsAreClearErrors) {
 
 }  // namespace
 }  // namespace cairn::rpc
+
+namespace cairn::rpc {
+namespace {
+
+// A request's speculative-decoding opt-out reaches the worker; a message
+// without the field (an older controller) leaves speculation on.
+TEST(GenerateConvert, SpeculativeOptOutTravels) {
+  serving::GenerateRequest req;
+  req.prompt = std::string("x");
+  req.max_tokens = 4;
+  EXPECT_TRUE(from_proto(to_proto(req, "a"))->speculative);
+  req.speculative = false;
+  const v1::GenerateRequest m = to_proto(req, "b");
+  EXPECT_TRUE(m.no_speculation());
+  EXPECT_FALSE(from_proto(m)->speculative);
+}
+
+}  // namespace
+}  // namespace cairn::rpc

@@ -399,6 +399,11 @@ TEST(LlmRequest, OptionsAndPromptsAreChecked) {
   auto stop = llm_request("m", {std::string("hi")}, {}, {{"stop", std::string(R"(["a","b"])")}});
   ASSERT_TRUE(stop.is_ok());
   EXPECT_EQ(stop->stop.size(), 2u);
+  EXPECT_TRUE(stop->speculative);
+  auto plain = llm_request("m", {std::string("hi")}, {{"speculative", false}}, {});
+  ASSERT_TRUE(plain.is_ok()) << plain.status().message();
+  EXPECT_FALSE(plain->speculative);
+  EXPECT_FALSE(llm_request("m", {std::string("hi")}, {}, {{"speculative", int64_t(0)}}).is_ok());
   EXPECT_FALSE(llm_request("m", {std::string("hi")}, {}, {{"max_tokens", int64_t(0)}}).is_ok());
   EXPECT_FALSE(llm_request("m", {std::string("hi")}, {}, {{"temperature", std::string("x")}}).is_ok());
   EXPECT_FALSE(llm_request("m", {std::string("hi")}, {}, {{"colour", int64_t(1)}}).is_ok());

@@ -91,6 +91,13 @@ void add_engine_flags(CLI::App* cmd, serving::LocalBackendOptions& b, int64_t& k
   cmd->add_option("--max-seqs", b.max_seqs, "sequences running at once")
       ->check(CLI::Range(1, 1 << 16))
       ->capture_default_str();
+  cmd->add_option("--spec-lookup", b.spec_lookup_max,
+                  "speculative decoding by prompt lookup: up to N draft tokens per sequence and "
+                  "step, copied from earlier in its prompt and output and verified in the same "
+                  "forward (output unchanged; a request opts out with \"speculative\": false); "
+                  "0: off")
+      ->check(CLI::Range(0, 64))
+      ->capture_default_str();
   add_lora_flags(cmd, b.adapters, /*runtime=*/true);
   cmd->add_option_function<std::string>(
          "--chat-template",
