@@ -341,6 +341,11 @@ bool Engine::step() {
   if (!plan_.empty()) {
     observe_queue_times(plan_);
     const auto started = Clock::now();
+    // A lone stream verifying drafts: without them this step would be one
+    // token, so its rows take the one-token float orders and greedy output
+    // stays the plain path's bit for bit (docs/architecture.md).
+    plan_.batch.one_token_order = plan_.chunks.size() == 1 && plan_.chunks[0].n_draft > 0 &&
+                                  plan_.chunks[0].n == plan_.chunks[0].n_draft + 1;
     Status st = model_.forward(plan_.batch, kv_, logits_);
     if (st.is_ok()) {
       scheduler_.commit(plan_, kv_);

@@ -206,4 +206,12 @@ float vec_f16(const uint16_t* w, const uint16_t* x, int64_t n) {
   return kSimd ? vec_f16_avx2(w, x, n) : vec_f16_scalar(w, x, n);
 }
 
+namespace {
+thread_local bool g_one_token_order = false;
+}  // namespace
+
+bool OneTokenOrder::active() { return g_one_token_order; }
+OneTokenOrder::Scope::Scope(bool on) : before_(g_one_token_order) { g_one_token_order = on; }
+OneTokenOrder::Scope::~Scope() { g_one_token_order = before_; }
+
 }  // namespace cairn::kernels::order

@@ -37,6 +37,26 @@ float vec_f32_tail(const float* w, const float* x, int64_t i, int64_t n, float s
 // Whether the AVX2 forms are in use (CPU support and not CAIRN_SCALAR=1).
 bool simd_enabled();
 
+// The reference picks its F32 products' and attention's order by batch size.
+// Speculative decoding verifies a lone stream's drafts as a batch of several
+// tokens that stand for that stream's one-token steps; while a Scope lives on
+// a thread, products and attention called from it take the one-token orders
+// whatever their token count, so each row gets the bits its own step would.
+class OneTokenOrder {
+ public:
+  static bool active();
+  class Scope {
+   public:
+    explicit Scope(bool on);
+    ~Scope();
+    Scope(const Scope&) = delete;
+    Scope& operator=(const Scope&) = delete;
+
+   private:
+    bool before_;
+  };
+};
+
 // The scalar forms, always available (tests compare them with the above).
 namespace scalar {
 float tiny_f32(const float* w, const float* x, int64_t k);

@@ -31,7 +31,7 @@ void matmul_float(const WeightMatrix& w, const float* x, int64_t n_tokens, float
   const bool f16 = w.type == TensorType::F16;
   // As the golden files require: F16 weights meet float activations in the 16-lane
   // order even for one token; single-token F32 products follow ggml_vec_dot_f32.
-  const bool tiny = k % 16 == 0 && (f16 || n_tokens >= 2);
+  const bool tiny = k % 16 == 0 && (f16 || (n_tokens >= 2 && !order::OneTokenOrder::active()));
   thread_local std::vector<uint16_t> xh;
   if (f16 && !tiny) {
     xh.resize((size_t)(n_tokens * k));

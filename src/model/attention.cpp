@@ -175,6 +175,7 @@ void attend_scalar(const KvView& kv, int layer, std::span<const SeqId> seqs,
                    std::span<const int32_t> positions, const float* q, const AttnShape& sh,
                    float* out, ThreadPool& pool) {
   const int64_t T = (int64_t)seqs.size();
+  const bool batch_order = T >= 2 && !kernels::order::OneTokenOrder::active();
   const int64_t hd = sh.head_dim;
   const int64_t nq = sh.n_head * hd;
   const int64_t group = sh.n_head / sh.n_head_kv;
@@ -184,7 +185,7 @@ void attend_scalar(const KvView& kv, int layer, std::span<const SeqId> seqs,
       const int64_t t = i / sh.n_head;
       const int64_t h = i % sh.n_head;
       attend_head(kv, layer, seqs[(size_t)t], (int64_t)positions[(size_t)t] + 1, (h / group) * hd,
-                  hd, sh, q + t * nq + h * hd, T >= 2, scratch, out + t * nq + h * hd,
+                  hd, sh, q + t * nq + h * hd, batch_order, scratch, out + t * nq + h * hd,
                   sh.sinks ? sh.sinks + h : nullptr);
     }
   });
@@ -303,6 +304,7 @@ void attend(const KvView& kv, int layer, std::span<const SeqId> seqs,
   if (path == AttnPath::Scalar) return attend_scalar(kv, layer, seqs, positions, q, sh, out, pool);
 
   const int64_t T = (int64_t)seqs.size();
+  const bool batch_order = T >= 2 && !kernels::order::OneTokenOrder::active();
   const int64_t hd = sh.head_dim;
   const int64_t nq = sh.n_head * hd;
   const int64_t n_kv = sh.n_head_kv;
@@ -327,7 +329,8 @@ void attend(const KvView& kv, int layer, std::span<const SeqId> seqs,
   PromptKv& prompt = prompt_storage;
   // Not for a sliding layer: the gather reads every position, and a paged
   // cache may have dropped those before the window.
-  const bool use_prompt = T >= kPromptMinTokens && (hd == 64 || hd == 128) && sh.window <= 0;
+  const bool use_prompt =
+      batch_order && T >= kPromptMinTokens && (hd == 64 || hd == 128) && sh.window <= 0;
   if (use_prompt)
     gather_prompts(kv, layer, seqs, positions, n_kv, hd,
                    path == AttnPath::Avx512 ? &attn_simd::transpose_rows_avx512
@@ -387,7 +390,7 @@ void attend(const KvView& kv, int layer, std::span<const SeqId> seqs,
           job.scale = sh.scale;
           job.softcap = sh.softcap;
           job.first = first;
-          job.batch = T >= 2;
+          job.batch = batch_order;
           job.f16 = f16;
           job.prefetch_ahead = T < 32 ? kPrefetchAhead : 0;
           if (const int64_t slot = use_prompt ? prompt.slot_of_token[(size_t)t] : -1; slot >= 0) {

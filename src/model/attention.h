@@ -35,7 +35,8 @@ struct AttnShape {
 // For every token t: out[t] (n_head * head_dim floats) = attention of q[t]
 // over positions [0, positions[t]] of seqs[t] in layer `layer`. The float
 // order depends on whether the batch has one token or more (as the
-// reference's kernel choice does; see attention.cpp). Auto picks the best path
+// reference's kernel choice does; see attention.cpp), or is the one-token
+// order for every row under kernels::order::OneTokenOrder. Auto picks the best path
 // isa_enabled() allows for this head_dim; an explicit path must be supported
 // (attention_path_supported), else Scalar runs.
 void attend(const KvView& kv, int layer, std::span<const SeqId> seqs,

@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/float_order.h"
 #include "model/arch.h"
 #include "model/blocks.h"
 
@@ -75,6 +76,7 @@ class DecoderModel final : public Model {
       if (a > loras_.size())
         return Status::error("batch names LoRA adapter " + std::to_string(a) + " of " +
                              std::to_string(loras_.size()));
+    const kernels::order::OneTokenOrder::Scope order(batch.one_token_order);
     const bool first = shard_.layer_begin == 0;
     const bool last = shard_.layer_begin + local_.n_layer == hparams_.n_layer;
     if (!first && !io.hidden_in) return Status::error("a later pipeline stage needs the previous stage's rows");

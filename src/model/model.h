@@ -113,6 +113,9 @@ struct Batch {
   // The LoRA adapter each token runs with (Model::set_adapters: id i + 1 is
   // adapter i, 0 the base model); empty: every token runs on the base model.
   std::vector<uint16_t> adapters;
+  // Every row in the float orders of a one-token batch (kernels/float_order.h
+  // OneTokenOrder): speculative verification of a lone stream's drafts.
+  bool one_token_order = false;
 
   void add(Token t, int32_t pos, SeqId seq, bool logits, uint16_t adapter = 0) {
     tokens.push_back(t);
@@ -127,6 +130,7 @@ struct Batch {
     seqs.clear();
     wants_logits.clear();
     adapters.clear();
+    one_token_order = false;
   }
   size_t size() const { return tokens.size(); }
 };

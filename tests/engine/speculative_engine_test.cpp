@@ -81,12 +81,10 @@ void expect_same_outputs(const Outcome& plain, const Outcome& spec, const std::s
 
 // Every golden model: greedy continuations of prompts that repeat
 // themselves, alone and all at once, identical with lookup on and off;
-// drafts were accepted. A verification chunk is a batch of several rows of
-// one sequence, and the quantized kernels take other paths (other
-// summation orders) for one row than for several, so on those models the
-// plain path itself can flip a near-tie between running alone and in a
-// batch: there the comparison holds where the plain path agrees with itself
-// across batch sizes (float models: always).
+// drafts were accepted. Attention and F32 products take the reference's
+// one-token float orders for a batch of one token and others for several; a
+// lone stream's verification chunk stands for one-token steps and takes the
+// one-token orders (model::Batch::one_token_order), so it matches alone too.
 TEST(SpeculativeGolden, GreedyOutputIdenticalOnEveryGoldenModel) {
   CAIRN_REQUIRE_SHARED("golden/stories260K.json");
   const auto shared = *test::shared_dir();
@@ -95,7 +93,6 @@ TEST(SpeculativeGolden, GreedyOutputIdenticalOnEveryGoldenModel) {
     const std::string name = entry.path().stem().string();
     const auto gguf = shared / "models" / (name + ".gguf");
     if (entry.path().extension() != ".json" || !std::filesystem::exists(gguf)) continue;
-    const bool quantized = name.find("-q") != std::string::npos;
     auto loaded = model::load_model(gguf.string(), model::LoadOptions{2, {}});
     ASSERT_TRUE(loaded.is_ok()) << name << ": " << loaded.status().message();
     std::ifstream f(entry.path());
@@ -111,7 +108,6 @@ TEST(SpeculativeGolden, GreedyOutputIdenticalOnEveryGoldenModel) {
     }
     const Outcome plain = run(*loaded, reqs, config(0));
     const Outcome spec = run(*loaded, reqs, config(8));
-    int compared = 0;
     uint64_t drafted = spec.stats.spec_draft_tokens_total;
     uint64_t accepted = spec.stats.spec_accepted_tokens_total;
     for (size_t i = 0; i < reqs.size(); ++i) {
@@ -120,27 +116,21 @@ TEST(SpeculativeGolden, GreedyOutputIdenticalOnEveryGoldenModel) {
       drafted += one.stats.spec_draft_tokens_total;
       accepted += one.stats.spec_accepted_tokens_total;
       EXPECT_EQ(one.kv.blocks_used, 0) << name;
-      if (quantized && plain_one.sinks[0]->tokens != plain.sinks[i]->tokens) continue;
-      ++compared;
       EXPECT_EQ(spec.sinks[i]->tokens, plain.sinks[i]->tokens) << name << " request " << i;
       EXPECT_EQ(spec.sinks[i]->text, plain.sinks[i]->text) << name << " request " << i;
       EXPECT_EQ(one.sinks[0]->tokens, plain_one.sinks[0]->tokens) << name << " request " << i
                                                                   << " alone";
     }
-    if (!quantized) {
-      EXPECT_EQ(compared, (int)reqs.size()) << name;
-    }
     if (name == "stories260K") {
       for (size_t i = 0; i < golden.size(); ++i)
         EXPECT_EQ(spec.sinks[2 * i]->tokens, golden[i]) << name << " golden case " << i;
     }
-    EXPECT_GT(compared, 0) << name;
     EXPECT_GT(accepted, 0u) << name;
     EXPECT_EQ(plain.stats.spec_draft_tokens_total, 0u) << name;
     EXPECT_EQ(spec.kv.blocks_used, 0) << name;
     ++models;
-    std::printf("  %-22s %2d of %2zu requests compared, drafted %5llu accepted %5llu\n",
-                name.c_str(), compared, reqs.size(), (unsigned long long)drafted,
+    std::printf("  %-22s %2zu requests, drafted %5llu accepted %5llu\n", name.c_str(),
+                reqs.size(), (unsigned long long)drafted,
                 (unsigned long long)accepted);
   }
   EXPECT_GT(models, 0);

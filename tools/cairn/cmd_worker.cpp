@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -108,8 +109,11 @@ Status run_worker(WorkerArgs a) {
   // tokens are latency work: where the two share cores, the decode worker
   // should run first. Linux keeps the nice value per thread and new threads
   // inherit it, so it is set here, before the engine and gRPC threads start.
+  // A process started at a higher nice value keeps it (lowering needs privilege).
   const int nice = a.nice >= 0 ? a.nice : (a.role == "prefill" ? 10 : 0);
-  if (nice > 0 && setpriority(PRIO_PROCESS, 0, nice) != 0)
+  errno = 0;
+  const int current = getpriority(PRIO_PROCESS, 0);
+  if (nice > 0 && !(errno == 0 && current >= nice) && setpriority(PRIO_PROCESS, 0, nice) != 0)
     spdlog::warn("--nice {}: could not lower this worker's CPU priority", nice);
 
   auto resolved = modelgen::model_or_demo(a.model);
@@ -271,7 +275,7 @@ void register_worker(CLI::App& app, CommandResult& result) {
       ->check(CLI::Range(int64_t(1), int64_t(1) << 20))
       ->capture_default_str();
   cmd->add_option("--nice", a->nice,
-                  "lower this worker's CPU priority by N (0-19) so the workers it shares cores "
+                  "run this worker at nice value N (0-19), so that the workers it shares cores "
                   "with run first (default: 10 with --role prefill, else 0)")
       ->check(CLI::Range(0, 19));
   add_engine_flags(cmd, b, a->kv_cache_mb);
