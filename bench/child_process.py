@@ -1,8 +1,10 @@
 """A child process for the benchmarks whose output lines are read on a thread,
 so a benchmark can wait for a line ("listening on ...") without blocking on
 the pipe, and stop the child cleanly at the end."""
+import http.client
 import queue
 import re
+import socket
 import subprocess
 import threading
 import time
@@ -62,3 +64,28 @@ def loadavg():
             return " ".join(f.read().split()[:3])
     except OSError:
         return "?"
+
+
+def free_port():
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_healthy(addr, proc, timeout=300):
+    """Waits for GET http://ADDR/health to answer 200; raises with the
+    child's last lines when it exits or `timeout` passes first."""
+    end = time.time() + timeout
+    while time.time() < end:
+        if proc.proc.poll() is not None:
+            break
+        try:
+            c = http.client.HTTPConnection(addr, timeout=5)
+            c.request("GET", "/health")
+            if c.getresponse().status == 200:
+                return
+        except OSError:
+            pass
+        time.sleep(0.5)
+    raise RuntimeError("%s at %s never became healthy:\n%s" % (proc.name, addr, "".join(proc.lines[-30:])))

@@ -28,13 +28,12 @@ import json
 import math
 import os
 import random
-import socket
 import subprocess
 import sys
 import threading
 import time
 
-from child_process import Proc, loadavg
+from child_process import Proc, free_port, loadavg, wait_healthy
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CAIRN_BIN = os.environ.get("CAIRN_BIN", os.path.join(REPO, "build", "cairn"))
@@ -73,28 +72,6 @@ def text(rng, tokens):
     while n > tokens and len(words) > 1:  # trim back to the target
         n -= 1 + words.pop().count(",")
     return " ".join(words).rstrip(",") + "."
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_healthy(addr, proc, timeout=300):
-    end = time.time() + timeout
-    while time.time() < end:
-        if proc.proc.poll() is not None:
-            break
-        try:
-            c = http.client.HTTPConnection(addr, timeout=5)
-            c.request("GET", "/health")
-            if c.getresponse().status == 200:
-                return
-        except OSError:
-            pass
-        time.sleep(0.5)
-    raise RuntimeError("%s at %s never became healthy:\n%s" % (proc.name, addr, "".join(proc.lines[-30:])))
 
 
 def embed(conn, inputs):

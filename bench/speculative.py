@@ -39,7 +39,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from child_process import Proc  # noqa: E402
+from child_process import Proc, free_port, wait_healthy  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARED = os.environ.get("CAIRN_SHARED_DIR", os.path.join(os.path.dirname(REPO), "shared"))
@@ -104,31 +104,6 @@ def metrics(port):
     return out
 
 
-def wait_health(port, proc, timeout=600):
-    end = time.time() + timeout
-    while time.time() < end:
-        if proc.proc.poll() is not None:
-            raise RuntimeError("%s exited:\n%s" % (proc.name, "".join(proc.lines[-20:])))
-        try:
-            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
-            conn.request("GET", "/health")
-            if conn.getresponse().status == 200:
-                return
-        except OSError:
-            pass
-        time.sleep(0.5)
-    raise RuntimeError("%s: no /health within %d s" % (proc.name, timeout))
-
-
-def free_port():
-    import socket
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
 def decode_rate(times, n_tokens):
     if len(times) < 2 or times[-1] <= times[0]:
         return 0.0
@@ -181,7 +156,7 @@ def main():
     cairn = Proc([args.cairn, "serve", "-m", args.model, "--port", str(port), "-t", str(args.threads),
                   "--spec-lookup", str(args.lookup)], "cairn serve")
     try:
-        wait_health(port, cairn)
+        wait_healthy("127.0.0.1:%d" % port, cairn, 600)
         one_request(port, "warm up", 8, {})
         for r in range(args.rounds):
             for name, prompt in PROMPTS.items():
@@ -220,7 +195,7 @@ def main():
                             "--spec-ngram-simple-size-m", str(args.lookup)]
                 proc = Proc(cmd, "llama-server " + mode)
                 try:
-                    wait_health(port, proc)
+                    wait_healthy("127.0.0.1:%d" % port, proc, 600)
                     one_request(port, "warm up", 8, {})
                     for name, prompt in PROMPTS.items():
                         rate, text, n, timings = one_request(port, prompt, args.tokens, {})
