@@ -332,12 +332,6 @@ TEST(Handoff, ImportWaitsForWholeBlocksAndCancelFreesThem) {
   EXPECT_EQ(p.kv->stats().blocks_used, 0);
 }
 
-}  // namespace
-}  // namespace cairn::engine
-
-namespace cairn::engine {
-namespace {
-
 TEST(Handoff, LongImportsAreCopiedOverSeveralStepsWhileOthersDecode) {
   auto& m = demo();
   EngineConfig slow_import;
@@ -378,12 +372,6 @@ TEST(Handoff, LongImportsAreCopiedOverSeveralStepsWhileOthersDecode) {
   EXPECT_EQ(joined, alone.tokens);
   EXPECT_EQ(d.kv->stats().blocks_used, 0);
 }
-
-}  // namespace
-}  // namespace cairn::engine
-
-namespace cairn::engine {
-namespace {
 
 // Speculative decoding on both sides: the prefill side never drafts (its
 // export holds only the prompt's rows), the decode side drafts after the
