@@ -1,12 +1,15 @@
 // engine/engine.cpp — the engine thread's loop: inbox, schedule, forward, sample, stop, report.
 #include "engine/engine.h"
 
-#include "model/pooling.h"
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <cmath>
 #include <chrono>
 #include <utility>
+
+#include "kernels/kernels.h"
+#include "model/pooling.h"
 
 namespace cairn::engine {
 
@@ -65,7 +68,8 @@ Engine::Engine(model::Model& model, const Tokenizer& tok, kv::PagedKvCache& kv, 
       geometry_(geometry_of(model, kv)),
       scheduler_(SchedulerConfig{cfg_.max_batch_tokens, cfg_.max_seqs,
                                  import_positions(geometry_, cfg_.import_bytes_per_step)}),
-      step_budget_(StepBudgetConfig{cfg_.max_step_ms}) {
+      step_budget_(StepBudgetConfig{.max_step_ms = cfg_.max_step_ms,
+                                    .token_granule = kernels::batch_token_granule()}) {
   counters_.time_to_first_token_s = LatencyHistogram(request_buckets());
   counters_.queue_time_s = LatencyHistogram(request_buckets());
   counters_.e2e_latency_s = LatencyHistogram(request_buckets());
@@ -326,7 +330,8 @@ void Engine::run() {
 bool Engine::step() {
   take_new_and_cancelled_requests();
   scheduler_.schedule(kv_, plan_,
-                      step_budget_.prefill_tokens(scheduler_.decoding(), cfg_.max_batch_tokens));
+                      step_budget_.prefill_tokens(scheduler_.decoding(), cfg_.max_batch_tokens,
+                                                    scheduler_.prompt_backlog()));
   for (Sequence* seq : plan_.failed) fail(*seq, seq->failure);
   counters_.preemptions += static_cast<uint64_t>(plan_.preempted);
   {
@@ -356,8 +361,13 @@ bool Engine::step() {
         if (c.seq->request.export_kv && c.seq->n_computed < c.seq->n_prompt)
           export_rows(*c.seq, c.seq->n_computed / bt * bt);
       sample_and_check_stops(plan_);
-      step_budget_.observe(plan_.decode_tokens, plan_.prefill_tokens,
-                           seconds(Clock::now() - started));
+      const double took = seconds(Clock::now() - started);
+      spdlog::debug("step: {} decode + {} prompt tokens, modelled {:.1f} ms (target {:.1f}), took {:.1f} ms",
+                    plan_.decode_tokens, plan_.prefill_tokens,
+                    1000 * (step_budget_.fixed_s() + step_budget_.per_token_s() *
+                                                         (plan_.decode_tokens + plan_.prefill_tokens)),
+                    1000 * step_budget_.target_s(plan_.decode_tokens), 1000 * took);
+      step_budget_.observe(plan_.decode_tokens, plan_.prefill_tokens, took);
     } else {
       for (const ScheduledChunk& c : plan_.chunks) fail(*c.seq, "forward failed: " + st.message(),
                                                          st.code() == StatusCode::Unavailable ? st.code() : StatusCode::Internal);

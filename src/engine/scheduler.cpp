@@ -34,6 +34,14 @@ int32_t Scheduler::decoding() const {
   return n;
 }
 
+int64_t Scheduler::prompt_backlog() const {
+  int64_t n = 0;
+  for (const auto& s : running_)
+    if (!s->done && s->remaining() > 1) n += s->remaining();  // one token left: a decode
+  for (const auto& s : waiting_) n += std::max(0, s->remaining());
+  return n;
+}
+
 void Scheduler::schedule(kv::PagedKvCache& kv, ScheduledBatch& plan, int32_t prefill_cap) {
   plan.chunks.clear();
   plan.batch.clear();

@@ -135,6 +135,10 @@ class Scheduler {
                 int32_t prefill_cap = std::numeric_limits<int32_t>::max());
   // Running sequences whose next chunk is one token (they decode).
   int32_t decoding() const;
+  // Tokens that prompt chunks have yet to compute: the rest of running
+  // prompts and the whole input of waiting sequences (preempted ones
+  // recompute theirs); a running sequence's one token to decode is not.
+  int64_t prompt_backlog() const;
 
   // Records the K/V the forward wrote for each chunk.
   void commit(const ScheduledBatch& plan, kv::PagedKvCache& kv);

@@ -41,15 +41,31 @@ double StepBudget::target_s(int32_t n_decode) const {
   return std::max(kAutoFactor * decode_step, kAutoFloorMs / 1000);
 }
 
-int32_t StepBudget::prefill_tokens(int32_t n_decode, int32_t ceiling) const {
+int32_t StepBudget::prefill_tokens(int32_t n_decode, int32_t ceiling, int64_t backlog) const {
   ceiling = std::max(ceiling, 0);
   const double target = target_s(n_decode);
   const double per_token = per_token_s();
   if (n_decode <= 0 || target <= 0 || per_token <= 0) return ceiling;
   const double room = target - fixed_s() - per_token * n_decode;
   const double fit = room > 0 ? std::floor(room / per_token) : 0;
-  const int32_t n = fit >= (double)ceiling ? ceiling : (int32_t)fit;
-  return std::min(ceiling, std::max(n, cfg_.min_prefill_tokens));
+  const int32_t most = std::min(ceiling, std::max(fit >= (double)ceiling ? ceiling : (int32_t)fit,
+                                                   cfg_.min_prefill_tokens));
+  int32_t n = most;
+  if (backlog >= 0 && cfg_.drain_steps > 0) {
+    const int64_t share = (backlog + cfg_.drain_steps - 1) / cfg_.drain_steps;
+    n = (int32_t)std::clamp<int64_t>(share, std::min(most, cfg_.min_prefill_tokens), most);
+  }
+  const int32_t g = std::max(1, cfg_.token_granule);
+  if (g > 1) {
+    const int64_t total = (int64_t)n_decode + n;
+    const int64_t up = (total + g - 1) / g * g - n_decode;
+    const int64_t down = total / g * g - n_decode;
+    if (up <= most)
+      n = (int32_t)up;
+    else if (down >= std::min(most, cfg_.min_prefill_tokens) && down > 0)
+      n = (int32_t)down;
+  }
+  return n;
 }
 
 }  // namespace cairn::engine

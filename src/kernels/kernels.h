@@ -39,6 +39,10 @@ const char* packed_tile_path();
 // The same for BF16 weights: "amx" (AMX-BF16 tiles), "amx-emulated",
 // "avx512bf16", or "none".
 const char* packed_bf16_tile_path();
+// Tokens the batched kernels take at a time: an AMX tile holds 16 tokens'
+// activations, so 17 tokens cost about as much as 32 (the engine fills
+// whole tiles when it sizes prompt chunks); 1 where cost grows per token.
+int32_t batch_token_granule();
 
 // out[t * w.rows + r] = dot(row r of w, x[t * w.cols ...]) for every token t.
 // Activations are converted per row to the type's vec_dot_type first (integer

@@ -246,6 +246,10 @@ const char* packed_bf16_tile_path() {
   return amx_path_name(amx_bf16_mode(), "avx512bf16");
 }
 
+int32_t batch_token_granule() {
+  return isa_enabled(Isa::Avx512Vnni) && amx_mode() == AmxMode::kHardware ? kAmxTokens : 1;
+}
+
 void packed_matmul(const PackedMatrix& pm, const float* x, int64_t n_tokens, float* out,
                    ThreadPool& pool) {
   const PackedJob job{&pm, out};

@@ -51,6 +51,7 @@ TEST(Scheduler, ChunkedPrefillUnderTheBudgetThenDecode) {
   Scheduler s({/*max_batch_tokens=*/32, /*max_seqs=*/8});
   s.add(make_seq(1, 50));
   ScheduledBatch plan;
+  EXPECT_EQ(s.prompt_backlog(), 50);  // waiting: the whole prompt
 
   s.schedule(*kv, plan);
   ASSERT_EQ(plan.chunks.size(), 1u);
@@ -59,6 +60,7 @@ TEST(Scheduler, ChunkedPrefillUnderTheBudgetThenDecode) {
   EXPECT_EQ(plan.batch.size(), 32u);
   EXPECT_EQ(std::count(plan.batch.wants_logits.begin(), plan.batch.wants_logits.end(), 1), 0);
   finish_step(s, plan, *kv);
+  EXPECT_EQ(s.prompt_backlog(), 18);  // running: the rest of its prompt
 
   s.schedule(*kv, plan);
   ASSERT_EQ(plan.chunks.size(), 1u);
@@ -68,6 +70,7 @@ TEST(Scheduler, ChunkedPrefillUnderTheBudgetThenDecode) {
   EXPECT_EQ(plan.batch.positions.back(), 49);
   EXPECT_EQ(plan.batch.wants_logits.back(), 1);
   finish_step(s, plan, *kv);
+  EXPECT_EQ(s.prompt_backlog(), 0);  // decoding: its one token is not backlog
 
   s.schedule(*kv, plan);  // decode: one token at position 50
   ASSERT_EQ(plan.chunks.size(), 1u);

@@ -57,6 +57,39 @@ TEST(StepBudget, OffUnmeasuredAndFitted) {
   EXPECT_EQ(fixed.per_token_s(), before);
 }
 
+TEST(StepBudget, PromptTokensSpreadOverStepsWithinTheTarget) {
+  // 6 ms + 1 ms per token; 8 streams decode: the target (56 ms) leaves 42.
+  StepBudget b(StepBudgetConfig{0, 16});
+  b.observe(8, 0, 0.014);
+  b.observe(8, 100, 0.114);
+  EXPECT_EQ(b.prefill_tokens(8, 512, 100), 25);   // a quarter of what waits
+  EXPECT_EQ(b.prefill_tokens(8, 512, 101), 26);   // rounded up: the backlog drains
+  EXPECT_EQ(b.prefill_tokens(8, 512, 20), 16);    // never below the minimum
+  EXPECT_NEAR(b.prefill_tokens(8, 512, 1000), 42, 1);  // never above the target
+  EXPECT_EQ(b.prefill_tokens(8, 512, 0), 16);     // an unknown or empty backlog: the old rule
+  EXPECT_NEAR(b.prefill_tokens(8, 512, -1), 42, 1);
+  EXPECT_EQ(b.prefill_tokens(0, 512, 100), 512);  // nobody decodes: the whole budget
+  StepBudget all(StepBudgetConfig{.max_step_ms = 0, .drain_steps = 0});
+  all.observe(8, 0, 0.014);
+  all.observe(8, 100, 0.114);
+  EXPECT_NEAR(all.prefill_tokens(8, 512, 100), 42, 1);  // spreading off: what fits the target
+
+  // Kernels that take 16 tokens at a time: decode + prompt tokens fill whole
+  // tiles, rounded up while the target allows, else down.
+  StepBudget tiles(StepBudgetConfig{.max_step_ms = 0, .token_granule = 16});
+  tiles.observe(8, 0, 0.014);
+  tiles.observe(8, 100, 0.114);
+  EXPECT_EQ(tiles.prefill_tokens(8, 512, 100), 40);   // 8 + 25 = 33: up to 48, within the target
+  EXPECT_EQ(tiles.prefill_tokens(8, 512, 60), 24);    // 8 + 15 -> 16 below the minimum, 8 + 24 = 32
+  EXPECT_EQ(tiles.prefill_tokens(8, 512, 1000), 40);  // 8 + 42 = 50: down to 48
+  EXPECT_EQ(tiles.prefill_tokens(8, 30, 1000), 24);   // the ceiling holds: 8 + 30 down to 32
+  for (int64_t backlog : {0, 1, 17, 63, 64, 100, 170, 1000}) {
+    const int32_t n = tiles.prefill_tokens(8, 512, backlog);
+    EXPECT_LE(n, 42) << backlog;
+    EXPECT_GE(n, 16) << backlog;
+  }
+}
+
 class NullSink final : public SequenceSink {
  public:
   void on_token(const TokenOutput&) override {}
@@ -87,7 +120,7 @@ TEST(StepBudget, LongPromptsAmongStreamsStayUnderTheTargetAndComplete) {
   StepBudget budget(StepBudgetConfig{0, 16});
   ScheduledBatch plan;
   auto step = [&] {
-    s.schedule(*kv, plan, budget.prefill_tokens(s.decoding(), 512));
+    s.schedule(*kv, plan, budget.prefill_tokens(s.decoding(), 512, s.prompt_backlog()));
     const double t = step_seconds(plan);
     budget.observe(plan.decode_tokens, plan.prefill_tokens, t);
     s.commit(plan, *kv);
@@ -102,8 +135,10 @@ TEST(StepBudget, LongPromptsAmongStreamsStayUnderTheTargetAndComplete) {
   EXPECT_NEAR(target, 4 * (0.020 + 16 * 0.004), 1e-9);
 
   // Two 1,024-token prompts arrive.
+  EXPECT_EQ(s.prompt_backlog(), 0);
   s.add(make_seq(100, 1024));
   s.add(make_seq(101, 1024));
+  EXPECT_EQ(s.prompt_backlog(), 2048);
   double longest = 0, elapsed = 0;
   int steps = 0;
   auto done = [&] {

@@ -350,6 +350,9 @@ TEST(PackedTilePath, FollowsCairnAmxAndTheIsaLevel) {
     // AMX present: used unless its self-check disagreed with the VNNI tiles.
     EXPECT_TRUE(path == "amx" || path == "avx512vnni") << path;
   }
+  // Only the hardware tiles make 17 tokens cost as much as 32 (the engine's
+  // prompt chunks fill them); emulated ones are a test path, not a cost.
+  EXPECT_EQ(batch_token_granule(), path == "amx" ? 16 : 1);
 }
 
 TEST(WeightStream, IsThePackedCopyWhereThereIsOneElseTheStoredRows) {
