@@ -562,6 +562,22 @@ int64_t outstanding(Cluster& c, const std::string& address) {
 
 using Tokens = std::vector<serving::Token>;
 
+// The usual PD cluster: `p:1` prefills, d:1..d:n_decode decode (default load).
+void add_pd_workers(Cluster& c, int n_decode = 1) {
+  c.add("p:1", with_role("prefill"));
+  for (int i = 1; i <= n_decode; ++i) c.add("d:" + std::to_string(i), with_role("decode"));
+}
+
+// The prefill worker's whole part of a PD request: the first token, 5 ("A"),
+// then the handoff of its rows (`cached` of them found cached by the decode side).
+FakeWorker& prefill_then_hand_off(Cluster& c, int32_t cached = 0) {
+  auto& p = c.at("p:1");
+  auto ps = p.take_one();
+  p.token_id(*ps, 5, "A");
+  p.handoff(*ps, cached);
+  return p;
+}
+
 TEST(ClusterBackendPd, PrefillThenDecodeOnTheMostFreeBlocksWithEventsInOrder) {
   Cluster c;
   c.add("p:1", with_role("prefill"));
@@ -617,9 +633,7 @@ TEST(ClusterBackendPd, PrefillThenDecodeOnTheMostFreeBlocksWithEventsInOrder) {
 
 TEST(ClusterBackendPd, HandoffIdsAreUniqueAndABurstSpreadsOverDecodeWorkers) {
   Cluster c;
-  c.add("p:1", with_role("prefill"));
-  c.add("d:1", with_role("decode"));
-  c.add("d:2", with_role("decode"));
+  add_pd_workers(c, 2);
   ASSERT_TRUE(c.backend->submit(request(), std::make_shared<RecordingSink>()).is_ok());
   ASSERT_TRUE(c.backend->submit(request(), std::make_shared<RecordingSink>()).is_ok());
   auto& p = c.at("p:1");
@@ -672,9 +686,7 @@ TEST(ClusterBackendPd, AClientsHandoffFieldsAreDropped) {
 
 TEST(ClusterBackendPd, FirstTokenThatEndsTheRequestNeedsNoDecodeWorker) {
   Cluster c;
-  c.add("p:1", with_role("prefill"));
-  c.add("d:1", with_role("decode"));
-  c.add("d:2", with_role("decode"));
+  add_pd_workers(c, 2);
   auto sink = std::make_shared<RecordingSink>();
   ASSERT_TRUE(c.backend->submit(request(), sink).is_ok());
   auto& p = c.at("p:1");
@@ -718,8 +730,7 @@ TEST(ClusterBackendPd, PrefillLostBeforeTheFirstTokenIsRetriedOnAnotherPrefillWo
 
 TEST(ClusterBackendPd, WithNoPrefillWorkerLeftADecodeWorkerRunsTheWholeRequest) {
   Cluster c;
-  c.add("p:1", with_role("prefill"));
-  c.add("d:1", with_role("decode"));
+  add_pd_workers(c);
   auto sink = std::make_shared<RecordingSink>();
   ASSERT_TRUE(c.backend->submit(request(), sink).is_ok());
   auto& p = c.at("p:1");
@@ -739,8 +750,7 @@ TEST(ClusterBackendPd, WithNoPrefillWorkerLeftADecodeWorkerRunsTheWholeRequest) 
 
 TEST(ClusterBackendPd, PrefillLostAfterTheFirstTokenResumesOnADecodeWorker) {
   Cluster c;
-  c.add("p:1", with_role("prefill"));
-  c.add("d:1", with_role("decode"));
+  add_pd_workers(c);
   auto sink = std::make_shared<RecordingSink>();
   ASSERT_TRUE(c.backend->submit(request(), sink).is_ok());
   auto& p = c.at("p:1");
@@ -765,8 +775,7 @@ TEST(ClusterBackendPd, PrefillLostAfterTheFirstTokenResumesOnADecodeWorker) {
 
 TEST(ClusterBackendPd, AFailedTransferResumesWithoutTheRows) {
   Cluster c;
-  c.add("p:1", with_role("prefill"));
-  c.add("d:1", with_role("decode"));
+  add_pd_workers(c);
   auto sink = std::make_shared<RecordingSink>();
   ASSERT_TRUE(c.backend->submit(request(), sink).is_ok());
   auto& p = c.at("p:1");
@@ -832,10 +841,7 @@ TEST(ClusterBackendPd, HandoffNotFoundOnTheDecodeWorkerRecomputesElsewhere) {
   c.add("d:2", with_role("decode", 5, 10));
   auto sink = std::make_shared<RecordingSink>();
   ASSERT_TRUE(c.backend->submit(request(), sink).is_ok());
-  auto& p = c.at("p:1");
-  auto ps = p.take_one();
-  p.token_id(*ps, 5, "A");
-  p.handoff(*ps, 0);
+  prefill_then_hand_off(c);
   c.at("d:1").take_one()->on_error(Status::unavailable("handoff 'x' not found"));
   auto& d2 = c.at("d:2");
   ASSERT_TRUE(d2.live_req().resume);
@@ -846,14 +852,10 @@ TEST(ClusterBackendPd, HandoffNotFoundOnTheDecodeWorkerRecomputesElsewhere) {
 
 TEST(ClusterBackendPd, WithNoDecodeWorkerLeftAnyGeneratingWorkerContinues) {
   Cluster c;
-  c.add("p:1", with_role("prefill"));
-  c.add("d:1", with_role("decode"));
+  add_pd_workers(c);
   auto sink = std::make_shared<RecordingSink>();
   ASSERT_TRUE(c.backend->submit(request(), sink).is_ok());
-  auto& p = c.at("p:1");
-  auto ps = p.take_one();
-  p.token_id(*ps, 5, "A");
-  p.handoff(*ps, 0);
+  auto& p = prefill_then_hand_off(c);
   auto& d = c.at("d:1");
   auto ds = d.take_one();
   d.on_broken();
@@ -871,16 +873,10 @@ TEST(ClusterBackendPd, DecodeAttemptsAreBoundedAndThenTheClientGetsAnError) {
   ClusterOptions opt;
   opt.max_attempts = 2;
   Cluster c(opt);
-  c.add("p:1", with_role("prefill"));
-  c.add("d:1", with_role("decode"));
-  c.add("d:2", with_role("decode"));
-  c.add("d:3", with_role("decode"));
+  add_pd_workers(c, 3);
   auto sink = std::make_shared<RecordingSink>();
   ASSERT_TRUE(c.backend->submit(request(), sink).is_ok());
-  auto& p = c.at("p:1");
-  auto ps = p.take_one();
-  p.token_id(*ps, 5, "A");
-  p.handoff(*ps, 0);
+  prefill_then_hand_off(c);
   for (int attempt = 0; attempt < 2; ++attempt) {
     FakeWorker* w = nullptr;
     for (auto& [addr, fake] : c.by_address)
@@ -899,15 +895,10 @@ TEST(ClusterBackendPd, DecodeAttemptsAreBoundedAndThenTheClientGetsAnError) {
 
 TEST(ClusterBackendPd, InvalidArgumentFromTheDecodeWorkerIsNotRetried) {
   Cluster c;
-  c.add("p:1", with_role("prefill"));
-  c.add("d:1", with_role("decode"));
-  c.add("d:2", with_role("decode"));
+  add_pd_workers(c, 2);
   auto sink = std::make_shared<RecordingSink>();
   ASSERT_TRUE(c.backend->submit(request(), sink).is_ok());
-  auto& p = c.at("p:1");
-  auto ps = p.take_one();
-  p.token_id(*ps, 5, "A");
-  p.handoff(*ps, 0);
+  prefill_then_hand_off(c);
   FakeWorker* d = c.at("d:1").live.empty() ? &c.at("d:2") : &c.at("d:1");
   d->take_one()->on_error(Status::invalid_argument("forced token out of range", "resume"));
   ASSERT_EQ(sink->errors.size(), 1u);
@@ -917,8 +908,7 @@ TEST(ClusterBackendPd, InvalidArgumentFromTheDecodeWorkerIsNotRetried) {
 
 TEST(ClusterBackendPd, CancelDuringPrefillReachesThePrefillWorker) {
   Cluster c;
-  c.add("p:1", with_role("prefill"));
-  c.add("d:1", with_role("decode"));
+  add_pd_workers(c);
   auto sink = std::make_shared<RecordingSink>();
   auto id = c.backend->submit(request(), sink);
   ASSERT_TRUE(id.is_ok());
@@ -936,8 +926,7 @@ TEST(ClusterBackendPd, CancelDuringPrefillReachesThePrefillWorker) {
 
 TEST(ClusterBackendPd, CancelBeforeTheHandoffFinishCancelsTheDecodeRequest) {
   Cluster c;
-  c.add("p:1", with_role("prefill"));
-  c.add("d:1", with_role("decode"));
+  add_pd_workers(c);
   auto sink = std::make_shared<RecordingSink>();
   auto id = c.backend->submit(request(), sink);
   ASSERT_TRUE(id.is_ok());
@@ -959,17 +948,13 @@ TEST(ClusterBackendPd, CancelBeforeTheHandoffFinishCancelsTheDecodeRequest) {
 
 TEST(ClusterBackendPd, CancelWhileTheDecodeSubmitIsUnderWayCancelsItOnceItStarts) {
   Cluster c;
-  c.add("p:1", with_role("prefill"));
-  c.add("d:1", with_role("decode"));
+  add_pd_workers(c);
   auto sink = std::make_shared<RecordingSink>();
   auto id = c.backend->submit(request(), sink);
   ASSERT_TRUE(id.is_ok());
   auto& d = c.at("d:1");
   d.during_submit = [&](serving::RequestId) { c.backend->cancel(*id); };
-  auto& p = c.at("p:1");
-  auto ps = p.take_one();
-  p.token_id(*ps, 5, "A");
-  p.handoff(*ps, 0);
+  auto& p = prefill_then_hand_off(c);
   EXPECT_TRUE(p.cancelled.empty() || p.cancelled.size() == 1u);
   ASSERT_EQ(d.cancelled.size(), 1u);
   EXPECT_EQ(d.cancelled[0], d.live.begin()->first);
@@ -977,15 +962,11 @@ TEST(ClusterBackendPd, CancelWhileTheDecodeSubmitIsUnderWayCancelsItOnceItStarts
 
 TEST(ClusterBackendPd, CancelDuringDecodeReachesTheDecodeWorker) {
   Cluster c;
-  c.add("p:1", with_role("prefill"));
-  c.add("d:1", with_role("decode"));
+  add_pd_workers(c);
   auto sink = std::make_shared<RecordingSink>();
   auto id = c.backend->submit(request(), sink);
   ASSERT_TRUE(id.is_ok());
-  auto& p = c.at("p:1");
-  auto ps = p.take_one();
-  p.token_id(*ps, 5, "A");
-  p.handoff(*ps, 0);
+  auto& p = prefill_then_hand_off(c);
   c.backend->cancel(*id);
   EXPECT_TRUE(p.cancelled.empty());
   auto& d = c.at("d:1");
