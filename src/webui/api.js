@@ -22,11 +22,32 @@ export function askForKey(message) {
   return asking;
 }
 
+// The key dialog, made once on the page that first needs it (both pages
+// share this markup; the ids are what the tests and the styles look for).
+function keyDialog() {
+  let dialog = document.getElementById('key-dialog');
+  if (dialog) return dialog;
+  dialog = document.createElement('dialog');
+  dialog.id = 'key-dialog';
+  dialog.setAttribute('aria-labelledby', 'key-title');
+  dialog.innerHTML = `<form>
+    <h2 id="key-title">API key</h2>
+    <p id="key-note"></p>
+    <label for="api-key">API key</label>
+    <input id="api-key" type="password" autocomplete="off">
+    <div class="actions">
+      <button type="submit" id="key-save">Save</button>
+      <button type="button" data-cancel>Cancel</button>
+    </div>
+  </form>`;
+  document.body.append(dialog);
+  return dialog;
+}
+
 function showKeyDialog(message) {
-  const dialog = document.getElementById('key-dialog');
-  const input = document.getElementById('api-key');
-  const note = document.getElementById('key-note');
-  if (!dialog || !input) return Promise.resolve('');
+  const dialog = keyDialog();
+  const input = dialog.querySelector('#api-key');
+  const note = dialog.querySelector('#key-note');
   if (note) note.textContent = message || 'This server needs an API key.';
   input.value = apiKey();
   return new Promise((resolve) => {
