@@ -322,7 +322,8 @@ asio::awaitable<RequestRecord> one_request(beast::tcp_stream& stream, Level& lv,
   beast::error_code ec;
   auto t0 = Clock::now();
   stream.expires_after(std::chrono::milliseconds(static_cast<int64_t>(o.request_timeout_s * 1e3)));
-  if (!stream.socket().is_open()) {
+  const bool reused = stream.socket().is_open();
+  if (!reused) {
     co_await stream.async_connect(lv.endpoints, asio::redirect_error(asio::use_awaitable, ec));
     if (ec) {
       rec.error = "connect: " + ec.message();
@@ -339,6 +340,7 @@ asio::awaitable<RequestRecord> one_request(beast::tcp_stream& stream, Level& lv,
   co_await http::async_write(stream, req, asio::redirect_error(asio::use_awaitable, ec));
   if (ec) {
     rec.error = "send: " + ec.message();
+    rec.stale_connection = reused;
     co_return rec;
   }
   beast::flat_buffer buf;
@@ -350,6 +352,11 @@ asio::awaitable<RequestRecord> one_request(beast::tcp_stream& stream, Level& lv,
                                    asio::redirect_error(asio::use_awaitable, ec));
   if (ec) {
     rec.error = "read header: " + ec.message();
+    // Servers close idle kept-alive connections; a request that met one
+    // got no answer at all (an end of stream before any byte).
+    rec.stale_connection = reused && buf.size() == 0 &&
+                           (ec == http::error::end_of_stream || ec == asio::error::eof ||
+                            ec == asio::error::connection_reset);
     co_return rec;
   }
   int status = parser.get().result_int();
@@ -409,10 +416,13 @@ asio::awaitable<void> client(Level& lv) {
   beast::tcp_stream stream(ex);
   while (lv.next < lv.total) {
     int i = lv.next++;
-    RequestRecord rec = co_await one_request(stream, lv, lv.index_base + static_cast<uint64_t>(i));
+    const uint64_t index = lv.index_base + static_cast<uint64_t>(i);
+    RequestRecord rec = co_await one_request(stream, lv, index);
     if (!rec.ok) {  // the connection's state is unknown after a failure
       beast::error_code ec;
       stream.socket().close(ec);
+      if (rec.stale_connection) rec = co_await one_request(stream, lv, index);  // on a new one
+      if (!rec.ok) stream.socket().close(ec);
     }
     lv.records[static_cast<size_t>(i)] = std::move(rec);
   }

@@ -58,6 +58,9 @@ struct RequestRecord {
   std::vector<double> itl;     // gaps between consecutive content chunks
   double e2e = 0;              // send to [DONE]
   int64_t output_tokens = 0;   // from the usage chunk
+  // Sent on a kept-alive connection that the server had already closed
+  // (nothing came back): worth one more try on a new connection.
+  bool stale_connection = false;
 };
 
 struct Stat {

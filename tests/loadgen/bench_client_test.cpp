@@ -1,8 +1,12 @@
 // Tests for `cairn bench`'s client: SSE splitting, percentile math, URL
-// parsing, the unreachable-server error, and one end-to-end run of the bench
-// against `cairn serve` on the demo model.
+// parsing, the unreachable-server error, a server that closes kept-alive
+// connections, and one end-to-end run of the bench against `cairn serve` on
+// the demo model.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <poll.h>
+#include <sys/socket.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -10,6 +14,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "loadgen/bench_client.h"
@@ -125,6 +130,72 @@ TEST(BenchRun, ConnectionRefusedIsOneClearError) {
   ASSERT_FALSE(r.is_ok());
   EXPECT_NE(r.status().message().find("cannot connect to http://127.0.0.1:1"), std::string::npos)
       << r.status().message();
+}
+
+// A server that answers one request per connection (a whole stream, the
+// connection left "kept alive") and then closes it, as servers close idle
+// connections: the client's next request there meets a closed socket and
+// must go again on a new connection, not count an error.
+TEST(BenchRun, AKeptAliveConnectionTheServerClosedIsRetriedOnANewOne) {
+  const int listener = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(listener, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(listen(listener, 16), 0);
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  const int port = ntohs(addr.sin_port);
+  int answered = 0;
+  std::thread server([&] {
+    const std::string body =
+        "data: {\"choices\":[{\"text\":\"a\"}]}\n\n"
+        "data: {\"choices\":[{\"text\":\"b\"}]}\n\n"
+        "data: {\"choices\":[],\"usage\":{\"completion_tokens\":2}}\n\n"
+        "data: [DONE]\n\n";
+    const std::string reply = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: " +
+                              std::to_string(body.size()) + "\r\n\r\n" + body;
+    for (;;) {
+      const int c = accept(listener, nullptr, nullptr);
+      if (c < 0) return;  // the listener was shut down: the test is over
+      std::string got;
+      char buf[4096];
+      // The request: headers, then Content-Length bytes (the reachability
+      // probe connects and closes without sending anything).
+      for (;;) {
+        const size_t head = got.find("\r\n\r\n");
+        if (head != std::string::npos) {
+          const size_t cl = got.find("Content-Length: ");
+          const size_t want = cl == std::string::npos ? 0 : std::stoul(got.substr(cl + 16));
+          if (got.size() >= head + 4 + want) break;
+        }
+        const ssize_t n = read(c, buf, sizeof(buf));
+        if (n <= 0) break;
+        got.append(buf, static_cast<size_t>(n));
+      }
+      if (got.find("\r\n\r\n") != std::string::npos) {
+        EXPECT_EQ(write(c, reply.data(), reply.size()), static_cast<ssize_t>(reply.size()));
+        ++answered;
+      }
+      close(c);
+    }
+  });
+  BenchOptions o;
+  o.url = *parse_url("http://127.0.0.1:" + std::to_string(port));
+  o.concurrency = {1};
+  o.requests = 4;
+  o.request_timeout_s = 30;
+  auto r = run(o);
+  shutdown(listener, SHUT_RDWR);
+  close(listener);
+  server.join();
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  ASSERT_EQ(r->size(), 1u);
+  EXPECT_EQ((*r)[0].errors, 0) << (*r)[0].first_error;
+  EXPECT_EQ((*r)[0].requests, 4);
+  EXPECT_EQ((*r)[0].output_tokens, 4 * 2);
+  EXPECT_EQ(answered, 4);
 }
 
 // Starts `cairn serve --port 0` on the demo model and benches it.
