@@ -140,7 +140,7 @@ def main():
         table.append(("%s prefill, 512 tokens (tok/s)" % qtype.upper(), c["pp"], ik.get("pp"), ref.get("pp")))
         table.append(("%s decode, 1 stream (tok/s)" % qtype.upper(), c["tg"], ik.get("tg"), ref.get("tg")))
         if qtype == "q4_0":
-            table.append(("Q4_0 decode, 16 streams (tok/s)", c["tg16"], batched_speed(args, args.ik, path, ["-rtr", "1"]),
+            table.append(("Q4_0 decode, 16 streams (tok/s)", c["tg16"], batched_speed(args, args.ik, path, ["-rtr"]),
                           batched_speed(args, args.llama, path, [])))
         print("  %s done (load %s)" % (qtype, loadavg()), flush=True)
     if not args.skip_server:
