@@ -55,6 +55,7 @@ struct BenchArgs {
   int probe_mib = 1024;
   int probe_passes = 10;
   int paired_segment = 16;
+  std::string kv_type = "f16";
 };
 
 // Wall time and the CPU time all of this process's threads got meanwhile: on
@@ -463,7 +464,9 @@ Status run(const BenchArgs& a) {
   // The pool holds the biggest run at once: the prompt, or every decode
   // sequence at its full length.
   // As the server's: sliding layers keep only their window.
-  const kv::KvShape shape = hp.paged_kv_shape();
+  kv::KvShape shape = hp.paged_kv_shape();
+  CAIRN_ASSIGN_OR_RETURN(shape.dtype, kv::parse_kv_type(a.kv_type));
+  CAIRN_RETURN_IF_ERROR(kv::check_kv_type(shape.dtype, shape.row_elems));
   const int64_t block_bytes = kv::PagedKvCache::block_bytes(shape);
   if (block_bytes <= 0) return Status::error("the model's K/V shape is invalid");
   auto blocks = [](int64_t tokens) { return (tokens + 15) / 16; };
@@ -696,6 +699,8 @@ void register_bench_model(CLI::App& app, CommandResult& result) {
   cmd->add_option("--ubatch", a->ubatch, "most tokens per forward during prefill")
       ->capture_default_str();
   cmd->add_option("--decode-ctx", a->decode_ctx, "prompt tokens of each decode sequence")
+      ->capture_default_str();
+  cmd->add_option("--kv-type", a->kv_type, "how K/V rows are stored: f16 or q8_0")
       ->capture_default_str();
   cmd->add_option("--probe-mib", a->probe_mib,
                   "fresh buffer of the machine bandwidth probe, in MiB")
