@@ -180,7 +180,7 @@ std::string command_line(const BenchArgs& a) {
          std::to_string(a.n_decode) + " --batch " + a.batch + " --threads " +
          std::to_string(a.threads) + " --reps " + std::to_string(a.reps) + " --ubatch " +
          std::to_string(a.ubatch) + " --decode-ctx " + std::to_string(a.decode_ctx) +
-         " --paired-segment " + std::to_string(a.paired_segment);
+         " --paired-segment " + std::to_string(a.paired_segment) + " --kv-type " + a.kv_type;
 }
 
 int32_t argmax(std::span<const float> row) {
@@ -551,12 +551,12 @@ Status run(const BenchArgs& a) {
 
   // Step i of a batch-1 run (i = 0..n-1) attends over decode_ctx + i + 1
   // positions, each a K row and a V row in every layer.
-  const double kv_row_bytes = 2.0 * (double)hp.kv_row_elems();  // F16
+  const double kv_row = (double)kv::kv_row_bytes(shape.dtype, hp.kv_row_elems());
   const double w_bytes = (double)wb.read_per_forward;
   // Bytes per token of steps [first, first + n): weights plus their mean K/V.
   const auto bytes_per_token = [&](double first, double n) {
     const double ctx = a.decode_ctx + first + (n + 1) / 2.0;
-    return w_bytes + (double)hp.n_layer * 2.0 * kv_row_bytes * ctx;
+    return w_bytes + (double)hp.n_layer * 2.0 * kv_row * ctx;
   };
   const double avg_ctx = a.decode_ctx + (a.n_decode + 1) / 2.0;
   const double per_token = bytes_per_token(0, a.n_decode);
@@ -616,8 +616,8 @@ Status run(const BenchArgs& a) {
   std::printf("\n");
   std::printf("%-30s %12.4f MB  (layer matrices + output; embedding excluded)\n",
               "weight bytes / token", w_bytes / 1e6);
-  std::printf("%-30s %12.4f MB  (f16 K+V at mean context %.1f)\n", "kv bytes / token (B=1)",
-              kv_bytes / 1e6, avg_ctx);
+  std::printf("%-30s %12.4f MB  (%s K+V at mean context %.1f)\n", "kv bytes / token (B=1)",
+              kv_bytes / 1e6, std::string(type_info(shape.dtype).name).c_str(), avg_ctx);
   std::printf("%-30s %12.4f MB\n", "bytes / decoded token (B=1)", per_token / 1e6);
   std::printf(
       "%-30s %12.2f GB/s (probe: %d threads, %s loads over the model's %.1f MB of weights, best "
