@@ -215,11 +215,21 @@ void Gemma2Decode_After_Avx2(benchmark::State& st) { gemma2_decode(st, AttnPath:
 void DecodeCold_Avx512(benchmark::State& st) { decode_cold(st, TensorType::F16); }
 // --kv-type q8_0: the same layers with Q8_0 rows (kernels/attention_q8).
 void DecodeColdQ8_Avx512(benchmark::State& st) { decode_cold(st, TensorType::Q8_0); }
-void DecodeQ8_Scalar(benchmark::State& st) { run(st, AttnPath::Scalar, 1, false, 64, TensorType::Q8_0); }
-void DecodeQ8_Avx2(benchmark::State& st) { run(st, AttnPath::Avx2, 1, false, 64, TensorType::Q8_0); }
-void DecodeQ8_Avx512(benchmark::State& st) { run(st, AttnPath::Avx512, 1, false, 64, TensorType::Q8_0); }
-void Batch32Q8_Avx512(benchmark::State& st) { run(st, AttnPath::Avx512, 32, false, 64, TensorType::Q8_0); }
-void Prompt512Q8_Avx512(benchmark::State& st) { run(st, AttnPath::Avx512, 512, false, 64, TensorType::Q8_0); }
+void DecodeQ8_Scalar(benchmark::State& st) {
+  run(st, AttnPath::Scalar, 1, false, 64, TensorType::Q8_0);
+}
+void DecodeQ8_Avx2(benchmark::State& st) {
+  run(st, AttnPath::Avx2, 1, false, 64, TensorType::Q8_0);
+}
+void DecodeQ8_Avx512(benchmark::State& st) {
+  run(st, AttnPath::Avx512, 1, false, 64, TensorType::Q8_0);
+}
+void Batch32Q8_Avx512(benchmark::State& st) {
+  run(st, AttnPath::Avx512, 32, false, 64, TensorType::Q8_0);
+}
+void Prompt512Q8_Avx512(benchmark::State& st) {
+  run(st, AttnPath::Avx512, 512, false, 64, TensorType::Q8_0);
+}
 void Decode_Scalar(benchmark::State& st) { run(st, AttnPath::Scalar, 1); }
 void Decode_Avx2(benchmark::State& st) { run(st, AttnPath::Avx2, 1); }
 void Decode_Avx512(benchmark::State& st) { run(st, AttnPath::Avx512, 1); }

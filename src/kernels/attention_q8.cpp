@@ -114,7 +114,9 @@ struct V {
 };
 constexpr int kMaxHeads = 2;  // 2 heads x 4 ymm of V.w sums: 8 of 16 registers
 CAIRN_SIMD_TARGET inline V zero() { return {_mm256_setzero_ps(), _mm256_setzero_ps()}; }
-CAIRN_SIMD_TARGET inline V ld(const float* p) { return {_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8)}; }
+CAIRN_SIMD_TARGET inline V ld(const float* p) {
+  return {_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8)};
+}
 CAIRN_SIMD_TARGET inline void st(float* p, V v) {
   _mm256_storeu_ps(p, v.lo);
   _mm256_storeu_ps(p + 8, v.hi);
@@ -122,8 +124,12 @@ CAIRN_SIMD_TARGET inline void st(float* p, V v) {
 CAIRN_SIMD_TARGET inline V fma(V a, V b, V c) {
   return {_mm256_fmadd_ps(a.lo, b.lo, c.lo), _mm256_fmadd_ps(a.hi, b.hi, c.hi)};
 }
-CAIRN_SIMD_TARGET inline V mul(V a, V b) { return {_mm256_mul_ps(a.lo, b.lo), _mm256_mul_ps(a.hi, b.hi)}; }
-CAIRN_SIMD_TARGET inline V add(V a, V b) { return {_mm256_add_ps(a.lo, b.lo), _mm256_add_ps(a.hi, b.hi)}; }
+CAIRN_SIMD_TARGET inline V mul(V a, V b) {
+  return {_mm256_mul_ps(a.lo, b.lo), _mm256_mul_ps(a.hi, b.hi)};
+}
+CAIRN_SIMD_TARGET inline V add(V a, V b) {
+  return {_mm256_add_ps(a.lo, b.lo), _mm256_add_ps(a.hi, b.hi)};
+}
 CAIRN_SIMD_TARGET inline V bcast(float x) { return {_mm256_set1_ps(x), _mm256_set1_ps(x)}; }
 CAIRN_SIMD_TARGET inline V ldq(const int8_t* p) {
   const __m128i x = _mm_loadu_si128((const __m128i*)p);

@@ -29,8 +29,8 @@ struct Job {
   const float* q = nullptr;
   float* out = nullptr;
   float scale = 1.0f;
-  float softcap = 0.0f;  // > 0: cap * tanh(K.q / cap) before `scale`
-  int64_t first = 0;     // positions before it are masked (a sliding window)
+  float softcap = 0.0f;          // > 0: cap * tanh(K.q / cap) before `scale`
+  int64_t first = 0;             // positions before it are masked (a sliding window)
   const float* sinks = nullptr;  // null, or one logit per head (nh) joining the softmax
 };
 

@@ -642,8 +642,8 @@ int64_t PagedKvCache::block_bytes(const KvShape& shape, int32_t block_tokens) {
   if (shape.n_layer <= 0 || row <= 0 || block_tokens <= 0) return 0;
   const int32_t layers = groups_of(shape, false).layers_per_block;
   // 2 (K and V) * layers * tokens * row bytes; each factor < 2^36.
-  const unsigned __int128 bytes = (unsigned __int128)2 * (uint64_t)layers *
-                                  (uint64_t)block_tokens * (uint64_t)row;
+  const unsigned __int128 bytes =
+      (unsigned __int128)2 * (uint64_t)layers * (uint64_t)block_tokens * (uint64_t)row;
   return bytes > (unsigned __int128)std::numeric_limits<int64_t>::max() ? 0 : (int64_t)bytes;
 }
 

@@ -25,7 +25,8 @@ uint64_t fmix64(uint64_t k) {
 Result<TensorType> parse_kv_type(const std::string& name) {
   if (name == "f16") return TensorType::F16;
   if (name == "q8_0") return TensorType::Q8_0;
-  return Status::invalid_argument("--kv-type must be f16 or q8_0 (got '" + name.substr(0, 32) + "')");
+  return Status::invalid_argument("--kv-type must be f16 or q8_0 (got '" + name.substr(0, 32) +
+                                  "')");
 }
 
 Status check_kv_type(TensorType type, int64_t row_elems) {
@@ -37,7 +38,8 @@ Status check_kv_type(TensorType type, int64_t row_elems) {
     return Status::invalid_argument("KV cache type " + std::string(type_info(type).name) +
                                     " is not supported (f16, q8_0)");
   if (kv_row_bytes(type, row_elems) <= 0)
-    return Status::invalid_argument("KV rows of " + std::to_string(row_elems) + " elements are empty");
+    return Status::invalid_argument("KV rows of " + std::to_string(row_elems) +
+                                    " elements are empty");
   return Status::ok();
 }
 

@@ -298,8 +298,8 @@ struct GroupScratch {
 // head_dim, sinks included, runs the scalar kernel. No batch/one-token orders:
 // a token's result is the same whatever else its batch holds.
 void attend_q8(const KvView& kv, int layer, std::span<const SeqId> seqs,
-               std::span<const int32_t> positions, const float* q, const AttnShape& sh,
-               float* out, ThreadPool& pool, AttnPath path) {
+               std::span<const int32_t> positions, const float* q, const AttnShape& sh, float* out,
+               ThreadPool& pool, AttnPath path) {
   namespace aq = kernels::attn_q8;
   const int64_t T = (int64_t)seqs.size();
   const int64_t hd = sh.head_dim;

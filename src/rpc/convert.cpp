@@ -221,9 +221,9 @@ Result<KvHeader> from_proto(const v1::KvHeader& m) {
   else if (m.kv_type() == "q8_0")
     h.geometry.dtype = TensorType::Q8_0;
   else
-    return invalid("the K/V header's kv_type '" + m.kv_type().substr(0, 32) +
-                       "' is not f16, f32 or q8_0",
-                   "kv_type");
+    return invalid(
+        "the K/V header's kv_type '" + m.kv_type().substr(0, 32) + "' is not f16, f32 or q8_0",
+        "kv_type");
   h.prompt.assign(m.prompt().begin(), m.prompt().end());
   for (serving::Token t : h.prompt)
     if (t < 0) return invalid("the K/V header's prompt has a negative token id", "prompt");

@@ -110,8 +110,8 @@ Result<LocalBackend::KvPlan> LocalBackend::kv_plan(const LocalBackendOptions& op
                                                    : std::min<int64_t>(kDefaultCtx, train));
   kv::KvShape shape = hp.kv_shape();
   shape.dtype = options.kv_type;
-  p.pool_bytes = options.kv_pool_bytes > 0 ? options.kv_pool_bytes
-                                           : kv::default_pool_bytes(shape, p.n_ctx);
+  p.pool_bytes =
+      options.kv_pool_bytes > 0 ? options.kv_pool_bytes : kv::default_pool_bytes(shape, p.n_ctx);
   const int64_t bb = kv::PagedKvCache::block_bytes(shape);
   p.blocks = bb > 0 ? static_cast<int32_t>(std::min<int64_t>(p.pool_bytes / bb, INT32_MAX)) : 0;
   return p;
@@ -211,7 +211,8 @@ Result<std::unique_ptr<LocalBackend>> LocalBackend::create(const LocalBackendOpt
   // Agents keep every position of every layer (one block table).
   kv::KvShape shape = options.remote_model ? hp.kv_shape() : hp.paged_kv_shape();
   shape.dtype = options.kv_type;
-  if (!b->generates_) plan.pool_bytes = kv::PagedKvCache::block_bytes(shape) * ((plan.n_ctx + 15) / 16);
+  if (!b->generates_)
+    plan.pool_bytes = kv::PagedKvCache::block_bytes(shape) * ((plan.n_ctx + 15) / 16);
   const int32_t n_ctx = plan.n_ctx;
   kv::KvConfig kv_config{plan.pool_bytes, 16, true};
   kv_config.tables_only = static_cast<bool>(options.remote_model);
@@ -224,10 +225,10 @@ Result<std::unique_ptr<LocalBackend>> LocalBackend::create(const LocalBackendOpt
   if (b->kv_->blocks_for(n_ctx) > blocks)
     return Status::error("the KV pool (" + std::to_string(blocks) + " blocks of 16 tokens) " +
                          "cannot hold one full context of " + std::to_string(n_ctx) + " tokens");
-  spdlog::info("{}: KV cache {:.1f} MiB of {} rows ({} blocks of 16 tokens, {} tokens{}), context {}",
-               b->model_id_, b->kv_pool_bytes_ / 1048576.0, type_info(shape.dtype).name, blocks,
-               blocks * 16,
-               options.remote_model ? "; the agents hold it, each its share" : "", n_ctx);
+  spdlog::info(
+      "{}: KV cache {:.1f} MiB of {} rows ({} blocks of 16 tokens, {} tokens{}), context {}",
+      b->model_id_, b->kv_pool_bytes_ / 1048576.0, type_info(shape.dtype).name, blocks, blocks * 16,
+      options.remote_model ? "; the agents hold it, each its share" : "", n_ctx);
   b->kv_blocks_ = blocks;
 
   engine::EngineConfig ec{options.max_batch_tokens, options.max_seqs, n_ctx, options.max_step_ms};

@@ -195,8 +195,8 @@ TEST_F(Cli, KvTypeErrorsAreOneLine) {
                          "2", "--kv-heads", "1", "--ffn", "128"});
   ASSERT_EQ(made.exit_code, 0) << made.err;
   // serve says where it listens before the model loads; then the error, and it exits.
-  Proc r = run_cairn({"serve", "--log-level", "off", "-m", model.string(), "--port", "0",
-                      "--kv-type", "q8_0"});
+  Proc r = run_cairn(
+      {"serve", "--log-level", "off", "-m", model.string(), "--port", "0", "--kv-type", "q8_0"});
   EXPECT_NE(r.exit_code, 0);
   auto lines = r.err_lines();
   ASSERT_FALSE(lines.empty()) << r.err;

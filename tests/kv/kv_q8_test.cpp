@@ -71,8 +71,10 @@ TEST(KvQ8, SamePoolBytesHoldAbout188TimesTheTokens) {
     EXPECT_GE((*q8)->free_blocks(), (int32_t)(1.85 * (*f16)->free_blocks()));
   }
   // default_pool_bytes asks for the same tokens in fewer bytes.
-  const int64_t want_f16 = default_pool_bytes(shape_of(8, 512, TensorType::F16), 2048, int64_t{1} << 40);
-  const int64_t want_q8 = default_pool_bytes(shape_of(8, 512, TensorType::Q8_0), 2048, int64_t{1} << 40);
+  const int64_t want_f16 =
+      default_pool_bytes(shape_of(8, 512, TensorType::F16), 2048, int64_t{1} << 40);
+  const int64_t want_q8 =
+      default_pool_bytes(shape_of(8, 512, TensorType::Q8_0), 2048, int64_t{1} << 40);
   EXPECT_LE((double)want_q8, 0.55 * (double)want_f16);
   EXPECT_EQ(want_f16 / PagedKvCache::block_bytes(shape_of(8, 512, TensorType::F16)),
             want_q8 / PagedKvCache::block_bytes(shape_of(8, 512, TensorType::Q8_0)));
@@ -128,7 +130,8 @@ TEST(KvQ8, WriteQuantizesPerBlockAndRawRowsRoundTrip) {
       float amax = 0;
       for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(k[(size_t)(blk * 32 + i)]));
       for (int i = 0; i < 32; ++i)
-        ASSERT_NEAR(back[(size_t)(blk * 32 + i)], k[(size_t)(blk * 32 + i)], amax / 127 * 0.51 + 1e-3 * amax);
+        ASSERT_NEAR(back[(size_t)(blk * 32 + i)], k[(size_t)(blk * 32 + i)],
+                    amax / 127 * 0.51 + 1e-3 * amax);
     }
     std::vector<uint8_t> want(rb);
     ops->from_float(v.data(), want.data(), 128);

@@ -126,16 +126,26 @@ void check_case(KvView& kv, const Case& c, ThreadPool& pool) {
              std::span<const int32_t>(&positions[t], 1), q.data() + t * nq, sh, one.data(), pool,
              path);
       for (size_t i = 0; i < nq; ++i)
-        ASSERT_EQ(one[i], out[t * nq + i]) << name_of(c) << " " << path_name(path) << " token " << t;
+        ASSERT_EQ(one[i], out[t * nq + i])
+            << name_of(c) << " " << path_name(path) << " token " << t;
     }
   }
 }
 
 const Case kCases[] = {
-    {64, 2, 1, 1},        {64, 2, 4, 47},   {128, 1, 8, 300},        {128, 2, 2, 100},
-    {32, 4, 1, 70},       {96, 1, 3, 33},   {256, 1, 2, 20},         {64, 4, 2, 130, 40},
-    {128, 2, 4, 200, 64, 30.0f},            {64, 1, 4, 90, 0, 0.0f, true},
-    {16, 2, 2, 40},       {48, 2, 2, 35},   {8, 4, 2, 50},  // heads inside blocks: scalar only
+    {64, 2, 1, 1},
+    {64, 2, 4, 47},
+    {128, 1, 8, 300},
+    {128, 2, 2, 100},
+    {32, 4, 1, 70},
+    {96, 1, 3, 33},
+    {256, 1, 2, 20},
+    {64, 4, 2, 130, 40},
+    {128, 2, 4, 200, 64, 30.0f},
+    {64, 1, 4, 90, 0, 0.0f, true},
+    {16, 2, 2, 40},
+    {48, 2, 2, 35},
+    {8, 4, 2, 50},  // heads inside blocks: scalar only
 };
 
 TEST(AttentionQ8, EveryPathNearDequantizedReferenceContiguous) {
