@@ -36,15 +36,16 @@ struct Setup {
   ThreadPool pool;
 
   int n_seqs;
+  TensorType dtype;
   Setup(int64_t n_ctx, int threads, int seqs, int layers = 1, int64_t head_dim = 64,
-        int64_t n_head_kv = 4)
-      : pool(threads), n_seqs(seqs) {
+        int64_t n_head_kv = 4, TensorType kv_type = TensorType::F16)
+      : pool(threads), n_seqs(seqs), dtype(kv_type) {
     hp.n_layer = layers;
     hp.n_head = 32;
     hp.n_head_kv = n_head_kv;
     hp.head_dim = head_dim;
     hp.n_embd = 32 * head_dim;
-    auto made = ContiguousKvCache::create(hp.kv_shape(), n_seqs, n_ctx);
+    auto made = ContiguousKvCache::create(hp.kv_shape(), n_seqs, n_ctx, dtype);
     kv.reset(made->release());
     std::mt19937 rng(1);
     std::uniform_real_distribution<float> u(-1.0f, 1.0f);
@@ -66,8 +67,9 @@ struct Setup {
 // n_tokens of one sequence ending at the context, or (distinct) the last
 // position of n_tokens sequences.
 // head_dim 128 takes 8 KV heads (Llama-3-8B, Mistral-7B), 64 TinyLlama's 4.
+// kv_type: how the rows are stored (F16, or Q8_0 for --kv-type q8_0).
 void run(benchmark::State& st, AttnPath path, int64_t n_tokens, bool distinct = false,
-         int64_t head_dim = 64) {
+         int64_t head_dim = 64, TensorType kv_type = TensorType::F16) {
   const int64_t n_ctx = st.range(0);
   const int64_t n_kv = head_dim == 64 ? 4 : 8;
   if (!attention_path_supported(path, head_dim)) {
@@ -78,8 +80,8 @@ void run(benchmark::State& st, AttnPath path, int64_t n_tokens, bool distinct = 
   static std::unique_ptr<Setup> s;
   const int n_seqs = distinct ? (int)n_tokens : 1;
   if (!s || s->kv->n_ctx() != n_ctx || s->pool.size() != threads || s->n_seqs != n_seqs ||
-      s->hp.head_dim != head_dim)
-    s = std::make_unique<Setup>(n_ctx, threads, n_seqs, 1, head_dim, n_kv);
+      s->hp.head_dim != head_dim || s->dtype != kv_type)
+    s = std::make_unique<Setup>(n_ctx, threads, n_seqs, 1, head_dim, n_kv, kv_type);
   std::vector<SeqId> seqs((size_t)n_tokens, 0);
   std::vector<int32_t> pos((size_t)n_tokens);
   for (int64_t t = 0; t < n_tokens; ++t) {
@@ -97,14 +99,14 @@ void run(benchmark::State& st, AttnPath path, int64_t n_tokens, bool distinct = 
 // A decode token's attention over all 22 layers as a forward meets it: the
 // K/V rows out of cache (a token's weights stream through between two
 // steps), here pushed out by reading 256 MiB before each timed token.
-void DecodeCold_Avx512(benchmark::State& st) {
+void decode_cold(benchmark::State& st, TensorType kv_type) {
   const int64_t n_ctx = st.range(0);
   if (!attention_path_supported(AttnPath::Avx512, 64)) {
     st.SkipWithError("path not available on this CPU / CAIRN_ISA");
     return;
   }
   constexpr int kLayers = 22;
-  Setup s(n_ctx, (int)st.range(1), 1, kLayers);
+  Setup s(n_ctx, (int)st.range(1), 1, kLayers, 64, 4, kv_type);
   std::vector<uint64_t> flush(size_t{32} << 20, 1);
   const SeqId seq = 0;
   const int32_t pos = (int32_t)(n_ctx - 1);
@@ -210,6 +212,24 @@ void Gemma2Decode_Before_Scalar(benchmark::State& st) {
 void Gemma2Decode_After_Avx512(benchmark::State& st) { gemma2_decode(st, AttnPath::Avx512, true); }
 void Gemma2Decode_After_Avx2(benchmark::State& st) { gemma2_decode(st, AttnPath::Avx2, true); }
 
+void DecodeCold_Avx512(benchmark::State& st) { decode_cold(st, TensorType::F16); }
+// --kv-type q8_0: the same layers with Q8_0 rows (kernels/attention_q8).
+void DecodeColdQ8_Avx512(benchmark::State& st) { decode_cold(st, TensorType::Q8_0); }
+void DecodeQ8_Scalar(benchmark::State& st) {
+  run(st, AttnPath::Scalar, 1, false, 64, TensorType::Q8_0);
+}
+void DecodeQ8_Avx2(benchmark::State& st) {
+  run(st, AttnPath::Avx2, 1, false, 64, TensorType::Q8_0);
+}
+void DecodeQ8_Avx512(benchmark::State& st) {
+  run(st, AttnPath::Avx512, 1, false, 64, TensorType::Q8_0);
+}
+void Batch32Q8_Avx512(benchmark::State& st) {
+  run(st, AttnPath::Avx512, 32, false, 64, TensorType::Q8_0);
+}
+void Prompt512Q8_Avx512(benchmark::State& st) {
+  run(st, AttnPath::Avx512, 512, false, 64, TensorType::Q8_0);
+}
 void Decode_Scalar(benchmark::State& st) { run(st, AttnPath::Scalar, 1); }
 void Decode_Avx2(benchmark::State& st) { run(st, AttnPath::Avx2, 1); }
 void Decode_Avx512(benchmark::State& st) { run(st, AttnPath::Avx512, 1); }
@@ -244,6 +264,12 @@ BENCHMARK(DecodeCold_Avx512)
     ->Args({512, 2})
     ->Args({2048, 2})
     ->Unit(benchmark::kMicrosecond);
+BENCHMARK(DecodeQ8_Scalar)->Args({2048, 2})->Unit(benchmark::kMicrosecond);
+BENCHMARK(DecodeQ8_Avx2)->Args({512, 1})->Args({2048, 2})->Unit(benchmark::kMicrosecond);
+BENCHMARK(DecodeQ8_Avx512)->Args({512, 1})->Args({2048, 2})->Unit(benchmark::kMicrosecond);
+BENCHMARK(DecodeColdQ8_Avx512)->Args({512, 2})->Args({2048, 2})->Unit(benchmark::kMicrosecond);
+BENCHMARK(Batch32Q8_Avx512)->Args({512, 2})->Unit(benchmark::kMicrosecond);
+BENCHMARK(Prompt512Q8_Avx512)->Args({512, 2})->Args({2048, 2})->Unit(benchmark::kMillisecond);
 BENCHMARK(Batch32_Scalar)->Args({512, 1})->Args({512, 2})->Unit(benchmark::kMicrosecond);
 BENCHMARK(Batch32_Avx2)->Args({512, 1})->Args({512, 2})->Unit(benchmark::kMicrosecond);
 BENCHMARK(Batch32_Avx512)->Args({512, 1})->Args({512, 2})->Unit(benchmark::kMicrosecond);

@@ -37,7 +37,8 @@ kv::KvGeometry geometry_of(const model::Model& model, const kv::PagedKvCache& kv
   const kv::KvShape shape = model.kv_shape();
   g.n_layer = shape.n_layer;
   g.row_elems = shape.row_elems;
-  g.elem_bytes = kv.dtype() == TensorType::F32 ? 4 : 2;
+  g.elem_bytes = kv.dtype() == TensorType::F32 ? 4 : kv.dtype() == TensorType::Q8_0 ? 1 : 2;
+  g.dtype = kv.dtype();
   g.block_tokens = kv.block_tokens();
   return g;
 }

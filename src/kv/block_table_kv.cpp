@@ -1,5 +1,5 @@
 // kv/block_table_kv.cpp — see block_table_kv.h. A block is laid out as the
-// paged cache's: [layer][K|V][slot][row], F16.
+// paged cache's: [layer][K|V][slot][row], rows of shape.dtype (F16 or Q8_0).
 #include "kv/block_table_kv.h"
 
 #include <algorithm>
@@ -17,6 +17,10 @@ Result<std::unique_ptr<BlockTableKv>> BlockTableKv::create(const KvShape& shape,
   if (block_tokens <= 0 || block_tokens > 1024 || !std::has_single_bit((uint32_t)block_tokens))
     return Status::error("KV block size " + std::to_string(block_tokens) +
                          " is not a power of two in [1, 1024]");
+  if (shape.dtype != TensorType::F16 && shape.dtype != TensorType::Q8_0)
+    return Status::error("KV cache type " + std::string(type_info(shape.dtype).name) +
+                         " is not supported (f16, q8_0)");
+  if (Status st = check_kv_type(shape.dtype, shape.row_elems); !st.is_ok()) return st;
   const int64_t bb = PagedKvCache::block_bytes(shape, block_tokens);
   if (bb <= 0) return Status::error("a KV block of this shape is empty or overflows");
   if (n_blocks < 1 || (uint64_t)n_blocks > SIZE_MAX / (uint64_t)bb)
@@ -36,7 +40,7 @@ BlockTableKv::BlockTableKv(const KvShape& shape, int32_t n_blocks, int32_t block
       n_blocks_(n_blocks),
       bt_(block_tokens),
       block_bytes_(block_bytes),
-      row_bytes_((size_t)shape.row_elems * 2),
+      row_bytes_((size_t)kv_row_bytes(shape.dtype, shape.row_elems)),
       pool_(std::move(pool)) {}
 
 Status BlockTableKv::set_tables(std::vector<SeqTable> tables) {
@@ -77,7 +81,7 @@ int64_t BlockTableKv::capacity(SeqId seq) const {
 void BlockTableKv::write(int layer, SeqId seq, int32_t pos, const float* k, const float* v) {
   const SeqTable* t = find(seq);
   if (!t || layer < 0 || layer >= shape_.n_layer || pos < t->writable_from || pos >= t->capacity) return;
-  const auto from_float = type_ops(TensorType::F16)->from_float;
+  const auto from_float = type_ops(shape_.dtype)->from_float;
   from_float(k, row(*t, layer, pos, 0), shape_.row_elems);
   from_float(v, row(*t, layer, pos, 1), shape_.row_elems);
 }

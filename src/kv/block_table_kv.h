@@ -25,7 +25,7 @@ struct SeqTable {
 
 class BlockTableKv final : public KvView {
  public:
-  // n_blocks blocks of block_tokens (a power of two) F16 rows of `shape`.
+  // n_blocks blocks of block_tokens (a power of two) rows of `shape` (in shape.dtype).
   static Result<std::unique_ptr<BlockTableKv>> create(const KvShape& shape, int32_t n_blocks,
                                                       int32_t block_tokens);
 
@@ -36,7 +36,7 @@ class BlockTableKv final : public KvView {
 
   int64_t pool_bytes() const { return (int64_t)n_blocks_ * (int64_t)block_bytes_; }
 
-  TensorType dtype() const override { return TensorType::F16; }
+  TensorType dtype() const override { return shape_.dtype; }
   int64_t capacity(SeqId seq) const override;
   void write(int layer, SeqId seq, int32_t pos, const float* k, const float* v) override;
   const void* key(int layer, SeqId seq, int32_t pos) const override;

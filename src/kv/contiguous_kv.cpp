@@ -15,20 +15,20 @@ namespace cairn::kv {
 Result<std::unique_ptr<ContiguousKvCache>> ContiguousKvCache::create(const KvShape& shape,
                                                                      int n_seqs, int64_t n_ctx,
                                                                      TensorType dtype) {
-  if (dtype != TensorType::F16 && dtype != TensorType::F32)
+  if (dtype != TensorType::F16 && dtype != TensorType::F32 && dtype != TensorType::Q8_0)
     return Status::error("KV cache type " + std::string(type_info(dtype).name) +
-                         " is not supported (f16, f32)");
+                         " is not supported (f16, f32, q8_0)");
   if (n_seqs <= 0) return Status::error("KV cache needs at least one sequence");
   if (n_ctx <= 0 || n_ctx > std::numeric_limits<int32_t>::max())
     return Status::error("KV cache context " + std::to_string(n_ctx) + " is out of range");
   if (shape.n_layer <= 0 || shape.row_elems <= 0)
     return Status::error("KV cache needs positive layer count and K/V row size");
 
-  const size_t elem = dtype == TensorType::F16 ? 2 : 4;
-  // layers * seqs * 2 (K and V) * ctx * row * elem, checked for overflow.
-  size_t total = elem;
-  for (uint64_t f : {(uint64_t)shape.n_layer, (uint64_t)n_seqs, uint64_t{2}, (uint64_t)n_ctx,
-                     (uint64_t)shape.row_elems}) {
+  if (Status st = check_kv_type(dtype, shape.row_elems); !st.is_ok()) return st;
+  const size_t row_bytes = (size_t)kv_row_bytes(dtype, shape.row_elems);
+  // layers * seqs * 2 (K and V) * ctx * row bytes, checked for overflow.
+  size_t total = row_bytes;
+  for (uint64_t f : {(uint64_t)shape.n_layer, (uint64_t)n_seqs, uint64_t{2}, (uint64_t)n_ctx}) {
     if (total > std::numeric_limits<size_t>::max() / f)
       return Status::error("KV cache size overflows");
     total *= (size_t)f;
@@ -39,7 +39,7 @@ Result<std::unique_ptr<ContiguousKvCache>> ContiguousKvCache::create(const KvSha
   c->n_seqs_ = n_seqs;
   c->n_ctx_ = n_ctx;
   c->row_elems_ = shape.row_elems;
-  c->row_bytes_ = (size_t)shape.row_elems * elem;
+  c->row_bytes_ = row_bytes;
   c->data_.assign(total, 0);
   return c;
 }
@@ -61,12 +61,11 @@ void ContiguousKvCache::write(int layer, SeqId seq, int32_t pos, const float* k,
     std::memcpy(dv, v, row_bytes_);
     return;
   }
-  uint16_t* hk = reinterpret_cast<uint16_t*>(dk);
-  uint16_t* hv = reinterpret_cast<uint16_t*>(dv);
-  // The type table's F16 quantizer: the scalar bits, vectorised where the CPU allows.
-  const auto to_f16 = type_ops(TensorType::F16)->from_float;
-  to_f16(k, hk, row_elems_);
-  to_f16(v, hv, row_elems_);
+  // The type table's quantizer: F16's scalar bits, vectorised where the CPU
+  // allows; Q8_0's storage quantizer (blocks of 32, scale max|x| / 127).
+  const auto from_float = type_ops(dtype_)->from_float;
+  from_float(k, dk, row_elems_);
+  from_float(v, dv, row_elems_);
 }
 
 const void* ContiguousKvCache::key(int layer, SeqId seq, int32_t pos) const {

@@ -1,6 +1,6 @@
 // kv/contiguous_kv.h — a simple KvView: one contiguous slab per sequence.
 // Owns K/V storage for a fixed number of sequences (ids 0..n_seqs-1), each up to
-// n_ctx positions, in F16 (the default, as the reference stores K/V) or F32.
+// n_ctx positions, in F16 (the default, as the reference stores K/V), F32 or Q8_0.
 // For tests, `cairn run` and single-sequence use; the paged cache
 // (kv/kv_cache.h) replaces it for serving. Never grows after creation.
 #pragma once
@@ -17,8 +17,9 @@ namespace cairn::kv {
 
 class ContiguousKvCache final : public KvView {
  public:
-  // Errors on non-positive sizes, a dtype other than F16/F32, or a size whose
-  // byte count overflows.
+  // Errors on non-positive sizes, a dtype other than F16/F32/Q8_0 (Q8_0: rows
+  // a multiple of 32), or a size whose byte count overflows. `dtype` wins
+  // over shape.dtype.
   static Result<std::unique_ptr<ContiguousKvCache>> create(const KvShape& shape, int n_seqs,
                                                            int64_t n_ctx,
                                                            TensorType dtype = TensorType::F16);

@@ -101,8 +101,8 @@ class Paged final : public PagedKvCache {
         generation_fn_(cfg.storage_generation),
         generation_(generation_fn_ ? generation_fn_() : 0),
         block_bytes_((size_t)block_bytes),
-        row_bytes_((size_t)shape.row_elems * 2),
-        f16_from_float_(type_ops(TensorType::F16)->from_float),
+        row_bytes_((size_t)kv_row_bytes(shape.dtype, shape.row_elems)),
+        from_float_(type_ops(shape.dtype)->from_float),
         pool_(std::move(pool)),
         blocks_((size_t)n_blocks),
         block_ids_((size_t)n_blocks * (size_t)bt_) {
@@ -112,7 +112,7 @@ class Paged final : public PagedKvCache {
   }
 
   // --- KvView ---
-  TensorType dtype() const override { return TensorType::F16; }
+  TensorType dtype() const override { return shape_.dtype; }
   int64_t capacity(SeqId seq) const override {
     const Seq* s = find(seq);
     return s ? s->reserved : 0;
@@ -126,10 +126,9 @@ class Paged final : public PagedKvCache {
       writes_skipped_.fetch_add(1, std::memory_order_relaxed);
       return;
     }
-    uint16_t* dk = const_cast<uint16_t*>(static_cast<const uint16_t*>(row(*s, layer, pos, 0)));
-    uint16_t* dv = const_cast<uint16_t*>(static_cast<const uint16_t*>(row(*s, layer, pos, 1)));
-    f16_from_float_(k, dk, shape_.row_elems);
-    f16_from_float_(v, dv, shape_.row_elems);
+    // Q8_0: each block of 32 quantized as it is written (scale max|x| / 127).
+    from_float_(k, const_cast<void*>(row(*s, layer, pos, 0)), shape_.row_elems);
+    from_float_(v, const_cast<void*>(row(*s, layer, pos, 1)), shape_.row_elems);
   }
   bool stores_rows() const override { return pool_ != nullptr; }
   bool read_raw(int layer, SeqId seq, int32_t pos, void* k, void* v) const override {
@@ -609,8 +608,9 @@ class Paged final : public PagedKvCache {
   uint64_t generation_;
   const size_t block_bytes_;
   const size_t row_bytes_;
-  // The type table's F16 quantizer: the scalar bits, vectorised where the CPU allows.
-  void (*const f16_from_float_)(const float*, void*, int64_t);
+  // The type table's quantizer of shape_.dtype (F16: the scalar bits,
+  // vectorised where the CPU allows; Q8_0: the storage quantizer).
+  void (*const from_float_)(const float*, void*, int64_t);
   std::unique_ptr<uint8_t[]> pool_;
 
   std::vector<Block> blocks_;
@@ -638,11 +638,12 @@ int32_t PagedKvCache::tables(const KvShape& shape) {
 }
 
 int64_t PagedKvCache::block_bytes(const KvShape& shape, int32_t block_tokens) {
-  if (shape.n_layer <= 0 || shape.row_elems <= 0 || block_tokens <= 0) return 0;
+  const int64_t row = kv_row_bytes(shape.dtype, shape.row_elems);
+  if (shape.n_layer <= 0 || row <= 0 || block_tokens <= 0) return 0;
   const int32_t layers = groups_of(shape, false).layers_per_block;
-  // 2 (K and V) * layers * tokens * row * 2 bytes (F16); each factor < 2^31.
-  const unsigned __int128 bytes = (unsigned __int128)4 * (uint64_t)layers *
-                                  (uint64_t)block_tokens * (uint64_t)shape.row_elems;
+  // 2 (K and V) * layers * tokens * row bytes; each factor < 2^36.
+  const unsigned __int128 bytes =
+      (unsigned __int128)2 * (uint64_t)layers * (uint64_t)block_tokens * (uint64_t)row;
   return bytes > (unsigned __int128)std::numeric_limits<int64_t>::max() ? 0 : (int64_t)bytes;
 }
 
@@ -660,10 +661,15 @@ Result<std::unique_ptr<PagedKvCache>> PagedKvCache::create(const KvShape& shape,
     return Status::error("KV sliding layers: window " + std::to_string(shape.window) + ", " +
                          std::to_string(shape.sliding.size()) + " flags for " +
                          std::to_string(shape.n_layer) + " layers");
+  if (shape.dtype != TensorType::F16 && shape.dtype != TensorType::Q8_0)
+    return Status::error("KV cache type " + std::string(type_info(shape.dtype).name) +
+                         " is not supported by the paged cache (f16, q8_0)");
+  if (Status st = check_kv_type(shape.dtype, shape.row_elems); !st.is_ok()) return st;
   // Rows kept elsewhere are laid out by their holder (layout()): one table.
   Groups groups = groups_of(shape, cfg.tables_only);
-  const unsigned __int128 bytes128 = (unsigned __int128)4 * (uint64_t)groups.layers_per_block *
-                                     (uint64_t)cfg.block_tokens * (uint64_t)shape.row_elems;
+  const unsigned __int128 bytes128 = (unsigned __int128)2 * (uint64_t)groups.layers_per_block *
+                                     (uint64_t)cfg.block_tokens *
+                                     (uint64_t)kv_row_bytes(shape.dtype, shape.row_elems);
   if (bytes128 > (unsigned __int128)std::numeric_limits<int64_t>::max())
     return Status::error("KV block size overflows");
   const int64_t bb = (int64_t)bytes128;

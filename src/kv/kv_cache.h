@@ -1,5 +1,5 @@
 // kv/kv_cache.h — the paged KV cache: block pool, block tables, prefix cache.
-// Owns all K/V memory of one model: a pool of fixed 16-token F16 blocks sized
+// Owns all K/V memory of one model: a pool of fixed 16-token blocks (rows in F16, or Q8_0 with --kv-type q8_0) sized
 // once at start-up, a block table per sequence (one per group of layers when
 // some layers slide: a sliding group keeps only the window), and
 // content-addressed full blocks that later prompts reuse. The scheduler sees only the methods below
@@ -70,6 +70,7 @@ inline constexpr int32_t kMinBlocks = 4;
 
 class PagedKvCache : public KvView {
  public:
+  // Rows are stored as shape.dtype: F16, or Q8_0 (row_elems % 32 == 0).
   // Errors (one line) on a bad shape or block size, a pool smaller than
   // kMinBlocks blocks, more blocks than int32 counts, or a failed allocation.
   static Result<std::unique_ptr<PagedKvCache>> create(const KvShape& shape, const KvConfig& cfg);

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <string>
 
 #include "kv/kv_cache.h"
 
@@ -20,6 +21,27 @@ uint64_t fmix64(uint64_t k) {
 }
 
 }  // namespace
+
+Result<TensorType> parse_kv_type(const std::string& name) {
+  if (name == "f16") return TensorType::F16;
+  if (name == "q8_0") return TensorType::Q8_0;
+  return Status::invalid_argument("--kv-type must be f16 or q8_0 (got '" + name.substr(0, 32) +
+                                  "')");
+}
+
+Status check_kv_type(TensorType type, int64_t row_elems) {
+  if (type == TensorType::Q8_0 && row_elems % 32 != 0)
+    return Status::invalid_argument(
+        "--kv-type q8_0 needs n_head_kv*head_dim divisible by 32, this model has " +
+        std::to_string(row_elems));
+  if (type != TensorType::F16 && type != TensorType::Q8_0 && type != TensorType::F32)
+    return Status::invalid_argument("KV cache type " + std::string(type_info(type).name) +
+                                    " is not supported (f16, q8_0)");
+  if (kv_row_bytes(type, row_elems) <= 0)
+    return Status::invalid_argument("KV rows of " + std::to_string(row_elems) +
+                                    " elements are empty");
+  return Status::ok();
+}
 
 // Two token ids per 64-bit word, each step a bijection of the state: blocks
 // that differ in one word can never collide, and any other pair collides with

@@ -4,8 +4,10 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
+#include "core/status.h"
 #include "core/tensor_type.h"
 
 namespace cairn {
@@ -25,7 +27,29 @@ struct KvShape {
   // keeps every position. Other caches ignore both.
   int32_t window = 0;
   std::vector<uint8_t> sliding = {};
+  // How a row is stored (--kv-type): F16 (the default), F32 (contiguous
+  // caches only) or Q8_0 (blocks of 32 int8 and one F16 scale: 34 bytes per
+  // 32 elements, so row_elems must be a multiple of 32).
+  TensorType dtype = TensorType::F16;
 };
+
+// Bytes of one K (or V) row of `elems` elements stored as `type`; 0 when the
+// type cannot store such a row (not F16/F32/Q8_0, or Q8_0 with elems % 32).
+inline int64_t kv_row_bytes(TensorType type, int64_t elems) {
+  if (elems <= 0) return 0;
+  switch (type) {
+    case TensorType::F32: return elems * 4;
+    case TensorType::F16: return elems * 2;
+    case TensorType::Q8_0: return elems % 32 == 0 ? elems / 32 * 34 : 0;
+    default: return 0;
+  }
+}
+
+// The --kv-type names: "f16" or "q8_0"; an error naming both otherwise.
+Result<TensorType> parse_kv_type(const std::string& name);
+// ok when rows of `row_elems` elements can be stored as `type` in a cache;
+// else one line saying why (for a start-up error).
+Status check_kv_type(TensorType type, int64_t row_elems);
 
 // Where K/V rows live. A row is n_head_kv * head_dim elements of dtype(), the
 // K (or V) of one token in one layer. forward() writes every token's K/V of a
@@ -35,7 +59,7 @@ struct KvShape {
 class KvView {
  public:
   virtual ~KvView() = default;
-  virtual TensorType dtype() const = 0;  // F16 or F32
+  virtual TensorType dtype() const = 0;  // F16, F32 or Q8_0 (rows as kv_row_bytes lays them out)
   // Positions [0, capacity) of `seq` may be written; 0 for an unknown sequence.
   // forward() checks every token against it before touching anything.
   virtual int64_t capacity(SeqId seq) const = 0;
@@ -46,8 +70,8 @@ class KvView {
   virtual const void* key(int layer, SeqId seq, int32_t pos) const = 0;
   virtual const void* value(int layer, SeqId seq, int32_t pos) const = 0;
   // Positions [pos, pos + n) of `seq` whose rows lie back to back: K row
-  // pos + i at k + i * row_bytes (row_bytes = the model's n_head_kv * head_dim
-  // elements of dtype()), V likewise, with 1 <= n <= max_n. Lets attention
+  // pos + i at k + i * row_bytes (row_bytes = kv_row_bytes(dtype(), the
+  // model's n_head_kv * head_dim)), V likewise, with 1 <= n <= max_n. Lets attention
   // walk a sequence a block at a time instead of a virtual call per position.
   // The default is one row; caches that store runs override it.
   struct Rows {

@@ -9,6 +9,9 @@ std::string geometry_mismatch(const KvGeometry& want, const KvGeometry& got) {
            std::to_string(w);
   };
   if (want.version != got.version) return differs("transfer format version", want.version, got.version);
+  if (want.dtype != got.dtype)
+    return "K/V cache type " + std::string(type_info(got.dtype).name) + " where this worker has " +
+           std::string(type_info(want.dtype).name) + " (give both workers the same --kv-type)";
   if (want.n_layer != got.n_layer) return differs("layer count", want.n_layer, got.n_layer);
   if (want.row_elems != got.row_elems) return differs("K/V row width", want.row_elems, got.row_elems);
   if (want.elem_bytes != got.elem_bytes)
@@ -25,7 +28,8 @@ int64_t ImportedKv::bytes() const {
 }
 
 Status ImportedKv::check() const {
-  if (geometry.n_layer <= 0 || geometry.row_elems <= 0 || geometry.elem_bytes <= 0)
+  if (geometry.n_layer <= 0 || geometry.row_elems <= 0 || geometry.elem_bytes <= 0 ||
+      geometry.row_bytes() <= 0)
     return Status::invalid_argument("the handed-over K/V has an empty geometry");
   int64_t next = 0;
   for (const KvRows& r : runs) {

@@ -22,10 +22,15 @@ struct KvGeometry {
   uint32_t version = kTransferVersion;
   int32_t n_layer = 0;
   int32_t row_elems = 0;    // n_head_kv * head_dim
-  int32_t elem_bytes = 2;   // 2: F16 (the paged cache's type)
+  int32_t elem_bytes = 2;   // 2: F16 (the paged cache's type); Q8_0 sends 1
   int32_t block_tokens = 16;
+  // How rows are stored (--kv-type): rows of different types are never
+  // copied into each other (geometry_mismatch refuses them).
+  TensorType dtype = TensorType::F16;
 
-  int64_t row_bytes() const { return (int64_t)row_elems * elem_bytes; }
+  int64_t row_bytes() const {
+    return dtype == TensorType::Q8_0 ? kv_row_bytes(dtype, row_elems) : (int64_t)row_elems * elem_bytes;
+  }
   // Bytes of `n` positions: every layer's K and V row.
   int64_t bytes_for(int64_t n) const { return 2 * (int64_t)n_layer * row_bytes() * n; }
   bool operator==(const KvGeometry&) const = default;

@@ -22,6 +22,7 @@
 
 #include "core/cpu_features.h"
 #include "core/half.h"
+#include "kernels/attention_q8.h"
 #include "kernels/attention_simd.h"
 #include "kernels/float_order.h"
 #include "kernels/kernels.h"
@@ -291,6 +292,73 @@ struct GroupScratch {
   attn_simd::Scratch kernel;
 };
 
+// Q8_0 rows (--kv-type q8_0): the kernels of kernels/attention_q8.cpp, one
+// work item per (token, KV head, run of its query heads) as for F16. The SIMD
+// kernels need each head to start on a block (head_dim % 32 == 0); any other
+// head_dim, sinks included, runs the scalar kernel. No batch/one-token orders:
+// a token's result is the same whatever else its batch holds.
+void attend_q8(const KvView& kv, int layer, std::span<const SeqId> seqs,
+               std::span<const int32_t> positions, const float* q, const AttnShape& sh, float* out,
+               ThreadPool& pool, AttnPath path) {
+  namespace aq = kernels::attn_q8;
+  const int64_t T = (int64_t)seqs.size();
+  const int64_t hd = sh.head_dim;
+  const int64_t nq = sh.n_head * hd;
+  const int64_t n_kv = sh.n_head_kv;
+  const int64_t group = sh.n_head / n_kv;
+  const size_t row_bytes = (size_t)kv::kv_row_bytes(TensorType::Q8_0, n_kv * hd);
+  if (hd % 32 != 0) path = AttnPath::Scalar;
+  const auto kernel = path == AttnPath::Avx512 ? &aq::attend_avx512
+                      : path == AttnPath::Avx2 ? &aq::attend_avx2
+                                               : &aq::attend_scalar;
+  int64_t sub = group;
+  const auto items = [&](int64_t s) { return T * n_kv * ((group + s - 1) / s); };
+  while (sub > 1 && items(sub) < 2 * pool.size()) sub = (sub + 1) / 2;
+  const int64_t n_sub = (group + sub - 1) / sub;
+  pool.parallel_for(
+      items(sub),
+      [&](int64_t begin, int64_t end) {
+        thread_local std::vector<const uint8_t*> krow, vrow;
+        thread_local aq::Scratch scratch;
+        for (int64_t i = begin; i < end; ++i) {
+          const int64_t t = (i / n_sub) % T;
+          const int64_t g = i / (n_sub * T);
+          const int64_t h0 = g * group + (i % n_sub) * sub;
+          const int64_t n_pos = (int64_t)positions[(size_t)t] + 1;
+          const int64_t first = sh.window > 0 ? std::max<int64_t>(0, n_pos - sh.window) : 0;
+          // SIMD: rows start at the head's first block; scalar: at the row,
+          // the head found by its element offset.
+          const size_t off =
+              path == AttnPath::Scalar ? 0 : (size_t)kv::kv_row_bytes(TensorType::Q8_0, g * hd);
+          krow.resize((size_t)n_pos);
+          vrow.resize((size_t)n_pos);
+          for (int32_t p = (int32_t)first; p < n_pos;) {
+            const KvView::Rows r = kv.rows(layer, seqs[(size_t)t], p, (int32_t)(n_pos - p));
+            for (int32_t k = 0; k < r.n; ++k) {
+              krow[(size_t)(p + k)] = (const uint8_t*)r.k + k * row_bytes + off;
+              vrow[(size_t)(p + k)] = (const uint8_t*)r.v + k * row_bytes + off;
+            }
+            p += r.n;
+          }
+          aq::Job job;
+          job.krow = krow.data();
+          job.vrow = vrow.data();
+          job.offset = path == AttnPath::Scalar ? g * hd : 0;
+          job.n_pos = n_pos;
+          job.head_dim = hd;
+          job.nh = (int)std::min(sub, group * (g + 1) - h0);
+          job.q = q + t * nq + h0 * hd;
+          job.out = out + t * nq + h0 * hd;
+          job.scale = sh.scale;
+          job.softcap = sh.softcap;
+          job.first = first;
+          job.sinks = sh.sinks ? sh.sinks + h0 : nullptr;
+          kernel(job, scratch);
+        }
+      },
+      T >= 2 ? 1 : 0);
+}
+
 }  // namespace
 
 bool attention_path_supported(AttnPath path, int64_t head_dim) { return supported(path, head_dim); }
@@ -299,6 +367,8 @@ void attend(const KvView& kv, int layer, std::span<const SeqId> seqs,
             std::span<const int32_t> positions, const float* q, const AttnShape& sh, float* out,
             ThreadPool& pool, AttnPath path) {
   path = resolve(path, sh.head_dim);
+  if (kv.dtype() == TensorType::Q8_0)
+    return attend_q8(kv, layer, seqs, positions, q, sh, out, pool, path);
   // The SIMD kernels have no sinks (window and soft-cap they take).
   if (sh.sinks) path = AttnPath::Scalar;
   if (path == AttnPath::Scalar) return attend_scalar(kv, layer, seqs, positions, q, sh, out, pool);

@@ -3,7 +3,10 @@
 // Owns the score/softmax/weighted-sum arithmetic and its SIMD forms, the
 // per-thread scratch it needs, and how the work is split across the pool.
 // Never writes K/V (blocks.cpp does, before calling it), never allocates a
-// T x n_pos score matrix, and every path gives the scalar path's exact bits.
+// T x n_pos score matrix, and for F16/F32 rows every path gives the scalar
+// path's exact bits. Q8_0 rows (--kv-type q8_0) are read in place by the
+// kernels of kernels/attention_q8.h: the paths agree to float rounding (the
+// order of additions differs), and the SIMD ones need head_dim % 32 == 0.
 #pragma once
 
 #include <cstdint>

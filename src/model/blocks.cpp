@@ -415,9 +415,12 @@ Status validate_batch(const HParams& hp, const Batch& b, const KvView& kv) {
   if (b.positions.size() != n || b.seqs.size() != n || b.wants_logits.size() != n ||
       (!b.adapters.empty() && b.adapters.size() != n))
     return Status::error("batch fields have different lengths");
-  if (kv.dtype() != TensorType::F16 && kv.dtype() != TensorType::F32)
+  if (kv.dtype() != TensorType::F16 && kv.dtype() != TensorType::F32 &&
+      kv.dtype() != TensorType::Q8_0)
     return Status::error("KV view type " + std::string(type_info(kv.dtype()).name) +
-                         " is not supported (f16, f32)");
+                         " is not supported (f16, f32, q8_0)");
+  if (kv.dtype() == TensorType::Q8_0 && hp.kv_row_elems() % 32 != 0)
+    return kv::check_kv_type(kv.dtype(), hp.kv_row_elems());
   if ((kv.n_layer() != 0 && kv.n_layer() != hp.n_layer) ||
       (kv.row_elems() != 0 && kv.row_elems() != hp.kv_row_elems()))
     return Status::error("KV view is shaped for " + std::to_string(kv.n_layer()) + " layers of " +

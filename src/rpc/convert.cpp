@@ -190,6 +190,7 @@ v1::KvHeader to_proto(const KvHeader& h) {
   m.set_row_elems(h.geometry.row_elems);
   m.set_elem_bytes(h.geometry.elem_bytes);
   m.set_block_tokens(h.geometry.block_tokens);
+  m.set_kv_type(std::string(type_info(h.geometry.dtype).name));
   m.mutable_prompt()->Add(h.prompt.begin(), h.prompt.end());
   return m;
 }
@@ -211,6 +212,18 @@ Result<KvHeader> from_proto(const v1::KvHeader& m) {
   h.geometry.row_elems = m.row_elems();
   h.geometry.elem_bytes = m.elem_bytes();
   h.geometry.block_tokens = m.block_tokens();
+  if (m.kv_type().empty())
+    h.geometry.dtype = m.elem_bytes() == 4 ? TensorType::F32 : TensorType::F16;
+  else if (m.kv_type() == "f16")
+    h.geometry.dtype = TensorType::F16;
+  else if (m.kv_type() == "f32")
+    h.geometry.dtype = TensorType::F32;
+  else if (m.kv_type() == "q8_0")
+    h.geometry.dtype = TensorType::Q8_0;
+  else
+    return invalid(
+        "the K/V header's kv_type '" + m.kv_type().substr(0, 32) + "' is not f16, f32 or q8_0",
+        "kv_type");
   h.prompt.assign(m.prompt().begin(), m.prompt().end());
   for (serving::Token t : h.prompt)
     if (t < 0) return invalid("the K/V header's prompt has a negative token id", "prompt");

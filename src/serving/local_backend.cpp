@@ -104,12 +104,15 @@ Result<LocalBackend::KvPlan> LocalBackend::kv_plan(const LocalBackendOptions& op
   if (options.n_ctx > train)
     return Status::error("n_ctx " + std::to_string(options.n_ctx) +
                          " exceeds the model's context of " + std::to_string(train) + " tokens");
+  CAIRN_RETURN_IF_ERROR(kv::check_kv_type(options.kv_type, hp.kv_row_elems()));
   KvPlan p;
   p.n_ctx = static_cast<int32_t>(options.n_ctx > 0 ? options.n_ctx
                                                    : std::min<int64_t>(kDefaultCtx, train));
-  p.pool_bytes = options.kv_pool_bytes > 0 ? options.kv_pool_bytes
-                                           : kv::default_pool_bytes(hp.kv_shape(), p.n_ctx);
-  const int64_t bb = kv::PagedKvCache::block_bytes(hp.kv_shape());
+  kv::KvShape shape = hp.kv_shape();
+  shape.dtype = options.kv_type;
+  p.pool_bytes =
+      options.kv_pool_bytes > 0 ? options.kv_pool_bytes : kv::default_pool_bytes(shape, p.n_ctx);
+  const int64_t bb = kv::PagedKvCache::block_bytes(shape);
   p.blocks = bb > 0 ? static_cast<int32_t>(std::min<int64_t>(p.pool_bytes / bb, INT32_MAX)) : 0;
   return p;
 }
@@ -120,6 +123,10 @@ Result<std::unique_ptr<LocalBackend>> LocalBackend::create(const LocalBackendOpt
   if (options.max_queue < 1) return Status::error("max_queue must be >= 1");
   if (options.n_ctx < 0) return Status::error("n_ctx must be >= 0 (0: the model's)");
   if (options.kv_pool_bytes < 0) return Status::error("the KV pool size must be >= 0 (0: default)");
+  if (options.remote_model && options.kv_type != TensorType::F16)
+    return Status::invalid_argument(
+        "--kv-type " + std::string(type_info(options.kv_type).name) +
+        " is not supported for a distributed model (its agents keep K/V in f16)");
 
   std::unique_ptr<LocalBackend> b(new LocalBackend());
   b->options_ = options;
@@ -201,11 +208,12 @@ Result<std::unique_ptr<LocalBackend>> LocalBackend::create(const LocalBackendOpt
   CAIRN_ASSIGN_OR_RETURN(KvPlan plan, kv_plan(options, hp));
   // Embeddings never use the paged cache (each forward has its own scratch
   // K/V): one context's blocks keep the cache valid without the memory.
-  if (!b->generates_)
-    plan.pool_bytes = kv::PagedKvCache::block_bytes(hp.paged_kv_shape()) * ((plan.n_ctx + 15) / 16);
-  const int32_t n_ctx = plan.n_ctx;
   // Agents keep every position of every layer (one block table).
-  const kv::KvShape shape = options.remote_model ? hp.kv_shape() : hp.paged_kv_shape();
+  kv::KvShape shape = options.remote_model ? hp.kv_shape() : hp.paged_kv_shape();
+  shape.dtype = options.kv_type;
+  if (!b->generates_)
+    plan.pool_bytes = kv::PagedKvCache::block_bytes(shape) * ((plan.n_ctx + 15) / 16);
+  const int32_t n_ctx = plan.n_ctx;
   kv::KvConfig kv_config{plan.pool_bytes, 16, true};
   kv_config.tables_only = static_cast<bool>(options.remote_model);
   kv_config.storage_generation = options.kv_generation;
@@ -217,9 +225,10 @@ Result<std::unique_ptr<LocalBackend>> LocalBackend::create(const LocalBackendOpt
   if (b->kv_->blocks_for(n_ctx) > blocks)
     return Status::error("the KV pool (" + std::to_string(blocks) + " blocks of 16 tokens) " +
                          "cannot hold one full context of " + std::to_string(n_ctx) + " tokens");
-  spdlog::info("{}: KV cache {:.1f} MiB ({} blocks of 16 tokens, {} tokens{}), context {}",
-               b->model_id_, b->kv_pool_bytes_ / 1048576.0, blocks, blocks * 16,
-               options.remote_model ? "; the agents hold it, each its share" : "", n_ctx);
+  spdlog::info(
+      "{}: KV cache {:.1f} MiB of {} rows ({} blocks of 16 tokens, {} tokens{}), context {}",
+      b->model_id_, b->kv_pool_bytes_ / 1048576.0, type_info(shape.dtype).name, blocks, blocks * 16,
+      options.remote_model ? "; the agents hold it, each its share" : "", n_ctx);
   b->kv_blocks_ = blocks;
 
   engine::EngineConfig ec{options.max_batch_tokens, options.max_seqs, n_ctx, options.max_step_ms};
@@ -595,7 +604,8 @@ Result<kv::KvGeometry> LocalBackend::kv_geometry(const std::string& model) const
   kv::KvGeometry g;
   g.n_layer = shape.n_layer;
   g.row_elems = shape.row_elems;
-  g.elem_bytes = kv_->dtype() == TensorType::F32 ? 4 : 2;
+  g.elem_bytes = kv_->dtype() == TensorType::F32 ? 4 : kv_->dtype() == TensorType::Q8_0 ? 1 : 2;
+  g.dtype = kv_->dtype();
   g.block_tokens = kv_->block_tokens();
   return g;
 }

@@ -31,6 +31,9 @@ struct LocalBackendOptions {
   std::string model_name;          // empty: the file name without ".gguf"
   int32_t n_ctx = 0;               // tokens per sequence; 0: the model's, at most 4096
   int64_t kv_pool_bytes = 0;       // 0: kv::default_pool_bytes for this model and n_ctx
+  // How K/V rows are stored (--kv-type): F16, or Q8_0 (half the bytes per
+  // token; the model's n_head_kv * head_dim must be a multiple of 32).
+  TensorType kv_type = TensorType::F16;
   int32_t max_batch_tokens = 512;  // tokens per forward (decode + prefill chunks)
   int32_t max_seqs = 64;           // sequences running at once
   double max_step_ms = 0;          // stall-free step target (engine::EngineConfig); 0 auto, < 0 off

@@ -184,6 +184,28 @@ TEST_F(Cli, UsageErrorsAreOneLine) {
   EXPECT_NE(help.out.find("make-model"), std::string::npos);
 }
 
+// --kv-type: an unknown value is one error line; a model whose K/V rows Q8_0
+// cannot hold (n_head_kv * head_dim = 48) stops serve at start-up, saying why.
+TEST_F(Cli, KvTypeErrorsAreOneLine) {
+  expect_one_error_line(run_cairn({"serve", "-m", "/no/such/model.gguf", "--kv-type", "q4"}),
+                        "--kv-type must be f16 or q8_0");
+  const fs::path dir = cairn::test::temp_dir("cli-kv-type");
+  const fs::path model = dir / "hd48.gguf";
+  Proc made = run_cairn({"make-model", model.string(), "--dim", "96", "--layers", "1", "--heads",
+                         "2", "--kv-heads", "1", "--ffn", "128"});
+  ASSERT_EQ(made.exit_code, 0) << made.err;
+  // serve says where it listens before the model loads; then the error, and it exits.
+  Proc r = run_cairn(
+      {"serve", "--log-level", "off", "-m", model.string(), "--port", "0", "--kv-type", "q8_0"});
+  EXPECT_NE(r.exit_code, 0);
+  auto lines = r.err_lines();
+  ASSERT_FALSE(lines.empty()) << r.err;
+  EXPECT_NE(lines.back().find("error: --kv-type q8_0 needs n_head_kv*head_dim divisible by 32, "
+                              "this model has 48"),
+            std::string::npos)
+      << r.err;
+}
+
 TEST_F(Cli, MakeModelEveryTypeListsAndRuns) {
   const fs::path dir = cairn::test::temp_dir("cli-make");
   auto env = private_cache("cli-make-cache");

@@ -48,8 +48,10 @@ struct Side {
   std::unique_ptr<Engine> engine;
 };
 
-Side make_side(model::LoadedModel& m, int32_t blocks, EngineConfig cfg = {}) {
-  const kv::KvShape shape = m.model->kv_shape();
+Side make_side(model::LoadedModel& m, int32_t blocks, EngineConfig cfg = {},
+               TensorType kv_type = TensorType::F16) {
+  kv::KvShape shape = m.model->kv_shape();
+  shape.dtype = kv_type;
   auto kv = kv::PagedKvCache::create(shape, {blocks * kv::PagedKvCache::block_bytes(shape), 16, true});
   EXPECT_TRUE(kv.is_ok()) << kv.status().message();
   Side s;
@@ -392,6 +394,38 @@ TEST(Handoff, SpeculativeDecodeSideContinuesTokenForToken) {
   EXPECT_GT(d.engine->stats().spec_accepted_tokens_total, 0u);
   EXPECT_EQ(p.kv->stats().blocks_used, 0);
   EXPECT_EQ(d.kv->stats().blocks_used, 0);
+}
+
+// --kv-type q8_0 on both sides: the rows move as Q8_0 bytes and the joined
+// output equals one q8_0 engine's. Between a q8_0 and an f16 cache (either
+// way) the import is refused, naming the flag: bytes of one layout are never
+// written into the other.
+TEST(Handoff, Q8RowsMoveBetweenQ8CachesOnly) {
+  auto& m = demo();
+  Side p = make_side(m, 128, {}, TensorType::Q8_0), d = make_side(m, 128, {}, TensorType::Q8_0);
+  Side single = make_side(m, 128, {}, TensorType::Q8_0);
+  EngineRequest req = greedy(m.tokenizer->encode("the little dog ran to the park", true), 12);
+  const Outcome want = run_single(single, req);
+  ASSERT_TRUE(want.error.empty()) << want.error;
+  int64_t bytes = 0;
+  expect_same(run_handoff(p, d, req, &bytes), want, "q8_0 -> q8_0");
+  EXPECT_EQ(bytes, d.engine->kv_geometry().bytes_for((int64_t)req.prompt.size()));
+  EXPECT_EQ(d.engine->kv_geometry().dtype, TensorType::Q8_0);
+
+  Side f16 = make_side(m, 128);
+  for (auto [from, to] : {std::pair<Side*, Side*>{&p, &f16}, {&f16, &p}}) {
+    auto exp = prefill(*from, req);
+    ASSERT_EQ(exp->rec->end.reason, EndReason::Handoff);
+    EngineRequest post = req;
+    post.forced = exp->rec->tokens;
+    post.import_kv = std::make_shared<const kv::ImportedKv>(exp->imported);
+    auto got = to->engine->submit(post, std::make_shared<RecordingSink>());
+    ASSERT_FALSE(got.is_ok());
+    EXPECT_NE(got.status().message().find("K/V cache type"), std::string::npos)
+        << got.status().message();
+    EXPECT_NE(got.status().message().find("--kv-type"), std::string::npos);
+    EXPECT_EQ(to->kv->stats().blocks_used, 0);
+  }
 }
 
 }  // namespace

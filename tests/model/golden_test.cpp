@@ -324,3 +324,103 @@ TEST(GoldenParity, TeacherForcedLogprobs) {
 
 }  // namespace
 }  // namespace cairn::model
+
+namespace cairn::model {
+namespace {
+
+// --kv-type q8_0: every golden model teacher-forced as above with its K/V
+// rows stored as Q8_0 (quantized on write, read in place by attention),
+// scored by the suite's quantized criteria: argmax agrees at >= 95% of the
+// steps, median top-5 deviation <= 0.05, >= 95% of the entries within 0.05,
+// none beyond 5 x 0.05. Each model also runs with F32 rows as a control (more
+// precise than the reference's F16, but not its bits).
+//
+// Measured (AVX-512, AVX2 and scalar alike): the f32 syn models meet every
+// criterion with q8_0 rows (kKvQ8Meets, asserted). The quantized-weight syn
+// models miss them with F32 rows as well (45-70% within 0.05): they
+// requantize every activation per block, so any K/V that is not the
+// reference's F16 bits moves their logits by 0.1-0.3 whatever its precision;
+// for them the criteria measure bit parity, not the cache's precision.
+// stories260K (head_dim 8: one Q8_0 block spans four heads, whose scale the
+// largest sets) and syn-llama-tied-f16 meet the argmax and median criteria
+// and the control, but not the 95% within 0.05 (55% and 65%): 8-bit rows
+// cost them that much. Every model keeps >= 94% argmax agreement (asserted
+// as a sanity bound: a broken kernel agrees at a few percent). The
+// reference-quantized models (quant_golden_test.cpp) meet every criterion.
+TEST(GoldenParity, KvQ8TeacherForcedUnderQuantizedCriteria) {
+  constexpr double kTol = 0.05, kShare = 0.95, kMaxFactor = 5.0;
+  const std::vector<std::string> kKvQ8Meets = {"syn-llama-gqa-f32", "syn-qwen2-f32"};
+  auto models = golden_models();
+  REQUIRE_GOLDEN(models);
+  std::printf("  %-22s %4s %5s %8s %9s %9s %9s  %s\n", "model", "kv", "steps", "argmax%", "within%",
+              "median", "max", "quantized criteria");
+  for (const GoldenModel& g : models) {
+    Loaded l = load(g);
+    if (!l.model) continue;
+    const int64_t row = l.model->hparams().kv_row_elems();
+    if (row % 32 != 0) {
+      std::printf("  [skipped] %s: K/V rows of %lld elements cannot be Q8_0\n", g.name.c_str(),
+                  (long long)row);
+      continue;
+    }
+    for (const TensorType kv_type : {TensorType::F32, TensorType::Q8_0}) {
+      int steps = 0, agree = 0, case_index = -1;
+      std::vector<double> devs;
+      for (const json& c : g.golden["cases"]) {
+        if (is_anomaly(g.name, ++case_index)) continue;
+        const std::vector<Token> prompt = ids(c["prompt_tokens"]);
+        const std::vector<Token> gen = ids(c["tokens"]);
+        const json& ref_steps = c["steps"];
+        ASSERT_EQ(ref_steps.size(), gen.size());
+        std::vector<Token> seq = prompt;
+        seq.insert(seq.end(), gen.begin(), gen.end() - 1);
+        auto kv = ContiguousKvCache::create(l.model->hparams().kv_shape(), 1, (int64_t)seq.size(),
+                                            kv_type);
+        ASSERT_TRUE(kv) << kv.status().message();
+        size_t i = 0;
+        for (size_t start = 0; start < seq.size(); ++i) {
+          const size_t end = start == 0 ? prompt.size() : start + 1;
+          Batch b;
+          for (size_t k = start; k < end; ++k) b.add(seq[k], (int32_t)k, 0, k + 1 == end);
+          Logits one;
+          Status s = l.model->forward(b, **kv, one);
+          ASSERT_TRUE(s.is_ok()) << s.message();
+          ASSERT_EQ(one.rows(), 1u);
+          const std::vector<double> lp = log_softmax(one.row(0));
+          ++steps;
+          agree += argmax(one.row(0)) == gen[i];
+          for (const json& top : ref_steps[i]["top"]) {
+            const Token id = top[0].get<Token>();
+            ASSERT_TRUE(id >= 0 && (size_t)id < lp.size());
+            devs.push_back(std::fabs(lp[(size_t)id] - top[2].get<double>()));
+          }
+          start = end;
+        }
+      }
+      ASSERT_FALSE(devs.empty());
+      std::vector<double> sorted = devs;
+      std::sort(sorted.begin(), sorted.end());
+      const double within =
+          (double)std::count_if(devs.begin(), devs.end(), [&](double d) { return d <= kTol; }) /
+          (double)devs.size();
+      const double agree_share = (double)agree / (double)steps;
+      const double median = sorted[sorted.size() / 2];
+      const bool met = agree_share >= kShare && median <= kTol && within >= kShare &&
+                       sorted.back() <= kMaxFactor * kTol;
+      std::printf("  %-22s %4s %5d %7.1f%% %8.1f%% %9.1e %9.1e  %s\n", g.name.c_str(),
+                  std::string(type_info(kv_type).name).c_str(), steps, 100 * agree_share,
+                  100 * within, median, sorted.back(), met ? "met" : "NOT MET");
+      if (kv_type != TensorType::Q8_0) continue;
+      EXPECT_GE(agree_share, 0.94) << g.name << ": q8_0 rows change the argmax too often";
+      if (std::find(kKvQ8Meets.begin(), kKvQ8Meets.end(), g.name) != kKvQ8Meets.end()) {
+        EXPECT_GE(agree_share, kShare) << g.name;
+        EXPECT_LE(median, kTol) << g.name << ": median deviation";
+        EXPECT_GE(within, kShare) << g.name << ": too few logprobs within " << kTol;
+        EXPECT_LE(sorted.back(), kMaxFactor * kTol) << g.name;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace cairn::model

@@ -482,9 +482,11 @@ TEST(ContiguousKv, RejectsBadShapes) {
   const HParams& hp = b.model->hparams();
   EXPECT_FALSE(ContiguousKvCache::create(hp.kv_shape(), 0, 16));
   EXPECT_FALSE(ContiguousKvCache::create(hp.kv_shape(), 1, 0));
-  auto q = ContiguousKvCache::create(hp.kv_shape(), 1, 16, TensorType::Q8_0);
+  auto q = ContiguousKvCache::create(hp.kv_shape(), 1, 16, TensorType::Q4_0);
   ASSERT_FALSE(q);
-  EXPECT_NE(q.status().message().find("q8_0 is not supported"), std::string::npos);
+  EXPECT_NE(q.status().message().find("q4_0 is not supported"), std::string::npos);
+  // Q8_0 (--kv-type q8_0) is a storage type; these 32-element rows fit its blocks.
+  EXPECT_TRUE(ContiguousKvCache::create(hp.kv_shape(), 1, 16, TensorType::Q8_0));
   auto kv = ContiguousKvCache::create(hp.kv_shape(), 3, 16);
   ASSERT_TRUE(kv);
   EXPECT_EQ((*kv)->capacity(2), 16);

@@ -121,6 +121,29 @@ TEST(HandoffConvert, KvHeaderRoundTripsAndRefusesBadPrompts) {
   EXPECT_EQ(from_proto(m)->geometry.version, 7u);
 }
 
+// --kv-type: the header carries the row type, so a receiver can refuse rows
+// of another layout; a header without one (an older sender) means F16 rows.
+TEST(HandoffConvert, KvHeaderCarriesTheKvType) {
+  KvHeader h;
+  h.model = "m";
+  h.geometry.n_layer = 3;
+  h.geometry.row_elems = 64;
+  h.geometry.elem_bytes = 1;
+  h.geometry.dtype = TensorType::Q8_0;
+  h.prompt = {1, 2, 3};
+  auto back = from_proto(through_wire(to_proto(h)));
+  ASSERT_TRUE(back.is_ok()) << back.status().message();
+  EXPECT_EQ(back->geometry, h.geometry);
+  EXPECT_EQ(back->geometry.row_bytes(), 2 * 34);
+
+  v1::KvHeader m = to_proto(h);
+  m.clear_kv_type();
+  m.set_elem_bytes(2);
+  EXPECT_EQ(from_proto(m)->geometry.dtype, TensorType::F16);
+  m.set_kv_type("q4_0");
+  EXPECT_EQ(from_proto(m).status().code(), StatusCode::InvalidArgument);
+}
+
 TEST(HandoffConvert, CountersRoundTrip) {
   serving::HandoffCounters c;
   c.sent = 3;

@@ -581,6 +581,40 @@ TEST(LocalBackend, ToolChoiceNoneKwargsAndOutputSyntax) {
   EXPECT_NE(bt.status().message().find("--chat-template"), std::string::npos);
 }
 
+// --kv-type q8_0: the same pool bytes hold ~1.88x the blocks (the
+// allocator's own count), the geometry a handoff carries says q8_0, and the
+// backend generates; a distributed model refuses the flag.
+TEST(LocalBackend, Q8KvCacheHoldsAboutTwiceTheTokens) {
+  LocalBackendOptions o;
+  o.kv_pool_bytes = int64_t{8} << 20;
+  auto f16 = make(o);
+  o.kv_type = TensorType::Q8_0;
+  auto q8 = make(o);
+  ASSERT_TRUE(f16 && q8);
+  EXPECT_GE((double)q8->kv_blocks(), 1.85 * (double)f16->kv_blocks());
+  EXPECT_LE(q8->kv_pool_bytes(), o.kv_pool_bytes);
+  // Bytes per token from the allocator's accounting.
+  const double per_token_f16 = (double)f16->kv_pool_bytes() / (16.0 * f16->kv_blocks());
+  const double per_token_q8 = (double)q8->kv_pool_bytes() / (16.0 * q8->kv_blocks());
+  EXPECT_LE(per_token_q8, 0.55 * per_token_f16);
+  auto g = q8->kv_geometry("");
+  ASSERT_TRUE(g.is_ok()) << g.status().message();
+  EXPECT_EQ(g->dtype, TensorType::Q8_0);
+  EXPECT_EQ(f16->kv_geometry("")->dtype, TensorType::F16);
+  auto s = run(*q8, greedy("the little dog", 8));
+  ASSERT_TRUE(s->finish.has_value());
+  EXPECT_FALSE(s->tokens.empty());
+
+  LocalBackendOptions remote = o;
+  remote.model_path = models().plain;
+  remote.remote_model = [](const model::HParams&) -> Result<std::unique_ptr<model::Model>> {
+    return Status::error("not reached");
+  };
+  auto refused = LocalBackend::create(remote);
+  ASSERT_FALSE(refused.is_ok());
+  EXPECT_NE(refused.status().message().find("--kv-type q8_0"), std::string::npos);
+}
+
 TEST(LocalBackend, KvGeometryAndHandoffChecks) {
   auto b = make();
   ASSERT_NE(b, nullptr);

@@ -55,6 +55,7 @@ struct BenchArgs {
   int probe_mib = 1024;
   int probe_passes = 10;
   int paired_segment = 16;
+  std::string kv_type = "f16";
 };
 
 // Wall time and the CPU time all of this process's threads got meanwhile: on
@@ -179,7 +180,7 @@ std::string command_line(const BenchArgs& a) {
          std::to_string(a.n_decode) + " --batch " + a.batch + " --threads " +
          std::to_string(a.threads) + " --reps " + std::to_string(a.reps) + " --ubatch " +
          std::to_string(a.ubatch) + " --decode-ctx " + std::to_string(a.decode_ctx) +
-         " --paired-segment " + std::to_string(a.paired_segment);
+         " --paired-segment " + std::to_string(a.paired_segment) + " --kv-type " + a.kv_type;
 }
 
 int32_t argmax(std::span<const float> row) {
@@ -463,7 +464,9 @@ Status run(const BenchArgs& a) {
   // The pool holds the biggest run at once: the prompt, or every decode
   // sequence at its full length.
   // As the server's: sliding layers keep only their window.
-  const kv::KvShape shape = hp.paged_kv_shape();
+  kv::KvShape shape = hp.paged_kv_shape();
+  CAIRN_ASSIGN_OR_RETURN(shape.dtype, kv::parse_kv_type(a.kv_type));
+  CAIRN_RETURN_IF_ERROR(kv::check_kv_type(shape.dtype, shape.row_elems));
   const int64_t block_bytes = kv::PagedKvCache::block_bytes(shape);
   if (block_bytes <= 0) return Status::error("the model's K/V shape is invalid");
   auto blocks = [](int64_t tokens) { return (tokens + 15) / 16; };
@@ -548,12 +551,12 @@ Status run(const BenchArgs& a) {
 
   // Step i of a batch-1 run (i = 0..n-1) attends over decode_ctx + i + 1
   // positions, each a K row and a V row in every layer.
-  const double kv_row_bytes = 2.0 * (double)hp.kv_row_elems();  // F16
+  const double kv_row = (double)kv::kv_row_bytes(shape.dtype, hp.kv_row_elems());
   const double w_bytes = (double)wb.read_per_forward;
   // Bytes per token of steps [first, first + n): weights plus their mean K/V.
   const auto bytes_per_token = [&](double first, double n) {
     const double ctx = a.decode_ctx + first + (n + 1) / 2.0;
-    return w_bytes + (double)hp.n_layer * 2.0 * kv_row_bytes * ctx;
+    return w_bytes + (double)hp.n_layer * 2.0 * kv_row * ctx;
   };
   const double avg_ctx = a.decode_ctx + (a.n_decode + 1) / 2.0;
   const double per_token = bytes_per_token(0, a.n_decode);
@@ -613,8 +616,8 @@ Status run(const BenchArgs& a) {
   std::printf("\n");
   std::printf("%-30s %12.4f MB  (layer matrices + output; embedding excluded)\n",
               "weight bytes / token", w_bytes / 1e6);
-  std::printf("%-30s %12.4f MB  (f16 K+V at mean context %.1f)\n", "kv bytes / token (B=1)",
-              kv_bytes / 1e6, avg_ctx);
+  std::printf("%-30s %12.4f MB  (%s K+V at mean context %.1f)\n", "kv bytes / token (B=1)",
+              kv_bytes / 1e6, std::string(type_info(shape.dtype).name).c_str(), avg_ctx);
   std::printf("%-30s %12.4f MB\n", "bytes / decoded token (B=1)", per_token / 1e6);
   std::printf(
       "%-30s %12.2f GB/s (probe: %d threads, %s loads over the model's %.1f MB of weights, best "
@@ -696,6 +699,8 @@ void register_bench_model(CLI::App& app, CommandResult& result) {
   cmd->add_option("--ubatch", a->ubatch, "most tokens per forward during prefill")
       ->capture_default_str();
   cmd->add_option("--decode-ctx", a->decode_ctx, "prompt tokens of each decode sequence")
+      ->capture_default_str();
+  cmd->add_option("--kv-type", a->kv_type, "how K/V rows are stored: f16 or q8_0")
       ->capture_default_str();
   cmd->add_option("--probe-mib", a->probe_mib,
                   "fresh buffer of the machine bandwidth probe, in MiB")
