@@ -18,9 +18,22 @@
 
 namespace cairn::engine {
 
+// One sequence's request for drafts in a batched proposal.
+struct DraftAsk {
+  uint64_t seq = 0;
+  std::span<const Token> tokens;
+  int32_t max = 0;
+  std::vector<Token>* out = nullptr;
+};
+
 class DraftSource {
  public:
   virtual ~DraftSource() = default;
+  // Every sequence of a step at once (a draft model runs them in shared
+  // forwards); the default asks propose() for each.
+  virtual void propose_batch(std::span<const DraftAsk> asks) {
+    for (const DraftAsk& a : asks) propose(a.seq, a.tokens, a.max, *a.out);
+  }
   // Fills `out` with up to `max` tokens guessed to follow `tokens` (the
   // sequence's prompt and generated tokens); empty when there is no guess.
   // `seq` names the sequence for a source that keeps state per sequence (a
@@ -60,6 +73,13 @@ class FirstOfDrafts final : public DraftSource {
                std::vector<Token>& out) override {
     first_->propose(seq, tokens, max, out);
     if (out.empty()) second_->propose(seq, tokens, max, out);
+  }
+  void propose_batch(std::span<const DraftAsk> asks) override {
+    first_->propose_batch(asks);
+    std::vector<DraftAsk> rest;
+    for (const DraftAsk& a : asks)
+      if (a.out->empty()) rest.push_back(a);
+    if (!rest.empty()) second_->propose_batch(rest);
   }
   void forget(uint64_t seq) override {
     first_->forget(seq);

@@ -91,66 +91,111 @@ Token DraftModel::pick(std::span<const float> logits) const {
 
 void DraftModel::propose(uint64_t seq, std::span<const Token> tokens, int32_t max,
                          std::vector<Token>& out) {
-  out.clear();
-  const int64_t T = (int64_t)tokens.size();
-  // Positions up to T - 1 + (max - 1) are written: all inside the context.
-  max = (int32_t)std::min<int64_t>(max, (int64_t)cfg_.n_ctx - T + 1);
-  if (max <= 0 || T == 0) return;
-  auto it = seqs_.find(seq);
-  if (it == seqs_.end()) {
-    State s;
-    if (!free_ids_.empty()) {
-      s.kv_seq = free_ids_.back();
-      free_ids_.pop_back();
-    } else {
-      s.kv_seq = next_kv_seq_++;
-    }
-    // A prompt other sequences share is fed once.
-    if (T > 1) s.fed = kv_->reuse_prefix(s.kv_seq, tokens.first((size_t)T - 1));
-    it = seqs_.emplace(seq, s).first;
-  }
-  State& s = it->second;
-  auto drop = [&] {  // no K/V for it: no drafts now, a fresh start next time
-    kv_->release(s.kv_seq);
-    free_ids_.push_back(s.kv_seq);
-    seqs_.erase(it);
-  };
-  if (s.fed > T - 1) {  // (never for a sequence that only grows)
-    drop();
-    return;
-  }
-  // The last token is fed again each time (its row is given back with the
-  // drafts'): its logits give the first draft even when nothing is new.
-  const int32_t n_feed = (int32_t)(T - s.fed);
-  if (!kv_->reserve(s.kv_seq, n_feed + max - 1)) {
-    drop();
-    return;
-  }
-  batch_.clear();
-  for (int64_t i = s.fed; i < T; ++i)
-    batch_.add(tokens[(size_t)i], (int32_t)i, s.kv_seq, i == T - 1);
-  if (!model_.forward(batch_, *kv_, logits_).is_ok() || logits_.rows() != 1) {
-    drop();
-    return;
-  }
-  kv_->commit(s.kv_seq, tokens.subspan((size_t)s.fed, (size_t)(T - 1 - s.fed)));
-  s.fed = (int32_t)(T - 1);
-  for (Token d = pick(logits_.row(0)); d >= 0; d = pick(logits_.row(0))) {
-    out.push_back(d);
-    if ((int32_t)out.size() == max) break;
-    batch_.clear();
-    batch_.add(d, (int32_t)(T - 1 + (int64_t)out.size()), s.kv_seq, true);
-    if (!model_.forward(batch_, *kv_, logits_).is_ok() || logits_.rows() != 1) break;
-  }
-  kv_->unreserve(s.kv_seq);
+  const DraftAsk ask{seq, tokens, max, &out};
+  propose_batch(std::span<const DraftAsk>(&ask, 1));
 }
 
-void DraftModel::forget(uint64_t seq) {
+void DraftModel::drop(uint64_t seq) {
   auto it = seqs_.find(seq);
   if (it == seqs_.end()) return;
   kv_->release(it->second.kv_seq);
   free_ids_.push_back(it->second.kv_seq);
   seqs_.erase(it);
 }
+
+void DraftModel::propose_batch(std::span<const DraftAsk> asks) {
+  // A sequence still drafting: where its next draft goes and how many more.
+  struct Live {
+    const DraftAsk* ask;
+    SeqId kv_seq;
+    int64_t T;
+    int32_t max;
+  };
+  std::vector<Live> live;
+  live.reserve(asks.size());
+  for (const DraftAsk& a : asks) {
+    a.out->clear();
+    const int64_t T = (int64_t)a.tokens.size();
+    // Positions up to T - 1 + (max - 1) are written: all inside the context.
+    const int32_t max = (int32_t)std::min<int64_t>(a.max, (int64_t)cfg_.n_ctx - T + 1);
+    if (max <= 0 || T == 0) continue;
+    auto it = seqs_.find(a.seq);
+    if (it == seqs_.end()) {
+      State s;
+      if (!free_ids_.empty()) {
+        s.kv_seq = free_ids_.back();
+        free_ids_.pop_back();
+      } else {
+        s.kv_seq = next_kv_seq_++;
+      }
+      // A prompt other sequences share is fed once.
+      if (T > 1) s.fed = kv_->reuse_prefix(s.kv_seq, a.tokens.first((size_t)T - 1));
+      it = seqs_.emplace(a.seq, s).first;
+    }
+    State& s = it->second;
+    // (fed past T - 1 never happens to a sequence that only grows.) No room
+    // in the pool: no drafts now, a fresh start next time.
+    if (s.fed > T - 1 || !kv_->reserve(s.kv_seq, (int32_t)(T - s.fed) + max - 1)) {
+      drop(a.seq);
+      continue;
+    }
+    live.push_back({&a, s.kv_seq, T, max});
+  }
+  // Feed: each sequence's unseen tokens, the last always again (its row is
+  // given back with the drafts'), so there are logits to draft from even
+  // when nothing is new. Whole sequences per forward, up to kFeedTokens rows
+  // (one longer sequence goes alone).
+  constexpr int64_t kFeedTokens = 1024;
+  std::vector<Live> drafting;
+  for (size_t first = 0; first < live.size();) {
+    batch_.clear();
+    size_t last = first;
+    for (; last < live.size(); ++last) {
+      const Live& l = live[last];
+      const State& s = seqs_.at(l.ask->seq);
+      if (last > first && (int64_t)batch_.size() + (l.T - s.fed) > kFeedTokens) break;
+      for (int64_t i = s.fed; i < l.T; ++i)
+        batch_.add(l.ask->tokens[(size_t)i], (int32_t)i, l.kv_seq, i == l.T - 1);
+    }
+    const bool ok = model_.forward(batch_, *kv_, logits_).is_ok() &&
+                    logits_.rows() == last - first;
+    for (size_t j = first; j < last; ++j) {
+      Live& l = live[j];
+      if (!ok) {
+        drop(l.ask->seq);
+        continue;
+      }
+      State& s = seqs_.at(l.ask->seq);
+      kv_->commit(l.kv_seq, l.ask->tokens.subspan((size_t)s.fed, (size_t)(l.T - 1 - s.fed)));
+      s.fed = (int32_t)(l.T - 1);
+      const Token d = pick(logits_.row(j - first));
+      if (d >= 0) l.ask->out->push_back(d);
+      if (d >= 0 && l.max > 1) drafting.push_back(l);
+    }
+    first = last;
+  }
+  // Draft: one forward per position for every sequence still drafting.
+  while (!drafting.empty()) {
+    batch_.clear();
+    for (const Live& l : drafting)
+      batch_.add(l.ask->out->back(), (int32_t)(l.T - 1 + (int64_t)l.ask->out->size()), l.kv_seq,
+                 true);
+    if (!model_.forward(batch_, *kv_, logits_).is_ok() || logits_.rows() != drafting.size())
+      break;
+    std::vector<Live> next;
+    for (size_t j = 0; j < drafting.size(); ++j) {
+      const Live& l = drafting[j];
+      const Token d = pick(logits_.row(j));
+      if (d < 0) continue;
+      l.ask->out->push_back(d);
+      if ((int32_t)l.ask->out->size() < l.max) next.push_back(l);
+    }
+    drafting.swap(next);
+  }
+  for (const Live& l : live)
+    if (seqs_.count(l.ask->seq)) kv_->unreserve(l.kv_seq);
+}
+
+void DraftModel::forget(uint64_t seq) { drop(seq); }
 
 }  // namespace cairn::engine

@@ -60,6 +60,9 @@ class DraftModel final : public DraftSource {
   // and gives their rows back: the next call re-feeds those the target kept.
   void propose(uint64_t seq, std::span<const Token> tokens, int32_t max,
                std::vector<Token>& out) override;
+  // The same for many sequences: their new tokens in shared forwards (up to
+  // kFeedTokens rows each), then one forward per draft position for all.
+  void propose_batch(std::span<const DraftAsk> asks) override;
   void forget(uint64_t seq) override;
 
   const kv::PagedKvCache& kv() const { return *kv_; }  // for tests: blocks return on forget()
@@ -71,6 +74,8 @@ class DraftModel final : public DraftSource {
       : model_(m), cfg_(cfg), kv_(std::move(kv)) {}
   // The draft's choice from one logits row; -1 when below p_min.
   Token pick(std::span<const float> logits) const;
+  // Releases a sequence's rows and state: it proposes nothing now.
+  void drop(uint64_t seq);
 
   struct State {
     SeqId kv_seq = 0;
