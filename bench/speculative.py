@@ -147,6 +147,7 @@ def main():
     ap.add_argument("--draft-model", default="/tmp/cairn-bench/tl-q4_0-draft.gguf",
                     help="--mode draft: the draft (made with the target when missing)")
     ap.add_argument("--draft-max", type=int, default=8)
+    ap.add_argument("--draft-p-min", type=float, default=0.0, help="cairn and reference: stop drafting below")
     ap.add_argument("--draft-layers", type=int, default=2, help="layers of a made draft")
     ap.add_argument("--quiet-scale", type=float, default=0.1,
                     help="a made target's output projections past --draft-layers are scaled so")
@@ -183,7 +184,8 @@ def main():
     same = {}     # (engine, prompt) -> all plain/spec pairs equal
 
     port = free_port()
-    spec_flags = (["--draft-model", args.draft_model, "--draft-max", str(args.draft_max)] if draft
+    spec_flags = (["--draft-model", args.draft_model, "--draft-max", str(args.draft_max),
+                   "--draft-p-min", str(args.draft_p_min)] if draft
                   else ["--spec-lookup", str(args.lookup)])
     cairn = Proc([args.cairn, "serve", "-m", args.model, "--port", str(port), "-t", str(args.threads),
                   *spec_flags], "cairn serve")
@@ -224,7 +226,8 @@ def main():
                 if mode == "spec" and draft:
                     # Greedy drafts of up to --draft-max, none dropped for low confidence.
                     cmd += ["--model-draft", args.draft_model, "--spec-draft-n-max", str(args.draft_max),
-                            "--spec-draft-n-min", "0", "--draft-p-min", "0", "-td", str(args.threads)]
+                            "--spec-draft-n-min", "0", "--draft-p-min", str(args.draft_p_min),
+                            "-td", str(args.threads)]
                 elif mode == "spec":
                     # cairn's lookup: the last 3 tokens, up to --lookup drafted.
                     cmd += ["--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "3",

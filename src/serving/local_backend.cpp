@@ -233,6 +233,7 @@ Result<std::unique_ptr<LocalBackend>> LocalBackend::create(const LocalBackendOpt
     engine::DraftModelConfig dc;
     dc.n_ctx = n_ctx;
     dc.max_seqs = options.max_seqs;
+    dc.p_min = options.draft_p_min;
     auto draft = engine::DraftModel::load(options.draft_model_path, options.threads,
                                           *b->loaded_.tokenizer, hp.n_vocab, dc);
     if (!draft.is_ok()) return draft.status();

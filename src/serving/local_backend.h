@@ -39,6 +39,7 @@ struct LocalBackendOptions {
   // load): its file (empty: none) and the most drafts per step.
   std::string draft_model_path = {};
   int32_t spec_draft_max = 8;
+  float draft_p_min = 0.0f;  // drafting stops below this draft probability; 0: never
   int32_t max_queue = 256;         // requests waiting to run; more get Unavailable
   int threads = 0;                 // kernel threads; <= 0: all cores
   // A model computed elsewhere (a distributed LLM's agents): its network is

@@ -108,6 +108,11 @@ void add_engine_flags(CLI::App* cmd, serving::LocalBackendOptions& b, int64_t& k
                   "the most draft-model tokens per sequence and step (adaptive below it)")
       ->check(CLI::Range(1, 64))
       ->capture_default_str();
+  cmd->add_option("--draft-p-min", b.draft_p_min,
+                  "the draft model stops drafting at a token it gives less than this "
+                  "probability (a likely rejection); 0: drafts --draft-max every time")
+      ->check(CLI::Range(0.0f, 1.0f))
+      ->capture_default_str();
   add_lora_flags(cmd, b.adapters, /*runtime=*/true);
   cmd->add_option_function<std::string>(
          "--chat-template",
