@@ -36,7 +36,7 @@ struct Outcome {
 
 // The draft model's config; `draft` null: the plain path (or lookup alone).
 EngineConfig config(model::Model* draft, int32_t draft_max = 8, int64_t draft_pool = 0,
-                    int32_t lookup = 0) {
+                    int32_t lookup = 0, float p_min = 0) {
   EngineConfig c;
   c.max_batch_tokens = 64;
   c.max_seqs = 64;
@@ -46,6 +46,7 @@ EngineConfig config(model::Model* draft, int32_t draft_max = 8, int64_t draft_po
     dc.n_ctx = 4096;
     dc.max_seqs = 64;
     dc.pool_bytes = draft_pool;
+    dc.p_min = p_min;
     auto made = DraftModel::create(*draft, dc);
     EXPECT_TRUE(made.is_ok()) << made.status().message();
     if (made.is_ok()) c.draft_model = std::move(*made);
@@ -230,6 +231,20 @@ TEST(DraftModel, ExhaustedDraftPoolOnlyCostsDrafts) {
   EXPECT_EQ(spec.draft_kv.blocks_total, kv::kMinBlocks);
   EXPECT_EQ(spec.draft_kv.blocks_used, 0);
   EXPECT_GT(spec.stats.spec_draft_tokens_total, 0u);  // the short ones still fit
+}
+
+// p_min: a draft stops at a token below it (1: never drafts), output unchanged.
+TEST(DraftModel, MinimumProbabilityShortensDrafts) {
+  auto& m = demo();
+  const auto reqs = demo_requests(m, 6);
+  const Outcome plain = run(m, reqs, config(nullptr));
+  const Outcome none = run(m, reqs, config(m.model.get(), 8, 0, 0, 1.0f));
+  expect_same_outputs(plain, none, "p_min 1");
+  EXPECT_EQ(none.stats.spec_draft_tokens_total, 0u);
+  EXPECT_EQ(none.draft_kv.blocks_used, 0);
+  const Outcome low = run(m, reqs, config(m.model.get(), 8, 0, 0, 1e-6f));
+  expect_same_outputs(plain, low, "p_min 1e-6");
+  EXPECT_GT(low.stats.spec_draft_tokens_total, 0u);
 }
 
 // Cancelled, stopped and finished sequences give the draft's K/V back.
