@@ -27,6 +27,16 @@ text repeats earlier text, and the speed-up is what that acceptance buys on
 a bandwidth-bound 1.1B-parameter model. Outputs of the plain and the
 speculative requests are compared: greedy speculation must not change them.
 A benchmark, not a test.
+
+--mode draft: speculative decoding with a draft model instead (`cairn serve
+--draft-model`, the reference's `llama-server --model-draft`, both drafting
+up to --draft-max). Random-weight models of other seeds never agree, so the
+pair is made related: the target (TinyLlama-shaped) by `cairn make-model
+--quiet-from L --quiet-scale S` (layers L.. have their output projections
+scaled by S), the draft by the same seed and shape with only L layers. The
+draft then shares the target's embeddings, output head and first L layers,
+and the quiet layers move its choice only sometimes: the acceptance is a
+property of this construction, not of any trained pair.
 """
 import argparse
 import http.client
@@ -132,17 +142,38 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--lookup", type=int, default=8, help="cairn --spec-lookup N")
     ap.add_argument("--llama-server", default="/tmp/ref2026/build-noamx/bin/llama-server")
+    ap.add_argument("--mode", choices=("lookup", "draft"), default="lookup",
+                    help="prompt lookup, or a draft model")
+    ap.add_argument("--draft-model", default="/tmp/cairn-bench/tl-q4_0-draft.gguf",
+                    help="--mode draft: the draft (made with the target when missing)")
+    ap.add_argument("--draft-max", type=int, default=8)
+    ap.add_argument("--draft-p-min", type=float, default=0.0, help="cairn and reference: stop drafting below")
+    ap.add_argument("--draft-layers", type=int, default=2, help="layers of a made draft")
+    ap.add_argument("--quiet-scale", type=float, default=0.1,
+                    help="a made target's output projections past --draft-layers are scaled so")
     args = ap.parse_args()
+    draft = args.mode == "draft"
+    if draft and args.model == ap.get_default("model"):
+        args.model = "/tmp/cairn-bench/tl-q4_0-quiet%d-%g.gguf" % (args.draft_layers, args.quiet_scale)
 
-    if not os.path.exists(args.model):
-        os.makedirs(os.path.dirname(args.model) or ".", exist_ok=True)
-        cmd = [args.cairn, "make-model", args.model, *TINYLLAMA, "--type", args.type, "--seed", "1",
-               "-t", str(args.threads)]
+    def make(path, extra):
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        cmd = [args.cairn, "make-model", path, *TINYLLAMA, "--type", args.type, "--seed", "1",
+               "-t", str(args.threads), *extra]
         vocab = os.path.join(SHARED, "models", "stories260K.gguf")
         if os.path.exists(vocab):
             cmd += ["--vocab-from", vocab]
-        print("making %s ..." % args.model, flush=True)
+        print("making %s ..." % path, flush=True)
         subprocess.run(cmd, check=True, capture_output=True)
+
+    if not os.path.exists(args.model):
+        make(args.model, ["--quiet-from", str(args.draft_layers), "--quiet-scale",
+                          str(args.quiet_scale)] if draft else [])
+    if draft and not os.path.exists(args.draft_model):
+        # The same seed and shape: the target's embeddings, head and first layers.
+        make(args.draft_model, ["--layers", str(args.draft_layers)])
+    if draft:
+        print("draft %s" % args.draft_model, flush=True)
     print("model %s; %d threads; %d tokens a request; %d rounds; host %d CPUs, load %s" % (
         args.model, args.threads, args.tokens, args.rounds, os.cpu_count(),
         open("/proc/loadavg").read().split()[0]), flush=True)
@@ -153,8 +184,11 @@ def main():
     same = {}     # (engine, prompt) -> all plain/spec pairs equal
 
     port = free_port()
+    spec_flags = (["--draft-model", args.draft_model, "--draft-max", str(args.draft_max),
+                   "--draft-p-min", str(args.draft_p_min)] if draft
+                  else ["--spec-lookup", str(args.lookup)])
     cairn = Proc([args.cairn, "serve", "-m", args.model, "--port", str(port), "-t", str(args.threads),
-                  "--spec-lookup", str(args.lookup)], "cairn serve")
+                  *spec_flags], "cairn serve")
     try:
         wait_healthy("127.0.0.1:%d" % port, cairn, 600)
         one_request(port, "warm up", 8, {})
@@ -189,7 +223,12 @@ def main():
                 port = free_port()
                 cmd = [ref, "-m", args.model, "--port", str(port), "-t", str(args.threads), "-c", "2048",
                        "-np", "1", "--no-webui"]
-                if mode == "spec":
+                if mode == "spec" and draft:
+                    # Greedy drafts of up to --draft-max, none dropped for low confidence.
+                    cmd += ["--model-draft", args.draft_model, "--spec-draft-n-max", str(args.draft_max),
+                            "--spec-draft-n-min", "0", "--draft-p-min", str(args.draft_p_min),
+                            "-td", str(args.threads)]
+                elif mode == "spec":
                     # cairn's lookup: the last 3 tokens, up to --lookup drafted.
                     cmd += ["--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "3",
                             "--spec-ngram-simple-size-m", str(args.lookup)]
@@ -229,7 +268,8 @@ def main():
             a = accept.get((engine, name))
             acc = "%.0f | %.0f | %.1f %%" % (a[0], a[1], 100 * a[1] / a[0]) if a and a[0] else "- | - | -"
             print("| %s | %s | %.2f | %.2f | %.2fx | %s | %s |" % (
-                engine if engine == "cairn" else "llama-server (ngram-simple, n 3)", name, p, s,
+                engine if engine == "cairn" else
+                "llama-server (--model-draft)" if draft else "llama-server (ngram-simple, n 3)", name, p, s,
                 s / p if p else 0, acc, "yes" if same.get((engine, name)) else "NO"))
     print("\nmedians of %d rounds; decode rate as the client sees it (first to last token)." % args.rounds)
 

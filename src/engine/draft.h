@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -17,13 +18,26 @@
 
 namespace cairn::engine {
 
+// One sequence's request for drafts in a batched proposal.
+struct DraftAsk {
+  uint64_t seq = 0;
+  std::span<const Token> tokens;
+  int32_t max = 0;
+  std::vector<Token>* out = nullptr;
+};
+
 class DraftSource {
  public:
   virtual ~DraftSource() = default;
+  // Every sequence of a step at once (a draft model runs them in shared
+  // forwards); the default asks propose() for each.
+  virtual void propose_batch(std::span<const DraftAsk> asks) {
+    for (const DraftAsk& a : asks) propose(a.seq, a.tokens, a.max, *a.out);
+  }
   // Fills `out` with up to `max` tokens guessed to follow `tokens` (the
   // sequence's prompt and generated tokens); empty when there is no guess.
   // `seq` names the sequence for a source that keeps state per sequence (a
-  // draft model's K/V, later); forget() says it ended.
+  // draft model's K/V, engine/draft_model.h); forget() says it ended.
   virtual void propose(uint64_t seq, std::span<const Token> tokens, int32_t max,
                        std::vector<Token>& out) = 0;
   virtual void forget(uint64_t seq) { (void)seq; }
@@ -46,6 +60,34 @@ class PromptLookup final : public DraftSource {
 
  private:
   PromptLookupConfig cfg_;
+};
+
+// Two sources in turn: the first's guess when it has one, else the
+// second's (--spec-lookup with --draft-model: a lookup hit costs no draft
+// forward; a draft model catches up on the tokens it skipped when asked).
+class FirstOfDrafts final : public DraftSource {
+ public:
+  FirstOfDrafts(std::shared_ptr<DraftSource> first, std::shared_ptr<DraftSource> second)
+      : first_(std::move(first)), second_(std::move(second)) {}
+  void propose(uint64_t seq, std::span<const Token> tokens, int32_t max,
+               std::vector<Token>& out) override {
+    first_->propose(seq, tokens, max, out);
+    if (out.empty()) second_->propose(seq, tokens, max, out);
+  }
+  void propose_batch(std::span<const DraftAsk> asks) override {
+    first_->propose_batch(asks);
+    std::vector<DraftAsk> rest;
+    for (const DraftAsk& a : asks)
+      if (a.out->empty()) rest.push_back(a);
+    if (!rest.empty()) second_->propose_batch(rest);
+  }
+  void forget(uint64_t seq) override {
+    first_->forget(seq);
+    second_->forget(seq);
+  }
+
+ private:
+  std::shared_ptr<DraftSource> first_, second_;
 };
 
 }  // namespace cairn::engine

@@ -55,6 +55,8 @@ EngineConfig resolve(EngineConfig cfg, const model::HParams& hp) {
   cfg.max_batch_tokens = std::max(1, cfg.max_batch_tokens);
   cfg.max_seqs = std::max(1, cfg.max_seqs);
   cfg.spec_lookup_max = std::clamp(cfg.spec_lookup_max, 0, 64);
+  cfg.spec_draft_max = std::clamp(cfg.spec_draft_max, 0, 64);
+  if (cfg.spec_draft_max == 0) cfg.draft_model.reset();
   return cfg;
 }
 
@@ -75,10 +77,12 @@ Engine::Engine(model::Model& model, const Tokenizer& tok, kv::PagedKvCache& kv, 
   counters_.queue_time_s = LatencyHistogram(request_buckets());
   counters_.e2e_latency_s = LatencyHistogram(request_buckets());
   counters_.inter_token_latency_s = LatencyHistogram(token_buckets());
-  if (cfg_.spec_lookup_max > 0) {
-    drafts_ = std::make_unique<PromptLookup>();
-    scheduler_.set_draft_source(drafts_.get());
-  }
+  if (cfg_.spec_lookup_max > 0) drafts_ = std::make_shared<PromptLookup>();
+  if (cfg_.draft_model)
+    drafts_ = drafts_ ? std::make_shared<FirstOfDrafts>(drafts_, cfg_.draft_model)
+                      : cfg_.draft_model;
+  spec_max_ = std::max(cfg_.spec_lookup_max, cfg_.draft_model ? cfg_.spec_draft_max : 0);
+  if (drafts_) scheduler_.set_draft_source(drafts_.get());
   publish_stats();
 }
 
@@ -99,7 +103,10 @@ void Engine::stop() {
   if (thread_.joinable()) thread_.join();
   // Whatever is left never runs: tell its clients rather than leave them hanging.
   take_new_and_cancelled_requests();
-  for (auto& seq : scheduler_.take_all(kv_)) fail(*seq, "the engine stopped");
+  for (auto& seq : scheduler_.take_all(kv_)) {
+    if (drafts_) drafts_->forget(seq->id);
+    fail(*seq, "the engine stopped");
+  }
   while (!embed_jobs_.empty()) fail_embedding(0, Status::error("the engine stopped"));
   publish_stats();
 }
@@ -138,7 +145,7 @@ Result<RequestId> Engine::submit(EngineRequest req, std::shared_ptr<SequenceSink
   // hold theirs) and has nothing to do on the prefill side of a handoff.
   seq->speculate = drafts_ && seq->request.speculative && !seq->request.export_kv &&
                    kv_.stores_rows();
-  seq->draft_len = seq->speculate ? cfg_.spec_lookup_max : 0;
+  seq->draft_len = seq->speculate ? spec_max_ : 0;
   CAIRN_RETURN_IF_ERROR(replay_forced(*seq));
   plan_draft(*seq);
   {
@@ -705,7 +712,7 @@ void Engine::finish_speculation(Sequence& seq, const ScheduledChunk& c, int32_t 
   }
   // Adaptive length: double after a full acceptance, else one past what
   // was accepted (a draft that keeps failing costs one row per step).
-  seq.draft_len = accepted == c.n_draft ? std::min(cfg_.spec_lookup_max, 2 * seq.draft_len)
+  seq.draft_len = accepted == c.n_draft ? std::min(spec_max_, 2 * seq.draft_len)
                                         : std::max(1, accepted + 1);
 }
 

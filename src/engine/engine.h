@@ -45,6 +45,12 @@ struct EngineConfig {
   // Speculative decoding by prompt lookup (engine/draft.h): the most draft
   // tokens a decoding sequence verifies per step (adaptive below it); 0 off.
   int32_t spec_lookup_max = 0;
+  // Speculative decoding by a draft model (engine/draft_model.h; shared so
+  // the config stays copyable; only the engine thread calls it): at most
+  // spec_draft_max draft tokens per step (adaptive below it). With lookup
+  // too, lookup proposes first and the model when lookup finds nothing.
+  std::shared_ptr<DraftSource> draft_model = nullptr;
+  int32_t spec_draft_max = 8;
 };
 
 using LatencyHistogram = Histogram;
@@ -145,7 +151,8 @@ class Engine {
   kv::KvGeometry geometry_;
 
   // Engine-thread state.
-  std::unique_ptr<DraftSource> drafts_;  // null: no speculative decoding
+  std::shared_ptr<DraftSource> drafts_;  // null: no speculative decoding
+  int32_t spec_max_ = 0;                 // the most drafts a step verifies
   Scheduler scheduler_;
   StepBudget step_budget_;
   ScheduledBatch plan_;

@@ -78,11 +78,26 @@ void Scheduler::add_chunk(Sequence& seq, int32_t n, ScheduledBatch& plan) {
   plan.chunks.push_back(c);
 }
 
+void Scheduler::propose_all_drafts(int32_t budget, int32_t prefill_left) {
+  asks_.clear();
+  for (size_t i = 0; i < running_.size(); ++i) {
+    Sequence& seq = *running_[i];
+    seq.draft.clear();
+    if (!drafts_ || !seq.speculate || seq.draft_max <= 0 || seq.done || !seq.failure.empty() ||
+        seq.import_next >= 0 || seq.remaining() != 1)
+      continue;
+    // The most schedule_running could give it (its room only shrinks there).
+    const int32_t later = (int32_t)(running_.size() - i - 1);
+    int32_t room = std::min(budget - 1 - later, prefill_left);
+    if (!waiting_.empty()) room /= 2;
+    const int32_t max = std::min(seq.draft_max, room);
+    if (max > 0) asks_.push_back({seq.id, seq.tokens, max, &seq.draft});
+  }
+  if (!asks_.empty()) drafts_->propose_batch(asks_);
+}
+
 int32_t Scheduler::propose_drafts(Sequence& seq, int32_t room) {
-  seq.draft.clear();
-  const int32_t max = std::min(seq.draft_max, room);
-  if (!drafts_ || !seq.speculate || max <= 0) return 0;
-  drafts_->propose(seq.id, seq.tokens, max, seq.draft);
+  const int32_t max = std::max(0, std::min(seq.draft_max, room));
   if ((int32_t)seq.draft.size() > max) seq.draft.resize((size_t)max);
   return (int32_t)seq.draft.size();
 }
@@ -99,6 +114,7 @@ void Scheduler::preempt(size_t index, kv::PagedKvCache& kv) {
 
 void Scheduler::schedule_running(kv::PagedKvCache& kv, ScheduledBatch& plan, int32_t& budget,
                                  int32_t& prefill_left) {
+  propose_all_drafts(budget, prefill_left);
   // Oldest first: each gets its decode token (or its next prefill chunk);
   // when the pool runs dry the newest running sequence gives its blocks back.
   for (size_t i = 0; i < running_.size() && budget > 0;) {
@@ -117,7 +133,7 @@ void Scheduler::schedule_running(kv::PagedKvCache& kv, ScheduledBatch& plan, int
     // running sequence has its next token, and count as prompt tokens
     // (the stall-free cap): a full step drafts less, or not at all.
     int32_t n_draft = 0;
-    seq.draft.clear();
+    if (!decode) seq.draft.clear();
     if (decode) {
       const int32_t later = (int32_t)(running_.size() - i - 1);
       int32_t room = std::min(budget - 1 - later, prefill_left);

@@ -176,8 +176,13 @@ class Scheduler {
   std::vector<std::unique_ptr<Sequence>> take_if(kv::PagedKvCache& kv,
                                                  const std::function<bool(const Sequence&)>& pred);
 
-  // How many draft tokens `seq` proposes into seq.draft, within `room`.
+  // Before the running sequences are planned: drafts for every decoding
+  // sequence that may speculate, in one batched proposal (a draft model
+  // shares its forwards), each as long as the step could take.
+  void propose_all_drafts(int32_t budget, int32_t prefill_left);
+  // How many of seq.draft fit `room` (the rest dropped).
   int32_t propose_drafts(Sequence& seq, int32_t room);
+  std::vector<DraftAsk> asks_;
 
   SchedulerConfig cfg_;
   DraftSource* drafts_ = nullptr;

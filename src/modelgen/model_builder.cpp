@@ -272,9 +272,11 @@ std::vector<TensorPlan> plan_tensors(const RandomModelSpec& s, int64_t n_vocab) 
                                    ? "ffn_down"
                                    : "";
         const TensorType t = mix_type(s.mix, s.type, mix_role, layer, s.layers);
+        const bool quiet = s.quiet_from >= 0 && layer >= s.quiet_from &&
+                           (role == R::AttnOutput || role == R::FfnDown);
         p.push_back({std::move(name), std::move(dims), storage_type(t, in),
                      role == R::Output ? Fill::UniformZeroByteRows : Fill::Uniform,
-                     1.0f / std::sqrt(static_cast<float>(in)), t});
+                     (quiet ? s.quiet_scale : 1.0f) / std::sqrt(static_cast<float>(in)), t});
       });
   if (s.rope_scaling == "longrope") {  // Phi-3 128k's pair (not in the shared table: phi3 only)
     const int64_t pairs = head_dim / 2;

@@ -67,6 +67,14 @@ struct RandomModelSpec {
   // (gemma2: 30; gemma3: none).
   // llama: attention.sliding_window for every layer (Mistral 7B v0.1's); 0: none.
   int64_t sliding_window = 0;
+  // Layers from `quiet_from` on (-1: none) have their output projections
+  // (attn_output, ffn_down) scaled by `quiet_scale`: they nudge the residual
+  // stream rather than steer it. Every tensor's values depend only on the
+  // seed, its name and shape, so such a model and one of its first
+  // quiet_from layers (same seed and shape) agree most of the time: a
+  // target and draft pair for speculative decoding's benchmark.
+  int64_t quiet_from = -1;
+  float quiet_scale = 1.0f;
   float attn_softcap = 0.0f;
   float final_softcap = 0.0f;
   // RoPE scaling keys: rope.scaling.type ("linear", "yarn" or, phi3 only,

@@ -1,6 +1,8 @@
 // serving/local_backend.cpp — the in-process Backend: validation, chat rendering, the engine.
 #include "serving/local_backend.h"
 
+#include "engine/draft_model.h"
+
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -233,6 +235,26 @@ Result<std::unique_ptr<LocalBackend>> LocalBackend::create(const LocalBackendOpt
 
   engine::EngineConfig ec{options.max_batch_tokens, options.max_seqs, n_ctx, options.max_step_ms};
   ec.spec_lookup_max = options.spec_lookup_max;
+  if (!options.draft_model_path.empty() && b->generates_) {
+    if (options.remote_model)
+      return Status::invalid_argument("--draft-model needs a model computed in this process "
+                                      "(a distributed model's K/V rows are held by its agents)");
+    engine::DraftModelConfig dc;
+    dc.n_ctx = n_ctx;
+    dc.max_seqs = options.max_seqs;
+    dc.p_min = options.draft_p_min;
+    auto draft = engine::DraftModel::load(options.draft_model_path, options.threads,
+                                          *b->loaded_.tokenizer, hp.n_vocab, dc);
+    if (!draft.is_ok()) return draft.status();
+    spdlog::info("{}: draft model {} ({} layers, K/V {:.1f} MiB), up to {} drafts per step",
+                 b->model_id_, options.draft_model_path, (*draft)->model_hparams().n_layer,
+                 (*draft)->kv().stats().blocks_total *
+                     (double)kv::PagedKvCache::block_bytes((*draft)->model_hparams().kv_shape()) /
+                     1048576.0,
+                 options.spec_draft_max);
+    ec.draft_model = std::move(*draft);
+    ec.spec_draft_max = options.spec_draft_max;
+  }
   b->engine_ =
       std::make_unique<engine::Engine>(*b->loaded_.model, *b->loaded_.tokenizer, *b->kv_, ec);
   b->engine_->start();

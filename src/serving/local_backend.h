@@ -38,6 +38,11 @@ struct LocalBackendOptions {
   int32_t max_seqs = 64;           // sequences running at once
   double max_step_ms = 0;          // stall-free step target (engine::EngineConfig); 0 auto, < 0 off
   int32_t spec_lookup_max = 0;     // speculative decoding by prompt lookup: drafts per step; 0 off
+  // Speculative decoding by a draft model of the same vocabulary (checked at
+  // load): its file (empty: none) and the most drafts per step.
+  std::string draft_model_path = {};
+  int32_t spec_draft_max = 8;
+  float draft_p_min = 0.0f;  // drafting stops below this draft probability; 0: never
   int32_t max_queue = 256;         // requests waiting to run; more get Unavailable
   int threads = 0;                 // kernel threads; <= 0: all cores
   // A model computed elsewhere (a distributed LLM's agents): its network is

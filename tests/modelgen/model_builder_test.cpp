@@ -105,6 +105,40 @@ TEST(ModelBuilder, WeightScalesAndZeroByteRows) {
   EXPECT_GT(row_abs(259), 0.0);
 }
 
+// --quiet-from/--quiet-scale: the quiet layers' output projections are
+// scaled, everything else is the same-seed model's, and a shallower model of
+// the same seed holds exactly the deep one's first layers, embeddings and head.
+TEST(ModelBuilder, QuietLayersAndASameSeedShallowDraft) {
+  auto dir = test::temp_dir("builder-quiet");
+  RandomModelSpec deep = small_spec(TensorType::F32);
+  deep.layers = 3;
+  deep.quiet_from = 1;
+  deep.quiet_scale = 0.25f;
+  RandomModelSpec shallow = small_spec(TensorType::F32);
+  shallow.layers = 1;
+  const auto dp = (dir / "deep.gguf").string(), sp = (dir / "shallow.gguf").string();
+  ASSERT_TRUE(write_random_model(deep, demo_vocab(), dp).is_ok());
+  ASSERT_TRUE(write_random_model(shallow, demo_vocab(), sp).is_ok());
+  auto d = gguf::File::open(dp);
+  auto s = gguf::File::open(sp);
+  ASSERT_TRUE(d.is_ok() && s.is_ok());
+  for (const char* name : {"token_embd.weight", "output.weight", "blk.0.attn_output.weight",
+                           "blk.0.ffn_down.weight", "blk.0.attn_q.weight"})
+    EXPECT_EQ(to_floats(*(*d)->find_tensor(name)), to_floats(*(*s)->find_tensor(name))) << name;
+  const auto q1 = to_floats(*(*d)->find_tensor("blk.1.attn_q.weight"));
+  const auto o1 = to_floats(*(*d)->find_tensor("blk.2.attn_output.weight"));
+  const auto f1 = to_floats(*(*d)->find_tensor("blk.1.ffn_down.weight"));
+  auto max_abs = [](const std::vector<float>& v) {
+    float m = 0;
+    for (float x : v) m = std::max(m, std::fabs(x));
+    return m;
+  };
+  // uniform(+-sqrt(3) sd): attn_q untouched, the projections a quarter of it.
+  EXPECT_NEAR(max_abs(q1), std::sqrt(3.0f) / 16.0f, 0.01f);
+  EXPECT_NEAR(max_abs(o1), 0.25f * std::sqrt(3.0f) / 16.0f, 0.003f);
+  EXPECT_NEAR(max_abs(f1), 0.25f * std::sqrt(3.0f) / std::sqrt(512.0f), 0.003f);
+}
+
 TEST(ModelBuilder, Qwen2HasBiasesAndItsRopeBase) {
   auto dir = test::temp_dir("builder-qwen2");
   auto spec = small_spec(TensorType::Q8_0);

@@ -426,6 +426,43 @@ TEST(LocalBackendGolden, StoriesTextAloneAndAmongThirtyTwo) {
   }));
 }
 
+// --draft-model: a draft of another vocabulary stops start-up naming the
+// token; stories260K drafting for itself gives the golden text, counted in
+// the speculative counters (nearly all accepted); a request that opts out
+// drafts nothing.
+TEST(LocalBackendGolden, DraftModelCheckedAtLoadAndCounted) {
+  CAIRN_REQUIRE_SHARED("models/aidreams260K.gguf");
+  const auto shared = *test::shared_dir();
+  LocalBackendOptions o;
+  o.model_path = (shared / "models" / "stories260K.gguf").string();
+  o.n_ctx = 128;
+  o.threads = 2;
+  o.draft_model_path = (shared / "models" / "aidreams260K.gguf").string();
+  auto refused = LocalBackend::create(o);
+  ASSERT_FALSE(refused.is_ok());
+  EXPECT_NE(refused.status().message().find("--draft-model"), std::string::npos)
+      << refused.status().message();
+  EXPECT_NE(refused.status().message().find("vocabulary differs"), std::string::npos)
+      << refused.status().message();
+  o.draft_model_path = o.model_path;
+  o.spec_draft_max = 6;
+  auto b = make(o);
+  ASSERT_TRUE(b);
+  std::ifstream f(shared / "golden" / "stories260K.json");
+  auto doc = nlohmann::json::parse(f);
+  const auto& c = doc["cases"][0];
+  GenerateRequest r = greedy(c["prompt"].get<std::string>(), c["n_predict"].get<int32_t>());
+  r.ignore_eos = false;
+  r.speculative = false;
+  EXPECT_EQ(run(*b, r)->text, c["text"].get<std::string>());
+  EXPECT_EQ(b->stats().spec_draft_tokens_total, 0u);
+  r.speculative = true;
+  EXPECT_EQ(run(*b, r)->text, c["text"].get<std::string>());
+  const BackendStats st = b->stats();
+  EXPECT_GT(st.spec_draft_tokens_total, 0u);
+  EXPECT_GT((double)st.spec_accepted_tokens_total, 0.9 * (double)st.spec_draft_tokens_total);
+}
+
 }  // namespace
 }  // namespace cairn::serving
 

@@ -161,6 +161,14 @@ void register_make_model(CLI::App& app, CommandResult& result) {
                   "yarn, longrope: rope.scaling.original_context_length (default --ctx / factor)");
   cmd->add_option("--attn-softcap", s.attn_softcap,
                   "gemma2: attn_logit_softcapping (default 50)");
+  cmd->add_option("--quiet-from", s.quiet_from,
+                  "layers from this one on get output projections scaled by --quiet-scale "
+                  "(the same seed and shape with fewer layers then makes a draft model that "
+                  "agrees with this one most of the time); -1: none")
+      ->check(CLI::Range(int64_t(-1), int64_t(1) << 20));
+  cmd->add_option("--quiet-scale", s.quiet_scale, "see --quiet-from")
+      ->check(CLI::Range(0.0f, 1.0f))
+      ->capture_default_str();
   cmd->add_option("--final-softcap", s.final_softcap,
                   "gemma: final_logit_softcapping (gemma2 default 30, gemma3 none)");
   cmd->add_option("--vocab-from", a->vocab_from,

@@ -109,6 +109,21 @@ void add_engine_flags(CLI::App* cmd, serving::LocalBackendOptions& b, int64_t& k
                   "0: off")
       ->check(CLI::Range(0, 64))
       ->capture_default_str();
+  cmd->add_option("--draft-model", b.draft_model_path,
+                  "speculative decoding with a small model of the same vocabulary (checked at "
+                  "load): it drafts greedily, the model verifies in one forward (output "
+                  "unchanged); with --spec-lookup, lookup drafts first and the draft model when "
+                  "lookup finds nothing")
+      ->type_name("FILE");
+  cmd->add_option("--draft-max", b.spec_draft_max,
+                  "the most draft-model tokens per sequence and step (adaptive below it)")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  cmd->add_option("--draft-p-min", b.draft_p_min,
+                  "the draft model stops drafting at a token it gives less than this "
+                  "probability (a likely rejection); 0: drafts --draft-max every time")
+      ->check(CLI::Range(0.0f, 1.0f))
+      ->capture_default_str();
   add_lora_flags(cmd, b.adapters, /*runtime=*/true);
   cmd->add_option_function<std::string>(
          "--chat-template",

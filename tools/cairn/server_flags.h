@@ -21,7 +21,8 @@ void add_http_server_flags(CLI::App* cmd, api::ServerOptions& server, int32_t& m
 
 // Adds the flags of a model served in this process (`cairn serve`, `cairn
 // worker`): --model-name, --threads, --ctx, --kv-cache-mb, --kv-type, --max-batch-tokens,
-// --max-seqs, --spec-lookup. `kv_cache_mb` is turned into backend.kv_pool_bytes by the caller.
+// --max-seqs, --spec-lookup, --draft-model, --draft-max, --draft-p-min. `kv_cache_mb` is turned
+// into backend.kv_pool_bytes by the caller.
 void add_engine_flags(CLI::App* cmd, serving::LocalBackendOptions& backend, int64_t& kv_cache_mb);
 // --lora (merged at load) and, with `runtime`, --lora-modules (served by name).
 void add_lora_flags(CLI::App* cmd, model::AdapterOptions& adapters, bool runtime);
