@@ -29,7 +29,12 @@ Result<TensorType> parse_kv_type(const std::string& name) {
                                   "')");
 }
 
-Status check_kv_type(TensorType type, int64_t row_elems) {
+Status check_kv_type(TensorType type, int64_t row_elems, int64_t head_dim) {
+  if (type == TensorType::Q8_0 && head_dim > 0 && head_dim % 32 != 0)
+    return Status::invalid_argument(
+        "--kv-type q8_0 needs head_dim divisible by 32 (a Q8_0 block must not span two heads), "
+        "this model's is " +
+        std::to_string(head_dim));
   if (type == TensorType::Q8_0 && row_elems % 32 != 0)
     return Status::invalid_argument(
         "--kv-type q8_0 needs n_head_kv*head_dim divisible by 32, this model has " +

@@ -48,8 +48,10 @@ inline int64_t kv_row_bytes(TensorType type, int64_t elems) {
 // The --kv-type names: "f16" or "q8_0"; an error naming both otherwise.
 Result<TensorType> parse_kv_type(const std::string& name);
 // ok when rows of `row_elems` elements can be stored as `type` in a cache;
-// else one line saying why (for a start-up error).
-Status check_kv_type(TensorType type, int64_t row_elems);
+// else one line saying why (for a start-up error). With the model's
+// `head_dim` (> 0), Q8_0 also needs whole blocks per head, as the reference
+// does: a block spanning heads takes the largest head's scale for all.
+Status check_kv_type(TensorType type, int64_t row_elems, int64_t head_dim = 0);
 
 // Where K/V rows live. A row is n_head_kv * head_dim elements of dtype(), the
 // K (or V) of one token in one layer. forward() writes every token's K/V of a

@@ -419,8 +419,8 @@ Status validate_batch(const HParams& hp, const Batch& b, const KvView& kv) {
       kv.dtype() != TensorType::Q8_0)
     return Status::error("KV view type " + std::string(type_info(kv.dtype()).name) +
                          " is not supported (f16, f32, q8_0)");
-  if (kv.dtype() == TensorType::Q8_0 && hp.kv_row_elems() % 32 != 0)
-    return kv::check_kv_type(kv.dtype(), hp.kv_row_elems());
+  if (kv.dtype() == TensorType::Q8_0)
+    CAIRN_RETURN_IF_ERROR(kv::check_kv_type(kv.dtype(), hp.kv_row_elems(), hp.head_dim));
   if ((kv.n_layer() != 0 && kv.n_layer() != hp.n_layer) ||
       (kv.row_elems() != 0 && kv.row_elems() != hp.kv_row_elems()))
     return Status::error("KV view is shaped for " + std::to_string(kv.n_layer()) + " layers of " +

@@ -106,7 +106,7 @@ Result<LocalBackend::KvPlan> LocalBackend::kv_plan(const LocalBackendOptions& op
   if (options.n_ctx > train)
     return Status::error("n_ctx " + std::to_string(options.n_ctx) +
                          " exceeds the model's context of " + std::to_string(train) + " tokens");
-  CAIRN_RETURN_IF_ERROR(kv::check_kv_type(options.kv_type, hp.kv_row_elems()));
+  CAIRN_RETURN_IF_ERROR(kv::check_kv_type(options.kv_type, hp.kv_row_elems(), hp.head_dim));
   KvPlan p;
   p.n_ctx = static_cast<int32_t>(options.n_ctx > 0 ? options.n_ctx
                                                    : std::min<int64_t>(kDefaultCtx, train));

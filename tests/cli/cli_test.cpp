@@ -200,8 +200,8 @@ TEST_F(Cli, KvTypeErrorsAreOneLine) {
   EXPECT_NE(r.exit_code, 0);
   auto lines = r.err_lines();
   ASSERT_FALSE(lines.empty()) << r.err;
-  EXPECT_NE(lines.back().find("error: --kv-type q8_0 needs n_head_kv*head_dim divisible by 32, "
-                              "this model has 48"),
+  EXPECT_NE(lines.back().find("error: --kv-type q8_0 needs head_dim divisible by 32 (a Q8_0 "
+                              "block must not span two heads), this model's is 48"),
             std::string::npos)
       << r.err;
 }

@@ -466,7 +466,7 @@ Status run(const BenchArgs& a) {
   // As the server's: sliding layers keep only their window.
   kv::KvShape shape = hp.paged_kv_shape();
   CAIRN_ASSIGN_OR_RETURN(shape.dtype, kv::parse_kv_type(a.kv_type));
-  CAIRN_RETURN_IF_ERROR(kv::check_kv_type(shape.dtype, shape.row_elems));
+  CAIRN_RETURN_IF_ERROR(kv::check_kv_type(shape.dtype, shape.row_elems, hp.head_dim));
   const int64_t block_bytes = kv::PagedKvCache::block_bytes(shape);
   if (block_bytes <= 0) return Status::error("the model's K/V shape is invalid");
   auto blocks = [](int64_t tokens) { return (tokens + 15) / 16; };
