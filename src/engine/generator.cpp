@@ -52,7 +52,8 @@ Result<GenerateResult> Generator::generate_tokens(std::vector<Token> prompt,
 
   auto sampler = Sampler::create(options.sampling, static_cast<int32_t>(hp.n_vocab));
   if (!sampler.is_ok()) return sampler.status();
-  auto cache = kv::ContiguousKvCache::create(hp.kv_shape(), 1, n_ctx);
+  CAIRN_RETURN_IF_ERROR(kv::check_kv_type(options.kv_type, hp.kv_row_elems(), hp.head_dim));
+  auto cache = kv::ContiguousKvCache::create(hp.kv_shape(), 1, n_ctx, options.kv_type);
   if (!cache.is_ok()) return cache.status();
 
   GenerateResult res;

@@ -29,6 +29,7 @@ struct GenerateOptions {
   // file states one).
   int64_t n_ctx = 0;
   int32_t prefill_chunk = 512;  // prompt tokens per forward, bounding activation memory
+  TensorType kv_type = TensorType::F16;  // how K/V rows are stored (--kv-type: F16 or Q8_0)
 };
 
 enum class FinishReason { Stop, Length };

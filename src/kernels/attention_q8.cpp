@@ -1,9 +1,9 @@
 // kernels/attention_q8.cpp — attention over Q8_0 K/V rows: scalar, AVX2, AVX-512.
 // One pass of K.q over the group's positions (a K row dequantized into L1 once
 // for all the heads that share it), the softmax of each head's row, then V.w
-// a block column at a time with the sums in registers. q stays in float
-// (not quantized to int8 for integer dots), so the rows' own 8-bit rounding
-// is the only one this storage adds; docs/performance.md has the speed.
+// a block column at a time with the sums in registers. q is quantized to
+// Q8_0 first, as the reference's attention over a Q8_0 cache does, so the
+// K.q dots are integer ones; docs/performance.md has the speed and accuracy.
 #include "kernels/attention_q8.h"
 
 #include <algorithm>
@@ -39,6 +39,16 @@ void softmax_heads(const Job& j, Scratch& s) {
   }
 }
 
+// q of each head as Q8_0 blocks with the reference's activation rounding; their
+// scales (F16-rounded, as the dot reads them) as floats.
+void quantize_q(const Job& j, Scratch& s) {
+  const int64_t nb = j.head_dim / kQK8_0;
+  s.qb.resize((size_t)(j.nh * nb));
+  s.qd.resize(s.qb.size());
+  for (int h = 0; h < j.nh; ++h) quant::q8_0_from_float_act(j.q + h * j.head_dim, &s.qb[(size_t)(h * nb)], j.head_dim);
+  for (size_t i = 0; i < s.qb.size(); ++i) s.qd[i] = f16_to_f32(s.qb[i].d);
+}
+
 // Elements [off, off + n) of a row of Q8_0 blocks as floats.
 void dequant_slice(const uint8_t* row, int64_t off, int64_t n, float* dst) {
   const BlockQ8_0* b = reinterpret_cast<const BlockQ8_0*>(row);
@@ -58,7 +68,24 @@ void attend_scalar(const Job& j, Scratch& s) {
   s.scores.resize((size_t)(nh * n));
   s.kf.resize((size_t)hd);
   s.acc.assign((size_t)(nh * hd), 0.0f);
+  const bool on_blocks = hd % kQK8_0 == 0 && j.offset % kQK8_0 == 0;
+  if (on_blocks) quantize_q(j, s);
+  const int64_t nb = hd / kQK8_0;
   for (int64_t p = j.first; p < n; ++p) {
+    if (on_blocks) {
+      const BlockQ8_0* k = reinterpret_cast<const BlockQ8_0*>(j.krow[p]) + j.offset / kQK8_0;
+      for (int h = 0; h < nh; ++h) {
+        float dot = 0.0f;
+        for (int64_t b = 0; b < nb; ++b) {
+          const BlockQ8_0& qb = s.qb[(size_t)(h * nb + b)];
+          int32_t sum = 0;
+          for (int i = 0; i < kQK8_0; ++i) sum += k[b].qs[i] * qb.qs[i];
+          dot = std::fma((float)sum, f16_to_f32(k[b].d) * s.qd[(size_t)(h * nb + b)], dot);
+        }
+        s.scores[(size_t)(h * n + p)] = dot;
+      }
+      continue;
+    }
     dequant_slice(j.krow[p], j.offset, hd, s.kf.data());
     for (int h = 0; h < nh; ++h) {
       const float* q = j.q + h * hd;
@@ -87,16 +114,13 @@ namespace {
 using V = __m512;
 constexpr int kMaxHeads = 8;  // 8 heads x 2 zmm of V.w sums: 16 of 32 registers
 CAIRN_SIMD_TARGET inline V zero() { return _mm512_setzero_ps(); }
-CAIRN_SIMD_TARGET inline V ld(const float* p) { return _mm512_loadu_ps(p); }
 CAIRN_SIMD_TARGET inline void st(float* p, V v) { _mm512_storeu_ps(p, v); }
 CAIRN_SIMD_TARGET inline V fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
 CAIRN_SIMD_TARGET inline V mul(V a, V b) { return _mm512_mul_ps(a, b); }
-CAIRN_SIMD_TARGET inline V add(V a, V b) { return _mm512_add_ps(a, b); }
 CAIRN_SIMD_TARGET inline V bcast(float x) { return _mm512_set1_ps(x); }
 CAIRN_SIMD_TARGET inline V ldq(const int8_t* p) {
   return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i*)p)));
 }
-CAIRN_SIMD_TARGET inline float hsum(V v) { return _mm512_reduce_add_ps(v); }
 
 #include "kernels/attention_q8.inc"
 
@@ -114,9 +138,6 @@ struct V {
 };
 constexpr int kMaxHeads = 2;  // 2 heads x 4 ymm of V.w sums: 8 of 16 registers
 CAIRN_SIMD_TARGET inline V zero() { return {_mm256_setzero_ps(), _mm256_setzero_ps()}; }
-CAIRN_SIMD_TARGET inline V ld(const float* p) {
-  return {_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8)};
-}
 CAIRN_SIMD_TARGET inline void st(float* p, V v) {
   _mm256_storeu_ps(p, v.lo);
   _mm256_storeu_ps(p + 8, v.hi);
@@ -127,20 +148,11 @@ CAIRN_SIMD_TARGET inline V fma(V a, V b, V c) {
 CAIRN_SIMD_TARGET inline V mul(V a, V b) {
   return {_mm256_mul_ps(a.lo, b.lo), _mm256_mul_ps(a.hi, b.hi)};
 }
-CAIRN_SIMD_TARGET inline V add(V a, V b) {
-  return {_mm256_add_ps(a.lo, b.lo), _mm256_add_ps(a.hi, b.hi)};
-}
 CAIRN_SIMD_TARGET inline V bcast(float x) { return {_mm256_set1_ps(x), _mm256_set1_ps(x)}; }
 CAIRN_SIMD_TARGET inline V ldq(const int8_t* p) {
   const __m128i x = _mm_loadu_si128((const __m128i*)p);
   return {_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(x)),
           _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(x, 8)))};
-}
-CAIRN_SIMD_TARGET inline float hsum(V v) {
-  const __m256 t = _mm256_add_ps(v.lo, v.hi);
-  const __m128 u = _mm_add_ps(_mm256_extractf128_ps(t, 1), _mm256_castps256_ps128(t));
-  const __m128 w = _mm_add_ps(u, _mm_movehl_ps(u, u));
-  return _mm_cvtss_f32(_mm_add_ss(w, _mm_movehdup_ps(w)));
 }
 
 #include "kernels/attention_q8.inc"

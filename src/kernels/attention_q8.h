@@ -12,6 +12,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/quant_blocks.h"
+
 namespace cairn::kernels::attn_q8 {
 
 struct Job {
@@ -36,7 +38,9 @@ struct Job {
 
 struct Scratch {
   std::vector<float> scores;  // [nh][n_pos]
-  std::vector<float> kf;      // one dequantized row (head_dim)
+  std::vector<float> kf;      // scalar kernel: one dequantized row (head_dim)
+  std::vector<quant::BlockQ8_0> qb;  // [nh][head_dim / 32] q as Q8_0 blocks
+  std::vector<float> qd;             // their scales as floats
   std::vector<float> acc;     // [nh][head_dim] V sums
 };
 

@@ -81,7 +81,7 @@ int64_t BlockTableKv::capacity(SeqId seq) const {
 void BlockTableKv::write(int layer, SeqId seq, int32_t pos, const float* k, const float* v) {
   const SeqTable* t = find(seq);
   if (!t || layer < 0 || layer >= shape_.n_layer || pos < t->writable_from || pos >= t->capacity) return;
-  const auto from_float = type_ops(shape_.dtype)->from_float;
+  const auto from_float = kv_row_quantizer(shape_.dtype);
   from_float(k, row(*t, layer, pos, 0), shape_.row_elems);
   from_float(v, row(*t, layer, pos, 1), shape_.row_elems);
 }

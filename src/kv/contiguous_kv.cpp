@@ -61,9 +61,8 @@ void ContiguousKvCache::write(int layer, SeqId seq, int32_t pos, const float* k,
     std::memcpy(dv, v, row_bytes_);
     return;
   }
-  // The type table's quantizer: F16's scalar bits, vectorised where the CPU
-  // allows; Q8_0's storage quantizer (blocks of 32, scale max|x| / 127).
-  const auto from_float = type_ops(dtype_)->from_float;
+  // F16: the type table's bits; Q8_0: the reference cache's rounding.
+  const auto from_float = kv_row_quantizer(dtype_);
   from_float(k, dk, row_elems_);
   from_float(v, dv, row_elems_);
 }

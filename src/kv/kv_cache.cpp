@@ -102,7 +102,7 @@ class Paged final : public PagedKvCache {
         generation_(generation_fn_ ? generation_fn_() : 0),
         block_bytes_((size_t)block_bytes),
         row_bytes_((size_t)kv_row_bytes(shape.dtype, shape.row_elems)),
-        from_float_(type_ops(shape.dtype)->from_float),
+        from_float_(kv_row_quantizer(shape.dtype)),
         pool_(std::move(pool)),
         blocks_((size_t)n_blocks),
         block_ids_((size_t)n_blocks * (size_t)bt_) {
@@ -126,7 +126,7 @@ class Paged final : public PagedKvCache {
       writes_skipped_.fetch_add(1, std::memory_order_relaxed);
       return;
     }
-    // Q8_0: each block of 32 quantized as it is written (scale max|x| / 127).
+    // Q8_0: each block of 32 quantized as it is written (kv_row_quantizer).
     from_float_(k, const_cast<void*>(row(*s, layer, pos, 0)), shape_.row_elems);
     from_float_(v, const_cast<void*>(row(*s, layer, pos, 1)), shape_.row_elems);
   }
@@ -608,8 +608,8 @@ class Paged final : public PagedKvCache {
   uint64_t generation_;
   const size_t block_bytes_;
   const size_t row_bytes_;
-  // The type table's quantizer of shape_.dtype (F16: the scalar bits,
-  // vectorised where the CPU allows; Q8_0: the storage quantizer).
+  // kv_row_quantizer(shape_.dtype) (F16: the type table's scalar bits,
+  // vectorised where the CPU allows; Q8_0: the reference cache's rounding).
   void (*const from_float_)(const float*, void*, int64_t);
   std::unique_ptr<uint8_t[]> pool_;
 

@@ -5,6 +5,8 @@
 #include <limits>
 #include <string>
 
+#include "core/quant_blocks.h"
+#include "kernels/type_ops.h"
 #include "kv/kv_cache.h"
 
 namespace cairn::kv {
@@ -21,6 +23,12 @@ uint64_t fmix64(uint64_t k) {
 }
 
 }  // namespace
+
+KvRowQuantizer kv_row_quantizer(TensorType type) {
+  if (type == TensorType::Q8_0) return quant::q8_0_from_float_act;
+  const TypeOps* ops = type_ops(type);
+  return ops ? ops->from_float : nullptr;
+}
 
 Result<TensorType> parse_kv_type(const std::string& name) {
   if (name == "f16") return TensorType::F16;

@@ -45,6 +45,12 @@ inline int64_t kv_row_bytes(TensorType type, int64_t elems) {
   }
 }
 
+// How a row of `type` is written from floats: the type table's quantizer,
+// except Q8_0, which takes the activation rounding (ties to even, scale
+// inverted as 127/amax) that the reference's own cache writes.
+using KvRowQuantizer = void (*)(const float* src, void* dst, int64_t n);
+KvRowQuantizer kv_row_quantizer(TensorType type);
+
 // The --kv-type names: "f16" or "q8_0"; an error naming both otherwise.
 Result<TensorType> parse_kv_type(const std::string& name);
 // ok when rows of `row_elems` elements can be stored as `type` in a cache;

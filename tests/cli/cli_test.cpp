@@ -185,7 +185,8 @@ TEST_F(Cli, UsageErrorsAreOneLine) {
 }
 
 // --kv-type: an unknown value is one error line; a model whose K/V rows Q8_0
-// cannot hold (n_head_kv * head_dim = 48) stops serve at start-up, saying why.
+// cannot hold (n_head_kv * head_dim = 48) stops serve and run at start-up,
+// saying why; run on a model it can hold generates with 8-bit rows.
 TEST_F(Cli, KvTypeErrorsAreOneLine) {
   expect_one_error_line(run_cairn({"serve", "-m", "/no/such/model.gguf", "--kv-type", "q4"}),
                         "--kv-type must be f16 or q8_0");
@@ -204,6 +205,21 @@ TEST_F(Cli, KvTypeErrorsAreOneLine) {
                               "block must not span two heads), this model's is 48"),
             std::string::npos)
       << r.err;
+  expect_one_error_line(run_cairn({"run", "-m", model.string(), "-n", "4", "--kv-type", "q8_0"}),
+                        "--kv-type q8_0 needs head_dim divisible by 32");
+  const fs::path ok = dir / "hd32.gguf";
+  ASSERT_EQ(run_cairn({"make-model", ok.string(), "--dim", "128", "--layers", "2", "--heads", "4",
+                       "--kv-heads", "2", "--ffn", "256"})
+                .exit_code,
+            0);
+  Proc f16 = run_cairn({"run", "-m", ok.string(), "-p", "hello", "-n", "12", "--temp", "0",
+                        "--ignore-eos"});
+  Proc q8 = run_cairn({"run", "-m", ok.string(), "-p", "hello", "-n", "12", "--temp", "0",
+                       "--ignore-eos", "--kv-type", "q8_0"});
+  ASSERT_EQ(f16.exit_code, 0) << f16.err;
+  ASSERT_EQ(q8.exit_code, 0) << q8.err;
+  EXPECT_FALSE(q8.out.empty());
+  EXPECT_NE(q8.err.find("generated 12 tokens"), std::string::npos) << q8.err;
 }
 
 TEST_F(Cli, MakeModelEveryTypeListsAndRuns) {

@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "core/half.h"
+#include "core/quant_blocks.h"
 #include "kernels/type_ops.h"
 #include "kv/block_table_kv.h"
 #include "kv/contiguous_kv.h"
@@ -104,7 +106,8 @@ TEST(KvQ8, ParseKvType) {
 }
 
 // Writes quantize per block of 32 (scale max|x| / 127): every element comes
-// back within half a step of its block, and the bytes are the quantizer's.
+// back within half a step of its block, and the bytes are those of the
+// reference cache's rounding (ties to even: 0.5 steps to 0, 2.5 to 2).
 TEST(KvQ8, WriteQuantizesPerBlockAndRawRowsRoundTrip) {
   const KvShape shape = shape_of(2, 128, TensorType::Q8_0);
   KvConfig cfg;
@@ -134,7 +137,7 @@ TEST(KvQ8, WriteQuantizesPerBlockAndRawRowsRoundTrip) {
                     amax / 127 * 0.51 + 1e-3 * amax);
     }
     std::vector<uint8_t> want(rb);
-    ops->from_float(v.data(), want.data(), 128);
+    quant::q8_0_from_float_act(v.data(), want.data(), 128);
     ASSERT_EQ(std::memcmp((*a)->value(1, 7, pos), want.data(), rb), 0);
     // A handoff between two q8_0 caches moves the bytes as they are.
     std::vector<uint8_t> rk(rb), rv(rb);
@@ -143,6 +146,16 @@ TEST(KvQ8, WriteQuantizesPerBlockAndRawRowsRoundTrip) {
     ASSERT_EQ(std::memcmp((*b)->key(1, 9, pos), (*a)->key(1, 7, pos), rb), 0);
     ASSERT_EQ(std::memcmp((*b)->value(1, 9, pos), (*a)->value(1, 7, pos), rb), 0);
   }
+  std::vector<float> ties(128, 0.0f);
+  ties[0] = 127.0f, ties[1] = 0.5f, ties[2] = 2.5f, ties[3] = -3.5f, ties[4] = 1.5f;
+  (*a)->write(0, 7, 0, ties.data(), ties.data());
+  const auto* blk = static_cast<const quant::BlockQ8_0*>((*a)->key(0, 7, 0));
+  EXPECT_EQ(f16_to_f32(blk->d), 1.0f);
+  EXPECT_EQ(blk->qs[0], 127);
+  EXPECT_EQ(blk->qs[1], 0);
+  EXPECT_EQ(blk->qs[2], 2);
+  EXPECT_EQ(blk->qs[3], -4);
+  EXPECT_EQ(blk->qs[4], 2);
 }
 
 // A handoff's geometry carries the row type: rows of another type are never

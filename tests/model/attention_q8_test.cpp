@@ -1,6 +1,8 @@
 // Attention over Q8_0 K/V rows (--kv-type q8_0): every path (scalar, AVX2,
 // AVX-512, each where the CPU and CAIRN_ISA allow it) against a plain
-// double-precision attention over the dequantized rows, across head sizes
+// double-precision attention over the dequantized rows and q quantized to
+// Q8_0 as the reference's attention over such a cache takes it (heads on
+// blocks; the others take q in float), across head sizes
 // (including ones that do not start a head on a block: the scalar kernel),
 // GQA ratios, positions spanning many blocks, sliding windows, soft-caps and
 // sinks, in contiguous and paged caches; and a token's result does not
@@ -14,6 +16,7 @@
 #include <vector>
 
 #include "core/quant.h"
+#include "core/quant_blocks.h"
 #include "core/thread_pool.h"
 #include "kernels/type_ops.h"
 #include "kv/contiguous_kv.h"
@@ -46,7 +49,19 @@ std::vector<float> random_vec(std::mt19937& rng, size_t n, float amp) {
   return v;
 }
 
-// Plain attention in double over the rows as stored (dequantized).
+// q of one head as the kernels take it where heads start on blocks: Q8_0
+// codes and scales (the reference's activation rounding), dequantized.
+std::vector<float> quantized_q(const float* q, int64_t hd) {
+  if (hd % 32 != 0) return std::vector<float>(q, q + hd);
+  std::vector<quant::BlockQ8_0> b((size_t)(hd / 32));
+  quant::q8_0_from_float_act(q, b.data(), hd);
+  std::vector<float> out((size_t)hd);
+  type_ops(TensorType::Q8_0)->to_float(b.data(), out.data(), hd);
+  return out;
+}
+
+// Plain attention in double over the rows as stored (dequantized), with q as
+// the kernels quantize it.
 std::vector<double> reference(const KvView& kv, const Case& c, SeqId seq, int32_t pos,
                               const float* q, const float* sinks) {
   const int64_t hd = c.head_dim, row = c.n_head_kv * hd, n_head = c.n_head_kv * c.ratio;
@@ -57,12 +72,13 @@ std::vector<double> reference(const KvView& kv, const Case& c, SeqId seq, int32_
   const double scale = 1.0 / std::sqrt((double)hd);
   for (int64_t h = 0; h < n_head; ++h) {
     const int64_t off = (h / c.ratio) * hd;
+    const std::vector<float> qh = quantized_q(q + h * hd, hd);
     std::vector<double> s((size_t)n, -INFINITY);
     double mx = sinks ? sinks[h] : -INFINITY;
     for (int64_t p = first; p < n; ++p) {
       to_float(kv.key(kLayer, seq, (int32_t)p), k.data(), row);
       double dot = 0;
-      for (int64_t d = 0; d < hd; ++d) dot += (double)k[(size_t)(off + d)] * q[h * hd + d];
+      for (int64_t d = 0; d < hd; ++d) dot += (double)k[(size_t)(off + d)] * qh[(size_t)d];
       if (c.softcap > 0) dot = std::tanh(dot / c.softcap) * c.softcap;
       s[(size_t)p] = dot * scale;
       mx = std::max(mx, s[(size_t)p]);

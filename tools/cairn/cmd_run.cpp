@@ -36,6 +36,7 @@ struct RunArgs {
   bool ignore_eos = false;
   int threads = 0;
   int64_t ctx = 0;
+  TensorType kv_type = TensorType::F16;
 };
 
 Status run(const RunArgs& a) {
@@ -43,6 +44,7 @@ Status run(const RunArgs& a) {
   go.max_tokens = a.n_predict;
   go.ignore_eos = a.ignore_eos;
   go.n_ctx = a.ctx;
+  go.kv_type = a.kv_type;
   auto& s = go.sampling;
   s.temperature = a.temp;
   s.top_k = a.top_k;
@@ -67,6 +69,7 @@ Status run(const RunArgs& a) {
   auto loaded = model::load_model(path, lo, {}, a.adapters);
   if (!loaded.is_ok()) return loaded.status();
   const auto& hp = loaded->model->hparams();
+  CAIRN_RETURN_IF_ERROR(kv::check_kv_type(a.kv_type, hp.kv_row_elems(), hp.head_dim));
   spdlog::info("loaded {}: {}, {} layers, dim {}, vocab {}; {} threads", path, hp.arch, hp.n_layer,
                hp.n_embd, hp.n_vocab, a.threads > 0 ? a.threads : ThreadPool::default_size());
 
@@ -124,6 +127,7 @@ void register_run(CLI::App& app, CommandResult& result) {
       ->check(CLI::Range(1, 1024));
   cmd->add_option("-c,--ctx", a->ctx, "context size (default: prompt + n, at most the model's)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 24));
+  add_kv_type_flag(cmd, a->kv_type);
   cmd->callback([&result, a] { result.status = run(*a); });
 }
 

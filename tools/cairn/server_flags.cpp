@@ -42,6 +42,20 @@ void add_grpc_port_flag(CLI::App* cmd, int& grpc_port, const std::string& help) 
   cmd->add_option("--grpc-port", grpc_port, help)->check(CLI::Range(-1, 65535));
 }
 
+void add_kv_type_flag(CLI::App* cmd, TensorType& type) {
+  cmd->add_option_function<std::string>(
+         "--kv-type",
+         [&type](const std::string& name) {
+           auto t = kv::parse_kv_type(name);
+           if (!t.is_ok()) throw CLI::ValidationError("--kv-type", t.status().message());
+           type = *t;
+         },
+         "how K/V rows are stored: f16, or q8_0 (8-bit blocks of 32, about half the memory "
+         "per token; needs head_dim divisible by 32)")
+      ->type_name("f16|q8_0")
+      ->default_str("f16");
+}
+
 void add_lora_flags(CLI::App* cmd, model::AdapterOptions& ad, bool runtime) {
   cmd->add_option_function<std::vector<std::string>>(
          "--lora",
@@ -79,17 +93,7 @@ void add_engine_flags(CLI::App* cmd, serving::LocalBackendOptions& b, int64_t& k
       ->check(CLI::Range(0, 1 << 24));
   cmd->add_option("--kv-cache-mb", kv_cache_mb, "KV cache pool in MiB; 0: sized automatically")
       ->check(CLI::Range(int64_t(0), int64_t(1) << 24));
-  cmd->add_option_function<std::string>(
-         "--kv-type",
-         [&b](const std::string& name) {
-           auto t = kv::parse_kv_type(name);
-           if (!t.is_ok()) throw CLI::ValidationError("--kv-type", t.status().message());
-           b.kv_type = *t;
-         },
-         "how K/V rows are stored: f16, or q8_0 (8-bit blocks of 32, about half the memory "
-         "per token; needs n_head_kv*head_dim divisible by 32)")
-      ->type_name("f16|q8_0")
-      ->default_str("f16");
+  add_kv_type_flag(cmd, b.kv_type);
   cmd->add_option("--max-batch-tokens", b.max_batch_tokens, "tokens per engine step")
       ->check(CLI::Range(1, 1 << 20))
       ->capture_default_str();
