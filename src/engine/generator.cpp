@@ -81,32 +81,61 @@ Result<GenerateResult> Generator::generate_tokens(std::vector<Token> prompt,
   };
 
   const auto t_decode = Clock::now();
-  int64_t pos = n_prompt;
-  bool stopped = false;
-  while (options.max_tokens < 0 || static_cast<int64_t>(res.tokens.size()) < options.max_tokens) {
-    if (logits.rows() != 1) return Status::error("the model returned no logits for the last token");
-    auto sample = sampler->sample(logits.row(0));
-    if (!sample.is_ok()) return sample.status();
-    const Token t = sample->token;
-    res.tokens.push_back(t);
-    res.samples.push_back(std::move(*sample));
-    sampler->accept(t);
-    if (!options.ignore_eos && tok_.is_eog(t)) {
-      stopped = true;
-      break;
+  const int32_t spec_max = options.drafts ? std::clamp(options.spec_max, 0, 64) : 0;
+  int32_t draft_len = spec_max;  // adaptive as in the engine: doubles on a full acceptance
+  std::vector<Token> history = prompt, drafted;
+  if (options.drafts) options.drafts->forget(0);  // whatever an earlier call left behind
+  int64_t pos = n_prompt;  // where the next token fed goes
+  bool stopped = false, done = false;
+  const auto full = [&] {
+    return options.max_tokens >= 0 && static_cast<int64_t>(res.tokens.size()) >= options.max_tokens;
+  };
+  while (!done && !full()) {
+    // Row i verifies drafted[i]; the last row gives one more token.
+    if (logits.rows() != 1 + drafted.size())
+      return Status::error("the model returned no logits for the last token");
+    Token t = -1;
+    int32_t accepted = 0;
+    for (size_t i = 0; i <= drafted.size(); ++i) {
+      const Token draft = i < drafted.size() ? drafted[i] : -1;
+      auto sample = draft >= 0 ? sampler->sample_draft(logits.row(i), draft)
+                               : sampler->sample(logits.row(i));
+      if (!sample.is_ok()) return sample.status();
+      t = sample->token;
+      res.tokens.push_back(t);
+      res.samples.push_back(std::move(*sample));
+      sampler->accept(t);
+      history.push_back(t);
+      if ((!options.ignore_eos && tok_.is_eog(t)) || !emit(detok.push(t))) {
+        stopped = done = true;
+        break;
+      }
+      if (t != draft || full()) break;
+      ++accepted;
     }
-    if (!emit(detok.push(t))) {
-      stopped = true;
-      break;
+    if (!drafted.empty()) {
+      res.draft_tokens += static_cast<int64_t>(drafted.size());
+      res.accepted_tokens += accepted;
+      draft_len = accepted == static_cast<int32_t>(drafted.size()) ? std::min(spec_max, 2 * draft_len)
+                                                                  : std::max(1, accepted + 1);
     }
-    if (pos >= n_ctx) break;  // no room for this token's K/V: the context is full
-    if (options.max_tokens >= 0 && static_cast<int64_t>(res.tokens.size()) >= options.max_tokens)
-      break;
+    pos += accepted;  // the kept drafts' rows are this sequence's K/V now
+    if (done || full() || pos >= n_ctx) break;  // no room for t's K/V: the context is full
+    // Drafts only where every token they could add fits the limit and the context.
+    int64_t room = std::min<int64_t>(draft_len, n_ctx - 1 - pos);
+    if (options.max_tokens >= 0)
+      room = std::min<int64_t>(room, options.max_tokens - static_cast<int64_t>(res.tokens.size()) - 1);
+    drafted.clear();
+    if (room > 0) options.drafts->propose(0, history, static_cast<int32_t>(room), drafted);
+    if (static_cast<int64_t>(drafted.size()) > room) drafted.resize(static_cast<size_t>(room));
     batch.clear();
     batch.add(t, static_cast<int32_t>(pos), 0, true);
+    for (size_t i = 0; i < drafted.size(); ++i)
+      batch.add(drafted[i], static_cast<int32_t>(pos + 1 + i), 0, true);
     CAIRN_RETURN_IF_ERROR(model_.forward(batch, **cache, logits));
     ++pos;
   }
+  if (options.drafts) options.drafts->forget(0);
   emit(detok.flush());
   res.decode_seconds = seconds_since(t_decode);
   res.finish = stopped ? FinishReason::Stop : FinishReason::Length;

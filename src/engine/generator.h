@@ -1,7 +1,8 @@
 // engine/generator.h — one sequence from prompt to text, for `cairn run` and tests.
 // Owns the single-sequence loop: tokenize (BOS as the file's flags say),
-// prefill in chunks, then sample / decode until EOS, the token limit or the
-// context is full, streaming complete UTF-8 text to a callback. K/V lives in
+// prefill in chunks, then sample / decode (speculatively when asked) until
+// EOS, the token limit or the context is full, streaming complete UTF-8 text
+// to a callback. K/V lives in
 // a ContiguousKvCache made per call. Never batches several sequences (the
 // engine's scheduler does that) and never writes to stdout itself.
 #pragma once
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "engine/draft.h"
 #include "engine/sampler.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
@@ -30,6 +32,12 @@ struct GenerateOptions {
   int64_t n_ctx = 0;
   int32_t prefill_chunk = 512;  // prompt tokens per forward, bounding activation memory
   TensorType kv_type = TensorType::F16;  // how K/V rows are stored (--kv-type: F16 or Q8_0)
+  // Speculative decoding (engine/draft.h): up to spec_max drafts per step
+  // from `drafts` (sequence id 0), verified in one forward as the engine
+  // does (output distribution unchanged; greedy output identical). Null or
+  // spec_max 0: off.
+  std::shared_ptr<DraftSource> drafts = nullptr;
+  int32_t spec_max = 0;
 };
 
 enum class FinishReason { Stop, Length };
@@ -43,6 +51,8 @@ struct GenerateResult {
   uint64_t seed = 0;
   double prefill_seconds = 0;
   double decode_seconds = 0;
+  int64_t draft_tokens = 0;     // drafts verified
+  int64_t accepted_tokens = 0;  // of them, kept
 };
 
 // Receives each piece of complete text; returning false stops generation

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "engine/draft_model.h"
 #include "model/load.h"
 #include "modelgen/demo_model.h"
 #include "test_util.h"
@@ -156,6 +157,84 @@ TEST_F(GeneratorTest, ContextAndLimits) {
   auto bad = greedy(3);
   bad.sampling.top_p = 2;
   EXPECT_FALSE(gen().generate("the", bad).is_ok());
+}
+
+// Proposes a known continuation with every third token wrong, so a run
+// meets both kept and rejected drafts.
+class ScriptedDrafts final : public DraftSource {
+ public:
+  ScriptedDrafts(std::vector<Token> truth, int32_t n_vocab) : truth_(std::move(truth)), n_vocab_(n_vocab) {}
+  void propose(uint64_t, std::span<const Token> tokens, int32_t max,
+               std::vector<Token>& out) override {
+    for (size_t i = tokens.size(); i < truth_.size() && (int32_t)out.size() < max; ++i)
+      out.push_back(i % 3 == 2 ? (truth_[i] + 1) % n_vocab_ : truth_[i]);
+  }
+
+ private:
+  std::vector<Token> truth_;
+  int32_t n_vocab_;
+};
+
+// Speculative decoding in the single-sequence loop: greedy output identical
+// to the plain loop with scripted drafts, with a draft model (the target
+// itself, so greedy drafts are kept) and with prompt lookup before it, also
+// where the token limit or the context ends the run inside a draft.
+TEST_F(GeneratorTest, SpeculativeGreedyEqualsPlain) {
+  const std::string prompt =
+      "the little dog saw the big red ball and the little dog saw the big red ball and the";
+  auto self = DraftModel::create(*model_->model, DraftModelConfig{});
+  ASSERT_TRUE(self.is_ok()) << self.status().message();
+  std::shared_ptr<DraftSource> self_drafts = std::move(*self);
+  const auto lookup = std::make_shared<PromptLookup>();
+  const auto both = std::make_shared<FirstOfDrafts>(lookup, self_drafts);
+  for (int64_t extra_ctx : {int64_t{0}, int64_t{7}}) {
+    for (int n : {40, 13}) {
+      auto plain_opts = greedy(n);
+      plain_opts.ignore_eos = true;
+      if (extra_ctx > 0)
+        plain_opts.n_ctx = (int64_t)model_->tokenizer->encode(prompt, true).size() + extra_ctx;
+      auto plain = gen().generate(prompt, plain_opts);
+      ASSERT_TRUE(plain.is_ok()) << plain.status().message();
+      std::vector<Token> truth = plain->prompt_tokens;
+      truth.insert(truth.end(), plain->tokens.begin(), plain->tokens.end());
+      const auto scripted = std::make_shared<ScriptedDrafts>(
+          truth, (int32_t)model_->model->hparams().n_vocab);
+      for (const auto& drafts : {std::shared_ptr<DraftSource>(scripted), self_drafts,
+                                 std::shared_ptr<DraftSource>(both)}) {
+        auto o = plain_opts;
+        o.drafts = drafts;
+        o.spec_max = 4;
+        std::string streamed;
+        auto r = gen().generate(prompt, o, [&](std::string_view p) {
+          streamed += p;
+          return true;
+        });
+        ASSERT_TRUE(r.is_ok()) << r.status().message();
+        EXPECT_EQ(r->tokens, plain->tokens) << "n " << n << " ctx +" << extra_ctx;
+        EXPECT_EQ(streamed, plain->text);
+        EXPECT_GT(r->draft_tokens, 0);
+        EXPECT_GT(r->accepted_tokens, 0);
+        EXPECT_LE(r->accepted_tokens, r->draft_tokens);
+        if (drafts == self_drafts) {  // the target's own greedy guesses
+          EXPECT_GE(r->accepted_tokens * 10, r->draft_tokens * 9);
+        }
+        if (drafts == scripted) {
+          EXPECT_LT(r->accepted_tokens, r->draft_tokens);
+        }
+      }
+    }
+  }
+  // Sampled: runs to its limit, with drafts checked by rejection sampling.
+  auto o = greedy(30);
+  o.ignore_eos = true;
+  o.sampling.temperature = 0.8f;
+  o.sampling.seed = 7;
+  o.drafts = both;
+  o.spec_max = 4;
+  auto r = gen().generate(prompt, o);
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  EXPECT_EQ(r->tokens.size(), 30u);
+  EXPECT_GT(r->draft_tokens, 0);
 }
 
 TEST(DemoTokenizer, WordsBecomeSingleTokensAndRoundTrip) {

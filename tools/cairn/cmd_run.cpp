@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdio>
 #include <memory>
@@ -10,6 +11,8 @@
 
 #include "commands.h"
 #include "core/thread_pool.h"
+#include "engine/draft.h"
+#include "engine/draft_model.h"
 #include "engine/generator.h"
 #include "model/load.h"
 #include "modelgen/demo_model.h"
@@ -37,6 +40,10 @@ struct RunArgs {
   int threads = 0;
   int64_t ctx = 0;
   TensorType kv_type = TensorType::F16;
+  int32_t spec_lookup = 0;
+  std::string draft_model;
+  int32_t draft_max = 8;
+  float draft_p_min = 0.0f;
 };
 
 Status run(const RunArgs& a) {
@@ -73,6 +80,21 @@ Status run(const RunArgs& a) {
   spdlog::info("loaded {}: {}, {} layers, dim {}, vocab {}; {} threads", path, hp.arch, hp.n_layer,
                hp.n_embd, hp.n_vocab, a.threads > 0 ? a.threads : ThreadPool::default_size());
 
+  if (a.spec_lookup > 0) go.drafts = std::make_shared<engine::PromptLookup>();
+  if (!a.draft_model.empty()) {
+    engine::DraftModelConfig dc;
+    dc.n_ctx = a.ctx > 0 ? (int32_t)std::min<int64_t>(a.ctx, INT32_MAX) : dc.n_ctx;
+    dc.max_seqs = 1;
+    dc.p_min = a.draft_p_min;
+    auto draft =
+        engine::DraftModel::load(a.draft_model, a.threads, *loaded->tokenizer, hp.n_vocab, dc);
+    if (!draft.is_ok()) return draft.status();
+    std::shared_ptr<engine::DraftSource> model_drafts = std::move(*draft);
+    go.drafts = go.drafts ? std::make_shared<engine::FirstOfDrafts>(go.drafts, model_drafts)
+                          : model_drafts;
+  }
+  go.spec_max = std::max(a.spec_lookup, a.draft_model.empty() ? 0 : a.draft_max);
+
   bool write_failed = false;
   engine::Generator gen(*loaded->model, *loaded->tokenizer);
   auto res = gen.generate(a.prompt, go, [&](std::string_view piece) {
@@ -90,6 +112,10 @@ Status run(const RunArgs& a) {
       "prompt {} tokens in {:.3f} s; generated {} tokens in {:.3f} s ({:.1f} tok/s); seed {}; {}",
       res->prompt_tokens.size(), res->prefill_seconds, res->tokens.size(), res->decode_seconds, tps,
       res->seed, res->finish == engine::FinishReason::Stop ? "stopped" : "length limit");
+  if (res->draft_tokens > 0)
+    spdlog::info("speculative decoding: {} of {} drafted tokens accepted ({:.1f} %)",
+                 res->accepted_tokens, res->draft_tokens,
+                 100.0 * res->accepted_tokens / res->draft_tokens);
   return Status::ok();
 }
 
@@ -128,6 +154,7 @@ void register_run(CLI::App& app, CommandResult& result) {
   cmd->add_option("-c,--ctx", a->ctx, "context size (default: prompt + n, at most the model's)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 24));
   add_kv_type_flag(cmd, a->kv_type);
+  add_speculative_flags(cmd, a->spec_lookup, a->draft_model, a->draft_max, a->draft_p_min);
   cmd->callback([&result, a] { result.status = run(*a); });
 }
 

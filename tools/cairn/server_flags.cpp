@@ -42,6 +42,32 @@ void add_grpc_port_flag(CLI::App* cmd, int& grpc_port, const std::string& help) 
   cmd->add_option("--grpc-port", grpc_port, help)->check(CLI::Range(-1, 65535));
 }
 
+void add_speculative_flags(CLI::App* cmd, int32_t& lookup_max, std::string& draft_model,
+                           int32_t& draft_max, float& p_min) {
+  cmd->add_option("--spec-lookup", lookup_max,
+                  "speculative decoding by prompt lookup: up to N draft tokens per sequence and "
+                  "step, copied from earlier in its prompt and output and verified in the same "
+                  "forward (output unchanged; a request opts out with \"speculative\": false); "
+                  "0: off")
+      ->check(CLI::Range(0, 64))
+      ->capture_default_str();
+  cmd->add_option("--draft-model", draft_model,
+                  "speculative decoding with a small model of the same vocabulary (checked at "
+                  "load): it drafts greedily, the model verifies in one forward (output "
+                  "unchanged); with --spec-lookup, lookup drafts first and the draft model when "
+                  "lookup finds nothing")
+      ->type_name("FILE");
+  cmd->add_option("--draft-max", draft_max,
+                  "the most draft-model tokens per sequence and step (adaptive below it)")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  cmd->add_option("--draft-p-min", p_min,
+                  "the draft model stops drafting at a token it gives less than this "
+                  "probability (a likely rejection); 0: drafts --draft-max every time")
+      ->check(CLI::Range(0.0f, 1.0f))
+      ->capture_default_str();
+}
+
 void add_kv_type_flag(CLI::App* cmd, TensorType& type) {
   cmd->add_option_function<std::string>(
          "--kv-type",
@@ -106,28 +132,8 @@ void add_engine_flags(CLI::App* cmd, serving::LocalBackendOptions& b, int64_t& k
   cmd->add_option("--max-seqs", b.max_seqs, "sequences running at once")
       ->check(CLI::Range(1, 1 << 16))
       ->capture_default_str();
-  cmd->add_option("--spec-lookup", b.spec_lookup_max,
-                  "speculative decoding by prompt lookup: up to N draft tokens per sequence and "
-                  "step, copied from earlier in its prompt and output and verified in the same "
-                  "forward (output unchanged; a request opts out with \"speculative\": false); "
-                  "0: off")
-      ->check(CLI::Range(0, 64))
-      ->capture_default_str();
-  cmd->add_option("--draft-model", b.draft_model_path,
-                  "speculative decoding with a small model of the same vocabulary (checked at "
-                  "load): it drafts greedily, the model verifies in one forward (output "
-                  "unchanged); with --spec-lookup, lookup drafts first and the draft model when "
-                  "lookup finds nothing")
-      ->type_name("FILE");
-  cmd->add_option("--draft-max", b.spec_draft_max,
-                  "the most draft-model tokens per sequence and step (adaptive below it)")
-      ->check(CLI::Range(1, 64))
-      ->capture_default_str();
-  cmd->add_option("--draft-p-min", b.draft_p_min,
-                  "the draft model stops drafting at a token it gives less than this "
-                  "probability (a likely rejection); 0: drafts --draft-max every time")
-      ->check(CLI::Range(0.0f, 1.0f))
-      ->capture_default_str();
+  add_speculative_flags(cmd, b.spec_lookup_max, b.draft_model_path, b.spec_draft_max,
+                        b.draft_p_min);
   add_lora_flags(cmd, b.adapters, /*runtime=*/true);
   cmd->add_option_function<std::string>(
          "--chat-template",

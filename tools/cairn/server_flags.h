@@ -24,6 +24,9 @@ void add_http_server_flags(CLI::App* cmd, api::ServerOptions& server, int32_t& m
 // --max-seqs, --spec-lookup, --draft-model, --draft-max, --draft-p-min. `kv_cache_mb` is turned
 // into backend.kv_pool_bytes by the caller.
 void add_engine_flags(CLI::App* cmd, serving::LocalBackendOptions& backend, int64_t& kv_cache_mb);
+// --spec-lookup, --draft-model, --draft-max, --draft-p-min (also `cairn run`'s).
+void add_speculative_flags(CLI::App* cmd, int32_t& lookup_max, std::string& draft_model,
+                           int32_t& draft_max, float& p_min);
 // --kv-type f16|q8_0 into `type` (also `cairn run`'s).
 void add_kv_type_flag(CLI::App* cmd, TensorType& type);
 // --lora (merged at load) and, with `runtime`, --lora-modules (served by name).
