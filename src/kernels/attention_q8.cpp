@@ -17,7 +17,6 @@
 namespace cairn::kernels::attn_q8 {
 namespace {
 
-constexpr int64_t kAhead = 8;  // rows prefetched ahead of the K.q pass
 using quant::BlockQ8_0;
 using quant::kQK8_0;
 
