@@ -158,7 +158,11 @@ def main():
 
     def make(path, extra):
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-        cmd = [args.cairn, "make-model", path, *TINYLLAMA, "--type", args.type, "--seed", "1",
+        shape = list(TINYLLAMA)
+        if "--layers" in extra:  # the draft: the target's shape with fewer layers
+            i = shape.index("--layers")
+            del shape[i:i + 2]
+        cmd = [args.cairn, "make-model", path, *shape, "--type", args.type, "--seed", "1",
                "-t", str(args.threads), *extra]
         vocab = os.path.join(SHARED, "models", "stories260K.gguf")
         if os.path.exists(vocab):

@@ -3,9 +3,11 @@
 // the model's own forward_hidden of each input alone, pooled.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <condition_variable>
 #include <mutex>
+#include <thread>
 
 #include "engine/engine.h"
 #include "engine_test_util.h"
@@ -123,8 +125,12 @@ TEST(EmbeddingEngine, BatchedJobsEqualEachInputAloneWhileGenerating) {
   }
   ASSERT_TRUE(gen->wait());
   EXPECT_EQ(gen->tokens.size(), 40u);  // generation kept going between embedding forwards
-  const EngineStats s = engine.stats();
-  EXPECT_EQ(s.embed_requests_total, 6u);
+  // The counters are published at the end of the step whose sinks were
+  // called: wait for that step rather than read them while it runs.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (engine.stats().embed_requests_total < 6u && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_EQ(engine.stats().embed_requests_total, 6u);
 }
 
 TEST(EmbeddingEngine, RefusesBadJobsAndCancels) {
