@@ -132,6 +132,9 @@ Result<GenerateResult> Generator::generate_tokens(std::vector<Token> prompt,
     batch.add(t, static_cast<int32_t>(pos), 0, true);
     for (size_t i = 0; i < drafted.size(); ++i)
       batch.add(drafted[i], static_cast<int32_t>(pos + 1 + i), 0, true);
+    // Without drafts this forward would be one token: its rows take the
+    // one-token float orders, so greedy output is the plain loop's bit for bit.
+    batch.one_token_order = !drafted.empty();
     CAIRN_RETURN_IF_ERROR(model_.forward(batch, **cache, logits));
     ++pos;
   }

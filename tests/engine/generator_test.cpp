@@ -252,6 +252,43 @@ TEST(DemoTokenizer, WordsBecomeSingleTokensAndRoundTrip) {
     EXPECT_EQ(tok.decode(tok.encode(text, true)), text);
 }
 
+// Speculative decoding through the loop on the golden models (quantized ones
+// too): the plain loop's greedy tokens for every golden prompt, with prompt
+// lookup first and the model drafting for itself.
+TEST(GeneratorGolden, SpeculativeTokensAreThePlainOnes) {
+  CAIRN_REQUIRE_SHARED("golden/stories260K.json");
+  const auto shared = *test::shared_dir();
+  for (const char* name : {"stories260K", "syn-llama-gqa-f32", "syn-llama-gqa-q4_0",
+                           "syn-llama-tied-f16", "syn-qwen2-q8_0"}) {
+    auto m = load_model((shared / "models" / (std::string(name) + ".gguf")).string());
+    ASSERT_TRUE(m.is_ok()) << m.status().message();
+    std::ifstream f(shared / "golden" / (std::string(name) + ".json"));
+    auto doc = nlohmann::json::parse(f);
+    auto self = DraftModel::create(*m->model, DraftModelConfig{});
+    ASSERT_TRUE(self.is_ok()) << self.status().message();
+    Generator gen(*m->model, *m->tokenizer);
+    int64_t drafted = 0;
+    for (const auto& c : doc["cases"]) {
+      GenerateOptions o;
+      o.max_tokens = c["n_predict"];
+      o.sampling.temperature = 0;
+      o.drafts = std::make_shared<FirstOfDrafts>(std::make_shared<PromptLookup>(),
+                                                 std::shared_ptr<DraftSource>(std::move(*self)));
+      o.spec_max = 6;
+      self = DraftModel::create(*m->model, DraftModelConfig{});
+      ASSERT_TRUE(self.is_ok());
+      auto plain_opts = o;
+      plain_opts.drafts = nullptr;
+      auto plain = gen.generate_tokens(c["prompt_tokens"].get<std::vector<Token>>(), plain_opts);
+      auto r = gen.generate_tokens(c["prompt_tokens"].get<std::vector<Token>>(), o);
+      ASSERT_TRUE(plain.is_ok() && r.is_ok());
+      EXPECT_EQ(r->tokens, plain->tokens) << name << ": " << c["prompt"];
+      drafted += r->draft_tokens;
+    }
+    EXPECT_GT(drafted, 0) << name;
+  }
+}
+
 // The greedy continuation and the raw top-5 log-probabilities of every step,
 // against the reference's, through the whole generate loop.
 TEST(GeneratorGolden, StoriesTokensAndLogprobs) {
