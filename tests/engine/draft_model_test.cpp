@@ -326,23 +326,10 @@ TEST(DraftModel, SampledDistributionMatchesThePlainPath) {
           counts[plain.sinks[s]->tokens[pos]].first += 1;
           counts[spec.sinks[s]->tokens[pos]].second += 1;
         }
-        double stat = 0, pa = 0, pb = 0;
-        int bins = 0;
-        for (const auto& [tok, ab] : counts) {
-          if (ab.first + ab.second < 10) {
-            pa += ab.first, pb += ab.second;
-            continue;
-          }
-          stat += (ab.first - ab.second) * (ab.first - ab.second) / (ab.first + ab.second);
-          ++bins;
-        }
-        if (pa + pb > 0) stat += (pa - pb) * (pa - pb) / (pa + pb), ++bins;
-        ASSERT_GE(bins, 2);
-        // Wilson-Hilferty: the chi-squared quantile at 1 - 1e-3.
-        const double k = bins - 1, a = 2.0 / (9.0 * k);
-        const double critical = k * std::pow(1 - a + 3.0902 * std::sqrt(a), 3);
-        EXPECT_LT(stat, critical) << "variant " << variant << " token " << pos << ": " << bins
-                                  << " bins";
+        const auto chi = test_support::chi_squared_two_sample(counts);
+        ASSERT_GE(chi.bins, 2);
+        EXPECT_LT(chi.stat, chi.critical)
+            << "variant " << variant << " token " << pos << ": " << chi.bins << " bins";
       }
     }
   }

@@ -5,9 +5,12 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -128,6 +131,31 @@ inline EngineRequest greedy(std::vector<Token> prompt, int32_t max_tokens, bool 
   r.ignore_eos = ignore_eos;
   r.sampling.temperature = 0;
   return r;
+}
+
+// Two-sample chi-squared test of equal-size samples, given each token's
+// count in both (first, second): sum (a - b)^2 / (a + b) over the tokens
+// with a + b >= 10, the rest pooled into one bin; `critical` is the
+// quantile at 1 - 1e-3 for bins - 1 degrees of freedom (Wilson-Hilferty).
+struct ChiSquared {
+  double stat = 0, critical = 0;
+  int bins = 0;
+};
+inline ChiSquared chi_squared_two_sample(const std::map<Token, std::pair<double, double>>& counts) {
+  ChiSquared c;
+  double pa = 0, pb = 0;
+  for (const auto& [tok, ab] : counts) {
+    if (ab.first + ab.second < 10) {
+      pa += ab.first, pb += ab.second;
+      continue;
+    }
+    c.stat += (ab.first - ab.second) * (ab.first - ab.second) / (ab.first + ab.second);
+    ++c.bins;
+  }
+  if (pa + pb > 0) c.stat += (pa - pb) * (pa - pb) / (pa + pb), ++c.bins;
+  const double k = c.bins - 1, a = 2.0 / (9.0 * k);
+  c.critical = c.bins >= 2 ? k * std::pow(1 - a + 3.0902 * std::sqrt(a), 3) : 0;
+  return c;
 }
 
 }  // namespace cairn::engine::test_support
